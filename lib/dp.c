@@ -1,0 +1,391 @@
+/*
+ * dp.c - errors, atomic outputs, ranks from the environment, templates.
+ */
+#define _GNU_SOURCE
+#include "dp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int dp_vseterr(dp_err *e, int code, const char *fmt, va_list ap)
+{
+	if (e) {
+		e->code = code;
+		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	}
+	return code;
+}
+
+int dp_seterr(dp_err *e, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	dp_vseterr(e, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int dp_syserr(dp_err *e, const char *fmt, ...)
+{
+	int saved = errno;
+	int code = saved == ENOMEM ? DP_ENOMEM : DP_EIO;
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+		va_end(ap);
+		size_t n = strlen(e->msg);
+		snprintf(e->msg + n, sizeof e->msg - n, ": %s", strerror(saved));
+		e->code = code;
+	}
+	errno = saved;
+	return code;
+}
+
+int dp_preferr(dp_err *e, const char *fmt, ...)
+{
+	if (!e)
+		return DP_EIO;
+	char old[sizeof e->msg];
+	memcpy(old, e->msg, sizeof old);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	size_t n = strlen(e->msg);
+	snprintf(e->msg + n, sizeof e->msg - n, ": %s", old);
+	return e->code;
+}
+
+/* ---- I/O helpers ------------------------------------------------------ */
+
+int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return dp_syserr(e, "%s: write", name);
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return DP_OK;
+}
+
+long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e)
+{
+	char *p = buf;
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, p + got, len - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return dp_syserr(e, "%s: read", name);
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (long)got;
+}
+
+/* ---- Atomic outputs ----------------------------------------------------
+ * The registry holds the temporary names still open, for the signal
+ * handler.  It is changed only with the cleanup signals blocked. */
+
+#define CLEANUP_SIGNALS {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}
+
+static char **tmp_reg;
+static int tmp_cap;
+
+static void block_signals(sigset_t *old)
+{
+	sigset_t s;
+	int sigs[] = CLEANUP_SIGNALS;
+	sigemptyset(&s);
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		sigaddset(&s, sigs[i]);
+	sigprocmask(SIG_BLOCK, &s, old);
+}
+
+static int reg_add(char *tmp)
+{
+	sigset_t old;
+	int slot = -1;
+	block_signals(&old);
+	for (int i = 0; i < tmp_cap; i++)
+		if (!tmp_reg[i]) {
+			slot = i;
+			break;
+		}
+	if (slot < 0) {
+		int ncap = tmp_cap ? tmp_cap * 2 : 64;
+		char **n = realloc(tmp_reg, (size_t)ncap * sizeof *n);
+		if (n) {
+			for (int i = tmp_cap; i < ncap; i++)
+				n[i] = NULL;
+			slot = tmp_cap;
+			tmp_reg = n;
+			tmp_cap = ncap;
+		}
+	}
+	if (slot >= 0)
+		tmp_reg[slot] = tmp;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return slot;
+}
+
+static void reg_del(int slot)
+{
+	sigset_t old;
+	if (slot < 0)
+		return;
+	block_signals(&old);
+	tmp_reg[slot] = NULL;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+void dp_out_cleanup(void)
+{
+	for (int i = 0; i < tmp_cap; i++)
+		if (tmp_reg[i])
+			unlink(tmp_reg[i]);
+}
+
+static void cleanup_handler(int sig)
+{
+	dp_out_cleanup();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void dp_out_install_signal_cleanup(void)
+{
+	int sigs[] = CLEANUP_SIGNALS;
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa, old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue; /* keep what the parent chose (nohup, ignored SIGPIPE) */
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = cleanup_handler;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+int dp_out_open(dp_out *o, const char *path, dp_err *e)
+{
+	memset(o, 0, sizeof *o);
+	o->slot = -1;
+	if (strcmp(path, "-") == 0) {
+		o->fd = STDOUT_FILENO;
+		o->path = strdup("stdout");
+		return o->path ? DP_OK : dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	const char *slash = strrchr(path, '/');
+	size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
+	const char *base = path + dirlen;
+	if (!*base)
+		return dp_seterr(e, DP_EARG, "%s: not a file name", path);
+	size_t n = strlen(path) + 16;
+	o->path = strdup(path);
+	o->tmp = malloc(n);
+	if (!o->path || !o->tmp) {
+		free(o->path);
+		free(o->tmp);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	snprintf(o->tmp, n, "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
+	sigset_t old;
+	block_signals(&old); /* no window where the file exists unregistered */
+	o->fd = mkostemp(o->tmp, O_CLOEXEC);
+	int saved = errno;
+	if (o->fd >= 0)
+		o->slot = reg_add(o->tmp);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (o->fd < 0) {
+		errno = saved;
+		dp_syserr(e, "%s: cannot create", path);
+		free(o->path);
+		free(o->tmp);
+		o->path = o->tmp = NULL;
+		return e ? e->code : DP_EIO;
+	}
+	/* mkstemp makes 0600; outputs get the usual umask'd 0666. */
+	mode_t um = umask(0);
+	umask(um);
+	fchmod(o->fd, 0666 & ~um);
+	return DP_OK;
+}
+
+int dp_out_commit(dp_out *o, dp_err *e)
+{
+	int rc = DP_OK;
+	if (!o->tmp) { /* stdout: the caller checks its writes */
+		free(o->path);
+		o->path = NULL;
+		return rc;
+	}
+	if (close(o->fd) < 0)
+		rc = dp_syserr(e, "%s: close", o->path);
+	else if (rename(o->tmp, o->path) < 0)
+		rc = dp_syserr(e, "%s: rename", o->path);
+	if (rc < 0)
+		unlink(o->tmp);
+	reg_del(o->slot);
+	free(o->path);
+	free(o->tmp);
+	o->path = o->tmp = NULL;
+	o->fd = -1;
+	return rc;
+}
+
+void dp_out_abort(dp_out *o)
+{
+	if (o->tmp) {
+		close(o->fd);
+		unlink(o->tmp);
+		reg_del(o->slot);
+	}
+	free(o->path);
+	free(o->tmp);
+	o->path = o->tmp = NULL;
+	o->fd = -1;
+}
+
+/* ---- Ranks and templates ---------------------------------------------- */
+
+static int env_int(const char *name, int *out)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return 0;
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || v < 0 || v > INT_MAX)
+		return 0;
+	*out = (int)v;
+	return 1;
+}
+
+void dp_rank_size(int *rank, int *size)
+{
+	static const char *const pairs[][2] = {
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+		{"PMI_RANK", "PMI_SIZE"},
+		{"PMIX_RANK", "PMI_SIZE"},
+		{"SLURM_PROCID", "SLURM_NTASKS"},
+	};
+	int r = -1, s = -1;
+	for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+		int a, b;
+		if (env_int(pairs[i][0], &a) && env_int(pairs[i][1], &b) && b > 0 && a < b) {
+			r = a;
+			s = b;
+			break;
+		}
+	}
+	if (*rank < 0)
+		*rank = r >= 0 ? r : 0;
+	if (*size < 0)
+		*size = s > 0 ? s : 1;
+}
+
+char *dp_expand(const char *tmpl, const char *const *vars)
+{
+	int rank = -1, size = -1;
+	char rbuf[16], sbuf[16];
+	dp_rank_size(&rank, &size);
+	snprintf(rbuf, sizeof rbuf, "%d", rank);
+	snprintf(sbuf, sizeof sbuf, "%d", size);
+	size_t cap = strlen(tmpl) + 64, n = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	for (const char *p = tmpl; *p;) {
+		const char *val = NULL;
+		size_t skip = 1;
+		if (*p == '{') {
+			const char *close = strchr(p, '}');
+			if (close) {
+				size_t klen = (size_t)(close - p - 1);
+				for (const char *const *v = vars; v && v[0]; v += 2)
+					if (strlen(v[0]) == klen && memcmp(v[0], p + 1, klen) == 0) {
+						val = v[1];
+						break;
+					}
+				if (!val && klen == 4 && memcmp(p + 1, "rank", 4) == 0)
+					val = rbuf;
+				if (!val && klen == 4 && memcmp(p + 1, "size", 4) == 0)
+					val = sbuf;
+				if (val)
+					skip = klen + 2;
+			}
+		}
+		size_t add = val ? strlen(val) : 1;
+		if (n + add + 1 > cap) {
+			cap = (n + add + 1) * 2;
+			char *t = realloc(out, cap);
+			if (!t) {
+				free(out);
+				return NULL;
+			}
+			out = t;
+		}
+		if (val)
+			memcpy(out + n, val, add);
+		else
+			out[n] = *p;
+		n += add;
+		p += skip;
+	}
+	out[n] = 0;
+	return out;
+}
+
+int dp_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || v < 0)
+		return DP_EARG;
+	double mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1024.0; end++; break;
+	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	}
+	if (*end == 'i' || *end == 'I')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end)
+		return DP_EARG;
+	v *= mul;
+	if (v > 1.8e19)
+		return DP_EARG;
+	*out = (uint64_t)v;
+	return DP_OK;
+}
+
+double dp_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

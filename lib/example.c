@@ -1,0 +1,640 @@
+/*
+ * example.c - tf.train.Example wire format: a validating zero-copy view and
+ * a canonical builder.  Field numbers (lib/example.proto):
+ *   Example  { Features features = 1 }
+ *   Features { map<string, Feature> feature = 1 }   entry { key = 1; value = 2 }
+ *   Feature  { oneof { BytesList = 1; FloatList = 2; Int64List = 3 } }
+ *   *List    { repeated value = 1 }  (float, int64 packed or not)
+ * A field with the wrong wire type for its number is an error, as in
+ * protobuf-c; unknown field numbers are skipped.
+ */
+#include "dp_example.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *dp_kind_name(int kind)
+{
+	switch (kind) {
+	case DP_KIND_BYTES: return "bytes";
+	case DP_KIND_FLOAT: return "float";
+	case DP_KIND_INT64: return "int64";
+	}
+	return "none";
+}
+
+/* ---- Wire-format reading ----------------------------------------------- */
+
+typedef struct field {
+	const uint8_t *start; /* the tag */
+	uint32_t num;
+	int wt;
+	uint64_t v;           /* varint value, or fixed bits */
+	const uint8_t *data;  /* length-delimited payload */
+	size_t len;
+} field;
+
+/* 0 on success; -1 truncated or longer than 10 bytes.  Bits past the 64th
+ * are dropped, as protobuf does. */
+static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+	const uint8_t *p = *pp;
+	uint64_t v = 0;
+	for (int i = 0; i < 10; i++) {
+		if (p >= end)
+			return -1;
+		uint8_t b = *p++;
+		v |= (uint64_t)(b & 0x7f) << (7 * i);
+		if (!(b & 0x80)) {
+			*pp = p;
+			*out = v;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* Read the next field at *pp.  Returns 1 with f filled, 0 at end, -1 on a
+ * malformed field (reason in *why). */
+static int rd_field(const uint8_t **pp, const uint8_t *end, field *f, const char **why)
+{
+	const uint8_t *p = *pp;
+	uint64_t tag;
+	if (p >= end)
+		return 0;
+	f->start = p;
+	if (rd_varint(&p, end, &tag) < 0) {
+		*why = "truncated or overlong tag";
+		return -1;
+	}
+	f->num = (uint32_t)(tag >> 3);
+	f->wt = (int)(tag & 7);
+	if ((tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) {
+		*why = "invalid field number";
+		return -1;
+	}
+	switch (f->wt) {
+	case 0:
+		if (rd_varint(&p, end, &f->v) < 0) {
+			*why = "truncated or overlong varint";
+			return -1;
+		}
+		break;
+	case 1:
+		if (end - p < 8) {
+			*why = "truncated fixed64";
+			return -1;
+		}
+		memcpy(&f->v, p, 8);
+		p += 8;
+		break;
+	case 5: {
+		uint32_t x;
+		if (end - p < 4) {
+			*why = "truncated fixed32";
+			return -1;
+		}
+		memcpy(&x, p, 4);
+		f->v = x;
+		p += 4;
+		break;
+	}
+	case 2: {
+		uint64_t len;
+		if (rd_varint(&p, end, &len) < 0) {
+			*why = "truncated length";
+			return -1;
+		}
+		if (len > (uint64_t)(end - p)) {
+			*why = "length runs past the end of the message";
+			return -1;
+		}
+		f->data = p;
+		f->len = (size_t)len;
+		p += len;
+		break;
+	}
+	case 3:
+	case 4:
+		*why = "groups are not supported";
+		return -1;
+	default:
+		*why = "invalid wire type";
+		return -1;
+	}
+	*pp = p;
+	return 1;
+}
+
+/* Validate one list message of kind k; count its values. */
+static int check_list(int k, const uint8_t *p, size_t len, size_t *count, const char **why)
+{
+	const uint8_t *end = p + len;
+	field f;
+	int rc;
+	size_t n = 0;
+	while ((rc = rd_field(&p, end, &f, why)) > 0) {
+		if (f.num != 1)
+			continue;
+		if (k == DP_KIND_BYTES) {
+			if (f.wt != 2)
+				goto badwt;
+			n++;
+		} else if (k == DP_KIND_FLOAT) {
+			if (f.wt == 5)
+				n++;
+			else if (f.wt == 2) {
+				if (f.len % 4) {
+					*why = "packed float list length is not a multiple of 4";
+					return -1;
+				}
+				n += f.len / 4;
+			} else
+				goto badwt;
+		} else {
+			if (f.wt == 0)
+				n++;
+			else if (f.wt == 2) {
+				const uint8_t *q = f.data, *qe = f.data + f.len;
+				uint64_t v;
+				while (q < qe) {
+					if (rd_varint(&q, qe, &v) < 0) {
+						*why = "bad varint in packed int64 list";
+						return -1;
+					}
+					n++;
+				}
+			} else
+				goto badwt;
+		}
+	}
+	if (rc < 0)
+		return -1;
+	*count = n;
+	return 0;
+badwt:
+	*why = "list value has the wrong wire type";
+	return -1;
+}
+
+/* Validate a Feature message body, merging into *ft (kind, count, seg). */
+static int check_feature(const uint8_t *p, size_t len, dp_feature *ft, const char **why)
+{
+	const uint8_t *end = p + len;
+	field f;
+	int rc;
+	while ((rc = rd_field(&p, end, &f, why)) > 0) {
+		if (f.num < 1 || f.num > 3)
+			continue;
+		if (f.wt != 2) {
+			*why = "Feature list has the wrong wire type";
+			return -1;
+		}
+		size_t n;
+		if (check_list((int)f.num, f.data, f.len, &n, why) < 0)
+			return -1;
+		if ((int)f.num != ft->kind) { /* oneof: a new member replaces */
+			ft->kind = (int)f.num;
+			ft->count = n;
+			ft->seg = (size_t)(f.start - ft->body);
+		} else {
+			ft->count += n; /* the same member again merges */
+		}
+	}
+	return rc;
+}
+
+static int valid_utf8(const uint8_t *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		uint8_t c = s[i];
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t k;
+		uint32_t cp;
+		if ((c & 0xe0) == 0xc0) {
+			k = 1;
+			cp = c & 0x1f;
+		} else if ((c & 0xf0) == 0xe0) {
+			k = 2;
+			cp = c & 0x0f;
+		} else if ((c & 0xf8) == 0xf0) {
+			k = 3;
+			cp = c & 0x07;
+		} else
+			return 0;
+		if (n - i <= k)
+			return 0;
+		for (size_t j = 1; j <= k; j++) {
+			if ((s[i + j] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (s[i + j] & 0x3f);
+		}
+		if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		i += k + 1;
+	}
+	return 1;
+}
+
+/* One map entry: key (1) and value (2), each possibly repeated. */
+static int parse_entry(dp_example *ex, const uint8_t *p, size_t len, dp_err *e)
+{
+	const uint8_t *end = p + len;
+	const char *why = NULL;
+	field f;
+	int rc;
+	dp_feature ft = {.name = "", .name_len = 0, .kind = DP_KIND_NONE, .body = p, .body_len = len};
+	while ((rc = rd_field(&p, end, &f, &why)) > 0) {
+		if (f.num == 1) {
+			if (f.wt != 2) {
+				why = "feature name has the wrong wire type";
+				break;
+			}
+			ft.name = (const char *)f.data;
+			ft.name_len = f.len;
+		} else if (f.num == 2) {
+			if (f.wt != 2) {
+				why = "Feature has the wrong wire type";
+				break;
+			}
+			/* every value field of the entry merges into one
+			 * Feature, as protobuf merges them; seg counts from
+			 * the entry body */
+			if (check_feature(f.data, f.len, &ft, &why) < 0) {
+				rc = -1;
+				break;
+			}
+		}
+	}
+	if (rc < 0 || why) {
+		return dp_seterr(e, DP_EDATA, "invalid Example: %s", why ? why : "malformed map entry");
+	}
+	if (!valid_utf8((const uint8_t *)ft.name, ft.name_len))
+		return dp_seterr(e, DP_EDATA, "invalid Example: feature name is not valid UTF-8");
+	/* last entry for a name wins, keeping the first position */
+	for (size_t i = 0; i < ex->n; i++)
+		if (ex->f[i].name_len == ft.name_len && memcmp(ex->f[i].name, ft.name, ft.name_len) == 0) {
+			ex->f[i] = ft;
+			return 0;
+		}
+	if (ex->n == ex->cap) {
+		size_t nc = ex->cap ? ex->cap * 2 : 16;
+		dp_feature *nf = realloc(ex->f, nc * sizeof *nf);
+		if (!nf)
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		ex->f = nf;
+		ex->cap = nc;
+	}
+	ex->f[ex->n++] = ft;
+	return 0;
+}
+
+int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
+{
+	const uint8_t *p = buf, *end = p + len;
+	const char *why = NULL;
+	field f, g;
+	int rc;
+	ex->n = 0;
+	while ((rc = rd_field(&p, end, &f, &why)) > 0) {
+		if (f.num != 1)
+			continue;
+		if (f.wt != 2)
+			return dp_seterr(e, DP_EDATA, "invalid Example: features has the wrong wire type");
+		const uint8_t *q = f.data, *qe = f.data + f.len;
+		while ((rc = rd_field(&q, qe, &g, &why)) > 0) {
+			if (g.num != 1)
+				continue;
+			if (g.wt != 2)
+				return dp_seterr(e, DP_EDATA,
+						 "invalid Example: feature map entry has the wrong wire type");
+			int r2 = parse_entry(ex, g.data, g.len, e);
+			if (r2 < 0)
+				return r2;
+		}
+		if (rc < 0)
+			break;
+	}
+	if (rc < 0)
+		return dp_seterr(e, DP_EDATA, "invalid Example: %s", why);
+	return 0;
+}
+
+const dp_feature *dp_example_get(const dp_example *ex, const char *name)
+{
+	size_t n = strlen(name);
+	for (size_t i = 0; i < ex->n; i++)
+		if (ex->f[i].name_len == n && memcmp(ex->f[i].name, name, n) == 0)
+			return &ex->f[i];
+	return NULL;
+}
+
+void dp_example_free(dp_example *ex)
+{
+	free(ex->f);
+	ex->f = NULL;
+	ex->n = ex->cap = 0;
+}
+
+/* ---- Values ------------------------------------------------------------ */
+
+/* Call fn on each field numbered 1 of each list of the kept kind: walks the
+ * entry body's Feature values, then their list fields from seg on. */
+typedef void (*value_fn)(const field *f, void *ctx);
+
+static void each_value(const dp_feature *ft, value_fn fn, void *ctx)
+{
+	const uint8_t *p = ft->body, *end = ft->body + ft->body_len;
+	const uint8_t *from = ft->body + ft->seg;
+	const char *why;
+	field v, l, x;
+	if (ft->kind == DP_KIND_NONE)
+		return;
+	while (rd_field(&p, end, &v, &why) > 0) {
+		if (v.num != 2 || v.wt != 2)
+			continue;
+		const uint8_t *q = v.data, *qe = v.data + v.len;
+		while (rd_field(&q, qe, &l, &why) > 0) {
+			if (l.start < from || (int)l.num != ft->kind)
+				continue;
+			const uint8_t *r = l.data, *re = l.data + l.len;
+			while (rd_field(&r, re, &x, &why) > 0)
+				if (x.num == 1)
+					fn(&x, ctx);
+		}
+	}
+}
+
+struct fcopy {
+	void *out;
+	size_t n, max;
+};
+
+static void float_fn(const field *f, void *ctx)
+{
+	struct fcopy *c = ctx;
+	float *out = c->out;
+	if (f->wt == 5) {
+		if (c->n < c->max) {
+			uint32_t bits = (uint32_t)f->v;
+			memcpy(&out[c->n], &bits, 4);
+		}
+		c->n++;
+		return;
+	}
+	size_t k = f->len / 4;
+	if (c->n < c->max)
+		memcpy(out + c->n, f->data, 4 * (k < c->max - c->n ? k : c->max - c->n));
+	c->n += k;
+}
+
+static void int64_fn(const field *f, void *ctx)
+{
+	struct fcopy *c = ctx;
+	int64_t *out = c->out;
+	if (f->wt == 0) {
+		if (c->n < c->max)
+			out[c->n] = (int64_t)f->v;
+		c->n++;
+		return;
+	}
+	const uint8_t *q = f->data, *qe = f->data + f->len;
+	uint64_t v;
+	while (q < qe && rd_varint(&q, qe, &v) == 0) {
+		if (c->n < c->max)
+			out[c->n] = (int64_t)v;
+		c->n++;
+	}
+}
+
+size_t dp_feature_floats(const dp_feature *f, float *out, size_t max)
+{
+	struct fcopy c = {out, 0, max};
+	if (f->kind != DP_KIND_FLOAT)
+		return 0;
+	each_value(f, float_fn, &c);
+	return c.n;
+}
+
+size_t dp_feature_int64s(const dp_feature *f, int64_t *out, size_t max)
+{
+	struct fcopy c = {out, 0, max};
+	if (f->kind != DP_KIND_INT64)
+		return 0;
+	each_value(f, int64_fn, &c);
+	return c.n;
+}
+
+struct beach {
+	int (*fn)(const uint8_t *p, size_t len, void *ctx);
+	void *ctx;
+	int stop;
+};
+
+static void bytes_fn(const field *f, void *ctx)
+{
+	struct beach *b = ctx;
+	if (!b->stop)
+		b->stop = b->fn(f->data, f->len, b->ctx);
+}
+
+int dp_feature_bytes_each(const dp_feature *f, int (*fn)(const uint8_t *p, size_t len, void *ctx),
+			  void *ctx)
+{
+	struct beach b = {fn, ctx, 0};
+	if (f->kind != DP_KIND_BYTES)
+		return 0;
+	each_value(f, bytes_fn, &b);
+	return b.stop;
+}
+
+struct bfirst {
+	const uint8_t *p;
+	size_t len;
+};
+
+static int first_fn(const uint8_t *p, size_t len, void *ctx)
+{
+	struct bfirst *b = ctx;
+	b->p = p;
+	b->len = len;
+	return 1;
+}
+
+int dp_feature_bytes0(const dp_feature *f, const uint8_t **p, size_t *len)
+{
+	struct bfirst b = {NULL, 0};
+	if (f->kind != DP_KIND_BYTES || f->count == 0)
+		return 0;
+	dp_feature_bytes_each(f, first_fn, &b);
+	*p = b.p;
+	*len = b.len;
+	return 1;
+}
+
+/* ---- Builder ----------------------------------------------------------- */
+
+#define HEAD 11 /* room for the Example's tag and the Features length */
+
+static size_t vsize(uint64_t v)
+{
+	size_t n = 1;
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+void dp_exbuild_reset(dp_exbuild *b)
+{
+	b->n = HEAD;
+	b->nfeat = 0;
+	b->failed = 0;
+}
+
+static uint8_t *reserve(dp_exbuild *b, size_t more)
+{
+	if (b->failed)
+		return NULL;
+	if (b->n < HEAD)
+		b->n = HEAD;
+	if (b->n + more > b->cap) {
+		size_t nc = b->cap ? b->cap : 256;
+		while (nc < b->n + more)
+			nc *= 2;
+		uint8_t *np = realloc(b->p, nc);
+		if (!np) {
+			b->failed = 1;
+			return NULL;
+		}
+		b->p = np;
+		b->cap = nc;
+	}
+	return b->p + b->n;
+}
+
+/* Entry header for a Feature of kind k whose list body is llen bytes;
+ * returns where the list body goes. */
+static uint8_t *entry(dp_exbuild *b, const char *name, size_t nlen, int k, size_t llen)
+{
+	size_t flen = k ? 1 + vsize(llen) + llen : 0; /* Feature body */
+	size_t elen = 1 + vsize(nlen) + nlen + 1 + vsize(flen) + flen;
+	uint8_t *p = reserve(b, 1 + vsize(elen) + elen);
+	if (!p)
+		return NULL;
+	*p++ = 0x0a; /* Features.feature = 1 */
+	p = put_varint(p, elen);
+	*p++ = 0x0a; /* key = 1 */
+	p = put_varint(p, nlen);
+	memcpy(p, name, nlen);
+	p += nlen;
+	*p++ = 0x12; /* value = 2 */
+	p = put_varint(p, flen);
+	if (k) {
+		*p++ = (uint8_t)(k << 3 | 2);
+		p = put_varint(p, llen);
+	}
+	b->nfeat++;
+	return p;
+}
+
+int dp_exbuild_floats(dp_exbuild *b, const char *name, size_t name_len, const float *v, size_t n)
+{
+	size_t llen = n ? 1 + vsize(4 * n) + 4 * n : 0;
+	uint8_t *p = entry(b, name, name_len, DP_KIND_FLOAT, llen);
+	if (!p)
+		return DP_ENOMEM;
+	if (n) {
+		*p++ = 0x0a;
+		p = put_varint(p, 4 * n);
+		memcpy(p, v, 4 * n);
+		p += 4 * n;
+	}
+	b->n = (size_t)(p - b->p);
+	return 0;
+}
+
+int dp_exbuild_int64s(dp_exbuild *b, const char *name, size_t name_len, const int64_t *v,
+		      size_t n)
+{
+	size_t plen = 0;
+	for (size_t i = 0; i < n; i++)
+		plen += vsize((uint64_t)v[i]);
+	size_t llen = n ? 1 + vsize(plen) + plen : 0;
+	uint8_t *p = entry(b, name, name_len, DP_KIND_INT64, llen);
+	if (!p)
+		return DP_ENOMEM;
+	if (n) {
+		*p++ = 0x0a;
+		p = put_varint(p, plen);
+		for (size_t i = 0; i < n; i++)
+			p = put_varint(p, (uint64_t)v[i]);
+	}
+	b->n = (size_t)(p - b->p);
+	return 0;
+}
+
+int dp_exbuild_bytes(dp_exbuild *b, const char *name, size_t name_len, const uint8_t *const *vals,
+		     const size_t *lens, size_t n)
+{
+	size_t llen = 0;
+	for (size_t i = 0; i < n; i++)
+		llen += 1 + vsize(lens[i]) + lens[i];
+	uint8_t *p = entry(b, name, name_len, DP_KIND_BYTES, llen);
+	if (!p)
+		return DP_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		*p++ = 0x0a;
+		p = put_varint(p, lens[i]);
+		memcpy(p, vals[i], lens[i]);
+		p += lens[i];
+	}
+	b->n = (size_t)(p - b->p);
+	return 0;
+}
+
+int dp_exbuild_none(dp_exbuild *b, const char *name, size_t name_len)
+{
+	uint8_t *p = entry(b, name, name_len, DP_KIND_NONE, 0);
+	if (!p)
+		return DP_ENOMEM;
+	b->n = (size_t)(p - b->p);
+	return 0;
+}
+
+int dp_exbuild_finish(dp_exbuild *b, const uint8_t **out, size_t *len)
+{
+	if (!reserve(b, 0))
+		return DP_ENOMEM;
+	size_t body = b->n - HEAD;
+	size_t h = 1 + vsize(body);
+	uint8_t *p = b->p + HEAD - h;
+	p[0] = 0x0a; /* Example.features = 1 */
+	put_varint(p + 1, body);
+	*out = p;
+	*len = body + h;
+	return 0;
+}
+
+void dp_exbuild_free(dp_exbuild *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->n = b->cap = 0;
+}

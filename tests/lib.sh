@@ -1,0 +1,115 @@
+# tests/lib.sh - TAP for the CLI tests (bash).  Source it first:
+#
+#   . "${DP_SRC:-.}/tests/lib.sh"
+#   run tfr-cat -c data.tfrecord          # sets $out, $err (contents), $rc
+#   is "$rc" 0 "exit status"; is "$out" "3" "count"; like "$err" "CRC" "message"
+#   ok test -s file "file written";  skip "why" ;  done_testing
+#
+# Every test runs in its own scratch directory $T (removed at exit unless
+# DP_KEEP=1), with the programs under test first on PATH (make check sets
+# PATH, DP_BUILD, DP_SRC).  Exit status is non-zero when any check failed.
+
+set -u
+: "${DP_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${DP_BUILD:=$DP_SRC/build}"
+export DP_SRC DP_BUILD
+case ":$PATH:" in *":$DP_BUILD/bin:"*) ;; *) PATH="$DP_BUILD/bin:$PATH" ;; esac
+export LC_ALL=C
+# Open MPI refuses root unless told; tests set it themselves.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Debian's interpreter: torch and protobuf live there, not in a pyenv.
+PY=/usr/bin/python3
+FIX="$DP_SRC/tests/data"
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/dptest.XXXXXX")
+_tap_n=0
+_tap_fail=0
+_tap_cleanup() { [ "${DP_KEEP:-0}" = 1 ] && echo "# kept $T" || rm -rf "$T"; }
+trap _tap_cleanup EXIT
+
+_tap_result() { # status name...
+	_tap_n=$((_tap_n + 1))
+	if [ "$1" = 0 ]; then
+		echo "ok $_tap_n - $2"
+	else
+		echo "not ok $_tap_n - $2"
+		_tap_fail=$((_tap_fail + 1))
+	fi
+}
+
+# run CMD...: run with stdin from /dev/null unless redirected by the caller;
+# stdout in $out, stderr in $err, status in $rc (files $T/.out, $T/.err).
+run() {
+	"$@" >"$T/.out" 2>"$T/.err"
+	rc=$?
+	out=$(cat "$T/.out")
+	err=$(cat "$T/.err")
+}
+
+is() { # got want name
+	if [ "$1" = "$2" ]; then
+		_tap_result 0 "$3"
+	else
+		_tap_result 1 "$3"
+		printf '#   got:  %s\n#   want: %s\n' "$1" "$2" | head -n 40
+	fi
+}
+
+isnt() { # got unwanted name
+	if [ "$1" != "$2" ]; then _tap_result 0 "$3"; else _tap_result 1 "$3"; echo "#   got: $1"; fi
+}
+
+like() { # got extended-regex name
+	if printf '%s' "$1" | grep -Eq -- "$2"; then
+		_tap_result 0 "$3"
+	else
+		_tap_result 1 "$3"
+		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40
+	fi
+}
+
+unlike() { # got extended-regex name
+	if printf '%s' "$1" | grep -Eq -- "$2"; then
+		_tap_result 1 "$3"
+		printf '#   %s\n#   matches: %s\n' "$1" "$2" | head -n 40
+	else
+		_tap_result 0 "$3"
+	fi
+}
+
+ok() { # CMD... name: passes when CMD exits 0
+	local name="${!#}"
+	local n=$(($# - 1))
+	"${@:1:$n}" >/dev/null 2>&1
+	_tap_result $? "$name"
+}
+
+not_ok() { # CMD... name: passes when CMD exits non-zero
+	local name="${!#}"
+	local n=$(($# - 1))
+	"${@:1:$n}" >/dev/null 2>&1
+	[ $? != 0 ]
+	_tap_result $? "$name"
+}
+
+same_file() { # a b name
+	if cmp -s "$1" "$2"; then
+		_tap_result 0 "$3"
+	else
+		_tap_result 1 "$3"
+		echo "#   $1 and $2 differ"
+	fi
+}
+
+skip() { # why: a skipped check is reported as a skip, never as a pass
+	_tap_n=$((_tap_n + 1))
+	echo "ok $_tap_n # SKIP $1"
+}
+
+diag() { printf '# %s\n' "$*"; }
+
+done_testing() {
+	echo "1..$_tap_n"
+	[ "$_tap_fail" = 0 ]
+	exit $?
+}

@@ -1,0 +1,61 @@
+/*
+ * tap.h - the smallest TAP producer, for libdp's C unit tests.
+ *
+ *   ok(cond, "name %d", i);   is_int(got, want, "name");   is_str(...);
+ *   done_testing();           (prints the plan, returns the exit status)
+ * Each check prints "ok N - name" or "not ok N - name" with a diagnostic;
+ * prove(1) runs the binaries.
+ */
+#ifndef TAP_H
+#define TAP_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int tap_n, tap_fail;
+
+static int __attribute__((format(printf, 2, 3), unused)) ok(int cond, const char *fmt, ...)
+{
+	va_list ap;
+	tap_n++;
+	printf("%sok %d - ", cond ? "" : "not ", tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	if (!cond)
+		tap_fail++;
+	fflush(stdout);
+	return cond;
+}
+
+#define is_int(got, want, ...)                                                                     \
+	do {                                                                                       \
+		long long g_ = (long long)(got), w_ = (long long)(want);                           \
+		if (!ok(g_ == w_, __VA_ARGS__))                                                    \
+			printf("#   got %lld, want %lld\n", g_, w_);                               \
+	} while (0)
+
+#define is_str(got, want, ...)                                                                     \
+	do {                                                                                       \
+		const char *g_ = (got), *w_ = (want);                                              \
+		if (!ok(g_ && w_ && strcmp(g_, w_) == 0, __VA_ARGS__))                             \
+			printf("#   got  '%s'\n#   want '%s'\n", g_ ? g_ : "(null)",               \
+			       w_ ? w_ : "(null)");                                                \
+	} while (0)
+
+#define like(got, sub, ...)                                                                        \
+	do {                                                                                       \
+		const char *g_ = (got), *s_ = (sub);                                               \
+		if (!ok(g_ && strstr(g_, s_) != NULL, __VA_ARGS__))                                \
+			printf("#   '%s'\n#   does not contain '%s'\n", g_ ? g_ : "(null)", s_);   \
+	} while (0)
+
+static int __attribute__((unused)) done_testing(void)
+{
+	printf("1..%d\n", tap_n);
+	return tap_fail ? 1 : 0;
+}
+
+#endif
