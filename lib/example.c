@@ -204,8 +204,9 @@ static int check_feature(const uint8_t *p, size_t len, dp_feature *ft, const cha
 	return rc;
 }
 
-static int valid_utf8(const uint8_t *s, size_t n)
+int dp_utf8_valid(const void *sv, size_t n)
 {
+	const uint8_t *s = sv;
 	size_t i = 0;
 	while (i < n) {
 		uint8_t c = s[i];
@@ -274,7 +275,7 @@ static int parse_entry(dp_example *ex, const uint8_t *p, size_t len, dp_err *e)
 	if (rc < 0 || why) {
 		return dp_seterr(e, DP_EDATA, "invalid Example: %s", why ? why : "malformed map entry");
 	}
-	if (!valid_utf8((const uint8_t *)ft.name, ft.name_len))
+	if (!dp_utf8_valid(ft.name, ft.name_len))
 		return dp_seterr(e, DP_EDATA, "invalid Example: feature name is not valid UTF-8");
 	/* last entry for a name wins, keeping the first position */
 	for (size_t i = 0; i < ex->n; i++)
@@ -301,11 +302,13 @@ int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
 	field f, g;
 	int rc;
 	ex->n = 0;
+	ex->has_features = 0;
 	while ((rc = rd_field(&p, end, &f, &why)) > 0) {
 		if (f.num != 1)
 			continue;
 		if (f.wt != 2)
 			return dp_seterr(e, DP_EDATA, "invalid Example: features has the wrong wire type");
+		ex->has_features = 1;
 		const uint8_t *q = f.data, *qe = f.data + f.len;
 		while ((rc = rd_field(&q, qe, &g, &why)) > 0) {
 			if (g.num != 1)
