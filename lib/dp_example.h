@@ -49,6 +49,8 @@ typedef struct dp_example {
 	dp_feature *f;
 	size_t n, cap;
 	int has_features; /* the Example's `features` field is present (even if empty) */
+	uint32_t *ht;     /* private: name index past 16 features */
+	size_t htcap;
 } dp_example;
 
 /* Parse len bytes.  Returns 0, DP_EDATA with the reason in e (no file or
