@@ -711,12 +711,27 @@ static void schema_add(const dp_example *ex)
 	}
 }
 
+/* A name in a TSV cell: backslash, tab, newline and CR escaped as \\ \t
+ * \n \r (the text format of PostgreSQL's COPY); other bytes as they are. */
+static void tsv_name(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		switch (s[i]) {
+		case '\\': ob_lit("\\\\"); break;
+		case '\t': ob_lit("\\t"); break;
+		case '\n': ob_lit("\\n"); break;
+		case '\r': ob_lit("\\r"); break;
+		default: ob_putc(s[i]);
+		}
+	}
+}
+
 static void schema_print(void)
 {
 	ob_lit("feature\tkind\trecords\tmin_values\tmax_values\tmin_bytes\tmax_bytes\n");
 	for (size_t i = 0; i < S.ncols; i++) {
 		scol *c = &S.cols[i];
-		json_str((const uint8_t *)c->name, c->nlen, 0);
+		tsv_name(c->name, c->nlen);
 		if (c->kind == DP_KIND_BYTES && c->bmax >= c->bmin)
 			ob_printf("\t%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
 				  dp_kind_name(c->kind), c->records, c->vmin, c->vmax, c->bmin, c->bmax);
