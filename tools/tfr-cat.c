@@ -105,12 +105,25 @@ static struct {
 
 /* ---- Messages and exits ------------------------------------------------ */
 
+/* On a fatal error: a -o file is removed; on stdout (or a device) what was
+ * good so far is flushed, so that a stream read up to its damage gives the
+ * records before it, as a pipe would have seen them anyway.  A compressed
+ * stream is flushed but not finished: it stays visibly incomplete. */
 static void abort_output(void)
 {
+	static int once;
 	if (S.out_open) {
 		dp_out_abort(&S.out);
 		S.out_open = 0;
+		return;
 	}
+	if (once++ || S.fd < 0)
+		return; /* an error while flushing: give up quietly */
+	dp_err e;
+	if (S.w)
+		dp_writer_flush(S.w, &e);
+	if (S.ob.n)
+		dp_write_all(S.fd, S.ob.p, S.ob.n, S.oname, &e);
 }
 
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
@@ -136,8 +149,7 @@ static void __attribute__((format(printf, 1, 2))) warn(const char *fmt, ...)
 }
 
 static const char usage_line[] =
-	"usage: tfr-cat [-cj] [-n N] [--skip N] [--verify] [--schema] [-z gzip|zlib] [-o FILE]\n"
-	"               [--encode json|csv|idx] [FILE...]   (tfr-cat --help lists every option)\n";
+	"usage: tfr-cat [-cj] [-n N] [-z gzip|zlib] [-o FILE] [--encode json|csv|idx] [FILE]...\n";
 
 static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
 {
@@ -1379,7 +1391,9 @@ static int is_space(char ch)
 	return ch == ' ' || ch == '\t';
 }
 
-/* Parse one number token [s, e); returns NULL or the reason. */
+static const char E_NOT_FLOAT[] = "is not a float", E_NOT_INT[] = "is not an int64";
+
+/* Parse one number token [s, e) into value i; returns NULL or the reason. */
 static const char *csv_number(int type, char *s, char *e, size_t i)
 {
 	char save = *e, *end;
@@ -1389,22 +1403,19 @@ static const char *csv_number(int type, char *s, char *e, size_t i)
 	if (type == T_FLOAT) {
 		grow(&S.fv, &S.fcap, i + 1, sizeof *S.fv);
 		double d = strtod(s, &end);
-		if (end == s || end != e)
-			why = "is not a float";
+		if (end != e)
+			why = E_NOT_FLOAT;
 		else
 			why = to_float(d, &S.fv[i]);
 	} else {
 		grow(&S.iv, &S.icap, i + 1, sizeof *S.iv);
 		long long v = strtoll(s, &end, 10);
-		if (end == s || end != e)
-			why = "is not an int64";
+		if (end != e)
+			why = E_NOT_INT;
 		else if (errno == ERANGE)
 			why = "is out of the int64 range";
 		S.iv[i] = v;
 	}
-	if (why && end != e && end > s) /* name the bad token */
-		why = type == T_FLOAT ? "holds a value that is not a float"
-				      : "holds a value that is not an int64";
 	*e = save;
 	return why;
 }
@@ -1414,8 +1425,12 @@ static void encode_csv(const char *path)
 	csv c = {.next_line = 1};
 	src_open(&c.s, path);
 	const char *name = c.s.name;
-	if (!csv_row(&c))
-		die("%s: empty input: no header row", name);
+	if (!csv_row(&c)) {
+		if (!O.allow_empty)
+			die("%s: empty input: no header row (--allow-empty accepts it)", name);
+		src_close(&c.s);
+		return;
+	}
 	/* a UTF-8 byte order mark before the header */
 	if (csv_flen(&c, 0) >= 3 && !memcmp(c.f, "\xef\xbb\xbf", 3)) {
 		memmove(c.f, c.f + 3, c.n - 3);
@@ -1499,6 +1514,9 @@ static void encode_csv(const char *path)
 				if (at_end)
 					break;
 			}
+			if (why && lists[i] && (why == E_NOT_FLOAT || why == E_NOT_INT))
+				why = why == E_NOT_FLOAT ? "holds a value that is not a float"
+							 : "holds a value that is not an int64";
 			if (why)
 				die("%s: line %" PRIu64 ": column '%s': '%.*s' %s", name, c.line, names[i],
 				    (int)(fe - f), f, why);
