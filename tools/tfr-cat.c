@@ -453,6 +453,24 @@ static char *fmt_float(char *o, float x, int from1)
 		if (p >= 9 || (float)strtod(buf, NULL) == x)
 			break;
 	}
+	uint32_t bits;
+	memcpy(&bits, &x, 4);
+	if (from1 && p > 6 && !(bits & 0x7fffff)) {
+		/* A power of two: its interval is twice as wide above as below,
+		 * and a shorter decimal may lie above where the nearest one does
+		 * not.  Try rounding away from zero. */
+		int e = (int)floor(log10(fabsf(x)));
+		for (int q = 6; q < p; q++) {
+			char alt[48];
+			double scale = pow(10, e - q + 1);
+			double c = ceil(fabs((double)x) / scale) * scale;
+			snprintf(alt, sizeof alt, "%.*e", q - 1, copysign(c, (double)x));
+			if ((float)strtod(alt, NULL) == x) {
+				memcpy(buf, alt, sizeof alt);
+				break;
+			}
+		}
+	}
 	/* buf: [-]d[.ddd]e[+-]XX */
 	const char *s = buf;
 	char dig[16];
