@@ -117,6 +117,15 @@ const char *dp_reader_name(const dp_reader *r);
 void dp_reader_stats_get(const dp_reader *r, dp_reader_stats *s);
 void dp_reader_close(dp_reader *r);
 
+/* Records stay valid longer than "until the next call": the bytes of every
+ * record returned stay where they are until the reader must move or
+ * reallocate its buffer, and fn(ctx) is called just before it does (from
+ * inside dp_reader_next).  A caller that copies records through can so
+ * gather runs of consecutive frames (rec.frame just after the previous one)
+ * and write each run in one piece, flushing it from fn and at the end,
+ * instead of copying record by record.  NULL fn removes the hook. */
+void dp_reader_on_move(dp_reader *r, void (*fn)(void *ctx), void *ctx);
+
 /* ---- Writer ------------------------------------------------------------ */
 
 typedef struct dp_writer dp_writer;
@@ -131,6 +140,9 @@ dp_writer *dp_writer_open_mem(int comp, int level, dp_err *e);
 int dp_writer_write(dp_writer *w, const void *data, size_t len, dp_err *e);
 /* Append a frame already built and checked (dp_record.frame). */
 int dp_writer_write_frame(dp_writer *w, const void *frame, size_t len, dp_err *e);
+/* Append n whole frames lying one after another (a run gathered with
+ * dp_reader_on_move); a large run is written without being copied. */
+int dp_writer_write_run(dp_writer *w, const void *frames, size_t len, uint64_t n, dp_err *e);
 /* Push buffered bytes to the descriptor (a compressed stream stays open). */
 int dp_writer_flush(dp_writer *w, dp_err *e);
 /* Finish the stream (compressed trailer) and flush everything.  The writer

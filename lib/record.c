@@ -107,6 +107,8 @@ struct dp_reader {
 
 	uint64_t index;
 	dp_reader_stats st;
+	void (*on_move)(void *); /* called before returned bytes move */
+	void *on_move_ctx;
 };
 
 static int rfail(dp_reader *r, dp_err *e, int code, const char *fmt, ...)
@@ -299,6 +301,9 @@ static int detect(dp_reader *r, dp_err *e)
 static int fill(dp_reader *r, size_t need, dp_err *e)
 {
 	while (r->end - r->pos < need && !r->eof) {
+		if (r->on_move && (r->end == r->cap || (r->pos > 0 && (r->cap - r->pos < need ||
+								       r->cap - r->end < r->cap / 8))))
+			r->on_move(r->on_move_ctx);
 		if (r->pos > 0 && (r->cap - r->pos < need || r->cap - r->end < r->cap / 8)) {
 			memmove(r->buf, r->buf + r->pos, r->end - r->pos);
 			r->end -= r->pos;
@@ -528,6 +533,12 @@ const char *dp_reader_name(const dp_reader *r)
 	return r->name;
 }
 
+void dp_reader_on_move(dp_reader *r, void (*fn)(void *ctx), void *ctx)
+{
+	r->on_move = fn;
+	r->on_move_ctx = ctx;
+}
+
 void dp_reader_stats_get(const dp_reader *r, dp_reader_stats *s)
 {
 	*s = r->st;
@@ -673,12 +684,17 @@ dp_writer *dp_writer_open_mem(int comp, int level, dp_err *e)
 
 int dp_writer_write_frame(dp_writer *w, const void *frame, size_t len, dp_err *e)
 {
+	return dp_writer_write_run(w, frame, len, 1, e);
+}
+
+int dp_writer_write_run(dp_writer *w, const void *frame, size_t len, uint64_t n, dp_err *e)
+{
 	if (w->failed)
 		return wfail(w, e);
-	if (w->n + len > w->cap) {
+	if (w->n + len > w->cap || len >= w->cap / 4) {
 		if (stage_flush(w, e) < 0)
 			return -1;
-		if (len > w->cap) {
+		if (len >= w->cap / 4) { /* a large run of frames: no copy */
 			if (put(w, frame, len, Z_NO_FLUSH, e) < 0)
 				return -1;
 			goto done;
@@ -687,7 +703,7 @@ int dp_writer_write_frame(dp_writer *w, const void *frame, size_t len, dp_err *e
 	memcpy(w->buf + w->n, frame, len);
 	w->n += len;
 done:
-	w->records++;
+	w->records += n;
 	w->bytes += len;
 	return 0;
 }

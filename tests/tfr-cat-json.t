@@ -78,8 +78,8 @@ from google.protobuf import json_format
 m = example_pb2.Example()
 m.features.feature['a'].int64_list.value.extend([1, -2])
 m.features.feature['b'].float_list.value.extend([0.25, float('inf')])
-print(json_format.MessageToJson(m, indent=None))
-print(json_format.MessageToJson(m, indent=None, preserving_proto_field_name=True))
+print(json_format.MessageToJson(m, indent=None, sort_keys=True))  # map order is the printer's own
+print(json_format.MessageToJson(m, indent=None, preserving_proto_field_name=True, sort_keys=True))
 print('{\"features\": {\"feature\": {\"c\": {\"int64List\": {\"value\": [5, \"6\"]}}, \"d\": {\"bytesList\": {\"value\": [\"-_8\"]}}}}}')
 " >"$T/pp.jsonl"
 run tfr-cat --encode json=proto -j "$T/pp.jsonl"

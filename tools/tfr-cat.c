@@ -89,6 +89,11 @@ static struct {
 	dp_exbuild eb;
 	uint64_t skip_left, emitted, corrupt, bytes, files;
 	int stop; /* --head reached */
+	/* records mode: a run of consecutive frames in the reader's buffer,
+	 * written in one piece (see dp_reader_on_move) */
+	const uint8_t *run;
+	size_t run_len;
+	uint64_t run_n;
 	/* value scratch */
 	float *fv;
 	int64_t *iv;
@@ -120,6 +125,8 @@ static void abort_output(void)
 	if (once++ || S.fd < 0)
 		return; /* an error while flushing: give up quietly */
 	dp_err e;
+	if (S.w && S.run_len)
+		dp_writer_write_run(S.w, S.run, S.run_len, S.run_n, &e);
 	if (S.w)
 		dp_writer_flush(S.w, &e);
 	if (S.ob.n)
@@ -773,6 +780,18 @@ static void schema_print(void)
 
 /* ---- The record sink ----------------------------------------------------- */
 
+static void run_flush(void *unused)
+{
+	dp_err e;
+	(void)unused;
+	if (S.run_len && dp_writer_write_run(S.w, S.run, S.run_len, S.run_n, &e) < 0) {
+		S.run_len = 0;
+		die("%s", e.msg);
+	}
+	S.run_len = 0;
+	S.run_n = 0;
+}
+
 /* One record for the output.  frame: its checked frame when it was read,
  * NULL when it was built here.  src, idx, off place it in messages (off
  * UINT64_MAX: not from a stream).  Returns 1 once --head is reached. */
@@ -798,8 +817,14 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 	}
 	switch (S.mode) {
 	case OUT_RECORDS:
-		if ((frame ? dp_writer_write_frame(S.w, frame, flen, &e)
-			   : dp_writer_write(S.w, data, len, &e)) < 0)
+		if (frame) { /* extend the run, or start another */
+			if (S.run_len && frame != S.run + S.run_len)
+				run_flush(NULL);
+			if (!S.run_len)
+				S.run = frame;
+			S.run_len += flen;
+			S.run_n++;
+		} else if (dp_writer_write(S.w, data, len, &e) < 0)
 			die("%s", e.msg);
 		break;
 	case OUT_JSON:
@@ -830,6 +855,8 @@ static void read_tfrecords(const char *path)
 	dp_reader *r = dp_reader_open_path(path, &ro, &e);
 	if (!r)
 		die("%s", e.msg);
+	if (S.mode == OUT_RECORDS)
+		dp_reader_on_move(r, run_flush, NULL);
 	dp_record rec;
 	int rc;
 	S.files++;
@@ -850,6 +877,8 @@ static void read_tfrecords(const char *path)
 			       rec.offset))
 			break;
 	}
+	if (S.mode == OUT_RECORDS)
+		run_flush(NULL); /* before the buffer goes */
 	dp_reader_stats st;
 	dp_reader_stats_get(r, &st);
 	S.corrupt += st.corrupt;

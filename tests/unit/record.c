@@ -101,6 +101,31 @@ static int read_mem(const uint8_t *p, size_t n, const dp_reader_opts *o, dp_err 
 	return got;
 }
 
+/* dp_reader_on_move: runs of consecutive frames, flushed before a move */
+struct runs {
+	const uint8_t *run;
+	size_t len;
+	uint64_t n;
+	int moves;
+	dp_writer *w;
+};
+
+static void put_run(struct runs *r)
+{
+	dp_err e;
+	if (r->len)
+		dp_writer_write_run(r->w, r->run, r->len, r->n, &e);
+	r->len = 0;
+	r->n = 0;
+}
+
+static void flush_run(void *ctx)
+{
+	struct runs *r = ctx;
+	r->moves++;
+	put_run(r);
+}
+
 static void one_record(uint8_t *out, const char *data, size_t len)
 {
 	dp_tfr_header(out, len);
@@ -313,6 +338,50 @@ int main(void)
 			dp_writer_free(w);
 		}
 		free(b);
+	}
+	{ /* 3 MB of 1000-byte records through a pipe, passed on in runs */
+		dp_writer *w = dp_writer_open_mem(DP_COMP_NONE, -1, &e);
+		uint8_t rec1[1000];
+		for (int i = 0; i < 3000; i++) {
+			memset(rec1, i, sizeof rec1);
+			dp_writer_write(w, rec1, sizeof rec1, &e);
+		}
+		dp_writer_finish(w, &e);
+		size_t sn;
+		const uint8_t *sm = dp_writer_mem(w, &sn);
+		int fds[2];
+		pthread_t t;
+		if (pipe(fds) == 0) {
+			struct feeder f = {fds[1], sm, sn, 4096};
+			pthread_create(&t, NULL, feed, &f);
+			struct runs ru = {.w = dp_writer_open_mem(DP_COMP_NONE, -1, &e)};
+			dp_reader *r = dp_reader_open_fd(fds[0], 1, "pipe", NULL, &e);
+			dp_reader_on_move(r, flush_run, &ru);
+			dp_record rec;
+			int rc, contiguous = 0;
+			while ((rc = dp_reader_next(r, &rec, &e)) == 1) {
+				if (ru.len && rec.frame == ru.run + ru.len)
+					contiguous++;
+				else
+					put_run(&ru);
+				if (!ru.len)
+					ru.run = rec.frame;
+				ru.len += rec.frame_len;
+				ru.n++;
+			}
+			put_run(&ru);
+			dp_writer_finish(ru.w, &e);
+			dp_reader_close(r);
+			pthread_join(t, NULL);
+			size_t on;
+			const uint8_t *om = dp_writer_mem(ru.w, &on);
+			ok(rc == 0 && on == sn && memcmp(om, sm, sn) == 0, "on_move: the runs give the stream back");
+			ok(ru.moves > 1, "on_move: called before the buffer moved (%d times)", ru.moves);
+			ok(contiguous > 2900, "on_move: records lie one after another (%d)", contiguous);
+			is_int(dp_writer_records(ru.w), 3000, "write_run counts the frames of each run");
+			dp_writer_free(ru.w);
+		}
+		dp_writer_free(w);
 	}
 	free(d);
 	free(s);
