@@ -123,7 +123,7 @@ asan:
 
 ## fuzz: build the libFuzzer targets (tests/fuzz) and run each FUZZ_TIME seconds
 FUZZ_TIME ?= 60
-fuzz:
+fuzz: all
 	tests/fuzz/run $(FUZZ_TIME)
 
 ## bench: run the benchmarks under bench/ (minutes; prints ratios against peers)
