@@ -37,6 +37,9 @@ run tfr-cat --encode csv --types "$TY" -j "$D/data.csv"
 is "$(echo "$out" | head -1)" \
 	'{"id":{"bytes":["YTE="]},"label":{"int64":[3]},"x1":{"float":[0.5]},"x2":{"float":[-1.25]},"caption":{"bytes":["aGVsbG8sICJ3b3JsZCI="]},"pixels":{"int64":[0,12,255]}}' \
 	"csv -j: row 1 (golden, by hand)"
+run tfr-cat --encode csv --types "$TY" --verify "$D/data.csv"
+is "$out" "records=3 bytes=$(stat -c %s "$T/d.tfr") files=1 corrupt=0 status=ok" \
+	"csv --verify: the summary counts the records built"
 gzip -c "$D/data.csv" >"$T/d.csv.gz"
 tfr-cat --encode csv --types "$TY" "$T/d.csv.gz" >"$T/dz.tfr"
 same_file "$T/dz.tfr" "$T/d.tfr" "csv: gzip-compressed input"

@@ -902,6 +902,7 @@ typedef struct src {
 static void src_open(src *s, const char *path)
 {
 	memset(s, 0, sizeof *s);
+	S.files++;
 	int fd;
 	if (strcmp(path, "-") == 0) {
 		s->name = "stdin";
@@ -1030,6 +1031,7 @@ static int eb_emit(const char *src_name, uint64_t idx)
 	const uint8_t *p;
 	size_t n;
 	eb_check(dp_exbuild_finish(&S.eb, &p, &n));
+	S.bytes += n + DP_TFR_HEADER + DP_TFR_FOOTER; /* as a TFRecord stream */
 	return put_record(p, n, NULL, 0, src_name, idx, UINT64_MAX);
 }
 
