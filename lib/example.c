@@ -315,6 +315,14 @@ int dp_utf8_valid(const void *sv, size_t n)
 	return 1;
 }
 
+static inline int ascii_only(const uint8_t *s, size_t n)
+{
+	uint8_t acc = 0;
+	for (size_t i = 0; i < n; i++)
+		acc |= s[i];
+	return acc < 0x80;
+}
+
 static uint32_t name_hash(const char *s, size_t n)
 {
 	uint32_t h = 2166136261u;
@@ -365,13 +373,25 @@ static int reserve_feature(dp_example *ex)
  * It is built in place, so the common case copies nothing: a struct built
  * on the stack and copied stalls on store forwarding, a large share of
  * the parse time. */
+/* Names are short: compare them inline rather than through memcmp. */
+static inline int same_name(const dp_feature *a, const dp_feature *b)
+{
+	if (a->name_len != b->name_len)
+		return 0;
+	if (a->name_len > 16)
+		return memcmp(a->name, b->name, a->name_len) == 0;
+	for (size_t i = 0; i < a->name_len; i++)
+		if (a->name[i] != b->name[i])
+			return 0;
+	return 1;
+}
+
 static int keep_feature(dp_example *ex)
 {
 	dp_feature *ft = &ex->f[ex->n];
 	if (ex->n < DEDUP_LINEAR) {
 		for (size_t i = 0; i < ex->n; i++)
-			if (ex->f[i].name_len == ft->name_len &&
-			    memcmp(ex->f[i].name, ft->name, ft->name_len) == 0) {
+			if (same_name(&ex->f[i], ft)) {
 				ex->f[i] = *ft;
 				return 0;
 			}
@@ -421,7 +441,7 @@ static int parse_entry(dp_example *ex, const uint8_t *p, size_t len, dp_err *e)
 			}
 			/* every occurrence must be UTF-8, as in protobuf,
 			 * though only the last one counts */
-			if (!dp_utf8_valid(f.data, f.len)) {
+			if (!ascii_only(f.data, f.len) && !dp_utf8_valid(f.data, f.len)) {
 				why = "feature name is not valid UTF-8";
 				goto bad;
 			}
