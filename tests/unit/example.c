@@ -136,6 +136,51 @@ int main(void)
 		int rc = dp_example_parse(&ex, bad[i].b, bad[i].n, &e);
 		ok(rc == DP_EDATA, "malformed: %s (%s)", bad[i].what, rc ? e.msg : "accepted");
 	}
+	/* the rules shared with protobuf-c, and the documented stricter ones */
+	static const struct {
+		const char *what, *why;
+		uint8_t b[16];
+		size_t n;
+	} rules[] = {
+		{"tag of 6 bytes", "tag", {0x8a, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00}, 7},
+		{"field number 2^29", "invalid field number", {0x80, 0x80, 0x80, 0x80, 0x10, 0x00}, 6},
+		{"length of 6 bytes", "length", {0x0a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, 7},
+		{"length 2^32", "length prefix out of range", {0x0a, 0x80, 0x80, 0x80, 0x80, 0x10}, 6},
+		{"bad UTF-8 in a key given twice", "UTF-8",
+		 {0x0a, 0x0a, 0x0a, 0x08, 0x0a, 0x01, 0xff, 0x0a, 0x01, 'k', 0x12, 0x00}, 12},
+		{"packed int64 with an unterminated varint", "varint",
+		 {0x0a, 0x0e, 0x0a, 0x0c, 0x12, 0x0a, 0x1a, 0x08, 0x0a, 0x06, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}, 16},
+	};
+	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+		int rc = dp_example_parse(&ex, rules[i].b, rules[i].n, &e);
+		ok(rc == DP_EDATA && strstr(e.msg, rules[i].why), "rule: %s rejected (%s)", rules[i].what,
+		   rc ? e.msg : "accepted");
+	}
+	{ /* an overlong but valid 5-byte tag is field 1 */
+		static const uint8_t w[] = {0x8a, 0x80, 0x80, 0x80, 0x00, 0x00};
+		ok(dp_example_parse(&ex, w, sizeof w, &e) == 0 && ex.has_features,
+		   "a 5-byte tag for field 1 is accepted");
+	}
+	{ /* 40 features, then the first ten again: the hash index keeps order */
+		dp_exbuild_reset(&b);
+		char nm[8];
+		for (int i = 0; i < 50; i++) {
+			int64_t v = i;
+			snprintf(nm, sizeof nm, "f%02d", i % 40);
+			dp_exbuild_int64s(&b, nm, 3, &v, 1);
+		}
+		dp_exbuild_finish(&b, &p, &n);
+		int fine = dp_example_parse(&ex, p, n, &e) == 0 && ex.n == 40;
+		for (int i = 0; fine && i < 40; i++) {
+			int64_t v = -1;
+			snprintf(nm, sizeof nm, "f%02d", i);
+			const dp_feature *g = dp_example_get(&ex, nm);
+			fine = g == &ex.f[i] && dp_feature_int64s(g, &v, 1) == 1 && v == (i < 10 ? i + 40 : i);
+		}
+		ok(fine, "50 entries, 40 names: first positions, last values, found by name");
+		ok(dp_example_get(&ex, "f40") == NULL && dp_example_get(&ex, "") == NULL,
+		   "... and no others");
+	}
 	is_int(dp_example_parse(&ex, "", 0, &e), 0, "empty message is an empty Example");
 	is_int(ex.n, 0, "... with no features");
 	/* an unknown field is skipped */
