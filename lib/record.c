@@ -28,6 +28,8 @@
 
 #define BUF_SIZE (1u << 20)
 #define IN_SIZE (256u << 10)
+/* detect() moves up to IN_SIZE bytes of a plain stream into the buffer */
+_Static_assert(BUF_SIZE >= IN_SIZE, "the stream buffer must hold a raw read");
 
 static uint64_t le64(const uint8_t *p)
 {
