@@ -11,8 +11,8 @@
  *    takes the last value; a Feature whose oneof is set twice keeps the last
  *    kind; the same list appearing twice concatenates.  Packed and unpacked
  *    float/int64 lists are both accepted.  It accepts what protobuf-c's
- *    parser accepts, but for field number 0, tags or length prefixes over 5
- *    bytes or 2^32, and names that are not UTF-8 (the rules are in
+ *    parser accepts, but for field numbers 0 and past 2^29-1, length
+ *    prefixes of 2^32 or more, and names that are not UTF-8 (the rules are in
  *    lib/example.c; tests/fuzz/example.c checks them differentially).
  *  - the protobuf-c generated code (example.pb-c.h, from lib/example.proto,
  *    TensorFlow's field numbers): tensorflow__example__unpack() and friends,
