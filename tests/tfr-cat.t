@@ -176,6 +176,25 @@ run tfr-cat -o "$T/new" "$T/trunc"
 ok test ! -e "$T/new" "-o: no file at all after a failure"
 run tfr-cat -c -o "$T/cnt" "$T/a.tfr"
 is "$(cat "$T/cnt")" "$na" "-o takes text outputs too"
+# killed while writing: no file, no temporary (SIGTERM: a background job
+# of a non-interactive shell ignores SIGINT).  Input through a FIFO that
+# stays open, so tfr-cat is still reading when the signal comes.
+mkfifo "$T/fifo"
+tfr-cat -o "$T/killed.tfr" <"$T/fifo" &
+pid=$!
+exec 3>"$T/fifo"
+cat "$T/a.tfr" >&3
+for i in 1 2 3 4 5 6 7 8 9 10; do
+	ls -A "$T" | grep -q '^\.killed\.tfr\.tmp\.' && break
+	sleep 0.2
+done
+ok sh -c "ls -A '$T' | grep -q '^\.killed\.tfr\.tmp\.'" "-o: a temporary while writing"
+kill -TERM $pid
+wait $pid
+is "$?" 143 "-o: SIGTERM ends it"
+exec 3>&-
+ok test ! -e "$T/killed.tfr" "-o: killed, no output file"
+is "$(ls -A "$T" | grep -c '\.tmp\.')" 0 "-o: killed, the temporary removed"
 run tfr-cat -o /dev/null "$T/a.tfr"
 is "$rc" 0 "-o /dev/null: written in place"
 ok test -c /dev/null "-o /dev/null: still a device"
