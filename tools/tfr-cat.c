@@ -256,6 +256,13 @@ static void open_output(void)
 		S.fd = S.out.fd;
 		S.oname = S.out.tmp ? path : "stdout";
 	}
+#ifdef F_SETPIPE_SZ
+	/* a 1 MiB pipe (the default limit of /proc/sys/fs/pipe-max-size): the
+	 * large runs of frames go into it in one write, with fewer switches
+	 * between this process and the reader; no matter if refused */
+	if (fstat(S.fd, &st) == 0 && S_ISFIFO(st.st_mode))
+		fcntl(S.fd, F_SETPIPE_SZ, 1 << 20);
+#endif
 	if (S.mode == OUT_RECORDS) {
 		if (isatty(S.fd))
 			die("refusing to write binary records to a terminal (redirect the output, or use -j, -c)");
