@@ -30,6 +30,10 @@ is "$line" '{"image":{"bytes":["AAECAwQFBgcICQ=="]},"label":{"int64":[3]},"x":{"
 is "$(printf '{"x":{"float":[1e-05,3.4028235e+38,-0.0,0.1,"NaN"]},"n":{}}\n' | tfr-cat --encode json | tfr-cat -j)" \
 	'{"x":{"float":[1e-05,3.4028235e+38,-0.0,0.1,"NaN"]},"n":{}}' "-j: float forms and an unset Feature"
 
+is "$(tfr-cat --json=compact "$T/a.tfr")" "$(cat "$T/c.jsonl")" "--json=compact is -j"
+run tfr-cat --json=yaml "$T/a.tfr"
+is "$rc" 2 "--json=yaml: usage error"
+
 # ---- proto -------------------------------------------------------------------------
 run tfr-cat --json=proto "$T/a.tfr"
 is "$rc" 0 "--json=proto: exit 0"

@@ -27,6 +27,8 @@ done
 run tfr-cat --version
 is "$rc" 0 "--version exits 0"
 like "$out" "^tfr-cat \(dptools\) [0-9]" "--version names the program"
+is "$(tfr-cat -V)" "$out" "-V is --version"
+is "$(tfr-cat -h | head -1)" "usage: tfr-cat [OPTION]... [FILE]..." "-h is --help"
 run tfr-cat --bogus
 is "$rc" 2 "unknown option: exit 2"
 like "$err" "unknown option --bogus" "unknown option: named"
