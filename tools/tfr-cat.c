@@ -1255,15 +1255,16 @@ static void encode_json(const char *path, int proto)
 						err = "unknown field in features (only \"feature\")";
 						break;
 					}
-					if (!json_is_null(v2) && !json_is_object(v2))
-						err = "\"feature\" must be an object";
-					else
+					if (json_is_object(v2))
 						fmap = v2;
+					else if (!json_is_null(v2))
+						err = "\"feature\" must be an object";
 				}
 			}
 			if (!err && !present) {
 				/* {}: an Example without features (0 bytes) */
 				json_decref(root);
+				S.bytes += DP_TFR_HEADER + DP_TFR_FOOTER;
 				if (put_record((const uint8_t *)"", 0, NULL, 0, s.name, made++, UINT64_MAX))
 					break;
 				continue;
