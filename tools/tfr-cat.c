@@ -1184,8 +1184,10 @@ static const char *json_feature_obj(const char *name, size_t nlen, json_t *fo, i
 			continue;
 		if (!proto)
 			return json_feature(name, nlen, k, val, 0);
-		if (json_is_null(val))
-			return json_feature(name, nlen, k, NULL, 1);
+		if (json_is_null(val)) { /* null: the field is unset */
+			eb_check(dp_exbuild_none(&S.eb, name, nlen));
+			return NULL;
+		}
 		if (!json_is_object(val))
 			return "a list must be an object";
 		json_t *vals = NULL;
