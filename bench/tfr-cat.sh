@@ -65,7 +65,9 @@ pair() {
 	done
 	a=$(median <"$W/a")
 	b=$(median <"$W/b")
-	if [ "$5" = time ]; then
+	if [ "$5" = info ]; then
+		printf "%-44s %7d ms  peer %7d ms  (no target)\n" "$1" "$a" "$b"
+	elif [ "$5" = time ]; then
 		awk -v n="$1" -v a="$a" -v b="$b" -v t="$4" 'BEGIN {
 			r = a / (b ? b : 1)
 			printf "%-44s %7d ms  peer %7d ms  ratio %5.2fx  target <= %.1fx  %s\n",
@@ -82,7 +84,7 @@ pair "tfr-cat --verify -c  vs  cat >/dev/null" "'$TFR' --verify -c '$D'" "cat '$
 pair "tfr-cat -c  vs  cat >/dev/null" "'$TFR' -c '$D'" "cat '$D'" 2.5 time
 pair "tfr-cat FILE | cat  vs  cat FILE | cat" "'$TFR' '$D' | cat" "cat '$D' | cat" 0.8 thru
 pair "tfr-cat FILE.gz >/dev/null  vs  zcat" "'$TFR' '$D.gz'" "zcat '$D.gz'" 1.2 time
-pair "tfr-cat -j FILE  vs  cat (for scale)" "'$TFR' -j '$D'" "cat '$D'" 1000 time
+pair "tfr-cat -j FILE  vs  cat (for scale)" "'$TFR' -j '$D'" "cat '$D'" - info
 
 # ---- memory ---------------------------------------------------------------------
 rss() { # CMD ARGS...: peak RSS in KiB
