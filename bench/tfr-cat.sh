@@ -95,5 +95,5 @@ r1=$(rss "$TFR" --verify -c "$D")
 r4=$(cat "$D" "$D" "$D" "$D" | rss "$TFR" --verify -c -)
 g1=$(rss "$TFR" "$D.gz")
 p4=$(cat "$D" "$D" "$D" "$D" | rss "$TFR" -)
-echo "peak RSS: tfr-cat --verify -c on 1 GiB: ${r1} KiB, on 4 GiB (a pipe): ${r4} KiB;" \
-	"tfr-cat on 4 GiB (a pipe): ${p4} KiB; on the gzip file: ${g1} KiB"
+echo "peak RSS: tfr-cat --verify -c on ${SIZE_MB} MiB: ${r1} KiB, on $((4 * SIZE_MB)) MiB (a pipe):" \
+	"${r4} KiB; tfr-cat on $((4 * SIZE_MB)) MiB (a pipe): ${p4} KiB; on the gzip file: ${g1} KiB"
