@@ -11,7 +11,7 @@
  * Items are held in memory up to `memory` bytes (their bytes plus 24 per
  * item); past that, everything is spilled to 256 bucket files chosen by the
  * top byte of the key.  Reading sorts one bucket at a time in memory; a
- * bucket still larger than `memory` is split again by the next key byte.
+ * bucket still larger than `memory` is split again by its next key bits.
  * Each item is written to disk once per level (once for inputs up to about
  * 256 x memory).  Spill files are unlinked as soon as they are created, so
  * none is left behind however the process ends.

@@ -10,9 +10,10 @@
  * Reading: without a spill, the index is sorted by key.  With one, buckets
  * are taken from a stack in key order; a bucket that fits in memory is read
  * whole into one mmap'd buffer, indexed and sorted; one that does not is
- * split into 256 new buckets by the next key byte and those are pushed in
- * its place.  Keys are distinct, so after at most 7 splits a bucket holds
- * one item.  Large buffers come from mmap so that freeing them gives the
+ * split by its next key bits (2 to 256 ways, enough for the parts to fit
+ * twice over) and the parts are pushed in its place.  Keys are distinct, so
+ * splitting ends at one item at worst.  Spill files are created on their
+ * first write, so empty buckets cost nothing.  Large buffers come from mmap so that freeing them gives the
  * memory back at once (peak RSS stays near the limit).
  */
 #define _GNU_SOURCE
@@ -57,17 +58,19 @@ struct ent {
 };
 
 struct bucket {
-	int fd;
+	int fd;           /* -1 until the first flush */
 	uint64_t bytes, items;
-	int depth; /* key byte that chose this bucket: 0 = top */
+	int used;         /* leading key bits shared by the bucket's items */
+	int level;        /* 1 for the first spill */
 };
 
-/* 256 open bucket files being written, with their buffers. */
+/* Up to 256 bucket files being written, with their buffers: the bucket of
+ * an item is the `bits` key bits after the first `shift`. */
 struct part {
 	struct bucket b[NB];
 	uint8_t *buf[NB];
 	size_t n[NB];
-	int depth;
+	int shift, bits;
 };
 
 struct dp_shuffle {
@@ -157,28 +160,30 @@ static void part_free(struct part *p)
 	free(p);
 }
 
-static struct part *part_new(dp_shuffle *s, int depth, dp_err *e)
+static struct part *part_new(dp_shuffle *s, int shift, int bits, int level, dp_err *e)
 {
 	struct part *p = calloc(1, sizeof *p);
 	if (!p) {
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
 	}
-	for (int i = 0; i < NB; i++)
-		p->b[i].fd = -1;
-	p->depth = depth;
+	if (bits > 64 - shift)
+		bits = 64 - shift;
+	p->shift = shift;
+	p->bits = bits;
 	for (int i = 0; i < NB; i++) {
-		p->b[i].depth = depth;
+		p->b[i].fd = -1;
+		p->b[i].used = shift + bits;
+		p->b[i].level = level;
+	}
+	for (int i = 0; i < (1 << bits); i++)
 		if (!(p->buf[i] = malloc(s->bufsz))) {
 			dp_seterr(e, DP_ENOMEM, "out of memory");
 			part_free(p);
 			return NULL;
 		}
-		if ((p->b[i].fd = spill_file(s, e)) < 0) {
-			part_free(p);
-			return NULL;
-		}
-	}
+	if (s->st.levels < level)
+		s->st.levels = level;
 	return p;
 }
 
@@ -192,16 +197,18 @@ static int spill_write(dp_shuffle *s, int fd, const void *buf, size_t n, dp_err 
 
 static int part_flush(dp_shuffle *s, struct part *p, int i, dp_err *e)
 {
+	if (p->b[i].fd < 0 && (p->b[i].fd = spill_file(s, e)) < 0)
+		return -1;
 	int rc = spill_write(s, p->b[i].fd, p->buf[i], p->n[i], e);
 	p->n[i] = 0;
 	return rc;
 }
 
-/* Append an item with its key to the bucket its key byte chooses. */
+/* Append an item with its key to the bucket its key bits choose. */
 static int part_put(dp_shuffle *s, struct part *p, uint64_t key, const uint8_t *data, size_t len,
 		    dp_err *e)
 {
-	int i = (int)((key >> (56 - 8 * p->depth)) & 0xff);
+	int i = (int)((key << p->shift) >> (64 - p->bits));
 	uint8_t hdr[16];
 	uint64_t l = len;
 	memcpy(hdr, &key, 8);
@@ -213,6 +220,8 @@ static int part_put(dp_shuffle *s, struct part *p, uint64_t key, const uint8_t *
 		if (p->n[i] && part_flush(s, p, i, e) < 0)
 			return -1;
 		if (total > s->bufsz) {
+			if (p->b[i].fd < 0 && (p->b[i].fd = spill_file(s, e)) < 0)
+				return -1;
 			s->st.spilled_bytes += total;
 			if (dp_write_all(p->b[i].fd, hdr, 16, "spill file", e) < 0 ||
 			    dp_write_all(p->b[i].fd, data, len, "spill file", e) < 0)
@@ -242,9 +251,8 @@ static void arena_free(dp_shuffle *s)
 /* Move everything held in memory to first-level buckets. */
 static int start_spill(dp_shuffle *s, dp_err *e)
 {
-	if (!(s->part = part_new(s, 0, e)))
+	if (!(s->part = part_new(s, 0, 8, 1, e)))
 		return -1;
-	s->st.levels = 1;
 	for (size_t i = 0; i < s->nidx; i++) {
 		const uint8_t *p = s->idx[i].p;
 		if (part_put(s, s->part, s->idx[i].key, p + 8, (size_t)rd64(p), e) < 0)
@@ -315,8 +323,8 @@ static int push(dp_shuffle *s, struct bucket b, dp_err *e)
 	return 0;
 }
 
-/* Flush a finished part and push its buckets, so that the lowest key byte
- * comes off the stack first. */
+/* Flush a finished part and push its buckets, so that the lowest key bits
+ * come off the stack first. */
 static int part_finish(dp_shuffle *s, struct part *p, dp_err *e)
 {
 	for (int i = 0; i < NB; i++)
@@ -384,14 +392,17 @@ static int sread_need(dp_shuffle *s, struct sread *r, size_t n, dp_err *e)
 	return 0;
 }
 
-/* Split bucket b by its next key byte. */
+/* Split bucket b by its next key bits: as many as make the parts fit in
+ * memory with room to spare (at most 8). */
 static int split_bucket(dp_shuffle *s, struct bucket *b, dp_err *e)
 {
-	struct part *p = part_new(s, b->depth + 1, e);
+	uint64_t parts = (b->bytes + b->items * sizeof(struct ent)) / s->memory + 1;
+	int bits = 1;
+	while (bits < 8 && (1ull << bits) < 2 * parts)
+		bits++;
+	struct part *p = part_new(s, b->used, bits, b->level + 1, e);
 	if (!p)
 		return -1;
-	if (s->st.levels < b->depth + 2)
-		s->st.levels = b->depth + 2;
 	struct sread r = {b->fd, 0, b->bytes, malloc(1u << 20), 1u << 20, 0, 0};
 	int rc = r.buf ? 0 : dp_seterr(e, DP_ENOMEM, "out of memory");
 	for (uint64_t n = 0; rc == 0 && n < b->items; n++) {

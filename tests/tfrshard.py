@@ -112,7 +112,7 @@ def example(id_, user, x, pad):
     f["user"].bytes_list.value.append(user)
     f["x"].float_list.value.extend(x)
     f["pad"].bytes_list.value.append(pad)
-    return ex.SerializeToString()
+    return ex.SerializeToString(deterministic=True)
 
 
 def parse(data):
@@ -190,7 +190,7 @@ def main(argv):
         buf = bytearray()
         for k in range(n):
             plen = rnd.randint(size // 2, size + size // 2) if size else 0
-            pad = bytes(rnd.getrandbits(8) for _ in range(plen))
+            pad = rnd.randbytes(plen)
             rec = example(k, b"u%d" % rnd.randrange(users), [k * 0.5, -1.0], pad)
             buf += frame(rec)
         if comp == "gzip":
@@ -236,4 +236,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    try:
+        main(sys.argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
