@@ -48,6 +48,12 @@ int dp_shuffle_next(dp_shuffle *s, const uint8_t **p, size_t *len, dp_err *e);
 void dp_shuffle_stats_get(const dp_shuffle *s, dp_shuffle_stats *st);
 void dp_shuffle_free(dp_shuffle *s);
 
+/* An anonymous temporary file in dir (NULL: $TMPDIR, else /tmp), for
+ * reading and writing: O_TMPFILE where the file system has it, else a name
+ * unlinked at once with signals held off in between, so that no name is
+ * ever left behind.  Returns the descriptor or a negative status. */
+int dp_tmpfile(const char *dir, dp_err *e);
+
 typedef struct dp_window dp_window;
 
 /* size >= 1 items. */

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,22 +131,44 @@ dp_shuffle *dp_shuffle_new(uint64_t seed, uint64_t memory, const char *tmpdir, d
 
 /* ---- spill files ------------------------------------------------------- */
 
-static int spill_file(dp_shuffle *s, dp_err *e)
+int dp_tmpfile(const char *dir, dp_err *e)
 {
-	size_t n = strlen(s->tmpdir) + 32;
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	if (!dir || !*dir)
+		dir = "/tmp";
+#ifdef O_TMPFILE
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return dp_syserr(e, "%s: cannot create a temporary file", dir);
+#endif
+	/* No O_TMPFILE here: a name, unlinked at once, with the signals that
+	 * would end the process held off in between. */
+	size_t n = strlen(dir) + 32;
 	char *path = malloc(n);
 	if (!path)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	snprintf(path, n, "%s/dp-shuffle.XXXXXX", s->tmpdir);
-	int fd = mkostemp(path, O_CLOEXEC);
-	if (fd < 0) {
-		dp_syserr(e, "%s: cannot create a spill file", s->tmpdir);
-		free(path);
-		return e ? e->code : DP_EIO;
-	}
-	unlink(path); /* gone from the directory now; the descriptor keeps it */
+	snprintf(path, n, "%s/.dp-tmp.XXXXXX", dir);
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, &old);
+	int tfd = mkostemp(path, O_CLOEXEC);
+	int saved = errno;
+	if (tfd >= 0)
+		unlink(path);
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	free(path);
-	return fd;
+	errno = saved;
+	if (tfd < 0)
+		return dp_syserr(e, "%s: cannot create a temporary file", dir);
+	return tfd;
+}
+
+static int spill_file(dp_shuffle *s, dp_err *e)
+{
+	return dp_tmpfile(s->tmpdir, e);
 }
 
 static void part_free(struct part *p)

@@ -689,17 +689,13 @@ static const char *tmpdir(void)
 	return t && *t ? t : "/tmp";
 }
 
-/* An unlinked temporary file for the contiguous copy of a stream. */
+/* An anonymous temporary file for the contiguous copy of a stream. */
 static int temp_file(void)
 {
-	char *path;
-	if (asprintf(&path, "%s/tfr-shard.XXXXXX", tmpdir()) < 0)
-		die("out of memory");
-	int fd = mkostemp(path, O_CLOEXEC);
+	dp_err e;
+	int fd = dp_tmpfile(tmpdir(), &e);
 	if (fd < 0)
-		die("%s: cannot create a temporary file: %s", tmpdir(), strerror(errno));
-	unlink(path);
-	free(path);
+		die("%s", e.msg);
 	return fd;
 }
 

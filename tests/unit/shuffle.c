@@ -97,7 +97,7 @@ int main(void)
 	for (uint32_t i = 0; i < 100 && rc == 0; i++)
 		rc = dp_shuffle_add(s, buf, item(i, buf), &e);
 	ok(rc < 0, "spill into a missing directory fails");
-	like(e.msg, "/nonexistent/dir: cannot create a spill file", "and says where");
+	like(e.msg, "/nonexistent/dir: cannot create a temporary file", "and says where");
 	dp_shuffle_free(s);
 	/* Empty shuffle. */
 	s = dp_shuffle_new(1, 1u << 20, dir, &e);
