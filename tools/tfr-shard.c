@@ -637,6 +637,14 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 	}
 }
 
+static const char *tmpdir(void)
+{
+	const char *t = opt.tmpdir;
+	if (!t || !*t)
+		t = getenv("TMPDIR");
+	return t && *t ? t : "/tmp";
+}
+
 static void count_fn(const dp_record *rec, const struct keys *k, void *ctx)
 {
 	g.nread++;
@@ -649,8 +657,7 @@ static void copy_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_writer_write_frame(ctx, rec->frame, rec->frame_len, &e) < 0)
-		die("%s: %s", opt.tmpdir ? opt.tmpdir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-		    e.msg);
+		die("%s: %s", tmpdir(), e.msg);
 }
 
 static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
@@ -679,14 +686,6 @@ static void main_fn(const dp_record *rec, const struct keys *k, void *ctx)
 		return;
 	}
 	assign(rec->frame, rec->frame_len, k);
-}
-
-static const char *tmpdir(void)
-{
-	const char *t = opt.tmpdir;
-	if (!t || !*t)
-		t = getenv("TMPDIR");
-	return t && *t ? t : "/tmp";
 }
 
 /* An anonymous temporary file for the contiguous copy of a stream. */
