@@ -143,6 +143,14 @@ sys.stderr.write(p.stderr.decode()); sys.exit(p.returncode)'
 is "$rc" 1 "stdout a terminal: exit 1"
 like "$err" "stdout is a terminal" "refuses to write records to a terminal"
 
+run $PY -c '
+import os, pty, subprocess, sys
+m, s = pty.openpty()
+p = subprocess.run(["tfr-shard", "-o", "tty.tfr"], stdin=s, stderr=subprocess.PIPE)
+sys.stderr.write(p.stderr.decode()); sys.exit(p.returncode)'
+is "$rc" 2 "stdin a terminal and no FILE: usage error, no wait"
+like "$err" "stdin is a terminal" "says so"
+
 # ---- existing outputs are replaced on success
 echo old >rep-00000
 echo old >rep-00001

@@ -1012,6 +1012,8 @@ static void parse_options(int argc, char **argv)
 		nstdin += !strcmp(opt.inputs[i], "-");
 	if (nstdin > 1)
 		usage_error("stdin ('-') given %d times", nstdin);
+	if (nstdin && isatty(STDIN_FILENO))
+		usage_error("stdin is a terminal: give FILE arguments or redirect the input");
 
 	/* Ranks: explicit values win over the environment. */
 	dp_rank_size(&opt.rank, &opt.size);
