@@ -13,7 +13,7 @@
  * re-framed).  Every output is a temporary file beside its final name until
  * the whole run has succeeded; then all are renamed into place.  Contiguous
  * sharding needs the record count first: regular files are read twice
- * (a counting pass), anything else (stdin, pipes) is copied to an unlinked
+ * (a counting pass), anything else (stdin, pipes) is copied to an anonymous
  * temporary file.  The assignment rules live in libdp (dp_shard.h,
  * dp_hash.h, dp_shuffle.h); this file is options, plumbing and messages.
  */
@@ -103,7 +103,6 @@ static struct {
 	int nsplits; /* at least 1 (one unnamed split without --split) */
 	struct split sp[DP_SPLIT_MAX];
 	int take;            /* shard written with --take, or -1 */
-	uint64_t take_n;
 	int fixed;           /* the number of shards is known up front */
 	int width;           /* digits of {shard} */
 	size_t remaining;    /* selected outputs not yet done */
@@ -921,7 +920,6 @@ static void parse_take(void)
 	if (opt.nshards && opt.nshards != n)
 		usage_error("--take %s/%s and -n %" PRIu64 " disagree", t, slash + 1, opt.nshards);
 	g.take = (int)i;
-	g.take_n = n;
 	opt.nshards = n;
 	free(t);
 }
