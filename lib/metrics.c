@@ -179,11 +179,17 @@ size_t dp_number_format(char *buf, double v)
 
 static int is_space(unsigned char c) { return c <= ' '; }
 
+/* Bytes that end a key: space and controls, '=', '"'. */
+static const unsigned char key_end[256] = {
+	[0 ... 32] = 1, ['='] = 1, ['"'] = 1,
+};
+
 int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv)
 {
+	const unsigned char *u = (const unsigned char *)s;
 	size_t i = *pos;
 	for (;;) {
-		while (i < n && (is_space((unsigned char)s[i]) || s[i] == '=' || s[i] == '"')) {
+		while (i < n && key_end[u[i]]) {
 			if (s[i] == '"') { /* a stray quoted string: skip it whole */
 				i++;
 				while (i < n && s[i] != '"')
@@ -197,7 +203,7 @@ int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv)
 			return 0;
 		}
 		size_t k0 = i;
-		while (i < n && !is_space((unsigned char)s[i]) && s[i] != '=' && s[i] != '"')
+		while (i < n && !key_end[u[i]])
 			i++;
 		memset(kv, 0, sizeof *kv);
 		kv->key = s + k0;
@@ -218,7 +224,7 @@ int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv)
 					i++;
 			} else {
 				size_t v0 = i;
-				while (i < n && !is_space((unsigned char)s[i]))
+				while (i < n && u[i] > ' ')
 					i++;
 				kv->val = s + v0;
 				kv->val_len = i - v0;
@@ -733,6 +739,83 @@ static int scan_logfmt(dp_matcher *m, const char *s, size_t n, dp_match *out, in
 	return nsamp;
 }
 
+/* The coordinate key ending just before s[i] == '=' at the start of a word:
+ * 1 step, 2 epoch, 3 rank, 0 none; *k its length. */
+static int coord_before(const char *s, size_t i, size_t *k)
+{
+	int c = 0;
+	if (i >= 5 && memcmp(s + i - 5, "epoch", 5) == 0)
+		*k = 5, c = 2;
+	else if (i >= 4 && memcmp(s + i - 4, "step", 4) == 0)
+		*k = 4, c = 1;
+	else if (i >= 4 && memcmp(s + i - 4, "rank", 4) == 0)
+		*k = 4, c = 3;
+	if (!c)
+		return 0;
+	/* A key starts a word: after a space, or after stray '=' signs that
+	 * follow a space (the tokenizer skips those). */
+	size_t j = i - *k;
+	while (j > 0 && s[j - 1] == '=')
+		j--;
+	if (j > 0 && !is_space((unsigned char)s[j - 1]))
+		return 0;
+	return c;
+}
+
+/* The bytes of w equal to b, as the high bit of each byte; the lowest set
+ * byte is exact, higher ones may be false (checked by the caller). */
+static inline uint64_t bytes_eq(uint64_t w, unsigned char b)
+{
+	uint64_t x = w ^ (0x0101010101010101ull * b);
+	return (x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull;
+}
+
+/* One '=' at s[i] of an unquoted line: a coordinate when a step, epoch or
+ * rank key starts a word before it. */
+static void coord_at(dp_matcher *m, const char *s, size_t n, size_t i, dp_match *out)
+{
+	size_t k;
+	int c = coord_before(s, i, &k);
+	if (!c)
+		return;
+	size_t v = i + 1, e = v;
+	while (e < n && (unsigned char)s[e] > ' ')
+		e++;
+	if (dp_number_valid(s + v, e - v))
+		set_coord(m, out, c, s + v, e - v);
+}
+
+/* Coordinates of a line, as scan_logfmt() finds them, without tokenizing
+ * (the regex path calls this for every line that matched): in a line
+ * without quotes, a key is a word start and a value runs to the next
+ * space, so each '=' (found 8 bytes at a time) preceded by step, epoch or
+ * rank at a word start is one.  Returns -1 for a line with a quote: those
+ * go to scan_logfmt(). */
+static int scan_coords(dp_matcher *m, const char *s, size_t n, dp_match *out)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		uint64_t hit = bytes_eq(w, '=') | bytes_eq(w, '"');
+		while (hit) {
+			size_t j = i + (size_t)(__builtin_ctzll(hit) >> 3);
+			hit &= hit - 1;
+			if (s[j] == '"')
+				return -1;
+			if (s[j] == '=')
+				coord_at(m, s, n, j, out);
+		}
+	}
+	for (; i < n; i++) {
+		if (s[i] == '"')
+			return -1;
+		if (s[i] == '=')
+			coord_at(m, s, n, i, out);
+	}
+	return 0;
+}
+
 /* Copy a number's text into the arena; returns its offset or -1. */
 static long arena_put(dp_matcher *m, const char *s, size_t n)
 {
@@ -845,6 +928,7 @@ int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out)
 		line += t;
 		len -= t;
 	}
+	int rank = out->rank;
 	int n = 0;
 	for (int i = 0; i < m->ndefs; i++) {
 		const struct def *d = &m->defs[i];
@@ -885,8 +969,11 @@ int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out)
 	} else if (n > 0) {
 		if (first_nonblank(line, len) == '{')
 			json = scan_json(m, line, len, out, n, 0);
-		if (json < 0)
+		if (json < 0 && scan_coords(m, line, len, out) < 0) {
+			out->step = out->epoch = NULL;
+			out->rank = rank;
 			scan_logfmt(m, line, len, out, n, 0);
+		}
 	}
 	if (n > 0 && memchr(line, 0, len)) {
 		m->st.binary_lines++;
