@@ -30,7 +30,9 @@ void dp_plot_free(dp_plot *p);
 int dp_plot_series(dp_plot *p, const char *label, const char *panel);
 
 /* Add a point: step (NaN when the line had none), line (its line number,
- * the x used when any point lacks a step), y.  Non-finite y are ignored. */
+ * the x used when any point lacks a step), y.  Points with a y or line that
+ * is not finite or beyond 1e300 in magnitude are left out; such a step
+ * counts as none. */
 int dp_plot_add(dp_plot *p, int series, double step, double line, double y);
 
 /* Points held (after averaging) over all series. */

@@ -140,8 +140,11 @@ int dp_plot_add(dp_plot *p, int id, double step, double line, double y)
 {
 	if (id < 0 || id >= p->ns)
 		return DP_EARG;
-	if (!isfinite(y))
+	/* Beyond 1e300 a range could overflow: such values are not plotted. */
+	if (!(fabs(y) <= 1e300) || !(fabs(line) <= 1e300))
 		return DP_OK;
+	if (!(fabs(step) <= 1e300))
+		step = NAN;
 	struct series *s = &p->s[id];
 	if (isnan(step))
 		s->acc_nostep = 1;
@@ -182,6 +185,8 @@ size_t dp_plot_points(const dp_plot *p)
 
 static double nicenum(double x, int round)
 {
+	if (!(x > 0) || !isfinite(x))
+		return x;
 	double ex = floor(log10(x));
 	double f = x / pow(10, ex), nf;
 	if (round)
@@ -191,18 +196,47 @@ static double nicenum(double x, int round)
 	return nf * pow(10, ex);
 }
 
+/* The number of ticks first, first + step, ... last; 0 when that is not a
+ * small whole number (ranges at the edge of double precision). */
+static int nticks(double first, double last, double step)
+{
+	double n = (last - first) / step;
+	if (!(n >= 1 && n <= 100) || !(last > first))
+		return 0;
+	return (int)floor(n + 0.5) + 1;
+}
+
+/* floor(log10(x)) as an int, for x > 0 (0 otherwise). */
+static int ilog10(double x)
+{
+	double l = floor(log10(x) + 1e-9);
+	return x > 0 && isfinite(l) ? (int)fmax(fmin(l, 400), -400) : 0;
+}
+
 int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step)
 {
-	if (!(hi > lo))
-		hi = lo + 1;
+	if (!(hi > lo)) {
+		double pad = fmax(fabs(lo) * 1e-6, 1);
+		lo -= pad;
+		hi += pad;
+	}
 	if (want < 2)
 		want = 2;
 	double d = nicenum((hi - lo) / (want - 1), 1);
+	if (!(d > 0) || !isfinite(d))
+		d = hi - lo;
 	*step = d;
 	*first = floor(lo / d + 1e-9) * d;
 	*last = ceil(hi / d - 1e-9) * d;
-	int nfrac = (int)-floor(log10(d) + 1e-9);
-	return nfrac > 0 ? nfrac : 0;
+	if (!nticks(*first, *last, d) || !(*first <= lo + d * 1e-6) || !(*last >= hi - d * 1e-6)) {
+		/* Too close to the precision of doubles for nice steps: the
+		 * range itself, in one step. */
+		*first = lo;
+		*last = hi;
+		*step = d = hi - lo;
+	}
+	int nfrac = -ilog10(d);
+	return nfrac > 0 ? (nfrac < 30 ? nfrac : 30) : 0;
 }
 
 /* A tick label for v on an axis with tick spacing step and largest
@@ -215,16 +249,18 @@ static void fmt_tick(char *buf, size_t size, double v, double step, double absma
 	if (absmax >= 1e5) {
 		double scale = absmax >= 1e9 ? 1e9 : absmax >= 1e6 ? 1e6 : 1e3;
 		const char *suf = absmax >= 1e9 ? "G" : absmax >= 1e6 ? "M" : "k";
-		int dec = (int)-floor(log10(step / scale) + 1e-9);
+		int dec = -ilog10(step / scale);
 		snprintf(buf, size, "%.*f%s", dec > 0 ? dec : 0, v / scale, suf);
 		return;
 	}
-	int nfrac = (int)-floor(log10(step) + 1e-9);
+	int nfrac = -ilog10(step);
 	if (nfrac <= 4) {
 		snprintf(buf, size, "%.*f", nfrac > 0 ? nfrac : 0, v);
 		return;
 	}
-	int dec = (int)(floor(log10(absmax)) - floor(log10(step) + 1e-9));
+	int dec = ilog10(absmax) - ilog10(step);
+	if (dec > 17)
+		dec = 17;
 	char tmp[64];
 	snprintf(tmp, sizeof tmp, "%.*e", dec > 0 ? dec : 0, v);
 	/* 1.5e-05 -> 1.5e-5 */
@@ -406,6 +442,7 @@ char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
 	}
 	xmin = xfirst; /* the axis spans whole ticks */
 	xmax = xlast;
+	int nx = nticks(xfirst, xlast, xstep);
 	double xabs = fmax(fabs(xmin), fabs(xmax));
 
 	int top0 = title && *title ? TITLE_H : 8;
@@ -451,6 +488,7 @@ char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
 		double yfirst, ylast, ystep;
 		dp_plot_ticks(ymin, ymax, 5, &yfirst, &ylast, &ystep);
 		double yabs = fmax(fabs(yfirst), fabs(ylast));
+		int ny = nticks(yfirst, ylast, ystep);
 #define PX(x) (MARGIN_L + ((x) - xmin) / (xmax - xmin) * PLOT_W)
 #define PY(y) (y0 + PLOT_H - ((y) - yfirst) / (ylast - yfirst) * PLOT_H)
 
@@ -463,24 +501,28 @@ char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
 		sb_printf(&b, "</text>\n");
 		/* grid and y labels */
 		sb_printf(&b, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
-		for (double t = yfirst; t <= ylast + ystep * 1e-6; t += ystep)
+		for (int i = 0; i < ny; i++) {
+			double t = yfirst + i * ystep;
 			sb_printf(&b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>\n", MARGIN_L,
 				  MARGIN_L + PLOT_W, PY(t), PY(t));
-		for (double t = ceil(xmin / xstep - 1e-9) * xstep; t <= xmax + xstep * 1e-6;
-		     t += xstep)
+		}
+		for (int i = 0; i < nx; i++) {
+			double t = xfirst + i * xstep;
 			sb_printf(&b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>\n", PX(t),
 				  PX(t), y0, y0 + PLOT_H);
+		}
 		sb_printf(&b, "</g>\n");
 		sb_printf(&b, "<g fill=\"#555\" text-anchor=\"end\">\n");
-		for (double t = yfirst; t <= ylast + ystep * 1e-6; t += ystep) {
+		for (int i = 0; i < ny; i++) {
+			double t = yfirst + i * ystep;
 			char lab[48];
 			fmt_tick(lab, sizeof lab, t, ystep, yabs);
 			sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%s</text>\n", MARGIN_L - 8,
 				  PY(t) + 4, lab);
 		}
 		sb_printf(&b, "</g>\n<g fill=\"#555\" text-anchor=\"middle\">\n");
-		for (double t = ceil(xmin / xstep - 1e-9) * xstep; t <= xmax + xstep * 1e-6;
-		     t += xstep) {
+		for (int i = 0; i < nx; i++) {
+			double t = xfirst + i * xstep;
 			char lab[48];
 			fmt_tick(lab, sizeof lab, t, xstep, xabs);
 			sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", PX(t),
