@@ -573,7 +573,12 @@ static void print_summaries(void)
 				case S_LAST: dbl_text(buf, a->last); break;
 				case S_MIN: dbl_text(buf, a->min); break;
 				case S_MAX: dbl_text(buf, a->max); break;
-				case S_MEAN: dbl_text(buf, a->nan_seen ? NAN : mean); break;
+				case S_MEAN: /* 15 digits: a computed value, not a logged one */
+					if (a->nan_seen || !isfinite(mean))
+						dbl_text(buf, a->nan_seen ? NAN : mean);
+					else
+						snprintf(buf, sizeof buf, "%.15g", mean);
+					break;
 				case S_COUNT:
 					snprintf(buf, sizeof buf, "%llu", a->count);
 					have = 1;
