@@ -46,7 +46,8 @@ size_t dp_number_format(char *buf, double v);
 typedef struct dp_logfmt_kv {
 	const char *key;
 	size_t key_len;
-	const char *val; /* inside the quotes when quoted, escapes left as is */
+	const char *val; /* inside the quotes when quoted, escapes left as is;
+			    never NULL (empty for a bare key) */
 	size_t val_len;
 	int has_value;   /* 0 for a bare key (no '=') */
 	int quoted;

@@ -208,6 +208,7 @@ int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv)
 		memset(kv, 0, sizeof *kv);
 		kv->key = s + k0;
 		kv->key_len = i - k0;
+		kv->val = s + i; /* empty, never NULL */
 		if (i < n && s[i] == '=') {
 			i++;
 			kv->has_value = 1;

@@ -745,11 +745,12 @@ int main(int argc, char **argv)
 			snprintf(origin, sizeof origin, "-m %.200s", name ? name : "?");
 			if (!name)
 				oom();
-			if (dp_matcher_add(G.m, name, eq + 1, origin, &e) < 0) {
+			int rc = dp_matcher_add(G.m, name, eq + 1, origin, &e);
+			free(name);
+			if (rc < 0) {
 				fprintf(stderr, "%s: %s\n", prog, e.msg);
 				exit(e.code == DP_ENOMEM ? 1 : 2);
 			}
-			free(name);
 			have_defs = 1;
 			break;
 		}
@@ -760,11 +761,12 @@ int main(int argc, char **argv)
 				fprintf(stderr, "%s: %s: %s\n", prog, optarg, strerror(errno));
 				exit(2);
 			}
-			if (dp_matcher_add_definitions(G.m, text, len, optarg, &e) < 0) {
+			int rc = dp_matcher_add_definitions(G.m, text, len, optarg, &e);
+			free(text);
+			if (rc < 0) {
 				fprintf(stderr, "%s: %s\n", prog, e.msg);
 				exit(e.code == DP_ENOMEM ? 1 : 2);
 			}
-			free(text);
 			have_defs = 1;
 			break;
 		}
