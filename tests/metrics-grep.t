@@ -171,6 +171,14 @@ v = [float(m.group(1)) for m in (re.search(r"loss=(\S+)", l) for l in open("many
 print("%.15g" % (math.fsum(v) / len(v)))')
 run metrics-grep --mean --no-header many.log
 is "$out" "loss${TAB}$want" "--mean of 20000 values of mixed magnitude equals math.fsum's to 15 digits"
+printf 'loss=0.5\nloss=nan\nloss=0.25\nx=nan\n' > nan.log
+run metrics-grep --min --max --mean --last --count nan.log
+is "$out" "name${TAB}min${TAB}max${TAB}mean${TAB}last${TAB}count
+loss${TAB}0.25${TAB}0.5${TAB}nan${TAB}0.25${TAB}3
+x${TAB}${TAB}${TAB}nan${TAB}nan${TAB}1" "NaN: min/max skip it, the mean is NaN, only-NaN has no min/max"
+run metrics-grep --min --mean --json nan.log
+is "$out" '{"name":"loss","min":0.25,"mean":null}
+{"name":"x","min":null,"mean":null}' "NaN summaries in JSON are null"
 run metrics-grep -m 'nothing=zzz([0-9]+)' -m 'loss=\bloss=([0-9.]+)' --count --last "$D/train.log"
 is "$out" "name${TAB}count${TAB}last
 nothing${TAB}0${TAB}

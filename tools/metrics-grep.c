@@ -47,7 +47,7 @@ struct acc {
 	int metric, rank;
 	int next;   /* the next acc of the same metric, -1 at the end */
 	int series; /* plot series id, -1 before the first point */
-	unsigned long long count;
+	unsigned long long count, nnum; /* values, values not NaN */
 	double min, max, sum, comp, last;
 	int nan_seen;
 };
@@ -369,6 +369,7 @@ static void add_value(struct acc *a, double v, double step)
 	if (isnan(v)) {
 		a->nan_seen = 1;
 	} else {
+		a->nnum++;
 		a->min = fmin(a->min, v);
 		a->max = fmax(a->max, v);
 		/* Neumaier's compensated sum: the mean of 10^8 values stays exact
@@ -585,8 +586,7 @@ static void print_summaries(void)
 					break;
 				}
 				/* min and max of only NaN values: none */
-				if ((G.summary[k] == S_MIN || G.summary[k] == S_MAX) && isinf(a->min) &&
-				    a->min > 0)
+				if ((G.summary[k] == S_MIN || G.summary[k] == S_MAX) && !a->nnum)
 					have = 0;
 				if (G.fmt == FMT_JSON)
 					printf(",\"%s\":%s", summary_names[G.summary[k]],
