@@ -67,6 +67,7 @@ size_t dp_mpi_tag(const char *s, size_t n, int *rank);
 
 /* ---- The matcher -------------------------------------------------------- */
 
+/* A matcher holds the match state of its regexes: one thread at a time. */
 typedef struct dp_matcher dp_matcher;
 
 typedef struct dp_sample {
