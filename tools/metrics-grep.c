@@ -75,7 +75,7 @@ static struct {
 	int out_broken;  /* stdout failed: stop now */
 	int ranks_seen;
 	double last_plot;
-	size_t plotted_points;
+	unsigned long long plot_adds, plotted_adds; /* points given to the chart, at its last write */
 } G = {.header = 1, .max_line = 1 << 20};
 
 static volatile sig_atomic_t stop_sig;
@@ -398,6 +398,7 @@ static void add_value(struct acc *a, double v, double step)
 				oom();
 		}
 		dp_plot_add(G.chart, a->series, step, (double)G.lineno, v);
+		G.plot_adds++;
 	}
 }
 
@@ -424,7 +425,7 @@ static int write_plot(void)
 		fprintf(stderr, "%s: %s\n", prog, e.msg);
 		return -1;
 	}
-	G.plotted_points = dp_plot_points(G.chart);
+	G.plotted_adds = G.plot_adds;
 	return 0;
 }
 
@@ -518,7 +519,7 @@ static void run(struct source *src, int n)
 				pfd[npfd++] = (struct pollfd){dp_lines_fd(s->r), POLLIN, 0};
 			}
 		}
-		if (G.chart && G.follow && dp_plot_points(G.chart) != G.plotted_points &&
+		if (G.chart && G.follow && G.plot_adds != G.plotted_adds &&
 		    dp_now() - G.last_plot >= PLOT_EVERY) {
 			out_flush();
 			if (write_plot() < 0)
