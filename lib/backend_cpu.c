@@ -1,0 +1,665 @@
+/*
+ * backend_cpu.c - the CPU backend: OpenBLAS SGEMM and plain C loops.
+ *
+ * The reference backend (see dp_backend.h).  Where the time goes, and how
+ * it is spent well:
+ *  - dense layers are one SGEMM each way over the whole batch;
+ *  - convolutions are im2col + SGEMM one sample at a time, NCHW: the
+ *    sample's column matrix (c*kh*kw, oh*ow) stays in the L2 cache, the
+ *    GEMM output is the sample's NCHW block directly (no transpose), and
+ *    bias and activation are applied while that block is still in cache;
+ *    the backward pass rebuilds the columns instead of keeping a
+ *    batch-sized copy;
+ *  - elementwise work is fused where a layer allows (bias + activation,
+ *    activation derivative + bias gradient), and nothing is cleared that
+ *    is about to be overwritten.
+ * Everything runs in the calling thread except SGEMM, which uses the
+ * threads given to open() (1 by default: bit-reproducible and the fair
+ * one-core comparison).  Summation orders are fixed, so results are
+ * deterministic.
+ */
+#define _GNU_SOURCE
+#include "dp_backend.h"
+#include "dp_rng.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS extensions (declared in its cblas.h; repeated for other BLAS
+ * headers that lack them). */
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+
+struct dp_bectx {
+	int threads;
+};
+
+static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
+		    dp_err *e)
+{
+	dp_bectx *c = calloc(1, sizeof *c);
+	if (!c)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	c->threads = o && o->threads > 0 ? o->threads : 1;
+	openblas_set_num_threads(c->threads);
+	if (desc)
+		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
+			 openblas_get_corename(), c->threads, c->threads == 1 ? "" : "s");
+	*ctx = c;
+	return DP_OK;
+}
+
+static void cpu_close(dp_bectx *ctx) { free(ctx); }
+
+static void *cpu_alloc(dp_bectx *ctx, size_t bytes)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64))
+		return NULL;
+	return p;
+}
+
+static void cpu_free(dp_bectx *ctx, void *p) { free(p); }
+
+static void cpu_upload(dp_bectx *ctx, void *dev, const void *host, size_t bytes)
+{
+	if (bytes && dev != host)
+		memcpy(dev, host, bytes);
+}
+
+static const void *cpu_stage(dp_bectx *ctx, void *dev, const void *host, size_t bytes)
+{
+	return host; /* the CPU reads host memory where it is */
+}
+
+static int cpu_sync(dp_bectx *ctx, dp_err *e) { return DP_OK; }
+
+static void cpu_fill(dp_bectx *ctx, float *p, float v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = v;
+}
+
+static void cpu_scale(dp_bectx *ctx, float *p, float s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] *= s;
+}
+
+/* ---- activations ---------------------------------------------------- */
+
+static void act_apply(int act, float *y, size_t n)
+{
+	switch (act) {
+	case DP_ACT_RELU:
+		for (size_t i = 0; i < n; i++)
+			y[i] = y[i] > 0 ? y[i] : 0;
+		break;
+	case DP_ACT_TANH:
+		for (size_t i = 0; i < n; i++)
+			y[i] = tanhf(y[i]);
+		break;
+	case DP_ACT_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			y[i] = 1.0f / (1.0f + expf(-y[i]));
+		break;
+	}
+}
+
+/* dy *= act'(from the output y), in place. */
+static void act_grad(int act, const float *y, float *dy, size_t n)
+{
+	switch (act) {
+	case DP_ACT_RELU:
+		for (size_t i = 0; i < n; i++)
+			dy[i] = y[i] > 0 ? dy[i] : 0;
+		break;
+	case DP_ACT_TANH:
+		for (size_t i = 0; i < n; i++)
+			dy[i] *= 1.0f - y[i] * y[i];
+		break;
+	case DP_ACT_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			dy[i] *= y[i] * (1.0f - y[i]);
+		break;
+	}
+}
+
+static void cpu_act_fwd(dp_bectx *ctx, int act, size_t n, const float *x, float *y)
+{
+	if (x != y)
+		memcpy(y, x, n * sizeof *y);
+	act_apply(act, y, n);
+}
+
+static void cpu_act_bwd(dp_bectx *ctx, int act, size_t n, const float *y, const float *dy,
+			float *dx)
+{
+	if (dx != dy)
+		memcpy(dx, dy, n * sizeof *dx);
+	act_grad(act, y, dx, n);
+}
+
+/* ---- dense ------------------------------------------------------------ */
+
+static void cpu_dense_fwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *b, float *y, int act)
+{
+	/* y = x w^T: (n, in) (in, out) */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
+		    y, out);
+	for (int i = 0; i < n; i++) {
+		float *r = y + (size_t)i * out;
+		for (int j = 0; j < out; j++)
+			r[j] += b[j];
+		act_apply(act, r, (size_t)out);
+	}
+}
+
+static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *y, float *dy, float *dx, float *dw, float *db, int act)
+{
+	for (int j = 0; j < out; j++)
+		db[j] = 0;
+	for (int i = 0; i < n; i++) {
+		float *r = dy + (size_t)i * out;
+		act_grad(act, y + (size_t)i * out, r, (size_t)out);
+		for (int j = 0; j < out; j++)
+			db[j] += r[j];
+	}
+	/* dw = dy^T x: (out, n) (n, in) */
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+		    0.0f, dw, in);
+	/* dx = dy w: (n, out) (out, in) */
+	if (dx)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
+			    in, 0.0f, dx, in);
+}
+
+/* ---- convolution ------------------------------------------------------- */
+
+/* Columns of one input position (ki, kj) of the kernel: output x ranges
+ * [lo, hi) read inside the image; the rest is padding. */
+static void out_range(int pad, int k, int stride, int in, int out, int *lo, int *hi)
+{
+	/* ix = ox * stride - pad + k must lie in [0, in) */
+	int l = pad - k > 0 ? (pad - k + stride - 1) / stride : 0;
+	int h = (in + pad - k + stride - 1) / stride; /* first ox with ix >= in */
+	if (h > out)
+		h = out;
+	if (h < l)
+		h = l;
+	if (l > out)
+		l = out;
+	*lo = l;
+	*hi = h;
+}
+
+/* col (c*kh*kw, oh*ow) from one sample x (c, h, w). */
+static void im2col(const dp_conv2d *g, const float *x, float *col)
+{
+	int ohw = g->oh * g->ow;
+	for (int ci = 0; ci < g->c; ci++) {
+		const float *xc = x + (size_t)ci * g->h * g->w;
+		for (int ki = 0; ki < g->kh; ki++)
+			for (int kj = 0; kj < g->kw; kj++) {
+				float *row = col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
+				int lo, hi;
+				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
+				for (int oy = 0; oy < g->oh; oy++) {
+					float *r = row + (size_t)oy * g->ow;
+					int iy = oy * g->sh - g->ph + ki;
+					if (iy < 0 || iy >= g->h) {
+						memset(r, 0, (size_t)g->ow * sizeof *r);
+						continue;
+					}
+					const float *xr = xc + (size_t)iy * g->w - g->pw + kj;
+					for (int ox = 0; ox < lo; ox++)
+						r[ox] = 0;
+					if (g->sw == 1)
+						memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof *r);
+					else
+						for (int ox = lo; ox < hi; ox++)
+							r[ox] = xr[ox * g->sw];
+					for (int ox = hi; ox < g->ow; ox++)
+						r[ox] = 0;
+				}
+			}
+	}
+}
+
+/* dx (c, h, w) = the sum of col's entries at each input position. */
+static void col2im(const dp_conv2d *g, const float *col, float *dx)
+{
+	int ohw = g->oh * g->ow;
+	memset(dx, 0, (size_t)g->c * g->h * g->w * sizeof *dx);
+	for (int ci = 0; ci < g->c; ci++) {
+		float *xc = dx + (size_t)ci * g->h * g->w;
+		for (int ki = 0; ki < g->kh; ki++)
+			for (int kj = 0; kj < g->kw; kj++) {
+				const float *row =
+					col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
+				int lo, hi;
+				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
+				for (int oy = 0; oy < g->oh; oy++) {
+					int iy = oy * g->sh - g->ph + ki;
+					if (iy < 0 || iy >= g->h)
+						continue;
+					const float *r = row + (size_t)oy * g->ow;
+					float *xr = xc + (size_t)iy * g->w - g->pw + kj;
+					if (g->sw == 1)
+						for (int ox = lo; ox < hi; ox++)
+							xr[ox] += r[ox];
+					else
+						for (int ox = lo; ox < hi; ox++)
+							xr[ox * g->sw] += r[ox];
+				}
+			}
+	}
+}
+
+/* A 1x1 convolution with stride 1 and no padding reads x as its columns. */
+static int conv_is_pointwise(const dp_conv2d *g)
+{
+	return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+	       g->oh == g->h && g->ow == g->w;
+}
+
+static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
+{
+	if (conv_is_pointwise(g))
+		return 0;
+	/* col and dcol of one sample */
+	return 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
+}
+
+static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *b, float *y, int act, void *ws)
+{
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
+	float *col = ws;
+	for (int s = 0; s < g->n; s++) {
+		const float *xn = x + s * xs;
+		float *yn = y + s * ys;
+		const float *cn = xn;
+		if (!conv_is_pointwise(g)) {
+			im2col(g, xn, col);
+			cn = col;
+		}
+		/* y_n (k, ohw) = w (k, ckk) col (ckk, ohw) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
+			    cn, ohw, 0.0f, yn, ohw);
+		for (int k = 0; k < g->k; k++) {
+			float *r = yn + (size_t)k * ohw, bk = b[k];
+			for (int p = 0; p < ohw; p++)
+				r[p] += bk;
+			act_apply(act, r, (size_t)ohw);
+		}
+	}
+}
+
+static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
+			 void *ws)
+{
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
+	int pointwise = conv_is_pointwise(g);
+	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
+	for (int k = 0; k < g->k; k++)
+		db[k] = 0;
+	for (int s = 0; s < g->n; s++) {
+		const float *xn = x + s * xs;
+		float *dyn = dy + s * ys;
+		for (int k = 0; k < g->k; k++) {
+			float *r = dyn + (size_t)k * ohw;
+			act_grad(act, y + s * ys + (size_t)k * ohw, r, (size_t)ohw);
+			float acc = 0;
+			for (int p = 0; p < ohw; p++)
+				acc += r[p];
+			db[k] += acc;
+		}
+		const float *cn = xn;
+		if (!pointwise) {
+			im2col(g, xn, col);
+			cn = col;
+		}
+		/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f, dyn, ohw,
+			    cn, ohw, s ? 1.0f : 0.0f, dw, ckk);
+		if (!dx)
+			continue;
+		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
+		float *dxn = dx + s * xs;
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, w, ckk, dyn,
+			    ohw, 0.0f, pointwise ? dxn : dcol, ohw);
+		if (!pointwise)
+			col2im(g, dcol, dxn);
+	}
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
+			    int32_t *arg)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		float *yp = y + pl * ohw;
+		int32_t *ap = arg + pl * ohw;
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				int y0 = oy * g->sh, x0 = ox * g->sw;
+				int best = y0 * g->w + x0;
+				float m = xp[best];
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++) {
+						int idx = (y0 + i) * g->w + x0 + j;
+						/* NaN propagates, as in PyTorch */
+						if (xp[idx] > m || isnan(xp[idx])) {
+							m = xp[idx];
+							best = idx;
+						}
+					}
+				yp[oy * g->ow + ox] = m;
+				ap[oy * g->ow + ox] = best;
+			}
+	}
+}
+
+static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
+			    float *dx)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = 0; pl < planes; pl++) {
+		float *dp = dx + pl * hw;
+		const float *dyp = dy + pl * ohw;
+		const int32_t *ap = arg + pl * ohw;
+		memset(dp, 0, hw * sizeof *dp); /* one plane: stays in L1 for the scatter */
+		for (size_t o = 0; o < ohw; o++)
+			dp[ap[o]] += dyp[o];
+	}
+}
+
+static void cpu_avgpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	float inv = 1.0f / (float)(g->kh * g->kw);
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		float *yp = y + pl * ohw;
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				const float *w0 = xp + (size_t)oy * g->sh * g->w + (size_t)ox * g->sw;
+				float s = 0;
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++)
+						s += w0[i * g->w + j];
+				yp[oy * g->ow + ox] = s * inv;
+			}
+	}
+}
+
+static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, float *dx)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	float inv = 1.0f / (float)(g->kh * g->kw);
+	for (size_t pl = 0; pl < planes; pl++) {
+		float *dp = dx + pl * hw;
+		const float *dyp = dy + pl * ohw;
+		memset(dp, 0, hw * sizeof *dp);
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				float *w0 = dp + (size_t)oy * g->sh * g->w + (size_t)ox * g->sw;
+				float v = dyp[oy * g->ow + ox] * inv;
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++)
+						w0[i * g->w + j] += v;
+			}
+	}
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+static void dropout_apply(const dp_dropout *d, int n, const float *in, float *out)
+{
+	size_t total = (size_t)n * d->per_sample;
+	uint64_t c0 = d->sample0 * d->per_sample;
+	for (size_t i = 0; i < total; i++) {
+		uint32_t r = (uint32_t)(dp_rng_at(d->key, c0 + i) >> 32);
+		out[i] = r >= d->threshold ? in[i] * d->scale : 0.0f;
+	}
+}
+
+static void cpu_dropout_fwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *x, float *y)
+{
+	dropout_apply(d, n, x, y);
+}
+
+static void cpu_dropout_bwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *dy, float *dx)
+{
+	dropout_apply(d, n, dy, dx);
+}
+
+/* ---- batch normalisation ---------------------------------------------- */
+
+static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
+			  const float *gamma, const float *beta, float *run_mean, float *run_var,
+			  float *save, float *y)
+{
+	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		float mean, inv;
+		if (train) {
+			double s = 0, s2 = 0;
+			for (int i = 0; i < g->n; i++) {
+				const float *p = x + i * cs + (size_t)c * g->hw;
+				for (int j = 0; j < g->hw; j++)
+					s += p[j];
+			}
+			double mu = s / (double)m;
+			for (int i = 0; i < g->n; i++) {
+				const float *p = x + i * cs + (size_t)c * g->hw;
+				for (int j = 0; j < g->hw; j++)
+					s2 += ((double)p[j] - mu) * ((double)p[j] - mu);
+			}
+			double var = s2 / (double)m;
+			mean = (float)mu;
+			inv = (float)(1.0 / sqrt(var + g->eps));
+			save[c] = mean;
+			save[g->c + c] = inv;
+			double unb = m > 1 ? s2 / (double)(m - 1) : var;
+			run_mean[c] = (1 - g->momentum) * run_mean[c] + g->momentum * mean;
+			run_var[c] = (1 - g->momentum) * run_var[c] + g->momentum * (float)unb;
+		} else {
+			mean = run_mean[c];
+			inv = 1.0f / sqrtf(run_var[c] + g->eps);
+		}
+		float a = gamma[c] * inv, bb = beta[c] - mean * a;
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			float *q = y + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++)
+				q[j] = p[j] * a + bb;
+		}
+	}
+}
+
+static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
+			  const float *save, const float *dy, float *dx, float *dgamma, float *dbeta)
+{
+	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		float mean = save[c], inv = save[g->c + c];
+		double sdy = 0, sdyx = 0;
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			const float *d = dy + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++) {
+				sdy += d[j];
+				sdyx += (double)d[j] * ((p[j] - mean) * inv);
+			}
+		}
+		dgamma[c] = (float)sdyx;
+		dbeta[c] = (float)sdy;
+		if (!dx)
+			continue;
+		/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
+		float k = gamma[c] * inv, mdy = (float)(sdy / (double)m),
+		      mdyx = (float)(sdyx / (double)m);
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			const float *d = dy + i * cs + (size_t)c * g->hw;
+			float *q = dx + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++)
+				q[j] = k * (d[j] - mdy - (p[j] - mean) * inv * mdyx);
+		}
+	}
+}
+
+/* ---- losses ------------------------------------------------------------- */
+
+static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
+		     float scale, float *dlogits, double *stats)
+{
+	double loss = 0, correct = 0;
+	for (int i = 0; i < n; i++) {
+		const float *z = logits + (size_t)i * k;
+		int arg = 0;
+		float m = z[0];
+		for (int j = 1; j < k; j++)
+			if (z[j] > m) {
+				m = z[j];
+				arg = j;
+			}
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		double lse = m + log(s);
+		int y = labels[i];
+		loss += lse - z[y];
+		correct += arg == y;
+		if (dlogits) {
+			float *d = dlogits + (size_t)i * k;
+			for (int j = 0; j < k; j++)
+				d[j] = (float)(exp((double)z[j] - lse)) * scale;
+			d[y] -= scale;
+		}
+	}
+	stats[0] = loss;
+	stats[1] = correct;
+}
+
+static void cpu_mse(dp_bectx *ctx, int n, int k, const float *pred, const float *target,
+		    float scale, float *dpred, double *stats)
+{
+	double loss = 0;
+	float f = 2.0f / (float)k * scale;
+	for (int i = 0; i < n; i++) {
+		const float *p = pred + (size_t)i * k, *t = target + (size_t)i * k;
+		double s = 0;
+		for (int j = 0; j < k; j++) {
+			float d = p[j] - t[j];
+			s += (double)d * d;
+			if (dpred)
+				dpred[(size_t)i * k + j] = d * f;
+		}
+		loss += s / k;
+	}
+	stats[0] = loss;
+	stats[1] = 0;
+}
+
+static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
+{
+	for (int i = 0; i < n; i++) {
+		const float *z = x + (size_t)i * k;
+		float *o = y + (size_t)i * k, m = z[0];
+		for (int j = 1; j < k; j++)
+			m = z[j] > m ? z[j] : m;
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		for (int j = 0; j < k; j++)
+			o[j] = (float)(exp((double)z[j] - m) / s);
+	}
+}
+
+/* ---- optimizers --------------------------------------------------------- */
+
+static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
+		    const dp_sgd_args *a)
+{
+	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
+	for (size_t i = 0; i < n; i++) {
+		float d = g[i];
+		if (wd != 0)
+			d += wd * p[i];
+		if (mu != 0) {
+			float b = a->first ? d : mu * buf[i] + damp * d;
+			buf[i] = b;
+			d = a->nesterov ? d + mu * b : b;
+		}
+		p[i] -= lr * d;
+	}
+}
+
+static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
+		     const dp_adam_args *a)
+{
+	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
+	float wd = a->weight_decay, eps = a->eps, ss = a->step_size, bc2 = a->bias2_sqrt;
+	float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
+	float l2 = a->decoupled ? 0.0f : wd;
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] + l2 * p[i];
+		float mi = b1 * m[i] + c1 * gi;
+		float vi = b2 * v[i] + c2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / bc2 + eps;
+		p[i] = p[i] * decay - ss * mi / denom;
+	}
+}
+
+const dp_backend dp_backend_cpu = {
+	.name = "cpu",
+	.open = cpu_open,
+	.close = cpu_close,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.host_alloc = cpu_alloc,
+	.host_free = cpu_free,
+	.upload = cpu_upload,
+	.download = cpu_upload,
+	.copy = cpu_upload,
+	.stage = cpu_stage,
+	.sync = cpu_sync,
+	.fill = cpu_fill,
+	.scale = cpu_scale,
+	.dense_fwd = cpu_dense_fwd,
+	.dense_bwd = cpu_dense_bwd,
+	.conv_ws = cpu_conv_ws,
+	.conv_fwd = cpu_conv_fwd,
+	.conv_bwd = cpu_conv_bwd,
+	.maxpool_fwd = cpu_maxpool_fwd,
+	.maxpool_bwd = cpu_maxpool_bwd,
+	.avgpool_fwd = cpu_avgpool_fwd,
+	.avgpool_bwd = cpu_avgpool_bwd,
+	.act_fwd = cpu_act_fwd,
+	.act_bwd = cpu_act_bwd,
+	.dropout_fwd = cpu_dropout_fwd,
+	.dropout_bwd = cpu_dropout_bwd,
+	.bnorm_fwd = cpu_bnorm_fwd,
+	.bnorm_bwd = cpu_bnorm_bwd,
+	.xent = cpu_xent,
+	.mse = cpu_mse,
+	.softmax = cpu_softmax,
+	.sgd = cpu_sgd,
+	.adam = cpu_adam,
+};
