@@ -80,6 +80,9 @@ $(O)/lib/%.o: lib/%.c $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
+# The CPU backend's elementwise loops are written to vectorise (lib/backend_cpu.c).
+$(O)/lib/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^

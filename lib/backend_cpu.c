@@ -28,6 +28,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64 and
+ * the best is picked at load time (GCC function multiversioning); the
+ * Makefile builds this file with -O3 so they vectorise. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(DP_NO_CLONES)
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
 /* OpenBLAS extensions (declared in its cblas.h; repeated for other BLAS
  * headers that lack them). */
 void openblas_set_num_threads(int num_threads);
@@ -91,31 +100,62 @@ static void cpu_scale(dp_bectx *ctx, float *p, float s, size_t n)
 
 /* ---- activations ---------------------------------------------------- */
 
-static void act_apply(int act, float *y, size_t n)
+/* y = act(y + b) over n elements (b a scalar: one conv channel). */
+HOT static void bias_act(float *y, size_t n, float b, int act)
 {
 	switch (act) {
 	case DP_ACT_RELU:
-		for (size_t i = 0; i < n; i++)
-			y[i] = y[i] > 0 ? y[i] : 0;
+		for (size_t i = 0; i < n; i++) {
+			float v = y[i] + b;
+			y[i] = v > 0.0f ? v : 0.0f;
+		}
 		break;
 	case DP_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
-			y[i] = tanhf(y[i]);
+			y[i] = tanhf(y[i] + b);
 		break;
 	case DP_ACT_SIGMOID:
 		for (size_t i = 0; i < n; i++)
-			y[i] = 1.0f / (1.0f + expf(-y[i]));
+			y[i] = 1.0f / (1.0f + expf(-(y[i] + b)));
 		break;
+	default:
+		for (size_t i = 0; i < n; i++)
+			y[i] += b;
 	}
 }
 
+/* y (rows, cols) = act(y + b) with b (cols): a dense layer's output. */
+HOT static void bias_rows_act(float *y, size_t rows, size_t cols, const float *b, int act)
+{
+	for (size_t r = 0; r < rows; r++) {
+		float *p = y + r * cols;
+		if (act == DP_ACT_RELU) {
+			for (size_t j = 0; j < cols; j++) {
+				float v = p[j] + b[j];
+				p[j] = v > 0.0f ? v : 0.0f;
+			}
+		} else {
+			for (size_t j = 0; j < cols; j++)
+				p[j] += b[j];
+			if (act)
+				bias_act(p, cols, 0.0f, act);
+		}
+	}
+}
+
+static void act_apply(int act, float *y, size_t n)
+{
+	if (act)
+		bias_act(y, n, 0.0f, act);
+}
+
 /* dy *= act'(from the output y), in place. */
-static void act_grad(int act, const float *y, float *dy, size_t n)
+HOT static void act_grad(int act, const float *y, float *dy, size_t n)
 {
 	switch (act) {
 	case DP_ACT_RELU:
 		for (size_t i = 0; i < n; i++)
-			dy[i] = y[i] > 0 ? dy[i] : 0;
+			dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 		break;
 	case DP_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
@@ -126,6 +166,38 @@ static void act_grad(int act, const float *y, float *dy, size_t n)
 			dy[i] *= y[i] * (1.0f - y[i]);
 		break;
 	}
+}
+
+/* The sum of n floats in a fixed order: 16 running sums, then those in
+ * order (vectorises, and gives the same bits on every instruction set). */
+static inline float sum16(const float *p, size_t n)
+{
+	float acc[16] = {0};
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int j = 0; j < 16; j++)
+			acc[j] += p[i + j];
+	float s = 0;
+	for (int j = 0; j < 16; j++)
+		s += acc[j];
+	for (; i < n; i++)
+		s += p[i];
+	return s;
+}
+
+/* acc[r] += the sum of row r of x (rows, cols), as sum16. */
+HOT static void add_row_sums(float *acc, const float *x, size_t rows, size_t cols)
+{
+	for (size_t r = 0; r < rows; r++)
+		acc[r] += sum16(x + r * cols, cols);
+}
+
+/* acc (cols) += each row of x (rows, cols), rows in order. */
+HOT static void add_rows(float *acc, const float *x, size_t rows, size_t cols)
+{
+	for (size_t r = 0; r < rows; r++)
+		for (size_t j = 0; j < cols; j++)
+			acc[j] += x[r * cols + j];
 }
 
 static void cpu_act_fwd(dp_bectx *ctx, int act, size_t n, const float *x, float *y)
@@ -151,25 +223,15 @@ static void cpu_dense_fwd(dp_bectx *ctx, int n, int in, int out, const float *x,
 	/* y = x w^T: (n, in) (in, out) */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
 		    y, out);
-	for (int i = 0; i < n; i++) {
-		float *r = y + (size_t)i * out;
-		for (int j = 0; j < out; j++)
-			r[j] += b[j];
-		act_apply(act, r, (size_t)out);
-	}
+	bias_rows_act(y, (size_t)n, (size_t)out, b, act);
 }
 
 static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
 			  const float *y, float *dy, float *dx, float *dw, float *db, int act)
 {
-	for (int j = 0; j < out; j++)
-		db[j] = 0;
-	for (int i = 0; i < n; i++) {
-		float *r = dy + (size_t)i * out;
-		act_grad(act, y + (size_t)i * out, r, (size_t)out);
-		for (int j = 0; j < out; j++)
-			db[j] += r[j];
-	}
+	act_grad(act, y, dy, (size_t)n * out);
+	memset(db, 0, (size_t)out * sizeof *db);
+	add_rows(db, dy, (size_t)n, (size_t)out);
 	/* dw = dy^T x: (out, n) (n, in) */
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
 		    0.0f, dw, in);
@@ -198,8 +260,29 @@ static void out_range(int pad, int k, int stride, int in, int out, int *lo, int 
 	*hi = h;
 }
 
+/* y (rows, n): row r filled with v[r]. */
+HOT static void fill_rows(float *y, size_t rows, size_t n, const float *v)
+{
+	for (size_t r = 0; r < rows; r++)
+		for (size_t i = 0; i < n; i++)
+			y[r * n + i] = v[r];
+}
+
+/* Short rows: an inline loop beats a call to memcpy. */
+static inline void copy_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i];
+}
+
+static inline void add_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
 /* col (c*kh*kw, oh*ow) from one sample x (c, h, w). */
-static void im2col(const dp_conv2d *g, const float *x, float *col)
+HOT static void im2col(const dp_conv2d *g, const float *x, float *col)
 {
 	int ohw = g->oh * g->ow;
 	for (int ci = 0; ci < g->c; ci++) {
@@ -220,7 +303,7 @@ static void im2col(const dp_conv2d *g, const float *x, float *col)
 					for (int ox = 0; ox < lo; ox++)
 						r[ox] = 0;
 					if (g->sw == 1)
-						memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof *r);
+						copy_to(r + lo, xr + lo, (size_t)(hi - lo));
 					else
 						for (int ox = lo; ox < hi; ox++)
 							r[ox] = xr[ox * g->sw];
@@ -232,7 +315,7 @@ static void im2col(const dp_conv2d *g, const float *x, float *col)
 }
 
 /* dx (c, h, w) = the sum of col's entries at each input position. */
-static void col2im(const dp_conv2d *g, const float *col, float *dx)
+HOT static void col2im(const dp_conv2d *g, const float *col, float *dx)
 {
 	int ohw = g->oh * g->ow;
 	memset(dx, 0, (size_t)g->c * g->h * g->w * sizeof *dx);
@@ -251,8 +334,7 @@ static void col2im(const dp_conv2d *g, const float *col, float *dx)
 					const float *r = row + (size_t)oy * g->ow;
 					float *xr = xc + (size_t)iy * g->w - g->pw + kj;
 					if (g->sw == 1)
-						for (int ox = lo; ox < hi; ox++)
-							xr[ox] += r[ox];
+						add_to(xr + lo, r + lo, (size_t)(hi - lo));
 					else
 						for (int ox = lo; ox < hi; ox++)
 							xr[ox * g->sw] += r[ox];
@@ -290,15 +372,13 @@ static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 			im2col(g, xn, col);
 			cn = col;
 		}
-		/* y_n (k, ohw) = w (k, ckk) col (ckk, ohw) */
+		/* y_n (k, ohw) = b + w (k, ckk) col (ckk, ohw): starting from the
+		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
+		fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
-			    cn, ohw, 0.0f, yn, ohw);
-		for (int k = 0; k < g->k; k++) {
-			float *r = yn + (size_t)k * ohw, bk = b[k];
-			for (int p = 0; p < ohw; p++)
-				r[p] += bk;
-			act_apply(act, r, (size_t)ohw);
-		}
+			    cn, ohw, 1.0f, yn, ohw);
+		if (act)
+			act_apply(act, yn, ys);
 	}
 }
 
@@ -315,14 +395,8 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 	for (int s = 0; s < g->n; s++) {
 		const float *xn = x + s * xs;
 		float *dyn = dy + s * ys;
-		for (int k = 0; k < g->k; k++) {
-			float *r = dyn + (size_t)k * ohw;
-			act_grad(act, y + s * ys + (size_t)k * ohw, r, (size_t)ohw);
-			float acc = 0;
-			for (int p = 0; p < ohw; p++)
-				acc += r[p];
-			db[k] += acc;
-		}
+		act_grad(act, y + s * ys, dyn, ys);
+		add_row_sums(db, dyn, (size_t)g->k, (size_t)ohw);
 		const float *cn = xn;
 		if (!pointwise) {
 			im2col(g, xn, col);
@@ -344,10 +418,57 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 
 /* ---- pooling ------------------------------------------------------------ */
 
+/* 2x2 windows, stride 2: one output row from two input rows.  The four
+ * corners are first split into contiguous arrays, then compared in raster
+ * order with selects (the data decide them at random; branches would
+ * mispredict), so both loops vectorise. */
+#define POOL_ROW_MAX 512
+static inline void maxpool22_row(const float *r0, const float *r1, int w, int ow, float *y,
+			      int32_t *arg, int32_t base)
+{
+	float a[POOL_ROW_MAX], b[POOL_ROW_MAX], c[POOL_ROW_MAX], d[POOL_ROW_MAX];
+	for (int ox = 0; ox < ow; ox++) {
+		a[ox] = r0[2 * ox];
+		b[ox] = r0[2 * ox + 1];
+		c[ox] = r1[2 * ox];
+		d[ox] = r1[2 * ox + 1];
+	}
+	for (int ox = 0; ox < ow; ox++) {
+		int32_t i = base + 2 * ox;
+		float m = a[ox];
+		i = b[ox] > m ? base + 2 * ox + 1 : i;
+		m = b[ox] > m ? b[ox] : m;
+		i = c[ox] > m ? base + 2 * ox + w : i;
+		m = c[ox] > m ? c[ox] : m;
+		i = d[ox] > m ? base + 2 * ox + w + 1 : i;
+		m = d[ox] > m ? d[ox] : m;
+		y[ox] = m;
+		arg[ox] = i;
+	}
+}
+
+/* All planes of a 2x2, stride 2 pooling (one call: the multiversioned
+ * function is chosen once, not per row). */
+HOT static void maxpool22(const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		for (int oy = 0; oy < g->oh; oy++)
+			maxpool22_row(xp + (size_t)2 * oy * g->w, xp + (size_t)(2 * oy + 1) * g->w, g->w,
+				      g->ow, y + pl * ohw + (size_t)oy * g->ow,
+				      arg + pl * ohw + (size_t)oy * g->ow, 2 * oy * g->w);
+	}
+}
+
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg)
 {
 	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ow <= POOL_ROW_MAX) {
+		maxpool22(g, x, y, arg);
+		return;
+	}
 	for (size_t pl = 0; pl < planes; pl++) {
 		const float *xp = x + pl * hw;
 		float *yp = y + pl * ohw;
@@ -426,13 +547,15 @@ static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, 
 
 /* ---- dropout ------------------------------------------------------------ */
 
-static void dropout_apply(const dp_dropout *d, int n, const float *in, float *out)
+HOT static void dropout_apply(const dp_dropout *d, int n, const float *in, float *out)
 {
 	size_t total = (size_t)n * d->per_sample;
-	uint64_t c0 = d->sample0 * d->per_sample;
+	uint64_t c0 = d->sample0 * d->per_sample, key = d->key;
+	uint32_t thr = d->threshold;
+	float sc = d->scale;
 	for (size_t i = 0; i < total; i++) {
-		uint32_t r = (uint32_t)(dp_rng_at(d->key, c0 + i) >> 32);
-		out[i] = r >= d->threshold ? in[i] * d->scale : 0.0f;
+		uint32_t r = (uint32_t)(dp_rng_at(key, c0 + i) >> 32);
+		out[i] = r >= thr ? in[i] * sc : 0.0f;
 	}
 }
 
@@ -592,7 +715,7 @@ static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
 
 /* ---- optimizers --------------------------------------------------------- */
 
-static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
+HOT static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
 		    const dp_sgd_args *a)
 {
 	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
@@ -609,7 +732,7 @@ static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *bu
 	}
 }
 
-static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
+HOT static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
 		     const dp_adam_args *a)
 {
 	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
