@@ -510,7 +510,7 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 		if (f->count != n) {
 			snprintf(why, wl, "%s '%s' has %zu values, %zu wanted", what, fname, f->count,
 				 n);
-			return -1;
+			return -2;
 		}
 		if (f->kind == DP_KIND_FLOAT) {
 			dp_feature_floats(f, out, n);
@@ -544,7 +544,7 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 			else
 				snprintf(why, wl, "%s '%s' holds %zu bytes, %zu %s values are %zu",
 					 what, fname, len, n, dp_decode_name(raw), want);
-			return -1;
+			return -2;
 		}
 		if (es == 1) {
 			for (size_t i = 0; i < n; i++)
@@ -584,8 +584,10 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	}
 	size_t n = d->o.in_size;
 	float *x = b->x + i * n;
-	if (decode_values(d, fx, d->o.decode, "feature", d->feature, x, n, why, sizeof why) < 0)
-		return rec_err(d, src, index, offset, e, "%s (input shape: %zu values)", why, n);
+	int rc = decode_values(d, fx, d->o.decode, "feature", d->feature, x, n, why, sizeof why);
+	if (rc < 0)
+		return rec_err(d, src, index, offset, e, "%s%s", why,
+			       rc == -2 ? " (the size of the input shape)" : "");
 	float sc = (float)d->o.scale;
 	if (sc != 1.0f)
 		for (size_t j = 0; j < n; j++)
@@ -619,9 +621,10 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	} else {
 		size_t k = d->o.label_size;
 		float *t = b->t + i * k;
-		if (decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k, why, sizeof why) < 0)
-			return rec_err(d, src, index, offset, e, "%s (the model has %zu outputs)", why,
-				       k);
+		int lr = decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k, why, sizeof why);
+		if (lr < 0)
+			return rec_err(d, src, index, offset, e, "%s%s", why,
+				       lr == -2 ? " (the model's output size)" : "");
 		for (size_t j = 0; j < k; j++)
 			if (!isfinite(t[j]))
 				return rec_err(d, src, index, offset, e, "label '%s': value %zu is %s",

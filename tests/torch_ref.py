@@ -7,6 +7,8 @@
   torch_ref.py step INIT OUT DATA.npz --optimizer O --lr X --batch B --steps K [...]
                                             train K steps in torch from INIT on DATA's
                                             batches in order; compare with dp-train's OUT
+  torch_ref.py same-weights A B             exit 0 if A and B hold bit-identical weights
+  torch_ref.py finite CKPT                   exit 0 if every float tensor is finite
   torch_ref.py load CKPT                     load CKPT's weights into the Sequential
                                             with load_state_dict(strict=True); print the
                                             output of a forward pass on zeros
@@ -121,6 +123,20 @@ def state_of(tensors):
 
 def main():
     cmd = sys.argv[1]
+    if cmd == "same-weights":
+        a, _ = load_checkpoint(sys.argv[2])
+        b, _ = load_checkpoint(sys.argv[3])
+        wa = {k: v for k, v in a.items() if k[0].isdigit()}
+        wb = {k: v for k, v in b.items() if k[0].isdigit()}
+        same = wa.keys() == wb.keys() and all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
+        if not same:
+            for k in sorted(wa.keys() & wb.keys()):
+                if wa[k].tobytes() != wb[k].tobytes():
+                    print(f"# {k} differs by up to {np.max(np.abs(wa[k] - wb[k]))}")
+        sys.exit(0 if same else 1)
+    if cmd == "finite":
+        a, _ = load_checkpoint(sys.argv[2])
+        sys.exit(0 if all(np.isfinite(v).all() for v in a.values() if v.dtype.kind == "f") else 1)
     if cmd == "check":
         try:
             import torch  # noqa: F401

@@ -425,7 +425,11 @@ static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 {
 	if (!ck || O.given[opt])
 		return NULL;
-	return dp_st_meta(ck, key);
+	const char *v = dp_st_meta(ck, key);
+	char *copy = v ? strdup(v) : NULL; /* outlives the checkpoint; freed at exit */
+	if (v && !copy)
+		die("out of memory");
+	return copy;
 }
 
 static double meta_real(const dp_st *ck, const char *key, const char *v)
@@ -764,8 +768,8 @@ int main(int argc, char **argv)
 		if (O.resume) {
 			settings_from(ck);
 		} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
-			O.model = dp_st_meta(ck, "model");
-			O.input_shape = dp_st_meta(ck, "input_shape");
+			O.model = from_ckpt(ck, O_MODEL, "model");
+			O.input_shape = from_ckpt(ck, O_INPUT_SHAPE, "input_shape");
 			const char *l = dp_st_meta(ck, "loss");
 			if (l && !O.given[O_LOSS])
 				O.loss = dp_loss_parse(l);
