@@ -9,6 +9,8 @@
                                             batches in order; compare with dp-train's OUT
   torch_ref.py same-weights A B             exit 0 if A and B hold bit-identical weights
   torch_ref.py finite CKPT                   exit 0 if every float tensor is finite
+  torch_ref.py batch FILE                    run the commands of FILE, one per line (torch
+                                            imports once); print "rc N" after each
   torch_ref.py load CKPT                     load CKPT's weights into the Sequential
                                             with load_state_dict(strict=True); print the
                                             output of a forward pass on zeros
@@ -121,11 +123,24 @@ def state_of(tensors):
     return {k: torch.from_numpy(v.copy()) for k, v in tensors.items() if k[0].isdigit()}
 
 
-def main():
-    cmd = sys.argv[1]
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
+    cmd = argv[1]
+    if cmd == "batch":
+        import shlex
+        for line in open(argv[2]):
+            if not line.strip():
+                continue
+            try:
+                main(["torch_ref.py"] + shlex.split(line))
+                rc = 0
+            except SystemExit as e:
+                rc = e.code or 0
+            print(f"rc {rc}", flush=True)
+        return
     if cmd == "same-weights":
-        a, _ = load_checkpoint(sys.argv[2])
-        b, _ = load_checkpoint(sys.argv[3])
+        a, _ = load_checkpoint(argv[2])
+        b, _ = load_checkpoint(argv[3])
         wa = {k: v for k, v in a.items() if k[0].isdigit()}
         wb = {k: v for k, v in b.items() if k[0].isdigit()}
         same = wa.keys() == wb.keys() and all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
@@ -135,7 +150,7 @@ def main():
                     print(f"# {k} differs by up to {np.max(np.abs(wa[k] - wb[k]))}")
         sys.exit(0 if same else 1)
     if cmd == "finite":
-        a, _ = load_checkpoint(sys.argv[2])
+        a, _ = load_checkpoint(argv[2])
         sys.exit(0 if all(np.isfinite(v).all() for v in a.values() if v.dtype.kind == "f") else 1)
     if cmd == "check":
         try:
@@ -146,7 +161,7 @@ def main():
     import torch, torch.nn as nn
     torch.set_num_threads(1)
     if cmd == "init":
-        spec, shape, loss, seed, out = sys.argv[2:7]
+        spec, shape, loss, seed, out = argv[2:7]
         torch.manual_seed(int(seed))
         m = sequential(spec, parse_shape(shape))
         t = {k: v.detach().numpy() for k, v in m.state_dict().items()}
@@ -154,7 +169,7 @@ def main():
                                  "loss": loss})
         return
     if cmd == "load":
-        tensors, meta = load_checkpoint(sys.argv[2])
+        tensors, meta = load_checkpoint(argv[2])
         m = sequential(meta["model"], parse_shape(meta["input_shape"]))
         m.load_state_dict(state_of(tensors), strict=True)
         m.eval()
@@ -171,7 +186,7 @@ def main():
         ap.add_argument("--weight-decay", type=float, default=None)
         ap.add_argument("--loss", default="xent")
         ap.add_argument("--rtol", type=float, default=1e-4); ap.add_argument("--atol", type=float, default=None)
-        a = ap.parse_args(sys.argv[2:])
+        a = ap.parse_args(argv[2:])
         if a.atol is None:  # float32 rounding of the update itself: a fraction of lr
             a.atol = max(1e-6, 1e-3 * a.lr)
         tensors, meta = load_checkpoint(a.init)
