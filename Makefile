@@ -62,7 +62,7 @@ LINK_LIBS := $(PKG_LIBS) $(LDLIBS)
 
 SO := libdp.so.$(VERSION)
 
-.PHONY: all check unit cli asan fuzz bench demo install uninstall clean help
+.PHONY: all check unit cli asan fuzz bench learn demo install uninstall clean help
 .DELETE_ON_ERROR:
 
 ## all: build libdp (libdp.a, libdp.so, libdp.pc) and the programs
@@ -132,6 +132,10 @@ fuzz:
 ## bench: run the benchmarks under bench/ (minutes; prints ratios against peers)
 bench: all
 	$(TEST_ENV) bench/run
+
+## learn: the full Fashion-MNIST learning runs of dp-train (minutes; prints the accuracies)
+learn: all
+	$(TEST_ENV) examples/fashion-mnist.sh
 
 ## demo: the README's main job (see examples/)
 demo: all
