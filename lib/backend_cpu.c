@@ -44,6 +44,7 @@ char *openblas_get_corename(void);
 
 struct dp_bectx {
 	int threads;
+	int conv_algo; /* dp_backend_opts.conv_algo */
 };
 
 static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
@@ -53,6 +54,7 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 	if (!c)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->threads = o && o->threads > 0 ? o->threads : 1;
+	c->conv_algo = o ? o->conv_algo : 0;
 	openblas_set_num_threads(c->threads);
 	if (desc)
 		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
@@ -350,17 +352,300 @@ static int conv_is_pointwise(const dp_conv2d *g)
 	       g->oh == g->h && g->ow == g->w;
 }
 
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------
+ * A 3x3 convolution with stride 1 computes each 2x2 block of outputs from a
+ * 4x4 block of inputs with 16 multiplications per channel pair instead of
+ * 36 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2016):  Y = A^T [ sum_c (G g G^T) .* (B^T d B) ] A.  The products become
+ * 16 GEMMs, one per position of the 4x4 block, over all the tiles of a
+ * group of samples: U[xi] (cout, cin) . V[xi] (cin, tiles).  Used for the
+ * forward pass and for the input gradient (a convolution of dy with the
+ * filters flipped and transposed) of 3x3 stride-1 layers that are wide
+ * enough for the GEMMs to pay; the filter gradient stays im2col + GEMM.
+ * The rounding differs from the direct sum by a few ulps (the transforms'
+ * coefficients are 1/2 and +-1). */
+
+typedef struct wino {
+	int n, cin, h, w;    /* input (n, cin, h, w) */
+	int cout, oh, ow;    /* output (n, cout, oh, ow) */
+	int ph, pw;          /* zero padding before the input */
+	int th, tw;          /* tiles of 2x2 outputs */
+	int hp, wp;          /* padded input plane: (2 th + 2) x (2 tw + 2) */
+	int group;           /* samples per round of GEMMs */
+} wino;
+
+static int wino_fits(const dp_conv2d *g)
+{
+	return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->c >= 8 && g->k >= 8 &&
+	       g->oh * g->ow >= 16 && g->ph <= 2 && g->pw <= 2 && g->oh >= 2 && g->ow >= 2;
+}
+
+static wino wino_plan(int n, int cin, int h, int w, int cout, int oh, int ow, int ph, int pw)
+{
+	wino p = {n, cin, h, w, cout, oh, ow, ph, pw, 0, 0, 0, 0, 0};
+	p.th = (oh + 1) / 2;
+	p.tw = (ow + 1) / 2;
+	p.hp = 2 * p.th + 2;
+	p.wp = 2 * p.tw + 2;
+	int tiles = p.th * p.tw;
+	p.group = tiles >= 512 ? 1 : 512 / tiles;
+	if (p.group > n)
+		p.group = n;
+	return p;
+}
+
+static size_t wino_ws(const wino *p)
+{
+	size_t t = (size_t)p->group * p->th * p->tw;
+	return (16 * (size_t)p->cout * p->cin       /* U */
+		+ 16 * (size_t)p->cin * t           /* V */
+		+ 16 * (size_t)p->cout * t          /* M */
+		+ 16 * (size_t)(p->wp / 2)          /* input rows, split and combined */
+		+ 4 * t)                            /* the output blocks of a channel */
+	       * sizeof(float) + 64 * 8;
+}
+
+/* U[xi][o][i] = (G g G^T)[xi] for the 3x3 filter g of output o, input i:
+ * w[o][i] (flip 0: forward), or w[i][o] turned by 180 degrees (flip 1:
+ * the input gradient, where o runs over the layer's input channels). */
+HOT static void wino_filters(const float *w, int cout, int cin, int flip, float *u)
+{
+	size_t plane = (size_t)cout * cin;
+	for (int o = 0; o < cout; o++)
+		for (int i = 0; i < cin; i++) {
+			float g[9];
+			const float *src = flip ? w + ((size_t)i * cout + o) * 9 : w + ((size_t)o * cin + i) * 9;
+			for (int k = 0; k < 9; k++)
+				g[k] = flip ? src[8 - k] : src[k];
+			float t[4][3];
+			for (int j = 0; j < 3; j++) {
+				t[0][j] = g[j];
+				t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+				t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+				t[3][j] = g[6 + j];
+			}
+			for (int r = 0; r < 4; r++) {
+				float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
+					      0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
+				for (int c = 0; c < 4; c++)
+					u[(size_t)(r * 4 + c) * plane + (size_t)o * cin + i] = v[c];
+			}
+		}
+}
+
+/* Row sy of plane x (h, w), shifted right by pw and zero outside, split
+ * into its even and odd columns e, o (n = wp / 2 each). */
+static inline void wino_split_row(const wino *p, const float *x, int sy, float *restrict e,
+				  float *restrict o, int n)
+{
+	if (sy < 0 || sy >= p->h) {
+		for (int j = 0; j < n; j++)
+			e[j] = o[j] = 0.0f;
+		return;
+	}
+	const float *restrict r = x + (size_t)sy * p->w;
+	int w = p->w, pw = p->pw;
+	/* j where both 2j - pw and 2j + 1 - pw fall inside the row */
+	int lo = (pw + 1) / 2, hi = (w - 2 + pw) / 2 + 1;
+	if (hi > n)
+		hi = n;
+	if (lo > hi)
+		lo = hi;
+	for (int j = 0; j < lo; j++) {
+		int a = 2 * j - pw, b = a + 1;
+		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
+		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
+	}
+	const float *restrict q = r - pw;
+	for (int j = lo; j < hi; j++) {
+		e[j] = q[2 * j];
+		o[j] = q[2 * j + 1];
+	}
+	for (int j = hi; j < n; j++) {
+		int a = 2 * j - pw, b = a + 1;
+		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
+		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
+	}
+}
+
+static inline void wino_rows(const float *restrict r0, const float *restrict r1,
+			     const float *restrict r2, const float *restrict r3, float *restrict c0,
+			     float *restrict c1, float *restrict c2, float *restrict c3, int n)
+{
+	for (int j = 0; j < n; j++) {
+		c0[j] = r0[j] - r2[j];
+		c1[j] = r1[j] + r2[j];
+		c2[j] = r2[j] - r1[j];
+		c3[j] = r1[j] - r3[j];
+	}
+}
+
+/* Columns 2tx .. 2tx+3 of a combined row are a[tx], b[tx], a[tx+1], b[tx+1]. */
+static inline void wino_cols(const float *restrict a, const float *restrict b, float *restrict d0,
+			     float *restrict d1, float *restrict d2, float *restrict d3, int tw)
+{
+	for (int tx = 0; tx < tw; tx++) {
+		d0[tx] = a[tx] - a[tx + 1];
+		d1[tx] = b[tx] + a[tx + 1];
+		d2[tx] = a[tx + 1] - b[tx];
+		d3[tx] = b[tx] - b[tx + 1];
+	}
+}
+
+/* V[c][xi][t0 + ty tw + tx] = (B^T d B)[xi] for every tile of plane x (h,
+ * w) of channel c; v points at V[c], rows xi t apart.  Each tile row is
+ * made from four padded input rows split into even and odd columns:
+ * columns 2tx .. 2tx+3 are e[tx], o[tx], e[tx+1], o[tx+1], so every loop
+ * is contiguous. */
+HOT static void wino_input(const wino *p, const float *x, float *v, size_t t, size_t t0, float *buf)
+{
+	int n = p->wp / 2, tw = p->tw;
+	float *e[4], *o[4], *ce[4], *co[4];
+	for (int r = 0; r < 4; r++) {
+		e[r] = buf + (size_t)(2 * r) * n;
+		o[r] = e[r] + n;
+		ce[r] = buf + (size_t)(8 + 2 * r) * n;
+		co[r] = ce[r] + n;
+	}
+	for (int ty = 0; ty < p->th; ty++) {
+		for (int r = 0; r < 4; r++)
+			wino_split_row(p, x, 2 * ty + r - p->ph, e[r], o[r], n);
+		/* B^T d: combine the four rows */
+		wino_rows(e[0], e[1], e[2], e[3], ce[0], ce[1], ce[2], ce[3], n);
+		wino_rows(o[0], o[1], o[2], o[3], co[0], co[1], co[2], co[3], n);
+		/* ... B: combine the columns of each */
+		float *dst = v + t0 + (size_t)ty * tw;
+		for (int i = 0; i < 4; i++) {
+			float *d0 = dst + (size_t)(4 * i) * t;
+			wino_cols(ce[i], co[i], d0, d0 + t, d0 + 2 * t, d0 + 3 * t, tw);
+		}
+	}
+}
+
+/* Output channel o of every sample of a round: m = M[o] (16, t), row xi
+ * holding position xi of every tile; y = A^T m A + b, then act, into each
+ * sample's plane (oh, ow) at y0 + g * ystride.  One loop over all the
+ * round's tiles computes the 2x2 blocks (it vectorises); the rows are then
+ * interleaved into place, with ReLU on the way. */
+HOT static void wino_output(const wino *p, const float *m, size_t t, float b, int act, float *y0,
+			    size_t ystride, float *tmp)
+{
+	float *e0 = tmp, *o0 = e0 + t, *e1 = o0 + t, *o1 = e1 + t;
+	for (size_t i = 0; i < t; i++) {
+		float s0[4], s1[4];
+		for (int j = 0; j < 4; j++) {
+			float m0 = m[(size_t)j * t + i], m1 = m[(size_t)(4 + j) * t + i];
+			float m2 = m[(size_t)(8 + j) * t + i], m3 = m[(size_t)(12 + j) * t + i];
+			s0[j] = m0 + m1 + m2;
+			s1[j] = m1 - m2 - m3;
+		}
+		e0[i] = s0[0] + s0[1] + s0[2] + b;
+		o0[i] = s0[1] - s0[2] - s0[3] + b;
+		e1[i] = s1[0] + s1[1] + s1[2] + b;
+		o1[i] = s1[1] - s1[2] - s1[3] + b;
+	}
+	size_t tiles = (size_t)p->th * p->tw;
+	int pairs = p->ow / 2, relu = act == DP_ACT_RELU;
+	for (size_t g = 0; g < t / tiles; g++)
+		for (int ty = 0; ty < p->th; ty++)
+			for (int half = 0; half < 2 && 2 * ty + half < p->oh; half++) {
+				size_t at = g * tiles + (size_t)ty * p->tw;
+				const float *ev = (half ? e1 : e0) + at, *od = (half ? o1 : o0) + at;
+				float *row = y0 + g * ystride + (size_t)(2 * ty + half) * p->ow;
+				for (int tx = 0; tx < pairs; tx++) {
+					float a = ev[tx], c = od[tx];
+					row[2 * tx] = relu && a < 0.0f ? 0.0f : a;
+					row[2 * tx + 1] = relu && c < 0.0f ? 0.0f : c;
+				}
+				if (p->ow & 1) {
+					float a = ev[pairs];
+					row[p->ow - 1] = relu && a < 0.0f ? 0.0f : a;
+				}
+				if (act && !relu)
+					bias_act(row, (size_t)p->ow, 0.0f, act);
+			}
+}
+
+/* y = conv(x, filters u already transformed) + b, act: all samples.
+ * V (cin, 16, t) and M (cout, 16, t): the 16 GEMMs read and write them
+ * with a leading dimension of 16 t, so that one channel's 16 positions
+ * lie together for the transforms. */
+static void wino_conv(const wino *p, const float *x, const float *u, const float *b, int act,
+		      float *y, float *ws)
+{
+	size_t tiles = (size_t)p->th * p->tw, tmax = (size_t)p->group * tiles;
+	float *v = ws + 16 * (size_t)p->cout * p->cin;
+	float *m = v + 16 * (size_t)p->cin * tmax;
+	float *rows = m + 16 * (size_t)p->cout * tmax; /* 16 half rows for wino_input */
+	float *tmp = rows + 16 * (size_t)(p->wp / 2);
+	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
+	for (int s0 = 0; s0 < p->n; s0 += p->group) {
+		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
+		size_t t = (size_t)gn * tiles; /* columns of this round */
+		for (int g = 0; g < gn; g++)
+			for (int c = 0; c < p->cin; c++)
+				wino_input(p, x + (size_t)(s0 + g) * xs + (size_t)c * p->h * p->w,
+					   v + (size_t)c * 16 * t, t, (size_t)g * tiles, rows);
+		for (int xi = 0; xi < 16; xi++)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->cout, (int)t, p->cin,
+				    1.0f, u + (size_t)xi * p->cout * p->cin, p->cin, v + (size_t)xi * t,
+				    (int)(16 * t), 0.0f, m + (size_t)xi * t, (int)(16 * t));
+		for (int o = 0; o < p->cout; o++)
+			wino_output(p, m + (size_t)o * 16 * t, t, b ? b[o] : 0.0f, act,
+				    y + (size_t)s0 * ys + (size_t)o * p->oh * p->ow, ys, tmp);
+	}
+}
+
+static wino wino_fwd_plan(const dp_conv2d *g)
+{
+	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw);
+}
+
+/* The input gradient: dy (n, k, oh, ow) convolved with the flipped,
+ * transposed filters and padding 2 - p gives dx (n, c, h, w). */
+static wino wino_bwd_plan(const dp_conv2d *g)
+{
+	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw);
+}
+
+/* conv_algo of the instance: 0 automatic, 1 im2col always, 2 Winograd
+ * wherever it applies (tests compare the two).  Automatic uses it for the
+ * forward pass only: for the input gradient, whose input transform covers
+ * the layer's larger output and more channels, im2col measured faster on
+ * the machines tried (AMD Zen 4). */
+static int use_wino(const dp_bectx *ctx, const dp_conv2d *g, int backward)
+{
+	if (ctx->conv_algo == 1 || !wino_fits(g))
+		return 0;
+	return !backward || ctx->conv_algo == 2;
+}
+
 static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
 {
-	if (conv_is_pointwise(g))
-		return 0;
-	/* col and dcol of one sample */
-	return 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
+	size_t ws = conv_is_pointwise(g) ? 0
+					 : 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
+	if (use_wino(ctx, g, 0)) {
+		wino a = wino_fwd_plan(g);
+		size_t wa = wino_ws(&a);
+		ws = ws > wa ? ws : wa;
+	}
+	if (use_wino(ctx, g, 1)) {
+		wino b = wino_bwd_plan(g);
+		size_t wb = wino_ws(&b);
+		ws = ws > wb ? ws : wb;
+	}
+	return ws;
 }
 
 static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 			 const float *b, float *y, int act, void *ws)
 {
+	if (use_wino(ctx, g, 0)) {
+		wino p = wino_fwd_plan(g);
+		wino_filters(w, g->k, g->c, 0, ws);
+		wino_conv(&p, x, ws, b, act, y, ws);
+		return;
+	}
 	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
 	float *col = ws;
@@ -388,7 +673,7 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 {
 	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	int pointwise = conv_is_pointwise(g);
+	int pointwise = conv_is_pointwise(g), wino_dx = dx && use_wino(ctx, g, 1);
 	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
 	for (int k = 0; k < g->k; k++)
 		db[k] = 0;
@@ -405,7 +690,7 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 		/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f, dyn, ohw,
 			    cn, ohw, s ? 1.0f : 0.0f, dw, ckk);
-		if (!dx)
+		if (!dx || wino_dx)
 			continue;
 		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
 		float *dxn = dx + s * xs;
@@ -413,6 +698,11 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 			    ohw, 0.0f, pointwise ? dxn : dcol, ohw);
 		if (!pointwise)
 			col2im(g, dcol, dxn);
+	}
+	if (wino_dx) {
+		wino p = wino_bwd_plan(g);
+		wino_filters(w, g->c, g->k, 1, ws);
+		wino_conv(&p, dy, ws, NULL, 0, dx, ws);
 	}
 }
 

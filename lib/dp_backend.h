@@ -85,8 +85,10 @@ typedef struct dp_adam_args {
 } dp_adam_args;
 
 typedef struct dp_backend_opts {
-	int threads; /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
-	int device;  /* device ordinal (GPU backends); -1: choose (local rank) */
+	int threads;   /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
+	int device;    /* device ordinal (GPU backends); -1: choose (local rank) */
+	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
+			* faster algorithms where they apply (CPU: Winograd) */
 } dp_backend_opts;
 
 typedef struct dp_bectx dp_bectx; /* one backend instance's state */

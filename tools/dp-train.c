@@ -838,7 +838,7 @@ int main(int argc, char **argv)
 	/* backend, model, optimizer, workers */
 	const dp_backend *be = dp_backend_default();
 	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, -1};
+	dp_backend_opts bo = {O.threads, -1, 0};
 	char desc[256];
 	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
 		die("%s", e.msg);

@@ -217,6 +217,8 @@ int main(void)
 	gradcheck("conv:3:3,batchnorm,relu,flatten,dense:5,batchnorm,sigmoid,dense:3", "2x5x5",
 		  DP_LOSS_XENT, 4);
 	gradcheck("flatten,dense:4,tanh,dense:3", "2x2x2", DP_LOSS_MSE, 3);
+	/* wide enough for the CPU backend's Winograd forward pass */
+	gradcheck("conv:8:3,tanh,conv:8:3:same,relu,flatten,dense:3", "8x6x6", DP_LOSS_XENT, 2);
 	gradcheck("dropout:0.2,conv:2:3,avgpool:3:1,sigmoid,flatten,dense:4", "1x6x6",
 		  DP_LOSS_MSE, 2);
 
