@@ -11,6 +11,10 @@
 # alternating; medians and the ratio are printed, with the fraction of the
 # OpenBLAS SGEMM ceiling (measured here, one thread) that dp-train reaches.
 #
+# Memory: peak RSS of dp-train (/usr/bin/time -f %M) streaming the MLP's
+# data from stdin for 2 epochs (the second from the file cache), for a
+# dataset and one 4 times larger: it should not grow with the data.
+#
 # Model FLOPs per sample (forward + backward, multiply-add = 2):
 #   MLP: 2*(784*128 + 128*10) forward, twice that backward less the input
 #        gradient of the first layer:  6*1280 + 4*784*128 = 409,088
@@ -86,3 +90,13 @@ for model in mlp cnn; do
 		printf "%s: dp-train %.1f GFLOP/s of model math = %.0f%% of the SGEMM ceiling (%.1f GFLOP/s)\n", m, g, 100 * g / c, c
 	}'
 done
+
+if [ -x /usr/bin/time ]; then
+	for i in 1 2 3 4; do cat "$T/mlp.tfrecord"; done > "$T/big.tfrecord"
+	for f in mlp big; do
+		/usr/bin/time -f %M -o "$T/rss" $DP_TRAIN --train - --model dense:128,relu,dense:10 \
+			--input-shape 784 --batch-size 128 --epochs 2 -q --log-every 1000000 \
+			< "$T/$f.tfrecord" > /dev/null
+		echo "$f $(wc -c < "$T/$f.tfrecord") $(cat "$T/rss")"
+	done | awk '{ printf "streaming from stdin, 2 epochs: %.0f MiB of records -> peak RSS %.1f MiB\n", $2 / 1048576, $3 / 1024 }'
+fi
