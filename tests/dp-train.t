@@ -62,6 +62,7 @@ like "$out" "epoch=1 step=7 loss=" "a line closes each epoch (100 samples / 16 =
 like "$out" "epoch=1 step=7 val_loss=[0-9.]+ val_accuracy=[0-9.]+ val_samples=30" "validation line after each epoch"
 like "$out" "epoch=2 step=14 val_loss=" "second epoch validated"
 ok test -s a.st "checkpoint written"
+vline=$(echo "$out" | grep val_loss | tail -1)
 unlike "$err" $'\r' "no progress bar when stderr is not a terminal"
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 --log-format json
 is "$rc" 0 "json log"
@@ -71,6 +72,13 @@ keys = [list(json.loads(l)) for l in sys.stdin]
 assert keys[0] == ["epoch", "step", "loss", "accuracy", "lr", "samples_per_sec"], keys[0]
 assert ["epoch", "step", "val_loss", "val_accuracy", "val_samples"] in keys
 ' <<<"$out" "json lines: the same keys, valid JSON"
+run dp-train --train small.tfr --val-cmd 'cat val.tfr' "${BASE[@]}" --epochs 2 --log-every 3
+is "$(echo "$out" | grep val_loss | tail -1)" "$vline" "--val-cmd: the same validation as --val"
+dp-train --train small.tfr "${BASE[@]}" --log log2.txt -o - > stdout.st
+is "$?" 0 "-o - with --log FILE: exit 0"
+ok $PY "$DP_SRC/tests/torch_ref.py" finite stdout.st "-o -: a checkpoint on stdout"
+run dp-train --train small.tfr "${BASE[@]}" -o -
+is "$rc" 2 "-o - with the log on stdout: a usage error"
 run dp-train --train small.tfr "${BASE[@]}" --log log.txt
 is "$out" "" "--log: nothing on stdout"
 like "$(cat log.txt)" "epoch=1 step=7 loss=" "--log: lines in the file"

@@ -866,7 +866,9 @@ int main(int argc, char **argv)
 	} else {
 		dp_model_init(M, O.seed);
 	}
-	if (dp_comm_bcast(comm, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0)
+	/* every worker starts from worker 0's weights and running statistics */
+	if (dp_comm_bcast(comm, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
+	    dp_comm_bcast(comm, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
 		die("%s", e.msg);
 
 	dp_data *td = open_data(O.train, O.ntrain, O.train_cmd, 1, be, ctx, M);
