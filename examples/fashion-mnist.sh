@@ -9,10 +9,12 @@
 #   the MLP 784-128-10 for 10 epochs   must reach >= 87%
 # Prints the test accuracy after each epoch and exits non-zero when a
 # threshold is missed.  LEARN_DIR keeps the data and checkpoints (default: a
-# temporary directory), LEARN_THREADS sets --threads (default 2).
+# temporary directory), LEARN_THREADS sets --threads (default 2), LEARN_SEED
+# --seed (default 0).
 set -eu
 D=/usr/share/datasets/fashion-mnist
 THREADS=${LEARN_THREADS:-2}
+SEED=${LEARN_SEED:-0}
 if [ ! -r "$D/train-images-idx3-ubyte.gz" ]; then
 	echo "fashion-mnist.sh: $D is missing: apt-get install dataset-fashion-mnist" >&2
 	exit 1
@@ -44,7 +46,7 @@ learn() { # name epochs threshold model
 	dp-train --train "$W/train.tfrecord" --val "$W/test.tfrecord" --decode-raw uint8 \
 		--scale 1/255 --input-shape 1x28x28 --model "$4" --optimizer adam --lr 1e-3 \
 		--batch-size 128 --epochs "$2" --shuffle-buffer 60000 --threads "$THREADS" \
-		--log-every 100000 -q -o "$W/$1.safetensors" > "$W/$1.log"
+		--seed "$SEED" --log-every 100000 -q -o "$W/$1.safetensors" > "$W/$1.log"
 	t1=$(date +%s)
 	grep val_accuracy "$W/$1.log" | sed 's/^/   /'
 	acc=$(sed -n 's/.*val_accuracy=\([0-9.]*\).*/\1/p' "$W/$1.log" | tail -1)
