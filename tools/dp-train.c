@@ -421,15 +421,19 @@ static void parse_args(int argc, char **argv)
 
 /* Take a setting from the checkpoint being resumed when the command line
  * did not give it, so that `--resume ck` alone continues the same run. */
+static char *kept[64]; /* settings copied out of the checkpoint, freed at exit */
+static int nkept;
+
 static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 {
 	if (!ck || O.given[opt])
 		return NULL;
 	const char *v = dp_st_meta(ck, key);
-	char *copy = v ? strdup(v) : NULL; /* outlives the checkpoint; freed at exit */
-	if (v && !copy)
+	if (!v)
+		return NULL;
+	if (nkept == (int)(sizeof kept / sizeof kept[0]) || !(kept[nkept] = strdup(v)))
 		die("out of memory");
-	return copy;
+	return kept[nkept++];
 }
 
 static double meta_real(const dp_st *ck, const char *key, const char *v)
@@ -611,8 +615,13 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
 
 /* ---- checkpoints ---------------------------------------------------------------- */
 
+/* The run's objects, global so that they stay reachable when a message
+ * ends the program (exit does not free them; leak checkers should not
+ * count them). */
 static dp_model *M;
 static dp_optim *OPT;
+static dp_comm *COMM;
+static dp_data *TD, *VD;
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
@@ -844,7 +853,7 @@ int main(int argc, char **argv)
 		die("%s", e.msg);
 	if (dp_model_bind(M, be, ctx, O.batch, &e) < 0)
 		die("%s", e.msg);
-	dp_comm *comm = dp_comm_open(be, ctx, &e);
+	dp_comm *comm = COMM = dp_comm_open(be, ctx, &e);
 	if (!comm)
 		die("%s", e.msg);
 	OPT = dp_optim_new(&O.opt, be, ctx, dp_model_nparams(M), &e);
@@ -871,12 +880,17 @@ int main(int argc, char **argv)
 	    dp_comm_bcast(comm, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
 		die("%s", e.msg);
 
-	dp_data *td = open_data(O.train, O.ntrain, O.train_cmd, 1, be, ctx, M);
-	dp_data *vd = O.nval || O.val_cmd ? open_data(O.val, O.nval, O.val_cmd, 0, be, ctx, M) : NULL;
+	dp_data *td = TD = open_data(O.train, O.ntrain, O.train_cmd, 1, be, ctx, M);
+	dp_data *vd = VD =
+		O.nval || O.val_cmd ? open_data(O.val, O.nval, O.val_cmd, 0, be, ctx, M) : NULL;
 	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), desc,
 	     dp_comm_desc(comm), dp_data_nsources(td), dp_data_nsources(td) == 1 ? "" : "s");
 	if (ck) {
-		if (O.resume)
+		if (O.resume && ts.epoch >= O.epochs)
+			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
+			     "(more with --epochs)",
+			     dp_st_name(ck), O.epochs, ts.step);
+		else if (O.resume)
 			note("resuming %s at epoch %" PRIu64 ", step %" PRIu64, dp_st_name(ck),
 			     ts.epoch + 1, ts.step);
 		dp_st_close(ck);
@@ -979,6 +993,8 @@ int main(int argc, char **argv)
 	free((char *)last_ckpt);
 	free(O.train);
 	free(O.val);
+	while (nkept)
+		free(kept[--nkept]);
 	if (logfp != stdout && fclose(logfp) != 0)
 		die("%s: %s", O.log, strerror(errno));
 	if (fclose(stdout) != 0)
