@@ -29,6 +29,10 @@ enum dp_kind { DP_KIND_NONE = 0, DP_KIND_BYTES = 1, DP_KIND_FLOAT = 2, DP_KIND_I
 /* "bytes", "float", "int64", "none" */
 const char *dp_kind_name(int kind);
 
+/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points
+ * past U+10FFFF): the rule for feature names. */
+int dp_utf8_valid(const void *s, size_t n);
+
 typedef struct dp_feature {
 	const char *name;    /* UTF-8, not NUL-terminated: use name_len */
 	size_t name_len;
@@ -44,6 +48,9 @@ typedef struct dp_feature {
 typedef struct dp_example {
 	dp_feature *f;
 	size_t n, cap;
+	int has_features; /* the Example's `features` field is present (even if empty) */
+	uint32_t *ht;     /* private: name index past 16 features */
+	size_t htcap;
 } dp_example;
 
 /* Parse len bytes.  Returns 0, DP_EDATA with the reason in e (no file or

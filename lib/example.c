@@ -5,13 +5,40 @@
  *   Features { map<string, Feature> feature = 1 }   entry { key = 1; value = 2 }
  *   Feature  { oneof { BytesList = 1; FloatList = 2; Int64List = 3 } }
  *   *List    { repeated value = 1 }  (float, int64 packed or not)
- * A field with the wrong wire type for its number is an error, as in
- * protobuf-c; unknown field numbers are skipped.
+ *
+ * Wire rules of the view.  It accepts exactly what protobuf-c's generated
+ * parser accepts, except where protobuf-c is looser than Google's parsers
+ * (which TensorFlow uses); there the view rejects.  tests/fuzz/example.c
+ * checks this differentially, and the exceptions are these:
+ *  - a tag is a varint of at most 5 bytes with a field number from 1 to
+ *    2^29-1 (protobuf-c takes field number 0 as an unknown field and lets a
+ *    5-byte tag wrap past 32 bits): "invalid field number";
+ *  - a length prefix is a varint of at most 5 bytes below 2^32 (protobuf-c
+ *    wraps larger ones): "length prefix out of range";
+ *  - feature names are UTF-8, as proto3 strings must be, every occurrence
+ *    of a repeated key included (protobuf-c does not check).
+ * Both reject a field of a known number with the wrong wire type (Google's
+ * parsers would keep it as an unknown field), groups, and wire types 6 and 7;
+ * both skip unknown fields of the other wire types.  Varint values take at
+ * most 10 bytes, bits past the 64th dropped.
+ *
+ * Merging follows protobuf: a repeated `features` field merges, a repeated
+ * map key keeps the last entry, a Feature's value fields merge, a oneof set
+ * to another list kind replaces the earlier one, and the same list kind
+ * appearing again concatenates.  (protobuf-c keeps only the last list of a
+ * kind there; the fuzz target allows for that.)
+ *
+ * Speed: one pass, no allocation once the feature array has grown, no copy
+ * of values; varints decoded with a one-byte fast path; packed int64 lists
+ * counted by their terminating bytes; duplicate names found by a linear scan
+ * for small Examples and a hash index past DEDUP_LINEAR features.
  */
 #include "dp_example.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define DEDUP_LINEAR 16
 
 const char *dp_kind_name(int kind)
 {
@@ -34,17 +61,21 @@ typedef struct field {
 	size_t len;
 } field;
 
-/* 0 on success; -1 truncated or longer than 10 bytes.  Bits past the 64th
- * are dropped, as protobuf does. */
-static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+static const char E_NUM[] = "invalid field number";
+static const char E_LEN[] = "length prefix out of range";
+
+/* A varint of at most max bytes.  0 on success; -1 truncated or too long.
+ * Bits past the 64th are dropped, as protobuf does. */
+static int rd_varint_slow(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max)
 {
 	const uint8_t *p = *pp;
 	uint64_t v = 0;
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < max; i++) {
 		if (p >= end)
 			return -1;
 		uint8_t b = *p++;
-		v |= (uint64_t)(b & 0x7f) << (7 * i);
+		if (i < 10)
+			v |= (uint64_t)(b & 0x7f) << (7 * i);
 		if (!(b & 0x80)) {
 			*pp = p;
 			*out = v;
@@ -54,55 +85,48 @@ static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 	return -1;
 }
 
-/* Read the next field at *pp.  Returns 1 with f filled, 0 at end, -1 on a
- * malformed field (reason in *why). */
-static int rd_field(const uint8_t **pp, const uint8_t *end, field *f, const char **why)
+static inline int rd_varint_max(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max)
+{
+	const uint8_t *p = *pp;
+	if (p < end && *p < 0x80) {
+		*out = *p;
+		*pp = p + 1;
+		return 0;
+	}
+	return rd_varint_slow(pp, end, out, max);
+}
+
+static inline int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+	return rd_varint_max(pp, end, out, 10);
+}
+
+/* Read the next field at *pp (not at end).  Returns 1 with f filled, -1 on
+ * a malformed field (reason in *why). */
+static inline __attribute__((always_inline)) int rd_field_at(const uint8_t **pp, const uint8_t *end, field *f, const char **why)
 {
 	const uint8_t *p = *pp;
 	uint64_t tag;
-	if (p >= end)
-		return 0;
 	f->start = p;
-	if (rd_varint(&p, end, &tag) < 0) {
+	if (rd_varint_max(&p, end, &tag, 5) < 0) {
 		*why = "truncated or overlong tag";
 		return -1;
 	}
 	f->num = (uint32_t)(tag >> 3);
 	f->wt = (int)(tag & 7);
 	if ((tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) {
-		*why = "invalid field number";
+		*why = E_NUM;
 		return -1;
 	}
-	switch (f->wt) {
-	case 0:
-		if (rd_varint(&p, end, &f->v) < 0) {
-			*why = "truncated or overlong varint";
-			return -1;
-		}
-		break;
-	case 1:
-		if (end - p < 8) {
-			*why = "truncated fixed64";
-			return -1;
-		}
-		memcpy(&f->v, p, 8);
-		p += 8;
-		break;
-	case 5: {
-		uint32_t x;
-		if (end - p < 4) {
-			*why = "truncated fixed32";
-			return -1;
-		}
-		memcpy(&x, p, 4);
-		f->v = x;
-		p += 4;
-		break;
-	}
-	case 2: {
+	/* length-delimited first and predicted: a jump table mispredicts */
+	if (__builtin_expect(f->wt == 2, 1)) {
 		uint64_t len;
-		if (rd_varint(&p, end, &len) < 0) {
-			*why = "truncated length";
+		if (rd_varint_max(&p, end, &len, 5) < 0) {
+			*why = "truncated or overlong length";
+			return -1;
+		}
+		if (len > 0xffffffffu) {
+			*why = E_LEN;
 			return -1;
 		}
 		if (len > (uint64_t)(end - p)) {
@@ -112,18 +136,62 @@ static int rd_field(const uint8_t **pp, const uint8_t *end, field *f, const char
 		f->data = p;
 		f->len = (size_t)len;
 		p += len;
-		break;
-	}
-	case 3:
-	case 4:
-		*why = "groups are not supported";
-		return -1;
-	default:
-		*why = "invalid wire type";
+	} else if (f->wt == 0) {
+		if (rd_varint(&p, end, &f->v) < 0) {
+			*why = "truncated or overlong varint";
+			return -1;
+		}
+	} else if (f->wt == 5) {
+		uint32_t x;
+		if (end - p < 4) {
+			*why = "truncated fixed32";
+			return -1;
+		}
+		memcpy(&x, p, 4);
+		f->v = x;
+		p += 4;
+	} else if (f->wt == 1) {
+		if (end - p < 8) {
+			*why = "truncated fixed64";
+			return -1;
+		}
+		memcpy(&f->v, p, 8);
+		p += 8;
+	} else {
+		*why = f->wt == 3 || f->wt == 4 ? "groups are not supported" : "invalid wire type";
 		return -1;
 	}
 	*pp = p;
 	return 1;
+}
+
+/* The next field at *pp: 1 with f filled, 0 at end, -1 malformed. */
+static inline int rd_field(const uint8_t **pp, const uint8_t *end, field *f, const char **why)
+{
+	if (*pp >= end)
+		return 0;
+	return rd_field_at(pp, end, f, why);
+}
+
+/* Count the varints of a packed int64 list: one per byte without the
+ * continuation bit; none may run past 10 bytes or the end. */
+static inline int count_packed_varints(const uint8_t *q, size_t len, size_t *n)
+{
+	size_t cnt = 0;
+	int run = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (q[i] & 0x80) {
+			if (++run >= 10)
+				return -1;
+		} else {
+			cnt++;
+			run = 0;
+		}
+	}
+	if (run)
+		return -1;
+	*n += cnt;
+	return 0;
 }
 
 /* Validate one list message of kind k; count its values. */
@@ -131,9 +199,10 @@ static int check_list(int k, const uint8_t *p, size_t len, size_t *count, const 
 {
 	const uint8_t *end = p + len;
 	field f;
-	int rc;
 	size_t n = 0;
-	while ((rc = rd_field(&p, end, &f, why)) > 0) {
+	while (p < end) {
+		if (rd_field_at(&p, end, &f, why) < 0)
+			return -1;
 		if (f.num != 1)
 			continue;
 		if (k == DP_KIND_BYTES) {
@@ -141,35 +210,28 @@ static int check_list(int k, const uint8_t *p, size_t len, size_t *count, const 
 				goto badwt;
 			n++;
 		} else if (k == DP_KIND_FLOAT) {
-			if (f.wt == 5)
-				n++;
-			else if (f.wt == 2) {
+			if (f.wt == 2) {
 				if (f.len % 4) {
 					*why = "packed float list length is not a multiple of 4";
 					return -1;
 				}
 				n += f.len / 4;
-			} else
+			} else if (f.wt == 5)
+				n++;
+			else
 				goto badwt;
 		} else {
-			if (f.wt == 0)
-				n++;
-			else if (f.wt == 2) {
-				const uint8_t *q = f.data, *qe = f.data + f.len;
-				uint64_t v;
-				while (q < qe) {
-					if (rd_varint(&q, qe, &v) < 0) {
-						*why = "bad varint in packed int64 list";
-						return -1;
-					}
-					n++;
+			if (f.wt == 2) {
+				if (count_packed_varints(f.data, f.len, &n) < 0) {
+					*why = "bad varint in packed int64 list";
+					return -1;
 				}
-			} else
+			} else if (f.wt == 0)
+				n++;
+			else
 				goto badwt;
 		}
 	}
-	if (rc < 0)
-		return -1;
 	*count = n;
 	return 0;
 badwt:
@@ -182,8 +244,9 @@ static int check_feature(const uint8_t *p, size_t len, dp_feature *ft, const cha
 {
 	const uint8_t *end = p + len;
 	field f;
-	int rc;
-	while ((rc = rd_field(&p, end, &f, why)) > 0) {
+	while (p < end) {
+		if (rd_field_at(&p, end, &f, why) < 0)
+			return -1;
 		if (f.num < 1 || f.num > 3)
 			continue;
 		if (f.wt != 2) {
@@ -201,16 +264,27 @@ static int check_feature(const uint8_t *p, size_t len, dp_feature *ft, const cha
 			ft->count += n; /* the same member again merges */
 		}
 	}
-	return rc;
+	return 0;
 }
 
-static int valid_utf8(const uint8_t *s, size_t n)
+int dp_utf8_valid(const void *sv, size_t n)
 {
+	const uint8_t *s = sv;
 	size_t i = 0;
 	while (i < n) {
 		uint8_t c = s[i];
 		if (c < 0x80) {
 			i++;
+			if (n - i >= 8) { /* ASCII runs 8 bytes at a time */
+				uint64_t w;
+				memcpy(&w, s + i, 8);
+				while (!(w & 0x8080808080808080ull)) {
+					i += 8;
+					if (n - i < 8)
+						break;
+					memcpy(&w, s + i, 8);
+				}
+			}
 			continue;
 		}
 		size_t k;
@@ -241,57 +315,135 @@ static int valid_utf8(const uint8_t *s, size_t n)
 	return 1;
 }
 
+static uint32_t name_hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 16777619u;
+	return h;
+}
+
+/* (Re)build the hash index of ex->f[0..n) with room for twice n. */
+static int index_build(dp_example *ex)
+{
+	size_t cap = 64;
+	while (cap < ex->n * 4)
+		cap *= 2;
+	if (cap > ex->htcap) {
+		uint32_t *t = realloc(ex->ht, cap * sizeof *t);
+		if (!t)
+			return -1;
+		ex->ht = t;
+		ex->htcap = cap;
+	}
+	memset(ex->ht, 0, ex->htcap * sizeof *ex->ht);
+	for (size_t i = 0; i < ex->n; i++) {
+		size_t j = name_hash(ex->f[i].name, ex->f[i].name_len) & (ex->htcap - 1);
+		while (ex->ht[j])
+			j = (j + 1) & (ex->htcap - 1);
+		ex->ht[j] = (uint32_t)i + 1;
+	}
+	return 0;
+}
+
+/* Room for one more feature at ex->f[ex->n]. */
+static int reserve_feature(dp_example *ex)
+{
+	if (ex->n < ex->cap)
+		return 0;
+	size_t nc = ex->cap ? ex->cap * 2 : 16;
+	dp_feature *nf = realloc(ex->f, nc * sizeof *nf);
+	if (!nf)
+		return -1;
+	ex->f = nf;
+	ex->cap = nc;
+	return 0;
+}
+
+/* Keep the feature just parsed into ex->f[ex->n]: append it, or let it
+ * replace the earlier feature of the same name (which keeps its position).
+ * It is built in place, so the common case copies nothing: a struct built
+ * on the stack and copied stalls on store forwarding, a large share of
+ * the parse time. */
+static int keep_feature(dp_example *ex)
+{
+	dp_feature *ft = &ex->f[ex->n];
+	if (ex->n < DEDUP_LINEAR) {
+		for (size_t i = 0; i < ex->n; i++)
+			if (ex->f[i].name_len == ft->name_len &&
+			    memcmp(ex->f[i].name, ft->name, ft->name_len) == 0) {
+				ex->f[i] = *ft;
+				return 0;
+			}
+		ex->n++;
+		return 0;
+	}
+	if (ex->n == DEDUP_LINEAR || ex->n * 2 >= ex->htcap) {
+		if (index_build(ex) < 0)
+			return -1;
+	}
+	size_t j = name_hash(ft->name, ft->name_len) & (ex->htcap - 1);
+	for (; ex->ht[j]; j = (j + 1) & (ex->htcap - 1)) {
+		dp_feature *o = &ex->f[ex->ht[j] - 1];
+		if (o->name_len == ft->name_len && memcmp(o->name, ft->name, ft->name_len) == 0) {
+			*o = *ft;
+			return 0;
+		}
+	}
+	ex->ht[j] = (uint32_t)ex->n + 1;
+	ex->n++;
+	return 0;
+}
+
 /* One map entry: key (1) and value (2), each possibly repeated. */
 static int parse_entry(dp_example *ex, const uint8_t *p, size_t len, dp_err *e)
 {
 	const uint8_t *end = p + len;
 	const char *why = NULL;
 	field f;
-	int rc;
-	dp_feature ft = {.name = "", .name_len = 0, .kind = DP_KIND_NONE, .body = p, .body_len = len};
-	while ((rc = rd_field(&p, end, &f, &why)) > 0) {
+	if (reserve_feature(ex) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_feature *ft = &ex->f[ex->n];
+	ft->name = "";
+	ft->name_len = 0;
+	ft->kind = DP_KIND_NONE;
+	ft->count = 0;
+	ft->body = p;
+	ft->body_len = len;
+	ft->seg = 0;
+	while (p < end) {
+		if (rd_field_at(&p, end, &f, &why) < 0)
+			goto bad;
 		if (f.num == 1) {
 			if (f.wt != 2) {
 				why = "feature name has the wrong wire type";
-				break;
+				goto bad;
 			}
-			ft.name = (const char *)f.data;
-			ft.name_len = f.len;
+			/* every occurrence must be UTF-8, as in protobuf,
+			 * though only the last one counts */
+			if (!dp_utf8_valid(f.data, f.len)) {
+				why = "feature name is not valid UTF-8";
+				goto bad;
+			}
+			ft->name = (const char *)f.data;
+			ft->name_len = f.len;
 		} else if (f.num == 2) {
 			if (f.wt != 2) {
 				why = "Feature has the wrong wire type";
-				break;
+				goto bad;
 			}
 			/* every value field of the entry merges into one
 			 * Feature, as protobuf merges them; seg counts from
 			 * the entry body */
-			if (check_feature(f.data, f.len, &ft, &why) < 0) {
-				rc = -1;
-				break;
-			}
+			if (check_feature(f.data, f.len, ft, &why) < 0)
+				goto bad;
 		}
 	}
-	if (rc < 0 || why) {
-		return dp_seterr(e, DP_EDATA, "invalid Example: %s", why ? why : "malformed map entry");
-	}
-	if (!valid_utf8((const uint8_t *)ft.name, ft.name_len))
-		return dp_seterr(e, DP_EDATA, "invalid Example: feature name is not valid UTF-8");
-	/* last entry for a name wins, keeping the first position */
-	for (size_t i = 0; i < ex->n; i++)
-		if (ex->f[i].name_len == ft.name_len && memcmp(ex->f[i].name, ft.name, ft.name_len) == 0) {
-			ex->f[i] = ft;
-			return 0;
-		}
-	if (ex->n == ex->cap) {
-		size_t nc = ex->cap ? ex->cap * 2 : 16;
-		dp_feature *nf = realloc(ex->f, nc * sizeof *nf);
-		if (!nf)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		ex->f = nf;
-		ex->cap = nc;
-	}
-	ex->f[ex->n++] = ft;
+	if (keep_feature(ex) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	return 0;
+bad:
+	return dp_seterr(e, DP_EDATA, "invalid Example: %s", why);
 }
 
 int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
@@ -299,15 +451,20 @@ int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
 	const uint8_t *p = buf, *end = p + len;
 	const char *why = NULL;
 	field f, g;
-	int rc;
 	ex->n = 0;
-	while ((rc = rd_field(&p, end, &f, &why)) > 0) {
+	ex->has_features = 0;
+	while (p < end) {
+		if (rd_field_at(&p, end, &f, &why) < 0)
+			goto bad;
 		if (f.num != 1)
 			continue;
 		if (f.wt != 2)
 			return dp_seterr(e, DP_EDATA, "invalid Example: features has the wrong wire type");
+		ex->has_features = 1;
 		const uint8_t *q = f.data, *qe = f.data + f.len;
-		while ((rc = rd_field(&q, qe, &g, &why)) > 0) {
+		while (q < qe) {
+			if (rd_field_at(&q, qe, &g, &why) < 0)
+				goto bad;
 			if (g.num != 1)
 				continue;
 			if (g.wt != 2)
@@ -317,17 +474,24 @@ int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
 			if (r2 < 0)
 				return r2;
 		}
-		if (rc < 0)
-			break;
 	}
-	if (rc < 0)
-		return dp_seterr(e, DP_EDATA, "invalid Example: %s", why);
 	return 0;
+bad:
+	return dp_seterr(e, DP_EDATA, "invalid Example: %s", why);
 }
 
 const dp_feature *dp_example_get(const dp_example *ex, const char *name)
 {
 	size_t n = strlen(name);
+	if (ex->n > DEDUP_LINEAR && ex->ht) { /* the index is current after a parse */
+		size_t j = name_hash(name, n) & (ex->htcap - 1);
+		for (; ex->ht[j]; j = (j + 1) & (ex->htcap - 1)) {
+			const dp_feature *o = &ex->f[ex->ht[j] - 1];
+			if (o->name_len == n && memcmp(o->name, name, n) == 0)
+				return o;
+		}
+		return NULL;
+	}
 	for (size_t i = 0; i < ex->n; i++)
 		if (ex->f[i].name_len == n && memcmp(ex->f[i].name, name, n) == 0)
 			return &ex->f[i];
@@ -337,8 +501,10 @@ const dp_feature *dp_example_get(const dp_example *ex, const char *name)
 void dp_example_free(dp_example *ex)
 {
 	free(ex->f);
+	free(ex->ht);
 	ex->f = NULL;
-	ex->n = ex->cap = 0;
+	ex->ht = NULL;
+	ex->n = ex->cap = ex->htcap = 0;
 }
 
 /* ---- Values ------------------------------------------------------------ */
