@@ -72,7 +72,8 @@ struct dp_data {
 	dp_rng rng;
 	dp_example ex;
 	int64_t *iscratch;
-	dp_data_stats st;
+	dp_data_stats st;  /* the producer's */
+	dp_data_stats pub; /* a copy for the consumer, under mu when threaded */
 	uint64_t batch_no;
 	/* batches */
 	dp_batch *slots;
@@ -755,6 +756,7 @@ static void *producer(void *arg)
 		dp_err e;
 		int rc = fill(d, &d->slots[w], &e);
 		pthread_mutex_lock(&d->mu);
+		d->pub = d->st;
 		if (rc == 1) {
 			d->count++;
 		} else {
@@ -921,6 +923,7 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 	uint64_t cached = d->st.cached_bytes;
 	memset(&d->st, 0, sizeof d->st);
 	d->st.cached_bytes = cached;
+	d->pub = d->st;
 	for (size_t i = 0; i < d->nsrc; i++)
 		d->order[i] = i;
 	if (d->o.shuffle > 1 && d->nsrc > 1) {
@@ -983,11 +986,13 @@ int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e)
 
 void dp_data_stats_get(dp_data *d, dp_data_stats *s)
 {
-	if (d->threaded)
-		pthread_mutex_lock(&d->mu);
-	*s = d->st;
-	if (d->threaded)
-		pthread_mutex_unlock(&d->mu);
+	if (!d->threaded) {
+		*s = d->st;
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	*s = d->pub;
+	pthread_mutex_unlock(&d->mu);
 }
 
 size_t dp_data_nsources(const dp_data *d) { return d->nsrc; }

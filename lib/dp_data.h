@@ -99,6 +99,8 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e);
 /* The next batch of the epoch: 1 with *b set (valid until the next call),
  * 0 at the end of the epoch, or a negative status. */
 int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e);
+/* Counts of the epoch in progress (with a reader thread: as of the last
+ * batch it prepared; exact once dp_data_next has returned 0). */
 void dp_data_stats_get(dp_data *d, dp_data_stats *s);
 /* Number of sources found, and a description of the i-th ("a.tfrecord",
  * "stdin", "command"). */

@@ -147,7 +147,7 @@ like "$err" "stdin: a stream can be read only once" "says why"
 run dp-train --train - "${BASE[@]}" --epochs 2 --cache-limit 1k < small.tfr
 like "$err" "larger than the cache limit" "cache limit enforced with a message"
 mkfifo fifo
-(cat small.tfr > fifo &)
+(timeout 30 cat small.tfr > fifo &)
 run dp-train --train fifo "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o fifo.st
 ok $PY "$DP_SRC/tests/torch_ref.py" same-weights s0.st fifo.st "a FIFO: the same training"
 run dp-train --train-cmd 'echo {epoch} >> epochs.txt; cat small.tfr' "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o cmd.st
