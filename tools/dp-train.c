@@ -230,9 +230,12 @@ static void help(void)
 
 /* ---- messages --------------------------------------------------------------- */
 
+static void bar_clear(void);
+
 static void __attribute__((noreturn, format(printf, 2, 3))) die_code(int code, const char *fmt, ...)
 {
 	va_list ap;
+	bar_clear();
 	fflush(stdout);
 	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
