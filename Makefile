@@ -33,7 +33,7 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-PKGS := libprotobuf-c zlib jansson libpcre2-8
+PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)
@@ -62,7 +62,7 @@ LINK_LIBS := $(PKG_LIBS) $(LDLIBS)
 
 SO := libdp.so.$(VERSION)
 
-.PHONY: all check unit cli asan fuzz bench demo install uninstall clean help
+.PHONY: all check unit cli asan fuzz bench learn demo install uninstall clean help
 .DELETE_ON_ERROR:
 
 ## all: build libdp (libdp.a, libdp.so, libdp.pc) and the programs
@@ -79,6 +79,9 @@ $(O)/lib/example.pb-c.o: $(GEN)/example.pb-c.c
 $(O)/lib/%.o: lib/%.c $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+# The CPU backend's elementwise loops are written to vectorise (lib/backend_cpu.c).
+$(O)/lib/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@
@@ -129,6 +132,10 @@ fuzz: all
 ## bench: run the benchmarks under bench/ (minutes; prints ratios against peers)
 bench: all
 	$(TEST_ENV) bench/run
+
+## learn: the full Fashion-MNIST learning runs of dp-train (minutes; prints the accuracies)
+learn: all
+	$(TEST_ENV) examples/fashion-mnist.sh
 
 ## demo: the README's main job (see examples/)
 demo: all

@@ -1,0 +1,1078 @@
+/*
+ * backend_cpu.c - the CPU backend: OpenBLAS SGEMM and plain C loops.
+ *
+ * The reference backend (see dp_backend.h).  Where the time goes, and how
+ * it is spent well:
+ *  - dense layers are one SGEMM each way over the whole batch;
+ *  - convolutions are im2col + SGEMM one sample at a time, NCHW: the
+ *    sample's column matrix (c*kh*kw, oh*ow) stays in the L2 cache, the
+ *    GEMM output is the sample's NCHW block directly (no transpose), and
+ *    bias and activation are applied while that block is still in cache;
+ *    the backward pass rebuilds the columns instead of keeping a
+ *    batch-sized copy;
+ *  - elementwise work is fused where a layer allows (bias + activation,
+ *    activation derivative + bias gradient), and nothing is cleared that
+ *    is about to be overwritten.
+ * Everything runs in the calling thread except SGEMM, which uses the
+ * threads given to open() (1 by default: bit-reproducible and the fair
+ * one-core comparison).  Summation orders are fixed, so results are
+ * deterministic.
+ */
+#define _GNU_SOURCE
+#include "dp_backend.h"
+#include "dp_rng.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64 and
+ * the best is picked at load time (GCC function multiversioning); the
+ * Makefile builds this file with -O3 so they vectorise. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(DP_NO_CLONES)
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
+/* OpenBLAS extensions (declared in its cblas.h; repeated for other BLAS
+ * headers that lack them). */
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+
+struct dp_bectx {
+	int threads;
+	int conv_algo; /* dp_backend_opts.conv_algo */
+};
+
+static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
+		    dp_err *e)
+{
+	dp_bectx *c = calloc(1, sizeof *c);
+	if (!c)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	c->threads = o && o->threads > 0 ? o->threads : 1;
+	c->conv_algo = o ? o->conv_algo : 0;
+	openblas_set_num_threads(c->threads);
+	if (desc)
+		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
+			 openblas_get_corename(), c->threads, c->threads == 1 ? "" : "s");
+	*ctx = c;
+	return DP_OK;
+}
+
+static void cpu_close(dp_bectx *ctx) { free(ctx); }
+
+static void *cpu_alloc(dp_bectx *ctx, size_t bytes)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64))
+		return NULL;
+	return p;
+}
+
+static void cpu_free(dp_bectx *ctx, void *p) { free(p); }
+
+static void cpu_upload(dp_bectx *ctx, void *dev, const void *host, size_t bytes)
+{
+	if (bytes && dev != host)
+		memcpy(dev, host, bytes);
+}
+
+static const void *cpu_stage(dp_bectx *ctx, void *dev, const void *host, size_t bytes)
+{
+	return host; /* the CPU reads host memory where it is */
+}
+
+static int cpu_sync(dp_bectx *ctx, dp_err *e) { return DP_OK; }
+
+static void cpu_fill(dp_bectx *ctx, float *p, float v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = v;
+}
+
+static void cpu_scale(dp_bectx *ctx, float *p, float s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] *= s;
+}
+
+/* ---- activations ---------------------------------------------------- */
+
+/* y = act(y + b) over n elements (b a scalar: one conv channel). */
+HOT static void bias_act(float *y, size_t n, float b, int act)
+{
+	switch (act) {
+	case DP_ACT_RELU:
+		for (size_t i = 0; i < n; i++) {
+			float v = y[i] + b;
+			y[i] = v > 0.0f ? v : 0.0f;
+		}
+		break;
+	case DP_ACT_TANH:
+		for (size_t i = 0; i < n; i++)
+			y[i] = tanhf(y[i] + b);
+		break;
+	case DP_ACT_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			y[i] = 1.0f / (1.0f + expf(-(y[i] + b)));
+		break;
+	default:
+		for (size_t i = 0; i < n; i++)
+			y[i] += b;
+	}
+}
+
+/* y (rows, cols) = act(y + b) with b (cols): a dense layer's output. */
+HOT static void bias_rows_act(float *y, size_t rows, size_t cols, const float *b, int act)
+{
+	for (size_t r = 0; r < rows; r++) {
+		float *p = y + r * cols;
+		if (act == DP_ACT_RELU) {
+			for (size_t j = 0; j < cols; j++) {
+				float v = p[j] + b[j];
+				p[j] = v > 0.0f ? v : 0.0f;
+			}
+		} else {
+			for (size_t j = 0; j < cols; j++)
+				p[j] += b[j];
+			if (act)
+				bias_act(p, cols, 0.0f, act);
+		}
+	}
+}
+
+static void act_apply(int act, float *y, size_t n)
+{
+	if (act)
+		bias_act(y, n, 0.0f, act);
+}
+
+/* dy *= act'(from the output y), in place. */
+HOT static void act_grad(int act, const float *y, float *dy, size_t n)
+{
+	switch (act) {
+	case DP_ACT_RELU:
+		for (size_t i = 0; i < n; i++)
+			dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+		break;
+	case DP_ACT_TANH:
+		for (size_t i = 0; i < n; i++)
+			dy[i] *= 1.0f - y[i] * y[i];
+		break;
+	case DP_ACT_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			dy[i] *= y[i] * (1.0f - y[i]);
+		break;
+	}
+}
+
+/* The sum of n floats in a fixed order: 16 running sums, then those in
+ * order (vectorises, and gives the same bits on every instruction set). */
+static inline float sum16(const float *p, size_t n)
+{
+	float acc[16] = {0};
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int j = 0; j < 16; j++)
+			acc[j] += p[i + j];
+	float s = 0;
+	for (int j = 0; j < 16; j++)
+		s += acc[j];
+	for (; i < n; i++)
+		s += p[i];
+	return s;
+}
+
+/* acc[r] += the sum of row r of x (rows, cols), as sum16. */
+HOT static void add_row_sums(float *acc, const float *x, size_t rows, size_t cols)
+{
+	for (size_t r = 0; r < rows; r++)
+		acc[r] += sum16(x + r * cols, cols);
+}
+
+/* acc (cols) += each row of x (rows, cols), rows in order. */
+HOT static void add_rows(float *acc, const float *x, size_t rows, size_t cols)
+{
+	for (size_t r = 0; r < rows; r++)
+		for (size_t j = 0; j < cols; j++)
+			acc[j] += x[r * cols + j];
+}
+
+static void cpu_act_fwd(dp_bectx *ctx, int act, size_t n, const float *x, float *y)
+{
+	if (x != y)
+		memcpy(y, x, n * sizeof *y);
+	act_apply(act, y, n);
+}
+
+static void cpu_act_bwd(dp_bectx *ctx, int act, size_t n, const float *y, const float *dy,
+			float *dx)
+{
+	if (dx != dy)
+		memcpy(dx, dy, n * sizeof *dx);
+	act_grad(act, y, dx, n);
+}
+
+/* ---- dense ------------------------------------------------------------ */
+
+static void cpu_dense_fwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *b, float *y, int act)
+{
+	/* y = x w^T: (n, in) (in, out) */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
+		    y, out);
+	bias_rows_act(y, (size_t)n, (size_t)out, b, act);
+}
+
+static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *y, float *dy, float *dx, float *dw, float *db, int act)
+{
+	act_grad(act, y, dy, (size_t)n * out);
+	memset(db, 0, (size_t)out * sizeof *db);
+	add_rows(db, dy, (size_t)n, (size_t)out);
+	/* dw = dy^T x: (out, n) (n, in) */
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+		    0.0f, dw, in);
+	/* dx = dy w: (n, out) (out, in) */
+	if (dx)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
+			    in, 0.0f, dx, in);
+}
+
+/* ---- convolution ------------------------------------------------------- */
+
+/* Columns of one input position (ki, kj) of the kernel: output x ranges
+ * [lo, hi) read inside the image; the rest is padding. */
+static void out_range(int pad, int k, int stride, int in, int out, int *lo, int *hi)
+{
+	/* ix = ox * stride - pad + k must lie in [0, in) */
+	int l = pad - k > 0 ? (pad - k + stride - 1) / stride : 0;
+	int h = (in + pad - k + stride - 1) / stride; /* first ox with ix >= in */
+	if (h > out)
+		h = out;
+	if (h < l)
+		h = l;
+	if (l > out)
+		l = out;
+	*lo = l;
+	*hi = h;
+}
+
+/* y (rows, n): row r filled with v[r]. */
+HOT static void fill_rows(float *y, size_t rows, size_t n, const float *v)
+{
+	for (size_t r = 0; r < rows; r++)
+		for (size_t i = 0; i < n; i++)
+			y[r * n + i] = v[r];
+}
+
+/* Short rows: an inline loop beats a call to memcpy. */
+static inline void copy_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i];
+}
+
+static inline void add_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+/* col (c*kh*kw, oh*ow) from one sample x (c, h, w). */
+HOT static void im2col(const dp_conv2d *g, const float *x, float *col)
+{
+	int ohw = g->oh * g->ow;
+	for (int ci = 0; ci < g->c; ci++) {
+		const float *xc = x + (size_t)ci * g->h * g->w;
+		for (int ki = 0; ki < g->kh; ki++)
+			for (int kj = 0; kj < g->kw; kj++) {
+				float *row = col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
+				int lo, hi;
+				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
+				for (int oy = 0; oy < g->oh; oy++) {
+					float *r = row + (size_t)oy * g->ow;
+					int iy = oy * g->sh - g->ph + ki;
+					if (iy < 0 || iy >= g->h) {
+						memset(r, 0, (size_t)g->ow * sizeof *r);
+						continue;
+					}
+					const float *xr = xc + (size_t)iy * g->w - g->pw + kj;
+					for (int ox = 0; ox < lo; ox++)
+						r[ox] = 0;
+					if (g->sw == 1)
+						copy_to(r + lo, xr + lo, (size_t)(hi - lo));
+					else
+						for (int ox = lo; ox < hi; ox++)
+							r[ox] = xr[ox * g->sw];
+					for (int ox = hi; ox < g->ow; ox++)
+						r[ox] = 0;
+				}
+			}
+	}
+}
+
+/* dx (c, h, w) = the sum of col's entries at each input position. */
+HOT static void col2im(const dp_conv2d *g, const float *col, float *dx)
+{
+	int ohw = g->oh * g->ow;
+	memset(dx, 0, (size_t)g->c * g->h * g->w * sizeof *dx);
+	for (int ci = 0; ci < g->c; ci++) {
+		float *xc = dx + (size_t)ci * g->h * g->w;
+		for (int ki = 0; ki < g->kh; ki++)
+			for (int kj = 0; kj < g->kw; kj++) {
+				const float *row =
+					col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
+				int lo, hi;
+				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
+				for (int oy = 0; oy < g->oh; oy++) {
+					int iy = oy * g->sh - g->ph + ki;
+					if (iy < 0 || iy >= g->h)
+						continue;
+					const float *r = row + (size_t)oy * g->ow;
+					float *xr = xc + (size_t)iy * g->w - g->pw + kj;
+					if (g->sw == 1)
+						add_to(xr + lo, r + lo, (size_t)(hi - lo));
+					else
+						for (int ox = lo; ox < hi; ox++)
+							xr[ox * g->sw] += r[ox];
+				}
+			}
+	}
+}
+
+/* A 1x1 convolution with stride 1 and no padding reads x as its columns. */
+static int conv_is_pointwise(const dp_conv2d *g)
+{
+	return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+	       g->oh == g->h && g->ow == g->w;
+}
+
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------
+ * A 3x3 convolution with stride 1 computes each 2x2 block of outputs from a
+ * 4x4 block of inputs with 16 multiplications per channel pair instead of
+ * 36 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2016):  Y = A^T [ sum_c (G g G^T) .* (B^T d B) ] A.  The products become
+ * 16 GEMMs, one per position of the 4x4 block, over all the tiles of a
+ * group of samples: U[xi] (cout, cin) . V[xi] (cin, tiles).  Used for the
+ * forward pass and for the input gradient (a convolution of dy with the
+ * filters flipped and transposed) of 3x3 stride-1 layers that are wide
+ * enough for the GEMMs to pay; the filter gradient stays im2col + GEMM.
+ * The rounding differs from the direct sum by a few ulps (the transforms'
+ * coefficients are 1/2 and +-1). */
+
+typedef struct wino {
+	int n, cin, h, w;    /* input (n, cin, h, w) */
+	int cout, oh, ow;    /* output (n, cout, oh, ow) */
+	int ph, pw;          /* zero padding before the input */
+	int th, tw;          /* tiles of 2x2 outputs */
+	int hp, wp;          /* padded input plane: (2 th + 2) x (2 tw + 2) */
+	int group;           /* samples per round of GEMMs */
+} wino;
+
+static int wino_fits(const dp_conv2d *g)
+{
+	return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->c >= 8 && g->k >= 8 &&
+	       g->oh * g->ow >= 16 && g->ph <= 2 && g->pw <= 2 && g->oh >= 2 && g->ow >= 2;
+}
+
+static wino wino_plan(int n, int cin, int h, int w, int cout, int oh, int ow, int ph, int pw)
+{
+	wino p = {n, cin, h, w, cout, oh, ow, ph, pw, 0, 0, 0, 0, 0};
+	p.th = (oh + 1) / 2;
+	p.tw = (ow + 1) / 2;
+	p.hp = 2 * p.th + 2;
+	p.wp = 2 * p.tw + 2;
+	int tiles = p.th * p.tw;
+	p.group = tiles >= 512 ? 1 : 512 / tiles;
+	if (p.group > n)
+		p.group = n;
+	return p;
+}
+
+static size_t wino_ws(const wino *p)
+{
+	size_t t = (size_t)p->group * p->th * p->tw;
+	return (16 * (size_t)p->cout * p->cin       /* U */
+		+ 16 * (size_t)p->cin * t           /* V */
+		+ 16 * (size_t)p->cout * t          /* M */
+		+ 16 * (size_t)(p->wp / 2)          /* input rows, split and combined */
+		+ 4 * t)                            /* the output blocks of a channel */
+	       * sizeof(float) + 64 * 8;
+}
+
+/* U[xi][o][i] = (G g G^T)[xi] for the 3x3 filter g of output o, input i:
+ * w[o][i] (flip 0: forward), or w[i][o] turned by 180 degrees (flip 1:
+ * the input gradient, where o runs over the layer's input channels). */
+HOT static void wino_filters(const float *w, int cout, int cin, int flip, float *u)
+{
+	size_t plane = (size_t)cout * cin;
+	for (int o = 0; o < cout; o++)
+		for (int i = 0; i < cin; i++) {
+			float g[9];
+			const float *src = flip ? w + ((size_t)i * cout + o) * 9 : w + ((size_t)o * cin + i) * 9;
+			for (int k = 0; k < 9; k++)
+				g[k] = flip ? src[8 - k] : src[k];
+			float t[4][3];
+			for (int j = 0; j < 3; j++) {
+				t[0][j] = g[j];
+				t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+				t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+				t[3][j] = g[6 + j];
+			}
+			for (int r = 0; r < 4; r++) {
+				float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
+					      0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
+				for (int c = 0; c < 4; c++)
+					u[(size_t)(r * 4 + c) * plane + (size_t)o * cin + i] = v[c];
+			}
+		}
+}
+
+/* Row sy of plane x (h, w), shifted right by pw and zero outside, split
+ * into its even and odd columns e, o (n = wp / 2 each). */
+static inline void wino_split_row(const wino *p, const float *x, int sy, float *restrict e,
+				  float *restrict o, int n)
+{
+	if (sy < 0 || sy >= p->h) {
+		for (int j = 0; j < n; j++)
+			e[j] = o[j] = 0.0f;
+		return;
+	}
+	const float *restrict r = x + (size_t)sy * p->w;
+	int w = p->w, pw = p->pw;
+	/* j where both 2j - pw and 2j + 1 - pw fall inside the row */
+	int lo = (pw + 1) / 2, hi = (w - 2 + pw) / 2 + 1;
+	if (hi > n)
+		hi = n;
+	if (lo > hi)
+		lo = hi;
+	for (int j = 0; j < lo; j++) {
+		int a = 2 * j - pw, b = a + 1;
+		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
+		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
+	}
+	const float *restrict q = r - pw;
+	for (int j = lo; j < hi; j++) {
+		e[j] = q[2 * j];
+		o[j] = q[2 * j + 1];
+	}
+	for (int j = hi; j < n; j++) {
+		int a = 2 * j - pw, b = a + 1;
+		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
+		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
+	}
+}
+
+static inline void wino_rows(const float *restrict r0, const float *restrict r1,
+			     const float *restrict r2, const float *restrict r3, float *restrict c0,
+			     float *restrict c1, float *restrict c2, float *restrict c3, int n)
+{
+	for (int j = 0; j < n; j++) {
+		c0[j] = r0[j] - r2[j];
+		c1[j] = r1[j] + r2[j];
+		c2[j] = r2[j] - r1[j];
+		c3[j] = r1[j] - r3[j];
+	}
+}
+
+/* Columns 2tx .. 2tx+3 of a combined row are a[tx], b[tx], a[tx+1], b[tx+1]. */
+static inline void wino_cols(const float *restrict a, const float *restrict b, float *restrict d0,
+			     float *restrict d1, float *restrict d2, float *restrict d3, int tw)
+{
+	for (int tx = 0; tx < tw; tx++) {
+		d0[tx] = a[tx] - a[tx + 1];
+		d1[tx] = b[tx] + a[tx + 1];
+		d2[tx] = a[tx + 1] - b[tx];
+		d3[tx] = b[tx] - b[tx + 1];
+	}
+}
+
+/* V[c][xi][t0 + ty tw + tx] = (B^T d B)[xi] for every tile of plane x (h,
+ * w) of channel c; v points at V[c], rows xi t apart.  Each tile row is
+ * made from four padded input rows split into even and odd columns:
+ * columns 2tx .. 2tx+3 are e[tx], o[tx], e[tx+1], o[tx+1], so every loop
+ * is contiguous. */
+HOT static void wino_input(const wino *p, const float *x, float *v, size_t t, size_t t0, float *buf)
+{
+	int n = p->wp / 2, tw = p->tw;
+	float *e[4], *o[4], *ce[4], *co[4];
+	for (int r = 0; r < 4; r++) {
+		e[r] = buf + (size_t)(2 * r) * n;
+		o[r] = e[r] + n;
+		ce[r] = buf + (size_t)(8 + 2 * r) * n;
+		co[r] = ce[r] + n;
+	}
+	for (int ty = 0; ty < p->th; ty++) {
+		for (int r = 0; r < 4; r++)
+			wino_split_row(p, x, 2 * ty + r - p->ph, e[r], o[r], n);
+		/* B^T d: combine the four rows */
+		wino_rows(e[0], e[1], e[2], e[3], ce[0], ce[1], ce[2], ce[3], n);
+		wino_rows(o[0], o[1], o[2], o[3], co[0], co[1], co[2], co[3], n);
+		/* ... B: combine the columns of each */
+		float *dst = v + t0 + (size_t)ty * tw;
+		for (int i = 0; i < 4; i++) {
+			float *d0 = dst + (size_t)(4 * i) * t;
+			wino_cols(ce[i], co[i], d0, d0 + t, d0 + 2 * t, d0 + 3 * t, tw);
+		}
+	}
+}
+
+/* Output channel o of every sample of a round: m = M[o] (16, t), row xi
+ * holding position xi of every tile; y = A^T m A + b, then act, into each
+ * sample's plane (oh, ow) at y0 + g * ystride.  One loop over all the
+ * round's tiles computes the 2x2 blocks (it vectorises); the rows are then
+ * interleaved into place, with ReLU on the way. */
+HOT static void wino_output(const wino *p, const float *m, size_t t, float b, int act, float *y0,
+			    size_t ystride, float *tmp)
+{
+	float *e0 = tmp, *o0 = e0 + t, *e1 = o0 + t, *o1 = e1 + t;
+	for (size_t i = 0; i < t; i++) {
+		float s0[4], s1[4];
+		for (int j = 0; j < 4; j++) {
+			float m0 = m[(size_t)j * t + i], m1 = m[(size_t)(4 + j) * t + i];
+			float m2 = m[(size_t)(8 + j) * t + i], m3 = m[(size_t)(12 + j) * t + i];
+			s0[j] = m0 + m1 + m2;
+			s1[j] = m1 - m2 - m3;
+		}
+		e0[i] = s0[0] + s0[1] + s0[2] + b;
+		o0[i] = s0[1] - s0[2] - s0[3] + b;
+		e1[i] = s1[0] + s1[1] + s1[2] + b;
+		o1[i] = s1[1] - s1[2] - s1[3] + b;
+	}
+	size_t tiles = (size_t)p->th * p->tw;
+	int pairs = p->ow / 2, relu = act == DP_ACT_RELU;
+	for (size_t g = 0; g < t / tiles; g++)
+		for (int ty = 0; ty < p->th; ty++)
+			for (int half = 0; half < 2 && 2 * ty + half < p->oh; half++) {
+				size_t at = g * tiles + (size_t)ty * p->tw;
+				const float *ev = (half ? e1 : e0) + at, *od = (half ? o1 : o0) + at;
+				float *row = y0 + g * ystride + (size_t)(2 * ty + half) * p->ow;
+				for (int tx = 0; tx < pairs; tx++) {
+					float a = ev[tx], c = od[tx];
+					row[2 * tx] = relu && a < 0.0f ? 0.0f : a;
+					row[2 * tx + 1] = relu && c < 0.0f ? 0.0f : c;
+				}
+				if (p->ow & 1) {
+					float a = ev[pairs];
+					row[p->ow - 1] = relu && a < 0.0f ? 0.0f : a;
+				}
+				if (act && !relu)
+					bias_act(row, (size_t)p->ow, 0.0f, act);
+			}
+}
+
+/* y = conv(x, filters u already transformed) + b, act: all samples.
+ * V (cin, 16, t) and M (cout, 16, t): the 16 GEMMs read and write them
+ * with a leading dimension of 16 t, so that one channel's 16 positions
+ * lie together for the transforms. */
+static void wino_conv(const wino *p, const float *x, const float *u, const float *b, int act,
+		      float *y, float *ws)
+{
+	size_t tiles = (size_t)p->th * p->tw, tmax = (size_t)p->group * tiles;
+	float *v = ws + 16 * (size_t)p->cout * p->cin;
+	float *m = v + 16 * (size_t)p->cin * tmax;
+	float *rows = m + 16 * (size_t)p->cout * tmax; /* 16 half rows for wino_input */
+	float *tmp = rows + 16 * (size_t)(p->wp / 2);
+	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
+	for (int s0 = 0; s0 < p->n; s0 += p->group) {
+		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
+		size_t t = (size_t)gn * tiles; /* columns of this round */
+		for (int g = 0; g < gn; g++)
+			for (int c = 0; c < p->cin; c++)
+				wino_input(p, x + (size_t)(s0 + g) * xs + (size_t)c * p->h * p->w,
+					   v + (size_t)c * 16 * t, t, (size_t)g * tiles, rows);
+		for (int xi = 0; xi < 16; xi++)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->cout, (int)t, p->cin,
+				    1.0f, u + (size_t)xi * p->cout * p->cin, p->cin, v + (size_t)xi * t,
+				    (int)(16 * t), 0.0f, m + (size_t)xi * t, (int)(16 * t));
+		for (int o = 0; o < p->cout; o++)
+			wino_output(p, m + (size_t)o * 16 * t, t, b ? b[o] : 0.0f, act,
+				    y + (size_t)s0 * ys + (size_t)o * p->oh * p->ow, ys, tmp);
+	}
+}
+
+static wino wino_fwd_plan(const dp_conv2d *g)
+{
+	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw);
+}
+
+/* The input gradient: dy (n, k, oh, ow) convolved with the flipped,
+ * transposed filters and padding 2 - p gives dx (n, c, h, w). */
+static wino wino_bwd_plan(const dp_conv2d *g)
+{
+	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw);
+}
+
+/* conv_algo of the instance: 0 automatic, 1 im2col always, 2 Winograd
+ * wherever it applies (tests compare the two).  Automatic uses it for the
+ * forward pass only: for the input gradient, whose input transform covers
+ * the layer's larger output and more channels, im2col measured faster on
+ * the machines tried (AMD Zen 4). */
+static int use_wino(const dp_bectx *ctx, const dp_conv2d *g, int backward)
+{
+	if (ctx->conv_algo == 1 || !wino_fits(g))
+		return 0;
+	return !backward || ctx->conv_algo == 2;
+}
+
+static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
+{
+	size_t ws = conv_is_pointwise(g) ? 0
+					 : 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
+	if (use_wino(ctx, g, 0)) {
+		wino a = wino_fwd_plan(g);
+		size_t wa = wino_ws(&a);
+		ws = ws > wa ? ws : wa;
+	}
+	if (use_wino(ctx, g, 1)) {
+		wino b = wino_bwd_plan(g);
+		size_t wb = wino_ws(&b);
+		ws = ws > wb ? ws : wb;
+	}
+	return ws;
+}
+
+static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *b, float *y, int act, void *ws)
+{
+	if (use_wino(ctx, g, 0)) {
+		wino p = wino_fwd_plan(g);
+		wino_filters(w, g->k, g->c, 0, ws);
+		wino_conv(&p, x, ws, b, act, y, ws);
+		return;
+	}
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
+	float *col = ws;
+	for (int s = 0; s < g->n; s++) {
+		const float *xn = x + s * xs;
+		float *yn = y + s * ys;
+		const float *cn = xn;
+		if (!conv_is_pointwise(g)) {
+			im2col(g, xn, col);
+			cn = col;
+		}
+		/* y_n (k, ohw) = b + w (k, ckk) col (ckk, ohw): starting from the
+		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
+		fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
+			    cn, ohw, 1.0f, yn, ohw);
+		if (act)
+			act_apply(act, yn, ys);
+	}
+}
+
+static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
+			 void *ws)
+{
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
+	int pointwise = conv_is_pointwise(g), wino_dx = dx && use_wino(ctx, g, 1);
+	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
+	for (int k = 0; k < g->k; k++)
+		db[k] = 0;
+	for (int s = 0; s < g->n; s++) {
+		const float *xn = x + s * xs;
+		float *dyn = dy + s * ys;
+		act_grad(act, y + s * ys, dyn, ys);
+		add_row_sums(db, dyn, (size_t)g->k, (size_t)ohw);
+		const float *cn = xn;
+		if (!pointwise) {
+			im2col(g, xn, col);
+			cn = col;
+		}
+		/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f, dyn, ohw,
+			    cn, ohw, s ? 1.0f : 0.0f, dw, ckk);
+		if (!dx || wino_dx)
+			continue;
+		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
+		float *dxn = dx + s * xs;
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, w, ckk, dyn,
+			    ohw, 0.0f, pointwise ? dxn : dcol, ohw);
+		if (!pointwise)
+			col2im(g, dcol, dxn);
+	}
+	if (wino_dx) {
+		wino p = wino_bwd_plan(g);
+		wino_filters(w, g->c, g->k, 1, ws);
+		wino_conv(&p, dy, ws, NULL, 0, dx, ws);
+	}
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+/* 2x2 windows, stride 2: one output row from two input rows.  The four
+ * corners are first split into contiguous arrays, then compared in raster
+ * order with selects (the data decide them at random; branches would
+ * mispredict), so both loops vectorise. */
+#define POOL_ROW_MAX 512
+static inline void maxpool22_row(const float *r0, const float *r1, int w, int ow, float *y,
+			      int32_t *arg, int32_t base)
+{
+	float a[POOL_ROW_MAX], b[POOL_ROW_MAX], c[POOL_ROW_MAX], d[POOL_ROW_MAX];
+	for (int ox = 0; ox < ow; ox++) {
+		a[ox] = r0[2 * ox];
+		b[ox] = r0[2 * ox + 1];
+		c[ox] = r1[2 * ox];
+		d[ox] = r1[2 * ox + 1];
+	}
+	for (int ox = 0; ox < ow; ox++) {
+		int32_t i = base + 2 * ox;
+		float m = a[ox];
+		i = b[ox] > m ? base + 2 * ox + 1 : i;
+		m = b[ox] > m ? b[ox] : m;
+		i = c[ox] > m ? base + 2 * ox + w : i;
+		m = c[ox] > m ? c[ox] : m;
+		i = d[ox] > m ? base + 2 * ox + w + 1 : i;
+		m = d[ox] > m ? d[ox] : m;
+		y[ox] = m;
+		arg[ox] = i;
+	}
+}
+
+/* All planes of a 2x2, stride 2 pooling (one call: the multiversioned
+ * function is chosen once, not per row). */
+HOT static void maxpool22(const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		for (int oy = 0; oy < g->oh; oy++)
+			maxpool22_row(xp + (size_t)2 * oy * g->w, xp + (size_t)(2 * oy + 1) * g->w, g->w,
+				      g->ow, y + pl * ohw + (size_t)oy * g->ow,
+				      arg + pl * ohw + (size_t)oy * g->ow, 2 * oy * g->w);
+	}
+}
+
+static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
+			    int32_t *arg)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ow <= POOL_ROW_MAX) {
+		maxpool22(g, x, y, arg);
+		return;
+	}
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		float *yp = y + pl * ohw;
+		int32_t *ap = arg + pl * ohw;
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				int y0 = oy * g->sh, x0 = ox * g->sw;
+				int best = y0 * g->w + x0;
+				float m = xp[best];
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++) {
+						int idx = (y0 + i) * g->w + x0 + j;
+						/* NaN propagates, as in PyTorch */
+						if (xp[idx] > m || isnan(xp[idx])) {
+							m = xp[idx];
+							best = idx;
+						}
+					}
+				yp[oy * g->ow + ox] = m;
+				ap[oy * g->ow + ox] = best;
+			}
+	}
+}
+
+static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
+			    float *dx)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = 0; pl < planes; pl++) {
+		float *dp = dx + pl * hw;
+		const float *dyp = dy + pl * ohw;
+		const int32_t *ap = arg + pl * ohw;
+		memset(dp, 0, hw * sizeof *dp); /* one plane: stays in L1 for the scatter */
+		for (size_t o = 0; o < ohw; o++)
+			dp[ap[o]] += dyp[o];
+	}
+}
+
+static void cpu_avgpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	float inv = 1.0f / (float)(g->kh * g->kw);
+	for (size_t pl = 0; pl < planes; pl++) {
+		const float *xp = x + pl * hw;
+		float *yp = y + pl * ohw;
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				const float *w0 = xp + (size_t)oy * g->sh * g->w + (size_t)ox * g->sw;
+				float s = 0;
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++)
+						s += w0[i * g->w + j];
+				yp[oy * g->ow + ox] = s * inv;
+			}
+	}
+}
+
+static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, float *dx)
+{
+	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	float inv = 1.0f / (float)(g->kh * g->kw);
+	for (size_t pl = 0; pl < planes; pl++) {
+		float *dp = dx + pl * hw;
+		const float *dyp = dy + pl * ohw;
+		memset(dp, 0, hw * sizeof *dp);
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++) {
+				float *w0 = dp + (size_t)oy * g->sh * g->w + (size_t)ox * g->sw;
+				float v = dyp[oy * g->ow + ox] * inv;
+				for (int i = 0; i < g->kh; i++)
+					for (int j = 0; j < g->kw; j++)
+						w0[i * g->w + j] += v;
+			}
+	}
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+HOT static void dropout_apply(const dp_dropout *d, int n, const float *in, float *out)
+{
+	size_t total = (size_t)n * d->per_sample;
+	uint64_t c0 = d->sample0 * d->per_sample, key = d->key;
+	uint32_t thr = d->threshold;
+	float sc = d->scale;
+	for (size_t i = 0; i < total; i++) {
+		uint32_t r = (uint32_t)(dp_rng_at(key, c0 + i) >> 32);
+		out[i] = r >= thr ? in[i] * sc : 0.0f;
+	}
+}
+
+static void cpu_dropout_fwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *x, float *y)
+{
+	dropout_apply(d, n, x, y);
+}
+
+static void cpu_dropout_bwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *dy, float *dx)
+{
+	dropout_apply(d, n, dy, dx);
+}
+
+/* ---- batch normalisation ---------------------------------------------- */
+
+static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
+			  const float *gamma, const float *beta, float *run_mean, float *run_var,
+			  float *save, float *y)
+{
+	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		float mean, inv;
+		if (train) {
+			double s = 0, s2 = 0;
+			for (int i = 0; i < g->n; i++) {
+				const float *p = x + i * cs + (size_t)c * g->hw;
+				for (int j = 0; j < g->hw; j++)
+					s += p[j];
+			}
+			double mu = s / (double)m;
+			for (int i = 0; i < g->n; i++) {
+				const float *p = x + i * cs + (size_t)c * g->hw;
+				for (int j = 0; j < g->hw; j++)
+					s2 += ((double)p[j] - mu) * ((double)p[j] - mu);
+			}
+			double var = s2 / (double)m;
+			mean = (float)mu;
+			inv = (float)(1.0 / sqrt(var + g->eps));
+			save[c] = mean;
+			save[g->c + c] = inv;
+			double unb = m > 1 ? s2 / (double)(m - 1) : var;
+			run_mean[c] = (1 - g->momentum) * run_mean[c] + g->momentum * mean;
+			run_var[c] = (1 - g->momentum) * run_var[c] + g->momentum * (float)unb;
+		} else {
+			mean = run_mean[c];
+			inv = 1.0f / sqrtf(run_var[c] + g->eps);
+		}
+		float a = gamma[c] * inv, bb = beta[c] - mean * a;
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			float *q = y + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++)
+				q[j] = p[j] * a + bb;
+		}
+	}
+}
+
+static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
+			  const float *save, const float *dy, float *dx, float *dgamma, float *dbeta)
+{
+	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		float mean = save[c], inv = save[g->c + c];
+		double sdy = 0, sdyx = 0;
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			const float *d = dy + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++) {
+				sdy += d[j];
+				sdyx += (double)d[j] * ((p[j] - mean) * inv);
+			}
+		}
+		dgamma[c] = (float)sdyx;
+		dbeta[c] = (float)sdy;
+		if (!dx)
+			continue;
+		/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
+		float k = gamma[c] * inv, mdy = (float)(sdy / (double)m),
+		      mdyx = (float)(sdyx / (double)m);
+		for (int i = 0; i < g->n; i++) {
+			const float *p = x + i * cs + (size_t)c * g->hw;
+			const float *d = dy + i * cs + (size_t)c * g->hw;
+			float *q = dx + i * cs + (size_t)c * g->hw;
+			for (int j = 0; j < g->hw; j++)
+				q[j] = k * (d[j] - mdy - (p[j] - mean) * inv * mdyx);
+		}
+	}
+}
+
+/* ---- losses ------------------------------------------------------------- */
+
+static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
+		     float scale, float *dlogits, double *stats)
+{
+	double loss = 0, correct = 0;
+	for (int i = 0; i < n; i++) {
+		const float *z = logits + (size_t)i * k;
+		int arg = 0;
+		float m = z[0];
+		for (int j = 1; j < k; j++)
+			if (z[j] > m) {
+				m = z[j];
+				arg = j;
+			}
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		double lse = m + log(s);
+		int y = labels[i];
+		loss += lse - z[y];
+		correct += arg == y;
+		if (dlogits) {
+			float *d = dlogits + (size_t)i * k;
+			for (int j = 0; j < k; j++)
+				d[j] = (float)(exp((double)z[j] - lse)) * scale;
+			d[y] -= scale;
+		}
+	}
+	stats[0] = loss;
+	stats[1] = correct;
+}
+
+static void cpu_mse(dp_bectx *ctx, int n, int k, const float *pred, const float *target,
+		    float scale, float *dpred, double *stats)
+{
+	double loss = 0;
+	float f = 2.0f / (float)k * scale;
+	for (int i = 0; i < n; i++) {
+		const float *p = pred + (size_t)i * k, *t = target + (size_t)i * k;
+		double s = 0;
+		for (int j = 0; j < k; j++) {
+			float d = p[j] - t[j];
+			s += (double)d * d;
+			if (dpred)
+				dpred[(size_t)i * k + j] = d * f;
+		}
+		loss += s / k;
+	}
+	stats[0] = loss;
+	stats[1] = 0;
+}
+
+static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
+{
+	for (int i = 0; i < n; i++) {
+		const float *z = x + (size_t)i * k;
+		float *o = y + (size_t)i * k, m = z[0];
+		for (int j = 1; j < k; j++)
+			m = z[j] > m ? z[j] : m;
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		for (int j = 0; j < k; j++)
+			o[j] = (float)(exp((double)z[j] - m) / s);
+	}
+}
+
+/* ---- optimizers --------------------------------------------------------- */
+
+HOT static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
+		    const dp_sgd_args *a)
+{
+	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
+	for (size_t i = 0; i < n; i++) {
+		float d = g[i];
+		if (wd != 0)
+			d += wd * p[i];
+		if (mu != 0) {
+			float b = a->first ? d : mu * buf[i] + damp * d;
+			buf[i] = b;
+			d = a->nesterov ? d + mu * b : b;
+		}
+		p[i] -= lr * d;
+	}
+}
+
+HOT static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
+		     const dp_adam_args *a)
+{
+	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
+	float wd = a->weight_decay, eps = a->eps, ss = a->step_size, bc2 = a->bias2_sqrt;
+	float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
+	float l2 = a->decoupled ? 0.0f : wd;
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] + l2 * p[i];
+		float mi = b1 * m[i] + c1 * gi;
+		float vi = b2 * v[i] + c2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / bc2 + eps;
+		p[i] = p[i] * decay - ss * mi / denom;
+	}
+}
+
+const dp_backend dp_backend_cpu = {
+	.name = "cpu",
+	.open = cpu_open,
+	.close = cpu_close,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.host_alloc = cpu_alloc,
+	.host_free = cpu_free,
+	.upload = cpu_upload,
+	.download = cpu_upload,
+	.copy = cpu_upload,
+	.stage = cpu_stage,
+	.sync = cpu_sync,
+	.fill = cpu_fill,
+	.scale = cpu_scale,
+	.dense_fwd = cpu_dense_fwd,
+	.dense_bwd = cpu_dense_bwd,
+	.conv_ws = cpu_conv_ws,
+	.conv_fwd = cpu_conv_fwd,
+	.conv_bwd = cpu_conv_bwd,
+	.maxpool_fwd = cpu_maxpool_fwd,
+	.maxpool_bwd = cpu_maxpool_bwd,
+	.avgpool_fwd = cpu_avgpool_fwd,
+	.avgpool_bwd = cpu_avgpool_bwd,
+	.act_fwd = cpu_act_fwd,
+	.act_bwd = cpu_act_bwd,
+	.dropout_fwd = cpu_dropout_fwd,
+	.dropout_bwd = cpu_dropout_bwd,
+	.bnorm_fwd = cpu_bnorm_fwd,
+	.bnorm_bwd = cpu_bnorm_bwd,
+	.xent = cpu_xent,
+	.mse = cpu_mse,
+	.softmax = cpu_softmax,
+	.sgd = cpu_sgd,
+	.adam = cpu_adam,
+};

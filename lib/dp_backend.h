@@ -1,0 +1,197 @@
+/*
+ * dp_backend.h - the math of training behind one interface.
+ *
+ * A backend owns the memory of tensors (weights, gradients, activations,
+ * optimizer state) and does every numeric operation on them: the forward
+ * and backward pass of each kind of layer, the losses and the optimizer
+ * updates.  Everything above it (lib/nn.c, lib/optim.c, the tools) only
+ * plans shapes and calls these functions, so a GPU backend replaces the
+ * CPU one without touching them.
+ *
+ *   cpu   lib/backend_cpu.c: OpenBLAS SGEMM (im2col convolutions), plain C
+ *         loops for the rest.  Always built: it is the reference that other
+ *         backends are tested against.
+ *   cuda  (make BACKEND=cuda) a later file providing the same table.
+ *
+ * Rules every backend keeps:
+ *  - Pointers marked (dev) are backend memory: allocated by alloc(), never
+ *    dereferenced by the caller; data moves with upload()/download().  On
+ *    the CPU backend they are ordinary host memory.
+ *  - Tensors are float32, row-major; images are NCHW.  Dense weights are
+ *    (out, in), convolution weights (out, in, kh, kw): PyTorch's layouts.
+ *  - Operations may run asynchronously in issue order; download() and
+ *    sync() wait for the work queued before them.
+ *  - Results are deterministic: the same inputs give the same bits on the
+ *    same backend and thread count.
+ *  - Backward functions overwrite (never accumulate into) dw, db and dx,
+ *    so the gradient buffer needs no clearing between steps.  dy is
+ *    scratch: a backward function may overwrite it.
+ *  - Random masks follow dp_rng.h so every backend draws the same ones.
+ */
+#ifndef DP_BACKEND_H
+#define DP_BACKEND_H
+
+#include "dp.h"
+
+/* Activations a dense or conv layer can apply to its own output (fused). */
+enum dp_act { DP_ACT_NONE = 0, DP_ACT_RELU = 1, DP_ACT_TANH = 2, DP_ACT_SIGMOID = 3 };
+
+/* Geometry of a 2-D convolution, input (n, c, h, w) -> output (n, k, oh, ow).
+ * Zero padding ph rows on top and pw columns on the left; the padding at
+ * the bottom and right is whatever oh, ow imply. */
+typedef struct dp_conv2d {
+	int n, c, h, w;
+	int k, oh, ow;
+	int kh, kw, sh, sw, ph, pw;
+} dp_conv2d;
+
+/* Geometry of a pooling window: (n, c, h, w) -> (n, c, oh, ow), no padding. */
+typedef struct dp_pool2d {
+	int n, c, h, w;
+	int oh, ow;
+	int kh, kw, sh, sw;
+} dp_pool2d;
+
+/* Dropout masks: element j of sample s of a batch is kept when
+ *     (dp_rng_at(key, (sample0 + s) * per_sample + j) >> 32) >= threshold
+ * and kept elements are multiplied by scale = 1 / (1 - p). */
+typedef struct dp_dropout {
+	uint64_t key;
+	uint64_t sample0;  /* index of the batch's first sample in the global batch */
+	size_t per_sample; /* elements per sample */
+	uint32_t threshold; /* p * 2^32 */
+	float scale;
+} dp_dropout;
+
+/* Batch normalisation over (n, c, hw): statistics per channel c. */
+typedef struct dp_bnorm {
+	int n, c, hw;
+	float eps, momentum; /* PyTorch's meaning: running = (1-m) running + m batch */
+} dp_bnorm;
+
+/* One optimizer update of a flat range of parameters (see lib/dp_optim.h
+ * for the formulas, which are PyTorch's). */
+typedef struct dp_sgd_args {
+	float lr, momentum, dampening, weight_decay;
+	int nesterov;
+	int first; /* first step: the momentum buffer starts as the gradient */
+} dp_sgd_args;
+
+typedef struct dp_adam_args {
+	float lr, beta1, beta2, eps, weight_decay;
+	int decoupled;        /* AdamW: decay the weights, not the gradient */
+	float step_size;      /* lr / (1 - beta1^t), computed in double by the caller */
+	float bias2_sqrt;     /* sqrt(1 - beta2^t) */
+} dp_adam_args;
+
+typedef struct dp_backend_opts {
+	int threads;   /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
+	int device;    /* device ordinal (GPU backends); -1: choose (local rank) */
+	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
+			* faster algorithms where they apply (CPU: Winograd) */
+} dp_backend_opts;
+
+typedef struct dp_bectx dp_bectx; /* one backend instance's state */
+
+typedef struct dp_backend {
+	const char *name;
+	/* Start an instance: threads, device, library handles, streams.  A
+	 * one-line description of what it runs on goes to desc (may be NULL). */
+	int (*open)(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
+		    dp_err *e);
+	void (*close)(dp_bectx *ctx);
+
+	/* ---- memory ---- */
+	void *(*alloc)(dp_bectx *ctx, size_t bytes); /* (dev), 64-byte aligned; NULL if out of memory */
+	void (*free)(dp_bectx *ctx, void *p);
+	/* Host memory for batches: page-locked on GPUs, so uploads overlap. */
+	void *(*host_alloc)(dp_bectx *ctx, size_t bytes);
+	void (*host_free)(dp_bectx *ctx, void *p);
+	void (*upload)(dp_bectx *ctx, void *dev, const void *host, size_t bytes);
+	void (*download)(dp_bectx *ctx, void *host, const void *dev, size_t bytes);
+	void (*copy)(dp_bectx *ctx, void *dst, const void *src, size_t bytes); /* dev to dev */
+	/* Make host data (from host_alloc) visible to the device: returns the
+	 * (dev) pointer to use, which is `host` itself where the device reads
+	 * host memory (CPU: no copy) or `dev` after a copy into it.  The host
+	 * bytes must not change until the next sync(). */
+	const void *(*stage)(dp_bectx *ctx, void *dev, const void *host, size_t bytes);
+	/* Wait for queued work; report a failure of it (GPU faults). */
+	int (*sync)(dp_bectx *ctx, dp_err *e);
+	void (*fill)(dp_bectx *ctx, float *p, float v, size_t n);
+	void (*scale)(dp_bectx *ctx, float *p, float s, size_t n);
+
+	/* ---- layers ----
+	 * dense: x (n, in), w (out, in), b (out), y (n, out) = act(x w^T + b).
+	 * Backward: dy (n, out) is scratch; y the forward output (for act);
+	 * dx (n, in) may be NULL (no input gradient needed). */
+	void (*dense_fwd)(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *b, float *y, int act);
+	void (*dense_bwd)(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
+			  const float *y, float *dy, float *dx, float *dw, float *db, int act);
+	/* conv: x (n, c, h, w), w (k, c, kh, kw), b (k), y (n, k, oh, ow).
+	 * ws: scratch of conv_ws() bytes (dev). */
+	size_t (*conv_ws)(dp_bectx *ctx, const dp_conv2d *g);
+	void (*conv_fwd)(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *b, float *y, int act, void *ws);
+	void (*conv_bwd)(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
+			 void *ws);
+	/* maxpool: arg (n, c, oh, ow) receives the index in the (h, w) plane
+	 * of each window's maximum (the first one on ties, as PyTorch). */
+	void (*maxpool_fwd)(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
+			    int32_t *arg);
+	void (*maxpool_bwd)(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
+			    float *dx);
+	void (*avgpool_fwd)(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y);
+	void (*avgpool_bwd)(dp_bectx *ctx, const dp_pool2d *g, const float *dy, float *dx);
+	/* Elementwise activation y = act(x), and dx = dy * act'(y); x == y and
+	 * dx == dy are allowed. */
+	void (*act_fwd)(dp_bectx *ctx, int act, size_t n, const float *x, float *y);
+	void (*act_bwd)(dp_bectx *ctx, int act, size_t n, const float *y, const float *dy,
+			float *dx);
+	/* Dropout over n samples of d->per_sample elements; the backward pass
+	 * draws the same mask again from d. */
+	void (*dropout_fwd)(dp_bectx *ctx, const dp_dropout *d, int n, const float *x, float *y);
+	void (*dropout_bwd)(dp_bectx *ctx, const dp_dropout *d, int n, const float *dy, float *dx);
+	/* Batch normalisation.  Training: normalise with the batch statistics,
+	 * save mean and 1/sqrt(var + eps) per channel (save: 2c floats, dev),
+	 * update the running statistics (unbiased variance).  Inference
+	 * (train 0): use the running statistics. */
+	void (*bnorm_fwd)(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
+			  const float *gamma, const float *beta, float *run_mean, float *run_var,
+			  float *save, float *y);
+	void (*bnorm_bwd)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
+			  const float *save, const float *dy, float *dx, float *dgamma, float *dbeta);
+
+	/* ---- losses ----
+	 * Softmax cross-entropy of logits (n, k) against class labels (n,
+	 * int32, checked by the caller to lie in [0, k)).  stats (dev, 2
+	 * doubles) receives the summed loss and the number of correct argmax
+	 * predictions.  When dlogits is not NULL it receives
+	 * (softmax - onehot) * scale. */
+	void (*xent)(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
+		     float scale, float *dlogits, double *stats);
+	/* Mean squared error of pred (n, k) against target (n, k): stats[0]
+	 * receives the sum over samples of each sample's mean of squares,
+	 * stats[1] zero; dpred = 2 (pred - target) / k * scale. */
+	void (*mse)(dp_bectx *ctx, int n, int k, const float *pred, const float *target,
+		    float scale, float *dpred, double *stats);
+	/* Row-wise softmax of x (n, k) into y (probabilities for inference). */
+	void (*softmax)(dp_bectx *ctx, int n, int k, const float *x, float *y);
+
+	/* ---- optimizers, over flat ranges of n parameters ---- */
+	void (*sgd)(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
+		    const dp_sgd_args *a);
+	void (*adam)(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
+		     const dp_adam_args *a);
+} dp_backend;
+
+/* The backends built in: the CPU one always, others by BACKEND=... */
+extern const dp_backend dp_backend_cpu;
+
+/* The backend of this build (BACKEND=cpu: dp_backend_cpu). */
+const dp_backend *dp_backend_default(void);
+/* A backend by name ("cpu", "cuda"), or NULL when not built in. */
+const dp_backend *dp_backend_find(const char *name);
+
+#endif

@@ -1,0 +1,115 @@
+/*
+ * dp_data.h - training input: TFRecord files of tf.train.Example to
+ * batches of floats, streaming.
+ *
+ *   sources   files, glob patterns ({rank}, {size} expanded first), "-"
+ *             for stdin, FIFOs; or a shell command run anew each epoch
+ *             whose stdout is read ({epoch}, {rank}, {size} expanded).
+ *             Compression is detected per source.  Regular files are
+ *             re-read every epoch; a stream (stdin, FIFO) can be read only
+ *             once, so its frames are kept as read - in memory or in an
+ *             unlinked temporary file, up to a limit - and later epochs
+ *             read that cache.
+ *   records   parsed in place (dp_example_parse, zero-copy); the input
+ *             feature is a float_list, an int64_list, or bytes of raw
+ *             little-endian uint8/float32/float64 (decode); it is
+ *             multiplied by scale and must hold exactly in_size finite
+ *             values; the label is one int64 class in [0, nclass) or
+ *             label_size floats.  Any other record is an error naming the
+ *             source, the record index and its byte offset.
+ *   shuffle   a buffer of `shuffle` records, as tf.data's shuffle(): each
+ *             record read replaces a uniformly chosen one, which goes out;
+ *             at the end the buffer drains in random order.  With several
+ *             sources their order is also shuffled each epoch.  The
+ *             generator is a function of (seed, epoch) only.
+ *   batches   of `batch` samples; the last, partial one kept or dropped
+ *             (drop_last).  A reader thread prepares up to `prefetch`
+ *             batches ahead (0: everything in the caller's thread).
+ * Memory is bounded by the shuffle buffer, the batches in flight and the
+ * stream cache, never by the dataset.  An epoch restarted with the same
+ * seed yields the same batches in the same order, so a resumed run skips
+ * the batches it already trained on and continues exactly.
+ */
+#ifndef DP_DATA_H
+#define DP_DATA_H
+
+#include "dp.h"
+#include "dp_record.h"
+
+enum dp_decode { DP_DECODE_NONE = 0, DP_DECODE_UINT8, DP_DECODE_FLOAT32, DP_DECODE_FLOAT64 };
+/* "uint8", "float32", "float64" ("none"); -1 for anything else. */
+int dp_decode_parse(const char *s);
+const char *dp_decode_name(int d);
+
+enum dp_label_kind { DP_LABEL_CLASS = 1, DP_LABEL_VECTOR = 2 };
+enum dp_cache { DP_CACHE_FILE = 0, DP_CACHE_MEMORY = 1, DP_CACHE_NONE = 2 };
+
+typedef struct dp_data_opts {
+	const char *const *inputs; /* paths and glob patterns, "-" for stdin */
+	size_t ninputs;
+	const char *cmd;           /* or: a command re-run each epoch */
+	const char *feature, *label;
+	int decode;                /* enum dp_decode, for bytes features */
+	double scale;              /* 0 means 1 */
+	size_t in_size;            /* floats per sample */
+	int label_kind;            /* enum dp_label_kind */
+	size_t nclass;             /* DP_LABEL_CLASS: labels lie in [0, nclass) */
+	size_t label_size;         /* DP_LABEL_VECTOR: floats per label */
+	size_t batch;
+	int drop_last;
+	size_t shuffle;            /* buffer in records; 0 or 1: in order */
+	uint64_t seed;
+	int cache;                 /* enum dp_cache, for streams */
+	uint64_t cache_limit;      /* bytes over all streams; 0: 4 GiB */
+	const char *cache_dir;     /* DP_CACHE_FILE; NULL: $TMPDIR or /tmp */
+	int prefetch;              /* batches decoded ahead by a thread; 0: none */
+	unsigned shard_index, shard_count; /* keep record i when i % count == index */
+	dp_reader_opts rec;
+	/* Memory for batches (host), e.g. a backend's host_alloc; NULL: malloc. */
+	void *(*alloc)(void *ctx, size_t bytes);
+	void (*free)(void *ctx, void *p);
+	void *alloc_ctx;
+} dp_data_opts;
+
+typedef struct dp_batch {
+	size_t n;       /* samples: the batch size, or fewer for the last one */
+	float *x;       /* (n, in_size) */
+	int32_t *y;     /* (n) class labels (DP_LABEL_CLASS) */
+	float *t;       /* (n, label_size) targets (DP_LABEL_VECTOR) */
+	uint64_t index; /* batch number in the epoch, from 0 */
+} dp_batch;
+
+typedef struct dp_data_stats {
+	uint64_t records;     /* records read this epoch */
+	uint64_t samples;     /* samples delivered in batches */
+	uint64_t batches;
+	uint64_t dropped;     /* samples of a partial last batch dropped */
+	uint64_t not_in_shard; /* records left to other shards */
+	uint64_t cached_bytes; /* bytes of streams kept for later epochs */
+} dp_data_stats;
+
+typedef struct dp_data dp_data;
+
+/* Check the options and find the sources (globs must match something,
+ * files must be readable).  Reads nothing yet. */
+dp_data *dp_data_open(const dp_data_opts *o, dp_err *e);
+/* Start epoch `epoch` (0-based), abandoning any epoch in progress, and
+ * pass over its first `skip` batches without decoding them. */
+int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e);
+/* The next batch of the epoch: 1 with *b set (valid until the next call),
+ * 0 at the end of the epoch, or a negative status. */
+int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e);
+/* Counts of the epoch in progress (with a reader thread: as of the last
+ * batch it prepared; exact once dp_data_next has returned 0). */
+void dp_data_stats_get(dp_data *d, dp_data_stats *s);
+/* Number of sources found, and a description of the i-th ("a.tfrecord",
+ * "stdin", "command"). */
+size_t dp_data_nsources(const dp_data *d);
+const char *dp_data_source(const dp_data *d, size_t i);
+void dp_data_close(dp_data *d);
+
+/* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
+ * non-zero number. */
+int dp_parse_scale(const char *s, double *out);
+
+#endif

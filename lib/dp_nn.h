@@ -1,0 +1,191 @@
+/*
+ * dp_nn.h - models: a layer list from a spec, shapes, forward, backward.
+ *
+ * A model is a Keras-Sequential-like list of layers written as a spec,
+ *     conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,
+ *     dense:128,relu,dropout:0.5,dense:10
+ * over an input of shape C x H x W (or a plain vector length).  Items
+ * (see dp-train(1) for the full grammar):
+ *     dense:N           fully connected, N outputs (alias linear)
+ *     conv:F:K[:S][:same|valid|P]  F filters of K (or KxK2) with stride S
+ *                       (alias conv2d; also stride=S, padding=same|valid|P)
+ *     maxpool:K[:S]     max over KxK windows, stride S (default K)
+ *     avgpool:K[:S]     mean over windows
+ *     flatten           C x H x W -> C*H*W, in C, H, W order
+ *     dropout:P         zero a fraction P while training (inverted scaling)
+ *     relu, tanh, sigmoid
+ *     batchnorm         per channel (after conv) or per feature (after dense)
+ *     softmax           last item only, with the cross-entropy loss
+ * Tensors follow PyTorch, so the equivalent torch.nn.Sequential (one
+ * module per item, Flatten included) has the same state_dict names:
+ * "{i}.weight" and "{i}.bias" for item i (from 0), dense weights
+ * (out, in), conv weights (out, in, kh, kw), batchnorm also
+ * "{i}.running_mean", "{i}.running_var", "{i}.num_batches_tracked".
+ *
+ * Memory: once bound to a backend, all trainable parameters live in ONE
+ * contiguous buffer and all their gradients in another of the same layout
+ * (item i's weight then bias, items in order), so a data-parallel step can
+ * average the whole gradient in one call, or a range at a time as the
+ * backward pass finishes each layer (the hook).
+ *
+ * A training step:
+ *     dp_model_forward(m, x, n, &pass)         activations
+ *     dp_model_loss(m, y, n, 1.0f / n, 1, st)  loss, d loss / d output
+ *     dp_model_backward(m, n, hook, ctx)       gradients; hook per layer
+ *     (average gradients across workers: dp_comm.h)
+ *     dp_optim_step(...)                       update (dp_optim.h)
+ * Inference: dp_model_predict(), or forward + loss with grad off.
+ */
+#ifndef DP_NN_H
+#define DP_NN_H
+
+#include "dp.h"
+#include "dp_backend.h"
+
+enum dp_layer_kind {
+	DP_LAYER_DENSE = 1,
+	DP_LAYER_CONV,
+	DP_LAYER_MAXPOOL,
+	DP_LAYER_AVGPOOL,
+	DP_LAYER_FLATTEN,
+	DP_LAYER_DROPOUT,
+	DP_LAYER_RELU,
+	DP_LAYER_TANH,
+	DP_LAYER_SIGMOID,
+	DP_LAYER_SOFTMAX,
+	DP_LAYER_BATCHNORM
+};
+
+enum dp_loss {
+	DP_LOSS_XENT = 1, /* softmax cross-entropy; labels are class indices */
+	DP_LOSS_MSE = 2   /* mean squared error; labels are vectors of the output size */
+};
+/* "xent", "mse"; parse returns 0 for anything else (also accepts
+ * "cross-entropy", "crossentropy"). */
+const char *dp_loss_name(int loss);
+int dp_loss_parse(const char *s);
+
+/* A tensor shape without the batch: rank 1 (c) or rank 3 (c, h, w). */
+typedef struct dp_shape {
+	int rank;
+	int c, h, w;
+} dp_shape;
+
+/* "1x28x28" (C x H x W), "28x28" (1 x H x W) or "784".  DP_EARG with a
+ * message on anything else. */
+int dp_shape_parse(const char *s, dp_shape *out, dp_err *e);
+/* "1x28x28" or "784" into buf. */
+const char *dp_shape_format(const dp_shape *s, char *buf, size_t len);
+size_t dp_shape_size(const dp_shape *s);
+
+typedef struct dp_model dp_model;
+
+/* Parse a spec over input shape `in`, infer and check every layer's
+ * shape, plan the parameter layout.  No memory for tensors yet.  Errors
+ * name the item: "layer 6 (dense:128): input is 64x12x12: add flatten
+ * before dense".  loss: enum dp_loss; it constrains the output (xent:
+ * a vector of at least 2 classes). */
+dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e);
+void dp_model_free(dp_model *m);
+
+const char *dp_model_spec(const dp_model *m); /* the items as given, joined by ',' */
+dp_shape dp_model_input(const dp_model *m);
+dp_shape dp_model_output_shape(const dp_model *m);
+int dp_model_loss_kind(const dp_model *m);
+size_t dp_model_in_size(const dp_model *m);  /* floats per input sample */
+size_t dp_model_out_size(const dp_model *m); /* floats per output (classes for xent) */
+size_t dp_model_nparams(const dp_model *m);  /* trainable floats */
+size_t dp_model_nbuffers(const dp_model *m); /* non-trainable floats (running stats) */
+/* 1 when a and b have the same layers, shapes and hyperparameters. */
+int dp_model_same(const dp_model *a, const dp_model *b);
+
+typedef struct dp_layer_info {
+	int kind;
+	const char *kind_name; /* "dense", "conv", ... */
+	const char *text;      /* the spec item as written */
+	dp_shape in, out;
+	size_t nparams;        /* trainable floats of this layer */
+	size_t param_off;      /* where they start in the parameter buffer */
+	int fused;             /* an activation computed by the layer before it */
+} dp_layer_info;
+
+int dp_model_nlayers(const dp_model *m);
+void dp_model_layer(const dp_model *m, int i, dp_layer_info *out);
+
+/* The named tensors of the model, in checkpoint order. */
+enum dp_tensor_role {
+	DP_TENSOR_PARAM = 1,  /* trainable: off/count in the parameter buffer */
+	DP_TENSOR_BUFFER = 2, /* running statistics: off/count in the buffer area */
+	DP_TENSOR_COUNTER = 3 /* an int64 scalar kept on the host (num_batches_tracked) */
+};
+typedef struct dp_tensor_info {
+	char name[48]; /* "3.weight" */
+	int layer, role;
+	int ndim;
+	int64_t shape[4];
+	size_t off, count;
+} dp_tensor_info;
+
+int dp_model_ntensors(const dp_model *m);
+void dp_model_tensor(const dp_model *m, int i, dp_tensor_info *out);
+/* The int64 counter behind a DP_TENSOR_COUNTER tensor (by layer). */
+int64_t *dp_model_counter(dp_model *m, int layer);
+
+/* ---- bound to a backend -------------------------------------------------
+ * Allocate parameters, gradients, activations for batches of up to
+ * max_batch samples on backend be (instance ctx, which must outlive m). */
+int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_batch, dp_err *e);
+size_t dp_model_max_batch(const dp_model *m);
+/* The backend and instance m is bound to (NULL before dp_model_bind). */
+const dp_backend *dp_model_backend(const dp_model *m, dp_bectx **ctx);
+
+/* Fresh weights as PyTorch initialises the same modules: dense and conv
+ * weights and biases uniform in +-1/sqrt(fan_in), batchnorm 1 and 0,
+ * running statistics 0 and 1.  A function of seed alone. */
+void dp_model_init(dp_model *m, uint64_t seed);
+
+float *dp_model_params(dp_model *m);  /* (dev) nparams floats */
+float *dp_model_grads(dp_model *m);   /* (dev) nparams floats, same layout */
+float *dp_model_buffers(dp_model *m); /* (dev) nbuffers floats */
+
+/* One pass.  train: dropout on, batchnorm on batch statistics (and its
+ * running statistics updated).  Dropout masks are drawn from
+ * (seed, step, layer, sample0 + sample index): see dp_rng.h. */
+typedef struct dp_pass {
+	int train;
+	uint64_t seed, step;
+	uint64_t sample0; /* index of this batch's first sample in the global batch */
+} dp_pass;
+
+/* Forward n <= max_batch samples x (host, (n, in_size) floats, from the
+ * backend's host_alloc or, on the CPU, any memory; unchanged until the
+ * next backward or loss returns). */
+int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp_err *e);
+/* The output of the last forward: (dev) (n, out_size) logits or values. */
+const float *dp_model_output(const dp_model *m);
+
+/* The loss of the last forward against labels y (host: n int32 class
+ * indices for xent, (n, out_size) floats for mse).  stats[0] receives the
+ * summed loss over the n samples, stats[1] the number of correct
+ * predictions (xent).  With want_grad, d loss / d output * scale is kept
+ * for the backward pass: scale = 1/n gives the gradient of the batch mean
+ * (PyTorch's default reduction); a data-parallel step can pass 1/global_n.
+ * DP_EDATA when a class label is out of range. */
+int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
+		  double stats[2], dp_err *e);
+
+/* Called by dp_model_backward as soon as the gradients of one layer are
+ * final: `count` floats at `off` in the gradient buffer.  Layers come last
+ * first, so the ranges arrive from the end of the buffer to its start.
+ * A negative return stops the pass and is returned. */
+typedef int (*dp_grad_hook)(void *ctx, int layer, size_t off, size_t count, dp_err *e);
+
+/* Gradients of the loss of the last forward/loss into dp_model_grads().
+ * hook may be NULL. */
+int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e);
+
+/* Inference on n samples: out (host, (n, out_size)) receives class
+ * probabilities (xent: softmax of the logits) or the outputs (mse). */
+int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *e);
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * dp_rng.h - the random numbers of training: counter-based, reproducible.
+ *
+ * Every random number dp-train draws is a pure function of (seed, purpose,
+ * counters): weight initialisation of (seed, layer, element), dropout masks
+ * of (seed, step, layer, sample, element), the shuffle of (seed, epoch).
+ * So the same seed gives the same run bit for bit, a resumed run needs only
+ * the counters (step, epoch) to continue exactly, a GPU backend can draw
+ * the same masks in parallel, and the masks of a sample do not depend on
+ * which worker holds it (data-parallel runs with the same global batch see
+ * the same dropout as one process).
+ *
+ * The mixing function is SplitMix64's finaliser (Steele, Lea, Flood 2014),
+ * applied to key + counter * golden ratio: a Weyl sequence per key.
+ */
+#ifndef DP_RNG_H
+#define DP_RNG_H
+
+#include <stdint.h>
+
+#define DP_RNG_GOLDEN 0x9e3779b97f4a7c15ull
+
+static inline uint64_t dp_mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A key for one purpose: dp_rng_key(seed, 3, (uint64_t[]){tag, a, b}). */
+static inline uint64_t dp_rng_key(uint64_t seed, int n, const uint64_t *parts)
+{
+	uint64_t k = dp_mix64(seed + DP_RNG_GOLDEN);
+	for (int i = 0; i < n; i++)
+		k = dp_mix64(k ^ (parts[i] + DP_RNG_GOLDEN));
+	return k;
+}
+
+/* The counter-th 64-bit number of the stream `key`. */
+static inline uint64_t dp_rng_at(uint64_t key, uint64_t counter)
+{
+	return dp_mix64(key + (counter + 1) * DP_RNG_GOLDEN);
+}
+
+/* A uniform float in [0, 1) from the top 24 bits. */
+static inline float dp_rng_unit(uint64_t r)
+{
+	return (float)(r >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Sequential generator: state advances by one counter per draw. */
+typedef struct dp_rng {
+	uint64_t key, counter;
+} dp_rng;
+
+static inline uint64_t dp_rng_next(dp_rng *r)
+{
+	return dp_rng_at(r->key, r->counter++);
+}
+
+/* A uniform integer in [0, n), n > 0 (Lemire's multiply-shift; the bias is
+ * below 2^-32 for the n used here). */
+static inline uint64_t dp_rng_below(dp_rng *r, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)dp_rng_next(r) * n) >> 64);
+}
+
+/* Purposes, mixed into keys so that streams never overlap. */
+enum { DP_RNG_INIT = 1, DP_RNG_DROPOUT = 2, DP_RNG_SHUFFLE = 3, DP_RNG_FILES = 4 };
+
+#endif

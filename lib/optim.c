@@ -1,0 +1,223 @@
+/*
+ * optim.c - SGD, Adam, AdamW and learning-rate schedules (dp_optim.h).
+ * The arithmetic is the backend's; this file keeps the counters and the
+ * scalars PyTorch computes in double precision (bias corrections).
+ */
+#define _GNU_SOURCE
+#include "dp_optim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dp_optim {
+	dp_optim_conf c;
+	const dp_backend *be;
+	dp_bectx *ctx;
+	size_t n;
+	uint64_t t;
+	int nstates;
+	float *state[2];
+};
+
+int dp_optim_parse(const char *s)
+{
+	if (!strcmp(s, "sgd"))
+		return DP_OPTIM_SGD;
+	if (!strcmp(s, "adam"))
+		return DP_OPTIM_ADAM;
+	if (!strcmp(s, "adamw"))
+		return DP_OPTIM_ADAMW;
+	return 0;
+}
+
+const char *dp_optim_name(int kind)
+{
+	return kind == DP_OPTIM_SGD ? "sgd" : kind == DP_OPTIM_ADAM ? "adam" : kind == DP_OPTIM_ADAMW ? "adamw" : "?";
+}
+
+void dp_optim_defaults(dp_optim_conf *c, int kind)
+{
+	memset(c, 0, sizeof *c);
+	c->kind = kind;
+	c->beta1 = 0.9;
+	c->beta2 = 0.999;
+	c->eps = 1e-8;
+	c->weight_decay = kind == DP_OPTIM_ADAMW ? 0.01 : 0.0;
+}
+
+int dp_optim_check(const dp_optim_conf *c, dp_err *e)
+{
+	if (c->kind < DP_OPTIM_SGD || c->kind > DP_OPTIM_ADAMW)
+		return dp_seterr(e, DP_EARG, "unknown optimizer");
+	if (!(c->momentum >= 0 && c->momentum < 1))
+		return dp_seterr(e, DP_EARG, "momentum %g: want 0 <= momentum < 1", c->momentum);
+	if (!(c->dampening >= 0 && c->dampening <= 1))
+		return dp_seterr(e, DP_EARG, "dampening %g: want 0 <= dampening <= 1", c->dampening);
+	if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+		return dp_seterr(e, DP_EARG, "nesterov needs a momentum and zero dampening");
+	if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+		return dp_seterr(e, DP_EARG, "betas %g, %g: want 0 <= beta < 1", c->beta1, c->beta2);
+	if (!(c->eps >= 0) || !isfinite(c->eps))
+		return dp_seterr(e, DP_EARG, "eps %g: want eps >= 0", c->eps);
+	if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+		return dp_seterr(e, DP_EARG, "weight decay %g: want >= 0", c->weight_decay);
+	return DP_OK;
+}
+
+dp_optim *dp_optim_new(const dp_optim_conf *c, const dp_backend *be, dp_bectx *ctx, size_t n,
+		       dp_err *e)
+{
+	if (dp_optim_check(c, e) < 0)
+		return NULL;
+	dp_optim *o = calloc(1, sizeof *o);
+	if (!o) {
+		dp_seterr(e, DP_ENOMEM, "out of memory");
+		return NULL;
+	}
+	o->c = *c;
+	o->be = be;
+	o->ctx = ctx;
+	o->n = n;
+	o->nstates = c->kind == DP_OPTIM_SGD ? (c->momentum > 0 ? 1 : 0) : 2;
+	for (int j = 0; j < o->nstates; j++) {
+		o->state[j] = be->alloc(ctx, (n ? n : 1) * sizeof(float));
+		if (!o->state[j]) {
+			dp_optim_free(o);
+			dp_seterr(e, DP_ENOMEM, "out of memory for the optimizer state");
+			return NULL;
+		}
+		be->fill(ctx, o->state[j], 0, n);
+	}
+	return o;
+}
+
+void dp_optim_free(dp_optim *o)
+{
+	if (!o)
+		return;
+	for (int j = 0; j < 2; j++)
+		if (o->state[j])
+			o->be->free(o->ctx, o->state[j]);
+	free(o);
+}
+
+const dp_optim_conf *dp_optim_conf_get(const dp_optim *o) { return &o->c; }
+uint64_t dp_optim_steps(const dp_optim *o) { return o->t; }
+void dp_optim_set_steps(dp_optim *o, uint64_t t) { o->t = t; }
+int dp_optim_nstates(const dp_optim *o) { return o->nstates; }
+float *dp_optim_state(dp_optim *o, int j) { return j >= 0 && j < o->nstates ? o->state[j] : NULL; }
+
+const char *dp_optim_state_name(const dp_optim *o, int j)
+{
+	if (o->c.kind == DP_OPTIM_SGD)
+		return j == 0 ? "momentum_buffer" : NULL;
+	return j == 0 ? "exp_avg" : j == 1 ? "exp_avg_sq" : NULL;
+}
+
+void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr)
+{
+	o->t++;
+	if (o->c.kind == DP_OPTIM_SGD) {
+		dp_sgd_args a = {(float)lr, (float)o->c.momentum, (float)o->c.dampening,
+				 (float)o->c.weight_decay, o->c.nesterov, o->t == 1};
+		o->be->sgd(o->ctx, o->n, params, grads, o->state[0], &a);
+		return;
+	}
+	double bc1 = 1 - pow(o->c.beta1, (double)o->t), bc2 = 1 - pow(o->c.beta2, (double)o->t);
+	dp_adam_args a = {(float)lr,
+			  (float)o->c.beta1,
+			  (float)o->c.beta2,
+			  (float)o->c.eps,
+			  (float)o->c.weight_decay,
+			  o->c.kind == DP_OPTIM_ADAMW,
+			  (float)(lr / bc1),
+			  (float)sqrt(bc2)};
+	o->be->adam(o->ctx, o->n, params, grads, o->state[0], o->state[1], &a);
+}
+
+/* ---- schedules ------------------------------------------------------------ */
+
+static int num(const char *s, double *v)
+{
+	char *end;
+	errno = 0;
+	*v = strtod(s, &end);
+	return end != s && !*end && !errno && isfinite(*v) ? 0 : -1;
+}
+
+int dp_sched_parse(const char *s, dp_sched *o, dp_err *e)
+{
+	uint64_t warmup = o->warmup, epochs = o->epochs;
+	memset(o, 0, sizeof *o);
+	o->warmup = warmup;
+	o->epochs = epochs;
+	char buf[128];
+	if (strlen(s) >= sizeof buf)
+		goto bad;
+	strcpy(buf, s);
+	char *a = strchr(buf, ':'), *b = NULL;
+	if (a) {
+		*a++ = 0;
+		if ((b = strchr(a, ':')))
+			*b++ = 0;
+	}
+	if (!strcmp(buf, "constant") && !a) {
+		o->kind = DP_SCHED_CONSTANT;
+	} else if (!strcmp(buf, "step") && a) {
+		o->kind = DP_SCHED_STEP;
+		o->gamma = 0.1;
+		if (num(a, &o->every) < 0 || o->every < 1 || o->every != floor(o->every) ||
+		    (b && (num(b, &o->gamma) < 0 || !(o->gamma > 0))))
+			goto bad;
+	} else if (!strcmp(buf, "cosine") && !b) {
+		o->kind = DP_SCHED_COSINE;
+		if (a && (num(a, &o->min_lr) < 0 || o->min_lr < 0))
+			goto bad;
+	} else {
+		goto bad;
+	}
+	return DP_OK;
+bad:
+	return dp_seterr(e, DP_EARG,
+			 "lr schedule '%s': want constant, step:EPOCHS[:GAMMA] or cosine[:MIN_LR]", s);
+}
+
+const char *dp_sched_format(const dp_sched *s, char *buf, size_t len)
+{
+	switch (s->kind) {
+	case DP_SCHED_STEP:
+		snprintf(buf, len, "step:%g:%g", s->every, s->gamma);
+		break;
+	case DP_SCHED_COSINE:
+		if (s->min_lr > 0)
+			snprintf(buf, len, "cosine:%g", s->min_lr);
+		else
+			snprintf(buf, len, "cosine");
+		break;
+	default:
+		snprintf(buf, len, "constant");
+	}
+	return buf;
+}
+
+double dp_sched_lr(const dp_sched *s, double base, uint64_t epoch, uint64_t step)
+{
+	double lr = base;
+	switch (s->kind) {
+	case DP_SCHED_STEP:
+		lr = base * pow(s->gamma, floor((double)epoch / s->every));
+		break;
+	case DP_SCHED_COSINE: {
+		double T = s->epochs ? (double)s->epochs : 1;
+		double x = (double)epoch < T ? (double)epoch / T : 1;
+		lr = s->min_lr + (base - s->min_lr) * (1 + cos(M_PI * x)) / 2;
+		break;
+	}
+	}
+	if (s->warmup && step < s->warmup)
+		lr *= (double)(step + 1) / (double)s->warmup;
+	return lr;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# dp-train(1) and dp-checkpoint(5): they format without warnings, every
+# example in them runs (on small fixtures of the same form as the data they
+# name), and the Python snippet of dp-checkpoint(5) reads a real checkpoint
+# and loads it into PyTorch.
+. "${DP_SRC:-.}/tests/lib.sh"
+
+MAN1="$DP_SRC/man/man1/dp-train.1"
+MAN5="$DP_SRC/man/man5/dp-checkpoint.5"
+for m in "$MAN1" "$MAN5"; do
+	run groff -man -Tutf8 -ww "$m"
+	is "$err" "" "$(basename "$m"): groff -ww gives no warnings"
+	if command -v man >/dev/null; then
+		run env MANWIDTH=80 man -l "$m"
+		is "$err" "" "$(basename "$m"): man -l gives no warnings"
+	else
+		skip "man is not installed"
+	fi
+done
+
+# the examples: each .EX block, roff escapes undone, runs with bash
+examples() { # page -> blocks separated by a line "@@"
+	awk '/^\.EX/ {on = 1; next} /^\.EE/ {on = 0; print "@@"; next} on' "$1" |
+		sed -e 's/\\-/-/g' -e 's/\\e/\\/g'
+}
+cd "$T"
+MK="$PY $DP_SRC/tests/mkexamples.py"
+$MK train.tfrecord random --n 300 --shape 1x28x28 --kind uint8 --seed 1
+$MK test.tfrecord random --n 100 --shape 1x28x28 --kind uint8 --seed 2
+gzip -k train.tfrecord
+mkdir data
+$MK data/train-0.tfrecord random --n 64 --shape 1x28x28 --kind uint8 --seed 3
+$MK data/train-1.tfrecord random --n 64 --shape 1x28x28 --kind uint8 --seed 4
+examples "$MAN1" > ex1.txt
+n=0
+while IFS= read -r -d '@' block; do
+	block=${block#@}
+	block=${block#$'\n'}
+	[ -n "${block//[$'\n ']/}" ] || continue
+	n=$((n + 1))
+	printf '%s\n' "$block" > "ex-$n.sh"
+	bash "ex-$n.sh" > "ex-$n.out" 2> "ex-$n.err"
+	rc=$?
+	is "$rc" 0 "dp-train(1) example $n runs: $(head -1 "ex-$n.sh" | cut -c1-60)"
+	[ "$rc" = 0 ] || sed 's/^/#   /' "ex-$n.err" | head -5
+done < <(examples "$MAN1" | sed 's/^@@$/@/')
+ok test "$n" -ge 6 "found the examples ($n)"
+ok test -s mlp.safetensors "the first example wrote mlp.safetensors"
+like "$(cat ex-2.out)" "total 1199882 parameters" "the --summary example prints the parameter count"
+ok test -s tuned.safetensors "the fine-tuning example wrote its checkpoint"
+
+# the Python snippet of dp-checkpoint(5), on the checkpoint just written
+examples "$MAN5" | sed '/^@@$/d' > snippet.py
+if $PY "$DP_SRC/tests/torch_ref.py" check; then
+	run $PY snippet.py
+	is "$rc" 0 "dp-checkpoint(5) snippet loads mlp.safetensors into torch.nn.Sequential"
+	like "$out" "^flatten,dense:128,relu,dense:10 1x28x28 step 30" "the snippet prints the metadata"
+	like "$out" "1.weight float32 \(128, 784\)" "the snippet prints the tensors"
+else
+	skip "python3-torch is not installed: apt-get install python3-torch"
+	skip "python3-torch is not installed"
+	skip "python3-torch is not installed"
+fi
+# the test helpers read checkpoints with exactly the documented function
+sed -n '/^def load_checkpoint/,/^    return tensors, meta/p' snippet.py > doc.txt
+sed -n '/^def load_checkpoint/,/^    return tensors, meta/p' "$DP_SRC/tests/torch_ref.py" > ref.txt
+ok cmp -s doc.txt ref.txt "tests/torch_ref.py uses the snippet of dp-checkpoint(5) verbatim"
+
+done_testing

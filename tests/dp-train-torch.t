@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# dp-train against PyTorch (Debian python3-torch, the reference): from the
+# same initial weights (written by torch into a dp-train checkpoint and
+# given with --init), three updates on the same batches give the same
+# weights within float32 rounding, for dense, conv, maxpool, avgpool,
+# strided and padded conv, batchnorm and MSE models with SGD (momentum,
+# Nesterov, weight decay), Adam and AdamW.  Checkpoints load into the
+# equivalent torch.nn.Sequential with load_state_dict(strict=True).
+. "${DP_SRC:-.}/tests/lib.sh"
+
+REF="$PY $DP_SRC/tests/torch_ref.py"
+if ! $REF check; then
+	skip "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)"
+	done_testing
+fi
+cd "$T"
+$PY -c '
+import numpy as np
+r = np.random.default_rng(1)
+np.savez("img.npz", x=r.standard_normal((24, 2, 8, 8)).astype(np.float32), y=r.integers(0, 5, 24))
+np.savez("vec.npz", x=r.standard_normal((24, 12)).astype(np.float32), y=r.integers(0, 5, 24))
+np.savez("reg.npz", x=r.standard_normal((24, 12)).astype(np.float32),
+         y=r.standard_normal((24, 3)).astype(np.float32))
+'
+$PY "$DP_SRC/tests/mkexamples.py" img.tfr npz img.npz
+$PY "$DP_SRC/tests/mkexamples.py" vec.tfr npz vec.npz
+$PY "$DP_SRC/tests/mkexamples.py" reg.tfr npz reg.npz --label-kind vector
+
+# Cases: DATA SHAPE SPEC LOSS OPTIMIZER-ARGS...; each is 3 updates of batch 8.
+# torch starts once for all initial weights and once for all comparisons.
+SGD="--optimizer sgd --lr 0.05 --momentum 0.9 --nesterov --weight-decay 0.01"
+ADAM="--optimizer adam --lr 0.01"
+ADAMW="--optimizer adamw --lr 0.01 --weight-decay 0.05"
+cat > cases.txt <<EOF
+vec 12 dense:16,relu,dense:5 xent $SGD
+vec 12 dense:16,relu,dense:5 xent --optimizer sgd --lr 0.1
+vec 12 dense:16,tanh,dense:8,sigmoid,dense:5 xent $ADAM
+vec 12 dense:16,relu,dense:5,softmax xent $ADAMW
+img 2x8x8 conv:4:3,relu,flatten,dense:5 xent $SGD
+img 2x8x8 conv:4:3,relu,flatten,dense:5 xent $ADAM
+img 2x8x8 conv:6:3:same,relu,maxpool:2,flatten,dense:5 xent $SGD
+img 2x8x8 conv:6:3:same,relu,maxpool:2,flatten,dense:5 xent $ADAM
+img 2x8x8 conv:4:3:2:1,sigmoid,avgpool:2,flatten,dense:5 xent $ADAMW
+img 2x8x8 conv:4:3,batchnorm,relu,maxpool:3:2,flatten,dense:5 xent $SGD
+img 2x8x8 conv:4:3,relu,batchnorm,maxpool:3:2,flatten,dense:5 xent $ADAM
+img 2x8x8 conv:4:1,tanh,conv:3:3x2:stride=1x2,flatten,dense:5 xent $ADAM
+reg 12 dense:16,tanh,dense:3 mse $SGD
+reg 12 dense:16,tanh,dense:3 mse $ADAM
+EOF
+i=0
+while read -r data shape spec loss args; do
+	i=$((i + 1))
+	echo "init $spec $shape $loss 7 init-$i.st"
+done < cases.txt > init.txt
+$REF batch init.txt > init.log 2>&1 || { cat init.log; exit 1; }
+i=0
+while read -r data shape spec loss args; do
+	i=$((i + 1))
+	# shellcheck disable=SC2086
+	dp-train --init "init-$i.st" --train "$data.tfr" --loss "$loss" --shuffle-buffer 0 \
+		--batch-size 8 --max-steps 3 --prefetch 0 -q -o "out-$i.st" $args > /dev/null 2> "err-$i.txt"
+	echo $? > "rc-$i.txt"
+	echo "step init-$i.st out-$i.st $data.npz --loss $loss --batch 8 --steps 3 $args"
+done < cases.txt > step.txt
+$REF batch step.txt > step.log 2>&1
+i=0
+diag=
+while IFS= read -r line; do
+	case "$line" in
+	"rc "*)
+		i=$((i + 1))
+		what="$(sed -n "${i}p" cases.txt | cut -d' ' -f3-)"
+		is "$(cat "rc-$i.txt")" 0 "dp-train runs: $what"
+		is "${line#rc }" 0 "weights equal PyTorch's after 3 updates: $what"
+		[ "${line#rc }" = 0 ] || printf '%s\n' "$diag"
+		diag=
+		;;
+	*) diag="$diag$line"$'\n' ;;
+	esac
+done < step.log
+is "$i" "$(wc -l < cases.txt)" "every case compared"
+
+# checkpoints written by dp-train load into torch.nn.Sequential, strictly
+$PY "$DP_SRC/tests/mkexamples.py" mnist.tfr random --n 64 --shape 1x28x28 --kind uint8
+run dp-train --train mnist.tfr --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
+	--model conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,dense:128,relu,dropout:0.5,dense:10 \
+	--batch-size 32 -q -o cnn.st
+run dp-train --train img.tfr --input-shape 2x8x8 --model conv:4:3,batchnorm,relu,flatten,dense:6,batchnorm,dense:5,softmax -q -o bn.st
+printf 'load cnn.st\nload bn.st\n' > load.txt
+run $REF batch load.txt
+like "$out" "^-?[0-9.]+( -?[0-9.]+){9}"$'\n'"rc 0" "the seed CNN's checkpoint loads into torch.nn.Sequential (strict), 10 outputs"
+like "$out" "rc 0"$'\n'"[0-9. -]+"$'\n'"rc 0$" "batchnorm running statistics and counters load too (strict)"
+
+done_testing
