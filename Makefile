@@ -47,6 +47,7 @@ GEN := $(O)/gen
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) $(O)/lib/example.pb-c.o
 LIB_HDR := $(wildcard lib/dp*.h) $(GEN)/example.pb-c.h
+LIB_PRIV_HDR := $(filter-out lib/dp%.h,$(wildcard lib/*.h))
 TOOLS := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
@@ -76,7 +77,7 @@ $(O)/lib/example.pb-c.o: $(GEN)/example.pb-c.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -w -c -o $@ $<
 
-$(O)/lib/%.o: lib/%.c $(LIB_HDR)
+$(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
