@@ -432,7 +432,6 @@ static int retryable_curl(CURLcode cc)
 {
 	switch (cc) {
 	case CURLE_COULDNT_CONNECT:
-	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_RECV_ERROR:
 	case CURLE_SEND_ERROR:

@@ -793,10 +793,11 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 		/* 4. move the transfers on, collect the finished ones */
 		curl_multi_perform(g->multi, &running);
 		CURLMsg *m;
-		int left;
+		int left, moved = 0;
 		while (rc == DP_OK && (m = curl_multi_info_read(g->multi, &left))) {
 			if (m->msg != CURLMSG_DONE)
 				continue;
+			moved = 1;
 			CURL *h = m->easy_handle;
 			CURLcode cc = m->data.result;
 			part *p = find_part(g, h);
@@ -844,8 +845,8 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 			s->conf.progress(s->conf.progress_ctx, b);
 			last_prog = now;
 		}
-		int ms = (int)((wake - now) * 1000) + 1;
-		curl_multi_poll(g->multi, NULL, 0, ms < 1 ? 1 : ms, NULL);
+		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
+		curl_multi_poll(g->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
 	}
 
 	if (rc < 0 || g->wfailed)

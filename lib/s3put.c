@@ -591,10 +591,11 @@ int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t 
 		int running;
 		curl_multi_perform(u->multi, &running);
 		CURLMsg *m;
-		int left;
+		int left, moved = 0;
 		while (rc == DP_OK && (m = curl_multi_info_read(u->multi, &left))) {
 			if (m->msg != CURLMSG_DONE)
 				continue;
+			moved = 1;
 			ubuf *b = NULL;
 			for (int i = 0; i < u->nb; i++)
 				if (u->b[i].running && u->b[i].h == m->easy_handle)
@@ -658,8 +659,8 @@ int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t 
 			s->conf.progress(s->conf.progress_ctx, sent);
 			last_prog = now;
 		}
-		int ms = (int)((wake - now) * 1000) + 1;
-		curl_multi_poll(u->multi, NULL, 0, ms < 1 ? 1 : ms, NULL);
+		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
+		curl_multi_poll(u->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
 	}
 	if (rc == DP_OK)
 		rc = mp_complete(u, upload_id, etags, last_part, e);
@@ -698,8 +699,10 @@ out_sync:
 	pthread_mutex_destroy(&u->mu);
 	pthread_cond_destroy(&u->cv);
 out:
-	if (st)
+	if (st) {
 		st->requests = s->nreq;
+		st->retries = s->nretry;
+	}
 	if (u->multi)
 		curl_multi_cleanup(u->multi);
 	free(u->b);

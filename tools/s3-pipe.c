@@ -598,6 +598,7 @@ static int cmd_put(char **args, int n)
 typedef struct lsctx {
 	const dp_loc *loc;
 	uint64_t n;
+	int file_url; /* the location was given as a file: URL: answer in kind */
 } lsctx;
 
 static void utc(int64_t t, char *buf, size_t len, int iso)
@@ -612,9 +613,14 @@ static void utc(int64_t t, char *buf, size_t len, int iso)
 	strftime(buf, len, iso ? "%Y-%m-%dT%H:%M:%SZ" : "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-static char *obj_url(const dp_obj *o)
+static char *obj_url(const dp_obj *o, int file_url)
 {
 	char *u = NULL;
+	if (o->kind == DP_LOC_FILE && file_url) {
+		if (asprintf(&u, "file:%s%s", o->key[0] == '/' ? "//" : "", o->key) < 0)
+			return NULL;
+		return u;
+	}
 	if (o->kind == DP_LOC_FILE)
 		return strdup(o->key);
 	if (asprintf(&u, "s3://%s%s%s", o->bucket, *o->key || o->prefix ? "/" : "", o->key) < 0)
@@ -634,7 +640,7 @@ static int ls_cb(void *ctx, const dp_obj *o)
 {
 	lsctx *c = ctx;
 	c->n++;
-	char *url = obj_url(o);
+	char *url = obj_url(o, c->file_url);
 	if (!url) {
 		warn("out of memory");
 		finish(EX_FAIL);
@@ -712,7 +718,7 @@ static int cmd_ls(char **urls, int n)
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
-		lsctx c = {&l, 0};
+		lsctx c = {&l, 0, !strncmp(u, "file:", 5)};
 		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
 				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
 		dp_loc_free(&l);
