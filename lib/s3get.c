@@ -43,6 +43,7 @@ typedef struct part {
 	uint64_t off, len; /* object bytes [off, off + len) */
 	char *buf;
 	uint64_t filled;   /* received; shared under mu */
+	uint64_t signalled; /* filled when the writer was last woken */
 	int done;          /* all received; shared under mu */
 	int last;          /* last part of its object's span */
 	int sse;           /* the store encrypts: the ETag is no MD5 */
@@ -276,8 +277,7 @@ static void *writer_main(void *arg)
 					return NULL;
 				}
 			}
-			free(p->buf);
-			p->buf = NULL;
+			/* the buffer stays with its ring slot for the next part */
 			pthread_mutex_lock(&g->mu);
 			g->head = (g->head + 1) % (size_t)g->W;
 			g->count--;
@@ -343,7 +343,11 @@ static size_t part_sink(void *ctx, const char *data, size_t n)
 	memcpy(p->buf + p->filled, data, n);
 	pthread_mutex_lock(&g->mu);
 	p->filled += n;
-	pthread_cond_signal(&g->cv);
+	/* wake the writer for whole chunks, not every packet */
+	if (p->filled - p->signalled >= (256u << 10) || p->filled == p->len) {
+		pthread_cond_signal(&g->cv);
+		p->signalled = p->filled;
+	}
 	pthread_mutex_unlock(&g->mu);
 	p->attempts = 0; /* progress: the retry budget starts over */
 	return n;
@@ -719,13 +723,17 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 				len = s->conf.part_size;
 			part *p = &g->ring[tail];
 			tail = (tail + 1) % (size_t)g->W;
+			/* keep the slot's buffer: touched once, its pages stay mapped */
+			char *buf = p->buf;
 			memset(p, 0, sizeof *p);
+			p->buf = buf;
 			p->g = g;
 			p->obj = oi;
 			p->off = next;
 			p->len = len;
 			p->last = next + len == g->hi[oi];
-			p->buf = malloc((size_t)len);
+			if (!p->buf)
+				p->buf = malloc((size_t)s->conf.part_size);
 			if (!p->buf) {
 				rc = dp_seterr(e, DP_ENOMEM, "out of memory (%" PRIu64 " bytes)", len);
 				break;
