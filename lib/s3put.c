@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { B_FREE, B_FILLING, B_READY, B_SENDING };
@@ -405,11 +406,40 @@ static int start_upload(putter *u, ubuf *b, const char *upload_id, dp_err *e)
 
 /* ---- The upload ------------------------------------------------------------------- */
 
+/* mkdir -p of the directories above path: a key needs none in S3, and
+ * file:// destinations behave the same. */
+static int make_parents(const char *path, dp_err *e)
+{
+	char *p = strdup(path);
+	if (!p)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	char *slash = strrchr(p, '/');
+	int rc = DP_OK;
+	if (slash && slash != p) {
+		*slash = 0;
+		for (char *c = p + 1; *c && rc == DP_OK; c++) {
+			if (*c != '/')
+				continue;
+			*c = 0;
+			if (mkdir(p, 0777) < 0 && errno != EEXIST)
+				rc = dp_syserr(e, "%s: cannot create", p);
+			*c = '/';
+		}
+		if (rc == DP_OK && mkdir(p, 0777) < 0 && errno != EEXIST)
+			rc = dp_syserr(e, "%s: cannot create", p);
+	}
+	free(p);
+	return rc;
+}
+
 static int put_local(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, dp_s3_stats *st,
 		     dp_err *e)
 {
 	dp_out out;
-	int rc = dp_out_open(&out, dst->key, e);
+	int rc = make_parents(dst->key, e);
+	if (rc < 0)
+		return rc;
+	rc = dp_out_open(&out, dst->key, e);
 	if (rc < 0)
 		return rc;
 	char *buf = malloc(1 << 20);

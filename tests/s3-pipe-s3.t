@@ -275,6 +275,32 @@ wait $pid
 is "$?" 1 "object replaced during get: 1"
 like "$(cat chg.err)" "s3://dpt/changing: the object changed while being read" "object replaced: said so"
 
+# ---- the man page's examples, against radosgw ---------------------------------------------------------
+. "$DP_SRC/tests/man-examples.sh"
+mkdir mx && cd mx || exit 1
+awsr s3api create-bucket --bucket my-bucket >/dev/null 2>&1
+mkdir -p data
+for i in 0 1 2; do
+	for r in $(seq 1 $((i + 3))); do printf '{"x":{"int64":[%d]}}\n' $r; done |
+		tfr-cat --encode json >data/part-$i.tfrecord
+done
+man_examples "$DP_SRC/man/man1/s3-pipe.1" ex
+n=0
+for f in $(ls ex | sort -n); do
+	n=$((n + 1))
+	case $f in
+	*.skip) skip "man example $n: $(head -n 1 "ex/$f")"; continue ;;
+	esac
+	bash -e -o pipefail "ex/$f" >out.$n 2>err.$n
+	st=$?
+	is "$st" 0 "man example $n on S3: $(head -n 1 "ex/$f")"
+	[ "$st" = 0 ] || sed 's/^/#   /' "ex/$f" err.$n
+done
+is "$(cat out.3)" 12 "man example 3: twelve records from the bucket"
+is "$(cat out.5 | tr '\n' ' ')" "12 12 " "man example 5: two epochs through FIFOs from the bucket"
+is "$(cat out.6)" 8 "man example 6: the manifest's two objects"
+cd "$T" || exit 1
+
 # ---- rm -----------------------------------------------------------------------------------------
 s3-pipe rm s3://dpt/small.bin
 run s3-pipe get s3://dpt/small.bin

@@ -449,6 +449,29 @@ static void mkdirs(const char *dir)
 	free(p);
 }
 
+/* Create the FIFO of an epoch (an existing FIFO is used as it is). */
+static char *make_fifo(const char *dir, uint64_t epoch)
+{
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0) {
+		warn("out of memory");
+		finish(EX_FAIL);
+	}
+	struct stat sb;
+	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode)) {
+		warn("%s: exists and is not a FIFO", path);
+		finish(EX_FAIL);
+	}
+	if (mkfifo(path, 0666) < 0 && errno != EEXIST) {
+		warn("%s: cannot create the FIFO: %s", path, strerror(errno));
+		finish(EX_FAIL);
+	}
+	return path;
+}
+
+/* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
+ * when a reader opens it.  The next epoch's FIFO is made before the current
+ * one is closed, so a reader that goes on to it at end of file finds it. */
 static int cmd_fifo(char **urls, int n)
 {
 	if (n < 1)
@@ -461,6 +484,7 @@ static int cmd_fifo(char **urls, int n)
 		parse_shard(O.shard, &(int){0}, &(int){0});
 	char *dir = expand_or_die(O.dir);
 	mkdirs(dir);
+	char *path = make_fifo(dir, O.epoch);
 	dp_objs all = {0};
 	collect(urls, n, &all);
 	dp_err e = {0};
@@ -469,20 +493,6 @@ static int cmd_fifo(char **urls, int n)
 		dp_objs objs = {0};
 		copy_objs(&all, &objs);
 		select_keys(&objs, epoch);
-		char *path = NULL;
-		if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0) {
-			warn("out of memory");
-			finish(EX_FAIL);
-		}
-		struct stat sb;
-		if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode)) {
-			warn("%s: exists and is not a FIFO", path);
-			finish(EX_FAIL);
-		}
-		if (mkfifo(path, 0666) < 0 && errno != EEXIST) {
-			warn("%s: cannot create the FIFO: %s", path, strerror(errno));
-			finish(EX_FAIL);
-		}
 		if (O.verbose)
 			fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader\n",
 				prog, path, epoch, objs.n);
@@ -494,21 +504,25 @@ static int cmd_fifo(char **urls, int n)
 		dp_s3_stats st = {0};
 		t_start = dp_now();
 		int rc = dp_s3_get(S, &objs, NULL, fd, path, &st, &e);
-		close(fd);
 		dp_objs_free(&objs);
+		char *next = NULL;
+		if (O.epochs == 0 || k + 1 < O.epochs)
+			next = make_fifo(dir, epoch + 1);
+		close(fd);
 		if (rc < 0 && st.out_closed) {
 			/* the reader stopped early: its epoch is over */
 			if (O.verbose)
 				fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " reader closed after %"
 					PRIu64 " bytes\n", prog, path, epoch, st.bytes);
 		} else if (rc < 0) {
-			free(path);
 			die_err(&e);
 		} else {
 			summary(&st);
 		}
 		free(path);
+		path = next;
 	}
+	free(path);
 	dp_objs_free(&all);
 	free(dir);
 	return EX_OK;
