@@ -393,7 +393,8 @@ static int list_local(const dp_loc *l, int recursive, dp_obj_cb cb, void *ctx, d
 		rc = DP_ENOTFOUND;
 	}
 	if (rc == DP_OK) {
-		qsort(w.v, w.n, sizeof *w.v, fent_cmp);
+		if (w.n)
+			qsort(w.v, w.n, sizeof *w.v, fent_cmp);
 		/* names as the user wrote the location: root + relative */
 		int plain = !strcmp(root, ".") && prefix;
 		size_t rl = strlen(root);
@@ -518,7 +519,8 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 				s3_url_decode(p.objs.v[i].key);
 		if (rc == DP_OK) {
 			/* Contents and CommonPrefixes come as two sorted lists */
-			qsort(p.objs.v, p.objs.n, sizeof *p.objs.v, obj_cmp);
+			if (p.objs.n)
+				qsort(p.objs.v, p.objs.n, sizeof *p.objs.v, obj_cmp);
 			for (size_t i = 0; i < p.objs.n && !stop; i++) {
 				p.objs.v[i].bucket = l->bucket;
 				int r = cb(ctx, &p.objs.v[i]);
