@@ -94,7 +94,7 @@ static const char *local_name(const char *n)
 {
 	/* expat without namespace processing hands over "prefix:name" */
 	const char *c = strrchr(n, ':');
-	return c ? c + 1 : n;
+	return c && c[1] ? c + 1 : n;
 }
 
 static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **atts)
