@@ -110,6 +110,18 @@ printf '[{"prefix": "s3://dpt/set/"}, "k05", "sub/x", "k01"]' | s3-pipe put s3:/
 run s3-pipe get --manifest s3://dpt/train.manifest
 is "$out" "$(cat set/k05 set/sub/x set/k01)" "--manifest in S3 naming S3 keys"
 
+# keys that need encoding in paths, queries and listings
+oddkeys=($'odd key+plus%25\xc3\xa9' "a/./b" "a/../c" "q?x=1&y#z" "~tilde*star(1)" "semi;colon,comma'quote")
+for k in "${oddkeys[@]}"; do
+	printf '%s\n' "$k" | s3-pipe put "s3://dpt/odd/$k" || echo "# put failed: $k"
+done
+expect=$(printf '%s\n' "${oddkeys[@]}" | LC_ALL=C sort)
+is "$(s3-pipe ls -r s3://dpt/odd/ | sed 's|.* s3://dpt/odd/||')" "$expect" "odd keys: listed back as written"
+is "$(awsr s3 ls --recursive s3://dpt/odd/ 2>/dev/null | sed 's|.* odd/||')" "$expect" "odd keys: aws lists the same keys"
+is "$(s3-pipe get s3://dpt/odd/)" "$expect" "odd keys: each object holds its own name"
+k=${oddkeys[0]}
+is "$(awsr s3 cp "s3://dpt/odd/$k" - 2>/dev/null)" "$k" "odd keys: aws reads what s3-pipe put"
+
 # ---- errors -----------------------------------------------------------------------------------
 run s3-pipe get s3://dpt/nokey
 is "$rc" 3 "missing key: 3"

@@ -670,9 +670,9 @@ static int ls_cb(void *ctx, const dp_obj *o)
 		else
 			j = json_pack("{s:s,s:s,s:I,s:s,s:s}", "key", o->key, "url", url, "size",
 				      (json_int_t)o->size, "mtime", t, "etag", o->etag);
-		char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		if (!s) {
-			warn("out of memory");
+			warn("%s: %s", url, j ? "out of memory" : "not UTF-8: cannot be written as JSON");
 			finish(EX_FAIL);
 		}
 		out_line(s);
@@ -702,9 +702,9 @@ static int up_cb(void *ctx, const char *bucket, const char *key, const char *id,
 		utc(init, t, sizeof t, 1);
 		json_t *j = json_pack("{s:s,s:s,s:s,s:s}", "bucket", bucket, "key", key, "upload_id",
 				      id, "initiated", t);
-		char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		if (!s) {
-			warn("out of memory");
+			warn("s3://%s/%s: %s", bucket, key, j ? "out of memory" : "not UTF-8");
 			finish(EX_FAIL);
 		}
 		out_line(s);
