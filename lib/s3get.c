@@ -4,10 +4,11 @@
  * The objects are cut into parts of conf.part_size bytes.  At most
  * W = conf.concurrency parts are alive at a time, always the next W in
  * output order (a window sliding over the stream): each is fetched by its
- * own ranged GET, all through one curl multi handle, into a buffer of its
- * size.  A writer thread writes the head part as its bytes arrive and frees
- * it when done, so memory stays below W x part_size whatever the object
- * sizes, and a slow reader of the output never stalls the transfers.
+ * own ranged GET, all through one curl multi handle, into the buffer of its
+ * ring slot (allocated once, reused).  A writer thread writes the head part
+ * as its bytes arrive and hands its slot back when done, so memory stays
+ * below W x part_size whatever the object sizes, and a slow reader of the
+ * output never stalls the transfers.
  *
  * Every GET of an object whose ETag is known carries If-Match: a changed
  * object fails (412) instead of mixing two versions into the stream.  A
@@ -89,7 +90,6 @@ struct getter {
 	int wfailed, closed;
 	/* the writer's per-object state */
 	EVP_MD_CTX *md5;
-	size_t md5_obj;
 	int md5_on;
 	/* curl */
 	CURLM *multi;
@@ -99,7 +99,6 @@ struct getter {
 	int nheads;
 	size_t next_head; /* objects before this were considered for HEAD */
 	uint64_t nreq, nretry;
-	int bytes_probe;
 };
 
 /* ---- Helpers ------------------------------------------------------------------ */

@@ -563,7 +563,7 @@ int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t 
 			break;
 		}
 		pthread_mutex_lock(&u->mu);
-		int rdone = u->read_done, rf = u->rfailed;
+		int rf = u->rfailed;
 		pthread_mutex_unlock(&u->mu);
 		if (rf) {
 			rc = u->rerr.code;
@@ -616,7 +616,6 @@ int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t 
 			break;
 		if (last_part && inflight == 0 && next_send > last_part)
 			break; /* every part is up */
-		(void)rdone;
 
 		int running;
 		curl_multi_perform(u->multi, &running);
