@@ -33,7 +33,7 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-PKGS := libprotobuf-c zlib jansson libcurl expat libcrypto
+PKGS := libprotobuf-c zlib jansson libpcre2-8 libcurl expat libcrypto
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)

@@ -1,0 +1,609 @@
+/*
+ * plot.c - SVG line charts of metric series (dp_plot.h).
+ *
+ * Layout, in SVG user units (pixels): an optional title line, then one
+ * panel per group of series, stacked.  A panel is a title, a plot area of
+ * PLOT_W x PLOT_H with a grid at the y and x ticks, tick labels, the x
+ * axis label, and a legend to the right of the plot area.  All panels share
+ * the x range so that steps line up vertically.
+ */
+#define _GNU_SOURCE
+#include "dp_plot.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MARGIN_L 76
+#define PLOT_W 600
+#define PLOT_H 220
+#define LEGEND_GAP 18
+#define LEGEND_W 190
+#define WIDTH (MARGIN_L + PLOT_W + LEGEND_GAP + LEGEND_W)
+#define TITLE_H 34
+#define PANEL_TITLE_H 26
+#define PANEL_BOTTOM 46
+#define PANEL_GAP 14
+#define MARKERS_UPTO 60  /* series this short get a dot per point */
+#define LABEL_CHARS 24   /* legend labels longer than this are cut */
+#define LEGEND_ROW 18
+
+static const char *const palette[] = {
+	"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+	"#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+};
+#define NCOLORS (sizeof palette / sizeof palette[0])
+
+struct pt {
+	double step, line, y; /* step NaN when any point averaged in had none */
+};
+
+struct series {
+	char *label;
+	int panel;
+	struct pt *pts;
+	size_t n;
+	size_t group; /* raw points per stored point */
+	struct pt acc; /* sums of the group being filled */
+	size_t nacc;
+	int acc_nostep;
+};
+
+struct panel {
+	char *name;
+};
+
+struct dp_plot {
+	struct series *s;
+	int ns, cap_s;
+	struct panel *p;
+	int np, cap_p;
+};
+
+dp_plot *dp_plot_new(void) { return calloc(1, sizeof(dp_plot)); }
+
+void dp_plot_free(dp_plot *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < p->ns; i++) {
+		free(p->s[i].label);
+		free(p->s[i].pts);
+	}
+	for (int i = 0; i < p->np; i++)
+		free(p->p[i].name);
+	free(p->s);
+	free(p->p);
+	free(p);
+}
+
+static int find_panel(dp_plot *p, const char *name)
+{
+	for (int i = 0; i < p->np; i++)
+		if (strcmp(p->p[i].name, name) == 0)
+			return i;
+	if (p->np == p->cap_p) {
+		int nc = p->cap_p ? p->cap_p * 2 : 8;
+		struct panel *n = realloc(p->p, (size_t)nc * sizeof *n);
+		if (!n)
+			return DP_ENOMEM;
+		p->p = n;
+		p->cap_p = nc;
+	}
+	char *copy = strdup(name);
+	if (!copy)
+		return DP_ENOMEM;
+	p->p[p->np].name = copy;
+	return p->np++;
+}
+
+int dp_plot_series(dp_plot *p, const char *label, const char *panel)
+{
+	for (int i = 0; i < p->ns; i++)
+		if (strcmp(p->s[i].label, label) == 0)
+			return i;
+	int pi = find_panel(p, panel);
+	if (pi < 0)
+		return pi;
+	if (p->ns == p->cap_s) {
+		int nc = p->cap_s ? p->cap_s * 2 : 8;
+		struct series *n = realloc(p->s, (size_t)nc * sizeof *n);
+		if (!n)
+			return DP_ENOMEM;
+		p->s = n;
+		p->cap_s = nc;
+	}
+	struct series *s = &p->s[p->ns];
+	memset(s, 0, sizeof *s);
+	s->label = strdup(label);
+	s->pts = malloc(DP_PLOT_MAX_POINTS * sizeof *s->pts);
+	if (!s->label || !s->pts) {
+		free(s->label);
+		free(s->pts);
+		return DP_ENOMEM;
+	}
+	s->panel = pi;
+	s->group = 1;
+	return p->ns++;
+}
+
+static struct pt acc_mean(const struct series *s)
+{
+	double k = (double)s->nacc;
+	struct pt m = {s->acc_nostep ? NAN : s->acc.step / k, s->acc.line / k, s->acc.y / k};
+	return m;
+}
+
+int dp_plot_add(dp_plot *p, int id, double step, double line, double y)
+{
+	if (id < 0 || id >= p->ns)
+		return DP_EARG;
+	/* Beyond 1e300 a range could overflow: such values are not plotted. */
+	if (!(fabs(y) <= 1e300) || !(fabs(line) <= 1e300))
+		return DP_OK;
+	if (!(fabs(step) <= 1e300))
+		step = NAN;
+	struct series *s = &p->s[id];
+	if (isnan(step))
+		s->acc_nostep = 1;
+	else
+		s->acc.step += step;
+	s->acc.line += line;
+	s->acc.y += y;
+	if (++s->nacc < s->group)
+		return DP_OK;
+	if (s->n == DP_PLOT_MAX_POINTS) {
+		/* Full: average neighbours in pairs; groups double in size. */
+		for (size_t i = 0; i < s->n / 2; i++) {
+			struct pt a = s->pts[2 * i], b = s->pts[2 * i + 1];
+			s->pts[i] = (struct pt){(a.step + b.step) / 2, (a.line + b.line) / 2,
+						(a.y + b.y) / 2};
+		}
+		s->n /= 2;
+		s->group *= 2;
+		if (s->nacc < s->group)
+			return DP_OK;
+	}
+	s->pts[s->n++] = acc_mean(s);
+	s->acc = (struct pt){0, 0, 0};
+	s->nacc = 0;
+	s->acc_nostep = 0;
+	return DP_OK;
+}
+
+size_t dp_plot_points(const dp_plot *p)
+{
+	size_t n = 0;
+	for (int i = 0; i < p->ns; i++)
+		n += p->s[i].n + (p->s[i].nacc > 0);
+	return n;
+}
+
+/* ---- Ticks -------------------------------------------------------------- */
+
+static double nicenum(double x, int round)
+{
+	if (!(x > 0) || !isfinite(x))
+		return x;
+	double ex = floor(log10(x));
+	double f = x / pow(10, ex), nf;
+	if (round)
+		nf = f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10;
+	else
+		nf = f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10;
+	return nf * pow(10, ex);
+}
+
+/* The number of ticks first, first + step, ... last; 0 when that is not a
+ * small whole number (ranges at the edge of double precision). */
+static int nticks(double first, double last, double step)
+{
+	double n = (last - first) / step;
+	if (!(n >= 1 && n <= 100) || !(last > first))
+		return 0;
+	return (int)floor(n + 0.5) + 1;
+}
+
+/* floor(log10(x)) as an int, for x > 0 (0 otherwise). */
+static int ilog10(double x)
+{
+	double l = floor(log10(x) + 1e-9);
+	return x > 0 && isfinite(l) ? (int)fmax(fmin(l, 400), -400) : 0;
+}
+
+int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step)
+{
+	if (!(hi > lo)) {
+		double pad = fmax(fabs(lo) * 1e-6, 1);
+		lo -= pad;
+		hi += pad;
+	}
+	if (want < 2)
+		want = 2;
+	double d = nicenum((hi - lo) / (want - 1), 1);
+	if (!(d > 0) || !isfinite(d))
+		d = hi - lo;
+	*step = d;
+	*first = floor(lo / d + 1e-9) * d;
+	*last = ceil(hi / d - 1e-9) * d;
+	if (!nticks(*first, *last, d) || !(*first <= lo + d * 1e-6) || !(*last >= hi - d * 1e-6)) {
+		/* Too close to the precision of doubles for nice steps: the
+		 * range itself, in one step. */
+		*first = lo;
+		*last = hi;
+		*step = d = hi - lo;
+	}
+	int nfrac = -ilog10(d);
+	return nfrac > 0 ? (nfrac < 30 ? nfrac : 30) : 0;
+}
+
+/* A tick label for v on an axis with tick spacing step and largest
+ * magnitude absmax: fixed decimals, k/M/G suffixes for big numbers,
+ * exponents for tiny ones. */
+static void fmt_tick(char *buf, size_t size, double v, double step, double absmax)
+{
+	if (fabs(v) < step * 1e-6)
+		v = 0;
+	if (absmax >= 1e5) {
+		double scale = absmax >= 1e9 ? 1e9 : absmax >= 1e6 ? 1e6 : 1e3;
+		const char *suf = absmax >= 1e9 ? "G" : absmax >= 1e6 ? "M" : "k";
+		int dec = -ilog10(step / scale);
+		snprintf(buf, size, "%.*f%s", dec > 0 ? dec : 0, v / scale, suf);
+		return;
+	}
+	int nfrac = -ilog10(step);
+	if (nfrac <= 4) {
+		snprintf(buf, size, "%.*f", nfrac > 0 ? nfrac : 0, v);
+		return;
+	}
+	int dec = ilog10(absmax) - ilog10(step);
+	if (dec > 17)
+		dec = 17;
+	char tmp[64];
+	snprintf(tmp, sizeof tmp, "%.*e", dec > 0 ? dec : 0, v);
+	/* 1.5e-05 -> 1.5e-5 */
+	char *e = strchr(tmp, 'e');
+	if (e && v != 0) {
+		char sign = e[1];
+		char *d = e + 2;
+		while (*d == '0' && d[1])
+			d++;
+		snprintf(buf, size, "%.*se%s%s", (int)(e - tmp), tmp, sign == '-' ? "-" : "", d);
+	} else {
+		snprintf(buf, size, "0");
+	}
+}
+
+/* ---- Output buffer ------------------------------------------------------ */
+
+struct sb {
+	char *s;
+	size_t len, cap;
+	int failed;
+};
+
+static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sb *b, const char *fmt, ...)
+{
+	if (b->failed)
+		return;
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->failed = 1;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t nc = b->cap * 2 + (size_t)n + 1;
+		char *ns = realloc(b->s, nc);
+		if (!ns) {
+			b->failed = 1;
+			return;
+		}
+		b->s = ns;
+		b->cap = nc;
+	}
+}
+
+/* Characters (UTF-8 sequences) in s. */
+static size_t utf8_chars(const char *s)
+{
+	size_t n = 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		n += (*p & 0xc0) != 0x80;
+	return n;
+}
+
+/* XML text of s, at most maxchars characters (when > 0; cut with an
+ * ellipsis); invalid UTF-8 and control characters become '?'. */
+static void sb_xml(struct sb *b, const char *s, int maxchars)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t limit = (size_t)-1;
+	if (maxchars > 0 && utf8_chars(s) > (size_t)maxchars)
+		limit = (size_t)maxchars - 1;
+	for (size_t chars = 0; *p && chars < limit; chars++) {
+		unsigned c = *p;
+		size_t k = c < 0x80 ? 0 : c >= 0xf0 && c <= 0xf4 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 9;
+		int okc = k != 9;
+		for (size_t j = 1; okc && j <= k; j++)
+			okc = (p[j] & 0xc0) == 0x80;
+		if (!okc || c < 0x20 || c == 0x7f) {
+			sb_printf(b, "?");
+			p++;
+			continue;
+		}
+		if (k) {
+			sb_printf(b, "%.*s", (int)k + 1, (const char *)p);
+			p += k + 1;
+			continue;
+		}
+		switch (c) {
+		case '&': sb_printf(b, "&amp;"); break;
+		case '<': sb_printf(b, "&lt;"); break;
+		case '>': sb_printf(b, "&gt;"); break;
+		case '"': sb_printf(b, "&quot;"); break;
+		case '\'': sb_printf(b, "&apos;"); break;
+		default: sb_printf(b, "%c", (char)c);
+		}
+		p++;
+	}
+	if (*p)
+		sb_printf(b, "\xe2\x80\xa6"); /* ... */
+}
+
+/* ---- Rendering ---------------------------------------------------------- */
+
+struct xy {
+	double x, y;
+	size_t order;
+};
+
+static int cmp_xy(const void *a, const void *b)
+{
+	const struct xy *p = a, *q = b;
+	if (p->x != q->x)
+		return p->x < q->x ? -1 : 1;
+	return p->order < q->order ? -1 : p->order > q->order;
+}
+
+/* The points of s to draw, sorted by x: stored points plus the partial
+ * group.  *n their count; NULL on ENOMEM. */
+static struct xy *series_xy(const struct series *s, int by_step, size_t *n)
+{
+	size_t k = s->n + (s->nacc > 0);
+	struct xy *v = malloc((k ? k : 1) * sizeof *v);
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < k; i++) {
+		struct pt t = i < s->n ? s->pts[i] : acc_mean(s);
+		v[i] = (struct xy){by_step ? t.step : t.line, t.y, i};
+	}
+	qsort(v, k, sizeof *v, cmp_xy);
+	*n = k;
+	return v;
+}
+
+char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
+{
+	if (dp_plot_points(p) == 0)
+		return dp_seterr(e, DP_EARG, "no points to plot"), NULL;
+	/* x: steps when every point has one, else line numbers. */
+	int by_step = 1, x_int = 1;
+	double xmin = INFINITY, xmax = -INFINITY;
+	for (int i = 0; i < p->ns; i++) {
+		const struct series *s = &p->s[i];
+		for (size_t j = 0; j < s->n; j++)
+			if (isnan(s->pts[j].step))
+				by_step = 0;
+		if (s->nacc && s->acc_nostep)
+			by_step = 0;
+	}
+	size_t ns = p->ns > 0 ? (size_t)p->ns : 1;
+	struct xy **pts = calloc(ns, sizeof *pts);
+	size_t *npts = calloc(ns, sizeof *npts);
+	struct sb b = {malloc(65536), 0, 65536, 0};
+	if (!pts || !npts || !b.s) {
+		free(pts);
+		free(npts);
+		free(b.s);
+		return dp_seterr(e, DP_ENOMEM, "out of memory"), NULL;
+	}
+	for (int i = 0; i < p->ns; i++) {
+		pts[i] = series_xy(&p->s[i], by_step, &npts[i]);
+		if (!pts[i])
+			b.failed = 1;
+		for (size_t j = 0; pts[i] && j < npts[i]; j++) {
+			double x = pts[i][j].x;
+			xmin = fmin(xmin, x);
+			xmax = fmax(xmax, x);
+			if (x != floor(x))
+				x_int = 0;
+		}
+	}
+	if (!(xmax > xmin)) {
+		xmin -= 1;
+		xmax += 1;
+	}
+	double xfirst, xlast, xstep;
+	dp_plot_ticks(xmin, xmax, 7, &xfirst, &xlast, &xstep);
+	if (x_int && xstep < 1) { /* a few integer steps: one tick each */
+		xstep = 1;
+		xfirst = floor(xmin);
+		xlast = ceil(xmax);
+	}
+	xmin = xfirst; /* the axis spans whole ticks */
+	xmax = xlast;
+	int nx = nticks(xfirst, xlast, xstep);
+	double xabs = fmax(fabs(xmin), fabs(xmax));
+
+	int top0 = title && *title ? TITLE_H : 8;
+	int panel_h = PANEL_TITLE_H + PLOT_H + PANEL_BOTTOM;
+	int height = top0 + p->np * panel_h + (p->np - 1) * PANEL_GAP + 8;
+	const char *font = "DejaVu Sans, Helvetica, Arial, sans-serif";
+
+	sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+	sb_printf(&b,
+		  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+		  "viewBox=\"0 0 %d %d\" font-family=\"%s\" font-size=\"12\">\n",
+		  WIDTH, height, WIDTH, height, font);
+	sb_printf(&b, "<title>");
+	sb_xml(&b, title && *title ? title : "metrics", 0);
+	sb_printf(&b, "</title>\n");
+	sb_printf(&b, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
+	if (title && *title) {
+		sb_printf(&b,
+			  "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\" "
+			  "fill=\"#222\">",
+			  MARGIN_L);
+		sb_xml(&b, title, 80);
+		sb_printf(&b, "</text>\n");
+	}
+
+	for (int pi = 0; pi < p->np; pi++) {
+		int top = top0 + pi * (panel_h + PANEL_GAP);
+		int y0 = top + PANEL_TITLE_H; /* plot area top */
+		double ymin = INFINITY, ymax = -INFINITY;
+		for (int i = 0; i < p->ns; i++)
+			if (p->s[i].panel == pi)
+				for (size_t j = 0; pts[i] && j < npts[i]; j++) {
+					ymin = fmin(ymin, pts[i][j].y);
+					ymax = fmax(ymax, pts[i][j].y);
+				}
+		if (!(ymax >= ymin)) /* a panel of series without points */
+			ymin = 0, ymax = 1;
+		if (!(ymax > ymin)) {
+			double d = ymin == 0 ? 1 : fabs(ymin) * 0.1;
+			ymin -= d;
+			ymax += d;
+		}
+		double yfirst, ylast, ystep;
+		dp_plot_ticks(ymin, ymax, 5, &yfirst, &ylast, &ystep);
+		double yabs = fmax(fabs(yfirst), fabs(ylast));
+		int ny = nticks(yfirst, ylast, ystep);
+#define PX(x) (MARGIN_L + ((x) - xmin) / (xmax - xmin) * PLOT_W)
+#define PY(y) (y0 + PLOT_H - ((y) - yfirst) / (ylast - yfirst) * PLOT_H)
+
+		sb_printf(&b, "<g class=\"panel\">\n");
+		sb_printf(&b,
+			  "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\" "
+			  "fill=\"#333\">",
+			  MARGIN_L, top + 17);
+		sb_xml(&b, p->p[pi].name, 60);
+		sb_printf(&b, "</text>\n");
+		/* grid and y labels */
+		sb_printf(&b, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
+		for (int i = 0; i < ny; i++) {
+			double t = yfirst + i * ystep;
+			sb_printf(&b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>\n", MARGIN_L,
+				  MARGIN_L + PLOT_W, PY(t), PY(t));
+		}
+		for (int i = 0; i < nx; i++) {
+			double t = xfirst + i * xstep;
+			sb_printf(&b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>\n", PX(t),
+				  PX(t), y0, y0 + PLOT_H);
+		}
+		sb_printf(&b, "</g>\n");
+		sb_printf(&b, "<g fill=\"#555\" text-anchor=\"end\">\n");
+		for (int i = 0; i < ny; i++) {
+			double t = yfirst + i * ystep;
+			char lab[48];
+			fmt_tick(lab, sizeof lab, t, ystep, yabs);
+			sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%s</text>\n", MARGIN_L - 8,
+				  PY(t) + 4, lab);
+		}
+		sb_printf(&b, "</g>\n<g fill=\"#555\" text-anchor=\"middle\">\n");
+		for (int i = 0; i < nx; i++) {
+			double t = xfirst + i * xstep;
+			char lab[48];
+			fmt_tick(lab, sizeof lab, t, xstep, xabs);
+			sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", PX(t),
+				  y0 + PLOT_H + 17, lab);
+		}
+		sb_printf(&b, "</g>\n");
+		sb_printf(&b,
+			  "<text x=\"%d\" y=\"%d\" fill=\"#333\" text-anchor=\"middle\">%s</text>\n",
+			  MARGIN_L + PLOT_W / 2, y0 + PLOT_H + 36, by_step ? "step" : "line");
+		/* axes */
+		sb_printf(&b,
+			  "<path d=\"M%d %dV%dH%d\" fill=\"none\" stroke=\"#333\" "
+			  "stroke-width=\"1\"/>\n",
+			  MARGIN_L, y0, y0 + PLOT_H, MARGIN_L + PLOT_W);
+		/* series */
+		int k = 0;
+		for (int i = 0; i < p->ns; i++) {
+			if (p->s[i].panel != pi || !pts[i])
+				continue;
+			const char *color = palette[k++ % NCOLORS];
+			sb_printf(&b, "<g class=\"series\" data-label=\"");
+			sb_xml(&b, p->s[i].label, 0);
+			sb_printf(&b, "\" data-points=\"%zu\">\n", npts[i]);
+			if (npts[i] > 1) {
+				sb_printf(&b,
+					  "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
+					  "stroke-linejoin=\"round\" stroke-linecap=\"round\" points=\"",
+					  color);
+				for (size_t j = 0; j < npts[i]; j++)
+					sb_printf(&b, "%s%.1f,%.1f", j ? " " : "", PX(pts[i][j].x),
+						  PY(pts[i][j].y));
+				sb_printf(&b, "\"/>\n");
+			}
+			if (npts[i] <= MARKERS_UPTO)
+				for (size_t j = 0; j < npts[i]; j++)
+					sb_printf(&b,
+						  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.6\" "
+						  "fill=\"%s\"/>\n",
+						  PX(pts[i][j].x), PY(pts[i][j].y), color);
+			sb_printf(&b, "</g>\n");
+		}
+		/* legend */
+		int lx = MARGIN_L + PLOT_W + LEGEND_GAP, ly = y0 + 4, rows = 0;
+		int maxrows = PLOT_H / LEGEND_ROW;
+		k = 0;
+		int inpanel = 0;
+		for (int i = 0; i < p->ns; i++)
+			inpanel += p->s[i].panel == pi;
+		sb_printf(&b, "<g class=\"legend\" fill=\"#333\">\n");
+		for (int i = 0; i < p->ns; i++) {
+			if (p->s[i].panel != pi)
+				continue;
+			const char *color = palette[k++ % NCOLORS];
+			if (rows == maxrows - 1 && inpanel > maxrows) {
+				sb_printf(&b, "<text x=\"%d\" y=\"%d\">+%d more</text>\n", lx + 26,
+					  ly + rows * LEGEND_ROW + 8, inpanel - rows);
+				break;
+			}
+			int yy = ly + rows * LEGEND_ROW;
+			sb_printf(&b,
+				  "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" "
+				  "stroke-width=\"3\" stroke-linecap=\"round\"/>\n",
+				  lx + 2, lx + 20, yy + 4, yy + 4, color);
+			sb_printf(&b, "<text x=\"%d\" y=\"%d\">", lx + 26, yy + 8);
+			sb_xml(&b, p->s[i].label, LABEL_CHARS);
+			sb_printf(&b, "</text>\n");
+			rows++;
+		}
+		sb_printf(&b, "</g>\n</g>\n");
+#undef PX
+#undef PY
+	}
+	sb_printf(&b, "</svg>\n");
+	for (int i = 0; i < p->ns; i++)
+		free(pts[i]);
+	free(pts);
+	free(npts);
+	if (b.failed) {
+		free(b.s);
+		return dp_seterr(e, DP_ENOMEM, "out of memory"), NULL;
+	}
+	*len = b.len;
+	return b.s;
+}

@@ -1,0 +1,1119 @@
+/*
+ * tfr-shard - split a TFRecord dataset into shards for N workers, into
+ * train/val/test splits, shuffled or not.
+ *
+ * The pipeline, for every record of the inputs (files or stdin, any
+ * compression):
+ *
+ *   read -> [order: as is | window shuffle | full shuffle] -> position p
+ *        -> split (by seed from p, or by key hash) -> shard within the split
+ *           (round-robin, contiguous, key hash, or by size) -> output
+ *
+ * Records are passed through as the frames they were read as (never
+ * re-framed).  Every output is a temporary file beside its final name until
+ * the whole run has succeeded; then all are renamed into place.  Contiguous
+ * sharding needs the record count first: regular files are read twice
+ * (a counting pass), anything else (stdin, pipes) is copied to an anonymous
+ * temporary file.  The assignment rules live in libdp (dp_shard.h,
+ * dp_hash.h, dp_shuffle.h); this file is options, plumbing and messages.
+ */
+#define _GNU_SOURCE
+#include "dp.h"
+#include "dp_example.h"
+#include "dp_hash.h"
+#include "dp_record.h"
+#include "dp_shard.h"
+#include "dp_shuffle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef DP_PROG
+#define DP_PROG "tfr-shard"
+#endif
+
+#define MAX_OUTPUTS 100000
+#define MAX_WARNINGS 20
+#define DEFAULT_MEMORY (512ull << 20)
+
+enum by { BY_ROUND_ROBIN, BY_CONTIGUOUS, BY_HASH, BY_SIZE };
+
+/* ---- options ----------------------------------------------------------- */
+
+static struct {
+	uint64_t nshards;     /* 0: not given */
+	const char *tmpl;     /* -o */
+	int by;
+	const char *by_feature;
+	const char *split_spec;
+	const char *split_feature; /* --split-by hash:F */
+	const char *only;
+	int shuffle;
+	uint64_t window;
+	uint64_t seed;
+	uint64_t memory;
+	const char *tmpdir;
+	const char *take;
+	int rank, size;
+	uint64_t max_records, max_bytes;
+	int comp, level;
+	int skip_corrupt;
+	int quiet;
+	char **inputs;
+	int ninputs;
+} opt = {.by = -1, .memory = DEFAULT_MEMORY, .rank = -1, .size = -1, .comp = DP_COMP_NONE,
+	 .level = -1};
+
+/* ---- state ------------------------------------------------------------- */
+
+struct output {
+	dp_out o;
+	dp_writer *w;
+	char *name; /* final name, kept for the summary */
+	int opened, committed;
+	uint64_t records, bytes; /* framed bytes */
+	uint64_t out_bytes;      /* bytes in the file (compressed) */
+	uint64_t flushed;        /* dp_writer_bytes at the last flush */
+	int done;                /* takes no more records */
+};
+
+struct split {
+	const char *name; /* NULL without --split */
+	int selected;
+	struct output *sh;
+	size_t nsh, capsh; /* fixed mode: nshards (or 1 with --take) */
+	uint64_t seen;     /* records of this split so far (their index j) */
+	uint64_t count;    /* all records of this split (contiguous) */
+	uint64_t written, bytes, dropped;
+};
+
+static struct {
+	dp_splits splits;
+	int nsplits; /* at least 1 (one unnamed split without --split) */
+	struct split sp[DP_SPLIT_MAX];
+	int take;            /* shard written with --take, or -1 */
+	int fixed;           /* the number of shards is known up front */
+	int width;           /* digits of {shard} */
+	size_t remaining;    /* selected outputs not yet done */
+	int stop;            /* nothing more can be written */
+	uint64_t pos;        /* records that reached the assignment */
+	uint64_t nread;      /* good records read (first pass) */
+	uint64_t corrupt;
+	int warnings;
+	int quiet_warnings;  /* second pass: warned already */
+	uint64_t counts[DP_SPLIT_MAX];
+	uint64_t flush_every; /* 0: leave buffering to the writer */
+	dp_example ex;
+	dp_window *win;
+	dp_shuffle *shuf;
+	int progress;
+	double t0, last_progress;
+	uint64_t read_bytes;
+} g = {.take = -1};
+
+/* ---- messages ---------------------------------------------------------- */
+
+static void abort_outputs(void);
+
+static void __attribute__((format(printf, 1, 2), noreturn)) die(const char *fmt, ...)
+{
+	va_list ap;
+	if (g.progress)
+		fputs("\r\033[K", stderr);
+	fputs(DP_PROG ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort_outputs();
+	exit(1);
+}
+
+static void __attribute__((noreturn)) usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+static void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	fputs(DP_PROG ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nusage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
+	      "[--take I/N] [OPTION...] [FILE...] (--help for more)\n",
+	      stderr);
+	exit(2);
+}
+
+static void warn_corrupt(const char *msg)
+{
+	if (g.quiet_warnings || opt.quiet)
+		return;
+	if (g.warnings < MAX_WARNINGS)
+		fprintf(stderr, "%s" DP_PROG ": %s\n", g.progress ? "\r\033[K" : "", msg);
+	else if (g.warnings == MAX_WARNINGS)
+		fprintf(stderr, DP_PROG ": further corrupt records are counted, not shown\n");
+	g.warnings++;
+}
+
+static void show_progress(int final)
+{
+	double now = dp_now();
+	if (!final && now - g.last_progress < 0.25)
+		return;
+	g.last_progress = now;
+	if (final)
+		fputs("\r\033[K", stderr);
+	else
+		fprintf(stderr, "\r" DP_PROG ": %" PRIu64 " records, %.1f MiB read, %.0f s\033[K",
+			g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0, now - g.t0);
+}
+
+static void help(void)
+{
+	printf("usage: " DP_PROG " [OPTION...] [FILE...]\n"
+	       "Split TFRecord files (or stdin; gzip/zlib detected) into shards for N workers,\n"
+	       "into train/val/test splits, shuffled or not.  Outputs appear whole or not at all.\n"
+	       "\n"
+	       "Shards:\n"
+	       "  -n, --shards N           N shards (per split); default 1\n"
+	       "  -o, --output TEMPLATE    output names: {shard} {nshards} (5 digits, as in\n"
+	       "                           name-00003-of-00016), {split}, {rank}, {size};\n"
+	       "                           '-' or none: stdout (one output only)\n"
+	       "      --by MODE            round-robin (default): record j to shard j %% N;\n"
+	       "                           contiguous: N runs of consecutive records;\n"
+	       "                           hash:FEATURE: shard = hash of the feature's value %% N\n"
+	       "      --max-records N      at most N records per shard; without -n: a new shard\n"
+	       "                           every N records\n"
+	       "      --max-bytes SIZE     at most SIZE bytes of records per shard (k, M, G);\n"
+	       "                           without -n: a new shard when the next would pass SIZE\n"
+	       "Splits:\n"
+	       "      --split SPEC         NAME=RATIO,... e.g. train=0.8,val=0.1,test=0.1\n"
+	       "      --split-by RULE      seed (default: exact proportions, random by --seed)\n"
+	       "                           or hash:FEATURE (same value, same split)\n"
+	       "      --only NAME          write only split NAME\n"
+	       "Order:\n"
+	       "      --shuffle            full seeded shuffle, spilling past --memory\n"
+	       "      --shuffle-window N   cheaper: shuffle through a window of N records\n"
+	       "      --seed S             seed of shuffles and splits (default 0)\n"
+	       "      --memory SIZE        memory for --shuffle (default 512M)\n"
+	       "      --tmpdir DIR         spill files (default $TMPDIR, else /tmp)\n"
+	       "Workers:\n"
+	       "      --take I/N           write only shard I of N (to stdout unless -o);\n"
+	       "                           I and N may be {rank} and {size}\n"
+	       "      --rank R, --size S   fill {rank}, {size} (default: from the environment)\n"
+	       "Output:\n"
+	       "  -z, --compress TYPE      none (default), gzip or zlib\n"
+	       "      --level N            compression level 0-9\n"
+	       "      --skip-corrupt       skip damaged records (counted) instead of failing\n"
+	       "  -q, --quiet              no summary on stderr\n"
+	       "  -h, --help               this help\n"
+	       "  -V, --version            version\n"
+	       "\n"
+	       "Exit status: 0 success, 1 failure (bad input, I/O), 2 usage.  See tfr-shard(1).\n");
+}
+
+/* ---- outputs ----------------------------------------------------------- */
+
+static void abort_outputs(void)
+{
+	for (int s = 0; s < g.nsplits; s++)
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			struct output *o = &g.sp[s].sh[k];
+			if (o->opened && !o->committed) {
+				dp_writer_free(o->w);
+				o->w = NULL;
+				dp_out_abort(&o->o);
+				o->opened = 0;
+			}
+		}
+}
+
+static int to_stdout(void)
+{
+	return !opt.tmpl || !strcmp(opt.tmpl, "-");
+}
+
+/* v in decimal, zero-padded to width digits (width < 32). */
+static void pad(char *buf, size_t n, uint64_t v, int width)
+{
+	char d[24];
+	int len = snprintf(d, sizeof d, "%" PRIu64, v);
+	int z = width > len ? width - len : 0;
+	snprintf(buf, n, "%.*s%s", z, "0000000000000000000000000000000", d);
+}
+
+/* The output name for shard k of split s; nshards 0: leave {nshards}. */
+static char *out_name(int s, uint64_t k, uint64_t nshards)
+{
+	char shard[64], ns[64], rank[16], size[16];
+	int width = g.width;
+	if (nshards) {
+		int d = snprintf(ns, sizeof ns, "%" PRIu64, nshards);
+		if (d > width)
+			width = d;
+	}
+	pad(shard, sizeof shard, k, width);
+	pad(ns, sizeof ns, nshards, width);
+	snprintf(rank, sizeof rank, "%d", opt.rank);
+	snprintf(size, sizeof size, "%d", opt.size);
+	const char *vars[] = {"shard",   shard, "nshards", nshards ? ns : "{nshards}",
+			      "split",   g.sp[s].name ? g.sp[s].name : "",
+			      "rank",    rank,  "size",    size,
+			      NULL};
+	char *p = dp_expand(opt.tmpl, vars);
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+/* mkdir -p of the directory part of path. */
+static void make_parents(const char *path)
+{
+	char *d = strdup(path);
+	if (!d)
+		die("out of memory");
+	char *slash = strrchr(d, '/');
+	if (slash && slash != d) {
+		*slash = 0;
+		for (char *p = d + 1; *p; p++) {
+			if (*p != '/')
+				continue;
+			*p = 0;
+			if (mkdir(d, 0777) < 0 && errno != EEXIST)
+				die("%s: cannot create directory: %s", d, strerror(errno));
+			*p = '/';
+		}
+		if (mkdir(d, 0777) < 0 && errno != EEXIST)
+			die("%s: cannot create directory: %s", d, strerror(errno));
+	}
+	free(d);
+}
+
+static void open_output(struct output *o, const char *path)
+{
+	dp_err e;
+	if (strcmp(path, "-") != 0)
+		make_parents(path);
+	if (dp_out_open(&o->o, path, &e) < 0)
+		die("%s", e.msg);
+	o->opened = 1;
+	if (o->o.tmp == NULL && isatty(o->o.fd))
+		die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
+	if (!(o->w = dp_writer_open_fd(o->o.fd, o->o.path, opt.comp, opt.level, &e)))
+		die("%s", e.msg);
+}
+
+static void finish_output(struct output *o)
+{
+	dp_err e;
+	if (dp_writer_finish(o->w, &e) < 0)
+		die("%s", e.msg);
+	o->out_bytes = dp_writer_out_bytes(o->w);
+	dp_writer_free(o->w);
+	o->w = NULL;
+}
+
+static struct output *add_shard(struct split *sp)
+{
+	if (sp->nsh == sp->capsh) {
+		size_t nc = sp->capsh ? sp->capsh * 2 : 8;
+		struct output *n = realloc(sp->sh, nc * sizeof *n);
+		if (!n)
+			die("out of memory");
+		memset(n + sp->capsh, 0, (nc - sp->capsh) * sizeof *n);
+		sp->sh = n;
+		sp->capsh = nc;
+	}
+	return &sp->sh[sp->nsh++];
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Fixed mode: open every selected output now, so that a bad template or an
+ * unwritable directory fails before any input is read. */
+static void open_fixed_outputs(void)
+{
+	size_t n = 0, cap = 0;
+	char **names = NULL;
+	for (int s = 0; s < g.nsplits; s++) {
+		struct split *sp = &g.sp[s];
+		if (!sp->selected)
+			continue;
+		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
+		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
+		for (uint64_t k = first; k < last; k++) {
+			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
+			if (!path)
+				die("out of memory");
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				if (!(names = realloc(names, cap * sizeof *names)))
+					die("out of memory");
+			}
+			names[n++] = path;
+		}
+	}
+	qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
+				    opt.tmpl ? opt.tmpl : "-", names[i], g.nsplits > 1 ? " and {split}" : "");
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	for (int s = 0; s < g.nsplits; s++) {
+		struct split *sp = &g.sp[s];
+		if (!sp->selected)
+			continue;
+		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
+		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
+		for (uint64_t k = first; k < last; k++) {
+			struct output *o = add_shard(sp);
+			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
+			open_output(o, path);
+			free(path);
+			g.remaining++;
+		}
+	}
+}
+
+/* Size mode: shard k of split s, named for now with {nshards} unfilled. */
+static struct output *open_size_shard(int s)
+{
+	struct split *sp = &g.sp[s];
+	struct output *o = add_shard(sp);
+	char *path = out_name(s, sp->nsh - 1, 0);
+	open_output(o, path);
+	free(path);
+	return o;
+}
+
+static void commit_outputs(void)
+{
+	dp_err e;
+	for (int s = 0; s < g.nsplits; s++)
+		for (size_t k = 0; k < g.sp[s].nsh; k++)
+			if (g.sp[s].sh[k].w)
+				finish_output(&g.sp[s].sh[k]);
+	for (int s = 0; s < g.nsplits; s++) {
+		struct split *sp = &g.sp[s];
+		for (size_t k = 0; k < sp->nsh; k++) {
+			struct output *o = &sp->sh[k];
+			if (!g.fixed && !to_stdout()) { /* now {nshards} is known */
+				free(o->o.path);
+				o->o.path = out_name(s, k, sp->nsh);
+			}
+			if (!(o->name = strdup(to_stdout() ? "-" : o->o.path)))
+				die("out of memory");
+			if (dp_out_commit(&o->o, &e) < 0)
+				die("%s", e.msg);
+			o->committed = 1;
+		}
+	}
+}
+
+/* ---- assignment -------------------------------------------------------- */
+
+struct keys {
+	uint64_t split_h, shard_h;
+};
+
+/* Key hashes of a record (hash rules only).  Returns 0; DP_EDATA for an
+ * invalid Example; DP_ENOTFOUND for a missing feature; reason in e. */
+static int key_hashes(const uint8_t *data, size_t len, struct keys *k, dp_err *e)
+{
+	if (dp_example_parse(&g.ex, data, len, e) < 0) {
+		char why[sizeof e->msg];
+		snprintf(why, sizeof why, "%s", e->msg);
+		return dp_seterr(e, DP_EDATA, "not a valid tf.train.Example: %s", why);
+	}
+	const char *names[2] = {opt.split_feature, opt.by == BY_HASH ? opt.by_feature : NULL};
+	uint64_t *out[2] = {&k->split_h, &k->shard_h};
+	for (int i = 0; i < 2; i++) {
+		if (!names[i])
+			continue;
+		const dp_feature *f = dp_example_get(&g.ex, names[i]);
+		if (!f)
+			return dp_seterr(e, DP_ENOTFOUND, "no feature \"%s\" (needed by %s hash:%s)",
+					 names[i], i == 0 ? "--split-by" : "--by", names[i]);
+		if (dp_feature_hash(f, out[i]) < 0)
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static int need_keys(void)
+{
+	return opt.split_feature || opt.by == BY_HASH;
+}
+
+static void mark_done(struct output *o)
+{
+	if (!o->done) {
+		o->done = 1;
+		if (g.fixed && --g.remaining == 0)
+			g.stop = 1;
+	}
+}
+
+static void write_to(struct output *o, const uint8_t *frame, size_t flen)
+{
+	dp_err e;
+	if (dp_writer_write_frame(o->w, frame, flen, &e) < 0)
+		die("%s", e.msg);
+	o->records++;
+	o->bytes += flen;
+	if (g.flush_every && o->bytes - o->flushed >= g.flush_every) {
+		if (dp_writer_flush(o->w, &e) < 0)
+			die("%s", e.msg);
+		o->flushed = o->bytes;
+	}
+}
+
+static int fits(const struct output *o, size_t flen)
+{
+	if (opt.max_records && o->records >= opt.max_records)
+		return 0;
+	if (opt.max_bytes && o->bytes + flen > opt.max_bytes)
+		return 0;
+	return 1;
+}
+
+/* The record at the next position goes to its split and shard.  k: its key
+ * hashes when already computed, else NULL. */
+static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
+{
+	struct keys kk;
+	if (need_keys() && !k) {
+		dp_err e;
+		if (key_hashes(frame + DP_TFR_HEADER, flen - DP_TFR_HEADER - DP_TFR_FOOTER, &kk, &e) < 0)
+			die("record at position %" PRIu64 ": %s", g.pos, e.msg); /* checked when read */
+		k = &kk;
+	}
+	uint64_t pos = g.pos++;
+	int s = 0;
+	if (g.splits.n)
+		s = opt.split_feature ? dp_split_of_hash(&g.splits, k->split_h)
+				      : dp_split_at(&g.splits, pos);
+	struct split *sp = &g.sp[s];
+	uint64_t j = sp->seen++;
+	if (!sp->selected)
+		return;
+	if (opt.by == BY_SIZE) {
+		struct output *o = &sp->sh[sp->nsh - 1];
+		if (!fits(o, flen)) {
+			if (o->records == 0)
+				die("a record of %zu bytes (framed) is larger than --max-bytes %" PRIu64,
+				    flen, opt.max_bytes);
+			finish_output(o);
+			o = open_size_shard(s);
+		}
+		write_to(o, frame, flen);
+		sp->written++;
+		sp->bytes += flen;
+		return;
+	}
+	uint64_t shard;
+	switch (opt.by) {
+	case BY_CONTIGUOUS:
+		if (j >= sp->count)
+			die("the input changed while it was read: more records than counted (%" PRIu64 ")",
+			    sp->count);
+		shard = dp_shard_contiguous(j, sp->count, opt.nshards);
+		break;
+	case BY_HASH:
+		shard = k->shard_h % opt.nshards;
+		break;
+	default:
+		shard = j % opt.nshards;
+	}
+	if (g.take >= 0 && shard != (uint64_t)g.take) {
+		if (opt.by == BY_CONTIGUOUS && shard > (uint64_t)g.take)
+			mark_done(&sp->sh[0]);
+		return;
+	}
+	struct output *o = &sp->sh[g.take >= 0 ? 0 : shard];
+	if (o->done || !fits(o, flen)) {
+		sp->dropped++;
+		mark_done(o);
+		return;
+	}
+	write_to(o, frame, flen);
+	sp->written++;
+	sp->bytes += flen;
+	if (opt.by == BY_CONTIGUOUS && j + 1 == dp_shard_begin(shard + 1, sp->count, opt.nshards))
+		mark_done(o);
+}
+
+/* Contiguous outputs that get no records at all are done from the start. */
+static void mark_empty_done(void)
+{
+	for (int s = 0; s < g.nsplits; s++) {
+		struct split *sp = &g.sp[s];
+		if (!sp->selected)
+			continue;
+		for (size_t i = 0; i < sp->nsh; i++) {
+			uint64_t k = g.take >= 0 ? (uint64_t)g.take : i;
+			if (dp_shard_begin(k, sp->count, opt.nshards) ==
+			    dp_shard_begin(k + 1, sp->count, opt.nshards))
+				mark_done(&sp->sh[i]);
+		}
+	}
+}
+
+/* ---- reading ----------------------------------------------------------- */
+
+typedef void (*record_fn)(const dp_record *rec, const struct keys *k, void *ctx);
+
+static void progress_tick(void)
+{
+	if (g.progress && ((g.nread + g.pos) & 1023) == 0)
+		show_progress(0);
+}
+
+/* Read every input in order, calling fn on each good record, until g.stop. */
+static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds, record_fn fn,
+			void *ctx)
+{
+	for (int i = 0; i < n && !g.stop; i++) {
+		dp_err e;
+		dp_reader *r = fds ? dp_reader_open_fd(fds[i], 0, inputs[i], ro, &e)
+				   : dp_reader_open_path(inputs[i], ro, &e);
+		if (!r)
+			die("%s", e.msg);
+		dp_record rec;
+		int rc;
+		uint64_t before = 0;
+		while (!g.stop && (rc = dp_reader_next(r, &rec, &e)) != 0) {
+			if (rc == DP_REC_SKIPPED) {
+				if (!g.quiet_warnings)
+					g.corrupt++;
+				warn_corrupt(e.msg);
+				continue;
+			}
+			if (rc < 0)
+				die("%s", e.msg);
+			struct keys k, *kp = NULL;
+			if (need_keys()) {
+				int kr = key_hashes(rec.data, rec.len, &k, &e);
+				if (kr == DP_EDATA && opt.skip_corrupt) {
+					char msg[sizeof e.msg + 128];
+					snprintf(msg, sizeof msg, "%s: record %" PRIu64 " at byte %" PRIu64 ": %s; skipped",
+						 dp_reader_name(r), rec.index, rec.offset, e.msg);
+					if (!g.quiet_warnings)
+						g.corrupt++;
+					warn_corrupt(msg);
+					continue;
+				}
+				if (kr < 0)
+					die("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", dp_reader_name(r),
+					    rec.index, rec.offset, e.msg);
+				kp = &k;
+			}
+			dp_reader_stats st;
+			dp_reader_stats_get(r, &st);
+			g.read_bytes += st.raw_bytes - before;
+			before = st.raw_bytes;
+			fn(&rec, kp, ctx);
+			progress_tick();
+		}
+		dp_reader_close(r);
+	}
+}
+
+static const char *tmpdir(void)
+{
+	const char *t = opt.tmpdir;
+	if (!t || !*t)
+		t = getenv("TMPDIR");
+	return t && *t ? t : "/tmp";
+}
+
+static void count_fn(const dp_record *rec, const struct keys *k, void *ctx)
+{
+	g.nread++;
+	if (opt.split_feature)
+		g.counts[dp_split_of_hash(&g.splits, k->split_h)]++;
+}
+
+static void copy_fn(const dp_record *rec, const struct keys *k, void *ctx)
+{
+	dp_err e;
+	count_fn(rec, k, ctx);
+	if (dp_writer_write_frame(ctx, rec->frame, rec->frame_len, &e) < 0)
+		die("%s: %s", tmpdir(), e.msg);
+}
+
+static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
+{
+	dp_err e;
+	count_fn(rec, k, ctx);
+	if (dp_shuffle_add(g.shuf, rec->frame, rec->frame_len, &e) < 0)
+		die("%s", e.msg);
+}
+
+/* The main pass: through the window (if any) to the assignment. */
+static void main_fn(const dp_record *rec, const struct keys *k, void *ctx)
+{
+	int *counting = ctx;
+	if (counting && *counting)
+		g.nread++;
+	if (g.win) {
+		const uint8_t *out;
+		size_t len;
+		dp_err e;
+		int rc = dp_window_push(g.win, rec->frame, rec->frame_len, &out, &len, &e);
+		if (rc < 0)
+			die("%s", e.msg);
+		if (rc == 1)
+			assign(out, len, NULL);
+		return;
+	}
+	assign(rec->frame, rec->frame_len, k);
+}
+
+/* An anonymous temporary file for the contiguous copy of a stream. */
+static int temp_file(void)
+{
+	dp_err e;
+	int fd = dp_tmpfile(tmpdir(), &e);
+	if (fd < 0)
+		die("%s", e.msg);
+	return fd;
+}
+
+static int all_regular(void)
+{
+	for (int i = 0; i < opt.ninputs; i++) {
+		struct stat st;
+		if (!strcmp(opt.inputs[i], "-"))
+			return 0;
+		if (stat(opt.inputs[i], &st) == 0 && !S_ISREG(st.st_mode))
+			return 0;
+	}
+	return 1;
+}
+
+/* Per-split record counts from the total (contiguous needs them). */
+static void set_counts(uint64_t n)
+{
+	if (!g.splits.n)
+		g.counts[0] = n;
+	else if (!opt.split_feature)
+		dp_split_counts(&g.splits, n, g.counts);
+	for (int s = 0; s < g.nsplits; s++)
+		g.sp[s].count = g.counts[s];
+}
+
+static void empty_input(void)
+{
+	if (opt.ninputs == 1)
+		die("%s: no records (empty input)", strcmp(opt.inputs[0], "-") ? opt.inputs[0] : "stdin");
+	die("no records in the %d inputs (empty input)", opt.ninputs);
+}
+
+static void run(void)
+{
+	dp_reader_opts ro = {.skip_corrupt = opt.skip_corrupt};
+	dp_err e;
+	int counting = 1;
+
+	if (opt.shuffle) {
+		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
+			die("%s", e.msg);
+		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
+		if (g.nread == 0)
+			empty_input();
+		set_counts(g.nread);
+		if (opt.by == BY_CONTIGUOUS)
+			mark_empty_done();
+		const uint8_t *p;
+		size_t len;
+		int rc;
+		while (!g.stop && (rc = dp_shuffle_next(g.shuf, &p, &len, &e)) == 1) {
+			assign(p, len, NULL);
+			progress_tick();
+		}
+		if (!g.stop && rc < 0)
+			die("%s", e.msg);
+		return;
+	}
+	if (opt.window && !(g.win = dp_window_new(opt.seed, opt.window, &e)))
+		die("%s", e.msg);
+	if (opt.by == BY_CONTIGUOUS) {
+		counting = 0;
+		if (all_regular()) {
+			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, count_fn, NULL);
+			if (g.nread == 0)
+				empty_input();
+			set_counts(g.nread);
+			mark_empty_done();
+			g.quiet_warnings = 1;
+			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, main_fn, &counting);
+		} else {
+			int fd = temp_file();
+			dp_writer *w = dp_writer_open_fd(fd, "temporary file", DP_COMP_NONE, -1, &e);
+			if (!w)
+				die("%s", e.msg);
+			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, copy_fn, w);
+			if (dp_writer_finish(w, &e) < 0)
+				die("%s: %s", tmpdir(), e.msg);
+			dp_writer_free(w);
+			if (g.nread == 0)
+				empty_input();
+			set_counts(g.nread);
+			mark_empty_done();
+			if (lseek(fd, 0, SEEK_SET) < 0)
+				die("%s: temporary file: %s", tmpdir(), strerror(errno));
+			char *name = "temporary copy of the input";
+			dp_reader_opts ro2 = {0};
+			g.quiet_warnings = 1;
+			read_inputs(&name, 1, &ro2, &fd, main_fn, &counting);
+			close(fd);
+		}
+	} else {
+		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, main_fn, &counting);
+		if (g.nread == 0)
+			empty_input();
+	}
+	if (g.win) {
+		const uint8_t *out;
+		size_t len;
+		while (!g.stop && dp_window_drain(g.win, &out, &len) == 1)
+			assign(out, len, NULL);
+	}
+	if (opt.by == BY_CONTIGUOUS && !g.stop)
+		for (int s = 0; s < g.nsplits; s++)
+			if (g.sp[s].seen != g.sp[s].count)
+				die("the input changed while it was read: %" PRIu64 " records, %" PRIu64
+				    " counted before",
+				    g.sp[s].seen, g.sp[s].count);
+}
+
+/* ---- summary ----------------------------------------------------------- */
+
+/* logfmt value: bare when safe, else quoted. */
+static void put_value(const char *v)
+{
+	int bare = *v != 0;
+	for (const char *p = v; *p; p++)
+		if (*p <= ' ' || *p == '"' || *p == '=' || *p == '\\' || (unsigned char)*p >= 0x7f)
+			bare = 0;
+	if (bare) {
+		fputs(v, stderr);
+		return;
+	}
+	fputc('"', stderr);
+	for (const char *p = v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fputc('\\', stderr);
+		if (*p == '\n')
+			fputs("\\n", stderr);
+		else
+			fputc(*p, stderr);
+	}
+	fputc('"', stderr);
+}
+
+static void summary(double secs)
+{
+	uint64_t rec = 0, bytes = 0, dropped = 0, nout = 0;
+	for (int s = 0; s < g.nsplits; s++) {
+		struct split *sp = &g.sp[s];
+		if (!sp->selected)
+			continue;
+		for (size_t k = 0; k < sp->nsh; k++) {
+			struct output *o = &sp->sh[k];
+			fputs("file=", stderr);
+			put_value(o->name);
+			if (sp->name)
+				fprintf(stderr, " split=%s", sp->name);
+			fprintf(stderr,
+				" shard=%" PRIu64 " records=%" PRIu64 " bytes=%" PRIu64 " file_bytes=%" PRIu64
+				"\n",
+				g.take >= 0 ? (uint64_t)g.take : (uint64_t)k, o->records, o->bytes,
+				o->out_bytes);
+			nout++;
+		}
+		if (sp->name)
+			fprintf(stderr,
+				"split=%s shards=%zu records=%" PRIu64 " bytes=%" PRIu64 " dropped=%" PRIu64
+				"\n",
+				sp->name, sp->nsh, sp->written, sp->bytes, sp->dropped);
+		rec += sp->written;
+		bytes += sp->bytes;
+		dropped += sp->dropped;
+	}
+	fprintf(stderr,
+		"total outputs=%" PRIu64 " records=%" PRIu64 " bytes=%" PRIu64 " read=%" PRIu64
+		" corrupt=%" PRIu64 " dropped=%" PRIu64,
+		nout, rec, bytes, g.nread, g.corrupt, dropped);
+	if (g.shuf) {
+		dp_shuffle_stats st;
+		dp_shuffle_stats_get(g.shuf, &st);
+		fprintf(stderr, " spilled=%" PRIu64 " spill_levels=%d", st.spilled_bytes, st.levels);
+	}
+	fprintf(stderr, " seconds=%.3f\n", secs);
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+static uint64_t parse_count(const char *s, const char *what, uint64_t min, uint64_t max)
+{
+	char *end;
+	errno = 0;
+	if (*s == '-' || *s == 0)
+		usage_error("%s '%s': expected a whole number", what, s);
+	int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+	unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
+	if (errno || *end || v < min || v > max)
+		usage_error("%s '%s': expected a whole number from %" PRIu64 " to %" PRIu64, what, s,
+			    min, max);
+	return v;
+}
+
+static uint64_t parse_bytes(const char *s, const char *what)
+{
+	uint64_t v;
+	if (dp_parse_size(s, &v) < 0 || v == 0)
+		usage_error("%s '%s': expected a size such as 4096, 64k, 256M, 1G", what, s);
+	return v;
+}
+
+static const char *hash_feature(const char *arg, const char *what)
+{
+	if (strncmp(arg, "hash:", 5) != 0 || !arg[5])
+		usage_error("%s '%s': expected hash:FEATURE", what, arg);
+	return arg + 5;
+}
+
+static void parse_take(void)
+{
+	char r[16], s[16];
+	snprintf(r, sizeof r, "%d", opt.rank);
+	snprintf(s, sizeof s, "%d", opt.size);
+	const char *vars[] = {"rank", r, "size", s, NULL};
+	char *t = dp_expand(opt.take, vars);
+	if (!t)
+		die("out of memory");
+	char *slash = strchr(t, '/');
+	if (!slash)
+		usage_error("--take '%s': expected I/N, e.g. 3/8 or {rank}/{size}", t);
+	*slash = 0;
+	uint64_t n = parse_count(slash + 1, "--take: N", 1, 1u << 30);
+	uint64_t i = parse_count(t, "--take: I", 0, n - 1);
+	if (opt.nshards && opt.nshards != n)
+		usage_error("--take %s/%s and -n %" PRIu64 " disagree", t, slash + 1, opt.nshards);
+	g.take = (int)i;
+	opt.nshards = n;
+	free(t);
+}
+
+enum {
+	O_BY = 256, O_SPLIT, O_SPLIT_BY, O_ONLY, O_SHUFFLE, O_WINDOW, O_SEED, O_MEMORY, O_TMPDIR,
+	O_TAKE, O_RANK, O_SIZE, O_MAXREC, O_MAXBYTES, O_LEVEL, O_SKIP
+};
+
+static void parse_options(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"shards", required_argument, 0, 'n'},   {"output", required_argument, 0, 'o'},
+		{"by", required_argument, 0, O_BY},      {"split", required_argument, 0, O_SPLIT},
+		{"split-by", required_argument, 0, O_SPLIT_BY},
+		{"only", required_argument, 0, O_ONLY},  {"shuffle", no_argument, 0, O_SHUFFLE},
+		{"shuffle-window", required_argument, 0, O_WINDOW},
+		{"seed", required_argument, 0, O_SEED},  {"memory", required_argument, 0, O_MEMORY},
+		{"tmpdir", required_argument, 0, O_TMPDIR},
+		{"take", required_argument, 0, O_TAKE},  {"rank", required_argument, 0, O_RANK},
+		{"size", required_argument, 0, O_SIZE},
+		{"max-records", required_argument, 0, O_MAXREC},
+		{"max-bytes", required_argument, 0, O_MAXBYTES},
+		{"compress", required_argument, 0, 'z'}, {"level", required_argument, 0, O_LEVEL},
+		{"skip-corrupt", no_argument, 0, O_SKIP}, {"quiet", no_argument, 0, 'q'},
+		{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
+		{0, 0, 0, 0}};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":n:o:z:qhV", lo, NULL)) != -1) {
+		switch (c) {
+		case 'n': opt.nshards = parse_count(optarg, "-n", 1, 1u << 30); break;
+		case 'o': opt.tmpl = optarg; break;
+		case O_BY:
+			if (!strcmp(optarg, "round-robin"))
+				opt.by = BY_ROUND_ROBIN;
+			else if (!strcmp(optarg, "contiguous"))
+				opt.by = BY_CONTIGUOUS;
+			else {
+				opt.by_feature = hash_feature(optarg, "--by");
+				opt.by = BY_HASH;
+			}
+			break;
+		case O_SPLIT: opt.split_spec = optarg; break;
+		case O_SPLIT_BY:
+			opt.split_feature = strcmp(optarg, "seed") ? hash_feature(optarg, "--split-by")
+								   : NULL;
+			break;
+		case O_ONLY: opt.only = optarg; break;
+		case O_SHUFFLE: opt.shuffle = 1; break;
+		case O_WINDOW: opt.window = parse_count(optarg, "--shuffle-window", 1, 1ull << 40); break;
+		case O_SEED: opt.seed = parse_count(optarg, "--seed", 0, UINT64_MAX); break;
+		case O_MEMORY: opt.memory = parse_bytes(optarg, "--memory"); break;
+		case O_TMPDIR: opt.tmpdir = optarg; break;
+		case O_TAKE: opt.take = optarg; break;
+		case O_RANK: opt.rank = (int)parse_count(optarg, "--rank", 0, INT_MAX); break;
+		case O_SIZE: opt.size = (int)parse_count(optarg, "--size", 1, INT_MAX); break;
+		case O_MAXREC: opt.max_records = parse_count(optarg, "--max-records", 1, UINT64_MAX); break;
+		case O_MAXBYTES: opt.max_bytes = parse_bytes(optarg, "--max-bytes"); break;
+		case 'z':
+			opt.comp = dp_comp_parse(optarg);
+			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
+				usage_error("-z '%s': expected none, gzip or zlib", optarg);
+			break;
+		case O_LEVEL: opt.level = (int)parse_count(optarg, "--level", 0, 9); break;
+		case O_SKIP: opt.skip_corrupt = 1; break;
+		case 'q': opt.quiet = 1; break;
+		case 'h': help(); exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
+		case 'V':
+			printf(DP_PROG " (dptools) " DP_VERSION "\n");
+			exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
+		case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
+		default:
+			if (optopt)
+				usage_error("unknown option '-%c'", optopt);
+			usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	opt.inputs = argv + optind;
+	opt.ninputs = argc - optind;
+	static char *stdin_only[] = {"-"};
+	if (opt.ninputs == 0) {
+		opt.inputs = stdin_only;
+		opt.ninputs = 1;
+	}
+	int nstdin = 0;
+	for (int i = 0; i < opt.ninputs; i++)
+		nstdin += !strcmp(opt.inputs[i], "-");
+	if (nstdin > 1)
+		usage_error("stdin ('-') given %d times", nstdin);
+	if (nstdin && isatty(STDIN_FILENO))
+		usage_error("stdin is a terminal: give FILE arguments or redirect the input");
+
+	/* Ranks: explicit values win over the environment. */
+	dp_rank_size(&opt.rank, &opt.size);
+
+	if (opt.shuffle && opt.window)
+		usage_error("--shuffle and --shuffle-window: choose one");
+	if (opt.take)
+		parse_take();
+	int size_mode = !opt.nshards && (opt.max_records || opt.max_bytes);
+	if (size_mode) {
+		if (opt.by != -1 && opt.by != BY_CONTIGUOUS)
+			usage_error("--max-records/--max-bytes without -n make shards of consecutive "
+				    "records: --by %s does not apply (give -n to cap shards instead)",
+				    opt.by == BY_HASH ? "hash" : "round-robin");
+		opt.by = BY_SIZE;
+		if (to_stdout())
+			usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
+		if (!strstr(opt.tmpl, "{shard}"))
+			usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
+				    opt.tmpl);
+		const char *ns = strstr(opt.tmpl, "{nshards}"), *slash = strrchr(opt.tmpl, '/');
+		if (ns && slash && ns < slash)
+			usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
+	} else {
+		if (!opt.nshards)
+			opt.nshards = 1;
+		if (opt.by == -1)
+			opt.by = BY_ROUND_ROBIN;
+	}
+	g.fixed = !size_mode;
+	g.width = 5;
+
+	if (opt.split_spec) {
+		dp_err e;
+		if (dp_splits_parse(&g.splits, opt.split_spec, opt.seed, &e) < 0)
+			usage_error("%s", e.msg);
+	} else if (opt.split_feature) {
+		usage_error("--split-by needs --split");
+	}
+	g.nsplits = g.splits.n ? g.splits.n : 1;
+	int only = -1;
+	if (opt.only) {
+		if (!g.splits.n)
+			usage_error("--only needs --split");
+		if ((only = dp_splits_find(&g.splits, opt.only)) < 0)
+			usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
+	}
+	for (int s = 0; s < g.nsplits; s++) {
+		g.sp[s].name = g.splits.n ? g.splits.name[s] : NULL;
+		g.sp[s].selected = only < 0 || only == s;
+	}
+	int nsel = only >= 0 ? 1 : g.nsplits;
+	uint64_t nout = g.take >= 0 ? (uint64_t)nsel : (uint64_t)nsel * opt.nshards;
+	if (g.fixed && nout > MAX_OUTPUTS)
+		usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
+	if (to_stdout()) {
+		if (opt.tmpl && nout > 1 && !size_mode)
+			usage_error("-o -: %" PRIu64 " outputs cannot all go to stdout", nout);
+		if (!opt.tmpl && nout > 1)
+			usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
+				    nout);
+	} else {
+		if (strstr(opt.tmpl, "{split}") && !g.splits.n)
+			usage_error("-o '%s': {split} without --split", opt.tmpl);
+		if (g.splits.n && only < 0 && !strstr(opt.tmpl, "{split}"))
+			usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
+				    g.splits.n);
+	}
+	/* Many outputs: flush each sooner, so the writers' buffers stay small. */
+	if (nout > 64)
+		g.flush_every = (64u << 20) / nout < (64u << 10) ? (64u << 10) : (64u << 20) / nout;
+}
+
+int main(int argc, char **argv)
+{
+	parse_options(argc, argv);
+	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error with a message */
+	dp_out_install_signal_cleanup();
+	struct rlimit rl; /* one descriptor per output */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	g.t0 = dp_now();
+	g.progress = !opt.quiet && isatty(STDERR_FILENO);
+
+	if (g.fixed)
+		open_fixed_outputs();
+	else
+		for (int s = 0; s < g.nsplits; s++)
+			if (g.sp[s].selected)
+				open_size_shard(s);
+	run();
+	if (g.progress)
+		show_progress(1);
+	commit_outputs();
+	if (to_stdout() && close(STDOUT_FILENO) < 0)
+		die("stdout: %s", strerror(errno));
+	if (!opt.quiet)
+		summary(dp_now() - g.t0);
+	dp_shuffle_free(g.shuf);
+	dp_window_free(g.win);
+	dp_example_free(&g.ex);
+	return 0;
+}
