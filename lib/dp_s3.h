@@ -72,7 +72,10 @@ typedef struct dp_objs {
 int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e);
 void dp_objs_free(dp_objs *l);
 /* Put the list in a pseudo-random order that depends only on seed, epoch
- * and the list (a Fisher-Yates shuffle driven by splitmix64). */
+ * and the list's length: a Fisher-Yates shuffle (from the last entry down,
+ * swapping entry i-1 with entry dp_rng_below(i)) drawing from libdp's
+ * generator (dp_hash.h) seeded (seed, DP_S3_SHUFFLE_STREAM + epoch). */
+#define DP_S3_SHUFFLE_STREAM 0x73336b6579730000ull /* "s3keys" */
 void dp_objs_shuffle(dp_objs *l, uint64_t seed, uint64_t epoch);
 /* Keep entries index, index + count, index + 2 count, ...: worker index of
  * count.  The count workers' shares are disjoint and cover the list. */

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "s3_int.h"
+#include "dp_hash.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -126,22 +127,12 @@ void dp_objs_free(dp_objs *l)
 	memset(l, 0, sizeof *l);
 }
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 void dp_objs_shuffle(dp_objs *l, uint64_t seed, uint64_t epoch)
 {
-	uint64_t a = seed, b = epoch ^ 0x5851f42d4c957f2dull;
-	uint64_t st = splitmix(&a) ^ (splitmix(&b) * 0x2545f4914f6cdd1dull);
+	dp_rng r;
+	dp_rng_seed(&r, seed, DP_S3_SHUFFLE_STREAM + epoch);
 	for (size_t i = l->n; i > 1; i--) {
-		/* Lemire's multiply-shift: uniform in [0, i) without division bias */
-		unsigned __int128 m = (unsigned __int128)splitmix(&st) * i;
-		size_t j = (size_t)(m >> 64);
+		size_t j = (size_t)dp_rng_below(&r, i);
 		dp_obj t = l->v[i - 1];
 		l->v[i - 1] = l->v[j];
 		l->v[j] = t;
