@@ -48,6 +48,18 @@ run s3-pipe ls --json s3://dpt/big.bin
 like "$out" '"size":22000000' "ls --json: the size"
 like "$out" '"etag":"\\"[0-9a-f]{32}-5\\""' "ls --json: a 5-part ETag"
 
+# stdin of exactly one and two part sizes: the end comes as an empty read
+head -c 5242880 big.bin >p1.bin
+head -c 10485760 big.bin >p2.bin
+run s3-pipe -vv put --part-size 5M s3://dpt/p1.bin <p1.bin
+unlike "$err" "part=" "exactly one part of stdin: a single PUT"
+run s3-pipe -vv put --part-size 5M s3://dpt/p2.bin <p2.bin
+is "$(echo "$err" | grep -c 'part=')" 2 "exactly two parts of stdin: two parts"
+s3-pipe get s3://dpt/p1.bin >got1
+s3-pipe get s3://dpt/p2.bin >got2
+ok cmp -s got1 p1.bin "exactly one part: read back"
+ok cmp -s got2 p2.bin "exactly two parts: read back"
+
 awsr s3 cp big.bin s3://dpt/aws/big.bin >/dev/null 2>&1
 awsr s3 cp mid.bin s3://dpt/aws/mid.bin >/dev/null 2>&1
 s3-pipe get s3://dpt/aws/big.bin >got

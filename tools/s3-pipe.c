@@ -42,8 +42,8 @@ enum {
 	EX_OK = 0,
 	EX_FAIL = 1,     /* anything else: local I/O, bad data, changed object */
 	EX_USAGE = 2,    /* bad command line */
-	EX_NOTFOUND = 3, /* no such object, bucket, file or profile */
-	EX_DENIED = 4,   /* access denied, bad signature, no credentials */
+	EX_NOTFOUND = 3, /* no such object, bucket or file; an empty prefix */
+	EX_DENIED = 4,   /* access denied, bad signature, no credentials or profile */
 	EX_TRANSFER = 5, /* the network or the server failed, retries exhausted */
 };
 
