@@ -9,6 +9,8 @@ signatures still hold) to the upstream server, injecting faults:
 
   --drop-get N      every Nth GET that returns a body: send the status, the
                     headers and half the body, then drop the connection
+  --stall-get N     every Nth GET that returns a body: send half the body, then
+                    nothing for 30 s (a stalled transfer) before dropping it
   --reset N         every Nth request: close the connection without answering
   --slowdown N      every Nth request: answer 503 SlowDown without forwarding
   --fail-parts      answer every UploadPart (PUT ?partNumber=) with 500
@@ -99,12 +101,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = resp.read() if self.command != "HEAD" else b""
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
         conn.close()
-        drop = False
-        if a.drop_get and self.command == "GET" and len(data) >= 2:
+        drop = stall = False
+        if (a.drop_get or a.stall_get) and self.command == "GET" and len(data) >= 2:
             with st.lock:
                 st.gets += 1
-                drop = st.gets % a.drop_get == 0
-        st.note("%s %s %s" % (self.command, target, "drop" if drop else resp.status))
+                drop = a.drop_get and st.gets % a.drop_get == 0
+                stall = not drop and a.stall_get and st.gets % a.stall_get == 0
+        st.note("%s %s %s" % (self.command, target,
+                              "drop" if drop else "stall" if stall else resp.status))
         self.send_response(resp.status, resp.reason)
         for k, v in headers:
             if k.lower() != "content-length":
@@ -114,9 +118,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        if drop:
+        if drop or stall:
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
+            if stall:
+                import time
+                time.sleep(30)
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
@@ -130,6 +137,7 @@ def main():
     p.add_argument("--upstream", required=True)
     p.add_argument("--port-file", required=True)
     p.add_argument("--drop-get", type=int, default=0)
+    p.add_argument("--stall-get", type=int, default=0)
     p.add_argument("--reset", type=int, default=0)
     p.add_argument("--slowdown", type=int, default=0)
     p.add_argument("--fail-parts", action="store_true")

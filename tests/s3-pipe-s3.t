@@ -247,6 +247,13 @@ ok grep -q 'GET /dpt/aws/big.bin .*' "$PROXY_LOG" "(requests went through the pr
 s3-pipe --endpoint-url "$PROXY_URL" --part-size 1M get s3://dpt/set/ >got
 same_file got set.expected "a prefix through the faults"
 
+s3_proxy --stall-get 2
+run s3-pipe -v --timeout 1 --endpoint-url "$PROXY_URL" --part-size 2M -j 4 get s3://dpt/aws/mid.bin -o viastall
+is "$rc" 0 "get through stalled transfers (--timeout 1): 0"
+same_file viastall mid.bin "stalled transfers: abandoned, resumed, byte-identical"
+ok grep -q ' stall$' "$PROXY_LOG" "the proxy stalled a transfer"
+like "$err" 'retry=1 op=GET .*error="Operation too slow' "a stalled transfer is retried"
+
 s3_proxy --reset 3 --slowdown 4
 run s3-pipe -v --endpoint-url "$PROXY_URL" put --part-size 5M -j 3 s3://dpt/viaproxy.bin <big.bin
 is "$rc" 0 "put through dropped connections and SlowDowns: 0"
