@@ -33,7 +33,7 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas
+PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)
@@ -47,6 +47,7 @@ GEN := $(O)/gen
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) $(O)/lib/example.pb-c.o
 LIB_HDR := $(wildcard lib/dp*.h) $(GEN)/example.pb-c.h
+LIB_PRIV_HDR := $(filter-out lib/dp%.h,$(wildcard lib/*.h))
 TOOLS := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
@@ -76,7 +77,7 @@ $(O)/lib/example.pb-c.o: $(GEN)/example.pb-c.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -w -c -o $@ $<
 
-$(O)/lib/%.o: lib/%.c $(LIB_HDR)
+$(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 

@@ -194,6 +194,20 @@ int dp_out_open(dp_out *o, const char *path, dp_err *e)
 		o->path = strdup("stdout");
 		return o->path ? DP_OK : dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+		/* a device, FIFO or socket (/dev/null, a named pipe): write to it
+		 * as it is; a rename would replace it with a regular file */
+		o->fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (o->fd < 0)
+			return dp_syserr(e, "%s: cannot open", path);
+		o->path = strdup(path);
+		if (!o->path) {
+			close(o->fd);
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		}
+		return DP_OK;
+	}
 	const char *slash = strrchr(path, '/');
 	size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
 	const char *base = path + dirlen;
@@ -233,9 +247,12 @@ int dp_out_open(dp_out *o, const char *path, dp_err *e)
 int dp_out_commit(dp_out *o, dp_err *e)
 {
 	int rc = DP_OK;
-	if (!o->tmp) { /* stdout: the caller checks its writes */
+	if (!o->tmp) { /* stdout or a device: the caller checks its writes */
+		if (o->fd != STDOUT_FILENO && close(o->fd) < 0)
+			rc = dp_syserr(e, "%s: close", o->path);
 		free(o->path);
 		o->path = NULL;
+		o->fd = -1;
 		return rc;
 	}
 	if (close(o->fd) < 0)
@@ -258,6 +275,8 @@ void dp_out_abort(dp_out *o)
 		close(o->fd);
 		unlink(o->tmp);
 		reg_del(o->slot);
+	} else if (o->fd > STDOUT_FILENO) {
+		close(o->fd); /* a device opened as it is */
 	}
 	free(o->path);
 	free(o->tmp);

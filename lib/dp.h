@@ -57,7 +57,9 @@ int dp_preferr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2,
  * tools call dp_out_install_signal_cleanup() once so that SIGINT, SIGTERM,
  * SIGHUP and SIGPIPE leave no partial output behind.
  * path "-" means stdout: no temporary, commit and abort do nothing but
- * report errors. */
+ * report errors.  An existing path that is not a regular file (/dev/null,
+ * a FIFO) is opened and written as it is: renaming over it would replace
+ * it; commit and abort close it. */
 typedef struct dp_out {
 	int fd;
 	char *path; /* final name */

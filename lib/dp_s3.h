@@ -1,0 +1,206 @@
+/*
+ * dp_s3.h - libdp's S3 client: stream objects from S3 (or any S3-compatible
+ * store) and local files through one interface.
+ *
+ * A location is an s3:// URL, a file:// URL or a plain path; every call
+ * that takes one works on all three, so a pipeline runs offline on local
+ * files first.  Requests are signed with AWS Signature V4 (dp_sigv4.h) and
+ * sent with libcurl; XML answers are read with expat.
+ *
+ * Reads (dp_s3_get) fetch parallel ranged GETs and write them out in order,
+ * in bounded memory (concurrency x part size), resuming a broken body from
+ * its last byte with If-Match on the ETag, verifying sizes and (for
+ * single-part objects) the MD5 in the ETag.  Writes (dp_s3_put) stream a
+ * descriptor of unknown length as a multipart upload with parallel parts,
+ * aborting the upload on failure.  Every request is retried with jittered
+ * exponential backoff on 5xx, 429/SlowDown, timeouts and dropped
+ * connections.
+ *
+ * Errors name the object and carry S3's code and message:
+ * "s3://b/k: NoSuchKey: The specified key does not exist".  Secrets never
+ * appear in messages or logs.  The library prints nothing (logs go to the
+ * conf.log callback) and never exits.
+ */
+#ifndef DP_S3_H
+#define DP_S3_H
+
+#include "dp.h"
+
+#include <stdint.h>
+
+/* Statuses beyond dp.h's (S3 failures the tools tell apart). */
+#define DP_EDENIED (-20)   /* access denied, bad signature, no credentials */
+#define DP_ETRANSFER (-21) /* network or server failure, retries exhausted */
+
+/* ---- Locations ---------------------------------------------------------- */
+
+enum { DP_LOC_FILE = 0, DP_LOC_S3 = 1 };
+
+typedef struct dp_loc {
+	int kind;
+	char *bucket; /* S3: the bucket, "" for "s3://" alone */
+	char *key;    /* S3: key or prefix ("" for the bucket's root); FILE: the path */
+} dp_loc;
+
+/* Parse "s3://bucket/key", "file:///path", "file:rel/path" or a plain path.
+ * Returns DP_EARG for a malformed URL (unknown scheme, empty path). */
+int dp_loc_parse(const char *s, dp_loc *l, dp_err *e);
+void dp_loc_free(dp_loc *l);
+/* True when l names a prefix or directory rather than one object: an S3 key
+ * that is empty or ends in '/', or a local directory. */
+int dp_loc_is_dir(const dp_loc *l);
+
+/* ---- Objects ------------------------------------------------------------ */
+
+typedef struct dp_obj {
+	int kind;       /* DP_LOC_S3 or DP_LOC_FILE */
+	char *bucket;   /* S3 */
+	char *key;      /* S3 key, or local path */
+	uint64_t size;
+	int64_t mtime;  /* seconds since the epoch, UTC; -1 unknown */
+	char etag[80];  /* as the store gives it, with its quotes; "" unknown */
+	int known;      /* size (and etag) known */
+	int prefix;     /* a common prefix ("directory") in a listing */
+} dp_obj;
+
+typedef struct dp_objs {
+	dp_obj *v;
+	size_t n, cap;
+} dp_objs;
+
+/* Append a copy of o (its strings duplicated). */
+int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e);
+void dp_objs_free(dp_objs *l);
+/* Put the list in a pseudo-random order that depends only on seed, epoch
+ * and the list's length: a Fisher-Yates shuffle (from the last entry down,
+ * swapping entry i-1 with entry dp_rng_below(i)) drawing from libdp's
+ * generator (dp_hash.h) seeded (seed, DP_S3_SHUFFLE_STREAM + epoch). */
+#define DP_S3_SHUFFLE_STREAM 0x73336b6579730000ull /* "s3keys" */
+void dp_objs_shuffle(dp_objs *l, uint64_t seed, uint64_t epoch);
+/* Keep entries index, index + count, index + 2 count, ...: worker index of
+ * count.  The count workers' shares are disjoint and cover the list. */
+void dp_objs_shard(dp_objs *l, int index, int count);
+
+/* ---- The client ----------------------------------------------------------- */
+
+enum { DP_S3_ADDR_AUTO = 0, DP_S3_ADDR_PATH, DP_S3_ADDR_VIRTUAL };
+
+typedef struct dp_s3_conf {
+	const char *endpoint_url; /* NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, config, AWS */
+	const char *region;       /* NULL: AWS_REGION, AWS_DEFAULT_REGION, config, us-east-1 */
+	const char *profile;      /* NULL: AWS_PROFILE, else "default" */
+	int no_sign;              /* anonymous requests (--no-sign-request) */
+	int addressing;           /* DP_S3_ADDR_*; AUTO: virtual-hosted on AWS, path elsewhere */
+	int concurrency;          /* parallel requests (default 8) */
+	uint64_t part_size;       /* bytes per ranged GET and upload part (default 8 MiB) */
+	int retries;              /* retries of a request after its first attempt (default 10) */
+	double retry_base;        /* first backoff, seconds (default 0.1; doubles, jittered) */
+	double timeout;           /* seconds without progress before a request is retried (30) */
+	int no_verify;            /* skip the MD5 check of single-part objects */
+	/* Log lines (logfmt, no newline), or NULL: one per retry; with verbose
+	 * also one per request. */
+	void (*log)(void *ctx, const char *line);
+	void *log_ctx;
+	int verbose;
+	/* Bytes delivered so far, called a few times a second by long
+	 * transfers (from the calling thread), or NULL. */
+	void (*progress)(void *ctx, uint64_t bytes);
+	void *progress_ctx;
+} dp_s3_conf;
+
+typedef struct dp_s3 dp_s3;
+
+/* Fill c with the defaults. */
+void dp_s3_conf_init(dp_s3_conf *c);
+/* A client.  Reads the environment and the shared config and credentials
+ * files now; a missing credential is only an error when an S3 request is
+ * made.  Returns NULL with e filled on failure. */
+dp_s3 *dp_s3_new(const dp_s3_conf *c, dp_err *e);
+void dp_s3_free(dp_s3 *s);
+/* Ask running transfers to stop (async-signal-safe): they fail with DP_EIO
+ * "interrupted", aborting a multipart upload on the way. */
+void dp_s3_cancel(dp_s3 *s);
+
+/* What the client resolved (for diagnostics; no secret in it). */
+typedef struct dp_s3_info {
+	char endpoint[512];   /* "https://s3.us-east-1.amazonaws.com" */
+	char region[64];
+	char profile[128];
+	char cred_source[64]; /* "environment", "shared credentials file", ..., "none" */
+	char key_id[128];     /* the access key id, "" when anonymous */
+	int path_style;       /* addressing when a bucket allows both */
+} dp_s3_info;
+void dp_s3_get_info(dp_s3 *s, dp_s3_info *i);
+
+/* ---- Operations ------------------------------------------------------------ */
+
+typedef int (*dp_obj_cb)(void *ctx, const dp_obj *o);
+
+/* List what l names: the objects under an S3 prefix or in a local directory
+ * (with their sizes, times and ETags) in key order, one object, or with
+ * recursive == 0 only the first level, "directories" coming as prefixes
+ * (o->prefix).  A prefix without a trailing '/' matches keys that start
+ * with it, as in S3.  page_size: keys per ListObjectsV2 request (0: 1000).
+ * "s3://" lists the buckets (o->bucket set, o->key "").  cb returning
+ * non-zero stops the listing and is returned. */
+int dp_s3_list(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_obj_cb cb,
+	       void *ctx, dp_err *e);
+
+/* Append to out the objects a read of url covers: one object, every object
+ * under a prefix or directory (key order; keys ending in '/' skipped), or,
+ * with manifest set, the entries of a manifest file in SageMaker's format
+ * (a JSON array: {"prefix": URL} then keys relative to it).  A missing
+ * object is DP_ENOTFOUND. */
+int dp_s3_expand(dp_s3 *s, const char *url, int manifest, dp_objs *out, dp_err *e);
+
+/* A byte range: first..last inclusive; last < 0 means to the end; suffix
+ * set means the last `first` bytes. */
+typedef struct dp_range {
+	int set;
+	int suffix;
+	int64_t first, last;
+} dp_range;
+/* Parse "A-B", "A-", "-N" (bytes=... accepted). */
+int dp_range_parse(const char *s, dp_range *r);
+
+typedef struct dp_s3_stats {
+	uint64_t bytes;    /* bytes delivered */
+	uint64_t requests; /* HTTP requests made */
+	uint64_t retries;  /* requests retried */
+	int out_closed;    /* the reader of fd went away (EPIPE) */
+} dp_s3_stats;
+
+/* Write the objects, in order, to fd (outname names it in messages).  With
+ * r set (one object only) just that range.  Objects of unknown size are
+ * looked up (HEAD) a few ahead of the stream.  st may be NULL. */
+int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
+	      dp_s3_stats *st, dp_err *e);
+
+/* Store everything read from fd (srcname in messages) at dst: one PUT when
+ * it fits in a part, else a multipart upload with parallel parts, aborted on
+ * failure.  size_hint >= 0 when the length is known (chooses the part size
+ * for very large inputs).  A local dst is written whole or not at all. */
+int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
+	      dp_s3_stats *st, dp_err *e);
+
+/* Delete one object or local file.  Deleting what does not exist is
+ * DP_ENOTFOUND for files; S3 itself reports success. */
+int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e);
+
+/* A presigned URL for method ("GET" or "PUT") on an S3 object, valid for
+ * expires seconds (1 to 604800).  malloc'd. */
+char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires, dp_err *e);
+
+/* Multipart uploads in progress under an S3 prefix. */
+typedef int (*dp_upload_cb)(void *ctx, const char *bucket, const char *key,
+			    const char *upload_id, int64_t initiated);
+int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp_err *e);
+int dp_s3_abort_upload(dp_s3 *s, const char *bucket, const char *key, const char *upload_id,
+		       dp_err *e);
+
+/* Read a whole (small) object or file into memory: at most max bytes, else
+ * DP_ELIMIT.  *data is malloc'd and NUL-terminated. */
+int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *len,
+		   dp_err *e);
+
+#endif

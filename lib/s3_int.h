@@ -1,0 +1,145 @@
+/*
+ * s3_int.h - what libdp's S3 files share among themselves (not installed).
+ *
+ *   s3conf.c  settings: environment, config and credentials files
+ *   s3xml.c   the XML answers, read with expat
+ *   s3.c      one request: URL, signature, libcurl options, response
+ *             headers, S3 errors, retries; the simple operations
+ *   s3get.c   the streaming reader (parallel ranged GETs, in order)
+ *   s3put.c   the streaming writer (multipart upload)
+ *   s3objs.c  locations, object lists, shuffle and shard, manifests
+ */
+#ifndef S3_INT_H
+#define S3_INT_H
+
+#include "dp_s3.h"
+#include "dp_sigv4.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stddef.h>
+
+/* ---- Growing buffer ------------------------------------------------------- */
+
+typedef struct s3_buf {
+	char *p;
+	size_t n, cap;
+	int oom;
+} s3_buf;
+
+void s3_buf_add(s3_buf *b, const void *p, size_t n);
+void s3_buf_str(s3_buf *b, const char *s);
+void s3_buf_printf(s3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void s3_buf_free(s3_buf *b);
+
+/* ---- Settings --------------------------------------------------------------- */
+
+struct dp_s3 {
+	dp_s3_conf conf;
+	/* endpoint */
+	char *scheme;    /* "http" or "https" */
+	char *host;      /* host[:port] as given */
+	char *base_path; /* path of the endpoint URL without trailing '/', often "" */
+	int custom_endpoint;
+	char *region;
+	char *profile;
+	/* credentials */
+	char *key_id, *secret, *token;
+	int anonymous;
+	char cred_source[64];
+	dp_err cred_err; /* set when no credentials were found */
+	int cred_failed;
+	char *ca_bundle;
+	CURL *easy; /* for one request at a time */
+	volatile sig_atomic_t cancelled;
+	uint64_t nreq, nretry;
+};
+
+/* Read the environment and files into s (s3conf.c). */
+int s3_conf_load(dp_s3 *s, dp_err *e);
+/* DP_OK when S3 requests can be made, else the credential error. */
+int s3_ready(dp_s3 *s, dp_err *e);
+/* Virtual-hosted addressing for this bucket? */
+int s3_virtual_host(const dp_s3 *s, const char *bucket);
+
+/* ---- XML (s3xml.c) ------------------------------------------------------------ */
+
+/* Calls cb at every element start (text NULL) and end (text: the element's
+ * own character data, NUL-terminated) with the path from the root,
+ * "ListBucketResult/Contents/Key".  Returns DP_EDATA on malformed XML. */
+typedef void (*s3x_cb)(void *ctx, const char *path, const char *text, size_t len);
+int s3x_parse(const char *doc, size_t len, s3x_cb cb, void *ctx, dp_err *e);
+/* S3's <Error><Code>..</Code><Message>..</Message></Error>; returns 1 when
+ * doc is such an error. */
+int s3x_error(const char *doc, size_t len, char *code, size_t codelen, char *msg,
+	      size_t msglen);
+/* "2013-05-24T00:00:00.000Z" -> seconds since the epoch; -1 if malformed. */
+int64_t s3_parse_time(const char *s);
+/* Decode %XX (and '+' as space) in place: keys with encoding-type=url. */
+void s3_url_decode(char *s);
+
+/* ---- One request (s3.c) ---------------------------------------------------------- */
+
+enum { S3_OK = 0, S3_RETRY = 1, S3_FAIL = 2 };
+
+typedef struct s3_call {
+	/* the request */
+	const char *method; /* GET HEAD PUT POST DELETE */
+	const char *bucket; /* NULL: the service (list buckets) */
+	const char *key;    /* NULL or "": the bucket */
+	dp_sigv4_kv q[8];   /* query parameters, raw */
+	size_t nq;
+	dp_sigv4_kv h[6];   /* extra headers, sent and signed */
+	size_t nh;
+	const char *body;   /* request body (PUT, POST) */
+	size_t body_len;
+	const char *body_sha; /* its hex SHA-256 (computed when NULL) */
+	/* data of a successful answer goes to sink when set, else to resp */
+	size_t (*sink)(void *ctx, const char *p, size_t n);
+	void *sink_ctx;
+	size_t resp_max; /* cap on resp (default 16 MiB) */
+	/* the answer */
+	long status;
+	char etag[80], content_range[96], region_hdr[64], sse[64], last_modified[64];
+	int64_t content_length; /* -1 when absent */
+	s3_buf resp;            /* body (errors always land here) */
+	char code[64], message[1024];
+	CURLcode cc;
+	char curl_err[CURL_ERROR_SIZE];
+	int sink_failed; /* the sink refused data (1), the answer was too large (2) */
+	int sink_rc;     /* the sink's status, when it set one */
+	/* internal */
+	char *url;
+	struct curl_slist *hl;
+	size_t body_pos;
+	double t0;
+} s3_call;
+
+/* The URL for messages: "s3://bucket/key". */
+char *s3_obj_url(const char *bucket, const char *key);
+/* Prepare c on handle h (reset first) for one attempt: URL, date,
+ * signature, options.  Clears the previous answer. */
+int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e);
+/* After the transfer of c finished with cc: the answer's class (S3_OK,
+ * S3_RETRY, S3_FAIL).  Reads the error body. */
+int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc);
+/* The failure of c as a dp_err: status from the S3 code or HTTP status,
+ * "s3://b/k: Code: Message".  what overrides the object named. */
+int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
+/* Free what setup allocated and the answer. */
+void s3_call_clean(s3_call *c);
+/* Run c to completion on s->easy, retrying; DP_OK when the answer is 2xx. */
+int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
+/* Seconds to wait before retry number attempt (1, 2, ...): full jitter. */
+double s3_backoff(const dp_s3 *s, int attempt);
+/* Log a line through conf.log (printf-style). */
+void s3_log(const dp_s3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sleep up to secs, returning early (-1) when cancelled. */
+int s3_sleep(dp_s3 *s, double secs);
+/* HEAD an object: size, etag, mtime. */
+int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e);
+
+/* ---- Local files (s3objs.c) ---------------------------------------------------------- */
+int s3_file_stat(const char *path, dp_obj *o, dp_err *e);
+
+#endif

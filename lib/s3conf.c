@@ -1,0 +1,392 @@
+/*
+ * s3conf.c - the S3 client's settings, found the way the AWS CLI finds them.
+ *
+ * Credentials, first found wins:
+ *   --no-sign-request                anonymous
+ *   an explicit profile (conf)       that profile in the credentials, then config file
+ *   AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN)
+ *   AWS_PROFILE, else "default"      in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials),
+ *                                    then AWS_CONFIG_FILE (~/.aws/config, "[profile NAME]")
+ * Region: conf, AWS_REGION, AWS_DEFAULT_REGION, the profile's region, us-east-1.
+ * Endpoint: conf, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
+ * "s3 = endpoint_url" or endpoint_url (all but conf ignored when
+ * AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else https://s3.REGION.amazonaws.com.
+ * Addressing: conf, the profile's "s3 = addressing_style", else auto.
+ * Instance and container metadata credentials are not looked up.
+ */
+#define _GNU_SOURCE
+#include "s3_int.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One section of an INI file, nested keys flattened to "parent.key". */
+typedef struct ini {
+	char **k, **v;
+	size_t n;
+} ini;
+
+static void ini_free(ini *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		free(s->k[i]);
+		if (s->v[i])
+			memset(s->v[i], 0, strlen(s->v[i])); /* may be a secret */
+		free(s->v[i]);
+	}
+	free(s->k);
+	free(s->v);
+	memset(s, 0, sizeof *s);
+}
+
+static const char *ini_get(const ini *s, const char *key)
+{
+	for (size_t i = s->n; i-- > 0;)
+		if (strcmp(s->k[i], key) == 0)
+			return s->v[i];
+	return NULL;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+static int ini_put(ini *s, const char *k, const char *v)
+{
+	char **nk = realloc(s->k, (s->n + 1) * sizeof *nk);
+	if (!nk)
+		return -1;
+	s->k = nk;
+	char **nv = realloc(s->v, (s->n + 1) * sizeof *nv);
+	if (!nv)
+		return -1;
+	s->v = nv;
+	s->k[s->n] = strdup(k);
+	s->v[s->n] = strdup(v);
+	if (!s->k[s->n] || !s->v[s->n]) {
+		free(s->k[s->n]);
+		free(s->v[s->n]);
+		return -1;
+	}
+	s->n++;
+	return 0;
+}
+
+/* Read the section named `want` (the text between the brackets, with inner
+ * spaces folded to one) of path into out.  Returns 1 when found, 0 when the
+ * file or section is missing, DP_ENOMEM. */
+static int ini_read(const char *path, const char *want, ini *out)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char *line = NULL;
+	size_t cap = 0;
+	int in = 0, found = 0, rc = 0;
+	char parent[128] = "";
+	while (getline(&line, &cap, f) >= 0) {
+		int indented = line[0] == ' ' || line[0] == '\t';
+		char *t = trim(line);
+		if (!*t || *t == '#' || *t == ';')
+			continue;
+		if (*t == '[') {
+			char *end = strchr(t, ']');
+			if (!end)
+				continue;
+			*end = 0;
+			/* fold "profile   name" to "profile name" */
+			char name[256];
+			size_t j = 0;
+			int sp = 0;
+			for (char *p = trim(t + 1); *p && j < sizeof name - 1; p++) {
+				if (isspace((unsigned char)*p)) {
+					sp = 1;
+					continue;
+				}
+				if (sp && j)
+					name[j++] = ' ';
+				sp = 0;
+				name[j++] = *p;
+			}
+			name[j] = 0;
+			in = strcmp(name, want) == 0;
+			if (in)
+				found = 1;
+			parent[0] = 0;
+			continue;
+		}
+		if (!in)
+			continue;
+		char *eq = strchr(t, '=');
+		if (!eq)
+			continue;
+		*eq = 0;
+		char *k = trim(t), *v = trim(eq + 1);
+		if (indented && parent[0]) {
+			char full[300];
+			snprintf(full, sizeof full, "%s.%s", parent, k);
+			if (ini_put(out, full, v) < 0)
+				rc = DP_ENOMEM;
+			continue;
+		}
+		if (!*v) { /* "s3 =" opens a nested block */
+			snprintf(parent, sizeof parent, "%s", k);
+			continue;
+		}
+		parent[0] = 0;
+		if (ini_put(out, k, v) < 0)
+			rc = DP_ENOMEM;
+	}
+	if (line) {
+		memset(line, 0, cap);
+		free(line);
+	}
+	fclose(f);
+	return rc < 0 ? rc : found;
+}
+
+static char *home_file(const char *env, const char *rel)
+{
+	const char *p = getenv(env);
+	if (p && *p)
+		return strdup(p);
+	const char *home = getenv("HOME");
+	char *out = NULL;
+	if (asprintf(&out, "%s/%s", home && *home ? home : ".", rel) < 0)
+		return NULL;
+	return out;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+static int set_str(char **dst, const char *v)
+{
+	free(*dst);
+	*dst = v ? strdup(v) : NULL;
+	return v && !*dst ? -1 : 0;
+}
+
+/* Split an endpoint URL into scheme, host[:port] and base path. */
+static int parse_endpoint(dp_s3 *s, const char *url, dp_err *e)
+{
+	const char *p = strstr(url, "://");
+	if (!p)
+		return dp_seterr(e, DP_EARG, "endpoint URL '%s': no scheme (http:// or https://)", url);
+	size_t sl = (size_t)(p - url);
+	if (!((sl == 4 && strncasecmp(url, "http", 4) == 0) ||
+	      (sl == 5 && strncasecmp(url, "https", 5) == 0)))
+		return dp_seterr(e, DP_EARG, "endpoint URL '%s': scheme is not http or https", url);
+	p += 3;
+	const char *slash = strchr(p, '/');
+	size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+	if (hl == 0)
+		return dp_seterr(e, DP_EARG, "endpoint URL '%s': no host", url);
+	if (memchr(p, '@', hl) || memchr(p, '?', hl) || memchr(p, '#', hl))
+		return dp_seterr(e, DP_EARG, "endpoint URL '%s': not scheme://host[:port][/path]",
+				 url);
+	s->scheme = strndup(url, sl);
+	s->host = strndup(p, hl);
+	const char *path = slash ? slash : "";
+	size_t pl = strlen(path);
+	while (pl > 0 && path[pl - 1] == '/')
+		pl--;
+	s->base_path = strndup(path, pl);
+	if (!s->scheme || !s->host || !s->base_path)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	for (char *c = s->scheme; *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	return DP_OK;
+}
+
+int s3_conf_load(dp_s3 *s, dp_err *e)
+{
+	const dp_s3_conf *c = &s->conf;
+	int rc = DP_OK;
+	ini cred = {0}, conf = {0};
+	char *cred_path = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+	char *conf_path = home_file("AWS_CONFIG_FILE", ".aws/config");
+	if (!cred_path || !conf_path) {
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+		goto out;
+	}
+	int explicit_profile = c->profile && *c->profile;
+	const char *prof = explicit_profile ? c->profile : env("AWS_PROFILE");
+	int named = explicit_profile || prof;
+	if (!prof)
+		prof = "default";
+	if (set_str(&s->profile, prof) < 0)
+		goto oom;
+	char csec[300];
+	if (strcmp(prof, "default") == 0)
+		snprintf(csec, sizeof csec, "default");
+	else
+		snprintf(csec, sizeof csec, "profile %s", prof);
+	int have_cred = ini_read(cred_path, prof, &cred);
+	int have_conf = ini_read(conf_path, csec, &conf);
+	if (have_cred < 0 || have_conf < 0)
+		goto oom;
+	if (!have_conf && strcmp(prof, "default") == 0)
+		have_conf = ini_read(conf_path, "profile default", &conf);
+
+	/* credentials */
+	const char *ek = env("AWS_ACCESS_KEY_ID"), *es = env("AWS_SECRET_ACCESS_KEY");
+	const char *ck = ini_get(&cred, "aws_access_key_id");
+	const char *cs = ini_get(&cred, "aws_secret_access_key");
+	const char *ct = ini_get(&cred, "aws_session_token");
+	const char *fk = ini_get(&conf, "aws_access_key_id");
+	const char *fs = ini_get(&conf, "aws_secret_access_key");
+	const char *ft = ini_get(&conf, "aws_session_token");
+	if (c->no_sign) {
+		s->anonymous = 1;
+		snprintf(s->cred_source, sizeof s->cred_source, "none (--no-sign-request)");
+	} else if (!explicit_profile && ek && es) {
+		if (set_str(&s->key_id, ek) < 0 || set_str(&s->secret, es) < 0 ||
+		    set_str(&s->token, env("AWS_SESSION_TOKEN")) < 0)
+			goto oom;
+		snprintf(s->cred_source, sizeof s->cred_source, "environment");
+	} else if (ck && cs) {
+		if (set_str(&s->key_id, ck) < 0 || set_str(&s->secret, cs) < 0 ||
+		    set_str(&s->token, ct) < 0)
+			goto oom;
+		snprintf(s->cred_source, sizeof s->cred_source, "shared credentials file");
+	} else if (fk && fs) {
+		if (set_str(&s->key_id, fk) < 0 || set_str(&s->secret, fs) < 0 ||
+		    set_str(&s->token, ft) < 0)
+			goto oom;
+		snprintf(s->cred_source, sizeof s->cred_source, "config file");
+	} else {
+		s->cred_failed = 1;
+		snprintf(s->cred_source, sizeof s->cred_source, "none");
+		if (named && !have_cred && !have_conf)
+			dp_seterr(&s->cred_err, DP_EDENIED,
+				  "profile '%s' not found in %s or %s", prof, cred_path, conf_path);
+		else if (named || have_cred || have_conf)
+			dp_seterr(&s->cred_err, DP_EDENIED,
+				  "profile '%s' has no aws_access_key_id and aws_secret_access_key",
+				  prof);
+		else
+			dp_seterr(&s->cred_err, DP_EDENIED,
+				  "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+				  "a profile in %s, or use --no-sign-request", cred_path);
+	}
+
+	/* region */
+	const char *region = c->region && *c->region ? c->region : env("AWS_REGION");
+	if (!region)
+		region = env("AWS_DEFAULT_REGION");
+	if (!region)
+		region = ini_get(&conf, "region");
+	if (!region)
+		region = "us-east-1";
+	if (set_str(&s->region, region) < 0)
+		goto oom;
+
+	/* endpoint */
+	const char *ep = c->endpoint_url && *c->endpoint_url ? c->endpoint_url : NULL;
+	const char *ign = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
+	int ignore = ign && strcasecmp(ign, "true") == 0;
+	if (!ep && !ignore) {
+		ep = env("AWS_ENDPOINT_URL_S3");
+		if (!ep)
+			ep = env("AWS_ENDPOINT_URL");
+		if (!ep)
+			ep = ini_get(&conf, "s3.endpoint_url");
+		if (!ep)
+			ep = ini_get(&conf, "endpoint_url");
+	}
+	if (ep) {
+		s->custom_endpoint = 1;
+		if ((rc = parse_endpoint(s, ep, e)) < 0)
+			goto out;
+	} else {
+		char aws[256];
+		snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com", s->region);
+		if ((rc = parse_endpoint(s, aws, e)) < 0)
+			goto out;
+	}
+
+	/* addressing */
+	if (s->conf.addressing == DP_S3_ADDR_AUTO) {
+		const char *st = ini_get(&conf, "s3.addressing_style");
+		if (st && strcmp(st, "path") == 0)
+			s->conf.addressing = DP_S3_ADDR_PATH;
+		else if (st && strcmp(st, "virtual") == 0)
+			s->conf.addressing = DP_S3_ADDR_VIRTUAL;
+	}
+	if (set_str(&s->ca_bundle, env("AWS_CA_BUNDLE")) < 0)
+		goto oom;
+	goto out;
+oom:
+	rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+out:
+	ini_free(&cred);
+	ini_free(&conf);
+	free(cred_path);
+	free(conf_path);
+	return rc;
+}
+
+int s3_ready(dp_s3 *s, dp_err *e)
+{
+	if (s->cred_failed) {
+		if (e)
+			*e = s->cred_err;
+		return s->cred_err.code;
+	}
+	return DP_OK;
+}
+
+/* A bucket name usable as a DNS label (and, over https, without dots, which
+ * would break the certificate's wildcard). */
+static int dns_bucket(const char *b, int https)
+{
+	size_t n = strlen(b);
+	if (n < 3 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = b[i];
+		if (!(islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' || c == '.'))
+			return 0;
+		if (c == '.' && (https || i == 0 || b[i - 1] == '.'))
+			return 0;
+	}
+	return b[0] != '-' && b[n - 1] != '-' && b[n - 1] != '.';
+}
+
+int s3_virtual_host(const dp_s3 *s, const char *bucket)
+{
+	if (!bucket || !*bucket)
+		return 0;
+	switch (s->conf.addressing) {
+	case DP_S3_ADDR_PATH:
+		return 0;
+	case DP_S3_ADDR_VIRTUAL:
+		return 1;
+	default:
+		return !s->custom_endpoint && dns_bucket(bucket, strcmp(s->scheme, "https") == 0);
+	}
+}
+
+void dp_s3_get_info(dp_s3 *s, dp_s3_info *i)
+{
+	memset(i, 0, sizeof *i);
+	snprintf(i->endpoint, sizeof i->endpoint, "%s://%s%s", s->scheme, s->host, s->base_path);
+	snprintf(i->region, sizeof i->region, "%s", s->region);
+	snprintf(i->profile, sizeof i->profile, "%s", s->profile ? s->profile : "");
+	snprintf(i->cred_source, sizeof i->cred_source, "%s", s->cred_source);
+	snprintf(i->key_id, sizeof i->key_id, "%s", s->key_id ? s->key_id : "");
+	i->path_style = !s3_virtual_host(s, "bucket");
+}

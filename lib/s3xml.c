@@ -1,0 +1,272 @@
+/*
+ * s3xml.c - S3's XML answers (listings, errors, multipart results), read
+ * with expat: a well-kept, streaming, non-validating parser in every Linux
+ * distribution, rather than a hand-written one.
+ *
+ * s3x_parse flattens a document into (path, text) events; each caller picks
+ * the paths it knows.  Limits: 64 levels, 1 MiB of text per element.
+ */
+#define _GNU_SOURCE
+#include "s3_int.h"
+
+#include <ctype.h>
+#include <expat.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- Buffers ------------------------------------------------------------ */
+
+void s3_buf_add(s3_buf *b, const void *p, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *q = realloc(b->p, cap);
+		if (!q) {
+			b->oom = 1;
+			return;
+		}
+		b->p = q;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->n, p, n);
+	b->n += n;
+	b->p[b->n] = 0;
+}
+
+void s3_buf_str(s3_buf *b, const char *s) { s3_buf_add(b, s, strlen(s)); }
+
+void s3_buf_printf(s3_buf *b, const char *fmt, ...)
+{
+	char tmp[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n < sizeof tmp) {
+		s3_buf_add(b, tmp, (size_t)n);
+		return;
+	}
+	char *big = NULL;
+	va_start(ap, fmt);
+	n = vasprintf(&big, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		b->oom = 1;
+		return;
+	}
+	s3_buf_add(b, big, (size_t)n);
+	free(big);
+}
+
+void s3_buf_free(s3_buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+/* ---- The event parser -------------------------------------------------------- */
+
+#define MAX_DEPTH 64
+#define MAX_TEXT (1 << 20)
+
+typedef struct xp {
+	XML_Parser p;
+	s3x_cb cb;
+	void *ctx;
+	s3_buf path;
+	size_t mark[MAX_DEPTH + 1]; /* path length before each level */
+	int depth;
+	s3_buf text;
+	int failed; /* 1 too deep, 2 text too long, 3 out of memory */
+} xp;
+
+static const char *local_name(const char *n)
+{
+	/* expat without namespace processing hands over "prefix:name" */
+	const char *c = strrchr(n, ':');
+	return c && c[1] ? c + 1 : n;
+}
+
+static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **atts)
+{
+	xp *x = ud;
+	if (x->failed)
+		return;
+	if (x->depth >= MAX_DEPTH) {
+		x->failed = 1;
+		XML_StopParser(x->p, XML_FALSE);
+		return;
+	}
+	x->mark[x->depth++] = x->path.n;
+	if (x->path.n)
+		s3_buf_add(&x->path, "/", 1);
+	s3_buf_str(&x->path, local_name(name));
+	x->text.n = 0;
+	if (x->text.p)
+		x->text.p[0] = 0;
+	if (x->path.oom) {
+		x->failed = 3;
+		XML_StopParser(x->p, XML_FALSE);
+		return;
+	}
+	x->cb(x->ctx, x->path.p, NULL, 0);
+}
+
+static void XMLCALL on_end(void *ud, const XML_Char *name)
+{
+	xp *x = ud;
+	if (x->failed || x->depth == 0)
+		return;
+	x->cb(x->ctx, x->path.p, x->text.p ? x->text.p : "", x->text.n);
+	x->depth--;
+	x->path.n = x->mark[x->depth];
+	x->path.p[x->path.n] = 0;
+	x->text.n = 0;
+	if (x->text.p)
+		x->text.p[0] = 0;
+}
+
+static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
+{
+	xp *x = ud;
+	if (x->failed)
+		return;
+	if (x->text.n + (size_t)len > MAX_TEXT) {
+		x->failed = 2;
+		XML_StopParser(x->p, XML_FALSE);
+		return;
+	}
+	s3_buf_add(&x->text, s, (size_t)len);
+	if (x->text.oom) {
+		x->failed = 3;
+		XML_StopParser(x->p, XML_FALSE);
+	}
+}
+
+int s3x_parse(const char *doc, size_t len, s3x_cb cb, void *ctx, dp_err *e)
+{
+	xp x = {0};
+	x.cb = cb;
+	x.ctx = ctx;
+	x.p = XML_ParserCreate("UTF-8");
+	if (!x.p)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	XML_SetUserData(x.p, &x);
+	XML_SetElementHandler(x.p, on_start, on_end);
+	XML_SetCharacterDataHandler(x.p, on_text);
+	int rc = DP_OK;
+	if (len > (size_t)1 << 30) {
+		rc = dp_seterr(e, DP_ELIMIT, "XML answer too large (%zu bytes)", len);
+	} else if (XML_Parse(x.p, doc, (int)len, XML_TRUE) == XML_STATUS_ERROR || x.failed) {
+		if (x.failed == 3)
+			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+		else if (x.failed == 1)
+			rc = dp_seterr(e, DP_EDATA, "malformed XML answer: nested too deep");
+		else if (x.failed == 2)
+			rc = dp_seterr(e, DP_EDATA, "malformed XML answer: element text too long");
+		else
+			rc = dp_seterr(e, DP_EDATA, "malformed XML answer: line %lu: %s",
+				       (unsigned long)XML_GetCurrentLineNumber(x.p),
+				       XML_ErrorString(XML_GetErrorCode(x.p)));
+	}
+	XML_ParserFree(x.p);
+	s3_buf_free(&x.path);
+	s3_buf_free(&x.text);
+	return rc;
+}
+
+/* ---- S3 errors ------------------------------------------------------------------ */
+
+typedef struct errx {
+	char *code, *msg;
+	size_t codelen, msglen;
+	int is_error;
+	char region[64], endpoint[256];
+} errx;
+
+static void err_cb(void *ctx, const char *path, const char *text, size_t len)
+{
+	errx *x = ctx;
+	if (!text) {
+		if (strcmp(path, "Error") == 0)
+			x->is_error = 1;
+		return;
+	}
+	if (strcmp(path, "Error/Code") == 0)
+		snprintf(x->code, x->codelen, "%s", text);
+	else if (strcmp(path, "Error/Message") == 0)
+		snprintf(x->msg, x->msglen, "%s", text);
+	else if (strcmp(path, "Error/Region") == 0)
+		snprintf(x->region, sizeof x->region, "%s", text);
+	else if (strcmp(path, "Error/Endpoint") == 0)
+		snprintf(x->endpoint, sizeof x->endpoint, "%s", text);
+}
+
+int s3x_error(const char *doc, size_t len, char *code, size_t codelen, char *msg, size_t msglen)
+{
+	errx x = {.code = code, .msg = msg, .codelen = codelen, .msglen = msglen};
+	code[0] = msg[0] = 0;
+	if (!doc || !len || s3x_parse(doc, len, err_cb, &x, NULL) < 0)
+		return 0;
+	if (x.is_error && x.region[0] && strlen(msg) + 40 < msglen)
+		snprintf(msg + strlen(msg), msglen - strlen(msg), " (bucket region: %s)", x.region);
+	else if (x.is_error && x.endpoint[0] && strlen(msg) + 40 < msglen)
+		snprintf(msg + strlen(msg), msglen - strlen(msg), " (endpoint: %.200s)", x.endpoint);
+	/* control characters from a hostile server stay out of messages */
+	for (char *p = msg; *p; p++)
+		if ((unsigned char)*p < 32)
+			*p = ' ';
+	for (char *p = code; *p; p++)
+		if ((unsigned char)*p < 32)
+			*p = ' ';
+	return x.is_error && code[0];
+}
+
+/* ---- Small helpers ------------------------------------------------------------- */
+
+int64_t s3_parse_time(const char *s)
+{
+	struct tm tm = {0};
+	const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end)
+		end = strptime(s, "%a, %d %b %Y %H:%M:%S", &tm); /* Last-Modified */
+	if (!end)
+		return -1;
+	return (int64_t)timegm(&tm);
+}
+
+static int hexv(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)tolower((unsigned char)c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+void s3_url_decode(char *s)
+{
+	char *d = s;
+	for (; *s; s++) {
+		if (*s == '%' && hexv(s[1]) >= 0 && hexv(s[2]) >= 0) {
+			*d++ = (char)(hexv(s[1]) * 16 + hexv(s[2]));
+			s += 2;
+		} else if (*s == '+') {
+			*d++ = ' ';
+		} else {
+			*d++ = *s;
+		}
+	}
+	*d = 0;
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""tests/s3-faults.py - a fault-injecting reverse proxy in front of an S3 server.
+
+    s3-faults.py --upstream http://127.0.0.1:PORT --port-file F [faults] [--log FILE]
+
+Listens on 127.0.0.1 (a free port, written to --port-file) and forwards
+every request unchanged (path, query and headers byte for byte, so SigV4
+signatures still hold) to the upstream server, injecting faults:
+
+  --drop-get N      every Nth GET that returns a body: send the status, the
+                    headers and half the body, then drop the connection
+  --stall-get N     every Nth GET that returns a body: send half the body, then
+                    nothing for 30 s (a stalled transfer) before dropping it
+  --reset N         every Nth request: close the connection without answering
+  --slowdown N      every Nth request: answer 503 SlowDown without forwarding
+  --fail-parts      answer every UploadPart (PUT ?partNumber=) with 500
+                    InternalError, so a multipart upload can never finish
+
+Counters are global over all connections.  Each request is logged as one
+line "METHOD TARGET FAULT" to --log.  Python standard library only.
+"""
+import argparse
+import http.client
+import http.server
+import socket
+import threading
+import urllib.parse
+
+HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te",
+       "upgrade"}
+
+
+class State:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.n = 0
+        self.gets = 0
+        up = urllib.parse.urlsplit(args.upstream)
+        self.host, self.port = up.hostname, up.port or 80
+        self.log = open(args.log, "a", buffering=1) if args.log else None
+
+    def note(self, line):
+        if self.log:
+            with self.lock:
+                self.log.write(line + "\n")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state = None
+
+    def log_message(self, fmt, *a):  # quiet
+        pass
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _answer(self, status, body, ctype="application/xml"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self):
+        st = self.state
+        a = st.args
+        body = self._body()
+        with st.lock:
+            st.n += 1
+            n = st.n
+        target = self.path
+        if a.reset and n % a.reset == 0:
+            st.note("%s %s reset" % (self.command, target))
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            self.connection.close()
+            return
+        if a.slowdown and n % a.slowdown == 0:
+            st.note("%s %s slowdown" % (self.command, target))
+            self._answer(503, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown'
+                         b'</Code><Message>Please reduce your request rate.</Message></Error>')
+            return
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query, keep_blank_values=True)
+        if a.fail_parts and self.command == "PUT" and "partNumber" in q:
+            st.note("%s %s fail" % (self.command, target))
+            self._answer(500, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError'
+                         b'</Code><Message>injected failure</Message></Error>')
+            return
+        conn = http.client.HTTPConnection(st.host, st.port, timeout=60)
+        conn.putrequest(self.command, target, skip_host=True, skip_accept_encoding=True)
+        for k, v in self.headers.items():
+            if k.lower() not in HOP and k.lower() != "content-length":
+                conn.putheader(k, v)
+        if body or self.command in ("PUT", "POST"):
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        data = resp.read() if self.command != "HEAD" else b""
+        headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
+        conn.close()
+        drop = stall = False
+        if (a.drop_get or a.stall_get) and self.command == "GET" and len(data) >= 2:
+            with st.lock:
+                st.gets += 1
+                drop = a.drop_get and st.gets % a.drop_get == 0
+                stall = not drop and a.stall_get and st.gets % a.stall_get == 0
+        st.note("%s %s %s" % (self.command, target,
+                              "drop" if drop else "stall" if stall else resp.status))
+        self.send_response(resp.status, resp.reason)
+        for k, v in headers:
+            if k.lower() != "content-length":
+                self.send_header(k, v)
+        if self.command == "HEAD":
+            self.send_header("Content-Length", resp.getheader("Content-Length") or "0")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if drop or stall:
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            if stall:
+                import time
+                time.sleep(30)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--upstream", required=True)
+    p.add_argument("--port-file", required=True)
+    p.add_argument("--drop-get", type=int, default=0)
+    p.add_argument("--stall-get", type=int, default=0)
+    p.add_argument("--reset", type=int, default=0)
+    p.add_argument("--slowdown", type=int, default=0)
+    p.add_argument("--fail-parts", action="store_true")
+    p.add_argument("--log")
+    a = p.parse_args()
+    Handler.state = State(a)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    with open(a.port_file + ".tmp", "w") as f:
+        f.write("%d\n" % srv.server_address[1])
+    import os
+    os.rename(a.port_file + ".tmp", a.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

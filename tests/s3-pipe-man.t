@@ -1,0 +1,49 @@
+#!/bin/bash
+# The EXAMPLES of man/man1/s3-pipe.1, run offline: each s3://my-bucket/ URL
+# becomes a file:// URL under the scratch directory (s3-pipe treats both
+# alike); s3-pipe-s3.t runs the same examples against radosgw.  Also checks
+# that the page documents every option and renders without warnings.
+. "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
+PAGE=$DP_SRC/man/man1/s3-pipe.1
+cd "$T" || exit 1
+
+groff -man -Tascii -rLL=300n -rHY=0 -P-cbou "$PAGE" >page.txt
+for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c"); do
+	ok grep -q -- "^ *\(-[a-zA-Z], \)*--$o\b" page.txt "the man page documents --$o"
+done
+for s in "EXIT STATUS" ENVIRONMENT EXAMPLES CREDENTIALS "SEE ALSO"; do
+	ok grep -q "^\.SH \"*$s" "$PAGE" "the man page has $s"
+done
+run groff -man -Tutf8 -ww "$PAGE"
+is "$err" "" "groff -man -ww: no warnings"
+
+# fixtures: three TFRecord files of 3, 4 and 5 records
+mkdir -p data
+for i in 0 1 2; do
+	for r in $(seq 1 $((i + 3))); do printf '{"x":{"int64":[%d]},"part":{"int64":[%d]}}\n' $r $i; done |
+		tfr-cat --encode json >data/part-$i.tfrecord
+done
+ok test -s data/part-2.tfrecord "fixtures made with tfr-cat"
+
+man_examples "$PAGE" ex
+n=0
+for f in $(ls ex | sort -n); do
+	n=$((n + 1))
+	case $f in
+	*.skip) skip "example $n: $(head -n 1 "ex/$f")"; continue ;;
+	esac
+	sed "s|s3://my-bucket/|file://$T/bucket/|g" "ex/$f" >run.sh
+	bash -e -o pipefail run.sh >out.$n 2>err.$n
+	st=$?
+	is "$st" 0 "example $n runs: $(head -n 1 "ex/$f")"
+	[ "$st" = 0 ] || { sed 's/^/#   /' "ex/$f" err.$n; }
+done
+is "$(head -n 1 out.1)" 12 "example 1: twelve records in data/"
+is "$(sed -n 2p out.1)" 4 "example 1: worker 1 of 2 gets part-1 (4 records)"
+is "$(cat out.5 | tr '\n' ' ')" "12 12 " "example 5: two epochs of twelve records through FIFOs"
+is "$(cat out.6)" 8 "example 6: the manifest's two files, 5 + 3 records"
+is "$(cat out.7)" "$(head -c 12 data/part-0.tfrecord | od -A d -t x1)" "example 7: the first 12 bytes of part-0"
+ok test ! -e bucket/train/part-0.tfrecord "example 7: rm -r removed the prefix"
+
+done_testing

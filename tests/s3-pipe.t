@@ -1,0 +1,260 @@
+#!/bin/bash
+# s3-pipe on local files (file:// URLs and plain paths): every command but
+# the S3-only ones, the options, messages and exit statuses.  The S3 side
+# is in s3-pipe-s3.t.
+. "${DP_SRC:-.}/tests/lib.sh"
+cd "$T" || exit 1
+
+# ---- fixtures: a small tree whose key order is not the walk order ------------
+mkdir -p d/a d/sub
+for f in a.txt a/b b c sub/x sub/y z; do
+	printf 'this is %s\n' "$f" >"d/$f"
+done
+head -c 300000 /dev/urandom >d/rand.bin
+echo >>d/rand.bin # whole lines: shuffled files sort to the same lines
+# key (byte) order of the relative paths, as S3 lists them
+keys=$(cd d && find . -type f | sed 's|^\./||' | LC_ALL=C sort)
+for k in $keys; do cat "d/$k"; done >all.expected
+nkeys=$(echo "$keys" | wc -l)
+
+# ---- help, version, usage ---------------------------------------------------------
+run s3-pipe --help
+is "$rc" 0 "--help exits 0"
+for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c"); do
+	like "$out" "--$o" "--help lists --$o"
+done
+for c in get put ls fifo presign rm; do
+	like "$out" "^  $c |
+  $c " "--help lists the $c command"
+done
+run s3-pipe --version
+is "$rc" 0 "--version exits 0"
+like "$out" "^s3-pipe \(dptools\) [0-9]" "--version names the program"
+run s3-pipe
+is "$rc" 2 "no command: usage error"
+like "$err" "^s3-pipe: no command" "no command: says so"
+is "$(echo "$err" | wc -l)" 2 "usage error: a message and a one-line usage"
+run s3-pipe frob x
+is "$rc" 2 "unknown command: 2"
+like "$err" "unknown command 'frob'" "unknown command named"
+run s3-pipe get --frob d/b
+is "$rc" 2 "unknown option: 2"
+like "$err" "unknown option --frob" "unknown option named"
+run s3-pipe get --json d/b
+is "$rc" 2 "an option of another command: 2"
+like "$err" "--json does not apply to get" "says which option and command"
+run s3-pipe get --shard 3/3 d/
+is "$rc" 2 "--shard 3/3: 2"
+like "$err" "--shard: '3/3' is not I/N" "bad shard named"
+run s3-pipe get --range 9-2 d/b
+is "$rc" 2 "--range 9-2: 2"
+run s3-pipe get --range 0-2 d/b d/c
+is "$rc" 2 "--range with two objects: 2"
+run s3-pipe get -j 0 d/b
+is "$rc" 2 "-j 0: 2"
+run s3-pipe put --part-size 1M s3://b/k
+is "$rc" 2 "put --part-size below S3's 5M: 2"
+run s3-pipe get ftp://host/x
+is "$rc" 2 "unsupported scheme: 2"
+like "$err" "unsupported URL scheme" "unsupported scheme named"
+
+# ---- get ----------------------------------------------------------------------------
+run s3-pipe get d/b d/c
+is "$out" "$(cat d/b d/c)" "get: files concatenated in the order given"
+s3-pipe get d/ >got
+same_file got all.expected "get DIR/: every file, in S3 key order (a.txt before a/b)"
+s3-pipe get "file://$T/d/" >got
+same_file got all.expected "get file:///DIR/: the same"
+s3-pipe get "file:d" >got
+same_file got all.expected "get file:REL (a directory without '/'): the same"
+s3-pipe get -j 1 --part-size 1K d/ >got
+same_file got all.expected "get -j 1 --part-size 1K: same bytes through many small parts"
+run s3-pipe get d/nope
+is "$rc" 3 "get of a missing file: 3"
+is "$err" "s3-pipe: d/nope: No such file or directory" "missing file: message"
+run s3-pipe get d/b -o out.txt
+is "$rc" 0 "get -o: 0"
+same_file out.txt d/b "get -o FILE: written"
+run s3-pipe get d/b d/nope -o out2.txt
+is "$rc" 3 "get -o with a missing input: 3"
+ok test ! -e out2.txt "get -o: nothing written on failure"
+is "$(ls -a | grep -c '\.tmp\.')" 0 "get -o: no temporary file left"
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 s3-pipe get d/b -o 'out-{rank}-of-{size}'
+ok test -s out-1-of-2 "get -o: {rank}/{size} from the environment"
+
+# ranges
+printf '0123456789' >ten
+run s3-pipe get --range 2-4 ten
+is "$out" "234" "--range A-B"
+run s3-pipe get --range bytes=7- ten
+is "$out" "789" "--range bytes=A-"
+run s3-pipe get --range -3 ten
+is "$out" "789" "--range -N: the last N bytes"
+run s3-pipe get --range 5-100 ten
+is "$out" "56789" "--range past the end: up to the end"
+run s3-pipe get --range 10- ten
+is "$rc" 2 "--range starting past the end: 2"
+like "$err" "range starts at byte 10 of a 10-byte object" "range past the end: message"
+
+# shards: disjoint, covering, round-robin over the key order
+for i in 0 1 2; do
+	s3-pipe get --shard $i/3 d/ >shard$i
+	exp=$(echo "$keys" | awk -v i=$i '(NR - 1) % 3 == i')
+	for k in $exp; do cat "d/$k"; done >shard$i.expected
+	same_file shard$i shard$i.expected "--shard $i/3: keys $i, $((i + 3)), ... of the key order"
+done
+is "$(cat shard0 shard1 shard2 | wc -c)" "$(wc -c <all.expected)" "three shards cover every byte once"
+OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=3 s3-pipe get --shard '{rank}/{size}' d/ >r
+same_file r shard2 "--shard {rank}/{size} from OMPI_COMM_WORLD_*"
+PMI_RANK=1 PMI_SIZE=3 s3-pipe get --shard '{rank}/{size}' d/ >r
+same_file r shard1 "--shard {rank}/{size} from PMI_*"
+SLURM_PROCID=0 SLURM_NTASKS=3 s3-pipe get --shard '{rank}/{size}' d/ >r
+same_file r shard0 "--shard {rank}/{size} from SLURM_*"
+
+# shuffle: a permutation of whole files, fixed by seed and epoch
+s3-pipe get --shuffle --seed 7 d/ >s7e0
+s3-pipe get --shuffle --seed 7 d/ >again
+same_file s7e0 again "--shuffle --seed 7: reproducible"
+s3-pipe get --shuffle --seed 7 --epoch 1 d/ >s7e1
+not_ok cmp -s s7e0 s7e1 "--epoch 1: another order"
+not_ok cmp -s s7e0 all.expected "--shuffle: not the key order"
+is "$(sort s7e0 | md5sum)" "$(sort all.expected | md5sum)" "--shuffle: the same lines"
+s3-pipe get --shuffle --seed 7 --epoch 1 --shard 0/2 d/ >a0
+s3-pipe get --shuffle --seed 7 --epoch 1 --shard 1/2 d/ >a1
+is "$(cat a0 a1 | sort | md5sum)" "$(sort all.expected | md5sum)" \
+	"--shuffle with --shard: the two shares cover everything"
+
+# manifests (SageMaker's format)
+printf '[{"prefix": "file://%s/d/"}, "sub/y", "b", "a/b"]\n' "$T" >m.json
+run s3-pipe get --manifest m.json
+is "$out" "$(cat d/sub/y d/b d/a/b)" "--manifest: entries in manifest order"
+printf '[{"prefix": "d/"}, "z"]' >m2.json
+run s3-pipe get --manifest "file://$T/m2.json"
+is "$out" "$(cat d/z)" "--manifest with a plain-path prefix"
+printf '{"prefix": "d/"}' >bad1.json
+run s3-pipe get --manifest bad1.json
+is "$rc" 1 "manifest not an array: 1"
+like "$err" "^s3-pipe: bad1.json: manifest: not a JSON array" "manifest not an array: message"
+printf '[{"prefix": "d/"}, "b", 7]' >bad2.json
+run s3-pipe get --manifest bad2.json
+like "$err" "bad2.json: manifest: entry 2 is not a string" "manifest entry not a string: message"
+printf '[{"prefix": "d/"}, "b", "gone"]' >bad3.json
+run s3-pipe get --manifest bad3.json
+is "$rc" 3 "manifest entry missing: 3"
+like "$err" "bad3.json: manifest entry 2: d/gone: No such file" "manifest entry missing: message"
+printf '[{"prefix": "d/"}, "b"' >bad4.json
+run s3-pipe get --manifest bad4.json
+like "$err" "bad4.json: manifest: line 1" "manifest JSON syntax error: line"
+
+# output errors
+if [ -c /dev/full ] && [ -w /dev/full ]; then
+	run s3-pipe get d/rand.bin -o /dev/full
+	is "$rc" 1 "-o /dev/full (a device, written as it is): 1"
+	like "$err" "^s3-pipe: /dev/full: write: No space left on device" "full disk: message"
+	ok test -c /dev/full "-o DEVICE: the device is still a device"
+	s3-pipe get d/rand.bin >/dev/full 2>full.err
+	is "$?" 1 "stdout on a full disk: 1"
+	like "$(cat full.err)" "No space left on device" "stdout on a full disk: message"
+else
+	for i in 1 2 3 4 5; do skip "no /dev/full"; done
+fi
+mkfifo out.fifo
+cat out.fifo >from.fifo &
+s3-pipe get d/b -o out.fifo
+wait
+same_file from.fifo d/b "-o FIFO: written through the FIFO"
+ok test -p out.fifo "-o FIFO: still a FIFO"
+head -c 3000000 /dev/urandom >big.bin
+s3-pipe get big.bin 2>epipe.err | head -c 10 >/dev/null
+st=${PIPESTATUS[0]}
+is "$st" 1 "reader gone (EPIPE): 1"
+like "$(cat epipe.err)" "stdout: write: Broken pipe" "EPIPE: message"
+
+# ---- put ----------------------------------------------------------------------------
+printf 'from stdin\n' | s3-pipe put new/dirs/p0
+is "$(cat new/dirs/p0)" "from stdin" "put to a local path makes its directories, as S3 needs none"
+printf 'from stdin\n' | s3-pipe put p1
+is "$(cat p1)" "from stdin" "put FILE: stdin to a local file"
+mkdir up
+run s3-pipe put "file://$T/up/" d/b d/c
+is "$rc" 0 "put PREFIX/ FILE FILE: 0"
+same_file up/b d/b "put to a prefix: first file"
+same_file up/c d/c "put to a prefix: second file"
+run s3-pipe put up d/b d/c
+is "$rc" 2 "put of several files to a name without '/': 2"
+run s3-pipe put up/
+is "$rc" 2 "put of stdin to a prefix: 2"
+run s3-pipe put up/x nope
+is "$rc" 3 "put of a missing file: 3"
+
+# ---- ls -------------------------------------------------------------------------------
+run s3-pipe ls d/
+is "$rc" 0 "ls DIR/: 0"
+is "$(echo "$out" | awk '{print $NF}' | tr '\n' ' ')" "d/a.txt d/a/ d/b d/c d/rand.bin d/sub/ d/z " \
+	"ls: first level, directories as PRE, key order"
+like "$(echo "$out" | grep rand.bin)" "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} +300001 d/rand.bin$" \
+	"ls: time, size, name"
+run s3-pipe ls -r d/
+is "$(echo "$out" | wc -l)" "$nkeys" "ls -r: every file"
+run s3-pipe ls d/s
+is "$(echo "$out" | awk '{print $NF}')" "d/sub/" "ls d/s: S3-like prefix match"
+run s3-pipe ls --json -r "file://$T/d/"
+echo "$out" >ls.json
+ok $PY -c '
+import json, sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    assert set(o) == {"key", "url", "size", "mtime", "etag"}, o
+    assert o["url"].startswith("file:///"), o
+' ls.json "ls --json: one JSON object per line with key, url, size, mtime, etag"
+run s3-pipe ls d/nope/
+is "$rc" 3 "ls of a missing directory: 3"
+
+# ---- rm ---------------------------------------------------------------------------------
+cp -r d dd
+run s3-pipe rm dd/b
+ok test ! -e dd/b "rm FILE"
+run s3-pipe rm dd/b
+is "$rc" 3 "rm of a missing file: 3"
+run s3-pipe rm dd/
+is "$rc" 2 "rm of a directory without -r: 2"
+run s3-pipe rm -r dd/
+is "$(find dd -type f | wc -l)" 0 "rm -r DIR/: every file"
+
+# ---- presign ----------------------------------------------------------------------------
+run s3-pipe presign d/b
+is "$out" "file://$T/d/b" "presign of a file: its file:// URL"
+
+# ---- fifo: SageMaker Pipe mode ------------------------------------------------------------
+s3-pipe fifo --dir pipes --epochs 2 d/ 2>fifo.err &
+pid=$!
+cat pipes/train_0 >e0 2>/dev/null || { sleep 1; cat pipes/train_0 >e0; }
+for i in $(seq 1 50); do [ -p pipes/train_1 ] && break; sleep 0.1; done
+cat pipes/train_1 >e1
+wait $pid
+is "$?" 0 "fifo --epochs 2: exits 0 after the last epoch"
+same_file e0 all.expected "fifo: epoch 0 through pipes/train_0"
+same_file e1 all.expected "fifo: epoch 1 through pipes/train_1"
+ok test -p pipes/train_0 "fifo: pipes/train_0 is a FIFO"
+
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 \
+	s3-pipe fifo --channel val --dir 'p-{rank}' --epochs 2 --shuffle --seed 3 --shard '{rank}/{size}' d/ &
+pid=$!
+for i in $(seq 1 50); do [ -p p-1/val_0 ] && break; sleep 0.1; done
+head -c 5 p-1/val_0 >/dev/null   # a reader that stops early
+for i in $(seq 1 50); do [ -p p-1/val_1 ] && break; sleep 0.1; done
+cat p-1/val_1 >v1
+wait $pid
+is "$?" 0 "fifo: a reader closing early ends its epoch, not the run"
+s3-pipe get --shuffle --seed 3 --epoch 1 --shard 1/2 d/ >v1.expected
+same_file v1 v1.expected "fifo --shuffle --shard: epoch 1 is get --epoch 1 of the same shard"
+ok test -d p-1 "fifo --dir: {rank} expanded"
+
+run s3-pipe fifo d/
+is "$rc" 2 "fifo without --dir: 2"
+touch notfifo_0
+run s3-pipe fifo --dir . --channel notfifo d/b
+is "$rc" 1 "fifo over a regular file: 1"
+like "$err" "notfifo_0: exists and is not a FIFO" "fifo over a regular file: message"
+
+done_testing

@@ -1,0 +1,1016 @@
+/*
+ * s3-pipe - stream datasets between S3 and pipes, files and FIFOs.
+ *
+ *   s3-pipe get URL...            objects, prefixes or manifests to stdout (or -o FILE)
+ *   s3-pipe put URL [FILE...]     stdin (or files) to S3
+ *   s3-pipe ls [URL...]           list keys, sizes, times
+ *   s3-pipe fifo --dir D URL...   SageMaker Pipe mode: D/<channel>_<epoch> FIFOs
+ *   s3-pipe presign URL           a presigned URL
+ *   s3-pipe rm URL...             delete objects (and abandoned uploads)
+ *
+ * URLs are s3://bucket/key, file:///path or plain paths.  Options may come
+ * before or after the command and the URLs.  The work is done by libdp's
+ * S3 client (dp_s3.h); this file holds the options, messages and exit
+ * codes.  See s3-pipe(1).
+ */
+#define _GNU_SOURCE
+#include "dp.h"
+#include "dp_s3.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef DP_PROG
+#define DP_PROG "s3-pipe"
+#endif
+static const char *prog = DP_PROG;
+
+/* Exit statuses (s3-pipe(1), EXIT STATUS). */
+enum {
+	EX_OK = 0,
+	EX_FAIL = 1,     /* anything else: local I/O, bad data, changed object */
+	EX_USAGE = 2,    /* bad command line */
+	EX_NOTFOUND = 3, /* no such object, bucket or file; an empty prefix */
+	EX_DENIED = 4,   /* access denied, bad signature, no credentials or profile */
+	EX_TRANSFER = 5, /* the network or the server failed, retries exhausted */
+};
+
+enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM };
+static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign", "rm"};
+
+/* The command line. */
+static struct {
+	int cmd;
+	const char *output, *range, *shard, *channel, *dir, *method;
+	int shuffle, manifest, recursive, json, uploads, quiet, verbose;
+	uint64_t seed, epoch, epochs;
+	long expires;
+	int page_size;
+	dp_s3_conf conf;
+} O = {
+	.channel = "train",
+	.epochs = 1,
+	.expires = 3600,
+	.method = "GET",
+};
+
+static dp_s3 *S;
+static volatile sig_atomic_t caught;
+static volatile sig_atomic_t soft_cancel; /* a signal cancels (put to S3) */
+static int progress_on;
+
+/* ---- Messages and exits ------------------------------------------------------ */
+
+static void __attribute__((format(printf, 1, 2))) warn(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int exit_code(int status)
+{
+	switch (status) {
+	case DP_OK:
+		return EX_OK;
+	case DP_EARG:
+		return EX_USAGE;
+	case DP_ENOTFOUND:
+		return EX_NOTFOUND;
+	case DP_EDENIED:
+		return EX_DENIED;
+	case DP_ETRANSFER:
+		return EX_TRANSFER;
+	default:
+		return EX_FAIL;
+	}
+}
+
+static void clear_progress(void)
+{
+	if (progress_on) {
+		fputs("\r\033[K", stderr);
+		progress_on = 0;
+	}
+}
+
+static void __attribute__((noreturn)) finish(int code)
+{
+	clear_progress();
+	if (S)
+		dp_s3_free(S);
+	if (caught) {
+		signal(caught, SIG_DFL);
+		raise(caught);
+	}
+	exit(code);
+}
+
+/* Report e and exit with its class's status. */
+static void __attribute__((noreturn)) die_err(const dp_err *e)
+{
+	clear_progress();
+	warn("%s", e->msg);
+	finish(exit_code(e->code));
+}
+
+static const char usage_line[] =
+	"usage: s3-pipe get|put|ls|fifo|presign|rm [OPTION]... URL...   (s3-pipe --help lists "
+	"every option)\n";
+
+static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(usage_line, stderr);
+	exit(EX_USAGE);
+}
+
+static void help(void)
+{
+	printf(
+"usage: s3-pipe COMMAND [OPTION]... URL...\n"
+"Stream objects between S3 (or any S3-compatible store) and pipes, files and\n"
+"FIFOs.  URLs are s3://bucket/key, file:///path or plain paths; a URL ending\n"
+"in '/' (or a directory) is a prefix.  Options may come before or after URLs.\n"
+"\n"
+"Commands:\n"
+"  get URL...          write objects, everything under prefixes, or the entries\n"
+"                      of manifests to stdout, in key order (or shuffled)\n"
+"  put URL [FILE...]   upload stdin (or FILEs; several go under the prefix URL)\n"
+"  ls [URL...]         list objects: time (UTC), size, URL; no URL: the buckets\n"
+"  fifo --dir D URL... SageMaker Pipe mode: create FIFOs D/CHANNEL_EPOCH and\n"
+"                      stream one epoch into each as its reader opens it\n"
+"  presign URL         print a presigned URL (--expires S, --method GET|PUT)\n"
+"  rm URL...           delete objects (-r: everything under a prefix)\n"
+"\n"
+"get and fifo:\n"
+"  -o, --output=FILE   write to FILE, whole or not at all (get; default stdout)\n"
+"      --range=A-B     only bytes A to B (also A- and -N) of one object (get)\n"
+"      --shard=I/N     keep worker I's share of the keys (I of N, from 0);\n"
+"                      each key goes to exactly one worker; {rank}/{size} come\n"
+"                      from OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*\n"
+"      --shuffle       shuffle the keys (before sharding), by --seed and --epoch\n"
+"      --seed=S        shuffle seed (default 0)\n"
+"      --epoch=E       epoch number (default 0): a new order each epoch; for fifo\n"
+"                      the first epoch\n"
+"      --manifest      the URLs are manifest files (SageMaker's ManifestFile\n"
+"                      format: [{\"prefix\": URL}, \"relative/key\", ...])\n"
+"      --no-verify     skip the MD5 check of single-part objects against the ETag\n"
+"      --channel=NAME  fifo: channel name (default train)\n"
+"      --epochs=E      fifo: number of epochs (default 1; 0: until killed)\n"
+"      --dir=D         fifo: directory of the FIFOs (created if missing)\n"
+"\n"
+"ls and rm:\n"
+"  -r, --recursive     ls: every key under the prefix, not only the first level;\n"
+"                      rm: every object under the prefix\n"
+"      --json          ls: one JSON object per line\n"
+"      --page-size=N   ls: keys per listing request (default 1000)\n"
+"      --uploads       ls: multipart uploads in progress; rm: abort them\n"
+"\n"
+"presign:\n"
+"      --expires=S     seconds the URL stays valid (default 3600, at most 604800)\n"
+"      --method=M      GET (default) or PUT\n"
+"\n"
+"Connection:\n"
+"      --endpoint-url=URL  S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3,\n"
+"                      AWS_ENDPOINT_URL, the profile, else AWS)\n"
+"      --region=R      region (default: AWS_REGION, AWS_DEFAULT_REGION, the\n"
+"                      profile, us-east-1)\n"
+"      --profile=P     profile of the shared credentials and config files\n"
+"                      (default: AWS_PROFILE, else default)\n"
+"      --no-sign-request  anonymous requests\n"
+"      --addressing-style=auto|path|virtual  bucket in the path or the host name\n"
+"                      (auto: virtual-hosted on AWS, path-style elsewhere)\n"
+"  -j, --concurrency=N parallel requests (default 8)\n"
+"      --part-size=SIZE  bytes per ranged GET and upload part (default 8M)\n"
+"      --retries=N     retries of a failed request (default 10)\n"
+"      --timeout=S     seconds without progress before a request is retried (30)\n"
+"\n"
+"  -v, --verbose       log retries (-vv: every request) as key=value lines\n"
+"  -q, --quiet         no progress display on a terminal\n"
+"  -h, --help          this help\n"
+"  -V, --version       version\n"
+"\n"
+"Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or a\n"
+"profile in ~/.aws/credentials or ~/.aws/config; never on the command line.\n"
+"Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
+"5 transfer failed (network or server, after retries).  See s3-pipe(1).\n");
+}
+
+/* ---- Small parsers --------------------------------------------------------------- */
+
+static uint64_t parse_u64(const char *opt, const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (!*s || *end || errno || *s == '-' || *s == '+' || *s == ' ')
+		usage_error("%s: '%s' is not a non-negative integer", opt, s);
+	return v;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi)
+{
+	uint64_t v = parse_u64(opt, s);
+	if (v < (uint64_t)lo || v > (uint64_t)hi)
+		usage_error("%s: '%s' is not between %d and %d", opt, s, lo, hi);
+	return (int)v;
+}
+
+/* "I/N" after {rank}/{size} expansion. */
+static void parse_shard(const char *spec, int *index, int *count)
+{
+	char *x = dp_expand(spec, NULL);
+	if (!x)
+		usage_error("out of memory");
+	char *slash = strchr(x, '/'), *end;
+	long i = -1, n = -1;
+	if (slash) {
+		*slash = 0;
+		errno = 0;
+		i = strtol(x, &end, 10);
+		if (*end || errno || !*x || *x == '-' || *x == '+')
+			i = -1;
+		n = strtol(slash + 1, &end, 10);
+		if (*end || errno || !slash[1] || slash[1] == '-' || slash[1] == '+')
+			n = -1;
+	}
+	free(x);
+	if (i < 0 || n < 1 || i >= n || n > 1000000)
+		usage_error("--shard: '%s' is not I/N with 0 <= I < N", spec);
+	*index = (int)i;
+	*count = (int)n;
+}
+
+static char *expand_or_die(const char *s)
+{
+	char *x = dp_expand(s, NULL);
+	if (!x) {
+		warn("out of memory");
+		finish(EX_FAIL);
+	}
+	return x;
+}
+
+/* ---- Progress and logs -------------------------------------------------------------- */
+
+static double t_start;
+
+static void human(uint64_t n, char *buf, size_t len)
+{
+	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)n;
+	int i = 0;
+	while (v >= 1024 && i < 4)
+		v /= 1024, i++;
+	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static void on_progress(void *ctx, uint64_t bytes)
+{
+	(void)ctx;
+	char b[32], r[32];
+	double dt = dp_now() - t_start;
+	human(bytes, b, sizeof b);
+	human(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, r, sizeof r);
+	fprintf(stderr, "\r%s: %s  %s/s\033[K", prog, b, r);
+	progress_on = 1;
+}
+
+static void on_log(void *ctx, const char *line)
+{
+	(void)ctx;
+	clear_progress();
+	fprintf(stderr, "%s: %s\n", prog, line);
+}
+
+static void summary(const dp_s3_stats *st)
+{
+	if (O.verbose < 1)
+		return;
+	double dt = dp_now() - t_start;
+	clear_progress();
+	fprintf(stderr, "%s: bytes=%" PRIu64 " requests=%" PRIu64 " retries=%" PRIu64
+		" seconds=%.3f MiB_per_s=%.1f\n", prog, st->bytes, st->requests, st->retries, dt,
+		dt > 0 ? (double)st->bytes / dt / 1048576 : 0);
+}
+
+/* ---- Signals ------------------------------------------------------------------------ */
+
+static void on_signal(int sig)
+{
+	if (soft_cancel && !caught && S) {
+		/* a multipart upload is running: let it abort, then die of sig */
+		caught = sig;
+		dp_s3_cancel(S);
+		return;
+	}
+	dp_out_cleanup();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void install_signals(void)
+{
+	int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa, old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- get ---------------------------------------------------------------------------- */
+
+static void collect(char **urls, int n, dp_objs *objs)
+{
+	dp_err e = {0};
+	for (int i = 0; i < n; i++) {
+		char *u = expand_or_die(urls[i]);
+		int rc = dp_s3_expand(S, u, O.manifest, objs, &e);
+		free(u);
+		if (rc < 0)
+			die_err(&e);
+	}
+}
+
+static void copy_objs(const dp_objs *from, dp_objs *to)
+{
+	dp_err e = {0};
+	for (size_t i = 0; i < from->n; i++)
+		if (dp_objs_add(to, &from->v[i], &e) < 0)
+			die_err(&e);
+}
+
+static void select_keys(dp_objs *objs, uint64_t epoch)
+{
+	if (O.shuffle)
+		dp_objs_shuffle(objs, O.seed, epoch);
+	if (O.shard) {
+		int i, n;
+		parse_shard(O.shard, &i, &n);
+		dp_objs_shard(objs, i, n);
+	}
+}
+
+static int cmd_get(char **urls, int n)
+{
+	if (n < 1)
+		usage_error("get: no URL");
+	dp_range r = {0};
+	if (O.range && dp_range_parse(O.range, &r) < 0)
+		usage_error("--range: '%s' is not A-B, A- or -N", O.range);
+	if (O.shard)
+		parse_shard(O.shard, &(int){0}, &(int){0}); /* check it before any request */
+	dp_objs objs = {0};
+	collect(urls, n, &objs);
+	if (r.set && objs.n != 1)
+		usage_error("--range applies to one object, not %zu", objs.n);
+	select_keys(&objs, O.epoch);
+
+	dp_err e = {0};
+	dp_out out;
+	char *outpath = NULL;
+	if (O.output && strcmp(O.output, "-") != 0) {
+		outpath = expand_or_die(O.output);
+		if (dp_out_open(&out, outpath, &e) < 0)
+			die_err(&e);
+	} else {
+		if (dp_out_open(&out, "-", &e) < 0)
+			die_err(&e);
+	}
+	dp_s3_stats st = {0};
+	t_start = dp_now();
+	int rc = dp_s3_get(S, &objs, r.set ? &r : NULL, out.fd, outpath ? outpath : "stdout", &st,
+			   &e);
+	dp_objs_free(&objs);
+	if (rc < 0) {
+		dp_out_abort(&out);
+		free(outpath);
+		die_err(&e);
+	}
+	if (dp_out_commit(&out, &e) < 0) {
+		free(outpath);
+		die_err(&e);
+	}
+	free(outpath);
+	summary(&st);
+	return EX_OK;
+}
+
+/* ---- fifo: SageMaker Pipe mode ------------------------------------------------------------ */
+
+static void mkdirs(const char *dir)
+{
+	char *p = strdup(dir);
+	if (!p) {
+		warn("out of memory");
+		finish(EX_FAIL);
+	}
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0777) < 0 && errno != EEXIST) {
+			warn("%s: cannot create: %s", p, strerror(errno));
+			finish(EX_FAIL);
+		}
+		*s = '/';
+	}
+	if (mkdir(p, 0777) < 0 && errno != EEXIST) {
+		warn("%s: cannot create: %s", p, strerror(errno));
+		finish(EX_FAIL);
+	}
+	free(p);
+}
+
+/* Create the FIFO of an epoch (an existing FIFO is used as it is). */
+static char *make_fifo(const char *dir, uint64_t epoch)
+{
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0) {
+		warn("out of memory");
+		finish(EX_FAIL);
+	}
+	struct stat sb;
+	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode)) {
+		warn("%s: exists and is not a FIFO", path);
+		finish(EX_FAIL);
+	}
+	if (mkfifo(path, 0666) < 0 && errno != EEXIST) {
+		warn("%s: cannot create the FIFO: %s", path, strerror(errno));
+		finish(EX_FAIL);
+	}
+	return path;
+}
+
+/* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
+ * when a reader opens it.  The next epoch's FIFO is made before the current
+ * one is closed, so a reader that goes on to it at end of file finds it. */
+static int cmd_fifo(char **urls, int n)
+{
+	if (n < 1)
+		usage_error("fifo: no URL");
+	if (!O.dir)
+		usage_error("fifo: --dir is required");
+	if (!*O.channel || strchr(O.channel, '/'))
+		usage_error("--channel: '%s' is not a name", O.channel);
+	if (O.shard)
+		parse_shard(O.shard, &(int){0}, &(int){0});
+	char *dir = expand_or_die(O.dir);
+	mkdirs(dir);
+	char *path = make_fifo(dir, O.epoch);
+	dp_objs all = {0};
+	collect(urls, n, &all);
+	dp_err e = {0};
+	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
+		uint64_t epoch = O.epoch + k;
+		dp_objs objs = {0};
+		copy_objs(&all, &objs);
+		select_keys(&objs, epoch);
+		if (O.verbose)
+			fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader\n",
+				prog, path, epoch, objs.n);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0) {
+			warn("%s: %s", path, strerror(errno));
+			finish(EX_FAIL);
+		}
+		dp_s3_stats st = {0};
+		t_start = dp_now();
+		int rc = dp_s3_get(S, &objs, NULL, fd, path, &st, &e);
+		dp_objs_free(&objs);
+		char *next = NULL;
+		if (O.epochs == 0 || k + 1 < O.epochs)
+			next = make_fifo(dir, epoch + 1);
+		close(fd);
+		if (rc < 0 && st.out_closed) {
+			/* the reader stopped early: its epoch is over */
+			if (O.verbose)
+				fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " reader closed after %"
+					PRIu64 " bytes\n", prog, path, epoch, st.bytes);
+		} else if (rc < 0) {
+			die_err(&e);
+		} else {
+			summary(&st);
+		}
+		free(path);
+		path = next;
+	}
+	free(path);
+	dp_objs_free(&all);
+	free(dir);
+	return EX_OK;
+}
+
+/* ---- put ------------------------------------------------------------------------------------ */
+
+static int put_one(const char *url, const char *file)
+{
+	dp_err e = {0};
+	dp_loc dst;
+	if (dp_loc_parse(url, &dst, &e) < 0)
+		die_err(&e);
+	int fd = STDIN_FILENO;
+	int64_t size = -1;
+	const char *name = "stdin";
+	if (file && strcmp(file, "-") != 0) {
+		fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			int saved = errno;
+			warn("%s: %s", file, strerror(saved));
+			finish(saved == ENOENT ? EX_NOTFOUND : saved == EACCES ? EX_DENIED : EX_FAIL);
+		}
+		struct stat sb;
+		if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+			warn("%s: is a directory", file);
+			finish(EX_FAIL);
+		}
+		if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+			size = (int64_t)sb.st_size;
+		name = file;
+	}
+	dp_s3_stats st = {0};
+	t_start = dp_now();
+	soft_cancel = dst.kind == DP_LOC_S3;
+	int rc = dp_s3_put(S, &dst, fd, name, size, &st, &e);
+	soft_cancel = 0;
+	if (fd != STDIN_FILENO)
+		close(fd);
+	dp_loc_free(&dst);
+	if (rc < 0)
+		die_err(&e);
+	if (caught)
+		finish(EX_FAIL);
+	summary(&st);
+	return EX_OK;
+}
+
+static int cmd_put(char **args, int n)
+{
+	if (n < 1)
+		usage_error("put: no URL");
+	char *url = expand_or_die(args[0]);
+	size_t ul = strlen(url);
+	int prefix = ul && url[ul - 1] == '/';
+	if (n == 1) {
+		if (prefix)
+			usage_error("put: %s ends in '/': name the object to write stdin to", url);
+		put_one(url, NULL);
+	} else if (n == 2 && !prefix) {
+		put_one(url, args[1]);
+	} else {
+		if (!prefix)
+			usage_error("put: several files go under a prefix ending in '/', not %s", url);
+		for (int i = 1; i < n; i++) {
+			if (!strcmp(args[i], "-"))
+				usage_error("put: stdin ('-') has no name to put under %s", url);
+			const char *base = strrchr(args[i], '/');
+			base = base ? base + 1 : args[i];
+			if (!*base)
+				usage_error("put: %s: not a file name", args[i]);
+			char *dst = NULL;
+			if (asprintf(&dst, "%s%s", url, base) < 0) {
+				warn("out of memory");
+				finish(EX_FAIL);
+			}
+			put_one(dst, args[i]);
+			free(dst);
+		}
+	}
+	free(url);
+	return EX_OK;
+}
+
+/* ---- ls ------------------------------------------------------------------------------------- */
+
+typedef struct lsctx {
+	const dp_loc *loc;
+	uint64_t n;
+	int file_url; /* the location was given as a file: URL: answer in kind */
+} lsctx;
+
+static void utc(int64_t t, char *buf, size_t len, int iso)
+{
+	if (t < 0) {
+		snprintf(buf, len, iso ? "" : "                   ");
+		return;
+	}
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	strftime(buf, len, iso ? "%Y-%m-%dT%H:%M:%SZ" : "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static char *obj_url(const dp_obj *o, int file_url)
+{
+	char *u = NULL;
+	if (o->kind == DP_LOC_FILE && file_url) {
+		if (asprintf(&u, "file:%s%s", o->key[0] == '/' ? "//" : "", o->key) < 0)
+			return NULL;
+		return u;
+	}
+	if (o->kind == DP_LOC_FILE)
+		return strdup(o->key);
+	if (asprintf(&u, "s3://%s%s%s", o->bucket, *o->key || o->prefix ? "/" : "", o->key) < 0)
+		return NULL;
+	return u;
+}
+
+static void out_line(const char *s)
+{
+	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
+		warn("stdout: %s", strerror(errno));
+		finish(EX_FAIL);
+	}
+}
+
+static int ls_cb(void *ctx, const dp_obj *o)
+{
+	lsctx *c = ctx;
+	c->n++;
+	char *url = obj_url(o, c->file_url);
+	if (!url) {
+		warn("out of memory");
+		finish(EX_FAIL);
+	}
+	char t[32];
+	if (O.json) {
+		json_t *j;
+		utc(o->mtime, t, sizeof t, 1);
+		if (o->prefix && o->kind == DP_LOC_S3 && !*o->key)
+			j = json_pack("{s:s,s:s,s:s}", "bucket", o->bucket, "url", url, "created", t);
+		else if (o->prefix)
+			j = json_pack("{s:s,s:s,s:b}", "key", o->key, "url", url, "prefix", 1);
+		else
+			j = json_pack("{s:s,s:s,s:I,s:s,s:s}", "key", o->key, "url", url, "size",
+				      (json_int_t)o->size, "mtime", t, "etag", o->etag);
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		if (!s) {
+			warn("%s: %s", url, j ? "out of memory" : "not UTF-8: cannot be written as JSON");
+			finish(EX_FAIL);
+		}
+		out_line(s);
+		free(s);
+		json_decref(j);
+	} else {
+		char line[8192];
+		utc(o->mtime, t, sizeof t, 0);
+		if (o->prefix && o->kind == DP_LOC_S3 && !*o->key)
+			snprintf(line, sizeof line, "%s %s", t, url);
+		else if (o->prefix)
+			snprintf(line, sizeof line, "%19s %12s %s", "", "PRE", url);
+		else
+			snprintf(line, sizeof line, "%s %12" PRIu64 " %s", t, o->size, url);
+		out_line(line);
+	}
+	free(url);
+	return 0;
+}
+
+static int up_cb(void *ctx, const char *bucket, const char *key, const char *id, int64_t init)
+{
+	lsctx *c = ctx;
+	c->n++;
+	char t[32];
+	if (O.json) {
+		utc(init, t, sizeof t, 1);
+		json_t *j = json_pack("{s:s,s:s,s:s,s:s}", "bucket", bucket, "key", key, "upload_id",
+				      id, "initiated", t);
+		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		if (!s) {
+			warn("s3://%s/%s: %s", bucket, key, j ? "out of memory" : "not UTF-8");
+			finish(EX_FAIL);
+		}
+		out_line(s);
+		free(s);
+		json_decref(j);
+	} else {
+		utc(init, t, sizeof t, 0);
+		char line[8192];
+		snprintf(line, sizeof line, "%s %s s3://%s/%s", t, id, bucket, key);
+		out_line(line);
+	}
+	return 0;
+}
+
+static int cmd_ls(char **urls, int n)
+{
+	char *dflt[] = {"s3://"};
+	if (n == 0) {
+		urls = dflt;
+		n = 1;
+	}
+	dp_err e = {0};
+	for (int i = 0; i < n; i++) {
+		char *u = expand_or_die(urls[i]);
+		dp_loc l;
+		if (dp_loc_parse(u, &l, &e) < 0)
+			die_err(&e);
+		lsctx c = {&l, 0, !strncmp(u, "file:", 5)};
+		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
+				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
+		dp_loc_free(&l);
+		free(u);
+		if (rc < 0)
+			die_err(&e);
+	}
+	return EX_OK;
+}
+
+/* ---- rm, presign ------------------------------------------------------------------------------ */
+
+typedef struct rmctx {
+	dp_objs objs;
+	dp_err *e;
+} rmctx;
+
+static int rm_collect(void *ctx, const dp_obj *o)
+{
+	rmctx *c = ctx;
+	if (o->prefix)
+		return 0;
+	return dp_objs_add(&c->objs, o, c->e);
+}
+
+typedef struct upctx {
+	int n;
+} upctx;
+
+static int abort_cb(void *ctx, const char *bucket, const char *key, const char *id, int64_t t)
+{
+	(void)t;
+	upctx *c = ctx;
+	dp_err e = {0};
+	if (dp_s3_abort_upload(S, bucket, key, id, &e) < 0 && e.code != DP_ENOTFOUND)
+		die_err(&e);
+	if (O.verbose)
+		fprintf(stderr, "%s: aborted upload %s of s3://%s/%s\n", prog, id, bucket, key);
+	c->n++;
+	return 0;
+}
+
+static int cmd_rm(char **urls, int n)
+{
+	if (n < 1)
+		usage_error("rm: no URL");
+	dp_err e = {0};
+	for (int i = 0; i < n; i++) {
+		char *u = expand_or_die(urls[i]);
+		dp_loc l;
+		if (dp_loc_parse(u, &l, &e) < 0)
+			die_err(&e);
+		int rc = DP_OK;
+		if (O.uploads) {
+			upctx c = {0};
+			rc = dp_s3_list_uploads(S, &l, abort_cb, &c, &e);
+		} else if (O.recursive) {
+			rmctx c = {.e = &e};
+			rc = dp_s3_list(S, &l, 1, 0, rm_collect, &c, &e);
+			for (size_t k = 0; rc == DP_OK && k < c.objs.n; k++) {
+				dp_obj *o = &c.objs.v[k];
+				dp_loc ol = {.kind = o->kind, .bucket = o->bucket, .key = o->key};
+				rc = dp_s3_rm(S, &ol, &e);
+				if (rc == DP_OK && O.verbose)
+					fprintf(stderr, "%s: removed %s%s%s%s\n", prog,
+						o->kind == DP_LOC_S3 ? "s3://" : "",
+						o->kind == DP_LOC_S3 ? o->bucket : "",
+						o->kind == DP_LOC_S3 ? "/" : "", o->key);
+			}
+			dp_objs_free(&c.objs);
+		} else {
+			if (dp_loc_is_dir(&l))
+				usage_error("rm: %s is a prefix or directory: use -r", u);
+			rc = dp_s3_rm(S, &l, &e);
+		}
+		dp_loc_free(&l);
+		free(u);
+		if (rc < 0)
+			die_err(&e);
+	}
+	return EX_OK;
+}
+
+static int cmd_presign(char **urls, int n)
+{
+	if (n != 1)
+		usage_error("presign: one URL");
+	if (strcmp(O.method, "GET") && strcmp(O.method, "PUT"))
+		usage_error("--method: '%s' is not GET or PUT", O.method);
+	dp_err e = {0};
+	char *u = expand_or_die(urls[0]);
+	dp_loc l;
+	if (dp_loc_parse(u, &l, &e) < 0)
+		die_err(&e);
+	char *url = dp_s3_presign(S, &l, O.method, O.expires, &e);
+	dp_loc_free(&l);
+	free(u);
+	if (!url)
+		die_err(&e);
+	out_line(url);
+	free(url);
+	return EX_OK;
+}
+
+/* ---- Command line -------------------------------------------------------------------------- */
+
+enum {
+	OPT_RANGE = 256, OPT_SHARD, OPT_SHUFFLE, OPT_SEED, OPT_EPOCH, OPT_EPOCHS, OPT_CHANNEL,
+	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
+	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
+	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT,
+};
+
+#define B(c) (1u << (c))
+#define ALL (B(C_GET) | B(C_PUT) | B(C_LS) | B(C_FIFO) | B(C_PRESIGN) | B(C_RM))
+
+/* Which commands take which option (the rest is a usage error). */
+static const struct {
+	int opt;
+	unsigned cmds;
+	const char *name;
+} allowed[] = {
+	{'o', B(C_GET), "--output"},
+	{OPT_RANGE, B(C_GET), "--range"},
+	{OPT_SHARD, B(C_GET) | B(C_FIFO), "--shard"},
+	{OPT_SHUFFLE, B(C_GET) | B(C_FIFO), "--shuffle"},
+	{OPT_SEED, B(C_GET) | B(C_FIFO), "--seed"},
+	{OPT_EPOCH, B(C_GET) | B(C_FIFO), "--epoch"},
+	{OPT_MANIFEST, B(C_GET) | B(C_FIFO), "--manifest"},
+	{OPT_NO_VERIFY, B(C_GET) | B(C_FIFO), "--no-verify"},
+	{OPT_EPOCHS, B(C_FIFO), "--epochs"},
+	{OPT_CHANNEL, B(C_FIFO), "--channel"},
+	{OPT_DIR, B(C_FIFO), "--dir"},
+	{'r', B(C_LS) | B(C_RM), "--recursive"},
+	{OPT_JSON, B(C_LS), "--json"},
+	{OPT_PAGE_SIZE, B(C_LS), "--page-size"},
+	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
+	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
+	{OPT_METHOD, B(C_PRESIGN), "--method"},
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"range", required_argument, NULL, OPT_RANGE},
+		{"shard", required_argument, NULL, OPT_SHARD},
+		{"shuffle", no_argument, NULL, OPT_SHUFFLE},
+		{"seed", required_argument, NULL, OPT_SEED},
+		{"epoch", required_argument, NULL, OPT_EPOCH},
+		{"epochs", required_argument, NULL, OPT_EPOCHS},
+		{"channel", required_argument, NULL, OPT_CHANNEL},
+		{"dir", required_argument, NULL, OPT_DIR},
+		{"manifest", no_argument, NULL, OPT_MANIFEST},
+		{"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+		{"recursive", no_argument, NULL, 'r'},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+		{"uploads", no_argument, NULL, OPT_UPLOADS},
+		{"expires", required_argument, NULL, OPT_EXPIRES},
+		{"method", required_argument, NULL, OPT_METHOD},
+		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
+		{"region", required_argument, NULL, OPT_REGION},
+		{"profile", required_argument, NULL, OPT_PROFILE},
+		{"no-sign-request", no_argument, NULL, OPT_NO_SIGN},
+		{"addressing-style", required_argument, NULL, OPT_ADDRESSING},
+		{"concurrency", required_argument, NULL, 'j'},
+		{"part-size", required_argument, NULL, OPT_PART_SIZE},
+		{"retries", required_argument, NULL, OPT_RETRIES},
+		{"timeout", required_argument, NULL, OPT_TIMEOUT},
+		{"verbose", no_argument, NULL, 'v'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{0, 0, 0, 0},
+	};
+	dp_s3_conf_init(&O.conf);
+	unsigned used[64] = {0}; /* options seen, by index in allowed[] */
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":o:rj:vqhV", lopts, NULL)) != -1) {
+		for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+			if (allowed[i].opt == c)
+				used[i] = 1;
+		switch (c) {
+		case 'o': O.output = optarg; break;
+		case OPT_RANGE: O.range = optarg; break;
+		case OPT_SHARD: O.shard = optarg; break;
+		case OPT_SHUFFLE: O.shuffle = 1; break;
+		case OPT_SEED: O.seed = parse_u64("--seed", optarg); break;
+		case OPT_EPOCH: O.epoch = parse_u64("--epoch", optarg); break;
+		case OPT_EPOCHS: O.epochs = parse_u64("--epochs", optarg); break;
+		case OPT_CHANNEL: O.channel = optarg; break;
+		case OPT_DIR: O.dir = optarg; break;
+		case OPT_MANIFEST: O.manifest = 1; break;
+		case OPT_NO_VERIFY: O.conf.no_verify = 1; break;
+		case 'r': O.recursive = 1; break;
+		case OPT_JSON: O.json = 1; break;
+		case OPT_PAGE_SIZE: O.page_size = parse_int("--page-size", optarg, 1, 1000); break;
+		case OPT_UPLOADS: O.uploads = 1; break;
+		case OPT_EXPIRES: O.expires = parse_int("--expires", optarg, 1, 604800); break;
+		case OPT_METHOD: O.method = optarg; break;
+		case OPT_ENDPOINT: O.conf.endpoint_url = optarg; break;
+		case OPT_REGION: O.conf.region = optarg; break;
+		case OPT_PROFILE: O.conf.profile = optarg; break;
+		case OPT_NO_SIGN: O.conf.no_sign = 1; break;
+		case OPT_ADDRESSING:
+			if (!strcmp(optarg, "auto"))
+				O.conf.addressing = DP_S3_ADDR_AUTO;
+			else if (!strcmp(optarg, "path"))
+				O.conf.addressing = DP_S3_ADDR_PATH;
+			else if (!strcmp(optarg, "virtual"))
+				O.conf.addressing = DP_S3_ADDR_VIRTUAL;
+			else
+				usage_error("--addressing-style: '%s' is not auto, path or virtual",
+					    optarg);
+			break;
+		case 'j': O.conf.concurrency = parse_int("--concurrency", optarg, 1, 256); break;
+		case OPT_PART_SIZE:
+			if (dp_parse_size(optarg, &O.conf.part_size) < 0 || O.conf.part_size < 1024 ||
+			    O.conf.part_size > (5ull << 30))
+				usage_error("--part-size: '%s' is not a size from 1K to 5G", optarg);
+			break;
+		case OPT_RETRIES: O.conf.retries = parse_int("--retries", optarg, 0, 100); break;
+		case OPT_TIMEOUT: O.conf.timeout = parse_int("--timeout", optarg, 1, 86400); break;
+		case 'v': O.verbose++; break;
+		case 'q': O.quiet = 1; break;
+		case 'h': help(); return fclose(stdout) == 0 ? EX_OK : EX_FAIL;
+		case 'V': printf("%s (dptools) %s\n", prog, DP_VERSION); return EX_OK;
+		case ':': usage_error("option %s needs a value", argv[optind - 1]);
+		default:
+			if (optopt)
+				usage_error("unknown option -%c", optopt);
+			usage_error("unknown option %s", argv[optind - 1]);
+		}
+	}
+	char **args = argv + optind;
+	int nargs = argc - optind;
+	if (nargs < 1)
+		usage_error("no command");
+	for (int k = 1; k <= C_RM; k++)
+		if (!strcmp(args[0], cmd_names[k]))
+			O.cmd = k;
+	if (!O.cmd)
+		usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm)", args[0]);
+	for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
+			usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
+	if (O.conf.part_size < (5u << 20) && O.cmd == C_PUT)
+		usage_error("--part-size: S3 parts are at least 5M");
+	args++;
+	nargs--;
+
+	if (O.verbose) {
+		O.conf.log = on_log;
+		O.conf.verbose = O.verbose > 1;
+	}
+	if (!O.quiet && isatty(STDERR_FILENO) && O.cmd != C_LS && O.cmd != C_PRESIGN &&
+	    O.cmd != C_RM)
+		O.conf.progress = on_progress;
+	install_signals();
+	dp_err e = {0};
+	S = dp_s3_new(&O.conf, &e);
+	if (!S)
+		die_err(&e);
+	int rc;
+	switch (O.cmd) {
+	case C_GET: rc = cmd_get(args, nargs); break;
+	case C_PUT: rc = cmd_put(args, nargs); break;
+	case C_LS: rc = cmd_ls(args, nargs); break;
+	case C_FIFO: rc = cmd_fifo(args, nargs); break;
+	case C_PRESIGN: rc = cmd_presign(args, nargs); break;
+	default: rc = cmd_rm(args, nargs); break;
+	}
+	clear_progress();
+	if (fflush(stdout) == EOF || ferror(stdout) || fclose(stdout) == EOF) {
+		warn("stdout: %s", strerror(errno ? errno : EIO));
+		finish(EX_FAIL);
+	}
+	finish(rc);
+}
