@@ -44,7 +44,7 @@ enum {
 	O_SHUFFLE, O_LAST_BATCH, O_CACHE, O_CACHE_LIMIT, O_CACHE_DIR, O_PREFETCH, O_MODEL,
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
-	O_SEED, O_THREADS, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT, O_LOG,
+	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT, O_LOG,
 	O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION, O_LAST
 };
 
@@ -83,6 +83,8 @@ static const struct option longopts[] = {
 	{"warmup", required_argument, 0, O_WARMUP},
 	{"seed", required_argument, 0, O_SEED},
 	{"threads", required_argument, 0, O_THREADS},
+	{"gpu", required_argument, 0, O_GPU},
+	{"precision", required_argument, 0, O_PRECISION},
 	{"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
 	{"checkpoint", required_argument, 0, O_CKPT},
 	{"resume", required_argument, 0, O_RESUME},
@@ -121,6 +123,7 @@ static struct {
 	const char *schedule;
 	uint64_t warmup, seed;
 	int threads;
+	int gpu, precision; /* -1: the local rank's GPU; enum dp_precision */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
@@ -141,6 +144,7 @@ static struct {
 	.batch = 32,
 	.schedule = "constant",
 	.threads = 1,
+	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
 };
@@ -205,6 +209,10 @@ static void help(void)
 	       "      --warmup N           ramp the rate up linearly over the first N updates\n"
 	       "      --seed N             weights, dropout and shuffle (default 0)\n"
 	       "      --threads N          math threads (default 1)\n"
+	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	       "                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
+	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	       "                           tensor cores (CUDA build): float32 weights either way\n"
 	       "\n"
 	       "Checkpoints (safetensors, dp-checkpoint(5)):\n"
 	       "  -o, --output PATH        the final checkpoint\n"
@@ -378,6 +386,11 @@ static void parse_args(int argc, char **argv)
 		case O_WARMUP: O.warmup = opt_count("warmup", optarg, 0, UINT64_MAX / 2); break;
 		case O_SEED: O.seed = opt_count("seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_PRECISION:
+			if ((O.precision = dp_precision_parse(optarg)) < 0)
+				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+			break;
 		case O_CKPT_EVERY: {
 			size_t l = strlen(optarg);
 			char buf[32];
@@ -658,6 +671,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"scale", O.scale_text ? O.scale_text : dp_fmt_double(O.scale, scb, sizeof scb),
 		"shuffle_buffer", shb,
 		"last_batch", O.drop_last ? "drop" : "keep",
+		"precision", dp_precision_name(O.precision),
 		"producer", "dp-train " DP_VERSION,
 		NULL,
 	};
@@ -850,7 +864,7 @@ int main(int argc, char **argv)
 	/* backend, model, optimizer, workers */
 	const dp_backend *be = dp_backend_default();
 	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, -1, 0};
+	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
 	char desc[256];
 	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
 		die("%s", e.msg);
