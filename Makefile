@@ -173,6 +173,26 @@ $(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
+# The CUDA backend's own code run on the CPU through an emulation of the
+# CUDA runtime and cuBLAS (tests/cudaemu), against the CPU backend, so that
+# a build without a GPU still checks its kernels' arithmetic and indexing.
+ifeq ($(BACKEND),cpu)
+CXX ?= c++
+UNIT_BINS += $(O)/tests/cuda-emu
+EMU_CXXFLAGS := -std=gnu++17 -DDP_CUDA_EMU -Itests/cudaemu -fPIC -pthread -ffp-contract=off \
+	-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(CFLAGS)
+$(O)/tests/cudaemu/backend_cuda.o: lib/backend_cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CXX) -x c++ $(ALL_CPPFLAGS) $(EMU_CXXFLAGS) -c -o $@ $<
+$(O)/tests/cudaemu/backend.o: lib/backend.c $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) -DDP_BACKEND_cuda $(ALL_CFLAGS) -c -o $@ $<
+$(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backend_cuda.o \
+		$(O)/tests/cudaemu/backend.o $(O)/libdp.a
+	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< \
+	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
+endif
+
 # The environment every test runs in: the programs just built first on PATH.
 TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)"
 T ?= $(UNIT_BINS) $(CLI_TESTS)

@@ -56,9 +56,21 @@ extern "C" {
 }
 #include "dp_rng.h"
 
+/* Kernel launches go through LAUNCH so that tests/cudaemu can run this file
+ * on the CPU (g++ -DDP_CUDA_EMU): a check of the kernels' arithmetic and
+ * indexing against the CPU backend where no GPU is at hand. */
+#ifdef DP_CUDA_EMU
+#define LAUNCH(k, g, b, s, ...) emu_launch(dim3(g), dim3(b), [&] { k(__VA_ARGS__); })
+#define GRID_MAX 2
+#else
+#define LAUNCH(k, g, b, s, ...) k<<<(g), (b), 0, (s)>>>(__VA_ARGS__)
+#define GRID_MAX 65536
+#endif
+
 #define THREADS 256
 #define NSTAGE 8                             /* distinct stage() targets tracked */
-#define CONV_BUDGET ((size_t)256 << 20)      /* bytes of convolution workspace per chunk */
+#define CONV_BUDGET ((size_t)256 << 20)      /* bytes of convolution workspace per chunk;
+					      * DP_CUDA_CONV_BUDGET overrides it (tests: chunks) */
 
 typedef __nv_bfloat16 bf16;
 
@@ -80,6 +92,7 @@ struct dp_bectx {
 	int nst;
 	void *scratch; /* bf16 copies of dense operands, per-row loss terms */
 	size_t scratch_cap;
+	size_t conv_budget;
 	int failed;
 	char msg[512]; /* the first failure */
 };
@@ -127,7 +140,7 @@ static void use(dp_bectx *c)
 static unsigned grid(size_t n)
 {
 	size_t b = (n + THREADS - 1) / THREADS;
-	return (unsigned)(b > 65536 ? 65536 : b ? b : 1);
+	return (unsigned)(b > GRID_MAX ? GRID_MAX : b ? b : 1);
 }
 
 #define FOR_EACH(i, n) \
@@ -703,6 +716,10 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->dev = dev;
 	c->prec = prec;
+	c->conv_budget = CONV_BUDGET;
+	const char *cb = getenv("DP_CUDA_CONV_BUDGET");
+	if (cb && atoll(cb) > 0)
+		c->conv_budget = (size_t)atoll(cb);
 	tl_dev = -1;
 	use(c);
 	/* is there code in this build for the device? */
@@ -882,7 +899,7 @@ static void cu_fill(dp_bectx *c, float *p, float v, size_t n)
 	if (!n)
 		return;
 	use(c);
-	k_fill<<<grid(n), THREADS, 0, c->s>>>(p, v, n);
+	LAUNCH(k_fill, grid(n), THREADS, c->s, p, v, n);
 	LAUNCHED(c, "fill");
 }
 
@@ -891,7 +908,7 @@ static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
 	if (!n)
 		return;
 	use(c);
-	k_scale<<<grid(n), THREADS, 0, c->s>>>(p, s, n);
+	LAUNCH(k_scale, grid(n), THREADS, c->s, p, s, n);
 	LAUNCHED(c, "scale");
 }
 
@@ -939,7 +956,7 @@ static void to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
 {
 	if (!n)
 		return;
-	k_to_bf16<<<grid(n), THREADS, 0, c->s>>>(x, dst, n);
+	LAUNCH(k_to_bf16, grid(n), THREADS, c->s, x, dst, n);
 	LAUNCHED(c, "bf16 copy");
 }
 
@@ -950,7 +967,7 @@ static void bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, si
 {
 	if (!n)
 		return;
-	k_bias_act<<<grid(n), THREADS, 0, c->s>>>(y, n, b, nb, inner, act);
+	LAUNCH(k_bias_act, grid(n), THREADS, c->s, y, n, b, nb, inner, act);
 	LAUNCHED(c, "bias and activation");
 }
 
@@ -962,7 +979,7 @@ static void act_grad(dp_bectx *c, int act, const float *y, const float *dy, floa
 			   "copy");
 		return;
 	}
-	k_act_grad<<<grid(n), THREADS, 0, c->s>>>(y, dy, dx, n, act);
+	LAUNCH(k_act_grad, grid(n), THREADS, c->s, y, dy, dx, n, act);
 	LAUNCHED(c, "activation gradient");
 }
 
@@ -971,7 +988,7 @@ static void cu_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y)
 	if (!n)
 		return;
 	use(c);
-	k_act<<<grid(n), THREADS, 0, c->s>>>(x, y, n, act);
+	LAUNCH(k_act, grid(n), THREADS, c->s, x, y, n, act);
 	LAUNCHED(c, "activation");
 }
 
@@ -1012,7 +1029,7 @@ static void cu_dense_bwd(dp_bectx *c, int n, int in, int out, const float *x, co
 	use(c);
 	act_grad(c, act, y, dy, dy, (size_t)n * out);
 	dim3 tb(32, 8);
-	k_col_sums<<<(out + 31) / 32, tb, 0, c->s>>>(dy, n, out, db);
+	LAUNCH(k_col_sums, (out + 31) / 32, tb, c->s, dy, n, out, db);
 	LAUNCHED(c, "dense bias gradient");
 	bool lowp = c->prec == DP_PREC_BF16;
 	const void *X = x, *W = w, *D = dy;
@@ -1061,7 +1078,7 @@ static conv_plan plan_conv(const dp_bectx *c, const dp_conv2d *g)
 	p.ohw = (size_t)g->oh * g->ow;
 	p.es = c->prec == DP_PREC_BF16 ? 2 : 4;
 	size_t per = p.ohw * ((size_t)p.ckk * p.es + (size_t)g->k * p.es + (size_t)p.ckk * 4);
-	size_t chunk = per ? CONV_BUDGET / per : 1;
+	size_t chunk = per ? c->conv_budget / per : 1;
 	if (chunk < 1)
 		chunk = 1;
 	if (chunk > (size_t)g->n)
@@ -1085,7 +1102,7 @@ template <typename T>
 static void im2col(dp_bectx *c, const float *x, const dp_conv2d *g, int s0, int cnt, void *col)
 {
 	size_t total = (size_t)g->c * g->kh * g->kw * cnt * g->oh * g->ow;
-	k_im2col<T><<<grid(total), THREADS, 0, c->s>>>(x, *g, s0, cnt, (T *)col);
+	LAUNCH(k_im2col<T>, grid(total), THREADS, c->s, x, *g, s0, cnt, (T *)col);
 	LAUNCHED(c, "im2col");
 }
 
@@ -1094,7 +1111,7 @@ static void transpose_dy(dp_bectx *c, const float *dy, const dp_conv2d *g, int s
 			 void *dyt)
 {
 	size_t ohw = (size_t)g->oh * g->ow, total = (size_t)g->k * cnt * ohw;
-	k_chw_to_cnhw<T><<<grid(total), THREADS, 0, c->s>>>(dy, g->k, ohw, s0, cnt, (T *)dyt);
+	LAUNCH(k_chw_to_cnhw<T>, grid(total), THREADS, c->s, dy, g->k, ohw, s0, cnt, (T *)dyt);
 	LAUNCHED(c, "transpose");
 }
 
@@ -1139,7 +1156,7 @@ static void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const f
 	void *col = base + p.col, *dyt = base + p.dyt;
 	float *dcol = (float *)(base + p.dcol);
 	act_grad(c, act, y, dy, dy, (size_t)g->n * g->k * p.ohw);
-	k_chan_sums<<<g->k, THREADS, 0, c->s>>>(dy, g->n, g->k, (int)p.ohw, db);
+	LAUNCH(k_chan_sums, g->k, THREADS, c->s, dy, g->n, g->k, (int)p.ohw, db);
 	LAUNCHED(c, "convolution bias gradient");
 	const void *W = w;
 	if (lowp && dx) {
@@ -1167,7 +1184,7 @@ static void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const f
 		gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, S, p.ckk, g->k, dyt, S, W, p.ckk, 0.0f, dcol, S,
 		     lowp, "convolution input gradient");
 		size_t total = (size_t)cnt * g->c * g->h * g->w;
-		k_col2im<<<grid(total), THREADS, 0, c->s>>>(dcol, *g, s0, cnt, dx);
+		LAUNCH(k_col2im, grid(total), THREADS, c->s, dcol, *g, s0, cnt, dx);
 		LAUNCHED(c, "col2im");
 	}
 }
@@ -1181,7 +1198,7 @@ static void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, floa
 	if (!n)
 		return;
 	use(c);
-	k_maxpool_fwd<<<grid(n), THREADS, 0, c->s>>>(*g, x, y, arg);
+	LAUNCH(k_maxpool_fwd, grid(n), THREADS, c->s, *g, x, y, arg);
 	LAUNCHED(c, "maxpool");
 }
 
@@ -1192,7 +1209,7 @@ static void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, con
 	if (!n)
 		return;
 	use(c);
-	k_maxpool_bwd<<<grid(n), THREADS, 0, c->s>>>(*g, dy, arg, dx);
+	LAUNCH(k_maxpool_bwd, grid(n), THREADS, c->s, *g, dy, arg, dx);
 	LAUNCHED(c, "maxpool gradient");
 }
 
@@ -1202,7 +1219,7 @@ static void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, floa
 	if (!n)
 		return;
 	use(c);
-	k_avgpool_fwd<<<grid(n), THREADS, 0, c->s>>>(*g, x, y);
+	LAUNCH(k_avgpool_fwd, grid(n), THREADS, c->s, *g, x, y);
 	LAUNCHED(c, "avgpool");
 }
 
@@ -1212,7 +1229,7 @@ static void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, flo
 	if (!n)
 		return;
 	use(c);
-	k_avgpool_bwd<<<grid(n), THREADS, 0, c->s>>>(*g, dy, dx);
+	LAUNCH(k_avgpool_bwd, grid(n), THREADS, c->s, *g, dy, dx);
 	LAUNCHED(c, "avgpool gradient");
 }
 
@@ -1224,7 +1241,7 @@ static void dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, fl
 	if (!total)
 		return;
 	use(c);
-	k_dropout<<<grid(total), THREADS, 0, c->s>>>(*d, total, in, out);
+	LAUNCH(k_dropout, grid(total), THREADS, c->s, *d, total, in, out);
 	LAUNCHED(c, "dropout");
 }
 
@@ -1247,7 +1264,7 @@ static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float 
 	if (g->c <= 0)
 		return;
 	use(c);
-	k_bnorm_fwd<<<g->c, THREADS, 0, c->s>>>(*g, train, x, gamma, beta, run_mean, run_var, save,
+	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, save,
 						 y);
 	LAUNCHED(c, "batchnorm");
 }
@@ -1258,7 +1275,7 @@ static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 	if (g->c <= 0)
 		return;
 	use(c);
-	k_bnorm_bwd<<<g->c, THREADS, 0, c->s>>>(*g, x, gamma, save, dy, dx, dgamma, dbeta);
+	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, dy, dx, dgamma, dbeta);
 	LAUNCHED(c, "batchnorm gradient");
 }
 
@@ -1272,10 +1289,10 @@ static void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_
 	if (!rows)
 		return;
 	if (n > 0) {
-		k_xent<<<grid((size_t)n), THREADS, 0, c->s>>>(n, k, logits, labels, scale, dlogits, rows);
+		LAUNCH(k_xent, grid((size_t)n), THREADS, c->s, n, k, logits, labels, scale, dlogits, rows);
 		LAUNCHED(c, "cross-entropy");
 	}
-	k_sum_rows<<<1, THREADS, 0, c->s>>>(n, rows, stats);
+	LAUNCH(k_sum_rows, 1, THREADS, c->s, n, rows, stats);
 	LAUNCHED(c, "loss sum");
 }
 
@@ -1288,10 +1305,10 @@ static void cu_mse(dp_bectx *c, int n, int k, const float *pred, const float *ta
 		return;
 	float f = 2.0f / (float)k * scale;
 	if (n > 0) {
-		k_mse<<<grid((size_t)n), THREADS, 0, c->s>>>(n, k, pred, target, f, dpred, rows);
+		LAUNCH(k_mse, grid((size_t)n), THREADS, c->s, n, k, pred, target, f, dpred, rows);
 		LAUNCHED(c, "squared error");
 	}
-	k_sum_rows<<<1, THREADS, 0, c->s>>>(n, rows, stats);
+	LAUNCH(k_sum_rows, 1, THREADS, c->s, n, rows, stats);
 	LAUNCHED(c, "loss sum");
 }
 
@@ -1300,7 +1317,7 @@ static void cu_softmax(dp_bectx *c, int n, int k, const float *x, float *y)
 	if (n <= 0)
 		return;
 	use(c);
-	k_softmax<<<grid((size_t)n), THREADS, 0, c->s>>>(n, k, x, y);
+	LAUNCH(k_softmax, grid((size_t)n), THREADS, c->s, n, k, x, y);
 	LAUNCHED(c, "softmax");
 }
 
@@ -1312,7 +1329,7 @@ static void cu_sgd(dp_bectx *c, size_t n, float *p, const float *g, float *buf,
 	if (!n)
 		return;
 	use(c);
-	k_sgd<<<grid(n), THREADS, 0, c->s>>>(n, p, g, buf, *a);
+	LAUNCH(k_sgd, grid(n), THREADS, c->s, n, p, g, buf, *a);
 	LAUNCHED(c, "sgd");
 }
 
@@ -1322,7 +1339,7 @@ static void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, f
 	if (!n)
 		return;
 	use(c);
-	k_adam<<<grid(n), THREADS, 0, c->s>>>(n, p, g, m, v, *a);
+	LAUNCH(k_adam, grid(n), THREADS, c->s, n, p, g, m, v, *a);
 	LAUNCHED(c, "adam");
 }
 
