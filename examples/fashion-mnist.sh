@@ -4,7 +4,7 @@
 # Fashion-MNIST from Debian's dataset-fashion-mnist (IDX files) becomes
 # TFRecord files of tf.train.Example (image: 784 raw bytes, label: the
 # class), then, with Adam 1e-3 and batch 128 as PyTorch's reference runs
-# (/work/shared/peers/torch_fashion.py: 91.4% and 87.6%):
+# (../shared/peers/torch_fashion.py: 91.4% and 87.6%):
 #   the Keras MNIST CNN for 5 epochs   must reach >= 91% test accuracy
 #   the MLP 784-128-10 for 10 epochs   must reach >= 87%
 # Prints the test accuracy after each epoch and exits non-zero when a
