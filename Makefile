@@ -104,8 +104,8 @@ $(info dptools: ✓ cuBLAS ($(CUDA_LIBDIR)))
 endif
 ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
 NCCL_VERSION := $(shell sed -n 's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(NCCL_INC)/nccl.h | paste -sd.)
-ALL_CPPFLAGS += -DDP_WITH_NCCL -I$(NCCL_INC)
-CUDA_LIBS_NCCL := -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+ALL_CPPFLAGS += -DDP_WITH_NCCL $(if $(filter $(NCCL_INC),$(CUDA_HOME)/include /usr/include),,-isystem $(NCCL_INC))
+CUDA_LIBS_NCCL := $(if $(filter $(NCCL_LIBDIR),$(CUDA_LIBDIR)),,-L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR)) -lnccl
 ifneq ($(CUDA_SAY),)
 $(info dptools: ✓ NCCL $(NCCL_VERSION) ($(NCCL_INC)/nccl.h, $(NCCL_LIBDIR)): gradients averaged GPU to GPU)
 endif
@@ -114,7 +114,7 @@ $(error ✗ NCCL not found (NCCL=1): no nccl.h and libnccl.so under $(NCCL_HOME)
 else ifneq ($(CUDA_SAY),)
 $(info dptools: ✗ NCCL $(if $(filter 0,$(NCCL)),off (NCCL=0),not found (set NCCL_HOME)): gradients of several ranks averaged through host memory with MPI)
 endif
-ALL_CPPFLAGS += -I$(CUDA_HOME)/include
+ALL_CPPFLAGS += -isystem $(CUDA_HOME)/include
 CU_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) $(CUDA_LIBS_NCCL) -lcublas -lcudart -lstdc++
 LINK_LIBS += $(CU_LIBS)
 PC_LIBS_PRIVATE += $(CU_LIBS)
