@@ -82,7 +82,7 @@ static int mpierr(int code, const char *what, dp_err *e)
 /* ---- waiting, and the stall inspector ---------------------------------------- */
 
 typedef struct poll_state {
-	double t0, next_report;
+	double t0, next_report, last;
 	uint64_t seq;
 	int announced, reported;
 	const char *what;
@@ -90,7 +90,7 @@ typedef struct poll_state {
 
 static void poll_start(dp_comm *c, poll_state *p, uint64_t seq, const char *what)
 {
-	p->t0 = dp_now();
+	p->t0 = p->last = dp_now();
 	p->next_report = c->conf.stall_warn > 0 ? p->t0 + c->conf.stall_warn : INFINITY;
 	p->seq = seq;
 	p->announced = p->reported = 0;
@@ -143,7 +143,15 @@ static void rank_list(dp_comm *c, uint64_t seq, int want, char *buf, size_t len,
 static int poll_idle(dp_comm *c, poll_state *p, dp_err *e)
 {
 	struct comm_mpi *m = c->mpi;
-	double now = dp_now(), w = now - p->t0;
+	double now = dp_now();
+	if (now - p->last > 0.5) {
+		/* this process did not run (stopped, swapped out): the others
+		 * were not the ones keeping it waiting */
+		p->t0 += now - p->last;
+		p->next_report += now - p->last;
+	}
+	p->last = now;
+	double w = now - p->t0;
 	if (w < 20e-6) {
 		/* spin */
 	} else if (w < 1e-3) {

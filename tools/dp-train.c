@@ -1172,10 +1172,11 @@ static void check_same_state(uint64_t step)
 		die("out of memory");
 	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
 		die("%s", e.msg);
-	char hb[24], sb[24];
+	char hb[24], qb[24], sb[24];
 	snprintf(hb, sizeof hb, "%016" PRIx64, h);
+	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
 	snprintf(sb, sizeof sb, "%" PRIu64, step);
-	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, hb};
+	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
 	log_line(keys, vals, 2, 1);
 	int bad = 0;
 	for (int r = 1; r < SIZE; r++)
