@@ -45,7 +45,8 @@ assert a.keys() == b.keys()
 print(max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))))
           for k in a if a[k].dtype.kind == "f"))
 EOF
-maxdiff() { $PY maxdiff.py "$1" "$2" "$DP_SRC/tests"; }
+maxdiff() { $PY "$T/maxdiff.py" "$1" "$2" "$DP_SRC/tests"; }
+small() { awk -v d="$1" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 1e-5) }'; } # a number below 1e-5
 hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
 
 if ! have_mpirun; then
@@ -70,8 +71,8 @@ printf '%s\n' "$out" > four.ranks
 ok $PY compare.py one.log two.log "np=2: the same loss curve and validation as one process"
 ok $PY compare.py one.log four.log "np=4: the same loss curve and validation as one process"
 d2=$(maxdiff one.st two.st) d4=$(maxdiff one.st four.st)
-ok awk -v d="$d2" 'BEGIN { exit !(d < 1e-5) }' "np=2: final weights within 1e-5 of one process ($d2)"
-ok awk -v d="$d4" 'BEGIN { exit !(d < 1e-5) }' "np=4: final weights within 1e-5 of one process ($d4)"
+ok small "$d2" "np=2: final weights within 1e-5 of one process ($d2)"
+ok small "$d4" "np=4: final weights within 1e-5 of one process ($d4)"
 is "$(grep -c '^epoch=3 step=18 val_loss=.*val_samples=50$' four.log)" 1 \
 	"15 full steps + the partial global batch of 10 samples: 18 steps, 50 validation samples"
 is "$(hashes four.log four.ranks | cut -d' ' -f1 | tr '\n' ' ')" "0 1 2 3 " "every rank logs its state hash"
@@ -183,7 +184,7 @@ run mpi 4 dp-train --resume part.st --train all.tfr --batch-size 6 -o r4.st
 is "$rc" 0 "--resume with 4 ranks of 6: the same global batch"
 like "$err" "saved by 2 ranks, resumed by 4 with the same global batch \(24\)" "says so"
 d=$(maxdiff full.st r4.st)
-ok awk -v d="$d" 'BEGIN { exit !(d < 1e-5) }' "and ends where the 2-rank run does ($d)"
+ok small "$d" "and ends where the 2-rank run does ($d)"
 
 # ---- settings, launchers -----------------------------------------------------------------------
 run mpirun "${MPI_OPTS[@]}" -np 1 dp-train --train all.tfr --model dense:8,relu,dense:4 \
@@ -200,5 +201,24 @@ like "$err" "Open MPI v[0-9.]+, 1 rank;" "DP_COMM=mpi: an MPI singleton without 
 same_file sing.st one.st "the singleton trains as a plain run"
 run mpirun "${MPI_OPTS[@]}" -H localhost,localhost -np 2 dp-train --train all.tfr "${P[@]}" --epochs 1
 is "$rc" 0 "the multi-host syntax (-H host,host) on one host"
+
+# ---- the README's example, under mpirun -np 4, = one process with its global batch ----------
+mkdir readme && cd readme
+mkdir data
+$MK data/train-0.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed 6
+$MK data/train-1.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed 7
+$MK test.tfrecord random --n 20 --shape 1x28x28 --kind uint8 --seed 8
+sed -n '/^    mpirun -np 4 dp-train/,/[^\\]$/p' "$DP_SRC/README" | sed 's/^    //' > readme.sh
+like "$(tr -d '\n\\' < readme.sh)" "^mpirun -np 4 dp-train .*-o cnn.safetensors > train.log$" "the README's mpirun example"
+run bash readme.sh
+is "$rc" 0 "runs under mpirun -np 4"
+sed 's/^mpirun -np 4 //; s/--batch-size 32/--batch-size 128/; s/cnn.safetensors/one.safetensors/; s/train.log/one.log/' \
+	readme.sh > one.sh
+run bash one.sh
+is "$rc" 0 "the same command, one process, batch 128"
+d=$(maxdiff one.safetensors cnn.safetensors)
+ok small "$d" "the same model ($d)"
+is "$(grep val_accuracy train.log | tail -1)" "$(grep val_accuracy one.log | tail -1)" "the same validation"
+cd ..
 
 done_testing
