@@ -136,6 +136,10 @@ run mpi 2 dp-train --train all.tfr "${P[@]}" --no-shard-data --epochs 1
 like "$err" "training data per rank" "--no-shard-data: every rank reads everything"
 is "$(grep -c '^epoch=1 step=16 loss=' <<<"$out")" 1 "--no-shard-data: 250 records a rank, 16 steps"
 
+run mpi 2 dp-train --train - "${P[@]}" < all.tfr
+is "$rc" 2 "--train - under mpirun: usage error"
+like "$err" "--train -: under mpirun standard input reaches rank 0 only" "says why"
+
 # ---- learning rate ------------------------------------------------------------------------
 run mpi 2 dp-train --train all.tfr --model "$CNN" --input-shape 1x8x8 --batch-size 16 \
 	--epochs 2 --log-every 1 --scale-lr --warmup-epochs 1 --optimizer sgd --lr 0.1

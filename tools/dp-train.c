@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -1300,6 +1301,20 @@ int main(int argc, char **argv)
 		O.ckpt_every = 1, O.ckpt_epochs = 1;
 	if (O.output && !strcmp(O.output, "-") && !O.log)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
+	for (int v = 0; v < 2 && SIZE > 1; v++) {
+		/* a stream read by several ranks would be torn between them */
+		const char **ps = v ? O.val : O.train;
+		size_t nps = v ? O.nval : O.ntrain;
+		struct stat sb;
+		for (size_t i = 0; i < nps && !per_rank(ps, nps, NULL); i++)
+			if (!strcmp(ps[i], "-") || (stat(ps[i], &sb) == 0 && S_ISFIFO(sb.st_mode)))
+				usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
+					    "({rank}), or --%s-cmd 'CMD' (a stream a rank with {rank})",
+					    v ? "val" : "train", ps[i],
+					    strcmp(ps[i], "-") ? "every rank would read the same FIFO"
+							       : "standard input reaches rank 0 only",
+					    v ? "val" : "train");
+	}
 	if (O.warmup_epochs > 0 && !O.scale_lr)
 		usage_error("--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
