@@ -25,10 +25,10 @@
  * ranges arrive from its end to its start, so the ranges ready so far are
  * one contiguous piece: they are reduced in place, in "buckets" of at
  * least bucket_bytes (PyTorch DDP's buckets, Horovod's fusion buffer, with
- * no copy).  With overlap on (the default), a communication thread reduces
- * each bucket with a non-blocking allreduce while the backward pass goes
- * on and keeps MPI progressing; the last bucket is reduced at wait().
- * Off, wait() reduces the whole buffer in one call.
+ * no copy), each by a ring allreduce.  With overlap on (the default), a
+ * communication thread sums each bucket while the backward pass goes on;
+ * the last bucket is summed at wait().  Off, wait() sums the whole buffer
+ * in one call.
  *
  * Every blocking wait polls (spinning briefly, then yielding, then
  * sleeping), so that a stalled job is reported: after stall_warn seconds

@@ -220,8 +220,12 @@ sed 's/^mpirun -np 4 //; s/--batch-size 32/--batch-size 128/; s/cnn.safetensors/
 	readme.sh > one.sh
 run bash one.sh
 is "$rc" 0 "the same command, one process, batch 128"
+# Adam divides by the root of the second moment: where a gradient is near
+# zero, a change in the last bits of the sum (4 partial sums instead of one)
+# moves a weight by up to lr a step.  Here 5 steps of lr 1e-3: within
+# 0.2 lr of each other is the same model (most weights agree to 1e-8).
 d=$(maxdiff one.safetensors cnn.safetensors)
-ok small "$d" "the same model ($d)"
+ok awk -v d="$d" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 2e-4) }' "the same model, within 0.2 lr ($d)"
 is "$(grep val_accuracy train.log | tail -1)" "$(grep val_accuracy one.log | tail -1)" "the same validation"
 cd ..
 
