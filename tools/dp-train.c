@@ -508,9 +508,18 @@ static void parse_args(int argc, char **argv)
 		case O_TIMELINE: O.timeline = optarg; break;
 		case O_STALL: O.stall = opt_real("stall-timeout", optarg, 0, 1e7); break;
 		case O_STALL_ABORT: O.stall_abort = opt_real("stall-abort", optarg, 0, 1e7); break;
-		case O_HELP: help(); exit(fclose(stdout) ? 1 : 0);
-		case O_VERSION: printf("dp-train (dptools) %s\n", DP_VERSION); exit(fclose(stdout) ? 1 : 0);
-		default: fputs(usage_line, stderr); exit(2);
+		case O_HELP: /* once per job under mpirun */
+			if (RANK == 0)
+				help();
+			exit(fclose(stdout) ? 1 : 0);
+		case O_VERSION:
+			if (RANK == 0)
+				printf("dp-train (dptools) %s\n", DP_VERSION);
+			exit(fclose(stdout) ? 1 : 0);
+		default:
+			if (RANK == 0)
+				fputs(usage_line, stderr);
+			exit(2);
 		}
 	}
 	if (optind < argc)
