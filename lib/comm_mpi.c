@@ -289,8 +289,15 @@ void comm_mpi_close(dp_comm *c)
 	struct comm_mpi *m = c->mpi;
 	stop_thread(m);
 	if (m->world != MPI_COMM_NULL && m->ctl != MPI_COMM_NULL) {
-		/* announcements nobody read: everyone is past them now */
-		MPI_Barrier(m->world);
+		/* everyone here (a polled barrier: a rank that never comes is
+		 * reported), then the announcements nobody read */
+		MPI_Request r;
+		dp_err e;
+		if (MPI_Ibarrier(m->world, &r) == MPI_SUCCESS &&
+		    wait_all(c, &r, 1, m->seq++, "the end of the job", &e) < 0) {
+			comm_report(c, "%s", e.msg); /* --stall-abort: MPI_Finalize would hang */
+			comm_mpi_abort(c, 1);
+		}
 		listen_ctl(c);
 	}
 	if (m->world != MPI_COMM_NULL)
