@@ -5,9 +5,13 @@
  * training loop and its logs.  The model (dp_nn.h), the math (dp_backend.h),
  * the optimizers (dp_optim.h), the input pipeline (dp_data.h), the
  * checkpoints (dp_ckpt.h) and the talk between workers (dp_comm.h) are all
- * in the library.  A step is: forward, loss, backward (each layer's
- * gradients handed to dp_comm as they are ready), wait for the averaged
- * gradients, optimizer update.  See dp-train(1) and dp-checkpoint(5).
+ * in the library.  A step is: the next batch, the ranks' sample counts
+ * (their sum is the global batch: each rank scales its loss by its
+ * inverse), forward, loss, backward (each layer's gradients handed to
+ * dp_comm as they are ready), wait for the summed gradients, optimizer
+ * update.  Under mpirun every rank runs this same loop in lockstep; rank 0
+ * alone logs and writes checkpoints.  See dp-train(1) (DISTRIBUTED) and
+ * dp-checkpoint(5).
  */
 #define _GNU_SOURCE
 #include "dp.h"
