@@ -22,6 +22,19 @@ if ! have_mpirun; then
 	done_testing
 fi
 
+# wait_job PID SECONDS: wait for a background job, killing it when it takes
+# longer; sets rc (no process left behind to hold the TAP pipe open)
+wait_job() {
+	local i
+	for i in $(seq $(($2 * 10))); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$1" 2>/dev/null
+	wait "$1"
+	rc=$?
+}
+
 # wait_for FILE PATTERN: until FILE has a line matching PATTERN (20 s at most)
 wait_for() {
 	local i
@@ -50,11 +63,7 @@ r1=$(rank_pid $mp 1)
 ok test -n "$r1" "found rank 1's process"
 t0=$(date +%s.%N)
 kill -9 "$r1"
-( sleep 30; kill -9 $mp 2>/dev/null ) & guard=$!
-wait $mp
-rc=$?
-kill $guard 2>/dev/null
-wait $guard 2>/dev/null
+wait_job $mp 30
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 isnt "$rc" 0 "the job fails"
 ok awk -v d="$dt" 'BEGIN { exit !(d < 15) }' "and ends within seconds of the kill (${dt}s), no hang"
@@ -87,16 +96,12 @@ sleep 0.5
 n1=$(grep -c . s.log)
 ok test "$n1" -gt "$n0" "and trains on ($n0 -> $n1 log lines)"
 kill $mp
-wait $mp
+wait_job $mp 30
 unlike "$(cat s.err)" "rank 1: step" "the stopped rank does not blame the others"
 
 stall_run --stall-timeout 1 --stall-abort 2
 kill -STOP "$r1"
-( sleep 30; kill -9 $mp 2>/dev/null ) & guard=$!
-wait $mp
-rc=$?
-kill $guard 2>/dev/null
-wait $guard 2>/dev/null
+wait_job $mp 30
 kill -9 "$r1" 2>/dev/null
 is "$rc" 1 "--stall-abort: the job ends"
 like "$(cat s.err)" "waited 2 s for rank 1: giving up \(--stall-abort\)" "says why"
