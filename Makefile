@@ -41,7 +41,8 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto
+# ompi-c: Open MPI (dp-train's collectives).
+PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)
@@ -107,12 +108,12 @@ NCCL_VERSION := $(shell sed -n 's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9
 ALL_CPPFLAGS += -DDP_WITH_NCCL $(if $(filter $(NCCL_INC),$(CUDA_HOME)/include /usr/include),,-isystem $(NCCL_INC))
 CUDA_LIBS_NCCL := $(if $(filter $(NCCL_LIBDIR),$(CUDA_LIBDIR)),,-L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR)) -lnccl
 ifneq ($(CUDA_SAY),)
-$(info dptools: ✓ NCCL $(NCCL_VERSION) ($(NCCL_INC)/nccl.h, $(NCCL_LIBDIR)): gradients averaged GPU to GPU)
+$(info dptools: ✓ NCCL $(NCCL_VERSION) ($(NCCL_INC)/nccl.h, $(NCCL_LIBDIR)): gradients summed GPU to GPU)
 endif
 else ifeq ($(NCCL),1)
 $(error ✗ NCCL not found (NCCL=1): no nccl.h and libnccl.so under $(NCCL_HOME), $(CUDA_HOME) or /usr: set NCCL_HOME)
 else ifneq ($(CUDA_SAY),)
-$(info dptools: ✗ NCCL $(if $(filter 0,$(NCCL)),off (NCCL=0),not found (set NCCL_HOME)): gradients of several ranks averaged through host memory with MPI)
+$(info dptools: ✗ NCCL $(if $(filter 0,$(NCCL)),off (NCCL=0),not found (set NCCL_HOME)): the gradients of several ranks go through host memory and MPI)
 endif
 ALL_CPPFLAGS += -isystem $(CUDA_HOME)/include
 CU_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) $(CUDA_LIBS_NCCL) -lcublas -lcudart -lstdc++
@@ -121,6 +122,11 @@ PC_LIBS_PRIVATE += $(CU_LIBS)
 ALL_NVCCFLAGS := -std=c++17 --fmad=false $(GENCODE) -Xcompiler -fPIC,-pthread,-Wall,-Wno-unused-parameter $(NVCCFLAGS)
 CU_SRC := $(wildcard lib/*.cu)
 endif
+
+# Programs load only the libraries they use: tfr-cat neither loads Open MPI
+# nor OpenBLAS at start (MPI itself is initialised only by dp-train under a
+# launcher: lib/comm.c).
+PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
 
@@ -173,11 +179,11 @@ $(O)/libdp.pc: Makefile
 
 $(O)/bin/%: tools/%.c $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
 $(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
 # The CUDA backend's own code run on the CPU through an emulation of the
 # CUDA runtime and cuBLAS (tests/cudaemu), against the CPU backend, so that
