@@ -62,6 +62,7 @@ TOOLS := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+TEST_PROGS :=
 CLI_TESTS := $(sort $(wildcard tests/*.t))
 MAN1 := $(wildcard man/man1/*.1)
 MAN5 := $(wildcard man/man5/*.5)
@@ -203,6 +204,12 @@ $(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backe
 		$(O)/tests/cudaemu/backend.o $(O)/libdp.a
 	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< \
 	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
+# dp-train on the emulated backend: tests/cuda-emu.t runs it, under mpirun too
+TEST_PROGS += $(O)/tests/dp-train-cudaemu
+$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(O)/tests/cudaemu/backend_cuda.o \
+		$(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LIB_HDR)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< \
+	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
 endif
 
 # The environment every test runs in: the programs just built first on PATH.
@@ -210,11 +217,11 @@ TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="
 T ?= $(UNIT_BINS) $(CLI_TESTS)
 
 ## check: build everything and run all tests under prove (T=... picks some)
-check: all $(UNIT_BINS)
+check: all $(UNIT_BINS) $(TEST_PROGS)
 	$(TEST_ENV) $(PROVE) -j2 -f $(T)
 
 ## check-build: build everything make check runs, run nothing (tests/cuda-build.t)
-check-build: all $(UNIT_BINS)
+check-build: all $(UNIT_BINS) $(TEST_PROGS)
 
 ## unit: run only libdp's unit tests
 unit: $(UNIT_BINS)

@@ -6,6 +6,7 @@
 #   close CK1 CK2 TOL  the weights of two checkpoints agree within TOL of
 #                  the largest magnitude of each tensor (prints the worst)
 #   losses LOG     the loss of each training line of a logfmt log, one a line
+#                  (the job's lines: not those of --log-all-ranks)
 
 need_cuda() {
 	if ! [ -e /dev/nvidia0 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
@@ -44,4 +45,4 @@ sys.exit(0 if worst <= tol else 1)
 PYEOF
 }
 
-losses() { sed -n 's/.* loss=\([^ ]*\) .*/\1/p' "$1"; }
+losses() { grep -v '^rank=' "$1" | sed -n 's/.* loss=\([^ ]*\) .*/\1/p'; }
