@@ -326,7 +326,7 @@ void dp_rank_size(int *rank, int *size)
 char *dp_expand(const char *tmpl, const char *const *vars)
 {
 	int rank = -1, size = -1;
-	char rbuf[16], sbuf[16];
+	char rbuf[16], sbuf[16], pbuf[40];
 	dp_rank_size(&rank, &size);
 	snprintf(rbuf, sizeof rbuf, "%d", rank);
 	snprintf(sbuf, sizeof sbuf, "%d", size);
@@ -350,6 +350,17 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 					val = rbuf;
 				if (!val && klen == 4 && memcmp(p + 1, "size", 4) == 0)
 					val = sbuf;
+				/* {rank:5}, {size:5}: zero-padded to 5 digits, as tfr-shard
+				 * names shards (train-00001-of-00002) */
+				if (!val && klen >= 6 && klen <= 7 && p[5] == ':' &&
+				    (memcmp(p + 1, "rank", 4) == 0 || memcmp(p + 1, "size", 4) == 0) &&
+				    p[6] >= '1' && p[6] <= '9' &&
+				    (klen == 6 || (p[7] >= '0' && p[7] <= '9'))) {
+					int wd = klen == 6 ? p[6] - '0' : (p[6] - '0') * 10 + p[7] - '0';
+					snprintf(pbuf, sizeof pbuf, "%0*d", wd > 32 ? 32 : wd,
+						 p[1] == 'r' ? rank : size);
+					val = pbuf;
+				}
 				if (val)
 					skip = klen + 2;
 			}

@@ -64,6 +64,12 @@ typedef struct dp_data_opts {
 	const char *cache_dir;     /* DP_CACHE_FILE; NULL: $TMPDIR or /tmp */
 	int prefetch;              /* batches decoded ahead by a thread; 0: none */
 	unsigned shard_index, shard_count; /* keep record i when i % count == index */
+	size_t shard_block;        /* deal records to shards in runs of shard_block:
+				    * keep record i when (i / block) % count == index
+				    * (0 or 1: one at a time).  With block = batch and
+				    * no shuffle, each shard's batches are exactly
+				    * batches of the unsharded data. */
+	int origins;               /* batches carry each sample's source and record */
 	dp_reader_opts rec;
 	/* Memory for batches (host), e.g. a backend's host_alloc; NULL: malloc. */
 	void *(*alloc)(void *ctx, size_t bytes);
@@ -77,6 +83,9 @@ typedef struct dp_batch {
 	int32_t *y;     /* (n) class labels (DP_LABEL_CLASS) */
 	float *t;       /* (n, label_size) targets (DP_LABEL_VECTOR) */
 	uint64_t index; /* batch number in the epoch, from 0 */
+	/* With dp_data_opts.origins: where each sample came from. */
+	uint32_t *src;  /* (n) source index (dp_data_source) */
+	uint64_t *rec;  /* (n) record index in that source, from 0 */
 } dp_batch;
 
 typedef struct dp_data_stats {
