@@ -19,11 +19,14 @@
 # rewritten only when its value changes: a new EPOCHS retrains (and
 # evaluates, gates, plots again), a new MIN_ACCURACY only re-checks the
 # gate, a new LIMIT converts again.  The programs come from PATH.
+# (make -n shows only the first stage due: GNU make 4.3 does not carry a
+# dry run past rules with several outputs, `&:`.)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 .DELETE_ON_ERROR:
 .SUFFIXES:
+.DEFAULT_GOAL := all
 
 # ---- settings --------------------------------------------------------------
 FASHION ?= /usr/share/datasets/fashion-mnist
@@ -61,10 +64,14 @@ VAL_SHARDS := $(if $(SPLIT),$(call shard,val))
 ALL_GATES := $(strip accuracy>=$(MIN_ACCURACY) $(GATES))
 
 # $(call setting,FILE,TEXT): FILE holding TEXT, rewritten only when TEXT
-# changes; rules that depend on FILE run again only then.
+# changes; rules that depend on FILE run again only then.  A dry run
+# (make -n, make -q) writes nothing: a changed setting is FORCEd instead.
 quote = '$(subst ','\'',$1)'
+dry := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
 setting = $(shell mkdir -p $(dir $1) && t=$(call quote,$2) && \
-	{ [ -f $1 ] && [ "$$(cat $1)" = "$$t" ] || printf '%s\n' "$$t" > $1; } && echo $1)
+	if [ -f $1 ] && [ "$$(cat $1)" = "$$t" ]; then echo $1; \
+	elif [ -n '$(dry)' ]; then echo $1 FORCE; \
+	else printf '%s\n' "$$t" > $1 && echo $1; fi)
 CONVERT_SET := $(call setting,$(DATA)/settings/convert.txt,$(LIMIT) $(TEST_LIMIT))
 SHARD_SET := $(call setting,$(DATA)/settings/shard-$(NP).txt,$(SPLIT) $(SEED))
 TRAIN_SET := $(call setting,$(W)/settings/train.txt,$(NP) $(MODEL) $(EPOCHS) $(BATCH) \
@@ -72,7 +79,8 @@ TRAIN_SET := $(call setting,$(W)/settings/train.txt,$(NP) $(MODEL) $(EPOCHS) $(B
 EVAL_SET := $(call setting,$(W)/settings/eval.txt,$(CLASSES))
 GATE_SET := $(call setting,$(W)/settings/gate.txt,$(ALL_GATES))
 
-.PHONY: all data train eval gate plot summary clean
+.PHONY: all data train eval gate plot summary clean FORCE
+FORCE:
 ## all: every stage, then where the results are
 all: plot gate
 	$(summary)

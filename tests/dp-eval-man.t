@@ -51,8 +51,8 @@ ok test "$n" -ge 6 "the page has examples ($n)"
 # what the examples promise
 like "$(cat out.1)" "^model.safetensors: 1000 samples from test.tfrecord" "example 1: the report"
 like "$(cat out.2)" "gate recall\[Trouser\]>=0.8: 0\.[0-9]+ passed" "example 2: gates by class name"
-like "$(cat out.3)" $'passed\n0\\.[0-9]+$' "example 3: --check, then the accuracy read by sed"
-like "$(cat out.4)" $'^\\{"file":"test.tfrecord","record":0,"label":9,.*\n[0-9]+\n\\{"image":' \
+like_text "$(cat out.3)" $'passed\n0\\.[0-9]+$' "example 3: --check, then the accuracy read by sed"
+like_text "$(cat out.4)" $'^\\{"file":"test.tfrecord","record":0,"label":9,.*\n[0-9]+\n\\{"image":' \
 	"example 4: a prediction, the count right, a wrong record's input"
 like "$(cat out.5)" "gate samples>=1000: 1000 passed" "example 5: four workers"
 done_testing

@@ -50,8 +50,8 @@ is "$rc" 2 "--top-k as large as the classes: exit 2"
 run dp-eval --model m.st test.tfr
 is "$rc" 0 "evaluates"
 like "$out" "^m.st: 150 samples from test.tfr" "report: what was evaluated"
-like "$out" $'\n''samples=150 loss=[0-9.]+ accuracy=[0-9.]+ precision_macro=' "report: a logfmt line of the metrics"
-like "$out" "macro avg .* 150"$'\n'"weighted avg" "report: averages, as classification_report"
+like_text "$out" $'\n''samples=150 loss=[0-9.]+ accuracy=[0-9.]+ precision_macro=' "report: a logfmt line of the metrics"
+like_text "$out" "macro avg .* 150"$'\n'"weighted avg" "report: averages, as classification_report"
 like "$out" "confusion matrix \(rows: label, columns: prediction\)" "report: confusion matrix"
 run metrics-grep --logfmt=accuracy,f1_macro --last <<< "$(dp-eval --model m.st test.tfr)"
 like "$out" "accuracy	0\.[0-9]+" "metrics-grep --logfmt reads the report"
@@ -82,7 +82,7 @@ is "$rc" 0 "gates that hold: exit 0"
 run dp-eval --model m.st test.tfr --require "accuracy>$acc" --require 'loss<100' --json g.json
 is "$rc" 3 "a gate that fails: exit 3"
 like "$err" "gate accuracy>$acc failed: accuracy is $acc" "... with a message"
-like "$out" "gate loss<100: [0-9.]+ passed"$'\n' "... the report shows each gate"
+like_text "$out" "gate loss<100: [0-9.]+ passed"$'\n' "... the report shows each gate"
 is "$(json g.json 'j["passed"], [(g["metric"], g["op"], g["passed"]) for g in j["gates"]]')" \
 	"False [('accuracy', '>', False), ('loss', '<', True)]" "... and the JSON is written, gates recorded"
 run dp-eval --model m.st test.tfr --require 'recall[2]>=0' --require 'support[4]>0' -q
@@ -150,7 +150,7 @@ for bs in 1 7 150 1000; do
 done
 run dp-eval --model m.st test.tfr --classes 'a,b,c,d,e' --require 'recall[c]>=0' --json n.json
 is "$rc" 0 "--classes: names usable in gates"
-like "$out" $'\n'"           c  " "... in the report"
+like_text "$out" $'\n'"           c  " "... in the report"
 is "$(json n.json '[c["name"] for c in j["classes"]]')" "['a', 'b', 'c', 'd', 'e']" "... in the JSON"
 printf 'a\nb\nc\nd\ne\n' > names.txt
 run dp-eval --model m.st test.tfr --classes @names.txt -q --require 'f1[e]>=0'
