@@ -93,12 +93,18 @@ $(O)/$(SO): $(LIB_OBJ)
 	ln -sf $(SO) $(O)/libdp.so.$(SOVERSION)
 	ln -sf $(SO) $(O)/libdp.so
 
+# The pkg-config file names the install locations, so install writes it
+# anew with the PREFIX/LIBDIR/INCLUDEDIR given to install.
+define PCFILE
+printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)/dptools' '' \
+  'Name: libdp' 'Description: dptools library: TFRecord, tf.train.Example, S3, training' \
+  'Version: $(VERSION)' 'Requires: $(PKGS)' \
+  'Libs: -L$${libdir} -ldp' 'Libs.private: -lm -pthread' 'Cflags: -I$${includedir}'
+endef
+
 $(O)/libdp.pc: Makefile
 	@mkdir -p $(@D)
-	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)/dptools' '' \
-	  'Name: libdp' 'Description: dptools library: TFRecord, tf.train.Example, S3, training' \
-	  'Version: $(VERSION)' 'Requires.private: $(PKGS)' \
-	  'Libs: -L$${libdir} -ldp' 'Libs.private: -lm -pthread' 'Cflags: -I$${includedir}' > $@
+	$(PCFILE) > $@
 
 $(O)/bin/%: tools/%.c $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
@@ -152,7 +158,7 @@ install: all
 	install -m 755 $(O)/$(SO) $(DESTDIR)$(LIBDIR)
 	ln -sf $(SO) $(DESTDIR)$(LIBDIR)/libdp.so.$(SOVERSION)
 	ln -sf $(SO) $(DESTDIR)$(LIBDIR)/libdp.so
-	install -m 644 $(O)/libdp.pc $(DESTDIR)$(PKGCONFIGDIR)
+	$(PCFILE) > $(DESTDIR)$(PKGCONFIGDIR)/libdp.pc
 	install -m 644 $(LIB_HDR) $(DESTDIR)$(INCLUDEDIR)/dptools
 	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1)
 	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5)

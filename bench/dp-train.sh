@@ -6,7 +6,7 @@
 # dp-train runs end to end on a TFRecord file of float records, with
 # --prefetch 0 so that reading and decoding share its single thread (PyTorch
 # reuses one tensor in memory); its rate is the median of its own log lines
-# after the first.  PyTorch's is measured as /work/shared/peers/torch_peer.py
+# after the first.  PyTorch's is measured as ../shared/peers/torch_peer.py
 # does (5 warm-up steps, then a timed loop).  Each side runs ROUNDS times,
 # alternating; medians and the ratio are printed, with the fraction of the
 # OpenBLAS SGEMM ceiling (measured here, one thread) that dp-train reaches.

@@ -1,0 +1,53 @@
+#!/bin/bash
+# install.t - make install / uninstall with DESTDIR, PREFIX and MANDIR: the
+# programs, libdp (static, shared, pkg-config), headers and man pages land
+# where asked, a program builds against the installed library through
+# pkg-config, and uninstall removes everything it put there.
+. "${DP_SRC:-.}/tests/lib.sh"
+
+root="$T/root"
+run make -C "$DP_SRC" -s O="$DP_BUILD" install DESTDIR="$root" PREFIX=/opt/dp MANDIR=/opt/dp/man
+is "$rc" 0 "make install succeeds"
+for p in tfr-cat tfr-shard s3-pipe dp-train metrics-grep; do
+	[ -f "$DP_SRC/tools/$p.c" ] || continue
+	ok test -x "$root/opt/dp/bin/$p" "bin/$p installed"
+	ok test -f "$root/opt/dp/man/man1/$p.1" "man1/$p.1 installed under MANDIR"
+done
+ok test -f "$root/opt/dp/man/man5/tfrecord.5" "man5 pages installed"
+ok test -f "$root/opt/dp/lib/libdp.a" "static library installed"
+ok test -x "$root/opt/dp/lib/libdp.so.0.1.0" "shared library installed"
+is "$(readlink "$root/opt/dp/lib/libdp.so")" "libdp.so.0.1.0" "libdp.so links to the versioned file"
+ok test -f "$root/opt/dp/include/dptools/dp_record.h" "public headers installed"
+ok test -f "$root/opt/dp/include/dptools/example.pb-c.h" "generated protobuf-c header installed"
+ok test -f "$root/opt/dp/lib/pkgconfig/libdp.pc" "pkg-config file installed"
+run objdump -p "$root/opt/dp/lib/libdp.so.0.1.0"
+like "$out" "SONAME +libdp\.so\.0" "shared library has the soname libdp.so.0"
+
+# A program built against the installed copy through pkg-config.
+cat >"$T/use.c" <<'C'
+#include <dp_record.h>
+#include <stdio.h>
+int main(void)
+{
+	printf("%08x\n", dp_crc32c(0, "123456789", 9));
+	return 0;
+}
+C
+export PKG_CONFIG_PATH="$root/opt/dp/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$root"
+# static: libdp.a itself, its dependencies as pkg-config names them
+run sh -c "cc -o '$T/use' '$T/use.c' \$(pkg-config --cflags libdp) '$root/opt/dp/lib/libdp.a' \$(pkg-config --libs libdp)"
+is "$rc" 0 "a program compiles and links against libdp.a with pkg-config's flags"
+[ "$rc" = 0 ] || diag "$err"
+run "$T/use"
+is "$out" "e3069283" "... and runs (CRC-32C check value)"
+run sh -c "cc -o '$T/use2' '$T/use.c' \$(pkg-config --cflags libdp) \$(pkg-config --libs libdp)"
+is "$rc" 0 "... and links against the shared library"
+run env LD_LIBRARY_PATH="$root/opt/dp/lib" "$T/use2"
+is "$out" "e3069283" "... which runs"
+run env LD_LIBRARY_PATH="$root/opt/dp/lib" ldd "$T/use2"
+like "$out" "libdp\.so\.0 => $root/opt/dp/lib/libdp\.so\.0" "... loading the installed libdp.so.0"
+
+run make -C "$DP_SRC" -s O="$DP_BUILD" uninstall DESTDIR="$root" PREFIX=/opt/dp MANDIR=/opt/dp/man
+is "$rc" 0 "make uninstall succeeds"
+is "$(find "$root" -type f -o -type l | sort)" "" "uninstall leaves no file behind"
+done_testing
