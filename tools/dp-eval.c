@@ -955,12 +955,18 @@ int main(int argc, char **argv)
 		die("%s", e.msg);
 	RANK = dp_comm_rank(comm);
 	SIZE = dp_comm_size(comm);
-	if (SIZE > 1) {
+	/* data named by {rank} is each worker's own: no splitting */
+	int own = O.data_cmd && strstr(O.data_cmd, "{rank");
+	for (size_t i = 0; i < O.ndata; i++)
+		own |= strstr(O.data[i], "{rank") != NULL;
+	if (SIZE > 1 && !own) {
 		for (size_t i = 0; i < O.ndata; i++)
 			if (is_stream(O.data[i]))
 				usage_error("%s: a stream cannot be split between %d workers: give "
 					    "files, or --data-cmd (run by every worker)",
 					    strcmp(O.data[i], "-") ? O.data[i] : "stdin", SIZE);
+	}
+	if (SIZE > 1) {
 		if (O.pred && (!strstr(O.pred, "{rank") || !strcmp(O.pred, "-")))
 			usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
 				    "file per worker)",
@@ -1031,7 +1037,8 @@ int main(int argc, char **argv)
 		free(oo);
 	}
 
-	/* data: in order; worker r takes blocks r, r + size, ... of batch records */
+	/* data: in order; worker r takes blocks r, r + size, ... of batch records
+	 * (unless the data is its own) */
 	dp_data_opts o = {0};
 	o.inputs = O.data;
 	o.ninputs = O.ndata;
@@ -1046,8 +1053,8 @@ int main(int argc, char **argv)
 	o.batch = O.batch;
 	o.cache = DP_CACHE_NONE;
 	o.prefetch = 1;
-	o.shard_index = (unsigned)RANK;
-	o.shard_count = (unsigned)SIZE;
+	o.shard_index = own ? 0 : (unsigned)RANK;
+	o.shard_count = own ? 1 : (unsigned)SIZE;
 	o.shard_block = O.batch;
 	o.origins = O.pred != NULL;
 	o.alloc = (void *(*)(void *, size_t))be->host_alloc;
