@@ -132,7 +132,7 @@ static void help(void)
 	       "Metrics:\n"
 	       "      --top-k K            also top-K accuracy (default 5 with more than 5\n"
 	       "                           classes; 0: none)\n"
-	       "      --classes NAMES      class names, comma-separated, or @FILE (one per line):\n"
+	       "      --classes NAMES      class names, comma-separated, or @FILE (one a line):\n"
 	       "                           shown in the report and JSON, usable in --require\n"
 	       "      --json FILE          write the metrics JSON to FILE (- for stdout), whole\n"
 	       "                           or not at all\n"
