@@ -267,8 +267,15 @@ static void test_expand(void)
 {
 	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
 	setenv("OMPI_COMM_WORLD_SIZE", "16", 1);
-	char *s = dp_expand("d/train-{rank:5}-of-{size:5}.tfrecord {rank} {size:2} {rank:0} {rank:x}", NULL);
-	is_str(s, "d/train-00003-of-00016.tfrecord 3 16 {rank:0} {rank:x}", "{rank:5}, {size:5} padded");
+	char *s = dp_expand("d/train-{rank:5}-of-{size:5}.tfrecord {rank} {size:2} {size:1} {rank:0} "
+			    "{rank:x} {rank:33} {nope:3}",
+			    NULL);
+	is_str(s, "d/train-00003-of-00016.tfrecord 3 16 16 {rank:0} {rank:x} {rank:33} {nope:3}",
+	       "{rank:5}, {size:5} padded; bad widths and unknown names left as they are");
+	free(s);
+	const char *vars[] = {"rank", "7", "epoch", "12", "name", "ab", NULL};
+	s = dp_expand("{rank:3} {epoch:4} {name:4} {rank}", vars);
+	is_str(s, "007 0012 {name:4} 7", "padding a variable given; not a word");
 	free(s);
 }
 
