@@ -12,7 +12,7 @@ if ! command -v mpirun >/dev/null; then
 fi
 cd "$T"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-MPI="mpirun --oversubscribe"
+MPI="timeout 120 mpirun --oversubscribe"  # a hang fails, never blocks
 $MK train.tfr random --n 300 --shape 12 --classes 5 --seed 1
 $MK a.tfr random --n 170 --shape 12 --classes 5 --seed 2
 $MK b.tfr.gz random --n 33 --shape 12 --classes 5 --seed 3 --gzip

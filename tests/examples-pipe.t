@@ -16,7 +16,7 @@ command -v mpirun >/dev/null || { skip "mpirun is not installed (openmpi-bin)"; 
 s3_start || { skip "no S3 server: $S3_WHY"; done_testing; }
 cd "$T"
 
-run env BUCKET=pipe-demo LIMIT=4000 TEST_LIMIT=500 EPOCHS=2 MIN_ACCURACY=0.6 \
+run timeout 300 env BUCKET=pipe-demo LIMIT=4000 TEST_LIMIT=500 EPOCHS=2 MIN_ACCURACY=0.6 \
 	MODEL=flatten,dense:64,relu,dense:10 "$DP_SRC/examples/pipe-mode.sh" pm
 is "$rc" 0 "examples/pipe-mode.sh runs against the server"
 [ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'

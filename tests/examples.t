@@ -21,11 +21,11 @@ EX="$DP_SRC/examples"
 SHORT=(LIMIT=3000 TEST_LIMIT=500 EPOCHS=2 LR=3e-3 MODEL=flatten,dense:32,relu,dense:10
 	MIN_ACCURACY=0.6)
 W=$T/demo
-pipeline() { make --no-print-directory -f "$EX/pipeline.mk" W="$W" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" "$@"; }
+pipeline() { timeout 300 make --no-print-directory -f "$EX/pipeline.mk" W="$W" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" "$@"; }
 json() { $PY -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # ---- make demo's script
-run env DEMO_DIR="$W" MPIRUN="mpirun --oversubscribe" "$EX/demo" "${SHORT[@]}"
+run timeout 300 env DEMO_DIR="$W" MPIRUN="mpirun --oversubscribe" "$EX/demo" "${SHORT[@]}"
 is "$rc" 0 "examples/demo runs the pipeline"
 [ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
 like_text "$out" $'\n'"Fashion-MNIST, 2 worker\(s\), 2 epoch\(s\): flatten,dense:32,relu,dense:10"$'\n' "it ends with a summary"
@@ -94,7 +94,7 @@ is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" "test.tfrecord train-00000-of
 is "$(tfr-cat -c "$W/data/train-00000-of-00001.tfrecord")" 2500 "... of every training record (LIMIT=2500)"
 
 # ---- the sweep
-run env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
 	"$EX/sweep.sh" sw
 is "$rc" 0 "examples/sweep.sh"
 like_text "$out" $'lr3e-3-batch32: training\nlr1e-2-batch32: training' "... trains each setting"
@@ -107,13 +107,13 @@ is "$(printf '%.4f' "$(json "$(echo "$r1" | cut -f 6)" 'j["metrics"]["accuracy"]
 like_text "$out" "best: sw/lr[0-9e-]+-batch32/model.safetensors"$'\n'"gate accuracy>=0.5: 0\.[0-9]+ passed" "... the best one, gated"
 is "$(json sw/lr3e-3-batch32/metrics.json 'j["model"]["epoch"], j["model"]["spec"]')" "3 flatten,dense:32,relu,dense:10" \
 	"... with the pipeline settings of the environment"
-run env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
 	"$EX/sweep.sh" sw
 like_text "$out" $'^lr3e-3-batch32: up to date\nlr1e-2-batch32: up to date' "a second sweep trains nothing"
 is "$(ls -d sw/data)" "sw/data" "the runs share one data directory"
 
 # ---- make learn's script, on 1000 images: both runs, each gated
-run env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
+run timeout 300 env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
 like "$out" "mlp: test accuracy 0\.[0-9]+ after 10 epochs \(gate accuracy>=0.87\): (ok|FAILED);" "make learn: the MLP"
 like "$out" "cnn: test accuracy 0\.[0-9]+ after 5 epochs \(gate accuracy>=0.91\): (ok|FAILED);" "make learn: the CNN"
 like "$out" "   epoch=5 step=40 val_loss=[0-9.]+ val_accuracy=" "... per-epoch test accuracy"
