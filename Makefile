@@ -33,7 +33,8 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto
+# ompi-c: Open MPI (dp-train's collectives).
+PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)
@@ -60,6 +61,10 @@ MAN7 := $(wildcard man/man7/*.7)
 ALL_CPPFLAGS := -Ilib -I$(GEN) $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) $(CPPFLAGS)
 ALL_CFLAGS := $(DP_CFLAGS) $(CFLAGS)
 LINK_LIBS := $(PKG_LIBS) $(LDLIBS)
+# Programs load only the libraries they use: tfr-cat neither loads Open MPI
+# nor OpenBLAS at start (MPI itself is initialised only by dp-train under a
+# launcher: lib/comm.c).
+PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
 
@@ -108,11 +113,11 @@ $(O)/libdp.pc: Makefile
 
 $(O)/bin/%: tools/%.c $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
 $(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
 # The environment every test runs in: the programs just built first on PATH.
 TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)"

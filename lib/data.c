@@ -67,6 +67,7 @@ struct dp_data {
 	pid_t child;
 	int input_done;
 	uint64_t rec_no; /* records seen this epoch, for the shard filter */
+	uint64_t out_no; /* records out of the shuffle, for the block shard filter */
 	slot *buf;
 	size_t nbuf;
 	dp_rng rng;
@@ -174,10 +175,33 @@ static int add_path(dp_data *d, const char *path, dp_err *e)
 	return add_source(d, SRC_FILE, path, path, e);
 }
 
+/* Expand {rank}, {size} (from the options when given) and `extra` (a
+ * name, value pair or NULL) in tmpl. */
+static char *expand(const dp_data *d, const char *tmpl, const char *name, const char *value)
+{
+	char rb[16], sb[16];
+	const char *vars[7];
+	int n = 0;
+	if (name) {
+		vars[n++] = name;
+		vars[n++] = value;
+	}
+	if (d->o.size > 0) {
+		snprintf(rb, sizeof rb, "%d", d->o.rank);
+		snprintf(sb, sizeof sb, "%d", d->o.size);
+		vars[n++] = "rank";
+		vars[n++] = rb;
+		vars[n++] = "size";
+		vars[n++] = sb;
+	}
+	vars[n] = NULL;
+	return dp_expand(tmpl, vars);
+}
+
 static int find_sources(dp_data *d, dp_err *e)
 {
 	for (size_t i = 0; i < d->o.ninputs; i++) {
-		char *p = dp_expand(d->o.inputs[i], NULL);
+		char *p = expand(d, d->o.inputs[i], NULL, NULL);
 		if (!p)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
 		int rc = DP_OK;
@@ -266,11 +290,9 @@ static int open_source(dp_data *d, size_t i, dp_err *e)
 		return d->rd ? DP_OK : (e ? e->code : DP_EIO);
 	}
 	if (s->kind == SRC_CMD) {
-		const char *vars[] = {"epoch", NULL, NULL};
 		char eb[24];
 		snprintf(eb, sizeof eb, "%" PRIu64, d->epoch + 1);
-		vars[1] = eb;
-		char *cmd = dp_expand(d->cmd, vars);
+		char *cmd = expand(d, d->cmd, "epoch", eb);
 		if (!cmd)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
 		int fd = spawn(d, cmd, e);
@@ -435,9 +457,8 @@ static int next_record(dp_data *d, dp_record *r, dp_err *e)
 		}
 		d->st.records++;
 		uint64_t no = d->rec_no++;
-		if (d->o.shard_block > 1)
-			no /= d->o.shard_block;
-		if (d->o.shard_count > 1 && no % d->o.shard_count != d->o.shard_index) {
+		if (d->o.shard_count > 1 && !d->o.shard_block &&
+		    no % d->o.shard_count != d->o.shard_index) {
 			d->st.not_in_shard++;
 			continue;
 		}
@@ -647,6 +668,13 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 static int emit(dp_data *d, const uint8_t *data, size_t len, size_t src, uint64_t index,
 		uint64_t offset, dp_batch *b, dp_err *e)
 {
+	if (d->o.shard_count > 1 && d->o.shard_block) {
+		uint64_t k = d->out_no++;
+		if ((k / d->o.shard_block) % d->o.shard_count != d->o.shard_index) {
+			d->st.not_in_shard++;
+			return 0;
+		}
+	}
 	if (d->skip) {
 		if (++d->skip_fill == d->o.batch) {
 			d->skip_fill = 0;
@@ -930,6 +958,7 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 	d->cur = 0;
 	d->input_done = 0;
 	d->rec_no = 0;
+	d->out_no = 0;
 	d->nbuf = 0;
 	uint64_t cached = d->st.cached_bytes;
 	memset(&d->st, 0, sizeof d->st);

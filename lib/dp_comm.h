@@ -1,23 +1,44 @@
 /*
  * dp_comm.h - what workers of a data-parallel job say to each other.
  *
- * One interface for every way of running: this file's implementation
- * (lib/comm.c) is the single process, where every call is trivial (the
- * mean of one worker's gradients is its gradients); a multi-process
- * implementation (MPI, NCCL) provides the same calls.  A training step is
+ * One interface for every way of running.  A process started by an MPI
+ * launcher (mpirun, srun with PMIx: dp_comm_launched()) joins the MPI job
+ * (lib/comm_mpi.c, Open MPI); any other process is a job of one, where
+ * every collective is trivial and MPI is never initialised, so a plain run
+ * needs no mpirun and pays nothing for MPI.  A training step is
  *
  *     dp_comm_grads_begin(c, grads, n)          before the backward pass
  *     dp_model_backward(m, n, hook, c)          the hook calls
  *         dp_comm_grads_ready(c, off, count)    as each layer finishes,
  *                                               last layer first: start
  *                                               reducing that range
- *     dp_comm_grads_wait(c)                     all ranges averaged
+ *     dp_comm_grads_wait(c)                     all ranges summed
  *     dp_optim_step(...)
  *
- * so an implementation may average the whole buffer at wait() in one call,
- * or reduce ranges (buckets) while the backward pass goes on.  Buffers
- * marked (dev) are backend memory: an implementation that needs host
- * memory stages them through the backend it was opened with.
+ * Gradients are SUMMED over the workers, not averaged: each worker scales
+ * its loss by 1 / (the global batch, all workers' samples of the step), so
+ * the sum is the gradient of the mean loss over the global batch, also
+ * when the workers hold different numbers of samples (the last step of an
+ * epoch).  The summed buffer is bit-identical on every worker.
+ *
+ * Fusion and overlap: the gradient buffer is one contiguous array and
+ * ranges arrive from its end to its start, so the ranges ready so far are
+ * one contiguous piece: they are reduced in place, in "buckets" of at
+ * least bucket_bytes (PyTorch DDP's buckets, Horovod's fusion buffer, with
+ * no copy), each by a ring allreduce.  With overlap on (the default), a
+ * communication thread sums each bucket while the backward pass goes on;
+ * the last bucket is summed at wait().  Off, wait() sums the whole buffer
+ * in one call.
+ *
+ * Every blocking wait polls (spinning briefly, then yielding, then
+ * sleeping), so that a stalled job is reported: after stall_warn seconds
+ * in one collective the ranks that are waiting tell each other, and the
+ * lowest of them reports which ranks have not arrived (Horovod's stall
+ * inspector); after stall_abort seconds the call fails with DP_ELIMIT.
+ *
+ * Buffers marked (dev) are backend memory: on a backend other than the CPU
+ * one they are staged through host memory with the backend's download and
+ * upload.
  */
 #ifndef DP_COMM_H
 #define DP_COMM_H
@@ -27,14 +48,39 @@
 
 typedef struct dp_comm dp_comm;
 
+/* 1 when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE,
+ * PMIX_RANK or PMI_SIZE in the environment), or DP_COMM=mpi; 0 when not,
+ * or DP_COMM=single.  dp_comm_open joins an MPI job only when it is 1. */
+int dp_comm_launched(void);
+
 /* Join the job (single process: rank 0 of 1).  be/ctx: the backend that
- * owns the buffers passed in later. */
+ * owns the buffers passed in later.  Under MPI this initialises MPI. */
 dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e);
+/* Leave the job (MPI_Finalize): a collective, every rank calls it. */
 void dp_comm_close(dp_comm *c);
 int dp_comm_rank(const dp_comm *c);
 int dp_comm_size(const dp_comm *c);
-/* "single process", "MPI (Open MPI 4.1.4), 4 ranks", ... */
+/* "single process", "Open MPI v4.1.4, 4 ranks", ... */
 const char *dp_comm_desc(const dp_comm *c);
+/* End every process of the job with exit status code (MPI_Abort; a
+ * single process exits).  For a failure on one rank: its peers would wait
+ * for it forever. */
+void dp_comm_abort(dp_comm *c, int code) __attribute__((noreturn));
+
+/* How gradients travel and how long a wait may last; call before the
+ * first step, with the same values on every rank. */
+typedef struct dp_comm_conf {
+	int overlap;         /* reduce buckets during the backward pass (default 1) */
+	size_t bucket_bytes; /* a bucket is sent once it holds this much (default 1 MiB) */
+	double stall_warn;   /* seconds in one collective before a report (default 60; 0 never) */
+	double stall_abort;  /* seconds before the call fails (default 0: never) */
+	/* Stall reports ("gradients: waiting 60 s for rank 2 ..."), from any
+	 * thread; NULL: none. */
+	void (*report)(void *ctx, const char *msg);
+	void *report_ctx;
+} dp_comm_conf;
+void dp_comm_conf_defaults(dp_comm_conf *conf);
+int dp_comm_configure(dp_comm *c, const dp_comm_conf *conf, dp_err *e);
 
 /* Average n floats (dev) over all workers, in place. */
 int dp_comm_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e);
@@ -42,6 +88,17 @@ int dp_comm_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e);
 int dp_comm_allreduce_sum(dp_comm *c, double *v, size_t n, dp_err *e);
 /* Copy bytes of (dev) memory from worker root to all. */
 int dp_comm_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
+/* The same for host memory. */
+int dp_comm_bcast_host(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
+/* Every worker's `bytes` bytes of `mine` (host) into all (size * bytes),
+ * in rank order. */
+int dp_comm_allgather(dp_comm *c, const void *mine, void *all, size_t bytes, dp_err *e);
+/* Check that text (a worker's settings, one "key=value" per line) is the
+ * same on every worker: a hash of it is compared.  When it is not, every
+ * worker gets DP_EARG; worker 0's message names the ranks and the first
+ * line that differs ("settings differ between ranks: rank 1 has
+ * model=dense:64 where rank 0 has model=dense:128"). */
+int dp_comm_check_same(dp_comm *c, const char *text, dp_err *e);
 
 /* The gradient protocol of a step (above).  grads: the model's gradient
  * buffer (dev) of n floats. */
@@ -52,5 +109,32 @@ int dp_comm_grads_wait(dp_comm *c, dp_err *e);
 /* A dp_grad_hook (dp_nn.h) that forwards to dp_comm_grads_ready; pass the
  * dp_comm as its context. */
 int dp_comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e);
+
+/* Where the time of the gradient steps went, since open (seconds). */
+typedef struct dp_comm_stats {
+	uint64_t steps;    /* grads_wait calls */
+	uint64_t calls;    /* allreduce calls for gradients */
+	uint64_t bytes;    /* gradient bytes reduced (per worker) */
+	double step_time;  /* grads_begin to the end of grads_wait */
+	double wait_time;  /* blocked in grads_wait: communication not hidden */
+	double busy_time;  /* a gradient allreduce in flight (hidden or not) */
+} dp_comm_stats;
+void dp_comm_stats_get(const dp_comm *c, dp_comm_stats *st);
+
+/* ---- timeline ---------------------------------------------------------------
+ * Chrome trace events (the JSON array format of chrome://tracing and
+ * Perfetto): what each worker's threads did when.  The comm layer records
+ * its own ("allreduce" on the communication thread, "wait" in
+ * grads_wait); the caller adds the rest.  Times are seconds of dp_now(),
+ * shown relative to the moment the job synchronised in
+ * dp_comm_timeline_start. */
+int dp_comm_timeline_start(dp_comm *c, dp_err *e); /* a collective */
+/* One event: name (a string constant), on thread tid (1: the caller's
+ * main thread; 2 is the communication thread; 3 and up: yours). */
+void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1);
+/* Write the events (a collective).  A path with {rank}: every worker
+ * writes its own file; else worker 0 gathers all and writes one file, a
+ * process per rank. */
+int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e);
 
 #endif

@@ -63,12 +63,20 @@ typedef struct dp_data_opts {
 	uint64_t cache_limit;      /* bytes over all streams; 0: 4 GiB */
 	const char *cache_dir;     /* DP_CACHE_FILE; NULL: $TMPDIR or /tmp */
 	int prefetch;              /* batches decoded ahead by a thread; 0: none */
-	unsigned shard_index, shard_count; /* keep record i when i % count == index */
-	size_t shard_block;        /* deal records to shards in runs of shard_block:
-				    * keep record i when (i / block) % count == index
-				    * (0 or 1: one at a time).  With block = batch and
-				    * no shuffle, each shard's batches are exactly
-				    * batches of the unsharded data. */
+	/* Shards: several readers of the same sources each keep a disjoint
+	 * share.  shard_block 0: record i as read (before the shuffle) is
+	 * kept when i % shard_count == shard_index.  shard_block B > 0: after
+	 * the shuffle, the k-th record out of it is kept when
+	 * (k / B) % shard_count == shard_index, so with B the batch size,
+	 * reader r's j-th batch is the r-th slice of the j-th batch of
+	 * B * shard_count a single reader would make (data-parallel training
+	 * sees exactly one reader's global batches); records of other shards
+	 * are not decoded. */
+	unsigned shard_index, shard_count;
+	size_t shard_block;
+	/* {rank} and {size} in paths and the command; size 0: from the
+	 * environment (dp_rank_size). */
+	int rank, size;
 	int origins;               /* batches carry each sample's source and record */
 	dp_reader_opts rec;
 	/* Memory for batches (host), e.g. a backend's host_alloc; NULL: malloc. */

@@ -31,6 +31,11 @@ gzip -k train.tfrecord
 mkdir data
 $MK data/train-0.tfrecord random --n 64 --shape 1x28x28 --kind uint8 --seed 3
 $MK data/train-1.tfrecord random --n 64 --shape 1x28x28 --kind uint8 --seed 4
+# the shards of the mpirun example (tfr-shard -n 4)
+for r in 0 1 2 3; do
+	$MK data/train-$r-of-4.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed $((10 + r))
+done
+. "$DP_SRC/tests/mpi.sh" # mpirun -np 4 on two cores
 examples "$MAN1" > ex1.txt
 n=0
 while IFS= read -r -d '@' block; do
@@ -39,15 +44,19 @@ while IFS= read -r -d '@' block; do
 	[ -n "${block//[$'\n ']/}" ] || continue
 	n=$((n + 1))
 	printf '%s\n' "$block" > "ex-$n.sh"
-	bash "ex-$n.sh" > "ex-$n.out" 2> "ex-$n.err"
+	bash "ex-$n.sh" < /dev/null > "ex-$n.out" 2> "ex-$n.err" # mpirun would read stdin
 	rc=$?
 	is "$rc" 0 "dp-train(1) example $n runs: $(head -1 "ex-$n.sh" | cut -c1-60)"
 	[ "$rc" = 0 ] || sed 's/^/#   /' "ex-$n.err" | head -5
 done < <(examples "$MAN1" | sed 's/^@@$/@/')
-ok test "$n" -ge 6 "found the examples ($n)"
+ok test "$n" -ge 8 "found the examples ($n)"
 ok test -s mlp.safetensors "the first example wrote mlp.safetensors"
 like "$(cat ex-2.out)" "total 1199882 parameters" "the --summary example prints the parameter count"
 ok test -s tuned.safetensors "the fine-tuning example wrote its checkpoint"
+ok test -s dist.safetensors "the mpirun example wrote its checkpoint"
+ok $PY -c 'import json; t = json.load(open("trace.json")); assert {e["pid"] for e in t} == {0, 1, 2, 3}' \
+	"the mpirun example wrote a trace of 4 ranks"
+like "$(cat ex-*.err)" "resumed by 4 with the same global batch \(128\)" "the shared-file example resumes with 4 ranks"
 
 # the Python snippet of dp-checkpoint(5), on the checkpoint just written
 examples "$MAN5" | sed '/^@@$/d' > snippet.py

@@ -107,9 +107,9 @@ run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --max-steps 7 -o edge.st
 run dp-train --train small.tfr --resume edge.st -q -o resumed2.st
 same_file full.st resumed2.st "resume from an epoch boundary: bit-identical"
 for opt in "sgd --momentum 0.9 --nesterov --weight-decay 1e-3" "adamw --lr-schedule cosine --warmup 4"; do
-	dp-train --train small.tfr "${BASE[@]}" --epochs 2 --optimizer $opt -o o1.st
-	dp-train --train small.tfr "${BASE[@]}" --epochs 2 --optimizer $opt --max-steps 5 -o o2.st
-	dp-train --train small.tfr --resume o2.st -q -o o3.st
+	dp-train --train small.tfr "${BASE[@]}" --epochs 2 --optimizer $opt -o o1.st >/dev/null
+	dp-train --train small.tfr "${BASE[@]}" --epochs 2 --optimizer $opt --max-steps 5 -o o2.st >/dev/null
+	dp-train --train small.tfr --resume o2.st -q -o o3.st >/dev/null
 	same_file o1.st o3.st "resume with ${opt%% *}: bit-identical"
 done
 # periodic checkpoints with templates; --init
@@ -134,7 +134,7 @@ run dp-train --train small.tfr --init junk.st
 like "$err" "junk.st: " "not a checkpoint: names the file"
 
 # ---- data input ----------------------------------------------------------------
-dp-train --train small.tfr "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o s0.st
+dp-train --train small.tfr "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o s0.st >/dev/null
 run dp-train --train small.tfr.gz "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o gz.st
 ok $PY "$DP_SRC/tests/torch_ref.py" same-weights s0.st gz.st "gzip input: the same training"
 run dp-train --train - "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o stdin.st < small.tfr
@@ -199,7 +199,7 @@ run dp-train --train cut.tfr "${BASE[@]}" -o cut.st
 is "$rc" 1 "truncated records: exit 1"
 like "$err" "cut.tfr: record [0-9]+ at byte [0-9]+: " "truncated records: where"
 # divergence: exit 3, the last good checkpoint kept
-dp-train --train small.tfr "${BASE[@]}" -o good.st
+dp-train --train small.tfr "${BASE[@]}" -o good.st >/dev/null
 cp good.st good.copy
 run dp-train --train small.tfr --model "$MLP" --input-shape 64 --optimizer sgd --lr 1e6 --batch-size 16 -q --checkpoint-every 1 -o good.st
 is "$rc" 3 "a NaN loss: exit 3"

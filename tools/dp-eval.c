@@ -1053,6 +1053,10 @@ int main(int argc, char **argv)
 	o.batch = O.batch;
 	o.cache = DP_CACHE_NONE;
 	o.prefetch = 1;
+	if (SIZE > 1) { /* {rank}, {size} in paths: the job's */
+		o.rank = RANK;
+		o.size = SIZE;
+	}
 	o.shard_index = own ? 0 : (unsigned)RANK;
 	o.shard_count = own ? 1 : (unsigned)SIZE;
 	o.shard_block = O.batch;

@@ -5,9 +5,13 @@
  * training loop and its logs.  The model (dp_nn.h), the math (dp_backend.h),
  * the optimizers (dp_optim.h), the input pipeline (dp_data.h), the
  * checkpoints (dp_ckpt.h) and the talk between workers (dp_comm.h) are all
- * in the library.  A step is: forward, loss, backward (each layer's
- * gradients handed to dp_comm as they are ready), wait for the averaged
- * gradients, optimizer update.  See dp-train(1) and dp-checkpoint(5).
+ * in the library.  A step is: the next batch, the ranks' sample counts
+ * (their sum is the global batch: each rank scales its loss by its
+ * inverse), forward, loss, backward (each layer's gradients handed to
+ * dp_comm as they are ready), wait for the summed gradients, optimizer
+ * update.  Under mpirun every rank runs this same loop in lockstep; rank 0
+ * alone logs and writes checkpoints.  See dp-train(1) (DISTRIBUTED) and
+ * dp-checkpoint(5).
  */
 #define _GNU_SOURCE
 #include "dp.h"
@@ -15,10 +19,12 @@
 #include "dp_ckpt.h"
 #include "dp_comm.h"
 #include "dp_data.h"
+#include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -28,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -45,7 +52,9 @@ enum {
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT, O_LOG,
-	O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION, O_LAST
+	O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
+	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
+	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -94,6 +103,17 @@ static const struct option longopts[] = {
 	{"progress", no_argument, 0, O_PROGRESS},
 	{"no-progress", no_argument, 0, O_NO_PROGRESS},
 	{"quiet", no_argument, 0, 'q'},
+	{"shard-data", no_argument, 0, O_SHARD_DATA},
+	{"no-shard-data", no_argument, 0, O_NO_SHARD_DATA},
+	{"uneven", required_argument, 0, O_UNEVEN},
+	{"scale-lr", no_argument, 0, O_SCALE_LR},
+	{"warmup-epochs", required_argument, 0, O_WARMUP_EPOCHS},
+	{"no-overlap", no_argument, 0, O_NO_OVERLAP},
+	{"bucket-size", required_argument, 0, O_BUCKET},
+	{"log-all-ranks", no_argument, 0, O_LOG_ALL},
+	{"timeline", required_argument, 0, O_TIMELINE},
+	{"stall-timeout", required_argument, 0, O_STALL},
+	{"stall-abort", required_argument, 0, O_STALL_ABORT},
 	{"help", no_argument, 0, O_HELP},
 	{"version", no_argument, 0, O_VERSION},
 	{0, 0, 0, 0},
@@ -129,8 +149,22 @@ static struct {
 	uint64_t log_every;
 	int progress; /* -1 auto */
 	int quiet;
+	/* data parallelism */
+	int shard;       /* -1 auto: split shared sources; 0 no; 1 yes */
+	int uneven_drop; /* an epoch ends when a rank's data does */
+	int scale_lr;
+	double warmup_epochs;
+	int overlap;
+	uint64_t bucket;
+	int log_all;
+	const char *timeline;
+	double stall, stall_abort;
 	char given[O_LAST]; /* options given on the command line */
 } O = {
+	.shard = -1,
+	.overlap = 1,
+	.bucket = 1u << 20,
+	.stall = 60,
 	.feature = "image",
 	.label = "label",
 	.scale = 1,
@@ -222,53 +256,113 @@ static void help(void)
 	       "      --log-every N        a training line every N updates (default 100)\n"
 	       "      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
 	       "  -q, --quiet              no progress bar, no notes on stderr\n"
+	       "\n"
+	       "Data parallelism (under mpirun; see DISTRIBUTED in dp-train(1)):\n"
+	       "      --shard-data         every rank takes a disjoint share of the training and\n"
+	       "                           validation records (default: when the paths or the\n"
+	       "                           command name no {rank})\n"
+	       "      --no-shard-data      every rank reads all its sources give\n"
+	       "      --uneven join|drop   when ranks' data runs out at different steps: train on\n"
+	       "                           until every rank is done (default), or end the epoch\n"
+	       "                           when the first is\n"
+	       "      --scale-lr           multiply --lr by the number of ranks\n"
+	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
+	       "                           first E epochs\n"
+	       "      --no-overlap         reduce the gradients after the backward pass, in one\n"
+	       "                           call, not in buckets during it\n"
+	       "      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
+	       "                           (default 1M)\n"
+	       "      --log-all-ranks      every rank also logs its own lines, with rank=R\n"
+	       "      --timeline FILE      a Chrome trace (chrome://tracing, Perfetto) of compute,\n"
+	       "                           allreduce and waits per rank; {rank}: a file each\n"
+	       "      --stall-timeout S    report ranks that keep the others waiting S seconds\n"
+	       "                           (default 60; 0: never)\n"
+	       "      --stall-abort S      end the job after waiting S seconds (default: never)\n"
 	       "      --help               this list\n"
 	       "      --version            the version\n"
 	       "\n"
 	       "Exit status: 0 done, 1 failure, 2 usage error, 3 training diverged (loss not finite).\n");
 }
 
-/* ---- messages --------------------------------------------------------------- */
+/* ---- messages ---------------------------------------------------------------
+ *
+ * In a job of several ranks: notes come from rank 0 alone; a failure of
+ * one rank is printed by that rank, "dp-train: rank 2: ...", and ends the
+ * whole job (dp_comm_abort), since the others would wait for it forever;
+ * a failure every rank meets alike (a usage error, a bad checkpoint) is
+ * printed once, by rank 0.  Before the job is joined, rank and size come
+ * from the launcher's environment. */
 
 static void bar_clear(void);
+static dp_comm *COMM; /* the job, once joined */
+static int RANK, SIZE = 1;
 
+static void vmsg(int prefix_rank, const char *fmt, va_list ap)
+{
+	if (prefix_rank && SIZE > 1)
+		fprintf(stderr, "%s: rank %d: ", prog, RANK);
+	else
+		fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+static void __attribute__((noreturn)) end_job(int code)
+{
+	fflush(stderr);
+	if (COMM && SIZE > 1)
+		dp_comm_abort(COMM, code);
+	exit(code);
+}
+
+/* A failure of this rank. */
 static void __attribute__((noreturn, format(printf, 2, 3))) die_code(int code, const char *fmt, ...)
 {
 	va_list ap;
 	bar_clear();
 	fflush(stdout);
-	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(1, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	exit(code);
+	end_job(code);
 }
 
 #define die(...) die_code(1, __VA_ARGS__)
 
+/* A failure every rank meets alike: rank 0 says it. */
+static void __attribute__((noreturn, format(printf, 2, 3))) die_all(int code, const char *fmt, ...)
+{
+	va_list ap;
+	bar_clear();
+	fflush(stdout);
+	if (RANK == 0) {
+		va_start(ap, fmt);
+		vmsg(0, fmt, ap);
+		va_end(ap);
+	}
+	end_job(code);
+}
+
 static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 {
-	if (O.quiet)
+	if (O.quiet || RANK != 0)
 		return;
 	va_list ap;
-	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(0, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	fputs(usage_line, stderr);
-	exit(2);
+	if (RANK == 0) {
+		va_start(ap, fmt);
+		vmsg(0, fmt, ap);
+		va_end(ap);
+		fputs(usage_line, stderr);
+	}
+	end_job(2);
 }
 
 static uint64_t opt_count(const char *name, const char *s, uint64_t min, uint64_t max)
@@ -400,9 +494,36 @@ static void parse_args(int argc, char **argv)
 		case O_PROGRESS: O.progress = 1; break;
 		case O_NO_PROGRESS: O.progress = 0; break;
 		case 'q': O.quiet = 1; break;
-		case O_HELP: help(); exit(fclose(stdout) ? 1 : 0);
-		case O_VERSION: printf("dp-train (dptools) %s\n", DP_VERSION); exit(fclose(stdout) ? 1 : 0);
-		default: fputs(usage_line, stderr); exit(2);
+		case O_SHARD_DATA: O.shard = 1; break;
+		case O_NO_SHARD_DATA: O.shard = 0; break;
+		case O_UNEVEN:
+			if (strcmp(optarg, "join") && strcmp(optarg, "drop"))
+				usage_error("--uneven '%s': want join or drop", optarg);
+			O.uneven_drop = !strcmp(optarg, "drop");
+			break;
+		case O_SCALE_LR: O.scale_lr = 1; break;
+		case O_WARMUP_EPOCHS: O.warmup_epochs = opt_real("warmup-epochs", optarg, 0, 1e6); break;
+		case O_NO_OVERLAP: O.overlap = 0; break;
+		case O_BUCKET:
+			if (dp_parse_size(optarg, &O.bucket) < 0 || !O.bucket || O.bucket > (1ull << 40))
+				usage_error("--bucket-size '%s': want a size such as 256K or 25M", optarg);
+			break;
+		case O_LOG_ALL: O.log_all = 1; break;
+		case O_TIMELINE: O.timeline = optarg; break;
+		case O_STALL: O.stall = opt_real("stall-timeout", optarg, 0, 1e7); break;
+		case O_STALL_ABORT: O.stall_abort = opt_real("stall-abort", optarg, 0, 1e7); break;
+		case O_HELP: /* once per job under mpirun */
+			if (RANK == 0)
+				help();
+			exit(fclose(stdout) ? 1 : 0);
+		case O_VERSION:
+			if (RANK == 0)
+				printf("dp-train (dptools) %s\n", DP_VERSION);
+			exit(fclose(stdout) ? 1 : 0);
+		default:
+			if (RANK == 0)
+				fputs(usage_line, stderr);
+			exit(2);
 		}
 	}
 	if (optind < argc)
@@ -523,6 +644,10 @@ static void settings_from(const dp_st *ck)
 			*(double *)((char *)&O.opt + reals[i].off) = meta_real(ck, reals[i].key, v);
 	if ((v = from_ckpt(ck, O_NESTEROV, "nesterov")))
 		O.opt.nesterov = !strcmp(v, "true");
+	if ((v = from_ckpt(ck, O_SCALE_LR, "scale_lr")))
+		O.scale_lr = !strcmp(v, "true");
+	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
+		O.warmup_epochs = meta_real(ck, "warmup_epochs", v);
 }
 
 /* ---- logs ---------------------------------------------------------------------- */
@@ -545,12 +670,18 @@ static void log_flush(void)
 		die("%s: write error: %s", O.log ? O.log : "stdout", strerror(errno));
 }
 
-/* A log line: pairs of key and printf-formatted value; logfmt or JSON. */
-static void log_line(const char *const *keys, const char *const *vals, int n)
+/* A log line: pairs of key and printf-formatted value; logfmt or JSON.
+ * Rank 0 writes the job's lines; with --log-all-ranks every rank also
+ * writes its own, which begin with rank=R.  Ranks without a log skip. */
+static void log_line(const char *const *keys, const char *const *vals, int n, int own)
 {
+	if (!logfp || (own && !(O.log_all && SIZE > 1)) || (!own && RANK != 0))
+		return;
 	bar_clear();
 	if (O.json)
 		fputc('{', logfp);
+	if (own)
+		fprintf(logfp, O.json ? "\"rank\":%d%s" : "rank=%d%s", RANK, n ? (O.json ? "," : " ") : "");
 	for (int i = 0; i < n; i++) {
 		if (O.json)
 			fprintf(logfp, "%s\"%s\":%s", i ? "," : "", keys[i], vals[i]);
@@ -567,24 +698,39 @@ typedef struct meter {
 	double t0;
 } meter;
 
-static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
+static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
+		       double dt, double lr, int has_acc, int own)
 {
 	char v[6][40];
 	const char *keys[6] = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_sec"};
 	const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
-	double dt = dp_now() - mt->t0;
 	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
 	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", mt->loss / (double)mt->samples);
-	snprintf(v[3], 40, "%.4f", mt->correct / (double)mt->samples);
+	snprintf(v[2], 40, "%.6g", samples > 0 ? loss / samples : 0.0);
+	snprintf(v[3], 40, "%.4f", samples > 0 ? correct / samples : 0.0);
 	char lb[40];
 	snprintf(v[4], 40, "%s", dp_fmt_double(lr, lb, sizeof lb));
-	snprintf(v[5], 40, "%.0f", dt > 0 ? (double)mt->samples / dt : 0.0);
+	snprintf(v[5], 40, "%.0f", dt > 0 ? samples / dt : 0.0);
 	if (!has_acc) { /* mse: no accuracy */
 		keys[3] = keys[4], keys[4] = keys[5];
 		vals[3] = vals[4], vals[4] = vals[5];
 	}
-	log_line(keys, vals, has_acc ? 6 : 5);
+	log_line(keys, vals, has_acc ? 6 : 5, own);
+}
+
+/* The training line of the last steps: this rank's (--log-all-ranks),
+ * then the job's, summed over the ranks (a collective: every rank calls
+ * it at the same steps). */
+static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
+{
+	double t = dp_now(), dt = t - mt->t0;
+	double v[3] = {mt->loss, mt->correct, (double)mt->samples};
+	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 1);
+	dp_err e;
+	if (dp_comm_allreduce_sum(COMM, v, 3, &e) < 0)
+		die("log: %s", e.msg);
+	dp_comm_event(COMM, "metrics", 1, t, dp_now());
+	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 0);
 	memset(mt, 0, sizeof *mt);
 	mt->t0 = dp_now();
 }
@@ -623,15 +769,30 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
  * count them). */
 static dp_model *M;
 static dp_optim *OPT;
-static dp_comm *COMM;
 static dp_data *TD, *VD;
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
 
+/* Every rank's running statistics (batchnorm) become their mean: each
+ * rank's were updated from its own batches. */
+static void average_buffers(void)
+{
+	dp_err e;
+	double t = dp_now();
+	if (SIZE > 1 && dp_model_nbuffers(M) &&
+	    dp_comm_allreduce_mean(COMM, dp_model_buffers(M), dp_model_nbuffers(M), &e) < 0)
+		die("batchnorm statistics: %s", e.msg);
+	dp_comm_event(COMM, "average", 1, t, dp_now());
+}
+
+/* A checkpoint: called by every rank at the same step; rank 0 writes. */
 static void save(const char *tmpl, const dp_train_state *ts)
 {
-	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64];
+	average_buffers();
+	double t0 = dp_now();
+	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
+		web[40];
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
 	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
@@ -646,7 +807,11 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	snprintf(bb, sizeof bb, "%" PRIu64, O.batch);
 	snprintf(epb, sizeof epb, "%" PRIu64, O.epochs);
 	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
+	snprintf(rb, sizeof rb, "%d", SIZE);
 	const char *meta[] = {
+		"ranks", rb,
+		"scale_lr", O.scale_lr ? "true" : "false",
+		"warmup_epochs", dp_fmt_double(O.warmup_epochs, web, sizeof web),
 		"lr", dp_fmt_double(O.lr, lrb, sizeof lrb),
 		"lr_schedule", dp_sched_format(&sc, schb, sizeof schb),
 		"warmup", wb,
@@ -661,7 +826,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"producer", "dp-train " DP_VERSION,
 		NULL,
 	};
-	if (dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
+	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
 		if (e.code == DP_EDATA)
 			die_code(EXIT_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
 				 have_ckpt ? "; the last good checkpoint is " : "",
@@ -672,6 +837,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	last_ckpt = path;
 	last_ckpt_step = ts->step;
 	have_ckpt = 1;
+	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -692,6 +858,23 @@ static void summary(dp_model *m)
 	       dp_loss_name(dp_model_loss_kind(m)));
 }
 
+/* Sources that name {rank} (or {rank:5}) give each rank its own records. */
+static int per_rank(const char *const *paths, size_t n, const char *cmd)
+{
+	if (cmd)
+		return strstr(cmd, "{rank") != NULL;
+	for (size_t i = 0; i < n; i++)
+		if (strstr(paths[i], "{rank"))
+			return 1;
+	return 0;
+}
+
+/* Whether the ranks split the records of these sources between them. */
+static int shared(const char *const *paths, size_t n, const char *cmd)
+{
+	return SIZE > 1 && (O.shard >= 0 ? O.shard : !per_rank(paths, n, cmd));
+}
+
 static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, int train,
 			  const dp_backend *be, dp_bectx *ctx, dp_model *m)
 {
@@ -707,14 +890,25 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.label_kind = dp_model_loss_kind(m) == DP_LOSS_XENT ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
 	o.nclass = o.label_size = dp_model_out_size(m);
 	o.batch = O.batch;
-	o.drop_last = train ? O.drop_last : 0;
+	/* with several ranks a short global batch is dropped by all (main) */
+	o.drop_last = train && SIZE == 1 ? O.drop_last : 0;
 	o.shuffle = train ? O.shuffle : 0;
 	o.seed = O.seed;
-	/* a stream read in a single epoch needs no cache */
-	o.cache = train && O.epochs <= 1 && !O.given[O_CACHE] ? DP_CACHE_NONE : O.cache;
+	/* a stream read in a single epoch needs no cache (nor counted first) */
+	o.cache = train && O.epochs <= 1 && !O.warmup_epochs && !O.given[O_CACHE] ? DP_CACHE_NONE
+										   : O.cache;
 	o.cache_limit = O.cache_limit;
 	o.cache_dir = O.cache_dir;
 	o.prefetch = O.prefetch;
+	o.rank = RANK;
+	o.size = SIZE;
+	if (shared(paths, n, cmd)) {
+		/* training: rank r takes the r-th slice of every global batch
+		 * (dp_data.h); validation: every size-th record */
+		o.shard_index = (unsigned)RANK;
+		o.shard_count = (unsigned)SIZE;
+		o.shard_block = train ? O.batch : 0;
+	}
 	o.alloc = (void *(*)(void *, size_t))be->host_alloc;
 	o.free = (void (*)(void *, void *))be->host_free;
 	o.alloc_ctx = ctx;
@@ -725,14 +919,16 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	return d;
 }
 
-/* Validation after an epoch: every sample once, in order. */
+/* Validation after an epoch: every sample once, in order, the ranks each
+ * taking a share; the sums are added up over the ranks, so the figures
+ * are those of one process reading everything. */
 static void validate(dp_data *vd, uint64_t epoch, uint64_t step)
 {
 	dp_err e;
+	double t0 = dp_now();
 	if (dp_data_epoch(vd, epoch, 0, &e) < 0)
 		die("val: %s", e.msg);
-	double loss = 0, correct = 0;
-	uint64_t n = 0;
+	double sum[3] = {0, 0, 0}; /* loss, correct, samples */
 	const dp_batch *b;
 	int rc;
 	while ((rc = dp_data_next(vd, &b, &e)) == 1) {
@@ -742,25 +938,274 @@ static void validate(dp_data *vd, uint64_t epoch, uint64_t step)
 		if (dp_model_forward(M, b->x, b->n, &p, &e) < 0 ||
 		    dp_model_loss(M, y, b->n, 1.0f, 0, st, &e) < 0)
 			die("val: %s", e.msg);
-		loss += st[0];
-		correct += st[1];
-		n += b->n;
+		sum[0] += st[0];
+		sum[1] += st[1];
+		sum[2] += (double)b->n;
 	}
 	if (rc < 0)
 		die("val: %s", e.msg);
-	if (!n)
-		die("val: no records");
-	char v[5][40];
-	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", loss / (double)n);
-	snprintf(v[3], 40, "%.4f", correct / (double)n);
-	snprintf(v[4], 40, "%" PRIu64, n);
+	dp_comm_event(COMM, "validate", 1, t0, dp_now());
 	int xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
-	const char *keys[] = {"epoch", "step", "val_loss", xent ? "val_accuracy" : "val_samples",
-			      "val_samples"};
-	const char *vals[] = {v[0], v[1], v[2], xent ? v[3] : v[4], v[4]};
-	log_line(keys, vals, xent ? 5 : 4);
+	for (int own = 1; own >= 0; own--) {
+		if (!own && dp_comm_allreduce_sum(COMM, sum, 3, &e) < 0)
+			die("val: %s", e.msg);
+		if (!own && sum[2] == 0)
+			die_all(1, "val: no records");
+		char v[5][40];
+		double n = sum[2];
+		snprintf(v[0], 40, "%" PRIu64, epoch + 1);
+		snprintf(v[1], 40, "%" PRIu64, step);
+		snprintf(v[2], 40, "%.6g", n > 0 ? sum[0] / n : 0.0);
+		snprintf(v[3], 40, "%.4f", n > 0 ? sum[1] / n : 0.0);
+		snprintf(v[4], 40, "%.0f", n);
+		const char *keys[] = {"epoch", "step", "val_loss",
+				      xent ? "val_accuracy" : "val_samples", "val_samples"};
+		const char *vals[] = {v[0], v[1], v[2], xent ? v[3] : v[4], v[4]};
+		log_line(keys, vals, xent ? 5 : 4, own);
+	}
+}
+
+/* ---- the job ------------------------------------------------------------------------ */
+
+static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
+
+static void stall_report(void *ctx, const char *msg)
+{
+	fprintf(stderr, "%s: rank %d: step %" PRIu64 ": %s\n", prog, RANK,
+		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
+}
+
+/* The whole of a file ("-": stdin), for rank 0 to send to the others. */
+static char *read_whole(const char *path, uint64_t *len, dp_err *e)
+{
+	int std = !strcmp(path, "-");
+	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		dp_syserr(e, "%s", path);
+		return NULL;
+	}
+	size_t cap = 1 << 20, n = 0;
+	char *buf = NULL;
+	for (;;) {
+		if (!buf || n == cap) {
+			char *b = realloc(buf, buf ? (cap *= 2) : cap);
+			if (!b) {
+				dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
+				goto fail;
+			}
+			buf = b;
+		}
+		long got = dp_read_full(fd, buf + n, cap - n, std ? "stdin" : path, e);
+		if (got < 0)
+			goto fail;
+		n += (size_t)got;
+		if (n < cap)
+			break;
+	}
+	if (!std)
+		close(fd);
+	*len = n;
+	return buf;
+fail:
+	if (!std)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+/* The checkpoint to resume or start from.  In a job, rank 0 reads it and
+ * sends the bytes to all: only rank 0's machine needs the file. */
+static dp_st *open_ckpt(const char *path)
+{
+	dp_err e = {0};
+	dp_st *ck;
+	if (SIZE == 1) {
+		if (!(ck = dp_st_open(path, &e)))
+			die("%s", e.msg);
+		return ck;
+	}
+	uint64_t len = 0;
+	char *buf = NULL;
+	if (RANK == 0 && !(buf = read_whole(path, &len, &e)))
+		len = UINT64_MAX;
+	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
+		die("%s: %s", path, e.msg);
+	if (len == UINT64_MAX)
+		die_all(1, "%s", e.msg);
+	if (RANK != 0 && !(buf = malloc(len ? len : 1)))
+		die("%s: out of memory", path);
+	if (dp_comm_bcast_host(COMM, buf, len, 0, &e) < 0)
+		die("%s: %s", path, e.msg);
+	ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
+	free(buf);
+	if (!ck)
+		die_all(1, "%s", e.msg);
+	return ck;
+}
+
+/* What every rank must agree on, one setting a line: dp_comm_check_same
+ * compares them at the start, so that ranks started with different
+ * options (mpirun's MPMD syntax, another dp-train on one host) are told
+ * apart before they train out of step. */
+static char *settings_text(const dp_optim_conf *oc)
+{
+	char *t = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&t, &len);
+	if (!f)
+		die("out of memory");
+	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40];
+	fprintf(f,
+		"version=%s\nbackend=%s\nmodel=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
+		"\nepochs=%" PRIu64 "\nmax_steps=%" PRIu64 "\noptimizer=%s\nlr=%s\nmomentum=%s\n"
+		"dampening=%s\nnesterov=%d\nbetas=%s,%s\neps=%s\nweight_decay=%s\nlr_schedule=%s\n"
+		"warmup=%" PRIu64 "\nwarmup_epochs=%s\nscale_lr=%d\nseed=%" PRIu64
+		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\n"
+		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
+		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
+		"\ntimeline=%s\n",
+		DP_VERSION, dp_backend_default()->name, O.model ? O.model : "(none)",
+		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
+		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
+		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
+		dp_fmt_double(oc->dampening, c, sizeof c), oc->nesterov,
+		dp_fmt_double(oc->beta1, d, sizeof d), dp_fmt_double(oc->beta2, g, sizeof g),
+		dp_fmt_double(oc->eps, h, sizeof h), dp_fmt_double(oc->weight_decay, k, sizeof k),
+		O.schedule, O.warmup, dp_fmt_double(O.warmup_epochs, l, sizeof l), O.scale_lr,
+		O.seed, O.shuffle, O.drop_last ? "drop" : "keep", O.uneven_drop ? "drop" : "join",
+		shared(O.train, O.ntrain, O.train_cmd) ? "shared" : "per-rank",
+		!O.nval && !O.val_cmd ? "none"
+		: shared(O.val, O.nval, O.val_cmd) ? "shared"
+						    : "per-rank",
+		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
+		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
+		!O.timeline ? "none" : strstr(O.timeline, "{rank}") ? "per-rank" : "gathered");
+	if (fclose(f) != 0)
+		die("out of memory");
+	return t;
+}
+
+/* Steps in an epoch, when the ramp of --warmup-epochs needs it: every
+ * rank reads its data once without decoding it (dp_data skips), and the
+ * ranks agree as the training loop does. */
+static uint64_t count_steps(dp_data *td)
+{
+	dp_err e;
+	if (dp_data_epoch(td, 0, UINT64_MAX / 2, &e) < 0)
+		die("train: %s", e.msg);
+	const dp_batch *b;
+	int rc;
+	while ((rc = dp_data_next(td, &b, &e)) == 1)
+		;
+	if (rc < 0)
+		die("train: %s", e.msg);
+	dp_data_stats st;
+	dp_data_stats_get(td, &st);
+	uint64_t own = st.records - st.not_in_shard, bs = O.batch;
+	uint64_t mine = O.drop_last ? own / bs : (own + bs - 1) / bs;
+	uint64_t *all = calloc((size_t)SIZE, sizeof *all);
+	if (!all)
+		die("out of memory");
+	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
+		die("train: %s", e.msg);
+	uint64_t steps = all[0];
+	int use_min = O.drop_last || O.uneven_drop;
+	for (int r = 1; r < SIZE; r++)
+		steps = use_min ? (all[r] < steps ? all[r] : steps) : (all[r] > steps ? all[r] : steps);
+	free(all);
+	return steps;
+}
+
+/* The learning rate of update `step`: the schedule over --lr (times the
+ * ranks with --scale-lr), then the ramps of --warmup (dp_sched) and
+ * --warmup-epochs (from the single-worker rate, Horovod's recipe). */
+static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
+{
+	double lr = dp_sched_lr(sched, O.lr * (O.scale_lr ? SIZE : 1), epoch, step);
+	if (ramp && step < ramp && O.scale_lr && SIZE > 1) {
+		double f0 = 1.0 / SIZE;
+		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
+	}
+	return lr;
+}
+
+/* The gradients of a rank without samples in a step: zeros, reported
+ * layer by layer as a backward pass would, so that every rank makes the
+ * same allreduce calls. */
+static int zero_grads(dp_err *e)
+{
+	dp_bectx *ctx;
+	const dp_backend *be = dp_model_backend(M, &ctx);
+	be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
+	for (int i = dp_model_nlayers(M) - 1; i >= 0; i--) {
+		dp_layer_info li;
+		dp_model_layer(M, i, &li);
+		if (li.nparams) {
+			int rc = dp_comm_grads_ready(COMM, li.param_off, li.nparams, e);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return DP_OK;
+}
+
+/* A hash of everything a rank trains (weights, running statistics,
+ * optimizer state): equal on every rank after every step. */
+static uint64_t state_hash(void)
+{
+	dp_bectx *ctx;
+	const dp_backend *be = dp_model_backend(M, &ctx);
+	struct {
+		const float *p;
+		size_t n;
+	} parts[8] = {{dp_model_params(M), dp_model_nparams(M)},
+		      {dp_model_buffers(M), dp_model_nbuffers(M)}};
+	int np = 2;
+	for (int j = 0; j < dp_optim_nstates(OPT) && np < 8; j++)
+		parts[np++] = (typeof(parts[0])){dp_optim_state(OPT, j), dp_model_nparams(M)};
+	uint64_t h = DP_FNV1A64_INIT;
+	for (int i = 0; i < np; i++) {
+		if (!parts[i].n)
+			continue;
+		float *tmp = malloc(parts[i].n * sizeof(float));
+		if (!tmp)
+			die("out of memory");
+		be->download(ctx, tmp, parts[i].p, parts[i].n * sizeof(float));
+		h = dp_fnv1a64(h, tmp, parts[i].n * sizeof(float));
+		free(tmp);
+	}
+	return dp_mix64(h);
+}
+
+/* At the end: every rank must hold what rank 0 holds. */
+static void check_same_state(uint64_t step)
+{
+	uint64_t h = state_hash(), *all = calloc((size_t)SIZE, sizeof *all);
+	dp_err e;
+	if (!all)
+		die("out of memory");
+	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
+		die("%s", e.msg);
+	char hb[24], qb[24], sb[24];
+	snprintf(hb, sizeof hb, "%016" PRIx64, h);
+	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
+	snprintf(sb, sizeof sb, "%" PRIu64, step);
+	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
+	log_line(keys, vals, 2, 1);
+	int bad = 0;
+	for (int r = 1; r < SIZE; r++)
+		if (all[r] != all[0]) {
+			if (RANK == 0)
+				fprintf(stderr, "%s: rank %d: weights or optimizer state differ from rank 0's "
+					"(hash %016" PRIx64 ", not %016" PRIx64 ")\n",
+					prog, r, all[r], all[0]);
+			bad = 1;
+		}
+	free(all);
+	if (bad)
+		die_all(1, "the ranks ended out of step: a bug; please report it");
+	if (SIZE > 1)
+		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", SIZE, hb);
 }
 
 int main(int argc, char **argv)
@@ -768,15 +1213,42 @@ int main(int argc, char **argv)
 	dp_err e;
 	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
+	if (dp_comm_launched()) { /* who we are, for messages before MPI is up */
+		int r = -1, z = -1;
+		dp_rank_size(&r, &z);
+		RANK = r;
+		SIZE = z;
+	}
+	opterr = RANK == 0;
 	parse_args(argc, argv);
+	if (O.resume && O.init)
+		usage_error("--resume and --init exclude each other");
+
+	/* the backend, and the job: MPI under a launcher */
+	const dp_backend *be = dp_backend_default();
+	dp_bectx *ctx;
+	dp_backend_opts bo = {O.threads, -1, 0};
+	char desc[256];
+	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
+		die("%s", e.msg);
+	if (!(COMM = dp_comm_open(be, ctx, &e)))
+		die("%s", e.msg);
+	RANK = dp_comm_rank(COMM);
+	SIZE = dp_comm_size(COMM);
+	dp_comm_conf cc;
+	dp_comm_conf_defaults(&cc);
+	cc.overlap = O.overlap;
+	cc.bucket_bytes = (size_t)O.bucket;
+	cc.stall_warn = O.stall;
+	cc.stall_abort = O.stall_abort;
+	cc.report = stall_report;
+	if (dp_comm_configure(COMM, &cc, &e) < 0)
+		die("%s", e.msg);
 
 	/* the checkpoint to resume or start from */
 	dp_st *ck = NULL;
-	if (O.resume && O.init)
-		usage_error("--resume and --init exclude each other");
 	if (O.resume || O.init) {
-		if (!(ck = dp_st_open(O.resume ? O.resume : O.init, &e)))
-			die("%s", e.msg);
+		ck = open_ckpt(O.resume ? O.resume : O.init);
 		if (O.resume) {
 			settings_from(ck);
 		} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
@@ -787,6 +1259,12 @@ int main(int argc, char **argv)
 				O.loss = dp_loss_parse(l);
 		}
 	}
+	/* every rank started alike?  (before any check that could fail on
+	 * some ranks only) */
+	char *stext = settings_text(&O.opt);
+	if (dp_comm_check_same(COMM, stext, &e) < 0)
+		die_all(2, "%s", e.msg);
+	free(stext);
 	if (!O.model)
 		usage_error("no model: give --model SPEC (e.g. --model dense:128,relu,dense:10)");
 	if (!O.input_shape)
@@ -798,20 +1276,23 @@ int main(int argc, char **argv)
 	if (!M)
 		usage_error("%s", e.msg);
 	if (O.summary) {
-		summary(M);
+		if (RANK == 0)
+			summary(M);
 		dp_model_free(M);
+		dp_comm_close(COMM);
+		be->close(ctx);
 		return fclose(stdout) ? (perror(prog), 1) : 0;
 	}
 	if (ck) {
 		dp_model *cm = dp_ckpt_model(ck, &e);
 		if (!cm)
-			die("%s", e.msg);
+			die_all(1, "%s", e.msg);
 		if (!dp_model_same(cm, M)) {
 			char a[64], b[64];
 			dp_shape ci = dp_model_input(cm);
-			die("%s: a checkpoint of model '%s' over %s, not '%s' over %s", dp_st_name(ck),
-			    dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a), dp_model_spec(M),
-			    dp_shape_format(&in, b, sizeof b));
+			die_all(1, "%s: a checkpoint of model '%s' over %s, not '%s' over %s",
+				dp_st_name(ck), dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a),
+				dp_model_spec(M), dp_shape_format(&in, b, sizeof b));
 		}
 		dp_model_free(cm);
 	}
@@ -833,6 +1314,23 @@ int main(int argc, char **argv)
 		O.ckpt_every = 1, O.ckpt_epochs = 1;
 	if (O.output && !strcmp(O.output, "-") && !O.log)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
+	for (int v = 0; v < 2 && SIZE > 1; v++) {
+		/* a stream read by several ranks would be torn between them */
+		const char **ps = v ? O.val : O.train;
+		size_t nps = v ? O.nval : O.ntrain;
+		struct stat sb;
+		for (size_t i = 0; i < nps && !per_rank(ps, nps, NULL); i++)
+			if (!strcmp(ps[i], "-") || (stat(ps[i], &sb) == 0 && S_ISFIFO(sb.st_mode)))
+				usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
+					    "({rank}), or --%s-cmd 'CMD' (a stream a rank with {rank})",
+					    v ? "val" : "train", ps[i],
+					    strcmp(ps[i], "-") ? "every rank would read the same FIFO"
+							       : "standard input reaches rank 0 only",
+					    v ? "val" : "train");
+	}
+	if (O.warmup_epochs > 0 && !O.scale_lr)
+		usage_error("--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
+			    "(or --warmup N to ramp from 0)");
 	dp_sched sched = {0};
 	sched.epochs = O.epochs;
 	sched.warmup = O.warmup;
@@ -841,53 +1339,97 @@ int main(int argc, char **argv)
 	if (dp_optim_check(&O.opt, &e) < 0)
 		usage_error("%s", e.msg);
 
-	/* log */
-	logfp = stdout;
-	if (O.log && strcmp(O.log, "-") && !(logfp = fopen(O.log, O.resume ? "a" : "w")))
-		die("%s: %s", O.log, strerror(errno));
-	bar_on = O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO));
+	/* log: rank 0's, and with --log-all-ranks every rank's ({rank} in
+	 * --log: a file each; else the others write to their stdout) */
+	logfp = NULL;
+	if (RANK == 0 || O.log_all) {
+		logfp = stdout;
+		const char *lp = O.log;
+		char *own = NULL;
+		if (lp && RANK != 0 && !strstr(lp, "{rank}"))
+			lp = NULL;
+		if (lp && strcmp(lp, "-")) {
+			char rb[16], zb[16];
+			snprintf(rb, sizeof rb, "%d", RANK);
+			snprintf(zb, sizeof zb, "%d", SIZE);
+			const char *vars[] = {"rank", rb, "size", zb, NULL};
+			if (!(own = dp_expand(lp, vars)))
+				die("out of memory");
+			if (!(logfp = fopen(own, O.resume ? "a" : "w")))
+				die("%s: %s", own, strerror(errno));
+			free(own);
+		}
+	}
+	bar_on = RANK == 0 &&
+		 (O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO)));
 
-	/* backend, model, optimizer, workers */
-	const dp_backend *be = dp_backend_default();
-	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, -1, 0};
-	char desc[256];
-	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
-		die("%s", e.msg);
+	/* model, optimizer */
 	if (dp_model_bind(M, be, ctx, O.batch, &e) < 0)
-		die("%s", e.msg);
-	dp_comm *comm = COMM = dp_comm_open(be, ctx, &e);
-	if (!comm)
 		die("%s", e.msg);
 	OPT = dp_optim_new(&O.opt, be, ctx, dp_model_nparams(M), &e);
 	if (!OPT)
 		die("%s", e.msg);
 	dp_train_state ts = {O.seed, 0, 0, 0};
+	int ck_ranks = 1;
 	if (ck) {
 		if (dp_ckpt_load_weights(ck, M, &e) < 0)
-			die("%s", e.msg);
+			die_all(1, "%s", e.msg);
 		if (O.resume) {
 			if (dp_ckpt_load_optim(ck, OPT, M, &e) < 0 ||
 			    dp_ckpt_train_state(ck, &ts, &e) < 0)
-				die("%s", e.msg);
+				die_all(1, "%s", e.msg);
 			if (O.given[O_SEED] && O.seed != ts.seed)
-				die("%s: saved with --seed %" PRIu64 ", not %" PRIu64
-				    ": resuming needs the same seed",
-				    dp_st_name(ck), ts.seed, O.seed);
+				die_all(1, "%s: saved with --seed %" PRIu64 ", not %" PRIu64
+					": resuming needs the same seed",
+					dp_st_name(ck), ts.seed, O.seed);
+			const char *r = dp_st_meta(ck, "ranks");
+			if (r)
+				ck_ranks = (int)meta_count(ck, "ranks", r);
+			const char *cb = dp_st_meta(ck, "batch_size");
+			uint64_t ckb = cb ? meta_count(ck, "batch_size", cb) : O.batch;
+			uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
+			int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
+			if (ck_ranks != SIZE && ts.epoch < O.epochs) {
+				if (g0 != g1 || !split) {
+					char hint[160] = "";
+					if (split && g0 % (uint64_t)SIZE == 0)
+						snprintf(hint, sizeof hint,
+							 ", or with --batch-size %" PRIu64
+							 " to keep the global batch",
+							 g0 / (uint64_t)SIZE);
+					die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64
+						" (global batch %" PRIu64 "); this run has %d x %" PRIu64
+						" = %" PRIu64 "%s: resume it with %d rank%s%s",
+						dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s",
+						ckb, g0, SIZE, O.batch, g1,
+						split ? "" : " and its data is per rank ({rank})",
+						ck_ranks, ck_ranks == 1 ? "" : "s", hint);
+				}
+				note("%s: saved by %d rank%s, resumed by %d with the same global batch "
+				     "(%" PRIu64 "): the data goes on where it was",
+				     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", SIZE, g1);
+			}
 		}
 	} else {
 		dp_model_init(M, O.seed);
 	}
 	/* every worker starts from worker 0's weights and running statistics */
-	if (dp_comm_bcast(comm, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
-	    dp_comm_bcast(comm, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
+	if (dp_comm_bcast(COMM, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
+	    dp_comm_bcast(COMM, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
 		die("%s", e.msg);
 
+	int tshare = shared(O.train, O.ntrain, O.train_cmd);
 	dp_data *td = TD = open_data(O.train, O.ntrain, O.train_cmd, 1, be, ctx, M);
 	dp_data *vd = VD =
 		O.nval || O.val_cmd ? open_data(O.val, O.nval, O.val_cmd, 0, be, ctx, M) : NULL;
 	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), desc,
-	     dp_comm_desc(comm), dp_data_nsources(td), dp_data_nsources(td) == 1 ? "" : "s");
+	     dp_comm_desc(COMM), dp_data_nsources(td), dp_data_nsources(td) == 1 ? "" : "s");
+	if (SIZE > 1)
+		note("global batch %" PRIu64 " (%d x %" PRIu64 "); training data %s%s", O.batch * SIZE,
+		     SIZE, O.batch,
+		     tshare ? "shared: rank r takes the r-th slice of each global batch"
+			    : "per rank",
+		     O.overlap ? "" : "; gradients reduced after the backward pass (--no-overlap)");
 	if (ck) {
 		if (O.resume && ts.epoch >= O.epochs)
 			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
@@ -899,6 +1441,15 @@ int main(int argc, char **argv)
 		dp_st_close(ck);
 		ck = NULL;
 	}
+	uint64_t ramp = 0;
+	if (O.warmup_epochs > 0 && SIZE > 1) {
+		uint64_t spe = count_steps(td);
+		ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
+		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch", O.warmup_epochs,
+		     ramp, spe);
+	}
+	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
+		die("timeline: %s", e.msg);
 
 	const char *ckpt_path = O.ckpt ? O.ckpt : O.output;
 	int xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
@@ -907,23 +1458,78 @@ int main(int argc, char **argv)
 	meter mt = {0};
 	mt.t0 = dp_now();
 	size_t np = dp_model_nparams(M);
-	double lr = 0;
+	double lr = 0, iter_time = 0;
+	uint64_t iters = 0, G = O.batch * (uint64_t)SIZE;
+	uint64_t *counts = calloc((size_t)SIZE, sizeof *counts);
+	if (!counts)
+		die("out of memory");
 	for (uint64_t epoch = ts.epoch; epoch < O.epochs && !stopped; epoch++) {
 		uint64_t skip = epoch == ts.epoch ? ts.epoch_step : 0;
 		ts.epoch = epoch;
 		ts.epoch_step = skip;
 		if (dp_data_epoch(td, epoch, skip, &e) < 0)
 			die("train: %s", e.msg);
-		const dp_batch *b;
-		int rc;
-		while ((rc = dp_data_next(td, &b, &e)) == 1) {
-			lr = dp_sched_lr(&sched, O.lr, epoch, ts.step);
-			dp_pass pass = {1, O.seed, ts.step, (uint64_t)dp_comm_rank(comm) * O.batch};
-			double st[2];
-			const void *y = xent ? (const void *)b->y : b->t;
-			if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
-			    dp_model_loss(M, y, b->n, 1.0f / (float)b->n, 1, st, &e) < 0)
+		int out = 0; /* this rank's data is over */
+		uint64_t short_steps = 0;
+		for (;;) {
+			/* the next batch, and how many samples every rank has */
+			double t0 = dp_now();
+			const dp_batch *b = NULL;
+			uint64_t n = 0;
+			if (!out) {
+				int rc = dp_data_next(td, &b, &e);
+				if (rc < 0) {
+					bar_clear();
+					die("train: %s", e.msg);
+				}
+				if (rc == 0)
+					out = 1;
+				else
+					n = b->n;
+			}
+			double t1 = dp_now();
+			dp_comm_event(COMM, "data", 1, t0, t1);
+			if (dp_comm_allgather(COMM, &n, counts, sizeof n, &e) < 0)
 				die("train: %s", e.msg);
+			uint64_t gn = 0;
+			int nout = 0, first_out = -1;
+			for (int r = 0; r < SIZE; r++) {
+				gn += counts[r];
+				if (!counts[r] && first_out < 0)
+					first_out = r;
+				nout += !counts[r];
+			}
+			double t2 = dp_now();
+			if (SIZE > 1)
+				dp_comm_event(COMM, "agree", 1, t1, t2);
+			if (!gn)
+				break; /* the epoch is over everywhere */
+			if (O.uneven_drop && nout) {
+				note("epoch %" PRIu64 ", step %" PRIu64 ": rank %d ran out of data first: "
+				     "the other ranks' remaining records (%" PRIu64 " in this step) are "
+				     "dropped this epoch (--uneven drop)",
+				     epoch + 1, ts.step + 1, first_out, gn);
+				break;
+			}
+			if (SIZE > 1 && O.drop_last && gn < G) {
+				note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
+				     " samples) dropped (--last-batch drop)",
+				     epoch + 1, gn, G);
+				break;
+			}
+			short_steps += gn < G;
+			__atomic_store_n(&cur_step, ts.step, __ATOMIC_RELAXED);
+			lr = rate(&sched, epoch, ts.step, ramp);
+			double st[2] = {0, 0};
+			if (n) {
+				dp_pass pass = {1, O.seed, ts.step, (uint64_t)RANK * O.batch};
+				const void *y = xent ? (const void *)b->y : b->t;
+				if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
+				    dp_model_loss(M, y, b->n, 1.0f / (float)gn, 1, st, &e) < 0)
+					die("train: %s", e.msg);
+			}
+			double t3 = dp_now();
+			dp_comm_event(COMM, "forward", 1, t2, t3);
 			if (!isfinite(st[0])) {
 				bar_clear();
 				if (have_ckpt)
@@ -937,16 +1543,24 @@ int main(int argc, char **argv)
 					 "diverged (lower --lr?); no checkpoint written",
 					 epoch + 1, ts.step + 1, isnan(st[0]) ? "NaN" : "infinite");
 			}
-			if (dp_comm_grads_begin(comm, dp_model_grads(M), np, &e) < 0 ||
-			    dp_model_backward(M, b->n, dp_comm_hook, comm, &e) < 0 ||
-			    dp_comm_grads_wait(comm, &e) < 0)
+			if (dp_comm_grads_begin(COMM, dp_model_grads(M), np, &e) < 0 ||
+			    (n ? dp_model_backward(M, b->n, dp_comm_hook, COMM, &e) : zero_grads(&e)) < 0)
 				die("train: %s", e.msg);
+			double t4 = dp_now();
+			dp_comm_event(COMM, "backward", 1, t3, t4);
+			if (dp_comm_grads_wait(COMM, &e) < 0)
+				die("train: %s", e.msg);
+			double t5 = dp_now();
 			dp_optim_step(OPT, dp_model_params(M), dp_model_grads(M), lr);
+			double t6 = dp_now();
+			dp_comm_event(COMM, "update", 1, t5, t6);
+			iter_time += t6 - t0;
+			iters++;
 			ts.step++;
 			ts.epoch_step++;
 			mt.loss += st[0];
 			mt.correct += st[1];
-			mt.samples += b->n;
+			mt.samples += n;
 			mt.steps++;
 			if (ts.step % O.log_every == 0)
 				log_train(epoch, ts.step, &mt, lr, xent);
@@ -958,19 +1572,21 @@ int main(int argc, char **argv)
 				break;
 			}
 		}
-		if (rc < 0) {
-			bar_clear();
-			die("train: %s", e.msg);
-		}
+		if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
+			note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
+			     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
+			     "adding none (--uneven join)",
+			     epoch + 1, short_steps, G);
 		if (mt.steps)
 			log_train(epoch, ts.step, &mt, lr, xent);
 		if (stopped)
 			break;
 		if (ts.epoch_step == 0)
-			die("train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
-			    O.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
+			die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
+				O.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
 		steps_per_epoch = ts.epoch_step;
 		if (vd) {
+			average_buffers();
 			validate(vd, epoch, ts.step);
 			mt.t0 = dp_now(); /* rates count training time only */
 		}
@@ -981,24 +1597,47 @@ int main(int argc, char **argv)
 			save(ckpt_path, &ts);
 	}
 	bar_clear();
+	free(counts);
 	if (ts.epoch >= O.epochs)
 		ts.epoch_step = 0;
 	if (O.output)
 		save(O.output, &ts);
 	else if (ckpt_path && O.ckpt_every && last_ckpt_step != ts.step)
 		save(ckpt_path, &ts);
+	else
+		average_buffers();
+	if (SIZE > 1) {
+		check_same_state(ts.step);
+		dp_comm_stats cs;
+		dp_comm_stats_get(COMM, &cs);
+		if (iters && cs.steps) {
+			double it = iter_time / (double)iters;
+			note("communication: %.1f allreduce call%s a step (%.2f MiB), in flight %.2f ms "
+			     "= %.1f%% of a %.2f ms step, %.2f ms (%.1f%%) of it not hidden by the "
+			     "backward pass",
+			     (double)cs.calls / (double)cs.steps, cs.calls == cs.steps ? "" : "s",
+			     (double)cs.bytes / (double)cs.steps / 1048576.0,
+			     1e3 * cs.busy_time / (double)cs.steps,
+			     100 * cs.busy_time / (double)cs.steps / it, 1e3 * it,
+			     1e3 * cs.wait_time / (double)cs.steps,
+			     100 * cs.wait_time / (double)cs.steps / it);
+		}
+	}
+	if (O.timeline && dp_comm_timeline_write(COMM, O.timeline, &e) < 0)
+		die("timeline: %s", e.msg);
 	dp_data_close(td);
 	dp_data_close(vd);
 	dp_optim_free(OPT);
 	dp_model_free(M);
-	dp_comm_close(comm);
+	dp_comm_close(COMM);
+	COMM = NULL;
 	be->close(ctx);
 	free((char *)last_ckpt);
 	free(O.train);
 	free(O.val);
 	while (nkept)
 		free(kept[--nkept]);
-	if (logfp != stdout && fclose(logfp) != 0)
+	if (logfp && logfp != stdout && fclose(logfp) != 0)
 		die("%s: %s", O.log, strerror(errno));
 	if (fclose(stdout) != 0)
 		die("stdout: %s", strerror(errno));

@@ -185,6 +185,40 @@ int main(void)
 		part &= count[i] == 1;
 	ok(part, "3 shards: record i in shard i %% 3, each once");
 
+	/* shards in blocks after the shuffle (data parallelism): the j-th
+	 * batches of 3 readers with batch 4 are, in rank order, exactly the
+	 * j-th batch of one reader with batch 12; with a resume skip too */
+	for (uint64_t skip = 0; skip < 2; skip++) {
+		int all[N], na, szs[N], nba;
+		o = opts(one, 1);
+		o.shuffle = 7;
+		o.batch = 12;
+		d = dp_data_open(&o, &e);
+		na = epoch_ids(d, 1, skip, all, szs, &nba, &e);
+		dp_data_close(d);
+		int got[3][N], ng[3], nbs[3], sz3[3][N], same = na > 0;
+		for (unsigned r = 0; r < 3; r++) {
+			o = opts(one, 1);
+			o.shuffle = 7;
+			o.batch = 4;
+			o.shard_index = r;
+			o.shard_count = 3;
+			o.shard_block = 4;
+			d = dp_data_open(&o, &e);
+			ng[r] = epoch_ids(d, 1, skip, got[r], sz3[r], &nbs[r], &e);
+			dp_data_close(d);
+		}
+		/* rebuild one reader's order: batch j = rank 0's j-th, rank 1's, rank 2's */
+		int merged[N], nm = 0, at[3] = {0};
+		for (int j = 0; j < nba; j++)
+			for (int r = 0; r < 3; r++)
+				for (int k = 0; j < nbs[r] && k < sz3[r][j]; k++)
+					merged[nm++] = got[r][at[r]++];
+		same &= nm == na && !memcmp(merged, all, sizeof(int) * (size_t)na);
+		ok(same, "block shards after a shuffle = one reader's global batches (skip %d: %d, %d+%d+%d)",
+		   (int)skip, na, ng[0], ng[1], ng[2]);
+	}
+
 	/* several files: globbed, shuffled together, file order per epoch */
 	char pat[320];
 	snprintf(pat, sizeof pat, "%s/*.tfrecord", dir);

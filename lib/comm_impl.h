@@ -1,0 +1,82 @@
+/*
+ * comm_impl.h - private to lib/comm.c and lib/comm_mpi.c: the dp_comm
+ * object and the calls of the MPI side.  Not installed.
+ *
+ * comm.c holds the public API (dp_comm.h), the single-process job, the
+ * gradient buckets and the timeline; comm_mpi.c every call into MPI, so a
+ * program that never opens a dp_comm links no MPI code from libdp.a.
+ */
+#ifndef DP_COMM_IMPL_H
+#define DP_COMM_IMPL_H
+
+#include "dp_comm.h"
+
+#include <pthread.h>
+
+typedef struct comm_event {
+	const char *name;
+	int tid;
+	double t0, t1;
+} comm_event;
+
+struct comm_mpi; /* comm_mpi.c */
+
+struct dp_comm {
+	const dp_backend *be;
+	dp_bectx *ctx;
+	int rank, size;
+	int host; /* backend memory is host memory: no staging */
+	char desc[160];
+	dp_comm_conf conf;
+	/* the gradient step in progress */
+	float *grads;  /* (dev) */
+	float *hgrads; /* host copy when staging, hcap floats */
+	size_t hcap;
+	size_t n;
+	size_t ready;   /* [ready, n) reported ready */
+	size_t flushed; /* [flushed, n) handed to the reduction */
+	int in_step;
+	double t_begin;
+	dp_comm_stats st;
+	pthread_mutex_t smu; /* st.busy_time, written by the communication thread */
+	/* timeline */
+	int trace;
+	double t0;
+	pthread_mutex_t tmu;
+	comm_event *ev;
+	size_t nev, cap;
+	struct comm_mpi *mpi; /* NULL: a job of one */
+};
+
+/* Reports (stall warnings) through conf.report. */
+void comm_report(dp_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- comm_mpi.c ---- */
+enum { COMM_F32 = 1, COMM_F64 = 2, COMM_BYTE = 3 };
+
+/* MPI_Init_thread; sets c->rank, c->size, c->desc. */
+int comm_mpi_open(dp_comm *c, dp_err *e);
+void comm_mpi_close(dp_comm *c);
+void comm_mpi_abort(dp_comm *c, int code) __attribute__((noreturn));
+/* Start or stop the communication thread as c->conf says. */
+int comm_mpi_configure(dp_comm *c, dp_err *e);
+/* Blocking collectives of the calling thread (host memory).  `what`
+ * names the operation in stall reports. */
+int comm_mpi_allreduce_sum(dp_comm *c, void *buf, size_t n, int type, const char *what,
+			   dp_err *e);
+int comm_mpi_bcast(dp_comm *c, void *buf, size_t bytes, int root, const char *what, dp_err *e);
+int comm_mpi_allgather(dp_comm *c, const void *mine, void *all, size_t bytes, const char *what,
+		       dp_err *e);
+/* Worker 0 receives every worker's `len` bytes at `mine`: *all (malloc'd,
+ * concatenated in rank order) and lens[size]; others get *all = NULL. */
+int comm_mpi_gather(dp_comm *c, const void *mine, size_t len, char **all, size_t *lens,
+		    const char *what, dp_err *e);
+/* Gradients: sum floats [lo, hi) of buf (host) in place, in the
+ * background when the communication thread runs, else at once. */
+int comm_mpi_grads_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *e);
+/* Wait for everything submitted this step. */
+int comm_mpi_grads_drain(dp_comm *c, dp_err *e);
+/* 1 while the communication thread has work of this step. */
+int comm_mpi_grads_busy(dp_comm *c);
+
+#endif

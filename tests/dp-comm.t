@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# libdp's dp_comm under a real mpirun: the unit test tests/unit/comm.c
+# (gradient buckets with and without overlap, sizes that do not divide
+# among the ranks, sums, broadcasts, gathers, the settings check, the
+# timeline) run by 2 and 3 ranks.  Rank 0 prints the TAP; a failure on any
+# rank fails the job.
+. "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/mpi.sh"
+
+if ! have_mpirun; then
+	skip "mpirun is not installed (apt-get install openmpi-bin)"
+	done_testing
+fi
+for np in 2 3; do
+	run mpi $np "$DP_BUILD/tests/comm"
+	is "$rc" 0 "$np ranks: every rank passes"
+	like "$out" "# Open MPI v[0-9.]+, $np ranks" "$np ranks: one MPI job"
+	like "$out" $'\n1\\.\\.[0-9]+$' "$np ranks: rank 0's plan"
+	unlike "$out" "not ok" "$np ranks: no failure"
+	[ "$rc" = 0 ] || printf '%s\n' "$out" "$err" | sed 's/^/#   /' | head -20
+done
+done_testing

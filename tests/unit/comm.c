@@ -1,0 +1,147 @@
+/* comm.c - dp_comm: the gradient protocol (ranges reported from the end,
+ * buckets, overlap on and off, sizes that do not divide among the ranks),
+ * the sums, broadcasts, gathers, the settings check and the timeline.
+ *
+ * Run plainly it checks the job of one; tests/dp-comm.t runs it under
+ * mpirun with 3 ranks, where rank 0 prints the TAP and every rank's
+ * failures make the job fail.  Values are small integers and halves, so
+ * every sum is exact and can be compared with ==. */
+#define _GNU_SOURCE
+#include "dp_comm.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Element i of rank r's gradients. */
+static float val(int r, size_t i) { return (float)(r + 1) + 0.5f * (float)(i % 1000); }
+
+int main(void)
+{
+	dp_err e;
+	dp_comm *c = dp_comm_open(NULL, NULL, &e);
+	if (!c) {
+		printf("# %s\n", e.msg);
+		return 1;
+	}
+	int rank = dp_comm_rank(c), size = dp_comm_size(c);
+	if (rank != 0 && !freopen("/dev/null", "w", stdout))
+		return 1;
+	printf("# %s\n", dp_comm_desc(c));
+	ok(size >= 1 && rank < size, "rank %d of %d", rank, size);
+	float sumr = 0; /* sum over ranks of (r + 1) */
+	for (int r = 0; r < size; r++)
+		sumr += (float)(r + 1);
+
+	static const size_t ns[] = {1, 2, 3, 5, 7, 1000, 100003};
+	for (int overlap = 0; overlap < 2; overlap++) {
+		dp_comm_conf cc;
+		dp_comm_conf_defaults(&cc);
+		cc.overlap = overlap;
+		cc.bucket_bytes = 64; /* a bucket every 16 floats */
+		ok(dp_comm_configure(c, &cc, &e) == 0, "configure, overlap %d", overlap);
+		for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+			size_t n = ns[k];
+			float *g = malloc(n * sizeof *g);
+			for (size_t i = 0; i < n; i++)
+				g[i] = val(rank, i);
+			int rc = dp_comm_grads_begin(c, g, n, &e);
+			/* "layers" of 13 floats, reported last first */
+			for (size_t hi = n; rc == 0 && hi > 0;) {
+				size_t lo = hi > 13 ? hi - 13 : 0;
+				rc = dp_comm_hook(c, 0, lo, hi - lo, &e);
+				hi = lo;
+			}
+			if (rc == 0)
+				rc = dp_comm_grads_wait(c, &e);
+			int good = rc == 0;
+			for (size_t i = 0; good && i < n; i++)
+				good = g[i] == sumr + (float)size * 0.5f * (float)(i % 1000);
+			ok(good, "overlap %d, %zu floats in layers of 13: summed over %d ranks%s%s", overlap,
+			   n, size, rc ? ": " : "", rc ? e.msg : "");
+			free(g);
+		}
+	}
+	dp_comm_stats st;
+	dp_comm_stats_get(c, &st);
+	is_int(st.steps, 2 * 7, "stats: steps");
+	if (size > 1)
+		ok(st.calls > st.steps, "stats: buckets make several calls a step (%llu)",
+		   (unsigned long long)st.calls);
+
+	/* protocol errors */
+	float g3[3] = {0};
+	ok(dp_comm_grads_begin(c, g3, 3, &e) == 0, "begin");
+	ok(dp_comm_grads_ready(c, 0, 1, &e) == DP_EARG, "a range not at the end of the ready ones: refused");
+	like(e.msg, "does not end where", "says why");
+	ok(dp_comm_grads_ready(c, 1, 2, &e) == 0, "the last range");
+	ok(dp_comm_grads_wait(c, &e) == DP_EARG, "wait before every range is ready: refused");
+	like(e.msg, "never reported ready", "says which");
+
+	/* sums, averages, broadcasts, gathers */
+	double d[2] = {rank + 0.5, 1};
+	ok(dp_comm_allreduce_sum(c, d, 2, &e) == 0 && d[0] == sumr - 0.5 * size &&
+		   d[1] == size, "allreduce_sum of doubles");
+	float f[3] = {(float)rank, 2, (float)(2 * rank)};
+	ok(dp_comm_allreduce_mean(c, f, 3, &e) == 0 && f[0] == (sumr - size) / size && f[1] == 2 &&
+		   f[2] == 2 * (sumr - size) / size, "allreduce_mean of floats");
+	char buf[5000];
+	for (size_t i = 0; i < sizeof buf; i++)
+		buf[i] = rank == size - 1 ? (char)(i * 7) : 0;
+	int bad = dp_comm_bcast_host(c, buf, sizeof buf, size - 1, &e);
+	for (size_t i = 0; !bad && i < sizeof buf; i++)
+		bad = buf[i] != (char)(i * 7);
+	ok(!bad, "bcast_host from the last rank");
+	ok(dp_comm_bcast_host(c, buf, 1, size, &e) == DP_EARG, "bcast from a rank that is not there: refused");
+	int64_t mine = 100 + rank, *all = calloc((size_t)size, sizeof *all);
+	bad = dp_comm_allgather(c, &mine, all, sizeof mine, &e);
+	for (int r = 0; !bad && r < size; r++)
+		bad = all[r] != 100 + r;
+	ok(!bad, "allgather in rank order");
+	free(all);
+
+	/* the settings check */
+	ok(dp_comm_check_same(c, "model=a\nbatch=8\n", &e) == 0, "the same settings everywhere");
+	char text[64];
+	snprintf(text, sizeof text, "model=a\nbatch=%d\n", rank == 1 ? 16 : 8);
+	int rc = dp_comm_check_same(c, text, &e);
+	if (size > 1) {
+		ok(rc == DP_EARG, "a rank with other settings: every rank fails");
+		if (rank == 0)
+			like(e.msg, "rank 1 has 'batch=16' where rank 0 has 'batch=8'",
+			     "rank 0 names the rank and the line");
+	} else {
+		ok(rc == 0, "one rank: nothing to differ");
+	}
+
+	/* the timeline */
+	char path[] = "/tmp/dpcomm.XXXXXX", file[64];
+	if (rank == 0 && !mkdtemp(path))
+		return 1;
+	ok(dp_comm_bcast_host(c, path, sizeof path, 0, &e) == 0, "share a directory");
+	ok(dp_comm_timeline_start(c, &e) == 0, "timeline start");
+	double t = dp_now();
+	dp_comm_event(c, "forward", 1, t, t + 0.001);
+	snprintf(file, sizeof file, "%s/t.json", path);
+	ok(dp_comm_timeline_write(c, file, &e) == 0, "timeline written");
+	if (rank == 0) {
+		FILE *fp = fopen(file, "r");
+		char body[65536] = "";
+		size_t got = fp ? fread(body, 1, sizeof body - 1, fp) : 0;
+		body[got] = 0;
+		if (fp)
+			fclose(fp);
+		ok(body[0] == '[', "a JSON array");
+		for (int r = 0; r < size; r++) {
+			char want[64];
+			snprintf(want, sizeof want, "\"args\":{\"name\":\"rank %d\"}", r);
+			like(body, want, "rank %d's process", r);
+		}
+		like(body, "\"name\":\"forward\",\"cat\":\"compute\",\"ph\":\"X\"", "the event");
+		unlink(file);
+		rmdir(path);
+	}
+	dp_comm_close(c);
+	return done_testing();
+}
