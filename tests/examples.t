@@ -40,7 +40,8 @@ is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" \
 is "$(tfr-cat -c "$W/data/train-00000-of-00002.tfrecord")" 1425 "... half the training records each"
 is "$(json "$W/metrics.json" 'j["samples"], j["classes"][1]["name"]')" "500 Trouser" "dp-eval: the test set, classes named"
 same_file "$W/release/model.safetensors" "$W/model.safetensors" "the gate released the model"
-like "$(cat "$W/train.log")" "val_loss=.*val_accuracy=" "dp-train validated on the val shards"
+like "$(cat "$W/train.log")" "^epoch=1 step=23 val_loss=.*val_samples=150$" \
+	"dp-train: each worker all of its shard, global batches of 128 (23 steps), validated on both val shards"
 ok $PY -c '
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
