@@ -7,6 +7,10 @@
 # Variables: PREFIX DESTDIR BINDIR LIBDIR INCLUDEDIR MANDIR (install),
 # BACKEND=cpu|cuda (the dp-train/dp-eval math), O (build directory),
 # CC CFLAGS CPPFLAGS LDFLAGS, T (tests to run, e.g. T=tests/tfr-cat.t).
+# BACKEND=cuda also reads CUDA_HOME (default /usr/local/cuda, else the
+# nvcc on PATH), CUDA_ARCH (GPU architectures, default "80 90": A100,
+# H100/H200, plus PTX for newer ones), NVCC, NVCCFLAGS, NCCL=auto|0|1 and
+# NCCL_HOME; it builds into build-cuda.
 
 VERSION := 0.1.0
 SOVERSION := 0
@@ -23,6 +27,10 @@ ifeq ($(BACKEND),cpu)
 O ?= build
 else
 O ?= build-$(BACKEND)
+endif
+
+ifeq ($(filter cpu cuda,$(BACKEND)),)
+$(error BACKEND=$(BACKEND): want cpu or cuda)
 endif
 
 CC ?= cc
@@ -46,13 +54,15 @@ PROTOC_C ?= protoc-c
 # ---- sources -------------------------------------------------------------
 GEN := $(O)/gen
 LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ := $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) $(O)/lib/example.pb-c.o
+LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) $(O)/lib/example.pb-c.o \
+	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC))
 LIB_HDR := $(wildcard lib/dp*.h) $(GEN)/example.pb-c.h
 LIB_PRIV_HDR := $(filter-out lib/dp%.h,$(wildcard lib/*.h))
 TOOLS := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+TEST_PROGS :=
 CLI_TESTS := $(sort $(wildcard tests/*.t))
 MAN1 := $(wildcard man/man1/*.1)
 MAN5 := $(wildcard man/man5/*.5)
@@ -61,6 +71,59 @@ MAN7 := $(wildcard man/man7/*.7)
 ALL_CPPFLAGS := -Ilib -I$(GEN) $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) $(CPPFLAGS)
 ALL_CFLAGS := $(DP_CFLAGS) $(CFLAGS)
 LINK_LIBS := $(PKG_LIBS) $(LDLIBS)
+PC_LIBS_PRIVATE := -lm -pthread
+
+# ---- BACKEND=cuda: lib/*.cu with nvcc, cuBLAS, NCCL when found ------------
+# One line per feature found or missing (llm.c style); nvcc and cuBLAS are
+# required, NCCL is optional (without it gradients go through host memory).
+ifeq ($(BACKEND),cuda)
+CUDA_HOME ?= $(or $(CUDA_PATH),$(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda),$(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= 80 90
+NVCCFLAGS ?= -O3 -lineinfo
+NCCL ?= auto
+NCCL_HOME ?= $(CUDA_HOME)
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+CUDA_LIBDIR := $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/x86_64-linux/lib,$(if $(wildcard $(d)/libcublas.so),$(d))))
+NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+ifneq ($(NCCL),0)
+NCCL_INC := $(firstword $(foreach d,$(NCCL_HOME)/include $(CUDA_HOME)/include /usr/include,$(if $(wildcard $(d)/nccl.h),$(d))))
+NCCL_LIBDIR := $(firstword $(foreach d,$(NCCL_HOME)/lib64 $(NCCL_HOME)/lib $(CUDA_LIBDIR) /usr/lib/$(MULTIARCH),$(if $(wildcard $(d)/libnccl.so),$(d))))
+endif
+CUDA_SAY := $(if $(filter-out clean help,$(MAKECMDGOALS))$(if $(MAKECMDGOALS),,all),yes)
+ifeq ($(NVCC_VERSION),)
+$(error ✗ nvcc not found at $(NVCC): install the CUDA toolkit or set CUDA_HOME (make BACKEND=cuda needs nvcc and cuBLAS))
+endif
+ifeq ($(CUDA_LIBDIR),)
+$(error ✗ cuBLAS not found (no libcublas.so under $(CUDA_HOME)/lib64 or lib): set CUDA_HOME)
+endif
+GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+	-gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+ifneq ($(CUDA_SAY),)
+$(info dptools: BACKEND=cuda, CUDA_HOME=$(CUDA_HOME), building into $(O))
+$(info dptools: ✓ nvcc $(NVCC_VERSION) ($(NVCC)): $(addprefix sm_,$(CUDA_ARCH)) + PTX compute_$(lastword $(CUDA_ARCH)) (CUDA_ARCH="$(CUDA_ARCH)"))
+$(info dptools: ✓ cuBLAS ($(CUDA_LIBDIR)))
+endif
+ifneq ($(and $(NCCL_INC),$(NCCL_LIBDIR)),)
+NCCL_VERSION := $(shell sed -n 's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(NCCL_INC)/nccl.h | paste -sd.)
+ALL_CPPFLAGS += -DDP_WITH_NCCL $(if $(filter $(NCCL_INC),$(CUDA_HOME)/include /usr/include),,-isystem $(NCCL_INC))
+CUDA_LIBS_NCCL := $(if $(filter $(NCCL_LIBDIR),$(CUDA_LIBDIR)),,-L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR)) -lnccl
+ifneq ($(CUDA_SAY),)
+$(info dptools: ✓ NCCL $(NCCL_VERSION) ($(NCCL_INC)/nccl.h, $(NCCL_LIBDIR)): gradients summed GPU to GPU)
+endif
+else ifeq ($(NCCL),1)
+$(error ✗ NCCL not found (NCCL=1): no nccl.h and libnccl.so under $(NCCL_HOME), $(CUDA_HOME) or /usr: set NCCL_HOME)
+else ifneq ($(CUDA_SAY),)
+$(info dptools: ✗ NCCL $(if $(filter 0,$(NCCL)),off (NCCL=0),not found (set NCCL_HOME)): the gradients of several ranks go through host memory and MPI)
+endif
+ALL_CPPFLAGS += -isystem $(CUDA_HOME)/include
+CU_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) $(CUDA_LIBS_NCCL) -lcublas -lcudart -lstdc++
+LINK_LIBS += $(CU_LIBS)
+PC_LIBS_PRIVATE += $(CU_LIBS)
+ALL_NVCCFLAGS := -std=c++17 --fmad=false $(GENCODE) -Xcompiler -fPIC,-pthread,-Wall,-Wno-unused-parameter $(NVCCFLAGS)
+CU_SRC := $(wildcard lib/*.cu)
+endif
+
 # Programs load only the libraries they use: tfr-cat neither loads Open MPI
 # nor OpenBLAS at start (MPI itself is initialised only by dp-train under a
 # launcher: lib/comm.c).
@@ -68,7 +131,7 @@ PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
 
-.PHONY: all check unit cli asan fuzz bench learn demo install uninstall clean help
+.PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help
 .DELETE_ON_ERROR:
 
 ## all: build libdp (libdp.a, libdp.so, libdp.pc) and the programs
@@ -85,6 +148,10 @@ $(O)/lib/example.pb-c.o: $(GEN)/example.pb-c.c
 $(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+$(O)/lib/%.o: lib/%.cu $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -c -o $@ $<
 
 # The CPU backend's elementwise loops are written to vectorise (lib/backend_cpu.c).
 $(O)/lib/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
@@ -104,7 +171,7 @@ define PCFILE
 printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)/dptools' '' \
   'Name: libdp' 'Description: dptools library: TFRecord, tf.train.Example, S3, training' \
   'Version: $(VERSION)' 'Requires: $(PKGS)' \
-  'Libs: -L$${libdir} -ldp' 'Libs.private: -lm -pthread' 'Cflags: -I$${includedir}'
+  'Libs: -L$${libdir} -ldp' 'Libs.private: $(PC_LIBS_PRIVATE)' 'Cflags: -I$${includedir}'
 endef
 
 $(O)/libdp.pc: Makefile
@@ -119,13 +186,42 @@ $(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
+# The CUDA backend's own code run on the CPU through an emulation of the
+# CUDA runtime and cuBLAS (tests/cudaemu), against the CPU backend, so that
+# a build without a GPU still checks its kernels' arithmetic and indexing.
+ifeq ($(BACKEND),cpu)
+CXX ?= c++
+UNIT_BINS += $(O)/tests/cuda-emu
+EMU_CXXFLAGS := -std=gnu++17 -DDP_CUDA_EMU -Itests/cudaemu -fPIC -pthread -ffp-contract=off \
+	-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(CFLAGS)
+$(O)/tests/cudaemu/backend_cuda.o: lib/backend_cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CXX) -x c++ $(ALL_CPPFLAGS) $(EMU_CXXFLAGS) -c -o $@ $<
+$(O)/tests/cudaemu/backend.o: lib/backend.c $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) -DDP_BACKEND_cuda $(ALL_CFLAGS) -c -o $@ $<
+$(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backend_cuda.o \
+		$(O)/tests/cudaemu/backend.o $(O)/libdp.a
+	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< \
+	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
+# dp-train on the emulated backend: tests/cuda-emu.t runs it, under mpirun too
+TEST_PROGS += $(O)/tests/dp-train-cudaemu
+$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(O)/tests/cudaemu/backend_cuda.o \
+		$(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LIB_HDR)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< \
+	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
+endif
+
 # The environment every test runs in: the programs just built first on PATH.
 TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)"
 T ?= $(UNIT_BINS) $(CLI_TESTS)
 
 ## check: build everything and run all tests under prove (T=... picks some)
-check: all $(UNIT_BINS)
+check: all $(UNIT_BINS) $(TEST_PROGS)
 	$(TEST_ENV) $(PROVE) -j2 -f $(T)
+
+## check-build: build everything make check runs, run nothing (tests/cuda-build.t)
+check-build: all $(UNIT_BINS) $(TEST_PROGS)
 
 ## unit: run only libdp's unit tests
 unit: $(UNIT_BINS)

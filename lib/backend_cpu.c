@@ -50,6 +50,11 @@ struct dp_bectx {
 static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
 		    dp_err *e)
 {
+	if (o && o->precision != DP_PREC_FP32)
+		return dp_seterr(e, DP_EARG,
+				 "precision %s: the cpu backend computes in fp32 only (%s needs a "
+				 "GPU: make BACKEND=cuda)",
+				 dp_precision_name(o->precision), dp_precision_name(o->precision));
 	dp_bectx *c = calloc(1, sizeof *c);
 	if (!c)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");

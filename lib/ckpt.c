@@ -546,6 +546,10 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 		be->download(ctx, hb, dp_model_buffers(m), nb * sizeof(float));
 	for (int j = 0; j < ns; j++)
 		be->download(ctx, hs + (size_t)j * np, dp_optim_state(o, j), np * sizeof(float));
+	if ((rc = be->sync(ctx, e)) < 0) { /* a device fault: the copies are not the weights */
+		dp_preferr(e, "%s: not written", path);
+		goto out;
+	}
 	if (!all_finite(hp, np) || !all_finite(hb, nb) || !all_finite(hs, np * (size_t)ns)) {
 		rc = dp_seterr(e, DP_EDATA, "%s: not written: the model's parameters are not finite",
 			       path);

@@ -50,7 +50,7 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	dp_comm_conf_defaults(&c->conf);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->tmu, NULL);
-	if (dp_comm_launched() && comm_mpi_open(c, e) < 0) {
+	if (dp_comm_launched() && (comm_mpi_open(c, e) < 0 || comm_nccl_open(c, e) < 0)) {
 		dp_comm_close(c);
 		return NULL;
 	}
@@ -61,6 +61,7 @@ void dp_comm_close(dp_comm *c)
 {
 	if (!c)
 		return;
+	comm_nccl_close(c);
 	if (c->mpi)
 		comm_mpi_close(c);
 	pthread_mutex_destroy(&c->smu);
@@ -127,6 +128,8 @@ int dp_comm_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e)
 {
 	if (c->size == 1 || !n)
 		return DP_OK;
+	if (c->nccl)
+		return comm_nccl_allreduce_mean(c, buf, n, e);
 	float *h = buf;
 	if (!c->host) {
 		if (!(h = staging(c, n, e)))
@@ -164,6 +167,10 @@ int dp_comm_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e)
 {
 	if (c->host || c->size == 1 || !bytes)
 		return dp_comm_bcast_host(c, buf, bytes, root, e);
+	if (c->nccl)
+		return root >= 0 && root < c->size
+			       ? comm_nccl_bcast(c, buf, bytes, root, e)
+			       : dp_seterr(e, DP_EARG, "comm: broadcast from rank %d of %d", root, c->size);
 	float *h = staging(c, (bytes + sizeof(float) - 1) / sizeof(float), e);
 	if (!h)
 		return DP_ENOMEM;
@@ -267,7 +274,7 @@ int dp_comm_grads_begin(dp_comm *c, float *grads, size_t n, dp_err *e)
 {
 	if (c->in_step)
 		return dp_seterr(e, DP_EARG, "comm: a step begun twice");
-	if (c->size > 1 && !c->host && !staging(c, n, e))
+	if (c->size > 1 && !c->host && !c->nccl && !staging(c, n, e))
 		return DP_ENOMEM;
 	c->grads = grads;
 	c->n = c->ready = c->flushed = n;
@@ -280,6 +287,11 @@ int dp_comm_grads_begin(dp_comm *c, float *grads, size_t n, dp_err *e)
 static int submit(dp_comm *c, size_t lo, size_t hi, dp_err *e)
 {
 	float *buf = c->grads;
+	if (c->nccl) {
+		c->st.calls++;
+		c->st.bytes += (hi - lo) * sizeof(float);
+		return comm_nccl_submit(c, buf, lo, hi, e);
+	}
 	if (!c->host) {
 		buf = c->hgrads;
 		c->be->download(c->ctx, buf + lo, c->grads + lo, (hi - lo) * sizeof(float));
@@ -322,10 +334,10 @@ int dp_comm_grads_wait(dp_comm *c, dp_err *e)
 	if (c->size > 1) {
 		if (c->flushed > 0)
 			rc = submit(c, 0, c->flushed, e);
-		int r2 = comm_mpi_grads_drain(c, e);
+		int r2 = c->nccl ? comm_nccl_drain(c, e) : comm_mpi_grads_drain(c, e);
 		if (rc >= 0)
 			rc = r2;
-		if (rc >= 0 && !c->host)
+		if (rc >= 0 && !c->host && !c->nccl)
 			c->be->upload(c->ctx, c->grads, c->hgrads, c->n * sizeof(float));
 	}
 	double t1 = dp_now();

@@ -19,7 +19,8 @@ typedef struct comm_event {
 	double t0, t1;
 } comm_event;
 
-struct comm_mpi; /* comm_mpi.c */
+struct comm_mpi;  /* comm_mpi.c */
+struct comm_nccl; /* comm_nccl.c */
 
 struct dp_comm {
 	const dp_backend *be;
@@ -46,6 +47,7 @@ struct dp_comm {
 	comm_event *ev;
 	size_t nev, cap;
 	struct comm_mpi *mpi; /* NULL: a job of one */
+	struct comm_nccl *nccl; /* gradients GPU to GPU; NULL: staged through the host */
 };
 
 /* Reports (stall warnings) through conf.report. */
@@ -78,5 +80,17 @@ int comm_mpi_grads_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *
 int comm_mpi_grads_drain(dp_comm *c, dp_err *e);
 /* 1 while the communication thread has work of this step. */
 int comm_mpi_grads_busy(dp_comm *c);
+
+/* ---- comm_nccl.c (BACKEND=cuda with NCCL; stubs otherwise) ----
+ * open: after comm_mpi_open; sets c->nccl when every rank has a GPU of its
+ * own and NCCL is allowed, else leaves the host path (and says which in
+ * c->desc).  The rest are called only when c->nccl is set: buffers are
+ * (dev), work is queued in order with the backend's stream. */
+int comm_nccl_open(dp_comm *c, dp_err *e);
+void comm_nccl_close(dp_comm *c);
+int comm_nccl_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *e);
+int comm_nccl_drain(dp_comm *c, dp_err *e);
+int comm_nccl_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e);
+int comm_nccl_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
 
 #endif

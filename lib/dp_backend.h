@@ -11,7 +11,9 @@
  *   cpu   lib/backend_cpu.c: OpenBLAS SGEMM (im2col convolutions), plain C
  *         loops for the rest.  Always built: it is the reference that other
  *         backends are tested against.
- *   cuda  (make BACKEND=cuda) a later file providing the same table.
+ *   cuda  lib/backend_cuda.cu (make BACKEND=cuda): cuBLAS GEMMs (im2col
+ *         convolutions), CUDA kernels for the rest, one GPU per process;
+ *         tested against the CPU one (tests/unit/cuda.c).
  *
  * Rules every backend keeps:
  *  - Pointers marked (dev) are backend memory: allocated by alloc(), never
@@ -84,11 +86,23 @@ typedef struct dp_adam_args {
 	float bias2_sqrt;     /* sqrt(1 - beta2^t) */
 } dp_adam_args;
 
+/* What matrix products compute in.  Tensors in memory, master weights,
+ * optimizer state and reductions stay float32 in every mode. */
+enum dp_precision {
+	DP_PREC_FP32 = 0, /* IEEE float32 throughout (the reference) */
+	DP_PREC_TF32 = 1, /* GEMM inputs rounded to TF32 on tensor cores (GPU) */
+	DP_PREC_BF16 = 2  /* GEMM inputs in bfloat16, float32 accumulation (GPU) */
+};
+/* "fp32", "tf32", "bf16" (also "float32", "bfloat16"); -1 for anything else. */
+int dp_precision_parse(const char *s);
+const char *dp_precision_name(int p);
+
 typedef struct dp_backend_opts {
 	int threads;   /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
 	int device;    /* device ordinal (GPU backends); -1: choose (local rank) */
 	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
 			* faster algorithms where they apply (CPU: Winograd) */
+	int precision; /* enum dp_precision; a backend refuses what it lacks */
 } dp_backend_opts;
 
 typedef struct dp_bectx dp_bectx; /* one backend instance's state */
@@ -112,8 +126,11 @@ typedef struct dp_backend {
 	void (*copy)(dp_bectx *ctx, void *dst, const void *src, size_t bytes); /* dev to dev */
 	/* Make host data (from host_alloc) visible to the device: returns the
 	 * (dev) pointer to use, which is `host` itself where the device reads
-	 * host memory (CPU: no copy) or `dev` after a copy into it.  The host
-	 * bytes must not change until the next sync(). */
+	 * host memory (CPU: no copy), or `dev` or a second buffer of the
+	 * backend's after a copy (GPU: alternating, so that the copy overlaps
+	 * the work still queued on the previous one).  The pointer serves the
+	 * work queued until the next stage() of the same `dev`.  The host
+	 * bytes must not change until the next sync() or download(). */
 	const void *(*stage)(dp_bectx *ctx, void *dev, const void *host, size_t bytes);
 	/* Wait for queued work; report a failure of it (GPU faults). */
 	int (*sync)(dp_bectx *ctx, dp_err *e);
@@ -189,7 +206,10 @@ typedef struct dp_backend {
 /* The backends built in: the CPU one always, others by BACKEND=... */
 extern const dp_backend dp_backend_cpu;
 
-/* The backend of this build (BACKEND=cpu: dp_backend_cpu). */
+/* The backend of this build (BACKEND=cpu: dp_backend_cpu; BACKEND=cuda:
+ * the CUDA one), or the one named by the environment variable DP_BACKEND
+ * ("cpu" in a CUDA build runs the reference on the same binary).  A name
+ * not built in gives a backend whose open() fails with a message saying so. */
 const dp_backend *dp_backend_default(void);
 /* A backend by name ("cpu", "cuda"), or NULL when not built in. */
 const dp_backend *dp_backend_find(const char *name);

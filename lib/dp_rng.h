@@ -18,9 +18,17 @@
 
 #include <stdint.h>
 
+/* The stateless functions compile for the GPU too (lib/backend_cuda.cu
+ * draws dropout masks with them), so both backends share one definition. */
+#ifdef __CUDACC__
+#define DP_RNG_FN static inline __host__ __device__
+#else
+#define DP_RNG_FN static inline
+#endif
+
 #define DP_RNG_GOLDEN 0x9e3779b97f4a7c15ull
 
-static inline uint64_t dp_mix64(uint64_t z)
+DP_RNG_FN uint64_t dp_mix64(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -28,7 +36,7 @@ static inline uint64_t dp_mix64(uint64_t z)
 }
 
 /* A key for one purpose: dp_rng_key(seed, 3, (uint64_t[]){tag, a, b}). */
-static inline uint64_t dp_rng_key(uint64_t seed, int n, const uint64_t *parts)
+DP_RNG_FN uint64_t dp_rng_key(uint64_t seed, int n, const uint64_t *parts)
 {
 	uint64_t k = dp_mix64(seed + DP_RNG_GOLDEN);
 	for (int i = 0; i < n; i++)
@@ -37,13 +45,13 @@ static inline uint64_t dp_rng_key(uint64_t seed, int n, const uint64_t *parts)
 }
 
 /* The counter-th 64-bit number of the stream `key`. */
-static inline uint64_t dp_rng_at(uint64_t key, uint64_t counter)
+DP_RNG_FN uint64_t dp_rng_at(uint64_t key, uint64_t counter)
 {
 	return dp_mix64(key + (counter + 1) * DP_RNG_GOLDEN);
 }
 
 /* A uniform float in [0, 1) from the top 24 bits. */
-static inline float dp_rng_unit(uint64_t r)
+DP_RNG_FN float dp_rng_unit(uint64_t r)
 {
 	return (float)(r >> 40) * (1.0f / 16777216.0f);
 }

@@ -967,6 +967,9 @@ int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_gr
 		be->mse(m->ctx, (int)n, k, m->out, dt, scale, dout, m->stats);
 	}
 	be->download(m->ctx, stats, m->stats, 2 * sizeof(double));
+	int rc = be->sync(m->ctx, e); /* a device fault shows here, once a step */
+	if (rc < 0)
+		return rc;
 	m->dout = dout;
 	return DP_OK;
 }
@@ -1057,5 +1060,5 @@ int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *
 		src = m->prob;
 	}
 	m->be->download(m->ctx, out, src, n * k * sizeof(float));
-	return DP_OK;
+	return m->be->sync(m->ctx, e);
 }

@@ -51,8 +51,8 @@ enum {
 	O_SHUFFLE, O_LAST_BATCH, O_CACHE, O_CACHE_LIMIT, O_CACHE_DIR, O_PREFETCH, O_MODEL,
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
-	O_SEED, O_THREADS, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT, O_LOG,
-	O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
+	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
+	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_LAST
 };
@@ -92,6 +92,8 @@ static const struct option longopts[] = {
 	{"warmup", required_argument, 0, O_WARMUP},
 	{"seed", required_argument, 0, O_SEED},
 	{"threads", required_argument, 0, O_THREADS},
+	{"gpu", required_argument, 0, O_GPU},
+	{"precision", required_argument, 0, O_PRECISION},
 	{"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
 	{"checkpoint", required_argument, 0, O_CKPT},
 	{"resume", required_argument, 0, O_RESUME},
@@ -141,6 +143,7 @@ static struct {
 	const char *schedule;
 	uint64_t warmup, seed;
 	int threads;
+	int gpu, precision; /* -1: the local rank's GPU; enum dp_precision */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
@@ -175,6 +178,7 @@ static struct {
 	.batch = 32,
 	.schedule = "constant",
 	.threads = 1,
+	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
 };
@@ -239,6 +243,10 @@ static void help(void)
 	       "      --warmup N           ramp the rate up linearly over the first N updates\n"
 	       "      --seed N             weights, dropout and shuffle (default 0)\n"
 	       "      --threads N          math threads (default 1)\n"
+	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	       "                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
+	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	       "                           tensor cores (CUDA build): float32 weights either way\n"
 	       "\n"
 	       "Checkpoints (safetensors, dp-checkpoint(5)):\n"
 	       "  -o, --output PATH        the final checkpoint\n"
@@ -472,6 +480,11 @@ static void parse_args(int argc, char **argv)
 		case O_WARMUP: O.warmup = opt_count("warmup", optarg, 0, UINT64_MAX / 2); break;
 		case O_SEED: O.seed = opt_count("seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_PRECISION:
+			if ((O.precision = dp_precision_parse(optarg)) < 0)
+				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+			break;
 		case O_CKPT_EVERY: {
 			size_t l = strlen(optarg);
 			char buf[32];
@@ -823,6 +836,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"scale", O.scale_text ? O.scale_text : dp_fmt_double(O.scale, scb, sizeof scb),
 		"shuffle_buffer", shb,
 		"last_batch", O.drop_last ? "drop" : "keep",
+		"precision", dp_precision_name(O.precision),
 		"producer", "dp-train " DP_VERSION,
 		NULL,
 	};
@@ -1060,7 +1074,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		"\nepochs=%" PRIu64 "\nmax_steps=%" PRIu64 "\noptimizer=%s\nlr=%s\nmomentum=%s\n"
 		"dampening=%s\nnesterov=%d\nbetas=%s,%s\neps=%s\nweight_decay=%s\nlr_schedule=%s\n"
 		"warmup=%" PRIu64 "\nwarmup_epochs=%s\nscale_lr=%d\nseed=%" PRIu64
-		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\n"
+		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\nprecision=%s\n"
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
 		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
 		"\ntimeline=%s\n",
@@ -1073,6 +1087,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		dp_fmt_double(oc->eps, h, sizeof h), dp_fmt_double(oc->weight_decay, k, sizeof k),
 		O.schedule, O.warmup, dp_fmt_double(O.warmup_epochs, l, sizeof l), O.scale_lr,
 		O.seed, O.shuffle, O.drop_last ? "drop" : "keep", O.uneven_drop ? "drop" : "join",
+		dp_precision_name(O.precision),
 		shared(O.train, O.ntrain, O.train_cmd) ? "shared" : "per-rank",
 		!O.nval && !O.val_cmd ? "none"
 		: shared(O.val, O.nval, O.val_cmd) ? "shared"
@@ -1227,7 +1242,7 @@ int main(int argc, char **argv)
 	/* the backend, and the job: MPI under a launcher */
 	const dp_backend *be = dp_backend_default();
 	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, -1, 0};
+	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
 	char desc[256];
 	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
 		die("%s", e.msg);

@@ -32,7 +32,7 @@ int main(void)
 	dp_err e;
 	const dp_backend *be = &dp_backend_cpu;
 	dp_bectx *im, *wi;
-	dp_backend_opts oi = {1, -1, 1}, ow = {1, -1, 2};
+	dp_backend_opts oi = {1, -1, 1, DP_PREC_FP32}, ow = {1, -1, 2, DP_PREC_FP32};
 	be->open(&im, &oi, NULL, 0, &e);
 	be->open(&wi, &ow, NULL, 0, &e);
 	/* n, c, h, w, k, pad */

@@ -1,0 +1,165 @@
+#!/bin/sh
+# bench/dp-train-cuda.sh - dp-train's CUDA build against PyTorch eager on
+# the same GPU: training samples/s of forward + backward + Adam (lr 1e-3),
+# random MNIST-shaped data, for the seed CNN (Keras MNIST: conv 32, conv 64,
+# maxpool, dropouts, dense 128, dense 10) and the MLP 784-1024-1024-10, at
+# batch 128 and 1024, in fp32 and bf16 (tensor cores, fp32 master weights:
+# PyTorch under torch.autocast(bfloat16)); the achieved TFLOP/s against the
+# GPU's peak.
+#
+# Needs a GPU, a CUDA build (make BACKEND=cuda: build-cuda/bin/dp-train, or
+# DP_TRAIN=...) and, for the peer, a PyTorch with CUDA (PY=..., default
+# /usr/bin/python3; Debian's python3-torch is CPU-only).  Without a GPU or
+# a CUDA build it says so and exits 0 (make bench runs it on any machine);
+# without a CUDA PyTorch it reports dp-train's figures alone.
+#
+# dp-train runs end to end: uint8 records from a file (the page cache),
+# decoded and batched by its reader thread (--prefetch 4) into page-locked
+# memory and copied to the GPU while the previous step runs; its rate is
+# the median of its log lines after the first.  Its first line of output
+# gives the input pipeline's own ceiling (the same data into a one-layer
+# model): a rate near it is bound by decoding on the CPU, not by the GPU.
+# PyTorch keeps one batch resident on the GPU, runs 20 warm-up steps, then
+# a timed loop closed by torch.cuda.synchronize(); TF32 is off in fp32
+# (torch.backends.*.allow_tf32 = False, as dp-train's fp32), cuDNN picks
+# its fastest algorithms (benchmark = True).  Both alternate ROUNDS times
+# (default 3); medians and the ratio are printed.
+#
+# Model FLOPs per sample (forward + backward, multiply-add = 2; no input
+# gradient for the first layer):
+#   CNN  conv1 2*32*9*676 (fwd, dW); conv2 2*64*288*576 (fwd, dW, dX);
+#        dense 2*9216*128 and 2*128*10 (fwd, dW, dX):           71,565,312
+#   MLP  3*2*(1024*1024 + 1024*10) + 2*2*784*1024:               9,564,160
+# Peaks (dense, no sparsity) from the GPU's name, or PEAK_FP32 and
+# PEAK_BF16 in TFLOP/s: H100/H200 SXM 67 and 989, H100 PCIe 51 and 756,
+# A100 19.5 and 312, L40S 91.6 and 362.
+set -eu
+ROUNDS=${ROUNDS:-3}
+PY=${PY:-/usr/bin/python3}
+say() { echo "bench/dp-train-cuda.sh: $*"; }
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+	say "SKIP: no CUDA device (nvidia-smi lists no GPU); run it on a machine with one"
+	exit 0
+fi
+DP_TRAIN=${DP_TRAIN:-}
+if [ -z "$DP_TRAIN" ]; then
+	for c in build-cuda/bin/dp-train "$(command -v dp-train || true)"; do
+		[ -n "$c" ] && [ -x "$c" ] || continue
+		if "$c" --help >/dev/null 2>&1 && ldd "$c" 2>/dev/null | grep -q libcublas; then
+			DP_TRAIN=$c
+			break
+		fi
+	done
+fi
+if [ -z "$DP_TRAIN" ]; then
+	say "SKIP: no CUDA build of dp-train: make BACKEND=cuda first (or DP_TRAIN=path)"
+	exit 0
+fi
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/dpbench.XXXXXX")
+trap 'rm -rf "$T"' EXIT INT TERM
+
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$GPU" in
+*H100*PCIe*) pf=51 pb=756 ;;
+*H100* | *H200*) pf=67 pb=989 ;;
+*A100*) pf=19.5 pb=312 ;;
+*L40S*) pf=91.6 pb=362 ;;
+*) pf=0 pb=0 ;;
+esac
+PEAK_FP32=${PEAK_FP32:-$pf}
+PEAK_BF16=${PEAK_BF16:-$pb}
+echo "GPU: $GPU (peak fp32 ${PEAK_FP32} TFLOP/s, bf16 ${PEAK_BF16} TFLOP/s dense; 0: unknown, set PEAK_FP32/PEAK_BF16)"
+echo "dp-train: $DP_TRAIN"
+
+cat > "$T/peer.py" <<'PYEOF'
+import contextlib, sys, time, torch, torch.nn as nn
+kind, B, prec, nb = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cudnn.benchmark = True
+torch.manual_seed(0)
+dev = torch.device("cuda")
+if kind == "mlp":
+    m = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                      nn.Linear(1024, 10))
+    x = torch.rand(B, 784)
+else:
+    m = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128),
+                      nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10))
+    x = torch.rand(B, 1, 28, 28)
+m, x = m.to(dev), x.to(dev)
+y = torch.randint(0, 10, (B,), device=dev)
+opt = torch.optim.Adam(m.parameters(), 1e-3)
+lossf = nn.CrossEntropyLoss()
+ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if prec == "bf16" else contextlib.nullcontext
+def step():
+    opt.zero_grad(set_to_none=True)
+    with ctx():
+        loss = lossf(m(x), y)
+    loss.backward()
+    opt.step()
+for _ in range(20):
+    step()
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(nb):
+    step()
+torch.cuda.synchronize()
+print(f"{nb * B / (time.perf_counter() - t):.0f}")
+PYEOF
+if $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	PEER=1
+	echo "PyTorch: $($PY -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
+else
+	PEER=0
+	say "no PyTorch with CUDA at PY=$PY: dp-train's figures alone (PY=/path/to/python with a CUDA torch)"
+fi
+
+# N (default 65536) samples, as uint8 records
+$PY tests/mkexamples.py "$T/img.tfr" random --n "${N:-65536}" --shape 1x28x28 --kind uint8 --seed 1
+CNN='conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,dense:128,relu,dropout:0.5,dense:10'
+MLP='flatten,dense:1024,relu,dense:1024,relu,dense:10'
+
+median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+ours() { # model batch precision: samples/s, the median of the log lines after the first
+	ep=$(( $2 >= 1024 ? 3 : 1 ))
+	if ! $DP_TRAIN --train "$T/img.tfr" --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
+		--model "$1" --batch-size "$2" --precision "$3" --optimizer adam --lr 0.001 \
+		--shuffle-buffer 0 --prefetch 4 --epochs $ep --log-every $(( 8192 / $2 )) -q \
+		> "$T/log" 2> "$T/err"; then
+		say "dp-train failed: $(cat "$T/err")" >&2
+		exit 1
+	fi
+	r=$(sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' "$T/log" | sed 1d | median)
+	[ -n "$r" ] || { say "too few log lines (N=${N:-65536} too small?)" >&2; exit 1; }
+	echo "$r"
+}
+
+echo "input pipeline ceiling (dense:10 on the GPU): $(ours flatten,dense:10 1024 fp32) samples/s"
+for prec in fp32 bf16; do
+	peak=$([ $prec = fp32 ] && echo "$PEAK_FP32" || echo "$PEAK_BF16")
+	for model in cnn mlp; do
+		for B in 128 1024; do
+			a="" b=""
+			for r in $(seq "$ROUNDS"); do
+				a="$a $(ours "$([ $model = cnn ] && echo "$CNN" || echo "$MLP")" $B $prec)"
+				[ $PEER = 1 ] && b="$b $($PY "$T/peer.py" $model $B $prec $(( 200 * 128 / B + 20 )))"
+			done
+			ma=$(echo "$a" | median)
+			mb=$([ $PEER = 1 ] && echo "$b" | median || echo 0)
+			flops=$([ $model = mlp ] && echo 9564160 || echo 71565312)
+			awk -v m=$model -v B=$B -v p=$prec -v a="$ma" -v b="$mb" -v f=$flops -v pk="$peak" \
+				-v ra="$a" -v rb="$b" 'BEGIN {
+				t = a * f / 1e12
+				printf "%s batch %d %s: dp-train %d samples/s (runs:%s) = %.1f TFLOP/s", m, B, p, a, ra, t
+				if (pk > 0) printf " (%.1f%% of peak)", 100 * t / pk
+				if (b > 0) printf "; PyTorch %d samples/s (runs:%s) = %.1f TFLOP/s; ratio %.2fx", b, rb, b * f / 1e12, a / b
+				printf "\n"
+			}'
+		done
+	done
+done

@@ -1,0 +1,1392 @@
+/*
+ * backend_cuda.cu - the CUDA backend: cuBLAS GEMMs and small kernels, one
+ * GPU per process (see dp_backend.h for the contract; make BACKEND=cuda).
+ *
+ * It follows the CPU reference (lib/backend_cpu.c) operation by operation,
+ * so that tests/unit/cuda.c can hold every layer to it:
+ *  - dense layers are one GEMM each way over the whole batch, bias and
+ *    activation in one pass after it;
+ *  - convolutions are im2col + GEMM over a chunk of samples at a time
+ *    (as many as fit a fixed workspace budget, the whole batch for small
+ *    layers): the columns of a chunk form one (c*kh*kw, chunk*oh*ow)
+ *    matrix; the forward pass multiplies each sample's block by the
+ *    filters in one strided-batched GEMM writing NCHW directly; the
+ *    backward pass transposes dy to (k, chunk*oh*ow) so that the filter
+ *    gradient of the whole chunk is ONE GEMM (summing over samples in its
+ *    inner dimension), and the input gradient is a GEMM into columns then
+ *    a gather back to the image (col2im without atomics);
+ *  - pooling backward, bias gradients, batch-norm statistics and loss sums
+ *    are gathers and fixed-shape tree reductions, never atomics: the same
+ *    inputs give the same bits, run after run (cuBLAS promises the same
+ *    for one GPU model and toolkit);
+ *  - elementwise code is compiled without FMA contraction (--fmad=false in
+ *    the Makefile), as the CPU file is with -ffp-contract=off, so the
+ *    optimizer updates give the CPU's bits from the same inputs; only
+ *    tanhf/expf (within 2 ulp) and GEMM summation orders differ.
+ * Precision (dp_backend_opts.precision): fp32 is IEEE float throughout;
+ * tf32 lets cuBLAS round GEMM inputs to TF32 on tensor cores; bf16 feeds
+ * GEMMs bfloat16 copies of their inputs (converted on the fly, im2col
+ * writing bf16 directly) with float32 accumulation and float32 results:
+ * master weights, activations, gradients and optimizer state stay float32.
+ *
+ * Streams: all work is queued in order on one compute stream.  stage()
+ * copies input batches on a second stream into one of two buffers in turn,
+ * so that the copy of batch t+1 runs while the GPU still works on batch t
+ * (pinned host memory from host_alloc makes the copy asynchronous); events
+ * order the two streams.  upload/download wait for the copy (their host
+ * buffer is free on return); sync() reports the first CUDA or cuBLAS
+ * failure of anything queued before it.
+ *
+ * Device: opts->device, else the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * MPI_LOCALRANKID, SLURM_LOCALID, ...) modulo the visible devices, so
+ * `mpirun -np 8` on an 8-GPU host gives each rank its own GPU and ranks
+ * beyond the count share them round-robin.
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "dp_backend.h"
+}
+#include "dp_rng.h"
+
+/* Kernel launches go through LAUNCH so that tests/cudaemu can run this file
+ * on the CPU (g++ -DDP_CUDA_EMU): a check of the kernels' arithmetic and
+ * indexing against the CPU backend where no GPU is at hand. */
+#ifdef DP_CUDA_EMU
+#define LAUNCH(k, g, b, s, ...) emu_launch(dim3(g), dim3(b), [&] { k(__VA_ARGS__); })
+#define GRID_MAX 2
+#else
+#define LAUNCH(k, g, b, s, ...) k<<<(g), (b), 0, (s)>>>(__VA_ARGS__)
+#define GRID_MAX 65536
+#endif
+
+#define THREADS 256
+#define NSTAGE 8                             /* distinct stage() targets tracked */
+#define CONV_BUDGET ((size_t)256 << 20)      /* bytes of convolution workspace per chunk;
+					      * DP_CUDA_CONV_BUDGET overrides it (tests: chunks) */
+
+typedef __nv_bfloat16 bf16;
+
+struct stage_slot {
+	const void *dev;  /* the caller's buffer: slot 0 */
+	void *alt;        /* ours: slot 1 */
+	size_t cap;       /* bytes of alt */
+	int next;         /* slot of the next copy */
+	cudaEvent_t freed[2]; /* on the compute stream: slot k may be overwritten */
+	cudaEvent_t ready;    /* on the copy stream: the last copy is done */
+};
+
+struct dp_bectx {
+	int dev, prec;
+	cudaStream_t s;  /* compute */
+	cudaStream_t cs; /* host-to-device copies of stage() */
+	cublasHandle_t blas;
+	stage_slot st[NSTAGE];
+	int nst;
+	void *scratch; /* bf16 copies of dense operands, per-row loss terms */
+	size_t scratch_cap;
+	size_t conv_budget;
+	int failed;
+	char msg[512]; /* the first failure */
+};
+
+/* ---- errors -------------------------------------------------------------- */
+
+static void fail(dp_bectx *c, const char *what, const char *why)
+{
+	if (c->failed)
+		return;
+	c->failed = 1;
+	snprintf(c->msg, sizeof c->msg, "GPU %d: %s: %s", c->dev, what, why);
+}
+
+static bool ck(dp_bectx *c, cudaError_t r, const char *what)
+{
+	if (r == cudaSuccess)
+		return true;
+	fail(c, what, cudaGetErrorString(r));
+	return false;
+}
+
+static bool ckb(dp_bectx *c, cublasStatus_t r, const char *what)
+{
+	if (r == CUBLAS_STATUS_SUCCESS)
+		return true;
+	fail(c, what, cublasGetStatusString(r));
+	return false;
+}
+
+/* After a kernel launch: a bad configuration shows here, a fault later. */
+#define LAUNCHED(c, name) ck((c), cudaGetLastError(), name)
+
+/* Calls may come from other threads (host_alloc from a data reader):
+ * make this context's device current in the calling thread. */
+static thread_local int tl_dev = -1;
+static void use(dp_bectx *c)
+{
+	if (tl_dev != c->dev) {
+		cudaSetDevice(c->dev);
+		tl_dev = c->dev;
+	}
+}
+
+static unsigned grid(size_t n)
+{
+	size_t b = (n + THREADS - 1) / THREADS;
+	return (unsigned)(b > GRID_MAX ? GRID_MAX : b ? b : 1);
+}
+
+#define FOR_EACH(i, n) \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* A growing scratch buffer for one call at a time (stream order keeps
+ * users apart); growing waits for the work that may still read it. */
+static void *scratch(dp_bectx *c, size_t bytes)
+{
+	if (bytes <= c->scratch_cap)
+		return c->scratch;
+	ck(c, cudaStreamSynchronize(c->s), "synchronize");
+	cudaFree(c->scratch);
+	c->scratch = NULL;
+	c->scratch_cap = 0;
+	size_t cap = bytes + bytes / 4 + 4096;
+	if (!ck(c, cudaMalloc(&c->scratch, cap), "scratch memory"))
+		return NULL;
+	c->scratch_cap = cap;
+	return c->scratch;
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ---- small kernels ------------------------------------------------------- */
+
+__device__ __forceinline__ float act_f(int act, float v)
+{
+	switch (act) {
+	case DP_ACT_RELU: return v > 0.0f ? v : 0.0f;
+	case DP_ACT_TANH: return tanhf(v);
+	case DP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+	default: return v;
+	}
+}
+
+/* dy * act'(from the output y) */
+__device__ __forceinline__ float act_g(int act, float y, float d)
+{
+	switch (act) {
+	case DP_ACT_RELU: return y > 0.0f ? d : 0.0f;
+	case DP_ACT_TANH: return d * (1.0f - y * y);
+	case DP_ACT_SIGMOID: return d * (y * (1.0f - y));
+	default: return d;
+	}
+}
+
+template <typename T> __device__ __forceinline__ T to(float v);
+template <> __device__ __forceinline__ float to<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 to<bf16>(float v) { return __float2bfloat16(v); }
+
+__global__ void k_fill(float *p, float v, size_t n)
+{
+	FOR_EACH(i, n) p[i] = v;
+}
+
+__global__ void k_scale(float *p, float s, size_t n)
+{
+	FOR_EACH(i, n) p[i] *= s;
+}
+
+__global__ void k_to_bf16(const float *x, bf16 *y, size_t n)
+{
+	FOR_EACH(i, n) y[i] = __float2bfloat16(x[i]);
+}
+
+/* y = act(y + b[channel]) with channel = (i / inner) % nb: a dense
+ * layer's rows (inner 1) or a convolution's NCHW output (inner oh*ow). */
+__global__ void k_bias_act(float *y, size_t n, const float *b, int nb, size_t inner, int act)
+{
+	FOR_EACH(i, n) y[i] = act_f(act, y[i] + b[(i / inner) % (size_t)nb]);
+}
+
+__global__ void k_act(const float *x, float *y, size_t n, int act)
+{
+	FOR_EACH(i, n) y[i] = act_f(act, x[i]);
+}
+
+__global__ void k_act_grad(const float *y, const float *dy, float *dx, size_t n, int act)
+{
+	FOR_EACH(i, n) dx[i] = act_g(act, y[i], dy[i]);
+}
+
+/* out[j] = the sum of column j of x (rows, cols): 32 columns per block,
+ * 8 partial sums per column in a fixed order. */
+__global__ void k_col_sums(const float *x, int rows, int cols, float *out)
+{
+	__shared__ float sh[8][33];
+	int j = blockIdx.x * 32 + threadIdx.x;
+	float acc = 0.0f;
+	if (j < cols)
+		for (int r = threadIdx.y; r < rows; r += 8)
+			acc += x[(size_t)r * cols + j];
+	sh[threadIdx.y][threadIdx.x] = acc;
+	__syncthreads();
+	if (threadIdx.y == 0 && j < cols) {
+		float s = 0.0f;
+		for (int t = 0; t < 8; t++)
+			s += sh[t][threadIdx.x];
+		out[j] = s;
+	}
+}
+
+/* Tree sum of v over the block (THREADS threads); the result in thread 0
+ * and returned to all. */
+template <typename T> __device__ T block_sum(T v)
+{
+	__shared__ T sh[THREADS];
+	sh[threadIdx.x] = v;
+	__syncthreads();
+	for (int w = THREADS / 2; w > 0; w >>= 1) {
+		if ((int)threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	T r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+/* out[c] = the sum over samples s and positions p of x (n, k, hw): one
+ * block per channel (a convolution's bias gradient). */
+__global__ void k_chan_sums(const float *x, int n, int k, int hw, float *out)
+{
+	int c = blockIdx.x;
+	size_t m = (size_t)n * hw;
+	float acc = 0.0f;
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		size_t s = i / (size_t)hw, p = i % (size_t)hw;
+		acc += x[(s * k + c) * hw + p];
+	}
+	acc = block_sum(acc);
+	if (threadIdx.x == 0)
+		out[c] = acc;
+}
+
+/* ---- convolution --------------------------------------------------------- */
+
+/* col (c*kh*kw, cnt*oh*ow) from samples s0 .. s0+cnt-1 of x (n, c, h, w):
+ * row (ci, ki, kj), column s*oh*ow + oy*ow + ox. */
+template <typename T>
+__global__ void k_im2col(const float *x, dp_conv2d g, int s0, int cnt, T *col)
+{
+	size_t ohw = (size_t)g.oh * g.ow, S = (size_t)cnt * ohw;
+	size_t total = (size_t)g.c * g.kh * g.kw * S;
+	FOR_EACH(i, total) {
+		size_t row = i / S, q = i % S;
+		int s = (int)(q / ohw), p = (int)(q % ohw);
+		int oy = p / g.ow, ox = p % g.ow;
+		int kj = (int)(row % g.kw), ki = (int)(row / g.kw % g.kh), ci = (int)(row / g.kw / g.kh);
+		int iy = oy * g.sh - g.ph + ki, ix = ox * g.sw - g.pw + kj;
+		float v = 0.0f;
+		if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+			v = x[(((size_t)(s0 + s) * g.c + ci) * g.h + iy) * g.w + ix];
+		col[i] = to<T>(v);
+	}
+}
+
+/* dyt (k, cnt*ohw) from samples s0 .. of dy (n, k, ohw). */
+template <typename T>
+__global__ void k_chw_to_cnhw(const float *dy, int k, size_t ohw, int s0, int cnt, T *dyt)
+{
+	size_t S = (size_t)cnt * ohw, total = (size_t)k * S;
+	FOR_EACH(i, total) {
+		size_t kk = i / S, q = i % S, s = q / ohw, p = q % ohw;
+		dyt[i] = to<T>(dy[(((size_t)s0 + s) * k + kk) * ohw + p]);
+	}
+}
+
+/* dx of samples s0 .. (c, h, w each) = the sum of the column entries that
+ * read each input position, in (ki, kj) order, as the CPU's col2im adds. */
+__global__ void k_col2im(const float *dcol, dp_conv2d g, int s0, int cnt, float *dx)
+{
+	size_t ohw = (size_t)g.oh * g.ow, S = (size_t)cnt * ohw;
+	size_t chw = (size_t)g.c * g.h * g.w, total = (size_t)cnt * chw;
+	FOR_EACH(i, total) {
+		int s = (int)(i / chw);
+		size_t r = i % chw;
+		int ci = (int)(r / ((size_t)g.h * g.w)), iy = (int)(r / g.w % g.h), ix = (int)(r % g.w);
+		float acc = 0.0f;
+		for (int ki = 0; ki < g.kh; ki++) {
+			int ty = iy + g.ph - ki;
+			if (ty < 0 || ty % g.sh)
+				continue;
+			int oy = ty / g.sh;
+			if (oy >= g.oh)
+				continue;
+			for (int kj = 0; kj < g.kw; kj++) {
+				int tx = ix + g.pw - kj;
+				if (tx < 0 || tx % g.sw)
+					continue;
+				int ox = tx / g.sw;
+				if (ox >= g.ow)
+					continue;
+				size_t row = ((size_t)ci * g.kh + ki) * g.kw + kj;
+				acc += dcol[row * S + (size_t)s * ohw + (size_t)oy * g.ow + ox];
+			}
+		}
+		dx[((size_t)s0 + s) * chw + r] = acc;
+	}
+}
+
+/* ---- pooling ------------------------------------------------------------- */
+
+__global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *arg)
+{
+	size_t ohw = (size_t)g.oh * g.ow, total = (size_t)g.n * g.c * ohw;
+	FOR_EACH(i, total) {
+		size_t pl = i / ohw;
+		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
+		const float *xp = x + pl * g.h * g.w;
+		int y0 = oy * g.sh, x0 = ox * g.sw, best = y0 * g.w + x0;
+		float m = xp[best];
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++) {
+				int idx = (y0 + a) * g.w + x0 + b;
+				float v = xp[idx];
+				if (v > m || isnan(v)) { /* NaN propagates, as in PyTorch */
+					m = v;
+					best = idx;
+				}
+			}
+		y[i] = m;
+		arg[i] = best;
+	}
+}
+
+/* The output windows (oy, ox ranges) that contain input (iy, ix). */
+__device__ __forceinline__ void windows(int i, int k, int s, int out, int *lo, int *hi)
+{
+	/* o * s <= i < o * s + k */
+	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
+	int h = i / s;
+	*lo = l;
+	*hi = h < out - 1 ? h : out - 1;
+}
+
+/* dx = the sum of dy over the windows whose maximum was this input, in
+ * raster order of the windows (the CPU's order of additions). */
+__global__ void k_maxpool_bwd(dp_pool2d g, const float *dy, const int32_t *arg, float *dx)
+{
+	size_t hw = (size_t)g.h * g.w, ohw = (size_t)g.oh * g.ow, total = (size_t)g.n * g.c * hw;
+	FOR_EACH(i, total) {
+		size_t pl = i / hw;
+		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
+		int ylo, yhi, xlo, xhi;
+		windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				size_t o = pl * ohw + (size_t)oy * g.ow + ox;
+				if (arg[o] == r)
+					acc += dy[o];
+			}
+		dx[i] = acc;
+	}
+}
+
+__global__ void k_avgpool_fwd(dp_pool2d g, const float *x, float *y)
+{
+	size_t ohw = (size_t)g.oh * g.ow, total = (size_t)g.n * g.c * ohw;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t pl = i / ohw;
+		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
+		const float *w0 = x + pl * g.h * g.w + (size_t)oy * g.sh * g.w + (size_t)ox * g.sw;
+		float s = 0.0f;
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++)
+				s += w0[a * g.w + b];
+		y[i] = s * inv;
+	}
+}
+
+__global__ void k_avgpool_bwd(dp_pool2d g, const float *dy, float *dx)
+{
+	size_t hw = (size_t)g.h * g.w, ohw = (size_t)g.oh * g.ow, total = (size_t)g.n * g.c * hw;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t pl = i / hw;
+		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
+		int ylo, yhi, xlo, xhi;
+		windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++)
+				acc += dy[pl * ohw + (size_t)oy * g.ow + ox] * inv;
+		dx[i] = acc;
+	}
+}
+
+/* ---- dropout: the masks of dp_rng.h ------------------------------------- */
+
+__global__ void k_dropout(dp_dropout d, size_t total, const float *in, float *out)
+{
+	uint64_t c0 = d.sample0 * d.per_sample;
+	FOR_EACH(i, total) {
+		uint32_t r = (uint32_t)(dp_rng_at(d.key, c0 + i) >> 32);
+		out[i] = r >= d.threshold ? in[i] * d.scale : 0.0f;
+	}
+}
+
+/* ---- batch normalisation: one block per channel -------------------------- */
+
+__device__ __forceinline__ size_t bn_at(const dp_bnorm &g, int c, size_t i)
+{
+	size_t s = i / (size_t)g.hw, j = i % (size_t)g.hw;
+	return (s * g.c + c) * g.hw + j;
+}
+
+__global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *gamma,
+			    const float *beta, float *run_mean, float *run_var, float *save, float *y)
+{
+	int c = blockIdx.x;
+	size_t m = (size_t)g.n * g.hw;
+	float mean, inv;
+	if (train) {
+		double s = 0;
+		for (size_t i = threadIdx.x; i < m; i += THREADS)
+			s += x[bn_at(g, c, i)];
+		double mu = block_sum(s) / (double)m;
+		double s2 = 0;
+		for (size_t i = threadIdx.x; i < m; i += THREADS) {
+			double d = (double)x[bn_at(g, c, i)] - mu;
+			s2 += d * d;
+		}
+		s2 = block_sum(s2);
+		double var = s2 / (double)m;
+		mean = (float)mu;
+		inv = (float)(1.0 / sqrt(var + g.eps));
+		if (threadIdx.x == 0) {
+			save[c] = mean;
+			save[g.c + c] = inv;
+			double unb = m > 1 ? s2 / (double)(m - 1) : var;
+			run_mean[c] = (1 - g.momentum) * run_mean[c] + g.momentum * mean;
+			run_var[c] = (1 - g.momentum) * run_var[c] + g.momentum * (float)unb;
+		}
+	} else {
+		mean = run_mean[c];
+		inv = 1.0f / sqrtf(run_var[c] + g.eps);
+	}
+	float a = gamma[c] * inv, bb = beta[c] - mean * a;
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		size_t at = bn_at(g, c, i);
+		y[at] = x[at] * a + bb;
+	}
+}
+
+__global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, const float *save,
+			    const float *dy, float *dx, float *dgamma, float *dbeta)
+{
+	int c = blockIdx.x;
+	size_t m = (size_t)g.n * g.hw;
+	float mean = save[c], inv = save[g.c + c];
+	double sdy = 0, sdyx = 0;
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		size_t at = bn_at(g, c, i);
+		float d = dy[at];
+		sdy += d;
+		sdyx += (double)d * ((x[at] - mean) * inv);
+	}
+	sdy = block_sum(sdy);
+	sdyx = block_sum(sdyx);
+	if (threadIdx.x == 0) {
+		dgamma[c] = (float)sdyx;
+		dbeta[c] = (float)sdy;
+	}
+	if (!dx)
+		return;
+	/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
+	float k = gamma[c] * inv, mdy = (float)(sdy / (double)m), mdyx = (float)(sdyx / (double)m);
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		size_t at = bn_at(g, c, i);
+		dx[at] = k * (dy[at] - mdy - (x[at] - mean) * inv * mdyx);
+	}
+}
+
+/* ---- losses: a thread per sample, then a fixed-order sum ----------------- */
+
+__global__ void k_xent(int n, int k, const float *logits, const int32_t *labels, float scale,
+		       float *dlogits, double *rows)
+{
+	FOR_EACH(i, (size_t)n) {
+		const float *z = logits + i * k;
+		int arg = 0;
+		float m = z[0];
+		for (int j = 1; j < k; j++)
+			if (z[j] > m) {
+				m = z[j];
+				arg = j;
+			}
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		double lse = m + log(s);
+		int y = labels[i];
+		rows[i] = lse - z[y];
+		rows[n + i] = arg == y;
+		if (dlogits) {
+			float *d = dlogits + i * k;
+			for (int j = 0; j < k; j++)
+				d[j] = (float)(exp((double)z[j] - lse)) * scale;
+			d[y] -= scale;
+		}
+	}
+}
+
+__global__ void k_mse(int n, int k, const float *pred, const float *target, float f,
+		      float *dpred, double *rows)
+{
+	FOR_EACH(i, (size_t)n) {
+		const float *p = pred + i * k, *t = target + i * k;
+		double s = 0;
+		for (int j = 0; j < k; j++) {
+			float d = p[j] - t[j];
+			s += (double)d * d;
+			if (dpred)
+				dpred[i * k + j] = d * f;
+		}
+		rows[i] = s / k;
+		rows[n + i] = 0;
+	}
+}
+
+/* stats[0] = sum of rows[0..n), stats[1] = sum of rows[n..2n): one block. */
+__global__ void k_sum_rows(int n, const double *rows, double *stats)
+{
+	double a = 0, b = 0;
+	for (int i = threadIdx.x; i < n; i += THREADS) {
+		a += rows[i];
+		b += rows[n + i];
+	}
+	a = block_sum(a);
+	b = block_sum(b);
+	if (threadIdx.x == 0) {
+		stats[0] = a;
+		stats[1] = b;
+	}
+}
+
+__global__ void k_softmax(int n, int k, const float *x, float *y)
+{
+	FOR_EACH(i, (size_t)n) {
+		const float *z = x + i * k;
+		float *o = y + i * k, m = z[0];
+		for (int j = 1; j < k; j++)
+			m = z[j] > m ? z[j] : m;
+		double s = 0;
+		for (int j = 0; j < k; j++)
+			s += exp((double)z[j] - m);
+		for (int j = 0; j < k; j++)
+			o[j] = (float)(exp((double)z[j] - m) / s);
+	}
+}
+
+/* ---- optimizers: the CPU's formulas, element by element ------------------ */
+
+__global__ void k_sgd(size_t n, float *p, const float *g, float *buf, dp_sgd_args a)
+{
+	float lr = a.lr, mu = a.momentum, wd = a.weight_decay, damp = 1.0f - a.dampening;
+	FOR_EACH(i, n) {
+		float d = g[i];
+		if (wd != 0)
+			d += wd * p[i];
+		if (mu != 0) {
+			float b = a.first ? d : mu * buf[i] + damp * d;
+			buf[i] = b;
+			d = a.nesterov ? d + mu * b : b;
+		}
+		p[i] -= lr * d;
+	}
+}
+
+__global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v, dp_adam_args a)
+{
+	float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
+	float wd = a.weight_decay, eps = a.eps, ss = a.step_size, bc2 = a.bias2_sqrt;
+	float decay = a.decoupled ? 1.0f - a.lr * wd : 1.0f;
+	float l2 = a.decoupled ? 0.0f : wd;
+	FOR_EACH(i, n) {
+		float gi = g[i] + l2 * p[i];
+		float mi = b1 * m[i] + c1 * gi;
+		float vi = b2 * v[i] + c2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / bc2 + eps;
+		p[i] = p[i] * decay - ss * mi / denom;
+	}
+}
+
+/* ---- open and close --------------------------------------------------------- */
+
+/* The rank of this process among those on its host, from the launcher. */
+static int local_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+					   "MV2_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK",
+					   "SLURM_LOCALID", "LOCAL_RANK"};
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		char *end;
+		long r = v && *v ? strtol(v, &end, 10) : -1;
+		if (v && *v && !*end && r >= 0 && r < (1 << 20))
+			return (int)r;
+	}
+	return 0;
+}
+
+static void cu_close(dp_bectx *c)
+{
+	if (!c)
+		return;
+	use(c);
+	if (c->s)
+		cudaStreamSynchronize(c->s);
+	if (c->cs)
+		cudaStreamSynchronize(c->cs);
+	for (int i = 0; i < c->nst; i++) {
+		cudaFree(c->st[i].alt);
+		cudaEventDestroy(c->st[i].freed[0]);
+		cudaEventDestroy(c->st[i].freed[1]);
+		cudaEventDestroy(c->st[i].ready);
+	}
+	cudaFree(c->scratch);
+	if (c->blas)
+		cublasDestroy(c->blas);
+	if (c->cs)
+		cudaStreamDestroy(c->cs);
+	if (c->s)
+		cudaStreamDestroy(c->s);
+	free(c);
+}
+
+static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
+		   dp_err *e)
+{
+	int count = 0, prec = o ? o->precision : DP_PREC_FP32;
+	cudaError_t r = cudaGetDeviceCount(&count);
+	if (r != cudaSuccess || count == 0) {
+		int drv = 0;
+		cudaDriverGetVersion(&drv);
+		cudaGetLastError();
+		return dp_seterr(e, DP_ENOTFOUND, "no CUDA device: %s",
+				 !drv		   ? "no NVIDIA driver loaded (libcuda.so.1 not found)"
+				 : r != cudaSuccess ? cudaGetErrorString(r)
+						    : "the driver sees none (CUDA_VISIBLE_DEVICES?)");
+	}
+	if (prec < DP_PREC_FP32 || prec > DP_PREC_BF16)
+		return dp_seterr(e, DP_EARG, "unknown precision %d", prec);
+	int want = o && o->device >= 0 ? o->device : -1;
+	if (want >= count)
+		return dp_seterr(e, DP_EARG, "GPU %d: only %d CUDA device%s visible%s%s", want, count,
+				 count == 1 ? "" : "s",
+				 getenv("CUDA_VISIBLE_DEVICES") ? " with CUDA_VISIBLE_DEVICES=" : "",
+				 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+	int dev = want >= 0 ? want : local_rank() % count;
+	cudaDeviceProp prop;
+	if ((r = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
+		return dp_seterr(e, DP_EIO, "GPU %d: %s", dev, cudaGetErrorString(r));
+	if (prec == DP_PREC_BF16 && prop.major < 8)
+		return dp_seterr(e, DP_EARG,
+				 "GPU %d (%s, sm_%d%d): bf16 needs compute capability 8.0 or later",
+				 dev, prop.name, prop.major, prop.minor);
+	if (prec == DP_PREC_TF32 && prop.major < 8)
+		return dp_seterr(e, DP_EARG,
+				 "GPU %d (%s, sm_%d%d): tf32 needs compute capability 8.0 or later",
+				 dev, prop.name, prop.major, prop.minor);
+	dp_bectx *c = (dp_bectx *)calloc(1, sizeof *c);
+	if (!c)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	c->dev = dev;
+	c->prec = prec;
+	c->conv_budget = CONV_BUDGET;
+	const char *cb = getenv("DP_CUDA_CONV_BUDGET");
+	if (cb && atoll(cb) > 0)
+		c->conv_budget = (size_t)atoll(cb);
+	tl_dev = -1;
+	use(c);
+	/* is there code in this build for the device? */
+	cudaFuncAttributes fa;
+	if ((r = cudaFuncGetAttributes(&fa, k_fill)) != cudaSuccess) {
+		cudaGetLastError();
+		dp_seterr(e, DP_EIO, "GPU %d (%s, sm_%d%d): %s; rebuild with CUDA_ARCH=%d%d", dev,
+			  prop.name, prop.major, prop.minor, cudaGetErrorString(r), prop.major,
+			  prop.minor);
+		cu_close(c);
+		return DP_EIO;
+	}
+	if ((r = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking)) != cudaSuccess) {
+		dp_seterr(e, DP_EIO, "GPU %d: streams: %s", dev, cudaGetErrorString(r));
+		cu_close(c);
+		return DP_EIO;
+	}
+	cublasStatus_t b = cublasCreate(&c->blas);
+	if (b == CUBLAS_STATUS_SUCCESS)
+		b = cublasSetStream(c->blas, c->s);
+	if (b == CUBLAS_STATUS_SUCCESS)
+		b = cublasSetMathMode(c->blas, prec == DP_PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+								    : CUBLAS_DEFAULT_MATH);
+	if (b != CUBLAS_STATUS_SUCCESS) {
+		dp_seterr(e, DP_EIO, "GPU %d: cuBLAS: %s", dev, cublasGetStatusString(b));
+		cu_close(c);
+		return DP_EIO;
+	}
+	if (desc) {
+		int rt = 0, bl = 0;
+		cudaRuntimeGetVersion(&rt);
+		cublasGetVersion(c->blas, &bl);
+		snprintf(desc, desc_len, "cuda: GPU %d of %d, %s (sm_%d%d, %.0f GiB), %s, CUDA %d.%d, cuBLAS %d.%d",
+			 dev, count, prop.name, prop.major, prop.minor,
+			 (double)prop.totalGlobalMem / (1u << 30), dp_precision_name(prec), rt / 1000,
+			 rt % 1000 / 10, bl / 10000, bl / 100 % 100);
+	}
+	*ctx = c;
+	return DP_OK;
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static void *cu_alloc(dp_bectx *c, size_t bytes)
+{
+	use(c);
+	void *p = NULL;
+	if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+		cudaGetLastError(); /* out of memory is the caller's to report */
+		return NULL;
+	}
+	return p;
+}
+
+static void cu_free(dp_bectx *c, void *p)
+{
+	if (!p)
+		return;
+	use(c);
+	cudaFree(p); /* waits for the device */
+}
+
+static void *cu_host_alloc(dp_bectx *c, size_t bytes)
+{
+	use(c);
+	void *p = NULL;
+	if (cudaMallocHost(&p, bytes ? bytes : 64) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	return p;
+}
+
+static void cu_host_free(dp_bectx *c, void *p)
+{
+	if (!p)
+		return;
+	use(c);
+	cudaFreeHost(p);
+}
+
+static void cu_upload(dp_bectx *c, void *dev, const void *host, size_t bytes)
+{
+	if (!bytes)
+		return;
+	use(c);
+	if (ck(c, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->s), "upload"))
+		ck(c, cudaStreamSynchronize(c->s), "upload");
+}
+
+static void cu_download(dp_bectx *c, void *host, const void *dev, size_t bytes)
+{
+	if (!bytes)
+		return;
+	use(c);
+	if (!ck(c, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->s), "download") ||
+	    !ck(c, cudaStreamSynchronize(c->s), "download"))
+		memset(host, 0xff, bytes); /* NaN, not stale numbers; sync() says why */
+}
+
+static void cu_copy(dp_bectx *c, void *dst, const void *src, size_t bytes)
+{
+	if (!bytes || dst == src)
+		return;
+	use(c);
+	ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->s), "copy");
+}
+
+static stage_slot *stage_find(dp_bectx *c, const void *dev)
+{
+	for (int i = 0; i < c->nst; i++)
+		if (c->st[i].dev == dev)
+			return &c->st[i];
+	if (c->nst == NSTAGE)
+		return NULL;
+	stage_slot *t = &c->st[c->nst];
+	memset(t, 0, sizeof *t);
+	if (cudaEventCreateWithFlags(&t->freed[0], cudaEventDisableTiming) != cudaSuccess ||
+	    cudaEventCreateWithFlags(&t->freed[1], cudaEventDisableTiming) != cudaSuccess ||
+	    cudaEventCreateWithFlags(&t->ready, cudaEventDisableTiming) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	t->dev = dev;
+	c->nst++;
+	return t;
+}
+
+/* Copy host into slot k of dev's pair on the copy stream once the compute
+ * stream is done with that slot's previous contents; the compute stream
+ * waits for the copy.  The slot not taken is free for the next copy
+ * after everything queued up to now. */
+static const void *cu_stage(dp_bectx *c, void *dev, const void *host, size_t bytes)
+{
+	use(c);
+	stage_slot *t = stage_find(c, dev);
+	if (t && t->next == 1 && t->cap < bytes) {
+		ck(c, cudaStreamSynchronize(c->s), "stage");
+		cudaFree(t->alt);
+		t->alt = NULL;
+		t->cap = 0;
+		if (cudaMalloc(&t->alt, bytes) == cudaSuccess)
+			t->cap = bytes;
+		else
+			cudaGetLastError();
+	}
+	if (!t || (t->next == 1 && !t->alt)) { /* no second buffer: copy in order */
+		cu_upload(c, dev, host, bytes);
+		return dev;
+	}
+	int k = t->next;
+	void *dst = k ? t->alt : dev;
+	t->next ^= 1;
+	if (bytes) {
+		ck(c, cudaStreamWaitEvent(c->cs, t->freed[k], 0), "stage");
+		ck(c, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->cs), "stage");
+		ck(c, cudaEventRecord(t->ready, c->cs), "stage");
+		ck(c, cudaStreamWaitEvent(c->s, t->ready, 0), "stage");
+	}
+	ck(c, cudaEventRecord(t->freed[k ^ 1], c->s), "stage");
+	return dst;
+}
+
+static int cu_sync(dp_bectx *c, dp_err *e)
+{
+	use(c);
+	ck(c, cudaStreamSynchronize(c->s), "synchronize");
+	ck(c, cudaStreamSynchronize(c->cs), "synchronize");
+	if (c->failed)
+		return dp_seterr(e, DP_EIO, "%s", c->msg);
+	return DP_OK;
+}
+
+static void cu_fill(dp_bectx *c, float *p, float v, size_t n)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_fill, grid(n), THREADS, c->s, p, v, n);
+	LAUNCHED(c, "fill");
+}
+
+static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_scale, grid(n), THREADS, c->s, p, s, n);
+	LAUNCHED(c, "scale");
+}
+
+/* ---- GEMM ------------------------------------------------------------------
+ * Column-major, as cuBLAS: C (m, n; ldc) = op(A) op(B) + beta C, float32 C.
+ * lowp: A and B are bf16 (tensor cores, float32 accumulation), else float. */
+
+static void gemm(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+		 const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc,
+		 bool lowp, const char *what)
+{
+	const float one = 1.0f;
+	if (lowp)
+		ckb(c, cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B,
+				    CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+				    CUBLAS_GEMM_DEFAULT),
+		    what);
+	else
+		ckb(c, cublasSgemm(c->blas, ta, tb, m, n, k, &one, (const float *)A, lda,
+				   (const float *)B, ldb, &beta, C, ldc),
+		    what);
+}
+
+static void gemm_batched(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+			 int k, const void *A, int lda, long long sa, const void *B, int ldb,
+			 long long sb, float *C, int ldc, long long sc, int count, bool lowp,
+			 const char *what)
+{
+	const float one = 1.0f, zero = 0.0f;
+	if (lowp)
+		ckb(c, cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda,
+						  sa, B, CUDA_R_16BF, ldb, sb, &zero, C, CUDA_R_32F,
+						  ldc, sc, count, CUBLAS_COMPUTE_32F,
+						  CUBLAS_GEMM_DEFAULT),
+		    what);
+	else
+		ckb(c, cublasSgemmStridedBatched(c->blas, ta, tb, m, n, k, &one, (const float *)A, lda,
+						 sa, (const float *)B, ldb, sb, &zero, C, ldc, sc,
+						 count),
+		    what);
+}
+
+/* A bf16 copy of n floats at dst (scratch). */
+static void to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
+{
+	if (!n)
+		return;
+	LAUNCH(k_to_bf16, grid(n), THREADS, c->s, x, dst, n);
+	LAUNCHED(c, "bf16 copy");
+}
+
+/* ---- activations ----------------------------------------------------------- */
+
+static void bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, size_t inner,
+		     int act)
+{
+	if (!n)
+		return;
+	LAUNCH(k_bias_act, grid(n), THREADS, c->s, y, n, b, nb, inner, act);
+	LAUNCHED(c, "bias and activation");
+}
+
+static void act_grad(dp_bectx *c, int act, const float *y, const float *dy, float *dx, size_t n)
+{
+	if (!act || !n) {
+		if (dx != dy && n)
+			ck(c, cudaMemcpyAsync(dx, dy, n * sizeof *dx, cudaMemcpyDeviceToDevice, c->s),
+			   "copy");
+		return;
+	}
+	LAUNCH(k_act_grad, grid(n), THREADS, c->s, y, dy, dx, n, act);
+	LAUNCHED(c, "activation gradient");
+}
+
+static void cu_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_act, grid(n), THREADS, c->s, x, y, n, act);
+	LAUNCHED(c, "activation");
+}
+
+static void cu_act_bwd(dp_bectx *c, int act, size_t n, const float *y, const float *dy, float *dx)
+{
+	use(c);
+	act_grad(c, act, y, dy, dx, n);
+}
+
+/* ---- dense -------------------------------------------------------------------
+ * Row-major (r, c) is column-major (c, r): y (n, out) = x w^T is, column-
+ * major, y^T (out, n) = w (out <- in) x^T, i.e. op_T(w as (in, out)) x. */
+
+static void cu_dense_fwd(dp_bectx *c, int n, int in, int out, const float *x, const float *w,
+			 const float *b, float *y, int act)
+{
+	use(c);
+	bool lowp = c->prec == DP_PREC_BF16;
+	const void *A = w, *B = x;
+	if (lowp) {
+		size_t wn = (size_t)out * in, xn = (size_t)n * in;
+		bf16 *s = (bf16 *)scratch(c, align256(wn * 2) + xn * 2);
+		if (!s)
+			return;
+		bf16 *xb = (bf16 *)((char *)s + align256(wn * 2));
+		to_bf16(c, w, s, wn);
+		to_bf16(c, x, xb, xn);
+		A = s;
+		B = xb;
+	}
+	gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, A, in, B, in, 0.0f, y, out, lowp, "dense");
+	bias_act(c, y, (size_t)n * out, b, out, 1, act);
+}
+
+static void cu_dense_bwd(dp_bectx *c, int n, int in, int out, const float *x, const float *w,
+			 const float *y, float *dy, float *dx, float *dw, float *db, int act)
+{
+	use(c);
+	act_grad(c, act, y, dy, dy, (size_t)n * out);
+	dim3 tb(32, 8);
+	LAUNCH(k_col_sums, (out + 31) / 32, tb, c->s, dy, n, out, db);
+	LAUNCHED(c, "dense bias gradient");
+	bool lowp = c->prec == DP_PREC_BF16;
+	const void *X = x, *W = w, *D = dy;
+	if (lowp) {
+		size_t xn = (size_t)n * in, wn = (size_t)out * in, dn = (size_t)n * out;
+		char *s = (char *)scratch(c, align256(xn * 2) + align256(wn * 2) + dn * 2);
+		if (!s)
+			return;
+		bf16 *xb = (bf16 *)s, *wb = (bf16 *)(s + align256(xn * 2)),
+		     *db16 = (bf16 *)(s + align256(xn * 2) + align256(wn * 2));
+		to_bf16(c, x, xb, xn);
+		if (dx)
+			to_bf16(c, w, wb, wn);
+		to_bf16(c, dy, db16, dn);
+		X = xb;
+		W = wb;
+		D = db16;
+	}
+	/* dw (out, in) = dy^T x: column-major dw^T (in, out) = x^T (in, n) dy (n, out) */
+	gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, X, in, D, out, 0.0f, dw, in, lowp,
+	     "dense weight gradient");
+	/* dx (n, in) = dy w: column-major dx^T (in, n) = w^T (in, out) dy^T (out, n) */
+	if (dx)
+		gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, W, in, D, out, 0.0f, dx, in, lowp,
+		     "dense input gradient");
+}
+
+/* ---- convolution -------------------------------------------------------------- */
+
+typedef struct conv_plan {
+	int ckk, chunk;
+	size_t ohw;
+	size_t es;                 /* bytes per GEMM input element: 4, or 2 (bf16) */
+	size_t col, dyt, dcol, wb; /* byte offsets in the workspace */
+	size_t bytes;
+} conv_plan;
+
+/* Samples per chunk: as many as the budget holds (at least one), and the
+ * workspace: columns, transposed dy and column gradient of a chunk, and a
+ * bf16 copy of the filters.  The chunk depends on g->n only as a cap, so
+ * the workspace sized for the largest batch serves every smaller one. */
+static conv_plan plan_conv(const dp_bectx *c, const dp_conv2d *g)
+{
+	conv_plan p;
+	p.ckk = g->c * g->kh * g->kw;
+	p.ohw = (size_t)g->oh * g->ow;
+	p.es = c->prec == DP_PREC_BF16 ? 2 : 4;
+	size_t per = p.ohw * ((size_t)p.ckk * p.es + (size_t)g->k * p.es + (size_t)p.ckk * 4);
+	size_t chunk = per ? c->conv_budget / per : 1;
+	if (chunk < 1)
+		chunk = 1;
+	if (chunk > (size_t)g->n)
+		chunk = (size_t)g->n > 0 ? (size_t)g->n : 1;
+	/* cuBLAS takes int dimensions: the widest matrix has chunk * ohw columns */
+	while (chunk > 1 && chunk * p.ohw * (size_t)(p.ckk > g->k ? p.ckk : g->k) > (size_t)INT32_MAX)
+		chunk /= 2;
+	p.chunk = (int)chunk;
+	size_t S = chunk * p.ohw;
+	p.col = 0;
+	p.dyt = p.col + align256((size_t)p.ckk * S * p.es);
+	p.dcol = p.dyt + align256((size_t)g->k * S * p.es);
+	p.wb = p.dcol + align256((size_t)p.ckk * S * 4);
+	p.bytes = p.wb + (p.es == 2 ? align256((size_t)g->k * p.ckk * 2) : 0);
+	return p;
+}
+
+static size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g) { return plan_conv(c, g).bytes; }
+
+template <typename T>
+static void im2col(dp_bectx *c, const float *x, const dp_conv2d *g, int s0, int cnt, void *col)
+{
+	size_t total = (size_t)g->c * g->kh * g->kw * cnt * g->oh * g->ow;
+	LAUNCH(k_im2col<T>, grid(total), THREADS, c->s, x, *g, s0, cnt, (T *)col);
+	LAUNCHED(c, "im2col");
+}
+
+template <typename T>
+static void transpose_dy(dp_bectx *c, const float *dy, const dp_conv2d *g, int s0, int cnt,
+			 void *dyt)
+{
+	size_t ohw = (size_t)g->oh * g->ow, total = (size_t)g->k * cnt * ohw;
+	LAUNCH(k_chw_to_cnhw<T>, grid(total), THREADS, c->s, dy, g->k, ohw, s0, cnt, (T *)dyt);
+	LAUNCHED(c, "transpose");
+}
+
+static void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w,
+			const float *b, float *y, int act, void *ws)
+{
+	use(c);
+	conv_plan p = plan_conv(c, g);
+	bool lowp = p.es == 2;
+	char *base = (char *)ws;
+	void *col = base + p.col;
+	const void *W = w;
+	if (lowp) {
+		to_bf16(c, w, (bf16 *)(base + p.wb), (size_t)g->k * p.ckk);
+		W = base + p.wb;
+	}
+	for (int s0 = 0; s0 < g->n; s0 += p.chunk) {
+		int cnt = g->n - s0 < p.chunk ? g->n - s0 : p.chunk;
+		if (lowp)
+			im2col<bf16>(c, x, g, s0, cnt, col);
+		else
+			im2col<float>(c, x, g, s0, cnt, col);
+		/* per sample s: y_s (k, ohw) = w (k, ckk) col_s (ckk, ohw); column-
+		 * major y_s^T (ohw, k) = col_s^T (ohw, ckk) w^T (ckk, k), where
+		 * col_s is the block of ohw columns at s*ohw of the (ckk, S) matrix */
+		int S = (int)((size_t)cnt * p.ohw);
+		gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)p.ohw, g->k, p.ckk, col, S,
+			     (long long)p.ohw, W, p.ckk, 0, y + (size_t)s0 * g->k * p.ohw, (int)p.ohw,
+			     (long long)g->k * p.ohw, cnt, lowp, "convolution");
+	}
+	bias_act(c, y, (size_t)g->n * g->k * p.ohw, b, g->k, p.ohw, act);
+}
+
+static void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w,
+			const float *y, float *dy, float *dx, float *dw, float *db, int act,
+			void *ws)
+{
+	use(c);
+	conv_plan p = plan_conv(c, g);
+	bool lowp = p.es == 2;
+	char *base = (char *)ws;
+	void *col = base + p.col, *dyt = base + p.dyt;
+	float *dcol = (float *)(base + p.dcol);
+	act_grad(c, act, y, dy, dy, (size_t)g->n * g->k * p.ohw);
+	LAUNCH(k_chan_sums, g->k, THREADS, c->s, dy, g->n, g->k, (int)p.ohw, db);
+	LAUNCHED(c, "convolution bias gradient");
+	const void *W = w;
+	if (lowp && dx) {
+		to_bf16(c, w, (bf16 *)(base + p.wb), (size_t)g->k * p.ckk);
+		W = base + p.wb;
+	}
+	for (int s0 = 0; s0 < g->n; s0 += p.chunk) {
+		int cnt = g->n - s0 < p.chunk ? g->n - s0 : p.chunk;
+		int S = (int)((size_t)cnt * p.ohw);
+		if (lowp) {
+			im2col<bf16>(c, x, g, s0, cnt, col);
+			transpose_dy<bf16>(c, dy, g, s0, cnt, dyt);
+		} else {
+			im2col<float>(c, x, g, s0, cnt, col);
+			transpose_dy<float>(c, dy, g, s0, cnt, dyt);
+		}
+		/* dw (k, ckk) += dyt (k, S) col^T (S, ckk); column-major
+		 * dw^T (ckk, k) = op_T(col as (S, ckk)) dyt as (S, k) */
+		gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, p.ckk, g->k, S, col, S, dyt, S, s0 ? 1.0f : 0.0f, dw,
+		     p.ckk, lowp, "convolution weight gradient");
+		if (!dx)
+			continue;
+		/* dcol (ckk, S) = w^T (ckk, k) dyt (k, S); column-major
+		 * dcol^T (S, ckk) = dyt as (S, k) op_T(w as (ckk, k)) */
+		gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, S, p.ckk, g->k, dyt, S, W, p.ckk, 0.0f, dcol, S,
+		     lowp, "convolution input gradient");
+		size_t total = (size_t)cnt * g->c * g->h * g->w;
+		LAUNCH(k_col2im, grid(total), THREADS, c->s, dcol, *g, s0, cnt, dx);
+		LAUNCHED(c, "col2im");
+	}
+}
+
+/* ---- pooling ------------------------------------------------------------------ */
+
+static void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y,
+			   int32_t *arg)
+{
+	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_maxpool_fwd, grid(n), THREADS, c->s, *g, x, y, arg);
+	LAUNCHED(c, "maxpool");
+}
+
+static void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, const int32_t *arg,
+			   float *dx)
+{
+	size_t n = (size_t)g->n * g->c * g->h * g->w;
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_maxpool_bwd, grid(n), THREADS, c->s, *g, dy, arg, dx);
+	LAUNCHED(c, "maxpool gradient");
+}
+
+static void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y)
+{
+	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_avgpool_fwd, grid(n), THREADS, c->s, *g, x, y);
+	LAUNCHED(c, "avgpool");
+}
+
+static void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, float *dx)
+{
+	size_t n = (size_t)g->n * g->c * g->h * g->w;
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_avgpool_bwd, grid(n), THREADS, c->s, *g, dy, dx);
+	LAUNCHED(c, "avgpool gradient");
+}
+
+/* ---- dropout ------------------------------------------------------------------- */
+
+static void dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, float *out)
+{
+	size_t total = (size_t)n * d->per_sample;
+	if (!total)
+		return;
+	use(c);
+	LAUNCH(k_dropout, grid(total), THREADS, c->s, *d, total, in, out);
+	LAUNCHED(c, "dropout");
+}
+
+static void cu_dropout_fwd(dp_bectx *c, const dp_dropout *d, int n, const float *x, float *y)
+{
+	dropout(c, d, n, x, y);
+}
+
+static void cu_dropout_bwd(dp_bectx *c, const dp_dropout *d, int n, const float *dy, float *dx)
+{
+	dropout(c, d, n, dy, dx);
+}
+
+/* ---- batch normalisation -------------------------------------------------------- */
+
+static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x,
+			 const float *gamma, const float *beta, float *run_mean, float *run_var,
+			 float *save, float *y)
+{
+	if (g->c <= 0)
+		return;
+	use(c);
+	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, save,
+						 y);
+	LAUNCHED(c, "batchnorm");
+}
+
+static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
+			 const float *save, const float *dy, float *dx, float *dgamma, float *dbeta)
+{
+	if (g->c <= 0)
+		return;
+	use(c);
+	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, dy, dx, dgamma, dbeta);
+	LAUNCHED(c, "batchnorm gradient");
+}
+
+/* ---- losses ------------------------------------------------------------------------ */
+
+static void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_t *labels,
+		    float scale, float *dlogits, double *stats)
+{
+	use(c);
+	double *rows = (double *)scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
+	if (!rows)
+		return;
+	if (n > 0) {
+		LAUNCH(k_xent, grid((size_t)n), THREADS, c->s, n, k, logits, labels, scale, dlogits, rows);
+		LAUNCHED(c, "cross-entropy");
+	}
+	LAUNCH(k_sum_rows, 1, THREADS, c->s, n, rows, stats);
+	LAUNCHED(c, "loss sum");
+}
+
+static void cu_mse(dp_bectx *c, int n, int k, const float *pred, const float *target, float scale,
+		   float *dpred, double *stats)
+{
+	use(c);
+	double *rows = (double *)scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
+	if (!rows)
+		return;
+	float f = 2.0f / (float)k * scale;
+	if (n > 0) {
+		LAUNCH(k_mse, grid((size_t)n), THREADS, c->s, n, k, pred, target, f, dpred, rows);
+		LAUNCHED(c, "squared error");
+	}
+	LAUNCH(k_sum_rows, 1, THREADS, c->s, n, rows, stats);
+	LAUNCHED(c, "loss sum");
+}
+
+static void cu_softmax(dp_bectx *c, int n, int k, const float *x, float *y)
+{
+	if (n <= 0)
+		return;
+	use(c);
+	LAUNCH(k_softmax, grid((size_t)n), THREADS, c->s, n, k, x, y);
+	LAUNCHED(c, "softmax");
+}
+
+/* ---- optimizers ---------------------------------------------------------------------- */
+
+static void cu_sgd(dp_bectx *c, size_t n, float *p, const float *g, float *buf,
+		   const dp_sgd_args *a)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_sgd, grid(n), THREADS, c->s, n, p, g, buf, *a);
+	LAUNCHED(c, "sgd");
+}
+
+static void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v,
+		    const dp_adam_args *a)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_adam, grid(n), THREADS, c->s, n, p, g, m, v, *a);
+	LAUNCHED(c, "adam");
+}
+
+/* ---- for lib/comm_nccl.c: the stream gradients are produced on ---------------------- */
+
+extern "C" void *dp_cuda_stream(dp_bectx *c) { return c->s; }
+extern "C" int dp_cuda_device(dp_bectx *c) { return c->dev; }
+
+static dp_backend make_backend(void)
+{
+	dp_backend b;
+	memset(&b, 0, sizeof b);
+	b.name = "cuda";
+	b.open = cu_open;
+	b.close = cu_close;
+	b.alloc = cu_alloc;
+	b.free = cu_free;
+	b.host_alloc = cu_host_alloc;
+	b.host_free = cu_host_free;
+	b.upload = cu_upload;
+	b.download = cu_download;
+	b.copy = cu_copy;
+	b.stage = cu_stage;
+	b.sync = cu_sync;
+	b.fill = cu_fill;
+	b.scale = cu_scale;
+	b.dense_fwd = cu_dense_fwd;
+	b.dense_bwd = cu_dense_bwd;
+	b.conv_ws = cu_conv_ws;
+	b.conv_fwd = cu_conv_fwd;
+	b.conv_bwd = cu_conv_bwd;
+	b.maxpool_fwd = cu_maxpool_fwd;
+	b.maxpool_bwd = cu_maxpool_bwd;
+	b.avgpool_fwd = cu_avgpool_fwd;
+	b.avgpool_bwd = cu_avgpool_bwd;
+	b.act_fwd = cu_act_fwd;
+	b.act_bwd = cu_act_bwd;
+	b.dropout_fwd = cu_dropout_fwd;
+	b.dropout_bwd = cu_dropout_bwd;
+	b.bnorm_fwd = cu_bnorm_fwd;
+	b.bnorm_bwd = cu_bnorm_bwd;
+	b.xent = cu_xent;
+	b.mse = cu_mse;
+	b.softmax = cu_softmax;
+	b.sgd = cu_sgd;
+	b.adam = cu_adam;
+	return b;
+}
+
+extern "C" const dp_backend dp_backend_cuda = make_backend();

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# dp-train on the CUDA backend's own code, run on the CPU by the emulation
+# of tests/cudaemu (no GPU needed): the same loss curve as the CPU backend
+# from the same weights, a checkpoint that resumes on the CPU, and under a
+# real mpirun -np 2 the host-staged path of a GPU build (gradients
+# downloaded, summed with MPI, uploaded): both ranks end with identical
+# weights and optimizer state, on the curve of one process with the same
+# global batch.  The GPU itself is tests/cuda-*.t's business.
+. "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/cuda-lib.sh"
+. "$DP_SRC/tests/mpi.sh"
+EMU="$DP_BUILD/tests/dp-train-cudaemu"
+if [ ! -x "$EMU" ]; then
+	skip "no $EMU (built by make check in a CPU build)"
+	done_testing
+fi
+cd "$T"
+MK="$PY $DP_SRC/tests/mkexamples.py"
+$MK all.tfr random --n 192 --shape 1x8x8 --classes 4 --seed 1
+CNN=conv:4:3,relu,maxpool:2,dropout:0.25,flatten,dense:16,relu,dropout:0.5,dense:4
+COMMON=(--train all.tfr --model "$CNN" --input-shape 1x8x8 --shuffle-buffer 64 --seed 3
+	--epochs 2 --log-every 1 --prefetch 1 --optimizer adam)
+hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
+curve_close() { # log log tol: every update's loss within tol (relative)
+	paste <(losses "$1") <(losses "$2") | awk -v t="$3" 'NF != 2 {bad = 1} {d = $1 - $2; if (d < 0) d = -d;
+		r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r} END {exit bad || NR == 0 || w > t}'
+}
+
+run "$EMU" "${COMMON[@]}" --batch-size 32 --log emu.log -o emu.st
+is "$rc" 0 "one process on the emulated GPU"
+like "$err" "cuda: GPU 0 of 1, CPU emulation" "the note names the (emulated) CUDA backend"
+run env DP_BACKEND=cpu "$EMU" "${COMMON[@]}" --batch-size 32 --log cpu.log -o cpu.st
+is "$rc" 0 "the same binary on the CPU backend"
+is "$(losses emu.log | wc -l)" 12 "12 updates logged"
+ok curve_close emu.log cpu.log 1e-5 "the CUDA code's loss curve is the CPU's (within 1e-5)"
+ok close emu.st cpu.st 1e-5 "and so are its weights"
+run env DP_BACKEND=cpu "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res.st
+is "$rc" 0 "its checkpoint resumes on the CPU backend"
+
+if ! have_mpirun; then
+	skip "mpirun is not installed (apt-get install openmpi-bin)"
+	done_testing
+fi
+run mpi 2 "$EMU" "${COMMON[@]}" --batch-size 16 --log two.log --log-all-ranks -o two.st
+is "$rc" 0 "mpirun -np 2 on the emulated GPU backend"
+printf '%s\n' "$out" > two.ranks
+like "$err" "gradients through host memory \(built without NCCL\)" "the host-staged path, and the note says so"
+is "$(hashes two.log two.ranks | cut -d' ' -f1 | tr '\n' ' ')" "0 1 " "both ranks log their state hash"
+is "$(hashes two.log two.ranks | cut -d' ' -f2 | sort -u | wc -l)" 1 \
+	"both ranks end with identical weights and optimizer state"
+ok curve_close two.log emu.log 1e-4 "the loss curve of one process with the same global batch (1e-4)"
+ok close two.st emu.st 1e-4 "and its weights"
+done_testing

@@ -1,0 +1,693 @@
+/* cuda.c - the CUDA backend against the CPU reference, operation by
+ * operation, then whole models (make BACKEND=cuda check, on a machine with
+ * a GPU).  Elsewhere it skips: in a CPU build ("not a CUDA build") and
+ * where no device is found ("no CUDA device: ...").
+ *
+ * Tolerances, and why:
+ *  - exact: memory moves, staging, dropout (same dp_rng masks), pooling
+ *    (same comparisons, same order of additions), relu, the optimizer
+ *    updates (the same float formulas, both compiled without FMA
+ *    contraction), and every GPU result run twice (determinism);
+ *  - 2e-5 of the largest magnitude: GEMM-based layers (other summation
+ *    orders), batch norm, tanh and sigmoid (CUDA's tanhf/expf are within
+ *    2 ulp), the losses;
+ *  - tf32 2e-3, bf16 2e-2 (8 bits of mantissa) for matrix products;
+ *  - whole models: the loss of each of 30 steps within 1e-3 relative of
+ *    the CPU's, the final weights within 1e-3 of the largest weight.
+ * The convolutions run with a tiny workspace budget too, so that the
+ * batch is split into chunks (DP_CUDA_CONV_BUDGET). */
+#define _GNU_SOURCE
+#include "dp_backend.h"
+#include "dp_nn.h"
+#include "dp_optim.h"
+#include "dp_rng.h"
+#include "tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dp_backend *G, *C = &dp_backend_cpu;
+static dp_bectx *gc, *cc;
+
+static void fill(float *p, size_t n, uint64_t seed)
+{
+	dp_rng r = {dp_mix64(seed + 1), 0};
+	for (size_t i = 0; i < n; i++)
+		p[i] = 2 * dp_rng_unit(dp_rng_next(&r)) - 1;
+}
+
+static float *rnd(size_t n, uint64_t seed)
+{
+	float *p = malloc((n ? n : 1) * sizeof *p);
+	fill(p, n, seed);
+	return p;
+}
+
+/* A device copy of n host floats (bytes for other types). */
+static void *up(dp_bectx *c, const void *h, size_t bytes)
+{
+	void *d = G->alloc(c, bytes ? bytes : 4);
+	if (bytes)
+		G->upload(c, d, h, bytes);
+	return d;
+}
+
+static float *down(dp_bectx *c, const void *d, size_t n)
+{
+	float *h = malloc((n ? n : 1) * sizeof *h);
+	G->download(c, h, d, n * sizeof *h);
+	return h;
+}
+
+/* max |a - b| / max(max |b|, tiny) */
+static double rel(const float *a, const float *b, size_t n)
+{
+	double m = 0, s = 0;
+	for (size_t i = 0; i < n; i++) {
+		s = fmax(s, fabs(b[i]));
+		double d = fabs((double)a[i] - b[i]);
+		if (isnan(d))
+			return INFINITY;
+		m = fmax(m, d);
+	}
+	return m / fmax(s, 1e-30);
+}
+
+static int same(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+static void near(const float *got, const float *want, size_t n, double tol, const char *what)
+{
+	double r = rel(got, want, n);
+	if (!ok(r <= tol, "%s: within %.0e (%.2e)", what, tol, r))
+		printf("#   first values: got %g %g, want %g %g\n", got[0], n > 1 ? got[1] : 0, want[0],
+		       n > 1 ? want[1] : 0);
+}
+
+static void exact(const void *got, const void *want, size_t bytes, const char *what)
+{
+	ok(same(got, want, bytes), "%s: bit for bit", what);
+}
+
+static int check_sync(dp_bectx *c, const char *what)
+{
+	dp_err e;
+	int rc = G->sync(c, &e);
+	if (!ok(rc == DP_OK, "%s: no device error", what))
+		printf("#   %s\n", e.msg);
+	return rc;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static void t_memory(void)
+{
+	size_t n = 1000;
+	float *a = rnd(n, 1), *b = malloc(n * 4);
+	float *d = up(gc, a, n * 4), *d2 = G->alloc(gc, n * 4);
+	G->copy(gc, d2, d, n * 4);
+	G->download(gc, b, d2, n * 4);
+	exact(b, a, n * 4, "upload, copy, download");
+	G->scale(gc, d2, 0.5f, n);
+	G->download(gc, b, d2, n * 4);
+	int good = 1;
+	for (size_t i = 0; i < n; i++)
+		good &= b[i] == a[i] * 0.5f;
+	ok(good, "scale");
+	G->fill(gc, d2, 3.25f, n);
+	G->download(gc, b, d2, n * 4);
+	good = 1;
+	for (size_t i = 0; i < n; i++)
+		good &= b[i] == 3.25f;
+	ok(good, "fill");
+
+	/* stage: pinned host memory, two buffers in turn, the right bytes in each */
+	float *h = G->host_alloc(gc, n * 4);
+	ok(h != NULL, "host_alloc");
+	const float *p[4];
+	float *got[4];
+	for (int k = 0; k < 4; k++) {
+		fill(h, n, 100 + k);
+		p[k] = G->stage(gc, d, h, n * 4);
+		got[k] = G->alloc(gc, n * 4);
+		G->copy(gc, got[k], p[k], n * 4); /* queued work reading the staged bytes */
+		G->sync(gc, NULL);                /* the host buffer may change after this */
+	}
+	ok(p[0] == d && p[2] == d && p[1] != d && p[1] == p[3], "stage alternates two buffers");
+	good = 1;
+	for (int k = 0; k < 4; k++) {
+		float *w = rnd(n, 100 + k), *g = down(gc, got[k], n);
+		good &= same(w, g, n * 4);
+		free(w);
+		free(g);
+		G->free(gc, got[k]);
+	}
+	ok(good, "every staged batch arrived intact");
+	G->host_free(gc, h);
+	G->free(gc, d);
+	G->free(gc, d2);
+	free(a);
+	free(b);
+	check_sync(gc, "memory");
+}
+
+/* ---- dense ------------------------------------------------------------------- */
+
+static void t_dense(dp_bectx *g, int n, int in, int out, int act, double tol, const char *tag)
+{
+	char what[160];
+	size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
+	float *x = rnd(xn, 1), *w = rnd(wn, 2), *b = rnd((size_t)out, 3), *dy = rnd(yn, 4);
+	float *y = malloc(yn * 4), *dx = malloc(xn * 4), *dw = malloc(wn * 4), *db = malloc(out * 4);
+	float *dyc = malloc(yn * 4);
+	memcpy(dyc, dy, yn * 4);
+	C->dense_fwd(cc, n, in, out, x, w, b, y, act);
+	C->dense_bwd(cc, n, in, out, x, w, y, dyc, dx, dw, db, act);
+
+	float *gx = up(g, x, xn * 4), *gw = up(g, w, wn * 4), *gb = up(g, b, out * 4),
+	      *gy = G->alloc(g, yn * 4), *gdy = up(g, dy, yn * 4), *gdx = G->alloc(g, xn * 4),
+	      *gdw = G->alloc(g, wn * 4), *gdb = G->alloc(g, out * 4);
+	G->dense_fwd(g, n, in, out, gx, gw, gb, gy, act);
+	float *hy = down(g, gy, yn);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d forward", tag, n, in, out, act);
+	near(hy, y, yn, tol, what);
+	/* backward from the CPU's forward output, so that relu's mask agrees */
+	G->upload(g, gy, y, yn * 4);
+	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, gdx, gdw, gdb, act);
+	float *hdx = down(g, gdx, xn), *hdw = down(g, gdw, wn), *hdb = down(g, gdb, out);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d dx", tag, n, in, out, act);
+	near(hdx, dx, xn, tol, what);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d dw", tag, n, in, out, act);
+	near(hdw, dw, wn, tol, what);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d db", tag, n, in, out, act);
+	near(hdb, db, out, tol < 2e-5 ? 2e-5 : tol, what);
+	/* dx NULL: weights only */
+	G->upload(g, gdy, dy, yn * 4);
+	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, NULL, gdw, gdb, act);
+	float *hdw2 = down(g, gdw, wn);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d without dx: same dw", tag, n, in, out);
+	exact(hdw2, hdw, wn * 4, what);
+	check_sync(g, "dense");
+	void *f[] = {gx, gw, gb, gy, gdy, gdx, gdw, gdb};
+	for (size_t i = 0; i < 8; i++)
+		G->free(g, f[i]);
+	void *h[] = {x, w, b, dy, y, dx, dw, db, dyc, hy, hdx, hdw, hdb, hdw2};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* ---- convolution -------------------------------------------------------------- */
+
+static void t_conv(dp_bectx *g, dp_conv2d geo, int act, double tol, const char *tag)
+{
+	char what[200], name[96];
+	dp_conv2d *q = &geo;
+	snprintf(name, sizeof name, "%s conv n%d c%d %dx%d k%d %dx%d s%dx%d p%dx%d act %d", tag, q->n,
+		 q->c, q->h, q->w, q->k, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, act);
+	size_t xn = (size_t)q->n * q->c * q->h * q->w, wn = (size_t)q->k * q->c * q->kh * q->kw,
+	       yn = (size_t)q->n * q->k * q->oh * q->ow;
+	float *x = rnd(xn, 11), *w = rnd(wn, 12), *b = rnd((size_t)q->k, 13), *dy = rnd(yn, 14);
+	float *y = malloc(yn * 4), *dx = malloc(xn * 4), *dw = malloc(wn * 4), *db = malloc(q->k * 4);
+	float *dyc = malloc(yn * 4);
+	memcpy(dyc, dy, yn * 4);
+	void *cws = malloc(C->conv_ws(cc, q) + 64);
+	C->conv_fwd(cc, q, x, w, b, y, act, cws);
+	C->conv_bwd(cc, q, x, w, y, dyc, dx, dw, db, act, cws);
+
+	float *gx = up(g, x, xn * 4), *gw = up(g, w, wn * 4), *gb = up(g, b, q->k * 4),
+	      *gy = G->alloc(g, yn * 4), *gdy = up(g, dy, yn * 4), *gdx = G->alloc(g, xn * 4),
+	      *gdw = G->alloc(g, wn * 4), *gdb = G->alloc(g, q->k * 4);
+	void *gws = G->alloc(g, G->conv_ws(g, q));
+	G->conv_fwd(g, q, gx, gw, gb, gy, act, gws);
+	float *hy = down(g, gy, yn);
+	snprintf(what, sizeof what, "%s forward", name);
+	near(hy, y, yn, tol, what);
+	G->upload(g, gy, y, yn * 4);
+	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, gdb, act, gws);
+	float *hdx = down(g, gdx, xn), *hdw = down(g, gdw, wn), *hdb = down(g, gdb, q->k);
+	snprintf(what, sizeof what, "%s dx", name);
+	near(hdx, dx, xn, tol, what);
+	snprintf(what, sizeof what, "%s dw", name);
+	near(hdw, dw, wn, tol, what);
+	snprintf(what, sizeof what, "%s db", name);
+	near(hdb, db, q->k, tol < 2e-5 ? 2e-5 : tol, what);
+	/* again: the same bits */
+	G->upload(g, gdy, dy, yn * 4);
+	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, gdb, act, gws);
+	float *hdx2 = down(g, gdx, xn), *hdw2 = down(g, gdw, wn);
+	snprintf(what, sizeof what, "%s backward twice", name);
+	ok(same(hdx, hdx2, xn * 4) && same(hdw, hdw2, wn * 4), "%s: the same bits", what);
+	check_sync(g, "conv");
+	void *f[] = {gx, gw, gb, gy, gdy, gdx, gdw, gdb, gws};
+	for (size_t i = 0; i < 9; i++)
+		G->free(g, f[i]);
+	void *h[] = {x, w, b, dy, y, dx, dw, db, dyc, cws, hy, hdx, hdw, hdb, hdx2, hdw2};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+static dp_conv2d conv_geo(int n, int c, int h, int w, int k, int kh, int kw, int sh, int sw, int ph,
+			  int pw)
+{
+	dp_conv2d g = {n, c, h, w, k, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1,
+		       kh, kw, sh, sw, ph, pw};
+	return g;
+}
+
+/* ---- pooling ------------------------------------------------------------------ */
+
+static void t_pool(dp_pool2d q)
+{
+	char name[120];
+	snprintf(name, sizeof name, "pool n%d c%d %dx%d window %dx%d stride %dx%d", q.n, q.c, q.h, q.w,
+		 q.kh, q.kw, q.sh, q.sw);
+	size_t xn = (size_t)q.n * q.c * q.h * q.w, yn = (size_t)q.n * q.c * q.oh * q.ow;
+	float *x = rnd(xn, 21), *dy = rnd(yn, 22), *y = malloc(yn * 4), *dx = malloc(xn * 4);
+	int32_t *arg = malloc(yn * 4);
+	x[3] = x[4]; /* a tie: the first one wins */
+	float *gx = up(gc, x, xn * 4), *gy = G->alloc(gc, yn * 4), *gdy = up(gc, dy, yn * 4),
+	      *gdx = G->alloc(gc, xn * 4);
+	int32_t *garg = G->alloc(gc, yn * 4);
+	C->maxpool_fwd(cc, &q, x, y, arg);
+	C->maxpool_bwd(cc, &q, dy, arg, dx);
+	G->maxpool_fwd(gc, &q, gx, gy, garg);
+	G->maxpool_bwd(gc, &q, gdy, garg, gdx);
+	float *hy = down(gc, gy, yn), *hdx = down(gc, gdx, xn), *harg = down(gc, garg, yn);
+	char what[200];
+	snprintf(what, sizeof what, "max%s forward", name);
+	exact(hy, y, yn * 4, what);
+	snprintf(what, sizeof what, "max%s argmax", name);
+	exact(harg, arg, yn * 4, what);
+	snprintf(what, sizeof what, "max%s backward", name);
+	exact(hdx, dx, xn * 4, what);
+	C->avgpool_fwd(cc, &q, x, y);
+	C->avgpool_bwd(cc, &q, dy, dx);
+	G->avgpool_fwd(gc, &q, gx, gy);
+	G->avgpool_bwd(gc, &q, gdy, gdx);
+	free(hy);
+	free(hdx);
+	hy = down(gc, gy, yn);
+	hdx = down(gc, gdx, xn);
+	snprintf(what, sizeof what, "avg%s forward", name);
+	exact(hy, y, yn * 4, what);
+	snprintf(what, sizeof what, "avg%s backward", name);
+	exact(hdx, dx, xn * 4, what);
+	check_sync(gc, "pooling");
+	G->free(gc, gx);
+	G->free(gc, gy);
+	G->free(gc, gdy);
+	G->free(gc, gdx);
+	G->free(gc, garg);
+	void *h[] = {x, dy, y, dx, arg, hy, hdx, harg};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* ---- elementwise: activations, dropout ---------------------------------------- */
+
+static void t_elementwise(void)
+{
+	size_t n = 5000;
+	float *x = rnd(n, 31), *dy = rnd(n, 32), *y = malloc(n * 4), *dx = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		x[i] *= 6; /* tanh and sigmoid away from their linear part */
+	float *gx = up(gc, x, n * 4), *gy = G->alloc(gc, n * 4), *gdy = up(gc, dy, n * 4),
+	      *gdx = G->alloc(gc, n * 4);
+	static const char *const names[] = {"", "relu", "tanh", "sigmoid"};
+	for (int act = DP_ACT_RELU; act <= DP_ACT_SIGMOID; act++) {
+		char what[64];
+		C->act_fwd(cc, act, n, x, y);
+		C->act_bwd(cc, act, n, y, dy, dx);
+		G->act_fwd(gc, act, n, gx, gy);
+		G->upload(gc, gy, y, n * 4);
+		G->act_bwd(gc, act, n, gy, gdy, gdx);
+		float *hdx = down(gc, gdx, n);
+		G->act_fwd(gc, act, n, gx, gy);
+		float *hy = down(gc, gy, n);
+		snprintf(what, sizeof what, "%s forward", names[act]);
+		if (act == DP_ACT_RELU)
+			exact(hy, y, n * 4, what);
+		else
+			near(hy, y, n, 2e-6, what);
+		snprintf(what, sizeof what, "%s backward", names[act]);
+		if (act == DP_ACT_RELU)
+			exact(hdx, dx, n * 4, what);
+		else
+			near(hdx, dx, n, 2e-6, what);
+		free(hy);
+		free(hdx);
+	}
+	/* in place, as nn.c calls them */
+	G->upload(gc, gy, x, n * 4);
+	G->act_fwd(gc, DP_ACT_TANH, n, gy, gy);
+	float *hy = down(gc, gy, n);
+	C->act_fwd(cc, DP_ACT_TANH, n, x, y);
+	near(hy, y, n, 2e-6, "tanh in place");
+	free(hy);
+
+	/* dropout: the masks of dp_rng.h, a batch that starts at sample 3 */
+	dp_dropout d = {dp_rng_key(7, 1, (uint64_t[]){DP_RNG_DROPOUT}), 3, 250, (uint32_t)(0.3 * 4294967296.0),
+			1.0f / 0.7f};
+	C->dropout_fwd(cc, &d, 20, x, y);
+	C->dropout_bwd(cc, &d, 20, dy, dx);
+	G->dropout_fwd(gc, &d, 20, gx, gy);
+	G->dropout_bwd(gc, &d, 20, gdy, gdx);
+	float *hd = down(gc, gy, n), *hdd = down(gc, gdx, n);
+	exact(hd, y, n * 4, "dropout forward: the CPU's mask");
+	exact(hdd, dx, n * 4, "dropout backward: the same mask again");
+	size_t zeros = 0;
+	for (size_t i = 0; i < n; i++)
+		zeros += hd[i] == 0;
+	ok(zeros > n / 5 && zeros < n * 2 / 5, "dropout 0.3 zeroes about 30%% (%zu of %zu)", zeros, n);
+	free(hd);
+	free(hdd);
+	check_sync(gc, "elementwise");
+	G->free(gc, gx);
+	G->free(gc, gy);
+	G->free(gc, gdy);
+	G->free(gc, gdx);
+	free(x);
+	free(dy);
+	free(y);
+	free(dx);
+}
+
+/* ---- batch normalisation ------------------------------------------------------ */
+
+static void t_bnorm(int n, int c, int hw)
+{
+	char name[64];
+	snprintf(name, sizeof name, "batchnorm n%d c%d hw%d", n, c, hw);
+	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f};
+	size_t xn = (size_t)n * c * hw;
+	float *x = rnd(xn, 41), *dy = rnd(xn, 42), *gam = rnd(c, 43), *bet = rnd(c, 44);
+	float *rm = calloc(c, 4), *rv = malloc(c * 4), *save = malloc(2 * c * 4), *y = malloc(xn * 4),
+	      *dx = malloc(xn * 4), *dg = malloc(c * 4), *dbt = malloc(c * 4);
+	for (int i = 0; i < c; i++)
+		rv[i] = 1;
+	for (size_t i = 0; i < xn; i++)
+		x[i] = 3 * x[i] + 0.5f;
+	float *gx = up(gc, x, xn * 4), *gdy = up(gc, dy, xn * 4), *ggam = up(gc, gam, c * 4),
+	      *gbet = up(gc, bet, c * 4), *grm = up(gc, rm, c * 4), *grv = up(gc, rv, c * 4),
+	      *gsave = G->alloc(gc, 2 * c * 4), *gy = G->alloc(gc, xn * 4), *gdx = G->alloc(gc, xn * 4),
+	      *gdg = G->alloc(gc, c * 4), *gdb = G->alloc(gc, c * 4);
+	C->bnorm_fwd(cc, &q, 1, x, gam, bet, rm, rv, save, y);
+	C->bnorm_bwd(cc, &q, x, gam, save, dy, dx, dg, dbt);
+	G->bnorm_fwd(gc, &q, 1, gx, ggam, gbet, grm, grv, gsave, gy);
+	G->bnorm_bwd(gc, &q, gx, ggam, gsave, gdy, gdx, gdg, gdb);
+	float *hy = down(gc, gy, xn), *hdx = down(gc, gdx, xn), *hdg = down(gc, gdg, c),
+	      *hdb = down(gc, gdb, c), *hrm = down(gc, grm, c), *hrv = down(gc, grv, c),
+	      *hs = down(gc, gsave, 2 * c);
+	char what[120];
+#define NEAR(a, b, k, t, s)                                   \
+	do {                                                  \
+		snprintf(what, sizeof what, "%s %s", name, s); \
+		near(a, b, k, t, what);                       \
+	} while (0)
+	NEAR(hy, y, xn, 2e-5, "training forward");
+	NEAR(hs, save, 2 * c, 2e-6, "saved mean and 1/std");
+	NEAR(hrm, rm, c, 2e-6, "running mean");
+	NEAR(hrv, rv, c, 2e-6, "running variance");
+	NEAR(hdx, dx, xn, 2e-5, "dx");
+	NEAR(hdg, dg, c, 2e-5, "dgamma");
+	NEAR(hdb, dbt, c, 2e-5, "dbeta");
+	/* inference, on the running statistics */
+	C->bnorm_fwd(cc, &q, 0, x, gam, bet, rm, rv, save, y);
+	G->upload(gc, grm, rm, c * 4);
+	G->upload(gc, grv, rv, c * 4);
+	G->bnorm_fwd(gc, &q, 0, gx, ggam, gbet, grm, grv, gsave, gy);
+	free(hy);
+	hy = down(gc, gy, xn);
+	NEAR(hy, y, xn, 2e-6, "inference forward");
+	check_sync(gc, "batchnorm");
+	void *f[] = {gx, gdy, ggam, gbet, grm, grv, gsave, gy, gdx, gdg, gdb};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		G->free(gc, f[i]);
+	void *h[] = {x, dy, gam, bet, rm, rv, save, y, dx, dg, dbt, hy, hdx, hdg, hdb, hrm, hrv, hs};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* ---- losses --------------------------------------------------------------------- */
+
+static void t_losses(int n, int k)
+{
+	size_t zn = (size_t)n * k;
+	float *z = rnd(zn, 51), *t = rnd(zn, 52), *d = malloc(zn * 4), *p = malloc(zn * 4);
+	int32_t *lab = malloc(n * 4);
+	for (size_t i = 0; i < zn; i++)
+		z[i] *= 5;
+	for (int i = 0; i < n; i++)
+		lab[i] = (i * 7) % k;
+	double st[2], gst[2];
+	float *gz = up(gc, z, zn * 4), *gt = up(gc, t, zn * 4), *gd = G->alloc(gc, zn * 4),
+	      *gp = G->alloc(gc, zn * 4);
+	int32_t *glab = up(gc, lab, n * 4);
+	double *gstats = G->alloc(gc, 16);
+	char what[96];
+	C->xent(cc, n, k, z, lab, 1.0f / n, d, st);
+	G->xent(gc, n, k, gz, glab, 1.0f / n, gd, gstats);
+	G->download(gc, gst, gstats, 16);
+	float *hd = down(gc, gd, zn);
+	snprintf(what, sizeof what, "xent %dx%d: loss sum", n, k);
+	ok(fabs(gst[0] - st[0]) <= 1e-9 * fabs(st[0]), "%s (%.17g vs %.17g)", what, gst[0], st[0]);
+	snprintf(what, sizeof what, "xent %dx%d: correct count", n, k);
+	is_int((long long)gst[1], (long long)st[1], "%s", what);
+	snprintf(what, sizeof what, "xent %dx%d: dlogits", n, k);
+	near(hd, d, zn, 1e-6, what);
+	G->xent(gc, n, k, gz, glab, 1.0f, NULL, gstats); /* no gradient: stats only */
+	G->download(gc, gst, gstats, 16);
+	ok(fabs(gst[0] - st[0]) <= 1e-9 * fabs(st[0]), "xent without dlogits: the same loss");
+	C->mse(cc, n, k, z, t, 0.5f, d, st);
+	G->mse(gc, n, k, gz, gt, 0.5f, gd, gstats);
+	G->download(gc, gst, gstats, 16);
+	free(hd);
+	hd = down(gc, gd, zn);
+	snprintf(what, sizeof what, "mse %dx%d: loss sum", n, k);
+	ok(fabs(gst[0] - st[0]) <= 1e-9 * fabs(st[0]) && gst[1] == 0, "%s", what);
+	snprintf(what, sizeof what, "mse %dx%d: dpred", n, k);
+	exact(hd, d, zn * 4, what);
+	C->softmax(cc, n, k, z, p);
+	G->softmax(gc, n, k, gz, gp);
+	float *hp = down(gc, gp, zn);
+	snprintf(what, sizeof what, "softmax %dx%d", n, k);
+	near(hp, p, zn, 1e-6, what);
+	check_sync(gc, "losses");
+	G->free(gc, gz);
+	G->free(gc, gt);
+	G->free(gc, gd);
+	G->free(gc, gp);
+	G->free(gc, glab);
+	G->free(gc, gstats);
+	void *h[] = {z, t, d, p, lab, hd, hp};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* ---- optimizers: bit for bit ---------------------------------------------------- */
+
+static void t_optim(void)
+{
+	size_t n = 3001;
+	float *g = rnd(n, 61), *p0 = rnd(n, 62);
+	for (int kind = 0; kind < 6; kind++) {
+		float *p = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4);
+		memcpy(p, p0, n * 4);
+		float *gp = up(gc, p0, n * 4), *gg = up(gc, g, n * 4), *gm = up(gc, m, n * 4),
+		      *gv = up(gc, v, n * 4);
+		const char *name = "";
+		for (int step = 1; step <= 3; step++) {
+			if (kind < 3) {
+				dp_sgd_args a = {0.1f, kind ? 0.9f : 0.0f, 0.0f, kind == 2 ? 1e-2f : 0.0f,
+						 kind == 2, step == 1};
+				name = kind == 0 ? "sgd" : kind == 1 ? "sgd momentum" : "sgd nesterov, weight decay";
+				C->sgd(cc, n, p, g, m, &a);
+				G->sgd(gc, n, gp, gg, gm, &a);
+			} else {
+				double b1 = 0.9, b2 = 0.999, lr = 1e-3;
+				dp_adam_args a = {(float)lr, (float)b1, (float)b2, 1e-8f,
+						  kind == 3 ? 0.0f : 1e-2f, kind == 5,
+						  (float)(lr / (1 - pow(b1, step))),
+						  (float)sqrt(1 - pow(b2, step))};
+				name = kind == 3 ? "adam" : kind == 4 ? "adam, weight decay" : "adamw";
+				C->adam(cc, n, p, g, m, v, &a);
+				G->adam(gc, n, gp, gg, gm, gv, &a);
+			}
+		}
+		float *hp = down(gc, gp, n), *hm = down(gc, gm, n);
+		char what[80];
+		snprintf(what, sizeof what, "%s: 3 updates", name);
+		exact(hp, p, n * 4, what);
+		snprintf(what, sizeof what, "%s: state", name);
+		if (kind)
+			exact(hm, m, n * 4, what);
+		G->free(gc, gp);
+		G->free(gc, gg);
+		G->free(gc, gm);
+		G->free(gc, gv);
+		free(p);
+		free(m);
+		free(v);
+		free(hp);
+		free(hm);
+	}
+	check_sync(gc, "optimizers");
+	free(g);
+	free(p0);
+}
+
+/* ---- whole models: the same loss curve from the same weights -------------------- */
+
+static void t_model(const char *spec, const char *shape, int loss, int opt, int steps)
+{
+	dp_err e;
+	dp_shape in;
+	dp_shape_parse(shape, &in, &e);
+	dp_model *mc = dp_model_new(spec, &in, loss, &e), *mg = dp_model_new(spec, &in, loss, &e);
+	if (!ok(mc && mg, "model %s", spec)) {
+		printf("#   %s\n", e.msg);
+		return;
+	}
+	size_t B = 32, isz = dp_model_in_size(mc), osz = dp_model_out_size(mc);
+	int rc = dp_model_bind(mc, C, cc, B, &e);
+	if (rc == DP_OK)
+		rc = dp_model_bind(mg, G, gc, B, &e);
+	if (!ok(rc == DP_OK, "bind %s", spec)) {
+		printf("#   %s\n", e.msg);
+		return;
+	}
+	dp_model_init(mc, 5);
+	dp_model_init(mg, 5);
+	dp_optim_conf conf;
+	dp_optim_defaults(&conf, opt);
+	if (opt == DP_OPTIM_SGD)
+		conf.momentum = 0.9;
+	dp_optim *oc = dp_optim_new(&conf, C, cc, dp_model_nparams(mc), &e),
+		 *og = dp_optim_new(&conf, G, gc, dp_model_nparams(mg), &e);
+	float *x = G->host_alloc(gc, B * isz * 4);
+	void *y = G->host_alloc(gc, B * osz * 4);
+	double worst = 0;
+	int good = 1;
+	for (int s = 0; s < steps; s++) {
+		fill(x, B * isz, 1000 + s);
+		if (loss == DP_LOSS_XENT)
+			for (size_t i = 0; i < B; i++)
+				((int32_t *)y)[i] = (int32_t)((i * 3 + s) % osz);
+		else
+			fill(y, B * osz, 2000 + s);
+		dp_pass p = {1, 9, (uint64_t)s, 0};
+		double sc[2], sg[2];
+		good &= dp_model_forward(mc, x, B, &p, &e) == DP_OK &&
+			dp_model_loss(mc, y, B, 1.0f / B, 1, sc, &e) == DP_OK &&
+			dp_model_backward(mc, B, NULL, NULL, &e) == DP_OK;
+		good &= dp_model_forward(mg, x, B, &p, &e) == DP_OK &&
+			dp_model_loss(mg, y, B, 1.0f / B, 1, sg, &e) == DP_OK &&
+			dp_model_backward(mg, B, NULL, NULL, &e) == DP_OK;
+		dp_optim_step(oc, dp_model_params(mc), dp_model_grads(mc), opt == DP_OPTIM_SGD ? 0.01 : 1e-3);
+		dp_optim_step(og, dp_model_params(mg), dp_model_grads(mg), opt == DP_OPTIM_SGD ? 0.01 : 1e-3);
+		double r = fabs(sg[0] - sc[0]) / fmax(fabs(sc[0]), 1e-30);
+		worst = fmax(worst, isnan(r) ? INFINITY : r);
+	}
+	if (!good)
+		printf("#   %s\n", e.msg);
+	size_t np = dp_model_nparams(mc);
+	float *pc = malloc(np * 4), *pg = malloc(np * 4);
+	C->download(cc, pc, dp_model_params(mc), np * 4);
+	G->download(gc, pg, dp_model_params(mg), np * 4);
+	ok(good && worst <= 1e-3, "%s, %s: %d steps, the loss within 1e-3 of the CPU's each step (%.2e)",
+	   spec, dp_optim_name(opt), steps, worst);
+	near(pg, pc, np, 1e-3, "  and the weights after them");
+	check_sync(gc, spec);
+	G->host_free(gc, x);
+	G->host_free(gc, y);
+	free(pc);
+	free(pg);
+	dp_optim_free(oc);
+	dp_optim_free(og);
+	dp_model_free(mc);
+	dp_model_free(mg);
+}
+
+int main(void)
+{
+	dp_err e;
+	char desc[256];
+	G = dp_backend_find("cuda");
+	if (!G) {
+		printf("1..0 # SKIP not a CUDA build (make BACKEND=cuda check runs this on a GPU)\n");
+		return 0;
+	}
+	dp_backend_opts o = {1, -1, 1, DP_PREC_FP32};
+	if (G->open(&gc, &o, desc, sizeof desc, &e) < 0) {
+		if (e.code == DP_ENOTFOUND) {
+			printf("1..0 # SKIP %s\n", e.msg);
+			return 0;
+		}
+		ok(0, "open the CUDA backend");
+		printf("#   %s\n", e.msg);
+		return done_testing();
+	}
+	printf("# %s\n", desc);
+	C->open(&cc, &o, NULL, 0, &e);
+
+	t_memory();
+	t_elementwise();
+	for (int act = DP_ACT_NONE; act <= DP_ACT_SIGMOID; act++)
+		t_dense(gc, 5, 7, 3, act, 2e-5, "fp32");
+	t_dense(gc, 64, 300, 129, DP_ACT_RELU, 2e-5, "fp32");
+	dp_conv2d convs[] = {
+		conv_geo(3, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0),  /* the seed CNN's first layer */
+		conv_geo(2, 32, 26, 26, 64, 3, 3, 1, 1, 0, 0), /* and its second */
+		conv_geo(2, 3, 9, 11, 5, 3, 3, 2, 2, 1, 1),    /* stride 2, padding */
+		conv_geo(2, 4, 7, 8, 6, 2, 3, 1, 2, 1, 0),     /* non-square kernel, mixed stride */
+		conv_geo(3, 8, 5, 5, 4, 1, 1, 1, 1, 0, 0),     /* 1x1 */
+		conv_geo(2, 3, 6, 6, 4, 5, 5, 1, 1, 2, 2),     /* "same" 5x5 */
+	};
+	for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+		for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act += 2)
+			t_conv(gc, convs[i], act, 2e-5, "fp32");
+	/* a workspace for one or two samples at a time: the batch in chunks */
+	setenv("DP_CUDA_CONV_BUDGET", "200000", 1);
+	dp_bectx *small;
+	if (ok(G->open(&small, &o, NULL, 0, &e) == DP_OK, "a second instance (small workspace)")) {
+		t_conv(small, conv_geo(5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, 2e-5, "chunked");
+		t_conv(small, conv_geo(7, 2, 9, 9, 3, 3, 3, 2, 2, 0, 0), DP_ACT_NONE, 2e-5, "chunked");
+		G->close(small);
+	}
+	unsetenv("DP_CUDA_CONV_BUDGET");
+	dp_pool2d pools[] = {{3, 4, 8, 8, 4, 4, 2, 2, 2, 2}, {2, 3, 7, 9, 3, 4, 3, 3, 2, 2},
+			     {2, 2, 6, 5, 2, 4, 3, 2, 2, 1}};
+	for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
+		t_pool(pools[i]);
+	t_bnorm(8, 5, 9);
+	t_bnorm(33, 7, 1);
+	t_losses(37, 10);
+	t_losses(300, 1000);
+	t_optim();
+
+	/* tensor cores: the products within their rounding of the fp32 ones */
+	int precs[] = {DP_PREC_TF32, DP_PREC_BF16};
+	double tols[] = {2e-3, 2e-2};
+	for (int i = 0; i < 2; i++) {
+		dp_backend_opts lo = {1, -1, 1, precs[i]};
+		dp_bectx *lc;
+		const char *pn = dp_precision_name(precs[i]);
+		if (G->open(&lc, &lo, NULL, 0, &e) < 0) {
+			printf("ok %d # SKIP %s: %s\n", ++tap_n, pn, e.msg);
+			continue;
+		}
+		t_dense(lc, 64, 300, 129, DP_ACT_RELU, tols[i], pn);
+		t_conv(lc, conv_geo(4, 32, 13, 13, 64, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, tols[i], pn);
+		G->close(lc);
+	}
+
+	t_model("conv:8:3,relu,maxpool:2,dropout:0.25,flatten,dense:32,relu,dropout:0.5,dense:10",
+		"1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 30);
+	t_model("conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
+		"2x10x10", DP_LOSS_MSE, DP_OPTIM_SGD, 30);
+	t_model("dense:64,relu,batchnorm,dense:10", "40", DP_LOSS_XENT, DP_OPTIM_ADAMW, 30);
+
+	G->close(gc);
+	C->close(cc);
+	return done_testing();
+}
