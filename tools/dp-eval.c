@@ -51,7 +51,7 @@ static const char *prog = DP_PROG;
 enum {
 	O_MODEL = 256, O_DATA, O_DATA_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE, O_BATCH,
 	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
-	O_HELP, O_VERSION
+	O_GPU, O_PRECISION, O_HELP, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -71,6 +71,8 @@ static const struct option longopts[] = {
 	{"predictions", required_argument, 0, O_PRED},
 	{"predictions-format", required_argument, 0, O_PRED_FORMAT},
 	{"threads", required_argument, 0, O_THREADS},
+	{"gpu", required_argument, 0, O_GPU},
+	{"precision", required_argument, 0, O_PRECISION},
 	{"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, O_HELP},
 	{"version", no_argument, 0, O_VERSION},
@@ -95,13 +97,14 @@ static struct {
 	dp_gate *gates;
 	const char **gate_text;
 	size_t ngates;
-	int threads;
+	int threads, gpu, precision;
 	int quiet;
 } O = {
 	.decode = -1,
 	.batch = 256,
 	.topk = -1,
 	.threads = 1,
+	.gpu = -1,
 };
 
 static const char usage_line[] =
@@ -128,6 +131,10 @@ static void help(void)
 	       "      --scale X            multiply inputs by X (default: the checkpoint's)\n"
 	       "      --batch-size N       samples per forward pass (default 256)\n"
 	       "      --threads N          math threads (default 1)\n"
+	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	       "                           rank modulo the GPUs visible)\n"
+	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	       "                           tensor cores (CUDA build)\n"
 	       "\n"
 	       "Metrics:\n"
 	       "      --top-k K            also top-K accuracy (default 5 with more than 5\n"
@@ -283,6 +290,11 @@ static void parse_args(int argc, char **argv)
 			O.gate_text[O.ngates++] = optarg;
 			break;
 		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_PRECISION:
+			if ((O.precision = dp_precision_parse(optarg)) < 0)
+				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+			break;
 		case 'q': O.quiet = 1; break;
 		case O_HELP:
 			help();
@@ -946,7 +958,7 @@ int main(int argc, char **argv)
 	/* backend, workers, model */
 	const dp_backend *be = dp_backend_default();
 	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, -1, 0};
+	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
 	char desc[256];
 	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
 		die("%s", e.msg);
