@@ -608,6 +608,10 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	}
 	size_t n = d->o.in_size;
 	float *x = b->x + i * n;
+	if (b->src) {
+		b->src[i] = (uint32_t)src;
+		b->rec[i] = index;
+	}
 	int rc = decode_values(d, fx, d->o.decode, "feature", d->feature, x, n, why, sizeof why);
 	if (rc < 0)
 		return rec_err(d, src, index, offset, e, "%s%s", why,
@@ -852,6 +856,8 @@ void dp_data_close(dp_data *d)
 			free(b->y);
 			free(b->t);
 		}
+		free(b->src);
+		free(b->rec);
 	}
 	free(d->slots);
 	free(d->order);
@@ -924,6 +930,9 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 		else
 			b->t = balloc(d, o->batch * o->label_size * sizeof(float));
 		if (!b->x || (!b->y && !b->t))
+			goto nomem;
+		if (o->origins && (!(b->src = malloc(o->batch * sizeof *b->src)) ||
+				   !(b->rec = malloc(o->batch * sizeof *b->rec))))
 			goto nomem;
 	}
 	if (d->threaded) {

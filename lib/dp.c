@@ -323,10 +323,24 @@ void dp_rank_size(int *rank, int *size)
 		*size = s > 0 ? s : 1;
 }
 
+/* The value of variable name[0..len) for dp_expand, or NULL. */
+static const char *expand_var(const char *name, size_t len, const char *const *vars,
+			      const char *rank, const char *size)
+{
+	for (const char *const *v = vars; v && v[0]; v += 2)
+		if (strlen(v[0]) == len && memcmp(v[0], name, len) == 0)
+			return v[1];
+	if (len == 4 && memcmp(name, "rank", 4) == 0)
+		return rank;
+	if (len == 4 && memcmp(name, "size", 4) == 0)
+		return size;
+	return NULL;
+}
+
 char *dp_expand(const char *tmpl, const char *const *vars)
 {
 	int rank = -1, size = -1;
-	char rbuf[16], sbuf[16];
+	char rbuf[16], sbuf[16], pbuf[64];
 	dp_rank_size(&rank, &size);
 	snprintf(rbuf, sizeof rbuf, "%d", rank);
 	snprintf(sbuf, sizeof sbuf, "%d", size);
@@ -341,15 +355,25 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 			const char *close = strchr(p, '}');
 			if (close) {
 				size_t klen = (size_t)(close - p - 1);
-				for (const char *const *v = vars; v && v[0]; v += 2)
-					if (strlen(v[0]) == klen && memcmp(v[0], p + 1, klen) == 0) {
-						val = v[1];
-						break;
+				const char *colon = memchr(p + 1, ':', klen);
+				val = expand_var(p + 1, klen, vars, rbuf, sbuf);
+				/* {NAME:W}: a whole number zero-padded to W digits (1-32),
+				 * e.g. {rank:5} as tfr-shard names shards: 00001 */
+				if (!val && colon && close - colon >= 2 && close - colon <= 3) {
+					int wd = 0;
+					for (const char *q = colon + 1; q < close; q++)
+						wd = *q >= '0' && *q <= '9' ? wd * 10 + (*q - '0') : -1000;
+					const char *v = expand_var(p + 1, (size_t)(colon - p - 1), vars,
+								   rbuf, sbuf);
+					size_t vl = v ? strlen(v) : 0;
+					if (v && wd >= 1 && wd <= 32 && vl && vl < 32 &&
+					    strspn(v, "0123456789") == vl) {
+						size_t z = vl < (size_t)wd ? (size_t)wd - vl : 0;
+						memset(pbuf, '0', z);
+						memcpy(pbuf + z, v, vl + 1);
+						val = pbuf;
 					}
-				if (!val && klen == 4 && memcmp(p + 1, "rank", 4) == 0)
-					val = rbuf;
-				if (!val && klen == 4 && memcmp(p + 1, "size", 4) == 0)
-					val = sbuf;
+				}
 				if (val)
 					skip = klen + 2;
 			}

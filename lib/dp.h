@@ -87,7 +87,8 @@ long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 void dp_rank_size(int *rank, int *size);
 
 /* Expand {rank} and {size} (and any {name} in vars) in tmpl into a new
- * malloc'd string.  vars is a NULL-terminated list of name, value pairs
+ * malloc'd string.  {name:W} zero-pads a whole number to W digits (1 to
+ * 32): 'train-{rank:5}-of-{size:5}' names tfr-shard's shards.  vars is a NULL-terminated list of name, value pairs
  * checked before rank/size (may be NULL).  An unknown {name} is left as is.
  * Returns NULL on allocation failure. */
 char *dp_expand(const char *tmpl, const char *const *vars);

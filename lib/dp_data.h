@@ -77,6 +77,7 @@ typedef struct dp_data_opts {
 	/* {rank} and {size} in paths and the command; size 0: from the
 	 * environment (dp_rank_size). */
 	int rank, size;
+	int origins;               /* batches carry each sample's source and record */
 	dp_reader_opts rec;
 	/* Memory for batches (host), e.g. a backend's host_alloc; NULL: malloc. */
 	void *(*alloc)(void *ctx, size_t bytes);
@@ -90,6 +91,9 @@ typedef struct dp_batch {
 	int32_t *y;     /* (n) class labels (DP_LABEL_CLASS) */
 	float *t;       /* (n, label_size) targets (DP_LABEL_VECTOR) */
 	uint64_t index; /* batch number in the epoch, from 0 */
+	/* With dp_data_opts.origins: where each sample came from. */
+	uint32_t *src;  /* (n) source index (dp_data_source) */
+	uint64_t *rec;  /* (n) record index in that source, from 0 */
 } dp_batch;
 
 typedef struct dp_data_stats {

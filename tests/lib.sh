@@ -68,6 +68,18 @@ like() { # got extended-regex name
 	fi
 }
 
+# like_text GOT PERL-REGEX NAME: the regex runs over the whole text, so it
+# may span lines.  (like matches line by line, with grep: a newline in its
+# pattern splits it into alternatives, one of them empty, which always match.)
+like_text() {
+	if R=$2 perl -0777 -e 'my $s = do { local $/; <STDIN> }; exit($s =~ /$ENV{R}/ ? 0 : 1)' <<<"$1"; then
+		_tap_result 0 "$3"
+	else
+		_tap_result 1 "$3"
+		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40
+	fi
+}
+
 unlike() { # got extended-regex name
 	if printf '%s' "$1" | grep -Eq -- "$2"; then
 		_tap_result 1 "$3"

@@ -872,13 +872,13 @@ static void summary(dp_model *m)
 	       dp_loss_name(dp_model_loss_kind(m)));
 }
 
-/* Sources that name {rank} give each rank its own records. */
+/* Sources that name {rank} (or {rank:5}) give each rank its own records. */
 static int per_rank(const char *const *paths, size_t n, const char *cmd)
 {
 	if (cmd)
-		return strstr(cmd, "{rank}") != NULL;
+		return strstr(cmd, "{rank") != NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strstr(paths[i], "{rank}"))
+		if (strstr(paths[i], "{rank"))
 			return 1;
 	return 0;
 }

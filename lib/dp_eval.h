@@ -1,0 +1,176 @@
+/*
+ * dp_eval.h - evaluation metrics of a model's outputs, combined exactly
+ * across workers; quality gates on them.
+ *
+ * A dp_eval accumulates, batch by batch, what the metrics need:
+ *   classes (softmax cross-entropy models), from logits and int labels:
+ *     the summed loss, correct and top-k counts, per class the support,
+ *     the predictions and the true positives, the confusion matrix;
+ *   regression (MSE models), from outputs and target vectors: per output
+ *     the sums of squared and absolute errors, of targets and of squared
+ *     targets.
+ * Every real-valued sum is kept in a dp_xsum, an exact accumulator: the
+ * result does not depend on the order of the additions, so a dataset
+ * split between workers in any way and combined with one allreduce of
+ * dp_eval_state_get()'s doubles gives the same bits as one process.
+ * Counts are exact while below 2^53.
+ *
+ * Definitions (those of scikit-learn's metrics, checked against an
+ * independent Python computation in tests/dp-eval*.t):
+ *   loss          mean over samples of -log softmax(logits)[label],
+ *                 computed in double from the float logits; regression:
+ *                 the mean squared error (dp-train's mse loss)
+ *   accuracy      fraction of samples whose argmax (the first maximum on
+ *                 ties) is the label
+ *   top-k accuracy  fraction whose label has fewer than k scores strictly
+ *                 above its own
+ *   precision, recall, f1 per class c: tp/predicted, tp/support,
+ *                 2pr/(p+r); 0 where the denominator is 0
+ *   macro         unweighted mean over the classes that occur among the
+ *                 labels or the predictions (scikit-learn's
+ *                 classification_report); weighted: weighted by support
+ *   mse, mae      mean over samples and outputs of the squared / absolute
+ *                 error; rmse = sqrt(mse)
+ *   r2            1 - SS_res/SS_tot per output, averaged over outputs
+ *                 (uniform); an output with SS_tot = 0 scores 1 if its
+ *                 SS_res is 0, else 0
+ */
+#ifndef DP_EVAL_H
+#define DP_EVAL_H
+
+#include "dp.h"
+
+/* ---- exact sums ----------------------------------------------------------
+ * Every finite double is an integer multiple of 2^-1074; the accumulator
+ * holds the exact sum as a fixed-point number in 32-bit limbs (each in an
+ * int64 so that additions need no carry until normalised), with counts of
+ * NaN and infinite terms on the side.  Adding costs a frexp and three
+ * limb additions. */
+#define DP_XSUM_LIMBS 72
+#define DP_XSUM_DOUBLES (DP_XSUM_LIMBS + 3) /* the exported form */
+
+typedef struct dp_xsum {
+	int64_t limb[DP_XSUM_LIMBS];
+	uint32_t pending; /* additions since the last normalisation */
+	uint64_t nan, pinf, ninf;
+} dp_xsum;
+
+void dp_xsum_init(dp_xsum *s);
+void dp_xsum_add(dp_xsum *s, double v);
+/* a += b */
+void dp_xsum_merge(dp_xsum *a, const dp_xsum *b);
+/* The exact sum rounded to the nearest double (ties to even; a sum in
+ * the subnormal range may be rounded twice); NaN or +-inf when such terms
+ * were added. */
+double dp_xsum_value(const dp_xsum *s);
+/* As DP_XSUM_DOUBLES doubles, each an integer below 2^33 in magnitude:
+ * the element-wise sum of up to 2^19 workers' exports is exact, and
+ * imports as the sum of their accumulators. */
+void dp_xsum_export(const dp_xsum *s, double *v);
+int dp_xsum_import(dp_xsum *s, const double *v);
+
+/* ---- the accumulator of metrics --------------------------------------------- */
+
+enum dp_eval_kind { DP_EVAL_CLASS = 1, DP_EVAL_REGRESSION = 2 };
+
+/* Largest class count with a confusion matrix (k x k counts). */
+#define DP_EVAL_CONFUSION_MAX 1024
+
+typedef struct dp_eval dp_eval;
+
+/* k: classes (DP_EVAL_CLASS, at least 2) or outputs (regression);
+ * topk: the k of top-k accuracy (0: none; must be below the classes). */
+dp_eval *dp_eval_new(int kind, size_t k, size_t topk, dp_err *e);
+void dp_eval_free(dp_eval *ev);
+int dp_eval_kind(const dp_eval *ev);
+size_t dp_eval_k(const dp_eval *ev);
+size_t dp_eval_topk(const dp_eval *ev);
+
+/* Add n samples of a classifier: logits (n, k) and labels (n) in [0, k)
+ * (DP_EARG naming the sample otherwise).  Per sample, when not NULL:
+ * pred (n) the argmax, loss (n) the cross-entropy, prob (n, k) the softmax
+ * probabilities. */
+int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, size_t n,
+		      int32_t *pred, double *loss, float *prob, dp_err *e);
+/* Add n samples of a regression model: out and target (n, k).  loss (n),
+ * when not NULL, receives each sample's mean squared error. */
+int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, size_t n,
+			   double *loss, dp_err *e);
+
+/* The whole state as doubles (see dp_xsum_export): combine workers with
+ * dp_comm_allreduce_sum over dp_eval_state_size() doubles, then set. */
+size_t dp_eval_state_size(const dp_eval *ev);
+void dp_eval_state_get(const dp_eval *ev, double *v);
+int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e);
+
+/* ---- results ------------------------------------------------------------------ */
+
+typedef struct dp_eval_class {
+	uint64_t support;   /* samples with this label */
+	uint64_t predicted; /* samples predicted as this class */
+	uint64_t tp;        /* both */
+	double precision, recall, f1;
+} dp_eval_class;
+
+typedef struct dp_eval_output {
+	double mse, mae, r2;
+} dp_eval_output;
+
+typedef struct dp_eval_report {
+	int kind;
+	size_t k, topk;
+	uint64_t samples;
+	double loss;
+	/* classes */
+	uint64_t correct, topk_correct;
+	double accuracy, topk_accuracy;
+	double precision_macro, recall_macro, f1_macro;
+	double precision_weighted, recall_weighted, f1_weighted;
+	size_t classes_seen;          /* classes among the labels or predictions */
+	const dp_eval_class *classes; /* (k) */
+	const uint64_t *confusion;    /* (k, k): [label * k + predicted]; NULL when
+				       * k > DP_EVAL_CONFUSION_MAX */
+	/* regression */
+	double mse, rmse, mae, r2;
+	const dp_eval_output *outputs; /* (k) */
+} dp_eval_report;
+
+/* Compute the metrics of what was added (or set).  Pointers in r stay
+ * valid until the next call on ev.  DP_EDATA when there are no samples. */
+int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e);
+
+/* ---- named metrics --------------------------------------------------------------
+ * The scalar metrics of a report, in a fixed order: "samples", "loss",
+ * then for classes "accuracy", "top_K_accuracy" (with topk),
+ * "precision_macro", "recall_macro", "f1_macro", "precision_weighted",
+ * "recall_weighted", "f1_weighted"; for regression "mse", "rmse", "mae",
+ * "r2".  Per class and per output, "precision[C]", "recall[C]", "f1[C]",
+ * "support[C]" (C a class number, or a name from names) and "mse[J]",
+ * "mae[J]", "r2[J]" are found by dp_eval_metric but not listed. */
+size_t dp_eval_metric_count(const dp_eval_report *r);
+/* The i-th scalar metric: its name (into buf) and value. */
+const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size_t len,
+			      double *value);
+/* Look a metric up by name; names (k strings, may be NULL) are class
+ * names accepted in brackets.  DP_ENOTFOUND with a message listing the
+ * metrics when there is none of that name. */
+int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
+		   double *value, dp_err *e);
+
+/* ---- gates ---------------------------------------------------------------------------
+ * "accuracy>=0.9", "loss < 0.5", "recall[3]>0.8": a metric name, one of
+ * < <= > >=, a finite number; spaces allowed around the operator. */
+enum dp_gate_op { DP_GATE_LT = 1, DP_GATE_LE, DP_GATE_GT, DP_GATE_GE };
+
+typedef struct dp_gate {
+	char metric[128];
+	int op;
+	double threshold;
+} dp_gate;
+
+int dp_gate_parse(const char *s, dp_gate *g, dp_err *e);
+const char *dp_gate_op_name(int op);
+/* 1 when value satisfies the gate (never for NaN). */
+int dp_gate_pass(const dp_gate *g, double value);
+
+#endif

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# dp-eval(1): the page formats without warnings, documents every option
+# of --help, and its examples run, in order, in one scratch directory
+# holding what they name: a small Fashion-MNIST classifier (dp-train, 6000
+# images, 2 epochs: about 80% accurate) and its test records, whole and in
+# tfr-shard's shards.
+. "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
+
+PAGE="$DP_SRC/man/man1/dp-eval.1"
+cd "$T" || exit 1
+run groff -man -Tutf8 -ww -z "$PAGE"
+is "$rc:$err" "0:" "groff -man -ww: no warnings"
+if command -v man >/dev/null; then
+	MANWIDTH=80 man -l "$PAGE" > page.txt 2> page.err
+	is "$?:$(cat page.err)" "0:" "man -l: no warnings"
+	for s in "EXIT STATUS" ENVIRONMENT EXAMPLES "SEE ALSO" "THE METRICS JSON"; do
+		like "$(cat page.txt)" "$s" "has $s"
+	done
+	for o in $(dp-eval --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+		like "$(cat page.txt)" -- "$o" "documents $o"
+	done
+else
+	skip "man is not installed"
+fi
+
+D=/usr/share/datasets/fashion-mnist
+if [ ! -r "$D/train-images-idx3-ubyte.gz" ]; then
+	skip "Fashion-MNIST is not installed (dataset-fashion-mnist): examples not run"
+	done_testing
+fi
+mkdir ex && cd ex
+tfr-cat --encode idx -n 6000 "$D/train-images-idx3-ubyte.gz" "$D/train-labels-idx1-ubyte.gz" > train.tfrecord
+tfr-cat --encode idx -n 1000 "$D/t10k-images-idx3-ubyte.gz" "$D/t10k-labels-idx1-ubyte.gz" > test.tfrecord
+tfr-shard -q -n 2 -o 'data/test-{shard}-of-{nshards}.tfrecord' test.tfrecord
+dp-train --train train.tfrecord --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
+	--model flatten,dense:128,relu,dense:10 --batch-size 64 --epochs 2 -q -o model.safetensors > /dev/null
+man_examples "$PAGE" ../examples
+n=0
+for f in $(ls ../examples | sort -n); do
+	n=$((n + 1))
+	case "$f" in
+	*.skip) skip "example $n: $(cat "../examples/$f")"; continue ;;
+	esac
+	bash -e "../examples/$f" > "out.$n" 2> "err.$n"
+	st=$?
+	is "$st" 0 "example $n runs: $(head -n 1 "../examples/$f" | cut -c 1-60)"
+	[ "$st" = 0 ] || sed 's/^/#   /' "err.$n" | head -n 5
+done
+ok test "$n" -ge 6 "the page has examples ($n)"
+# what the examples promise
+like "$(cat out.1)" "^model.safetensors: 1000 samples from test.tfrecord" "example 1: the report"
+like "$(cat out.2)" "gate recall\[Trouser\]>=0.8: 0\.[0-9]+ passed" "example 2: gates by class name"
+like_text "$(cat out.3)" $'passed\n0\\.[0-9]+$' "example 3: --check, then the accuracy read by sed"
+like_text "$(cat out.4)" $'^\\{"file":"test.tfrecord","record":0,"label":9,.*\n[0-9]+\n\\{"image":' \
+	"example 4: a prediction, the count right, a wrong record's input"
+like "$(cat out.5)" "gate samples>=1000: 1000 passed" "example 5: four workers"
+done_testing

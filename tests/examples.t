@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The examples, shortened through their variables so that none can rot:
+# make demo's script and the pipeline Makefile (examples/demo,
+# examples/pipeline.mk) on 3000 Fashion-MNIST images with 2 workers, its
+# incremental re-runs (each stage redone only when what it depends on
+# changed), a failing gate, -j with one worker; the sweep
+# (examples/sweep.sh); make learn's script (examples/fashion-mnist.sh).
+. "${DP_SRC:-.}/tests/lib.sh"
+
+D=/usr/share/datasets/fashion-mnist
+if [ ! -r "$D/train-images-idx3-ubyte.gz" ]; then
+	skip "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist"
+	done_testing
+fi
+if ! command -v mpirun >/dev/null; then
+	skip "mpirun is not installed (openmpi-bin)"
+	done_testing
+fi
+cd "$T"
+EX="$DP_SRC/examples"
+SHORT=(LIMIT=3000 TEST_LIMIT=500 EPOCHS=2 LR=3e-3 MODEL=flatten,dense:32,relu,dense:10
+	MIN_ACCURACY=0.6)
+W=$T/demo
+pipeline() { timeout 300 make --no-print-directory -f "$EX/pipeline.mk" W="$W" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" "$@"; }
+json() { $PY -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# ---- make demo's script
+run timeout 300 env DEMO_DIR="$W" MPIRUN="mpirun --oversubscribe" "$EX/demo" "${SHORT[@]}"
+is "$rc" 0 "examples/demo runs the pipeline"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
+like_text "$out" $'\n'"Fashion-MNIST, 2 worker\(s\), 2 epoch\(s\): flatten,dense:32,relu,dense:10"$'\n' "it ends with a summary"
+like_text "$out" "  model    $W/model.safetensors"$'\n' "... where the model is"
+like "$out" "  metrics  $W/metrics.json  \(test accuracy 0\.[0-9]+; report $W/report.txt\)" "... the metrics"
+like "$out" "  plot     $W/loss.svg" "... the plot"
+like "$out" "  data     $W/data/  \(train 2850, val 150 in 2 shard\(s\); test 500\)" "... the data"
+like_text "$out" $'\n'"done in [0-9]+ s$" "... and the time taken"
+is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" \
+	"test.tfrecord train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord train.tfrecord val-00000-of-00002.tfrecord val-00001-of-00002.tfrecord " \
+	"tfr-shard: a train/val split, one shard of each per worker"
+is "$(tfr-cat -c "$W/data/train-00000-of-00002.tfrecord")" 1425 "... half the training records each"
+is "$(json "$W/metrics.json" 'j["samples"], j["classes"][1]["name"]')" "500 Trouser" "dp-eval: the test set, classes named"
+same_file "$W/release/model.safetensors" "$W/model.safetensors" "the gate released the model"
+like "$(cat "$W/train.log")" "^epoch=1 step=23 val_loss=.*val_samples=150$" \
+	"dp-train: each worker all of its shard, global batches of 128 (23 steps), validated on both val shards"
+ok $PY -c '
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+s = [g.get("data-label") for g in r.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "series"]
+sys.exit(0 if s == ["loss", "val_loss"] else 1)' "$W/loss.svg" "metrics-grep: an SVG of loss and val_loss"
+like_text "$(head -n 2 "$W/loss.tsv")" $'^name\tvalue\tstep\tepoch\trank\nloss\t' "... and its values"
+
+# ---- incremental: only what changed is redone
+run pipeline -q "$W/release/model.safetensors" "$W/loss.svg" "$W/metrics.json"
+is "$rc" 0 "make -q: everything up to date"
+# stages SETTING...: run make (for real) and list the programs it ran, through
+# logging wrappers first on PATH (not counting the summary's tfr-cat -c)
+mkdir shims
+for p in tfr-cat tfr-shard dp-train dp-eval metrics-grep; do
+	printf '#!/bin/sh\ncase "$1" in -c) ;; --check) echo "%s --check" ;; *) echo %s ;; esac >> "%s/calls"\nexec "%s" "$@"\n' \
+		"$p" "$p" "$T" "$(command -v $p)" > shims/$p
+	chmod +x shims/$p
+done
+stages() {
+	: > "$T/calls"
+	PATH="$T/shims:$PATH" pipeline "$@" all > "$T/stages.out" 2>&1 || { echo "make failed: $(tail -n 3 "$T/stages.out")"; return; }
+	sort -u "$T/calls" | tr '\n' ' '
+}
+is "$(stages)" "" "a re-run runs nothing"
+is "$(stages MIN_ACCURACY=0.5)" "dp-eval --check " "a new gate: only the gate"
+is "$(stages MIN_ACCURACY=0.5 EPOCHS=3)" "dp-eval dp-eval --check dp-train metrics-grep " \
+	"a new EPOCHS: train, evaluate, gate, plot; no conversion or sharding"
+is "$(stages MIN_ACCURACY=0.5 EPOCHS=3 SEED=1)" "dp-eval dp-eval --check dp-train metrics-grep tfr-shard " \
+	"a new SEED: split again, and what follows"
+is "$(stages MIN_ACCURACY=0.5 EPOCHS=3 SEED=1 LIMIT=2500)" "dp-eval dp-eval --check dp-train metrics-grep tfr-cat tfr-shard " \
+	"a new LIMIT: everything"
+touch "$W/data/test.tfrecord"
+is "$(stages MIN_ACCURACY=0.5 EPOCHS=3 SEED=1 LIMIT=2500)" "dp-eval dp-eval --check " \
+	"a newer test set: evaluate and gate again, no training"
+SHORT+=(MIN_ACCURACY=0.5 EPOCHS=3 SEED=1 LIMIT=2500)
+run pipeline -q "$W/release/model.safetensors" "$W/loss.svg"
+is "$rc" 0 "... and then everything is up to date"
+cp "$W/release/model.safetensors" released.st
+run pipeline MIN_ACCURACY=0.999 all
+isnt "$rc" 0 "a gate the model fails stops make"
+like "$err" "gate accuracy>=0.999 failed: accuracy is 0\.[0-9]+" "... saying why"
+same_file "$W/release/model.safetensors" released.st "... and releases nothing new"
+ok test -s "$W/metrics.json" "... the metrics stay, to look at"
+
+# ---- -j, one worker without mpirun
+W=$T/one
+run pipeline -j2 NP=1 SPLIT= all
+is "$rc" 0 "make -j2 with NP=1 (no mpirun, no validation split)"
+is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" "test.tfrecord train-00000-of-00001.tfrecord train.tfrecord " \
+	"... one shard"
+is "$(tfr-cat -c "$W/data/train-00000-of-00001.tfrecord")" 2500 "... of every training record (LIMIT=2500)"
+
+# ---- the sweep
+run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+	"$EX/sweep.sh" sw
+is "$rc" 0 "examples/sweep.sh"
+like_text "$out" $'lr3e-3-batch32: training\nlr1e-2-batch32: training' "... trains each setting"
+is "$(sed 1d sw/results.tsv | wc -l)" 2 "... one row per run"
+is "$(sed 1d sw/results.tsv | cut -f 1 | sort -gr | tr '\n' ' ')" "$(sed 1d sw/results.tsv | cut -f 1 | tr '\n' ' ')" \
+	"... best first"
+r1=$(sed -n 2p sw/results.tsv)
+is "$(printf '%.4f' "$(json "$(echo "$r1" | cut -f 6)" 'j["metrics"]["accuracy"]["value"]')")" "$(echo "$r1" | cut -f 1)" \
+	"... the accuracy of the run's metrics JSON"
+like_text "$out" "best: sw/lr[0-9e-]+-batch32/model.safetensors"$'\n'"gate accuracy>=0.5: 0\.[0-9]+ passed" "... the best one, gated"
+is "$(json sw/lr3e-3-batch32/metrics.json 'j["model"]["epoch"], j["model"]["spec"]')" "3 flatten,dense:32,relu,dense:10" \
+	"... with the pipeline settings of the environment"
+run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+	"$EX/sweep.sh" sw
+like_text "$out" $'^lr3e-3-batch32: up to date\nlr1e-2-batch32: up to date' "a second sweep trains nothing"
+is "$(ls -d sw/data)" "sw/data" "the runs share one data directory"
+
+# ---- make learn's script, on 1000 images: both runs, each gated
+run timeout 300 env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
+like "$out" "mlp: test accuracy 0\.[0-9]+ after 10 epochs \(gate accuracy>=0.87\): (ok|FAILED);" "make learn: the MLP"
+like "$out" "cnn: test accuracy 0\.[0-9]+ after 5 epochs \(gate accuracy>=0.91\): (ok|FAILED);" "make learn: the CNN"
+like "$out" "   epoch=5 step=40 val_loss=[0-9.]+ val_accuracy=" "... per-epoch test accuracy"
+want=0
+case "$out" in *FAILED*) want=1 ;; esac
+is "$rc" "$want" "... exit status 1 exactly when a gate failed"
+
+done_testing

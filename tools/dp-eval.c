@@ -1,0 +1,1211 @@
+/*
+ * dp-eval - evaluate a dp-train checkpoint on TFRecord data: metrics, a
+ * metrics JSON, per-record predictions, quality gates.
+ *
+ * The checkpoint gives the model and how its data is read (feature,
+ * label, decode_raw, scale in its metadata: dp_ckpt.h); the records go
+ * through dp_data.h in order, the model's forward pass gives logits or
+ * outputs, and dp_eval.h accumulates the metrics.  Under mpirun each
+ * worker takes every size-th block of --batch-size records, so every
+ * batch is a batch the single process would have seen, and one allreduce
+ * of the exact accumulators (dp_eval.h) gives every worker the same bits
+ * a single process computes.  See dp-eval(1).
+ */
+#define _GNU_SOURCE
+#include "dp.h"
+#include "dp_backend.h"
+#include "dp_ckpt.h"
+#include "dp_comm.h"
+#include "dp_data.h"
+#include "dp_eval.h"
+#include "dp_example.h"
+#include "dp_nn.h"
+#include "dp_record.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef DP_PROG
+#define DP_PROG "dp-eval"
+#endif
+static const char *prog = DP_PROG;
+
+/* Exit statuses (dp-eval(1), EXIT STATUS); never renumbered. */
+#define EXIT_OK 0
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+#define EXIT_GATE 3
+
+/* ---- the command line ------------------------------------------------------ */
+
+enum {
+	O_MODEL = 256, O_DATA, O_DATA_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE, O_BATCH,
+	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
+	O_GPU, O_PRECISION, O_HELP, O_VERSION
+};
+
+static const struct option longopts[] = {
+	{"model", required_argument, 0, O_MODEL},
+	{"data", required_argument, 0, O_DATA},
+	{"data-cmd", required_argument, 0, O_DATA_CMD},
+	{"feature", required_argument, 0, O_FEATURE},
+	{"label", required_argument, 0, O_LABEL},
+	{"decode-raw", required_argument, 0, O_DECODE},
+	{"scale", required_argument, 0, O_SCALE},
+	{"batch-size", required_argument, 0, O_BATCH},
+	{"top-k", required_argument, 0, O_TOPK},
+	{"classes", required_argument, 0, O_CLASSES},
+	{"json", required_argument, 0, O_JSON},
+	{"require", required_argument, 0, O_REQUIRE},
+	{"check", required_argument, 0, O_CHECK},
+	{"predictions", required_argument, 0, O_PRED},
+	{"predictions-format", required_argument, 0, O_PRED_FORMAT},
+	{"threads", required_argument, 0, O_THREADS},
+	{"gpu", required_argument, 0, O_GPU},
+	{"precision", required_argument, 0, O_PRECISION},
+	{"quiet", no_argument, 0, 'q'},
+	{"help", no_argument, 0, O_HELP},
+	{"version", no_argument, 0, O_VERSION},
+	{0, 0, 0, 0},
+};
+
+enum { PF_AUTO = 0, PF_JSONL, PF_TFRECORD };
+
+static struct {
+	const char *model;
+	const char **data;
+	size_t ndata;
+	const char *data_cmd;
+	const char *feature, *label, *scale_text;
+	int decode; /* -1: from the checkpoint */
+	double scale;
+	uint64_t batch;
+	long topk; /* -1: default */
+	const char *classes;
+	const char *json, *check, *pred;
+	int pred_format;
+	dp_gate *gates;
+	const char **gate_text;
+	size_t ngates;
+	int threads, gpu, precision;
+	int quiet;
+} O = {
+	.decode = -1,
+	.batch = 256,
+	.topk = -1,
+	.threads = 1,
+	.gpu = -1,
+};
+
+static const char usage_line[] =
+	"usage: dp-eval --model CHECKPOINT --data FILE... [--json FILE] [--require 'METRIC>=X']...\n"
+	"               [--predictions FILE]   (dp-eval --help lists every option)\n";
+
+static void help(void)
+{
+	printf("usage: dp-eval --model CHECKPOINT [--data] FILE... [OPTION]...\n"
+	       "       dp-eval --check METRICS.json --require EXPR...\n"
+	       "Evaluate a dp-train checkpoint on TFRecord files of tf.train.Example: loss,\n"
+	       "accuracy, top-k, per-class precision/recall/F1, confusion matrix (classifiers);\n"
+	       "MSE, RMSE, MAE, R2 (regression).  See dp-eval(1).\n"
+	       "\n"
+	       "Input:\n"
+	       "      --model PATH         the checkpoint (safetensors, from dp-train)\n"
+	       "      --data PATH          records: file, glob, FIFO or - (stdin); repeatable;\n"
+	       "                           {rank} and {size} are filled in; FILE operands too\n"
+	       "      --data-cmd CMD       read the stdout of CMD (sh -c) instead\n"
+	       "      --feature NAME       the input feature (default: the checkpoint's)\n"
+	       "      --label NAME         the label feature (default: the checkpoint's)\n"
+	       "      --decode-raw TYPE    bytes as raw uint8, float32, float64, or none\n"
+	       "                           (default: the checkpoint's)\n"
+	       "      --scale X            multiply inputs by X (default: the checkpoint's)\n"
+	       "      --batch-size N       samples per forward pass (default 256)\n"
+	       "      --threads N          math threads (default 1)\n"
+	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	       "                           rank modulo the GPUs visible)\n"
+	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	       "                           tensor cores (CUDA build)\n"
+	       "\n"
+	       "Metrics:\n"
+	       "      --top-k K            also top-K accuracy (default 5 with more than 5\n"
+	       "                           classes; 0: none)\n"
+	       "      --classes NAMES      class names, comma-separated, or @FILE (one a line):\n"
+	       "                           shown in the report and JSON, usable in --require\n"
+	       "      --json FILE          write the metrics JSON to FILE (- for stdout), whole\n"
+	       "                           or not at all\n"
+	       "      --predictions FILE   write each record's prediction: JSON lines, or\n"
+	       "                           TFRecord when FILE ends in .tfrecord or .tfr\n"
+	       "                           (gzip with .gz); {rank} for one file per worker\n"
+	       "      --predictions-format jsonl|tfrecord  the format, whatever the name\n"
+	       "\n"
+	       "Gates:\n"
+	       "      --require EXPR       METRIC OP NUMBER with OP one of < <= > >=, e.g.\n"
+	       "                           'accuracy>=0.9', 'loss<0.4', 'recall[3]>0.8';\n"
+	       "                           repeatable; exit 3 when one fails\n"
+	       "      --check FILE         apply the --require gates to a metrics JSON written\n"
+	       "                           before, instead of evaluating a model\n"
+	       "\n"
+	       "  -q, --quiet              no report on stdout, no progress\n"
+	       "      --help               this list\n"
+	       "      --version            the version\n"
+	       "\n"
+	       "Exit status: 0 done (every gate passed), 1 failure, 2 usage error, 3 a --require\n"
+	       "gate failed (the metrics JSON and predictions are written).\n");
+}
+
+/* ---- messages ---------------------------------------------------------------- */
+
+static int RANK, SIZE = 1;
+static int bar_shown;
+
+static void bar_clear(void)
+{
+	if (bar_shown) {
+		fputs("\r\033[K", stderr);
+		bar_shown = 0;
+	}
+}
+
+static void vmsg(const char *fmt, va_list ap)
+{
+	bar_clear();
+	fflush(stdout);
+	if (SIZE > 1)
+		fprintf(stderr, "%s: rank %d: ", prog, RANK);
+	else
+		fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+static void __attribute__((noreturn, format(printf, 2, 3))) die_code(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+	dp_out_cleanup();
+	exit(code);
+}
+
+#define die(...) die_code(EXIT_FAIL, __VA_ARGS__)
+
+static void __attribute__((format(printf, 1, 2))) warnx(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+}
+
+static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(usage_line, stderr);
+	dp_out_cleanup();
+	exit(EXIT_USAGE);
+}
+
+static uint64_t opt_count(const char *name, const char *s, uint64_t min, uint64_t max)
+{
+	char *end;
+	errno = 0;
+	if (!*s || *s == '-')
+		usage_error("--%s '%s': not a number", name, s);
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		usage_error("--%s '%s': want a whole number from %" PRIu64 " to %" PRIu64, name, s,
+			    min, max);
+	return v;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		die("out of memory");
+	return q;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	int c;
+	dp_err e;
+	while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_MODEL: O.model = optarg; break;
+		case O_DATA:
+			O.data = xrealloc(O.data, (O.ndata + 1) * sizeof *O.data);
+			O.data[O.ndata++] = optarg;
+			break;
+		case O_DATA_CMD: O.data_cmd = optarg; break;
+		case O_FEATURE: O.feature = optarg; break;
+		case O_LABEL: O.label = optarg; break;
+		case O_DECODE:
+			O.decode = dp_decode_parse(optarg);
+			if (O.decode < 0)
+				usage_error("--decode-raw '%s': want uint8, float32, float64 or none",
+					    optarg);
+			break;
+		case O_SCALE:
+			if (dp_parse_scale(optarg, &O.scale) < 0)
+				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
+					    optarg);
+			O.scale_text = optarg;
+			break;
+		case O_BATCH: O.batch = opt_count("batch-size", optarg, 1, 1u << 20); break;
+		case O_TOPK: O.topk = (long)opt_count("top-k", optarg, 0, 1u << 24); break;
+		case O_CLASSES: O.classes = optarg; break;
+		case O_JSON: O.json = optarg; break;
+		case O_CHECK: O.check = optarg; break;
+		case O_PRED: O.pred = optarg; break;
+		case O_PRED_FORMAT:
+			if (!strcmp(optarg, "jsonl") || !strcmp(optarg, "json"))
+				O.pred_format = PF_JSONL;
+			else if (!strcmp(optarg, "tfrecord"))
+				O.pred_format = PF_TFRECORD;
+			else
+				usage_error("--predictions-format '%s': want jsonl or tfrecord", optarg);
+			break;
+		case O_REQUIRE:
+			O.gates = xrealloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
+			O.gate_text = xrealloc(O.gate_text, (O.ngates + 1) * sizeof *O.gate_text);
+			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
+				usage_error("--require %s", e.msg);
+			O.gate_text[O.ngates++] = optarg;
+			break;
+		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_PRECISION:
+			if ((O.precision = dp_precision_parse(optarg)) < 0)
+				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+			break;
+		case 'q': O.quiet = 1; break;
+		case O_HELP:
+			help();
+			if (fclose(stdout) != 0)
+				die("stdout: %s", strerror(errno));
+			exit(EXIT_OK);
+		case O_VERSION:
+			printf("%s %s\n", prog, DP_VERSION);
+			if (fclose(stdout) != 0)
+				die("stdout: %s", strerror(errno));
+			exit(EXIT_OK);
+		default: fputs(usage_line, stderr); exit(EXIT_USAGE);
+		}
+	}
+	for (int i = optind; i < argc; i++) {
+		O.data = xrealloc(O.data, (O.ndata + 1) * sizeof *O.data);
+		O.data[O.ndata++] = argv[i];
+	}
+}
+
+/* ---- text and JSON output ------------------------------------------------------- */
+
+typedef struct sbuf {
+	char *p;
+	size_t n, cap;
+} sbuf;
+
+static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		va_start(ap, fmt);
+		int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+		va_end(ap);
+		if (w < 0)
+			die("out of memory");
+		if (b->p && (size_t)w < b->cap - b->n) {
+			b->n += (size_t)w;
+			return;
+		}
+		b->cap = (b->n + (size_t)w + 1) * 2;
+		b->p = xrealloc(b->p, b->cap);
+	}
+}
+
+/* A JSON string (RFC 8259 escapes; bytes that are not UTF-8 become U+FFFD). */
+static void sb_jstr(sbuf *b, const char *s)
+{
+	sb_printf(b, "\"");
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			sb_printf(b, "\\%c", *p);
+		else if (*p == '\n')
+			sb_printf(b, "\\n");
+		else if (*p == '\t')
+			sb_printf(b, "\\t");
+		else if (*p < 0x20 || *p == 0x7f)
+			sb_printf(b, "\\u%04x", *p);
+		else if (*p >= 0x80) {
+			size_t len = 1;
+			while (p[len] >= 0x80 && len < 4)
+				len++;
+			size_t ok = 0;
+			for (size_t l = len; l >= 2 && !ok; l--)
+				if (dp_utf8_valid(p, l))
+					ok = l;
+			if (ok) {
+				sb_printf(b, "%.*s", (int)ok, (const char *)p);
+				p += ok - 1;
+			} else {
+				sb_printf(b, "\\ufffd");
+			}
+		} else
+			sb_printf(b, "%c", *p);
+	}
+	sb_printf(b, "\"");
+}
+
+/* Whole numbers as such (10000, not 1e+04), others in the shortest text
+ * that reads back as v. */
+static const char *fmt_num(double v, char *buf, size_t len)
+{
+	if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+		snprintf(buf, len, "%.0f", v);
+		return buf;
+	}
+	return dp_fmt_double(v, buf, len);
+}
+
+/* A JSON number: the shortest text that reads back as v; null when v is
+ * not finite (JSON has no NaN). */
+static void sb_jnum(sbuf *b, double v)
+{
+	char t[40];
+	if (!isfinite(v))
+		sb_printf(b, "null");
+	else
+		sb_printf(b, "%s", fmt_num(v, t, sizeof t));
+}
+
+/* The shortest text that reads back as the float f. */
+static const char *fmt_float(float f, char *buf, size_t len)
+{
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(buf, len, "%.*g", prec, (double)f);
+		if (strtof(buf, NULL) == f)
+			break;
+	}
+	return buf;
+}
+
+/* ---- class names ----------------------------------------------------------------- */
+
+static char **NAMES;      /* k names or NULL */
+static char *NAMES_TEXT; /* the buffer they point into */
+
+static void load_classes(size_t k)
+{
+	if (!O.classes)
+		return;
+	char *text;
+	if (O.classes[0] == '@') {
+		FILE *f = fopen(O.classes + 1, "r");
+		if (!f)
+			die("%s: %s", O.classes + 1, strerror(errno));
+		size_t n = 0;
+		text = NULL;
+		if (getdelim(&text, &n, 0, f) < 0 && ferror(f))
+			die("%s: %s", O.classes + 1, strerror(errno));
+		fclose(f);
+		if (!text)
+			text = strdup("");
+		for (char *p = text; *p; p++)
+			if (*p == '\n')
+				*p = ',';
+		size_t l = strlen(text);
+		while (l && text[l - 1] == ',')
+			text[--l] = 0;
+		for (char *p = text; *p; p++)
+			if (*p == '\r')
+				*p = ' ';
+	} else {
+		text = strdup(O.classes);
+	}
+	if (!text)
+		die("out of memory");
+	NAMES_TEXT = text;
+	NAMES = calloc(k, sizeof *NAMES);
+	if (!NAMES)
+		die("out of memory");
+	size_t n = 0;
+	char *save = NULL;
+	for (char *p = text;; p = NULL) {
+		char *tok = strtok_r(p, ",", &save);
+		if (!tok)
+			break;
+		if (n < k)
+			NAMES[n] = tok;
+		n++;
+	}
+	if (n != k)
+		usage_error("--classes: %zu names for a model of %zu classes", n, k);
+	for (size_t i = 0; i < k; i++)
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(NAMES[i], NAMES[j]))
+				usage_error("--classes: '%s' twice", NAMES[i]);
+}
+
+/* ---- --check: gates on a metrics JSON ---------------------------------------------- */
+
+/* The value of metric `name` in a dp-eval metrics JSON: 0, or -1 when
+ * there is none of that name. */
+static int json_metric(json_t *root, const char *name, double *v)
+{
+	json_t *m = json_object_get(json_object_get(root, "metrics"), name);
+	json_t *val = json_object_get(m, "value");
+	if (json_is_number(val)) {
+		*v = json_number_value(val);
+		return 0;
+	}
+	if (val && json_is_null(val)) {
+		*v = NAN;
+		return 0;
+	}
+	const char *lb = strchr(name, '[');
+	size_t nl = strlen(name);
+	if (!lb || name[nl - 1] != ']' || lb == name)
+		return -1;
+	char base[64], idx[256];
+	size_t bl = (size_t)(lb - name), il = nl - bl - 2;
+	if (bl >= sizeof base || il >= sizeof idx || !il)
+		return -1;
+	memcpy(base, name, bl);
+	base[bl] = 0;
+	memcpy(idx, lb + 1, il);
+	idx[il] = 0;
+	const char *arr = json_object_get(root, "classes") ? "classes" : "outputs";
+	const char *key = !strcmp(arr, "classes") ? "class" : "output";
+	json_t *a = json_object_get(root, arr);
+	size_t i;
+	json_t *it;
+	json_array_foreach(a, i, it) {
+		json_t *nm = json_object_get(it, "name"), *no = json_object_get(it, key);
+		char nb[32];
+		snprintf(nb, sizeof nb, "%" JSON_INTEGER_FORMAT,
+			 json_is_integer(no) ? json_integer_value(no) : -1);
+		if (!strcmp(nb, idx) || (json_is_string(nm) && !strcmp(json_string_value(nm), idx))) {
+			json_t *x = json_object_get(it, base);
+			if (!strcmp(base, "class") || !strcmp(base, "output") || !strcmp(base, "name"))
+				return -1;
+			if (json_is_number(x)) {
+				*v = json_number_value(x);
+				return 0;
+			}
+			if (x && json_is_null(x)) {
+				*v = NAN;
+				return 0;
+			}
+			return -1;
+		}
+	}
+	return -1;
+}
+
+static int check_mode(void)
+{
+	json_error_t je;
+	json_t *root = !strcmp(O.check, "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
+					     : json_load_file(O.check, JSON_REJECT_DUPLICATES, &je);
+	if (!root) {
+		if (je.line > 0)
+			die("%s: line %d, column %d: %s", O.check, je.line, je.column, je.text);
+		die("%s: %s", O.check, je.text);
+	}
+	if (!json_is_object(json_object_get(root, "metrics")))
+		die("%s: not a dp-eval metrics JSON (no \"metrics\" object)", O.check);
+	int failed = 0;
+	double *vals = xrealloc(NULL, O.ngates * sizeof *vals);
+	for (size_t i = 0; i < O.ngates; i++)
+		if (json_metric(root, O.gates[i].metric, &vals[i]) < 0) {
+			const char *k;
+			json_t *v;
+			char list[512];
+			size_t l = 0;
+			list[0] = 0;
+			json_object_foreach(json_object_get(root, "metrics"), k, v) {
+				int w = snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", k);
+				if (w > 0 && (size_t)w < sizeof list - l)
+					l += (size_t)w;
+			}
+			usage_error("--require %s: %s has no metric '%s' (it has %s)", O.gate_text[i],
+				    O.check, O.gates[i].metric, list);
+		}
+	for (size_t i = 0; i < O.ngates; i++) {
+		char t[40];
+		int ok = dp_gate_pass(&O.gates[i], vals[i]);
+		if (!O.quiet)
+			printf("gate %s: %s %s\n", O.gate_text[i],
+			       isnan(vals[i]) ? "NaN" : fmt_num(vals[i], t, sizeof t),
+			       ok ? "passed" : "FAILED");
+		if (!ok) {
+			failed = 1;
+			warnx("%s: gate %s failed: %s is %s", O.check, O.gate_text[i], O.gates[i].metric,
+			      isnan(vals[i]) ? "NaN" : fmt_num(vals[i], t, sizeof t));
+		}
+	}
+	free(vals);
+	json_decref(root);
+	if (fclose(stdout) != 0)
+		die("stdout: %s", strerror(errno));
+	return failed ? EXIT_GATE : EXIT_OK;
+}
+
+/* ---- predictions ---------------------------------------------------------------------- */
+
+typedef struct pred_out {
+	dp_out out;
+	int format;
+	char *path;
+	sbuf sb;          /* jsonl */
+	dp_writer *w;     /* tfrecord */
+	dp_exbuild ex;
+} pred_out;
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void pred_open(pred_out *p)
+{
+	dp_err e;
+	memset(p, 0, sizeof *p);
+	if (!(p->path = dp_expand(O.pred, NULL)))
+		die("out of memory");
+	int gz = ends_with(p->path, ".gz");
+	p->format = O.pred_format;
+	if (p->format == PF_AUTO) {
+		size_t l = strlen(p->path) - (gz ? 3 : 0);
+		int tf = (l >= 9 && !strncmp(p->path + l - 9, ".tfrecord", 9)) ||
+			 (l >= 4 && !strncmp(p->path + l - 4, ".tfr", 4));
+		p->format = tf ? PF_TFRECORD : PF_JSONL;
+	}
+	if (p->format == PF_TFRECORD && !strcmp(p->path, "-") && isatty(STDOUT_FILENO))
+		usage_error("--predictions -: will not write records to a terminal");
+	if (dp_out_open(&p->out, p->path, &e) < 0)
+		die("%s", e.msg);
+	if (p->format == PF_TFRECORD &&
+	    !(p->w = dp_writer_open_fd(p->out.fd, p->path, gz ? DP_COMP_GZIP : DP_COMP_NONE, -1, &e)))
+		die("%s", e.msg);
+}
+
+static void pred_flush(pred_out *p, int force)
+{
+	dp_err e;
+	if (p->format != PF_JSONL || (!force && p->sb.n < (1u << 20)))
+		return;
+	if (dp_write_all(p->out.fd, p->sb.p, p->sb.n, p->path, &e) < 0)
+		die("%s", e.msg);
+	p->sb.n = 0;
+}
+
+/* One record's prediction.  k values of prob/out; t: targets (regression). */
+static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_t label,
+		     int32_t pred, double loss, const float *v, const float *t, size_t k)
+{
+	dp_err e;
+	char tb[40];
+	if (p->format == PF_JSONL) {
+		sbuf *b = &p->sb;
+		sb_printf(b, "{\"file\":");
+		sb_jstr(b, src);
+		sb_printf(b, ",\"record\":%" PRIu64, rec);
+		if (cls) {
+			sb_printf(b, ",\"label\":%" PRId32 ",\"predicted\":%" PRId32, label, pred);
+			if (NAMES) {
+				sb_printf(b, ",\"predicted_name\":");
+				sb_jstr(b, NAMES[pred]);
+			}
+			sb_printf(b, ",\"loss\":");
+			sb_jnum(b, loss);
+			sb_printf(b, ",\"probabilities\":[");
+		} else {
+			sb_printf(b, ",\"loss\":");
+			sb_jnum(b, loss);
+			sb_printf(b, ",\"target\":[");
+			for (size_t j = 0; j < k; j++)
+				sb_printf(b, "%s%s", j ? "," : "",
+					  isfinite(t[j]) ? fmt_float(t[j], tb, sizeof tb) : "null");
+			sb_printf(b, "],\"output\":[");
+		}
+		for (size_t j = 0; j < k; j++)
+			sb_printf(b, "%s%s", j ? "," : "",
+				  isfinite(v[j]) ? fmt_float(v[j], tb, sizeof tb) : "null");
+		sb_printf(b, "]}\n");
+		pred_flush(p, 0);
+		return;
+	}
+	dp_exbuild *x = &p->ex;
+	dp_exbuild_reset(x);
+	const uint8_t *sv = (const uint8_t *)src;
+	size_t sl = strlen(src);
+	int64_t r = (int64_t)rec;
+	float lf = (float)loss;
+	dp_exbuild_bytes(x, "file", 4, &sv, &sl, 1);
+	dp_exbuild_int64s(x, "record", 6, &r, 1);
+	if (cls) {
+		int64_t l = label, pr = pred;
+		dp_exbuild_int64s(x, "label", 5, &l, 1);
+		dp_exbuild_int64s(x, "predicted", 9, &pr, 1);
+		dp_exbuild_floats(x, "loss", 4, &lf, 1);
+		dp_exbuild_floats(x, "probabilities", 13, v, k);
+	} else {
+		dp_exbuild_floats(x, "loss", 4, &lf, 1);
+		dp_exbuild_floats(x, "target", 6, t, k);
+		dp_exbuild_floats(x, "output", 6, v, k);
+	}
+	const uint8_t *data;
+	size_t len;
+	if (dp_exbuild_finish(x, &data, &len) < 0)
+		die("out of memory");
+	if (dp_writer_write(p->w, data, len, &e) < 0)
+		die("%s", e.msg);
+}
+
+static void pred_commit(pred_out *p)
+{
+	dp_err e;
+	pred_flush(p, 1);
+	if (p->w) {
+		if (dp_writer_finish(p->w, &e) < 0)
+			die("%s", e.msg);
+		dp_writer_free(p->w);
+		p->w = NULL;
+	}
+	if (dp_out_commit(&p->out, &e) < 0)
+		die("%s", e.msg);
+	free(p->sb.p);
+	dp_exbuild_free(&p->ex);
+	free(p->path);
+}
+
+/* ---- the report ------------------------------------------------------------------------- */
+
+typedef struct gate_result {
+	double value;
+	int passed;
+} gate_result;
+
+static const char *cname(size_t j, char *buf, size_t len)
+{
+	if (NAMES)
+		return NAMES[j];
+	snprintf(buf, len, "%zu", j);
+	return buf;
+}
+
+static void text_report(sbuf *b, const dp_eval_report *r, const char *model, dp_data *d,
+			const gate_result *gr)
+{
+	char nb[64], t[40];
+	size_t ns = dp_data_nsources(d);
+	sb_printf(b, "%s: %" PRIu64 " samples from %s%s\n", model, r->samples,
+		  dp_data_source(d, 0), ns > 1 ? " ..." : "");
+	/* one logfmt line of every scalar metric, for metrics-grep --logfmt */
+	size_t nm = dp_eval_metric_count(r);
+	for (size_t i = 0; i < nm; i++) {
+		double v;
+		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
+		if (v == floor(v) && fabs(v) < 1e15)
+			sb_printf(b, "%s%s=%.0f", i ? " " : "", name, v);
+		else
+			sb_printf(b, "%s%s=%.6g", i ? " " : "", name, v);
+	}
+	sb_printf(b, "\n");
+	size_t k = r->k;
+	if (r->kind == DP_EVAL_CLASS && k <= 1000) {
+		int w = r->topk ? 14 + (r->topk > 9) : 12;
+		for (size_t j = 0; j < k; j++) {
+			int l = (int)strlen(cname(j, nb, sizeof nb));
+			if (l > w)
+				w = l;
+		}
+		if (w > 40)
+			w = 40;
+		sb_printf(b, "\n%*s  %9s  %9s  %9s  %9s\n", w, "", "precision", "recall", "f1",
+			  "support");
+		for (size_t j = 0; j < k; j++) {
+			const dp_eval_class *c = &r->classes[j];
+			sb_printf(b, "%*.*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, w,
+				  cname(j, nb, sizeof nb), c->precision, c->recall, c->f1, c->support);
+		}
+		sb_printf(b, "\n%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w, "accuracy", "", "",
+			  r->accuracy, r->samples);
+		if (r->topk)
+			sb_printf(b, "%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w,
+				  (snprintf(t, sizeof t, "top-%zu accuracy", r->topk), t), "", "",
+				  r->topk_accuracy, r->samples);
+		sb_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "macro avg",
+			  r->precision_macro, r->recall_macro, r->f1_macro, r->samples);
+		sb_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "weighted avg",
+			  r->precision_weighted, r->recall_weighted, r->f1_weighted, r->samples);
+		if (r->confusion && k <= 20) {
+			uint64_t mx = 1;
+			for (size_t j = 0; j < k * k; j++)
+				if (r->confusion[j] > mx)
+					mx = r->confusion[j];
+			int cw = snprintf(t, sizeof t, "%" PRIu64, mx);
+			if (cw < 3)
+				cw = 3;
+			sb_printf(b, "\nconfusion matrix (rows: label, columns: prediction)\n%*s", 4, "");
+			for (size_t j = 0; j < k; j++)
+				sb_printf(b, " %*zu", cw, j);
+			sb_printf(b, "\n");
+			for (size_t i = 0; i < k; i++) {
+				sb_printf(b, "%4zu", i);
+				for (size_t j = 0; j < k; j++)
+					sb_printf(b, " %*" PRIu64, cw, r->confusion[i * k + j]);
+				sb_printf(b, "%s%s\n", NAMES ? "  " : "", NAMES ? NAMES[i] : "");
+			}
+		}
+	} else if (r->kind == DP_EVAL_REGRESSION && k > 1 && k <= 1000) {
+		sb_printf(b, "\n%6s  %12s  %12s  %12s\n", "output", "mse", "mae", "r2");
+		for (size_t j = 0; j < k; j++)
+			sb_printf(b, "%6zu  %12.6g  %12.6g  %12.6g\n", j, r->outputs[j].mse,
+				  r->outputs[j].mae, r->outputs[j].r2);
+	}
+	if (O.ngates)
+		sb_printf(b, "\n");
+	for (size_t i = 0; i < O.ngates; i++)
+		sb_printf(b, "gate %s: %s %s\n", O.gate_text[i],
+			  isnan(gr[i].value) ? "NaN" : fmt_num(gr[i].value, t, sizeof t),
+			  gr[i].passed ? "passed" : "FAILED");
+}
+
+static void json_report(sbuf *b, const dp_eval_report *r, dp_st *ck, dp_model *m, dp_data *d,
+			const char *feature, const char *label, int decode, const char *scale,
+			const gate_result *gr)
+{
+	char nb[64], sb[64];
+	sb_printf(b, "{\n  \"format\": \"dp-eval/1\",\n  \"model\": {\"path\": ");
+	sb_jstr(b, O.model);
+	sb_printf(b, ", \"spec\": ");
+	sb_jstr(b, dp_model_spec(m));
+	dp_shape in = dp_model_input(m);
+	sb_printf(b, ", \"input_shape\": ");
+	sb_jstr(b, dp_shape_format(&in, sb, sizeof sb));
+	sb_printf(b, ", \"loss\": ");
+	sb_jstr(b, dp_loss_name(dp_model_loss_kind(m)));
+	sb_printf(b, ", \"parameters\": %zu", dp_model_nparams(m));
+	const char *keys[] = {"step", "epoch"};
+	for (int i = 0; i < 2; i++) {
+		const char *v = dp_st_meta(ck, keys[i]);
+		char *end;
+		if (v && *v && (strtoull(v, &end, 10), !*end))
+			sb_printf(b, ", \"%s\": %s", keys[i], v);
+	}
+	sb_printf(b, "},\n  \"data\": {\"sources\": [");
+	for (size_t i = 0; i < dp_data_nsources(d); i++) {
+		sb_printf(b, "%s", i ? ", " : "");
+		sb_jstr(b, dp_data_source(d, i));
+	}
+	sb_printf(b, "], \"feature\": ");
+	sb_jstr(b, feature);
+	sb_printf(b, ", \"label\": ");
+	sb_jstr(b, label);
+	sb_printf(b, ", \"decode_raw\": ");
+	sb_jstr(b, dp_decode_name(decode));
+	sb_printf(b, ", \"scale\": ");
+	sb_jstr(b, scale);
+	sb_printf(b, "},\n  \"samples\": %" PRIu64 ",\n  \"workers\": %d,\n  \"metrics\": {\n",
+		  r->samples, SIZE);
+	size_t nm = dp_eval_metric_count(r);
+	for (size_t i = 0; i < nm; i++) {
+		double v;
+		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
+		sb_printf(b, "    ");
+		sb_jstr(b, name);
+		sb_printf(b, ": {\"value\": ");
+		sb_jnum(b, v);
+		sb_printf(b, "}%s\n", i + 1 < nm ? "," : "");
+	}
+	sb_printf(b, "  }");
+	size_t k = r->k;
+	if (r->kind == DP_EVAL_CLASS) {
+		sb_printf(b, ",\n  \"classes\": [\n");
+		for (size_t j = 0; j < k; j++) {
+			const dp_eval_class *c = &r->classes[j];
+			sb_printf(b, "    {\"class\": %zu", j);
+			if (NAMES) {
+				sb_printf(b, ", \"name\": ");
+				sb_jstr(b, NAMES[j]);
+			}
+			sb_printf(b, ", \"precision\": ");
+			sb_jnum(b, c->precision);
+			sb_printf(b, ", \"recall\": ");
+			sb_jnum(b, c->recall);
+			sb_printf(b, ", \"f1\": ");
+			sb_jnum(b, c->f1);
+			sb_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
+				  c->support, c->predicted, j + 1 < k ? "," : "");
+		}
+		sb_printf(b, "  ]");
+		if (r->confusion) {
+			sb_printf(b, ",\n  \"confusion_matrix\": [\n");
+			for (size_t i = 0; i < k; i++) {
+				sb_printf(b, "    [");
+				for (size_t j = 0; j < k; j++)
+					sb_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
+				sb_printf(b, "]%s\n", i + 1 < k ? "," : "");
+			}
+			sb_printf(b, "  ]");
+		}
+	} else {
+		sb_printf(b, ",\n  \"outputs\": [\n");
+		for (size_t j = 0; j < k; j++) {
+			const dp_eval_output *o = &r->outputs[j];
+			sb_printf(b, "    {\"output\": %zu, \"mse\": ", j);
+			sb_jnum(b, o->mse);
+			sb_printf(b, ", \"mae\": ");
+			sb_jnum(b, o->mae);
+			sb_printf(b, ", \"r2\": ");
+			sb_jnum(b, o->r2);
+			sb_printf(b, "}%s\n", j + 1 < k ? "," : "");
+		}
+		sb_printf(b, "  ]");
+	}
+	if (O.ngates) {
+		int all = 1;
+		sb_printf(b, ",\n  \"gates\": [\n");
+		for (size_t i = 0; i < O.ngates; i++) {
+			sb_printf(b, "    {\"require\": ");
+			sb_jstr(b, O.gate_text[i]);
+			sb_printf(b, ", \"metric\": ");
+			sb_jstr(b, O.gates[i].metric);
+			sb_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
+			sb_jnum(b, O.gates[i].threshold);
+			sb_printf(b, ", \"value\": ");
+			sb_jnum(b, gr[i].value);
+			sb_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
+				  i + 1 < O.ngates ? "," : "");
+			all &= gr[i].passed;
+		}
+		sb_printf(b, "  ],\n  \"passed\": %s", all ? "true" : "false");
+	}
+	sb_printf(b, "\n}\n");
+}
+
+static void write_whole(const char *path, const sbuf *b)
+{
+	dp_out o;
+	dp_err e;
+	if (dp_out_open(&o, path, &e) < 0)
+		die("%s", e.msg);
+	if (dp_write_all(o.fd, b->p, b->n, strcmp(path, "-") ? path : "stdout", &e) < 0) {
+		dp_out_abort(&o);
+		die("%s", e.msg);
+	}
+	if (dp_out_commit(&o, &e) < 0)
+		die("%s", e.msg);
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+static int is_stream(const char *path)
+{
+	struct stat st;
+	return !strcmp(path, "-") || (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+				      !S_ISDIR(st.st_mode));
+}
+
+int main(int argc, char **argv)
+{
+	dp_err e;
+	signal(SIGPIPE, SIG_IGN);
+	dp_out_install_signal_cleanup();
+	parse_args(argc, argv);
+
+	if (O.check) {
+		if (O.model || O.ndata || O.data_cmd || O.json || O.pred)
+			usage_error("--check reads a metrics JSON: no --model, --data, --json or "
+				    "--predictions with it");
+		if (!O.ngates)
+			usage_error("--check needs at least one --require gate");
+		return check_mode();
+	}
+	if (!O.model)
+		usage_error("no checkpoint: give --model PATH");
+	if (!O.ndata && !O.data_cmd)
+		usage_error("no data: give --data FILE (or - for stdin)");
+	if (O.ndata && O.data_cmd)
+		usage_error("--data and --data-cmd exclude each other");
+	if (O.json && O.pred && !strcmp(O.json, "-") && !strcmp(O.pred, "-"))
+		usage_error("--json - and --predictions - would both write to stdout");
+	for (size_t i = 0; i + 1 < O.ndata; i++)
+		for (size_t j = i + 1; j < O.ndata; j++)
+			if (!strcmp(O.data[i], "-") && !strcmp(O.data[j], "-"))
+				usage_error("stdin given twice");
+
+	/* backend, workers, model */
+	const dp_backend *be = dp_backend_default();
+	dp_bectx *ctx;
+	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	char desc[256];
+	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
+		die("%s", e.msg);
+	dp_comm *comm = dp_comm_open(be, ctx, &e);
+	if (!comm)
+		die("%s", e.msg);
+	RANK = dp_comm_rank(comm);
+	SIZE = dp_comm_size(comm);
+	/* data named by {rank} is each worker's own: no splitting */
+	int own = O.data_cmd && strstr(O.data_cmd, "{rank");
+	for (size_t i = 0; i < O.ndata; i++)
+		own |= strstr(O.data[i], "{rank") != NULL;
+	if (SIZE > 1 && !own) {
+		for (size_t i = 0; i < O.ndata; i++)
+			if (is_stream(O.data[i]))
+				usage_error("%s: a stream cannot be split between %d workers: give "
+					    "files, or --data-cmd (run by every worker)",
+					    strcmp(O.data[i], "-") ? O.data[i] : "stdin", SIZE);
+	}
+	if (SIZE > 1) {
+		if (O.pred && (!strstr(O.pred, "{rank") || !strcmp(O.pred, "-")))
+			usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
+				    "file per worker)",
+				    O.pred, SIZE);
+	}
+	dp_st *ck = NULL;
+	dp_model *m = dp_model_load(O.model, be, ctx, O.batch, &ck, &e);
+	if (!m)
+		die("%s", e.msg);
+	int cls = dp_model_loss_kind(m) == DP_LOSS_XENT;
+	size_t k = dp_model_out_size(m), in_size = dp_model_in_size(m);
+
+	/* how the data is read: flags, else the checkpoint, else dp-train's defaults */
+	const char *feature = O.feature ? O.feature : dp_st_meta(ck, "feature");
+	const char *label = O.label ? O.label : dp_st_meta(ck, "label");
+	if (!feature)
+		feature = "image";
+	if (!label)
+		label = "label";
+	int decode = O.decode;
+	if (decode < 0) {
+		const char *s = dp_st_meta(ck, "decode_raw");
+		decode = s ? dp_decode_parse(s) : DP_DECODE_NONE;
+		if (decode < 0)
+			die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
+			    O.model, s);
+	}
+	double scale = O.scale;
+	const char *scale_text = O.scale_text;
+	if (!scale_text) {
+		scale_text = dp_st_meta(ck, "scale");
+		if (scale_text && dp_parse_scale(scale_text, &scale) < 0)
+			die("%s: metadata scale '%s' is not a number", O.model, scale_text);
+		if (!scale_text)
+			scale_text = "1", scale = 1;
+	}
+
+	/* metrics and gates: every gate must name a metric of this model */
+	size_t topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
+	if (cls && topk >= k)
+		usage_error("--top-k %zu: the model has %zu classes", topk, k);
+	if (!cls && O.topk > 0)
+		usage_error("--top-k: '%s' is a regression model", O.model);
+	if (O.classes && !cls)
+		usage_error("--classes: '%s' is a regression model", O.model);
+	if (cls)
+		load_classes(k);
+	dp_eval *ev = dp_eval_new(cls ? DP_EVAL_CLASS : DP_EVAL_REGRESSION, k, cls ? topk : 0, &e);
+	if (!ev)
+		die("%s", e.msg);
+	{
+		dp_eval_report stub = {0};
+		stub.kind = dp_eval_kind(ev);
+		stub.k = k;
+		stub.topk = dp_eval_topk(ev);
+		dp_eval_class *c = calloc(k, sizeof *c);
+		dp_eval_output *oo = calloc(k, sizeof *oo);
+		if (!c || !oo)
+			die("out of memory");
+		stub.classes = c;
+		stub.outputs = oo;
+		for (size_t i = 0; i < O.ngates; i++) {
+			double v;
+			if (dp_eval_metric(&stub, O.gates[i].metric, (const char *const *)NAMES, &v, &e) < 0)
+				usage_error("--require %s: %s", O.gate_text[i], e.msg);
+		}
+		free(c);
+		free(oo);
+	}
+
+	/* data: in order; worker r takes blocks r, r + size, ... of batch records
+	 * (unless the data is its own) */
+	dp_data_opts o = {0};
+	o.inputs = O.data;
+	o.ninputs = O.ndata;
+	o.cmd = O.data_cmd;
+	o.feature = feature;
+	o.label = label;
+	o.decode = decode;
+	o.scale = scale;
+	o.in_size = in_size;
+	o.label_kind = cls ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
+	o.nclass = o.label_size = k;
+	o.batch = O.batch;
+	o.cache = DP_CACHE_NONE;
+	o.prefetch = 1;
+	if (SIZE > 1) { /* {rank}, {size} in paths: the job's */
+		o.rank = RANK;
+		o.size = SIZE;
+	}
+	o.shard_index = own ? 0 : (unsigned)RANK;
+	o.shard_count = own ? 1 : (unsigned)SIZE;
+	o.shard_block = O.batch;
+	o.origins = O.pred != NULL;
+	o.alloc = (void *(*)(void *, size_t))be->host_alloc;
+	o.free = (void (*)(void *, void *))be->host_free;
+	o.alloc_ctx = ctx;
+	dp_data *d = dp_data_open(&o, &e);
+	if (!d)
+		die("%s", e.msg);
+
+	pred_out po;
+	if (O.pred)
+		pred_open(&po);
+	float *out = malloc(O.batch * k * sizeof(float));
+	float *prob = cls && O.pred ? malloc(O.batch * k * sizeof(float)) : NULL;
+	int32_t *pred = malloc(O.batch * sizeof(int32_t));
+	double *loss = malloc(O.batch * sizeof(double));
+	if (!out || !pred || !loss || (cls && O.pred && !prob))
+		die("out of memory");
+
+	/* the pass over the data; a failure is kept until every worker has
+	 * reported, so that all stop together with their own message */
+	int bar = !O.quiet && RANK == 0 && isatty(STDERR_FILENO);
+	double t0 = dp_now(), last = 0;
+	uint64_t done = 0;
+	int failed = 0;
+	dp_err fe = {0};
+	const dp_batch *b;
+	int rc;
+	if ((rc = dp_data_epoch(d, 0, 0, &fe)) == 0) {
+		while ((rc = dp_data_next(d, &b, &fe)) == 1) {
+			dp_pass pass = {0};
+			if ((rc = dp_model_forward(m, b->x, b->n, &pass, &fe)) < 0)
+				break;
+			be->download(ctx, out, dp_model_output(m), b->n * k * sizeof(float));
+			if ((rc = be->sync(ctx, &fe)) < 0)
+				break;
+			rc = cls ? dp_eval_add_class(ev, out, b->y, b->n, pred, loss, prob, &fe)
+				 : dp_eval_add_regression(ev, out, b->t, b->n, loss, &fe);
+			if (rc < 0)
+				break;
+			if (O.pred)
+				for (size_t i = 0; i < b->n; i++)
+					pred_row(&po, dp_data_source(d, b->src[i]), b->rec[i], cls,
+						 cls ? b->y[i] : 0, cls ? pred[i] : 0, loss[i],
+						 cls ? prob + i * k : out + i * k,
+						 cls ? NULL : b->t + i * k, k);
+			done += b->n;
+			double now = dp_now();
+			if (bar && now - last > 0.2) {
+				fprintf(stderr, "\r\033[K%s: %" PRIu64 " samples, %.0f/s", prog, done,
+					done / fmax(1e-9, now - t0));
+				bar_shown = 1;
+				last = now;
+			}
+		}
+	}
+	bar_clear();
+	if (rc < 0)
+		failed = 1;
+
+	/* combine: the accumulators plus one failure flag per worker */
+	size_t ns = dp_eval_state_size(ev);
+	double *st = calloc(ns + (size_t)SIZE, sizeof *st);
+	if (!st)
+		die("out of memory");
+	dp_eval_state_get(ev, st);
+	st[ns + (size_t)RANK] = failed;
+	if (SIZE > 1 && dp_comm_allreduce_sum(comm, st, ns + (size_t)SIZE, &e) < 0)
+		die("%s", e.msg);
+	if (failed)
+		die("%s", fe.msg);
+	for (int r = 0; r < SIZE; r++)
+		if (st[ns + (size_t)r] != 0)
+			die("stopped: worker %d failed", r);
+	if (dp_eval_state_set(ev, st, &e) < 0)
+		die("%s", e.msg);
+	free(st);
+	dp_eval_report rep;
+	if (dp_eval_report_get(ev, &rep, &e) < 0) {
+		size_t nsrc = dp_data_nsources(d);
+		die("%s%s: no records to evaluate", nsrc ? dp_data_source(d, 0) : "input",
+		    nsrc > 1 ? " ..." : "");
+	}
+
+	/* gates, outputs */
+	gate_result *gr = calloc(O.ngates + 1, sizeof *gr);
+	if (!gr)
+		die("out of memory");
+	int gate_failed = 0;
+	for (size_t i = 0; i < O.ngates; i++) {
+		if (dp_eval_metric(&rep, O.gates[i].metric, (const char *const *)NAMES, &gr[i].value,
+				   &e) < 0)
+			die("%s", e.msg);
+		gr[i].passed = dp_gate_pass(&O.gates[i], gr[i].value);
+		gate_failed |= !gr[i].passed;
+	}
+	if (O.pred)
+		pred_commit(&po);
+	if (RANK == 0) {
+		if (O.json) {
+			sbuf j = {0};
+			json_report(&j, &rep, ck, m, d, feature, label, decode, scale_text, gr);
+			write_whole(O.json, &j);
+			free(j.p);
+		}
+		int to_stdout = (O.json && !strcmp(O.json, "-")) || (O.pred && !strcmp(O.pred, "-"));
+		if (!O.quiet && !to_stdout) {
+			sbuf t = {0};
+			text_report(&t, &rep, O.model, d, gr);
+			fwrite(t.p, 1, t.n, stdout);
+			free(t.p);
+		}
+		char vb[40];
+		for (size_t i = 0; i < O.ngates; i++)
+			if (!gr[i].passed)
+				warnx("gate %s failed: %s is %s", O.gate_text[i], O.gates[i].metric,
+				      isnan(gr[i].value) ? "NaN" : fmt_num(gr[i].value, vb, sizeof vb));
+	}
+	free(gr);
+	free(out);
+	free(prob);
+	free(pred);
+	free(loss);
+	dp_data_close(d);
+	dp_eval_free(ev);
+	dp_model_free(m);
+	dp_st_close(ck);
+	dp_comm_close(comm);
+	be->close(ctx);
+	free(O.data);
+	free(O.gates);
+	free(O.gate_text);
+	free(NAMES);
+	free(NAMES_TEXT);
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0)
+		die("stdout: %s", strerror(errno ? errno : EIO));
+	return gate_failed ? EXIT_GATE : EXIT_OK;
+}
