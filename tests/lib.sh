@@ -60,6 +60,9 @@ isnt() { # got unwanted name
 }
 
 like() { # got extended-regex name
+	# a newline in the pattern: match over the whole text (grep would split
+	# the pattern into alternatives, one of them empty, always matching)
+	case $2 in *$'\n'*) like_text "$1" "(?m)$2" "$3"; return ;; esac
 	if printf '%s' "$1" | grep -Eq -- "$2"; then
 		_tap_result 0 "$3"
 	else
@@ -81,6 +84,14 @@ like_text() {
 }
 
 unlike() { # got extended-regex name
+	case $2 in *$'\n'*)
+		if R="(?m)$2" perl -0777 -e 'my $s = do { local $/; <STDIN> }; exit($s =~ /$ENV{R}/ ? 0 : 1)' <<<"$1"; then
+			_tap_result 1 "$3"
+		else
+			_tap_result 0 "$3"
+		fi
+		return ;;
+	esac
 	if printf '%s' "$1" | grep -Eq -- "$2"; then
 		_tap_result 1 "$3"
 		printf '#   %s\n#   matches: %s\n' "$1" "$2" | head -n 40
