@@ -213,7 +213,7 @@ $(O)/tests/dp-train-cudaemu: tools/dp-train.c $(O)/tests/cudaemu/backend_cuda.o 
 endif
 
 # The environment every test runs in: the programs just built first on PATH.
-TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)"
+TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)" DP_CFLAGS="$(CFLAGS)" DP_LDFLAGS="$(LDFLAGS)"
 T ?= $(UNIT_BINS) $(CLI_TESTS)
 
 ## check: build everything and run all tests under prove (T=... picks some)

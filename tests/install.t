@@ -34,13 +34,17 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH="$root/opt/dp/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$root"
-# static: libdp.a itself, its dependencies as pkg-config names them
-run sh -c "cc -o '$T/use' '$T/use.c' \$(pkg-config --cflags libdp) '$root/opt/dp/lib/libdp.a' \$(pkg-config --libs libdp)"
+# static: libdp.a itself, its dependencies as pkg-config names them (with
+# the build's own flags: a sanitizer build needs its runtime)
+F="${DP_LDFLAGS:-}"
+run sh -c "cc $F -o '$T/use' '$T/use.c' \$(pkg-config --cflags libdp) '$root/opt/dp/lib/libdp.a' \$(pkg-config --libs libdp | sed 's/-ldp / /')"
 is "$rc" 0 "a program compiles and links against libdp.a with pkg-config's flags"
 [ "$rc" = 0 ] || diag "$err"
 run "$T/use"
 is "$out" "e3069283" "... and runs (CRC-32C check value)"
-run sh -c "cc -o '$T/use2' '$T/use.c' \$(pkg-config --cflags libdp) \$(pkg-config --libs libdp)"
+run ldd "$T/use"
+unlike "$out" "libdp" "... with no libdp.so in it"
+run sh -c "cc $F -o '$T/use2' '$T/use.c' \$(pkg-config --cflags libdp) \$(pkg-config --libs libdp)"
 is "$rc" 0 "... and links against the shared library"
 run env LD_LIBRARY_PATH="$root/opt/dp/lib" "$T/use2"
 is "$out" "e3069283" "... which runs"

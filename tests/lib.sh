@@ -17,6 +17,13 @@ case ":$PATH:" in *":$DP_BUILD/bin:"*) ;; *) PATH="$DP_BUILD/bin:$PATH" ;; esac
 export LC_ALL=C
 # Open MPI refuses root unless told; tests set it themselves.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A build with AddressSanitizer (make asan): Open MPI does not free all it
+# allocates at MPI_Finalize, and frees some from components it has already
+# unloaded; full stacks let the suppressions find the library.  Harmless for
+# programs built without sanitizers; every test may run mpirun, directly or
+# through an example.
+export LSAN_OPTIONS="suppressions=$DP_SRC/tests/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 # Debian's interpreter: torch and protobuf live there, not in a pyenv.
 PY=/usr/bin/python3
 FIX="$DP_SRC/tests/data"

@@ -9,11 +9,7 @@
 # with other jobs), and more ranks than cores when a test asks.
 MPI_OPTS=(--mca btl self,vader --bind-to none)
 export OMPI_MCA_rmaps_base_oversubscribe=1
-# A build with AddressSanitizer (make asan): Open MPI does not free all it
-# allocates at MPI_Finalize, and frees some from components it has already
-# unloaded; full stacks let the suppressions find the library.
-export LSAN_OPTIONS="suppressions=$DP_SRC/tests/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# The sanitizer options for Open MPI are set by tests/lib.sh.
 
 have_mpirun() { command -v mpirun >/dev/null 2>&1; }
 
