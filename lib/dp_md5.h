@@ -41,8 +41,10 @@ typedef struct dp_md5_job {
  * best; a job of its own runs the scalar code. */
 void dp_md5_update_many(dp_md5_job *jobs, size_t n);
 
-/* "avx512", "avx2" or "scalar": what dp_md5_update_many() uses. */
+/* "avx512", "avx2" or "scalar": what dp_md5_update_many() uses, and how
+ * many messages it hashes at once (16, 8, 1). */
 const char *dp_md5_impl(void);
+int dp_md5_lanes(void);
 /* Use that implementation from now on (tests and benchmarks; not while
  * another thread hashes).  -1 when the CPU lacks it (the best one below it
  * is used then). */

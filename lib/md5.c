@@ -298,6 +298,12 @@ static void choose(void)
 	select_impl(getenv("DP_MD5"));
 }
 
+int dp_md5_lanes(void)
+{
+	pthread_once(&once, choose);
+	return lanes;
+}
+
 int dp_md5_select(const char *name)
 {
 	pthread_once(&once, choose);
