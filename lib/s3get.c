@@ -28,7 +28,8 @@
  * (while not paused) is measured.  At STREAM_RATE or more the stream mode
  * stays; below, the run is cut at the end of its current part and the rest
  * is fetched in ranged parts.  Objects of one part are one GET each, W in
- * flight, whatever the mode.
+ * flight, whatever the mode.  DP_S3_GET_MODE=stream or parts in the
+ * environment forces a mode (tests, benchmarks).
  *
  * Checks.  Every GET of an object whose ETag is known carries If-Match: a
  * changed object fails (412) instead of mixing two versions into the
@@ -861,6 +862,10 @@ static int finish_xfer(getter *g, xfer *x, CURLcode cc, dp_err *e)
 	obj_name(g, x->obj, name, sizeof name);
 	if (x->cut && rcv(x) == x->end) {
 		/* stopped at the cut on purpose (or it ended there) */
+		if (g->s->conf.verbose)
+			s3_log(g->s, "op=GET url=%s range=%s status=%ld bytes=%" PRIu64 " ms=%.0f cut=%" PRIu64,
+			       name, x->ranged ? x->range + 6 : "all", c->status, rcv(x) - x->req_from,
+			       (dp_now() - c->t0) * 1000, x->end);
 		s3_call_clean(c);
 		maybe_free(g, x);
 		return DP_OK;
@@ -1194,6 +1199,11 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 	g->ps = s->conf.part_size;
 	g->budget = (uint64_t)g->W * ((g->ps + 65535) / 65536 * 65536);
 	g->mode = g->W > 1 ? MODE_PROBE : MODE_PARTS;
+	const char *force = getenv("DP_S3_GET_MODE"); /* tests and benchmarks */
+	if (force && !strcmp(force, "stream"))
+		g->mode = MODE_STREAM;
+	else if (force && !strcmp(force, "parts"))
+		g->mode = MODE_PARTS;
 	g->verify_any = any_s3 && !s->conf.no_verify;
 	int rc = DP_OK;
 	size_t n = objs->n;
