@@ -95,14 +95,20 @@ run() {
 median() { # file column
 	sort -n -k"$2" "$1" | awk -v c="$2" '{v[NR] = $c} END {print v[int((NR + 1) / 2)]}'
 }
-line() { # label name [ours]: one row; with ours, the ratio of ours' throughput to this one's
+line() { # label name [ours note]...: one row, with the ratio of each ours' throughput to this one's
 	m=$(median "$W/$2" 1)
 	printf '%-27s %-19s %6.2f s %5.0f MiB/s  cpu/GiB %5.2f + server %5.2f  RSS %6.1f MiB' \
 		"$1" "${2#*.}" "$m" "$(echo "$SIZE / $m" | bc -l)" \
 		"$(echo "$(median "$W/$2" 3) * 1024 / $SIZE" | bc -l)" \
 		"$(echo "$(median "$W/$2" 4) * 1024 / $SIZE" | bc -l)" \
 		"$(echo "$(median "$W/$2" 2) / 1024" | bc -l)"
-	[ $# -ge 3 ] && printf '   s3-pipe%s: %.2fx' "${4:-}" "$(echo "$m / $(median "$W/$3" 1)" | bc -l)"
+	shift 2
+	sep="  s3-pipe"
+	while [ $# -ge 2 ]; do
+		printf '%s%s: %.2fx' "$sep" "$2" "$(echo "$m / $(median "$W/$1" 1)" | bc -l)"
+		sep=","
+		shift 2
+	done
 	printf '\n'
 }
 
@@ -131,18 +137,16 @@ echo "peers check no checksum; s3-pipe checks single-part objects' MD5 unless --
 echo
 SIZE=1024
 line "get 1 GiB (to /dev/null)" get-big.s3-pipe
-line "" get-big.aws get-big.s3-pipe
-line "" get-big.rclone get-big.s3-pipe
+line "" get-big.aws get-big.s3-pipe ""
+line "" get-big.rclone get-big.s3-pipe ""
 SIZE=1000
 line "get 1000 x 1 MiB" get-small.s3-pipe
 line "" get-small.s3-pipe--no-verify
-line "" get-small.aws get-small.s3-pipe
-line "" get-small.aws get-small.s3-pipe--no-verify " --no-verify"
-line "" get-small.rclone get-small.s3-pipe
-line "" get-small.rclone get-small.s3-pipe--no-verify " --no-verify"
+line "" get-small.aws get-small.s3-pipe "" get-small.s3-pipe--no-verify " --no-verify"
+line "" get-small.rclone get-small.s3-pipe "" get-small.s3-pipe--no-verify " --no-verify"
 echo "  (aws writes 1000 files to tmpfs; rclone cat writes one stream, $rclone_order)"
 SIZE=1024
 line "put 1 GiB stream (a pipe)" put-big.s3-pipe
-line "" put-big.aws put-big.s3-pipe
+line "" put-big.aws put-big.s3-pipe ""
 SIZE=64
 line "get 64 MiB (RSS check)" get-64m.s3-pipe

@@ -530,9 +530,9 @@ static void *hasher_main(void *arg)
 			uint64_t h = jobs[k].from + jobs[k].n;
 			atomic_store_explicit(&p->hashed, h, memory_order_relaxed);
 			jobs[k].v->next += jobs[k].n;
-			jobs[k].v->sse |= p->sse;
 			if (h < p->len)
 				continue;
+			jobs[k].v->sse |= p->sse; /* written before filled reached len */
 			int rc = p->last ? check_digest(g, jobs[k].v, &e) : DP_OK;
 			if (rc < 0) {
 				consumer_fail(g, rc, &e);
