@@ -1,14 +1,17 @@
 /*
  * s3get.c - the streaming reader: objects, in order, to one descriptor.
  *
- * Parts.  The objects are cut into parts of conf.part_size bytes.  At most
- * W = conf.concurrency parts are alive at a time, always the next W in
- * output order (a window sliding over the stream), each in the buffer of a
- * ring slot (allocated once, reused), so memory stays below W x part_size
- * whatever the object sizes.  A writer thread writes the oldest part as its
- * bytes arrive; a hasher thread digests the parts of objects whose ETag is
- * an MD5; a slot is reused once both are done with it.  A slow reader of
- * the output never stalls the transfers, only the window.
+ * Parts.  The objects are cut into parts of conf.part_size bytes, kept in
+ * a window sliding over the stream in output order: at most S = 4 x W
+ * parts (W = conf.concurrency) whose buffers total at most W x part_size,
+ * so memory stays bounded whatever the object sizes.  Buffers go back to a
+ * pool and are reused (their pages stay mapped).  A part enters the window
+ * only when a request can fill it, so what fills the window is parts that
+ * have arrived and wait: for the writer thread, which writes the oldest
+ * part as its bytes arrive, and for the hasher thread, which digests parts
+ * of objects whose ETag is an MD5.  A slot is reused once both are done
+ * with it.  A slow reader of the output stalls the window, not the
+ * transfers' clocks.
  *
  * Transfers.  One GET fetches a run of consecutive parts of one object: its
  * bytes flow into each part of the run in turn and, when the next part is
@@ -36,10 +39,14 @@
  * stream.  A transfer that breaks is started again from its first missing
  * byte (Range: bytes=from-to), so output never repeats or loses a byte;
  * every answer's status, Content-Range or length, and ETag are checked, and
- * a single-part object's bytes against the MD5 in its ETag (many objects
- * side by side in vector lanes: dp_md5.h).  Objects listed without a size
- * (named one by one, or in a manifest) are looked up with HEAD, a few ahead
- * of the stream.  Local files take the same path, read with pread.
+ * a single-part object's bytes against the MD5 in its ETag.  One MD5 is a
+ * serial chain (~700 MB/s); dp_md5_update_many() digests up to 16 messages
+ * for about the price of one, so the hasher lets whole small objects wait
+ * until they fill its lanes (or the window is full, or the stream ends),
+ * while parts of larger objects, which must be digested in order, go at
+ * once.  Objects listed without a size (named one by one, or in a
+ * manifest) are looked up with HEAD, a few ahead of the stream.  Local
+ * files take the same path, read with pread.
  *
  * Threads.  The calling thread runs curl, allocates parts and owns the
  * transfers.  A part's `filled` is published with release stores and read
@@ -165,6 +172,7 @@ struct getter {
 	} *pool_buf;
 	int npool_buf;
 	uint64_t buf_total, reclaimed_seq, rel_seq_seen;
+	uint64_t scan_seq; /* parts before this one all have a transfer (or are done) */
 	atomic_int full; /* the window has no room for the next part */
 	uint64_t alloc_seq, rel_seq; /* under mu */
 	pthread_mutex_t mu;
@@ -186,9 +194,9 @@ struct getter {
 	size_t run_obj;
 	uint64_t run_end;
 	int verify_any;
-	/* the hasher's */
+	/* the hasher's: digests, the free ones, each object's (index + 1) */
 	vstate *vs;
-	int nvs;
+	int nvs, nvfree, *vfree, *vidx;
 	/* curl */
 	CURLM *multi;
 	CURL **pool;
@@ -404,43 +412,40 @@ typedef struct hjob {
 	uint64_t from, n;
 } hjob;
 
+/* The digest of p's object, begun at its first part. */
 static vstate *vstate_of(getter *g, part *p)
 {
-	for (int i = 0; i < g->nvs; i++)
-		if (g->vs[i].used && g->vs[i].obj == p->obj)
-			return &g->vs[i];
-	if (!p->first)
-		return NULL;
-	for (int i = 0; i < g->nvs; i++)
-		if (!g->vs[i].used) {
-			vstate *v = &g->vs[i];
-			v->used = 1;
-			v->obj = p->obj;
-			v->sse = 0;
-			v->next = p->off;
-			dp_md5_init(&v->md);
-			return v;
-		}
-	return NULL; /* cannot happen: at most W objects are in the window */
+	int i = g->vidx[p->obj];
+	if (i)
+		return &g->vs[i - 1];
+	if (!p->first || !g->nvfree)
+		return NULL; /* no free one cannot be: S objects at most are in the window */
+	i = g->vfree[--g->nvfree];
+	vstate *v = &g->vs[i];
+	v->used = 1;
+	v->obj = p->obj;
+	v->sse = 0;
+	v->next = p->off;
+	dp_md5_init(&v->md);
+	g->vidx[p->obj] = i + 1;
+	return v;
 }
 
 /* Under mu: the hashing that can be done now: for each object in the
  * window, the next bytes of the part its digest has reached. */
-static int find_jobs(getter *g, hjob *jobs, size_t *seen, int *pending, int *urgent)
+static int find_jobs(getter *g, hjob *jobs, int *pending, int *urgent)
 {
-	int n = 0, nseen = 0;
+	int n = 0;
+	size_t prev = SIZE_MAX;
 	*pending = *urgent = 0;
 	for (uint64_t s = g->rel_seq; s < g->alloc_seq; s++) {
 		part *p = slot(g, s);
 		if (!p->verify || p->hdone)
 			continue;
 		(*pending)++;
-		int done_obj = 0;
-		for (int k = 0; k < nseen; k++)
-			done_obj |= seen[k] == p->obj;
-		if (done_obj)
-			continue; /* an earlier part of it comes first */
-		seen[nseen++] = p->obj;
+		if (p->obj == prev)
+			continue; /* an earlier part of it (they are adjacent) comes first */
+		prev = p->obj;
 		vstate *v = vstate_of(g, p);
 		uint64_t h = atomic_load_explicit(&p->hashed, memory_order_relaxed);
 		if (!v || p->off + h != v->next)
@@ -462,6 +467,8 @@ static int check_digest(getter *g, vstate *v, dp_err *e)
 	unsigned char want[16], got[16];
 	dp_md5_final(&v->md, got);
 	v->used = 0;
+	g->vidx[v->obj] = 0;
+	g->vfree[g->nvfree++] = (int)(v - g->vs);
 	dp_obj *o = &g->objs->v[v->obj];
 	if (v->sse || !etag_md5(o->etag, want))
 		return DP_OK;
@@ -480,13 +487,11 @@ static void *hasher_main(void *arg)
 	int lanes = dp_md5_lanes();
 	hjob *jobs = calloc((size_t)g->S, sizeof *jobs);
 	dp_md5_job *mj = calloc((size_t)g->S, sizeof *mj);
-	size_t *seen = calloc((size_t)g->S, sizeof *seen);
-	if (!jobs || !mj || !seen) {
+	if (!jobs || !mj) {
 		dp_seterr(&e, DP_ENOMEM, "out of memory");
 		consumer_fail(g, DP_ENOMEM, &e);
 		free(jobs);
 		free(mj);
-		free(seen);
 		return NULL;
 	}
 	for (;;) {
@@ -499,7 +504,7 @@ static void *hasher_main(void *arg)
 			}
 			/* Whole small objects wait until they fill the lanes,
 			 * unless the window is full or the stream ends. */
-			n = find_jobs(g, jobs, seen, &pending, &urgent);
+			n = find_jobs(g, jobs, &pending, &urgent);
 			if (n > 0 && (urgent || n >= lanes || g->eof || atomic_load(&g->full)))
 				break;
 			if (!pending && g->eof) {
@@ -508,7 +513,7 @@ static void *hasher_main(void *arg)
 			}
 			/* say that we wait, then look again (see notify) */
 			atomic_store(&g->h_wait, 1);
-			n = find_jobs(g, jobs, seen, &pending, &urgent);
+			n = find_jobs(g, jobs, &pending, &urgent);
 			if (n > 0 && (urgent || n >= lanes || g->eof || atomic_load(&g->full))) {
 				atomic_store(&g->h_wait, 0);
 				break;
@@ -538,7 +543,6 @@ static void *hasher_main(void *arg)
 				consumer_fail(g, rc, &e);
 				free(jobs);
 				free(mj);
-				free(seen);
 				return NULL;
 			}
 			pthread_mutex_lock(&g->mu);
@@ -549,7 +553,6 @@ static void *hasher_main(void *arg)
 	}
 	free(jobs);
 	free(mj);
-	free(seen);
 	return NULL;
 }
 
@@ -818,8 +821,11 @@ static void cut_xfer(getter *g, xfer *x)
 	x->cut = 1;
 	for (uint64_t s = g->rel_seq_seen; s < g->alloc_seq; s++) {
 		part *q = slot(g, s);
-		if (q->x == x && q->off >= e)
+		if (q->x == x && q->off >= e) {
 			q->x = NULL;
+			if (s < g->scan_seq)
+				g->scan_seq = s;
+		}
 	}
 	if (g->run_x == x)
 		g->run_end = e;
@@ -1104,11 +1110,16 @@ static int start_runs(getter *g, int *rc, dp_err *e)
 	int inflight = 0;
 	for (int k = 0; k < g->nxf; k++)
 		inflight += g->xf[k].busy && (g->xf[k].running || g->xf[k].retry_at > 0);
-	for (uint64_t sq = g->rel_seq_seen; sq < g->alloc_seq; sq++) {
+	if (g->scan_seq < g->rel_seq_seen)
+		g->scan_seq = g->rel_seq_seen;
+	for (uint64_t sq = g->scan_seq; sq < g->alloc_seq; sq++) {
 		part *p = slot(g, sq);
 		if (p->x || g->objs->v[p->obj].kind != DP_LOC_S3 ||
-		    atomic_load_explicit(&p->filled, memory_order_relaxed) == p->len)
+		    atomic_load_explicit(&p->filled, memory_order_relaxed) == p->len) {
+			if (sq == g->scan_seq)
+				g->scan_seq++; /* parts before it all have transfers */
 			continue;
+		}
 		if (g->probe || inflight >= g->W)
 			return 1;
 		if ((*rc = start_run(g, p, e)) < 0)
@@ -1216,11 +1227,16 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 	g->xf = calloc((size_t)g->nxf, sizeof *g->xf);
 	g->nvs = g->S + 1;
 	g->vs = calloc((size_t)g->nvs, sizeof *g->vs);
+	g->vfree = calloc((size_t)g->nvs, sizeof *g->vfree);
+	g->vidx = calloc(n ? n : 1, sizeof *g->vidx);
+	for (int i = 0; g->vfree && i < g->nvs; i++)
+		g->vfree[g->nvfree++] = g->nvs - 1 - i;
 	g->nheads = g->W;
 	g->heads = calloc((size_t)g->nheads, sizeof *g->heads);
 	g->pool = calloc((size_t)(g->nxf + g->nheads), sizeof *g->pool);
 	g->multi = curl_multi_init();
 	if (!g->lo || !g->hi || !g->spanned || !g->ring || !g->pool_buf || !g->xf || !g->vs ||
+	    !g->vfree || !g->vidx ||
 	    !g->heads || !g->pool || !g->multi) {
 		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
 		goto out;
@@ -1508,6 +1524,8 @@ out:
 	free(g->pool);
 	free(g->heads);
 	free(g->vs);
+	free(g->vfree);
+	free(g->vidx);
 	free(g->xf);
 	free(g->ring);
 	free(g->pool_buf);
