@@ -5,7 +5,9 @@
 # (multipart, 8 MiB parts: its ETag is no MD5) and 1,000 objects of 1 MiB
 # (single PUTs: ETag = MD5), then times, alternating the tools, REPEAT times
 # each (default 5), reporting medians and the ratio:
-#   get 1 GiB:        s3-pipe get        vs  aws s3 cp s3://... -   and  rclone cat
+#   get 1 GiB:        s3-pipe get        vs  aws s3 cp s3://... -   and  rclone cat,
+#                     to /dev/null, and into a pipe (| cat >/dev/null) as a
+#                     consumer reads it
 #   get 1000 x 1 MiB: s3-pipe get PREFIX/ vs aws s3 cp --recursive (to tmpfs) and
 #                                           rclone cat PREFIX/
 #   put 1 GiB stream: ... | s3-pipe put   vs  ... | aws s3 cp - s3://...
@@ -118,6 +120,8 @@ while [ $i -lt "$REPEAT" ]; do
 	run get-big.s3-pipe "$S3PIPE get s3://bench/big"
 	run get-big.aws "$AWS --endpoint-url $RGW_URL s3 cp --quiet s3://bench/big -"
 	run get-big.rclone "rclone cat bench:bench/big"
+	run get-big-pipe.s3-pipe "$S3PIPE get s3://bench/big | cat >/dev/null"
+	run get-big-pipe.rclone "rclone cat bench:bench/big | cat >/dev/null"
 	run get-small.s3-pipe "$S3PIPE get s3://bench/small/"
 	run get-small.s3-pipe--no-verify "$S3PIPE get --no-verify s3://bench/small/"
 	run get-small.aws "$AWS --endpoint-url $RGW_URL s3 cp --quiet --recursive s3://bench/small/ $SHM/dl/ && rm -rf $SHM/dl"
@@ -132,13 +136,15 @@ done
 echo
 echo "s3-pipe $("$S3PIPE" --version | awk '{print $NF}'), $(nproc) CPUs, radosgw $(radosgw --version 2>/dev/null | awk '{print $3}') on 127.0.0.1, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "s3-pipe get chose the ${mode:-?} mode for the 1 GiB object"
-echo "cpu/GiB: CPU seconds (user + sys) of the tool per GiB, + those of radosgw and ceph-osd"
+echo "cpu/GiB: CPU seconds (user + sys) of the tool (and cat) per GiB, + those of radosgw and ceph-osd"
 echo "peers check no checksum; s3-pipe checks single-part objects' MD5 unless --no-verify"
 echo
 SIZE=1024
 line "get 1 GiB (to /dev/null)" get-big.s3-pipe
 line "" get-big.aws get-big.s3-pipe ""
 line "" get-big.rclone get-big.s3-pipe ""
+line "get 1 GiB | cat" get-big-pipe.s3-pipe
+line "" get-big-pipe.rclone get-big-pipe.s3-pipe ""
 SIZE=1000
 line "get 1000 x 1 MiB" get-small.s3-pipe
 line "" get-small.s3-pipe--no-verify

@@ -1343,8 +1343,7 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 				p->x = rx; /* the latest run goes on into it */
 			pthread_mutex_lock(&g->mu);
 			g->alloc_seq++;
-			pthread_cond_signal(&g->wcv);
-			pthread_cond_signal(&g->hcv);
+			pthread_cond_signal(&g->wcv); /* the writer may wait for it */
 			pthread_mutex_unlock(&g->mu);
 			next += len;
 			if (o->kind == DP_LOC_FILE)
