@@ -655,6 +655,8 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		}
 		if (rcv(x) == x->end)
 			return 0; /* the cut: stop here (finish_xfer knows) */
+		/* take what is ours; answering less than curl gave stops the
+		 * transfer after it (finish_xfer knows) */
 		n = (size_t)(x->end - rcv(x));
 	}
 	if (!x->cur || x->nstash) {
@@ -686,8 +688,6 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		x->nstash = rest;
 		seg_end(x);
 	}
-	/* a cut transfer took its last byte: make curl stop (the rest of the
-	 * answer is not read) */
 	return n;
 }
 
