@@ -7,10 +7,12 @@
  * files first.  Requests are signed with AWS Signature V4 (dp_sigv4.h) and
  * sent with libcurl; XML answers are read with expat.
  *
- * Reads (dp_s3_get) fetch parallel ranged GETs and write them out in order,
- * in bounded memory (concurrency x part size), resuming a broken body from
- * its last byte with If-Match on the ETag, verifying sizes and (for
- * single-part objects) the MD5 in the ETag.  Writes (dp_s3_put) stream a
+ * Reads (dp_s3_get) keep several GETs in flight (small objects side by
+ * side; large ones in parallel ranged parts, or in a few long requests where
+ * one connection is fast) and write the bytes out in order, in bounded
+ * memory (concurrency x part size), resuming a broken body from its last
+ * byte with If-Match on the ETag, verifying sizes and (for single-part
+ * objects) the MD5 in the ETag.  Writes (dp_s3_put) stream a
  * descriptor of unknown length as a multipart upload with parallel parts,
  * aborting the upload on failure.  Every request is retried with jittered
  * exponential backoff on 5xx, 429/SlowDown, timeouts and dropped
@@ -91,8 +93,8 @@ typedef struct dp_s3_conf {
 	const char *profile;      /* NULL: AWS_PROFILE, else "default" */
 	int no_sign;              /* anonymous requests (--no-sign-request) */
 	int addressing;           /* DP_S3_ADDR_*; AUTO: virtual-hosted on AWS, path elsewhere */
-	int concurrency;          /* parallel requests (default 8) */
-	uint64_t part_size;       /* bytes per ranged GET and upload part (default 8 MiB) */
+	int concurrency;          /* requests in flight, at most (default 8) */
+	uint64_t part_size;       /* bytes per part of a read or an upload (default 8 MiB) */
 	int retries;              /* retries of a request after its first attempt (default 10) */
 	double retry_base;        /* first backoff, seconds (default 0.1; doubles, jittered) */
 	double timeout;           /* seconds without progress before a request is retried (30) */
@@ -172,7 +174,11 @@ typedef struct dp_s3_stats {
 
 /* Write the objects, in order, to fd (outname names it in messages).  With
  * r set (one object only) just that range.  Objects of unknown size are
- * looked up (HEAD) a few ahead of the stream.  st may be NULL. */
+ * looked up (HEAD) a few ahead of the stream.  A pipe as fd is enlarged
+ * (F_SETPIPE_SZ, 1 MiB) where allowed.  Runs two threads of its own (the
+ * writer; the MD5 digests).  DP_S3_GET_MODE=stream|parts in the environment
+ * forces how objects of several parts are fetched (s3get.c).  st may be
+ * NULL. */
 int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
 	      dp_s3_stats *st, dp_err *e);
 

@@ -218,6 +218,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 	size_t n = sz * nm;
 	if (c->status >= 200 && c->status < 300 && c->sink) {
 		size_t r = c->sink(c->sink_ctx, p, n);
+		if (r == CURL_WRITEFUNC_PAUSE)
+			return r; /* the sink takes it later */
 		if (r != n)
 			c->sink_failed = 1;
 		return r;

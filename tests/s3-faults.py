@@ -15,6 +15,10 @@ signatures still hold) to the upstream server, injecting faults:
   --slowdown N      every Nth request: answer 503 SlowDown without forwarding
   --fail-parts      answer every UploadPart (PUT ?partNumber=) with 500
                     InternalError, so a multipart upload can never finish
+  --corrupt-get N   every Nth GET that returns a body: flip one bit in the
+                    middle of it (what a checksum must catch)
+  --rate BYTES      send bodies at most this fast (bytes a second) on each
+                    connection: a store whose connections are slow
 
 Counters are global over all connections.  Each request is logged as one
 line "METHOD TARGET FAULT" to --log.  Python standard library only.
@@ -101,14 +105,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = resp.read() if self.command != "HEAD" else b""
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
         conn.close()
-        drop = stall = False
-        if (a.drop_get or a.stall_get) and self.command == "GET" and len(data) >= 2:
+        drop = stall = corrupt = False
+        if (a.drop_get or a.stall_get or a.corrupt_get) and self.command == "GET" and len(data) >= 2:
             with st.lock:
                 st.gets += 1
                 drop = a.drop_get and st.gets % a.drop_get == 0
                 stall = not drop and a.stall_get and st.gets % a.stall_get == 0
+                corrupt = not drop and not stall and a.corrupt_get and \
+                    st.gets % a.corrupt_get == 0
+        if corrupt:
+            mid = len(data) // 2
+            data = data[:mid] + bytes([data[mid] ^ 0x10]) + data[mid + 1:]
         st.note("%s %s %s" % (self.command, target,
-                              "drop" if drop else "stall" if stall else resp.status))
+                              "drop" if drop else "stall" if stall else
+                              "corrupt" if corrupt else resp.status))
         self.send_response(resp.status, resp.reason)
         for k, v in headers:
             if k.lower() != "content-length":
@@ -127,6 +137,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if a.rate and data:
+            import time
+            t0, step = time.monotonic(), max(1, a.rate // 50)
+            for i in range(0, len(data), step):
+                self.wfile.write(data[i:i + step])
+                ahead = (i + step) / a.rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+            return
         self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
@@ -141,6 +160,8 @@ def main():
     p.add_argument("--reset", type=int, default=0)
     p.add_argument("--slowdown", type=int, default=0)
     p.add_argument("--fail-parts", action="store_true")
+    p.add_argument("--corrupt-get", type=int, default=0)
+    p.add_argument("--rate", type=int, default=0)
     p.add_argument("--log")
     a = p.parse_args()
     Handler.state = State(a)

@@ -248,7 +248,7 @@ s3-pipe --endpoint-url "$PROXY_URL" --part-size 1M get s3://dpt/set/ >got
 same_file got set.expected "a prefix through the faults"
 
 s3_proxy --stall-get 2
-run s3-pipe -v --timeout 1 --endpoint-url "$PROXY_URL" --part-size 2M -j 4 get s3://dpt/aws/mid.bin -o viastall
+run s3-pipe -v --timeout 1 --endpoint-url "$PROXY_URL" --part-size 1M -j 2 get s3://dpt/aws/mid.bin -o viastall
 is "$rc" 0 "get through stalled transfers (--timeout 1): 0"
 same_file viastall mid.bin "stalled transfers: abandoned, resumed, byte-identical"
 ok grep -q ' stall$' "$PROXY_LOG" "the proxy stalled a transfer"

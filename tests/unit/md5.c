@@ -1,0 +1,195 @@
+/* md5.c - MD5 against RFC 1321's test suite, and every implementation the
+ * CPU has (scalar, AVX2, AVX-512) against OpenSSL's MD5 on random messages
+ * fed in random pieces, many at a time, so that lanes run out, take new
+ * jobs, sit idle, and the scalar code takes over.  With an argument
+ * ("bench"), hashing speed of each implementation instead. */
+#include "dp.h"
+#include "dp_md5.h"
+#include "tap.h"
+
+#include <openssl/evp.h>
+#include <stdlib.h>
+
+static void hex(const unsigned char *d, char *out)
+{
+	for (int i = 0; i < 16; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void ossl_md5(const void *p, size_t n, unsigned char out[16])
+{
+	unsigned int len = 16;
+	EVP_Digest(p, n, out, &len, EVP_md5(), NULL);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* nmsg messages of random lengths up to maxlen, fed by update_many in
+ * rounds of random pieces; returns how many digests differ from OpenSSL's. */
+static int random_round(const unsigned char *data, size_t datalen, int nmsg, size_t maxlen)
+{
+	dp_md5 *m = calloc((size_t)nmsg, sizeof *m);
+	size_t *len = calloc((size_t)nmsg, sizeof *len), *off = calloc((size_t)nmsg, sizeof *off);
+	const unsigned char **base = calloc((size_t)nmsg, sizeof *base);
+	dp_md5_job *jobs = calloc((size_t)nmsg, sizeof *jobs);
+	for (int i = 0; i < nmsg; i++) {
+		dp_md5_init(&m[i]);
+		len[i] = (size_t)(next() % (maxlen + 1));
+		base[i] = data + next() % (datalen - maxlen); /* any alignment */
+	}
+	for (;;) {
+		size_t nj = 0;
+		for (int i = 0; i < nmsg; i++) {
+			if (off[i] == len[i] || next() % 4 == 0)
+				continue;
+			size_t left = len[i] - off[i];
+			size_t piece = next() % 3 == 0 ? left : (size_t)(next() % (left + 1));
+			if (next() % 5 == 0)
+				piece = piece / 64 * 64; /* whole blocks too */
+			jobs[nj++] = (dp_md5_job){&m[i], base[i] + off[i], piece};
+			off[i] += piece;
+		}
+		int left = 0;
+		for (int i = 0; i < nmsg; i++)
+			left += off[i] < len[i];
+		if (nj)
+			dp_md5_update_many(jobs, nj);
+		if (!left && !nj)
+			break;
+	}
+	int bad = 0;
+	for (int i = 0; i < nmsg; i++) {
+		unsigned char got[16], want[16];
+		dp_md5_final(&m[i], got);
+		ossl_md5(base[i], len[i], want);
+		bad += memcmp(got, want, 16) != 0;
+	}
+	free(m);
+	free(len);
+	free(off);
+	free(base);
+	free(jobs);
+	return bad;
+}
+
+static void bench(const unsigned char *data, size_t n)
+{
+	static const char *const impls[] = {"scalar", "avx2", "avx512"};
+	for (int k = 0; k < 3; k++) {
+		if (dp_md5_select(impls[k]) < 0)
+			continue;
+		for (int lanes = 1; lanes <= 16; lanes *= 2) {
+			dp_md5 m[16];
+			dp_md5_job j[16];
+			size_t each = n / 16;
+			double t0 = dp_now();
+			int reps = 0;
+			while (dp_now() - t0 < 0.3) {
+				for (int i = 0; i < lanes; i++) {
+					dp_md5_init(&m[i]);
+					j[i] = (dp_md5_job){&m[i], data + (size_t)i * each, each};
+				}
+				dp_md5_update_many(j, (size_t)lanes);
+				reps++;
+			}
+			double s = dp_now() - t0;
+			printf("%-7s %2d messages at once: %6.0f MB/s\n", impls[k], lanes,
+			       (double)reps * (double)lanes * (double)each / s / 1e6);
+		}
+	}
+	unsigned char out[16];
+	double t0 = dp_now();
+	int reps = 0;
+	while (dp_now() - t0 < 0.3) {
+		ossl_md5(data, n / 16, out);
+		reps++;
+	}
+	printf("OpenSSL  1 message:            %6.0f MB/s\n",
+	       (double)reps * (double)(n / 16) / (dp_now() - t0) / 1e6);
+}
+
+int main(int argc, char **argv)
+{
+	size_t datalen = 1 << 22;
+	unsigned char *data = malloc(datalen);
+	for (size_t i = 0; i < datalen; i++)
+		data[i] = (unsigned char)(next() >> 32);
+	if (argc > 1) {
+		bench(data, datalen);
+		free(data);
+		return 0;
+	}
+
+	/* RFC 1321, appendix A.5 */
+	static const char *const suite[][2] = {
+		{"", "d41d8cd98f00b204e9800998ecf8427e"},
+		{"a", "0cc175b9c0f1b6a831c399e269772661"},
+		{"abc", "900150983cd24fb0d6963f7d28e17f72"},
+		{"message digest", "f96b697d7cb7938d525a2f31aaf161d0"},
+		{"abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b"},
+		{"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+		 "d174ab98d277d9f5a5611c2c9f419d9f"},
+		{"1234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		 "0",
+		 "57edf4a22be3c955ac49da2e2107b67a"},
+	};
+	for (size_t i = 0; i < sizeof suite / sizeof suite[0]; i++) {
+		dp_md5 m;
+		unsigned char d[16];
+		char h[33];
+		dp_md5_init(&m);
+		dp_md5_update(&m, suite[i][0], strlen(suite[i][0]));
+		dp_md5_final(&m, d);
+		hex(d, h);
+		is_str(h, suite[i][1], "RFC 1321: MD5(\"%.20s\")", suite[i][0]);
+	}
+	/* byte by byte, across block boundaries */
+	dp_md5 m;
+	dp_md5_init(&m);
+	for (size_t i = 0; i < 1000; i++)
+		dp_md5_update(&m, data + i, 1);
+	unsigned char got[16], want[16];
+	dp_md5_final(&m, got);
+	ossl_md5(data, 1000, want);
+	ok(!memcmp(got, want, 16), "1000 bytes one at a time");
+
+	static const char *const impls[] = {"scalar", "avx2", "avx512"};
+	for (int k = 0; k < 3; k++) {
+		if (dp_md5_select(impls[k]) < 0) {
+			printf("ok %d # SKIP %s: not on this CPU\n", ++tap_n, impls[k]);
+			continue;
+		}
+		is_str(dp_md5_impl(), impls[k], "%s selected", impls[k]);
+		int bad = 0;
+		/* short messages (lanes run out at once), long ones (lanes refill),
+		 * one to 40 at a time (idle lanes, the scalar tail) */
+		for (int r = 0; r < 60; r++)
+			bad += random_round(data, datalen, 1 + (int)(next() % 40),
+					    r % 3 == 0 ? 200 : r % 3 == 1 ? 5000 : 300000);
+		is_int(bad, 0, "%s: 60 rounds of up to 40 random messages match OpenSSL", impls[k]);
+		/* all lanes, equal lengths */
+		dp_md5 mm[16];
+		dp_md5_job j[16];
+		for (int i = 0; i < 16; i++) {
+			dp_md5_init(&mm[i]);
+			j[i] = (dp_md5_job){&mm[i], data + 4096 * (size_t)i + (size_t)i, 65536};
+		}
+		dp_md5_update_many(j, 16);
+		bad = 0;
+		for (int i = 0; i < 16; i++) {
+			dp_md5_final(&mm[i], got);
+			ossl_md5(data + 4096 * (size_t)i + (size_t)i, 65536, want);
+			bad += memcmp(got, want, 16) != 0;
+		}
+		is_int(bad, 0, "%s: 16 messages of 64 KiB side by side", impls[k]);
+	}
+	free(data);
+	return done_testing();
+}
