@@ -4,8 +4,10 @@
 #define _GNU_SOURCE
 #include "dp.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -399,12 +401,34 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 	return out;
 }
 
+int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+		   dp_err *e)
+{
+	int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+	const char *d = hex ? s + 2 : s;
+	char *end;
+	errno = 0;
+	unsigned long long v = 0;
+	if (isxdigit((unsigned char)*d)) /* strtoull would take a sign or space */
+		v = strtoull(d, &end, hex ? 16 : 10);
+	if (!isxdigit((unsigned char)*d) || errno || *end || v < min || v > max) {
+		if (max == UINT64_MAX)
+			return dp_seterr(e, DP_EARG, "%s '%s': want a whole number, %" PRIu64 " or more",
+					 opt, s, min);
+		return dp_seterr(e, DP_EARG,
+				 "%s '%s': want a whole number from %" PRIu64 " to %" PRIu64, opt, s,
+				 min, max);
+	}
+	*out = v;
+	return 0;
+}
+
 int dp_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
-	if (end == s || errno || v < 0)
+	if (end == s || errno || !(v >= 0)) /* NaN too */
 		return DP_EARG;
 	double mul = 1;
 	switch (*end) {

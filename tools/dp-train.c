@@ -375,14 +375,12 @@ static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const ch
 
 static uint64_t opt_count(const char *name, const char *s, uint64_t min, uint64_t max)
 {
-	char *end;
-	errno = 0;
-	if (!*s || *s == '-')
-		usage_error("--%s '%s': not a number", name, s);
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		usage_error("--%s '%s': want a whole number from %" PRIu64 " to %" PRIu64, name, s,
-			    min, max);
+	char opt[64];
+	uint64_t v;
+	dp_err e;
+	snprintf(opt, sizeof opt, "--%s", name);
+	if (dp_parse_count(opt, s, min, max, &v, &e))
+		usage_error("%s", e.msg);
 	return v;
 }
 

@@ -219,23 +219,15 @@ static void help(void)
 
 /* ---- Small parsers --------------------------------------------------------------- */
 
-static uint64_t parse_u64(const char *opt, const char *s)
+static uint64_t parse_num(const char *opt, const char *s, uint64_t lo, uint64_t hi)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (!*s || *end || errno || *s == '-' || *s == '+' || *s == ' ')
-		usage_error("%s: '%s' is not a non-negative integer", opt, s);
+	uint64_t v;
+	dp_err e;
+	if (dp_parse_count(opt, s, lo, hi, &v, &e))
+		usage_error("%s", e.msg);
 	return v;
 }
 
-static int parse_int(const char *opt, const char *s, int lo, int hi)
-{
-	uint64_t v = parse_u64(opt, s);
-	if (v < (uint64_t)lo || v > (uint64_t)hi)
-		usage_error("%s: '%s' is not between %d and %d", opt, s, lo, hi);
-	return (int)v;
-}
 
 /* "I/N" after {rank}/{size} expansion. */
 static void parse_shard(const char *spec, int *index, int *count)
@@ -922,18 +914,18 @@ int main(int argc, char **argv)
 		case OPT_RANGE: O.range = optarg; break;
 		case OPT_SHARD: O.shard = optarg; break;
 		case OPT_SHUFFLE: O.shuffle = 1; break;
-		case OPT_SEED: O.seed = parse_u64("--seed", optarg); break;
-		case OPT_EPOCH: O.epoch = parse_u64("--epoch", optarg); break;
-		case OPT_EPOCHS: O.epochs = parse_u64("--epochs", optarg); break;
+		case OPT_SEED: O.seed = parse_num("--seed", optarg, 0, UINT64_MAX); break;
+		case OPT_EPOCH: O.epoch = parse_num("--epoch", optarg, 0, UINT64_MAX); break;
+		case OPT_EPOCHS: O.epochs = parse_num("--epochs", optarg, 0, UINT64_MAX); break;
 		case OPT_CHANNEL: O.channel = optarg; break;
 		case OPT_DIR: O.dir = optarg; break;
 		case OPT_MANIFEST: O.manifest = 1; break;
 		case OPT_NO_VERIFY: O.conf.no_verify = 1; break;
 		case 'r': O.recursive = 1; break;
 		case OPT_JSON: O.json = 1; break;
-		case OPT_PAGE_SIZE: O.page_size = parse_int("--page-size", optarg, 1, 1000); break;
+		case OPT_PAGE_SIZE: O.page_size = (int)parse_num("--page-size", optarg, 1, 1000); break;
 		case OPT_UPLOADS: O.uploads = 1; break;
-		case OPT_EXPIRES: O.expires = parse_int("--expires", optarg, 1, 604800); break;
+		case OPT_EXPIRES: O.expires = (int)parse_num("--expires", optarg, 1, 604800); break;
 		case OPT_METHOD: O.method = optarg; break;
 		case OPT_ENDPOINT: O.conf.endpoint_url = optarg; break;
 		case OPT_REGION: O.conf.region = optarg; break;
@@ -950,14 +942,14 @@ int main(int argc, char **argv)
 				usage_error("--addressing-style: '%s' is not auto, path or virtual",
 					    optarg);
 			break;
-		case 'j': O.conf.concurrency = parse_int("--concurrency", optarg, 1, 256); break;
+		case 'j': O.conf.concurrency = (int)parse_num("--concurrency", optarg, 1, 256); break;
 		case OPT_PART_SIZE:
 			if (dp_parse_size(optarg, &O.conf.part_size) < 0 || O.conf.part_size < 1024 ||
 			    O.conf.part_size > (5ull << 30))
 				usage_error("--part-size: '%s' is not a size from 1K to 5G", optarg);
 			break;
-		case OPT_RETRIES: O.conf.retries = parse_int("--retries", optarg, 0, 100); break;
-		case OPT_TIMEOUT: O.conf.timeout = parse_int("--timeout", optarg, 1, 86400); break;
+		case OPT_RETRIES: O.conf.retries = (int)parse_num("--retries", optarg, 0, 100); break;
+		case OPT_TIMEOUT: O.conf.timeout = (int)parse_num("--timeout", optarg, 1, 86400); break;
 		case 'v': O.verbose++; break;
 		case 'q': O.quiet = 1; break;
 		case 'h': help(); return fclose(stdout) == 0 ? EX_OK : EX_FAIL;

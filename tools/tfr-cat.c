@@ -1735,11 +1735,10 @@ static void help(void)
 
 static uint64_t parse_count(const char *opt, const char *s)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (!*s || *end || errno || *s == '-')
-		usage_error("%s: '%s' is not a count", opt, s);
+	uint64_t v;
+	dp_err e;
+	if (dp_parse_count(opt, s, 0, UINT64_MAX, &v, &e))
+		usage_error("%s", e.msg);
 	return v;
 }
 

@@ -875,15 +875,10 @@ static void summary(double secs)
 
 static uint64_t parse_count(const char *s, const char *what, uint64_t min, uint64_t max)
 {
-	char *end;
-	errno = 0;
-	if (*s == '-' || *s == 0)
-		usage_error("%s '%s': expected a whole number", what, s);
-	int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-	unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
-	if (errno || *end || v < min || v > max)
-		usage_error("%s '%s': expected a whole number from %" PRIu64 " to %" PRIu64, what, s,
-			    min, max);
+	uint64_t v;
+	dp_err e;
+	if (dp_parse_count(what, s, min, max, &v, &e))
+		usage_error("%s", e.msg);
 	return v;
 }
 

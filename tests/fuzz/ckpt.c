@@ -13,20 +13,12 @@
  */
 #define _GNU_SOURCE
 #include "dp_ckpt.h"
+#include "fuzz.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static dp_bectx *ctx;
 

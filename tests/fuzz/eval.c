@@ -11,20 +11,12 @@
  * through the exported form; no crash, leak or hang.
  */
 #include "dp_eval.h"
+#include "fuzz.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

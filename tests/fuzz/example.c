@@ -27,19 +27,11 @@
  * that again must give the same features.
  */
 #include "dp_example.h"
+#include "fuzz.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "mismatch: " __VA_ARGS__);                                 \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static dp_example ex, ex2;
 static dp_exbuild eb;

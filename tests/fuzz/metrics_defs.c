@@ -10,19 +10,11 @@
  */
 #define _GNU_SOURCE
 #include "dp_metrics.h"
+#include "fuzz.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static const char *const lines[] = {
 	"epoch=1 step=100 loss=0.4123 accuracy=0.8512 lr=0.001 samples_per_sec=123456",

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "dp_lines.h"
+#include "fuzz.h"
 #include "dp_metrics.h"
 
 #include <stdio.h>
@@ -24,15 +25,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static dp_matcher *matchers[4], *coord_rx, *coord_lf;
 

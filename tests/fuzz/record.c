@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "dp_record.h"
+#include "fuzz.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -27,15 +28,6 @@
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 /* The records a read produced, concatenated with their lengths. */
 typedef struct recs {

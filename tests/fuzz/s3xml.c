@@ -12,19 +12,11 @@
  */
 #define _GNU_SOURCE
 #include "s3_int.h"
+#include "fuzz.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(c, ...)                                                                              \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "check failed: " __VA_ARGS__);                             \
-			fprintf(stderr, "\n");                                                     \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
 
 typedef struct walk {
 	int depth;

@@ -2,7 +2,7 @@
  * are exact by construction, and the same bits in any order or split),
  * metrics on small cases worked out by hand (those scikit-learn's
  * classification_report and r2_score give), combining workers' states,
- * metric names, gates; and dp_expand's padded {rank:N}. */
+ * metric names, gates. */
 #include "dp_eval.h"
 #include "tap.h"
 
@@ -263,28 +263,11 @@ static void test_gates(void)
 		ok(dp_gate_parse(bad[i], &g, &e) == DP_EARG, "refused: '%s' (%s)", bad[i], e.msg);
 }
 
-static void test_expand(void)
-{
-	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "16", 1);
-	char *s = dp_expand("d/train-{rank:5}-of-{size:5}.tfrecord {rank} {size:2} {size:1} {rank:0} "
-			    "{rank:x} {rank:33} {nope:3}",
-			    NULL);
-	is_str(s, "d/train-00003-of-00016.tfrecord 3 16 16 {rank:0} {rank:x} {rank:33} {nope:3}",
-	       "{rank:5}, {size:5} padded; bad widths and unknown names left as they are");
-	free(s);
-	const char *vars[] = {"rank", "7", "epoch", "12", "name", "ab", NULL};
-	s = dp_expand("{rank:3} {epoch:4} {name:4} {rank}", vars);
-	is_str(s, "007 0012 {name:4} 7", "padding a variable given; not a word");
-	free(s);
-}
-
 int main(void)
 {
 	test_xsum();
 	test_class();
 	test_regression();
 	test_gates();
-	test_expand();
 	return done_testing();
 }
