@@ -8,6 +8,10 @@
 #   extract: every value of one metric as "name<TAB>value" lines
 #   mean:    the mean of that metric
 # The regex is the same for both programs; awk splits the match grep prints.
+# Timed runs write to /dev/null: both sides still format every row, but
+# the disk's writeback (ours writes twice the bytes: step and epoch
+# columns) is not what is measured.  One more run of each writes files,
+# untimed, to check that they agree.
 set -eu
 MB=${METRICS_GREP_BENCH_MB:-1024}
 REPS=${BENCH_REPS:-3}
@@ -37,7 +41,7 @@ cat "$tmp/train.log" > /dev/null # warm the page cache for both
 
 # run NAME CMD: time CMD (sh -c), append "secs rss_kb" to $tmp/NAME
 run() {
-	/usr/bin/time -f '%e %M' -o "$tmp/t" sh -c "$2" > "$tmp/out.$1"
+	/usr/bin/time -f '%e %M' -o "$tmp/t" sh -c "$2" > /dev/null
 	cat "$tmp/t" >> "$tmp/$1"
 }
 median() { sort -n | $AWK '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -57,9 +61,13 @@ while [ $r -lt "$REPS" ]; do
 done
 
 # The two agree: same values extracted, same mean to 6 decimals.
+for job in ours_x peer_x ours_m peer_m; do
+	eval "sh -c \"\$$job\"" > "$tmp/out.$job"
+done
 ok=yes
 cut -f1,2 "$tmp/out.ours_x" > "$tmp/ours_x2" # ours adds step, epoch, rank
 cmp -s "$tmp/ours_x2" "$tmp/out.peer_x" || ok="NO: extracted values differ"
+[ -s "$tmp/ours_x2" ] || ok="NO: nothing extracted"
 om=$($AWK -F'\t' '{ printf "%.6f", $2 }' "$tmp/out.ours_m")
 pm=$($AWK -F'\t' '{ print $2 }' "$tmp/out.peer_m")
 [ "$om" = "$pm" ] || ok="NO: means differ ($om, $pm)"

@@ -280,18 +280,16 @@ static void print_record(const dp_sample *s, const dp_match *mt)
 	if (sizeof obuf - olen < 1024)
 		out_flush();
 	char *q = obuf + olen;
-	char num[DP_NUMBER_BUF], st[DP_NUMBER_BUF], ep[DP_NUMBER_BUF], rk[16];
-	size_t nn = num_text(num, s->text, s->len);
-	size_t sl = mt->step ? num_text(st, mt->step, mt->step_len) : 0;
-	size_t el = mt->epoch ? num_text(ep, mt->epoch, mt->epoch_len) : 0;
-	size_t rl = mt->rank >= 0 ? (size_t)snprintf(rk, sizeof rk, "%d", mt->rank) : 0;
 	size_t namel;
 	const char *name = out_name(s->metric, &namel);
 	if (G.fmt == FMT_JSON) {
+		char st[DP_NUMBER_BUF], ep[DP_NUMBER_BUF];
+		size_t sl = mt->step ? num_text(st, mt->step, mt->step_len) : 0;
+		size_t el = mt->epoch ? num_text(ep, mt->epoch, mt->epoch_len) : 0;
 		put(&q, "{\"name\":", 8);
 		put(&q, name, namel);
 		put(&q, ",\"value\":", 9);
-		put(&q, num, nn);
+		q += num_text(q, s->text, s->len);
 		if (sl && memcmp(st, "null", 4) != 0) {
 			put(&q, ",\"step\":", 8);
 			put(&q, st, sl);
@@ -300,22 +298,24 @@ static void print_record(const dp_sample *s, const dp_match *mt)
 			put(&q, ",\"epoch\":", 9);
 			put(&q, ep, el);
 		}
-		if (rl) {
-			put(&q, ",\"rank\":", 8);
-			put(&q, rk, rl);
-		}
+		if (mt->rank >= 0)
+			q += sprintf(q, ",\"rank\":%d", mt->rank);
 		put(&q, "}\n", 2);
 	} else {
+		/* numbers straight into the buffer: no copy through a temporary */
 		char sep = G.fmt == FMT_CSV ? ',' : '\t';
 		put(&q, name, namel);
 		*q++ = sep;
-		put(&q, num, nn);
+		q += num_text(q, s->text, s->len);
 		*q++ = sep;
-		put(&q, st, sl);
+		if (mt->step)
+			q += num_text(q, mt->step, mt->step_len);
 		*q++ = sep;
-		put(&q, ep, el);
+		if (mt->epoch)
+			q += num_text(q, mt->epoch, mt->epoch_len);
 		*q++ = sep;
-		put(&q, rk, rl);
+		if (mt->rank >= 0)
+			q += sprintf(q, "%d", mt->rank);
 		*q++ = '\n';
 	}
 	olen = (size_t)(q - obuf);
