@@ -9,20 +9,13 @@
 
 PAGE="$DP_SRC/man/man1/dp-eval.1"
 cd "$T" || exit 1
-run groff -man -Tutf8 -ww -z "$PAGE"
-is "$rc:$err" "0:" "groff -man -ww: no warnings"
-if command -v man >/dev/null; then
-	MANWIDTH=80 man -l "$PAGE" > page.txt 2> page.err
-	is "$?:$(cat page.err)" "0:" "man -l: no warnings"
-	for s in "EXIT STATUS" ENVIRONMENT EXAMPLES "SEE ALSO" "THE METRICS JSON"; do
-		like "$(cat page.txt)" "$s" "has $s"
-	done
-	for o in $(dp-eval --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
-		like "$(cat page.txt)" -- "$o" "documents $o"
-	done
-else
-	skip "man is not installed"
-fi
+man_lint "$PAGE"
+for s in "EXIT STATUS" ENVIRONMENT EXAMPLES "SEE ALSO" "THE METRICS JSON"; do
+	like "$(cat page.txt)" "$s" "has $s"
+done
+for o in $(dp-eval --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+	like "$(cat page.txt)" -- "$o" "documents $o"
+done
 
 D=/usr/share/datasets/fashion-mnist
 if [ ! -r "$D/train-images-idx3-ubyte.gz" ]; then

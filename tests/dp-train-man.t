@@ -4,18 +4,13 @@
 # name), and the Python snippet of dp-checkpoint(5) reads a real checkpoint
 # and loads it into PyTorch.
 . "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
 
 MAN1="$DP_SRC/man/man1/dp-train.1"
 MAN5="$DP_SRC/man/man5/dp-checkpoint.5"
+cd "$T" || exit 1
 for m in "$MAN1" "$MAN5"; do
-	run groff -man -Tutf8 -ww "$m"
-	is "$err" "" "$(basename "$m"): groff -ww gives no warnings"
-	if command -v man >/dev/null; then
-		run env MANWIDTH=80 man -l "$m"
-		is "$err" "" "$(basename "$m"): man -l gives no warnings"
-	else
-		skip "man is not installed"
-	fi
+	man_lint "$m"
 done
 
 # the examples: each .EX block, roff escapes undone, runs with bash
@@ -23,7 +18,7 @@ examples() { # page -> blocks separated by a line "@@"
 	awk '/^\.EX/ {on = 1; next} /^\.EE/ {on = 0; print "@@"; next} on' "$1" |
 		sed -e 's/\\-/-/g' -e 's/\\e/\\/g'
 }
-cd "$T"
+
 MK="$PY $DP_SRC/tests/mkexamples.py"
 $MK train.tfrecord random --n 300 --shape 1x28x28 --kind uint8 --seed 1
 $MK test.tfrecord random --n 100 --shape 1x28x28 --kind uint8 --seed 2

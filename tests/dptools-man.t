@@ -8,22 +8,15 @@
 
 PAGE="$DP_SRC/man/man7/dptools.7"
 cd "$T" || exit 1
-run groff -man -Tutf8 -ww -z "$PAGE"
-is "$rc:$err" "0:" "groff -man -ww: no warnings"
-if command -v man >/dev/null; then
-	MANWIDTH=80 man -l "$PAGE" > page.txt 2> page.err
-	is "$?:$(cat page.err)" "0:" "man -l: no warnings"
-	for f in "$DP_SRC"/tools/*.c; do
-		p=$(basename "$f" .c)
-		like "$(cat page.txt)" "$p\(1\)" "names $p(1)"
-	done
-	for f in "$DP_SRC"/man/man5/*.5; do
-		p=$(basename "$f" .5)
-		like "$(cat page.txt)" "$p\(5\)" "names $p(5)"
-	done
-else
-	skip "man is not installed"
-fi
+man_lint "$PAGE"
+for f in "$DP_SRC"/tools/*.c; do
+	p=$(basename "$f" .c)
+	like "$(cat page.txt)" "$p\(1\)" "names $p(1)"
+done
+for f in "$DP_SRC"/man/man5/*.5; do
+	p=$(basename "$f" .5)
+	like "$(cat page.txt)" "$p\(5\)" "names $p(5)"
+done
 
 if [ ! -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 	skip "Fashion-MNIST is not installed (dataset-fashion-mnist): example not run"

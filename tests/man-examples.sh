@@ -1,12 +1,24 @@
-# tests/man-examples.sh - the EXAMPLES of a man page, as shell scripts (bash;
-# source it).
+# tests/man-examples.sh - checking man pages (bash; source it after lib.sh).
 #
+#   man_lint PAGE            two checks: groff -ww and man -l format PAGE
+#                            without a warning; leaves the page as man shows
+#                            it (80 columns) in ./page.txt
 #   man_examples PAGE DIR    writes DIR/N.sh for each .EX/.EE block of the
 #                            EXAMPLES section (roff escapes undone), or
 #                            DIR/N.skip (holding the reason) for a block
 #                            preceded by the comment .\" example not run: WHY
 #
 # The blocks are meant to run in order, in one scratch directory.
+
+man_lint() {
+	local name
+	name=$(basename "$1")
+	run groff -man -Tutf8 -ww -z "$1"
+	is "$rc:$err" "0:" "$name: groff -man -ww: no warnings"
+	MANWIDTH=80 man -l "$1" >page.txt 2>page.err
+	is "$?:$(cat page.err)" "0:" "$name: man -l: no warnings"
+}
+
 man_examples() {
 	mkdir -p "$2" || return 1
 	awk -v dir="$2" '

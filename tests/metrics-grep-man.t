@@ -6,13 +6,11 @@
 # command are its expected standard output; every command must exit 0, and
 # a chart named with --plot must be written.
 . "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
 MAN="$DP_SRC/man/man1/metrics-grep.1"
 cd "$T"
 
-warn=$(groff -man -Tutf8 -ww "$MAN" 2>&1 >/dev/null)
-is "$warn" "" "groff -man -ww: no warnings"
-warn=$(MANWIDTH=80 man -l "$MAN" 2>&1 >/dev/null)
-is "$warn" "" "man -l: no warnings"
+man_lint "$MAN"
 page=$(MANWIDTH=200 man -l "$MAN" 2>/dev/null)
 for o in $(metrics-grep --help | grep -oE -- '--[a-z][a-z-]+|(^| )-[a-zA-Z]\b' | sort -u); do
 	like "$page" "(^|[ ,[])\\$o\b" "the man page documents $o"

@@ -15,8 +15,7 @@ done
 for s in "EXIT STATUS" ENVIRONMENT EXAMPLES CREDENTIALS "SEE ALSO"; do
 	ok grep -q "^\.SH \"*$s" "$PAGE" "the man page has $s"
 done
-run groff -man -Tutf8 -ww "$PAGE"
-is "$err" "" "groff -man -ww: no warnings"
+man_lint "$PAGE"
 
 # fixtures: three TFRecord files of 3, 4 and 5 records
 mkdir -p data

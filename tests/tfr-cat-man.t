@@ -4,17 +4,15 @@
 # files the examples name) and succeeds.  Example output shown in the pages
 # is checked where it is exact.
 . "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
 PAGES="$DP_SRC/man/man1/tfr-cat.1 $DP_SRC/man/man5/tfrecord.5"
 
+cd "$T" || exit 1
 for p in $PAGES; do
-	w=$(groff -man -Tutf8 -ww "$p" 2>&1 >/dev/null)
-	is "$w" "" "$(basename "$p"): groff -ww gives no warnings"
-	w=$(MANWIDTH=80 man -l "$p" 2>&1 >/dev/null)
-	is "$w" "" "$(basename "$p"): man -l gives no warnings"
+	man_lint "$p"
 done
 
 # fixtures the examples name
-cd "$T" || exit 1
 tfr-cat --encode json "$FIX/tfr-cat/small.jsonl" >train.tfrecord || exit 1
 gzip -c train.tfrecord >train.tfrecord.gz
 tfr-cat -n 2 train.tfrecord >part-0.tfrecord

@@ -2,22 +2,14 @@
 # tfr-shard(1): the page formats without warnings, and every example in it
 # (.EX/.EE blocks) runs and succeeds on a fixture dataset.
 . "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/man-examples.sh"
 REF="$PY $DP_SRC/tests/tfrshard.py"
 PAGE="$DP_SRC/man/man1/tfr-shard.1"
 cd "$T" || exit 1
 
-run groff -man -Tutf8 -ww -z "$PAGE"
-is "$rc:$err" "0:" "groff -man -ww: no warnings"
-if command -v man >/dev/null; then
-	MANWIDTH=80 man -l "$PAGE" >page.txt 2>page.err
-	is "$?:$(cat page.err)" "0:" "man -l: no warnings"
-	like "$(cat page.txt)" "EXIT STATUS" "has EXIT STATUS"
-	like "$(cat page.txt)" "ENVIRONMENT" "has ENVIRONMENT"
-else
-	skip "no man"
-	skip "no man"
-	skip "no man"
-fi
+man_lint "$PAGE"
+like "$(cat page.txt)" "EXIT STATUS" "has EXIT STATUS"
+like "$(cat page.txt)" "ENVIRONMENT" "has ENVIRONMENT"
 
 # Examples: roff escapes undone (\e is a backslash, \- a minus).
 awk '/^\.EX/ { n++; f = sprintf("ex%02d.sh", n); next }
