@@ -1136,10 +1136,16 @@ int main(int argc, char **argv)
 		die("out of memory");
 	dp_eval_state_get(ev, st);
 	st[ns + (size_t)RANK] = failed;
+	/* the failing worker speaks before the allreduce: once it is done, a
+	 * worker that ends the job first could have this one killed unheard */
+	if (failed)
+		warnx("%s", fe.msg);
 	if (SIZE > 1 && dp_comm_allreduce_sum(comm, st, ns + (size_t)SIZE, &e) < 0)
 		die("%s", e.msg);
-	if (failed)
-		die("%s", fe.msg);
+	if (failed) {
+		dp_out_cleanup();
+		exit(EXIT_FAIL);
+	}
 	for (int r = 0; r < SIZE; r++)
 		if (st[ns + (size_t)r] != 0)
 			die("stopped: worker %d failed", r);

@@ -163,7 +163,7 @@ int main(void)
 	}
 	{ /* 40 features, then the first ten again: the hash index keeps order */
 		dp_exbuild_reset(&b);
-		char nm[8];
+		char nm[16];
 		for (int i = 0; i < 50; i++) {
 			int64_t v = i;
 			snprintf(nm, sizeof nm, "f%02d", i % 40);
