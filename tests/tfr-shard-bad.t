@@ -194,10 +194,13 @@ fi
 
 # ---- signals: no partial output, no temporary files, old outputs kept
 mkfifo fifo
-# start_slow ARGS...: tfr-shard reading the FIFO, SIGINT not ignored
+# start_slow ARGS...: tfr-shard reading the FIFO, with the signals the test
+# sends at their defaults (bash starts background jobs with SIGINT ignored,
+# nohup ignores SIGHUP, and tfr-shard keeps an ignored signal ignored)
 start_slow() {
 	$PY -c 'import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_DFL)
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_DFL)
 os.execvp(sys.argv[1], sys.argv[1:])' tfr-shard "$@" <fifo 2>sig.err &
 	pid=$!
 	exec 3>fifo
@@ -207,13 +210,26 @@ os.execvp(sys.argv[1], sys.argv[1:])' tfr-shard "$@" <fifo 2>sig.err &
 		sleep 0.05
 	done
 }
+# reap: wait for $pid, at most 60 s, then SIGKILL: a signal that did not
+# end it fails the status check instead of hanging the test.  $st: status.
+reap() {
+	local i=0 state
+	while [ $i -lt 600 ]; do
+		state=$(awk '{ print $3 }' /proc/$pid/stat 2>/dev/null)
+		[ -z "$state" ] || [ "$state" = Z ] && break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	[ $i -lt 600 ] || kill -KILL $pid
+	{ wait $pid; } 2>/dev/null
+	st=$?
+}
 for sig in TERM INT HUP; do
 	sentinels
 	start_slow -n 2 -o 'x-{shard}'
 	ok test -n "$(ls -A | grep '\.x-00000\.tmp\.')" "SIG$sig: the run has begun (temporary files exist)"
 	kill -$sig $pid
-	{ wait $pid; } 2>/dev/null
-	st=$?
+	reap
 	exec 3>&-
 	is "$st" $((128 + $(kill -l $sig))) "SIG$sig: killed by the signal"
 	untouched "SIG$sig"
@@ -222,14 +238,14 @@ mkdir -p sigtmp
 sentinels
 start_slow --shuffle --memory 16k --tmpdir sigtmp -n 2 -o 'x-{shard}'
 kill -TERM $pid
-{ wait $pid; } 2>/dev/null
+reap
 exec 3>&-
 untouched "SIGTERM while spilling"
 is "$(ls -A sigtmp | wc -l)" 0 "SIGTERM while spilling: no spill files"
 sentinels
 start_slow --by contiguous --tmpdir sigtmp -n 2 -o 'x-{shard}'
 kill -TERM $pid
-{ wait $pid; } 2>/dev/null
+reap
 exec 3>&-
 untouched "SIGTERM while copying stdin"
 is "$(ls -A sigtmp | wc -l)" 0 "SIGTERM while copying stdin: no temporary copy"
