@@ -55,6 +55,17 @@ stop $pid
 is "$rc" 0 "SIGTERM ends following with status 0"
 is "$(cut -f2 out | tr '\n' ' ')" "0.9 0.8 0.75 0.6 0.55 0.5 0.4 " "every value once, in order"
 
+# ---- under nohup, SIGHUP does not end following; SIGTERM does ----
+printf 'epoch=1 step=1 loss=0.9\n' > hup.log
+nohup metrics-grep -f --logfmt=loss --no-header hup.log > hup.out 2> hup.err &
+pid=$!
+ok wait_for hup.out "^loss${TAB}0.9" "nohup: following"
+kill -HUP $pid
+printf 'epoch=1 step=2 loss=0.8\n' >> hup.log
+ok wait_for hup.out "0.8${TAB}2" "nohup: still following after SIGHUP"
+stop $pid
+is "$rc" 0 "nohup: SIGTERM ends it with status 0"
+
 # ---- summaries and a live chart, ended by SIGINT ----
 printf 'epoch=1 step=1 loss=0.9\n' > t2.log
 metrics-grep -f --logfmt=loss --last --count --plot live.svg t2.log > out2 2> err2 &

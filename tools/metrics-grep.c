@@ -828,10 +828,14 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
 	if (G.follow) {
-		/* Following ends on a signal: finish the outputs, then exit. */
+		/* Following ends on a signal: finish the outputs, then exit.
+		 * A SIGHUP ignored by the parent stays ignored (nohup). */
 		int sigs[] = {SIGINT, SIGTERM, SIGHUP};
 		for (size_t i = 0; i < 3; i++) {
-			struct sigaction sa;
+			struct sigaction sa, old;
+			if (sigs[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
+			    old.sa_handler == SIG_IGN)
+				continue;
 			memset(&sa, 0, sizeof sa);
 			sa.sa_handler = on_stop;
 			sigemptyset(&sa.sa_mask);
