@@ -99,7 +99,8 @@ int dp_parse_size(const char *s, uint64_t *out);
 
 /* Parse a whole number from min to max for an option: decimal digits, or
  * 0x and hex digits; no sign, space or suffix.  Returns 0, or DP_EARG with
- * e saying "OPT 'S': want a whole number from MIN to MAX". */
+ * e saying "OPT 'S': want a whole number from MIN to MAX" (", MIN or more"
+ * when max is UINT64_MAX). */
 int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
 		   dp_err *e);
 
