@@ -14,6 +14,7 @@ is "$rc" 0 "every target built and ran without a finding"
 [ "$rc" = 0 ] || diag "$(tail -20 <<<"$out")"$'\n'"$err"
 for t in $targets; do
 	like "$out" "== fuzz $t: $secs s" "$t: built and started"
+	ok grep -Eq "INFO: +[1-9][0-9]* files found" "$T/fuzz/fuzz-$t.log" "$t: started from its seeds"
 	n=$(sed -n "s/^stat::number_of_executed_units: //p" "$T/fuzz/fuzz-$t.log" 2>/dev/null)
 	ok test "${n:-0}" -gt 1 "$t: ran inputs (${n:-none})"
 	ok test -z "$(ls "$T/fuzz/findings" | grep "^$t-")" "$t: no findings"
