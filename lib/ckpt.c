@@ -507,6 +507,14 @@ static int all_finite(const float *p, size_t n)
 	return 1;
 }
 
+/* The checkpoint's name for optimizer state j of parameter t, the same
+ * when saving and loading: "optimizer.<tensor>.<state>" (dp-checkpoint(5)). */
+static void optim_tensor_name(char *buf, size_t len, const dp_tensor_info *t, const dp_optim *o,
+			      int j)
+{
+	snprintf(buf, len, "optimizer.%s.%s", t->name, dp_optim_state_name(o, j));
+}
+
 static void set_u64(dp_st_writer *w, const char *key, uint64_t v)
 {
 	char b[32];
@@ -603,8 +611,7 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 			if (t.role != DP_TENSOR_PARAM)
 				continue;
 			char name[128];
-			snprintf(name, sizeof name, "optimizer.%s.%s", t.name,
-				 dp_optim_state_name(o, j));
+			optim_tensor_name(name, sizeof name, &t, o, j);
 			dp_st_add(w, name, DP_DT_F32, t.ndim, t.shape, hs + (size_t)j * np + t.off);
 		}
 	uint64_t rng[4];
@@ -778,8 +785,7 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 			if (t.role != DP_TENSOR_PARAM)
 				continue;
 			char name[128];
-			snprintf(name, sizeof name, "optimizer.%s.%s", t.name,
-				 dp_optim_state_name(o, j));
+			optim_tensor_name(name, sizeof name, &t, o, j);
 			const dp_st_tensor *s = want(ck, name, DP_DT_F32, t.ndim, t.shape, e);
 			if (!s) {
 				rc = e ? e->code : DP_EDATA;
