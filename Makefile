@@ -42,23 +42,36 @@ PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
 # ompi-c: Open MPI (dp-train's collectives).
-PKGS := libprotobuf-c zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
+# libdp's own; protobuf-c only for the tests,
+# whose reference parser is generated from lib/records/example.proto.
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
+PKGS := $(LIB_PKGS) libprotobuf-c
+# Targets that need no compiler skip the check (make clean, make help).
+NODEPS_GOALS := clean help uninstall
+ifneq ($(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
 $(error missing development packages ($(PKG_MISSING)): run scripts/deps)
 endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS := $(shell pkg-config --libs $(PKGS)) -lm
+LIB_LIBS := $(shell pkg-config --libs $(LIB_PKGS)) -lm
+PB_LIBS := $(shell pkg-config --libs libprotobuf-c)
+endif
 PROTOC_C ?= protoc-c
 
 # ---- sources -------------------------------------------------------------
+# lib/ is one folder per component (records, s3, train, metrics, over
+# common), the public headers at its top, private ones beside their code.
 GEN := $(O)/gen
-LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) $(O)/lib/example.pb-c.o \
+LIB_SRC := $(wildcard lib/*/*.c)
+LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
 	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC))
-LIB_HDR := $(wildcard lib/dp*.h) $(GEN)/example.pb-c.h
-LIB_PRIV_HDR := $(filter-out lib/dp%.h,$(wildcard lib/*.h))
-TOOLS := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
+LIB_HDR := $(wildcard lib/dp*.h)
+LIB_PRIV_HDR := $(wildcard lib/*/*.h)
+PB_OBJ := $(O)/tests/example.pb-c.o
+# tools/: one file per program over one CLI layer (tools/cli.c).
+TOOLS := $(filter-out cli,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
+CLI_OBJ := $(O)/tools/cli.o
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
@@ -67,10 +80,18 @@ CLI_TESTS := $(sort $(wildcard tests/*.t))
 MAN1 := $(wildcard man/man1/*.1)
 MAN5 := $(wildcard man/man5/*.5)
 MAN7 := $(wildcard man/man7/*.7)
+MAN3 := $(wildcard man/man3/*.3)
+# Man pages as installed: @VERSION@ and @DATE@ (of the last commit, or
+# SOURCE_DATE_EPOCH) filled in.
+MAN_SRC := $(MAN1) $(MAN3) $(MAN5) $(MAN7)
+MAN_OUT := $(patsubst man/%,$(O)/man/%,$(MAN_SRC))
+MAN_DATE := $(shell { [ -n "$$SOURCE_DATE_EPOCH" ] && date -u -d "@$$SOURCE_DATE_EPOCH" +%F; } || git log -1 --format=%cs 2>/dev/null || date -u +%F)
 
-ALL_CPPFLAGS := -Ilib -I$(GEN) $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) $(CPPFLAGS)
+ALL_CPPFLAGS := -Ilib $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) -DDP_VERSION='"$(VERSION)"' $(CPPFLAGS)
 ALL_CFLAGS := $(DP_CFLAGS) $(CFLAGS)
-LINK_LIBS := $(PKG_LIBS) $(LDLIBS)
+# Only what the public headers mark DP_EXPORT leaves libdp.so (nm -D: dp_*).
+LIB_CFLAGS := -fvisibility=hidden
+LINK_LIBS := $(LIB_LIBS) $(LDLIBS)
 PC_LIBS_PRIVATE := -lm -pthread
 
 # ---- BACKEND=cuda: lib/*.cu with nvcc, cuBLAS, NCCL when found ------------
@@ -121,12 +142,12 @@ CU_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) $(CUDA_LIBS_NCCL) -lcublas
 LINK_LIBS += $(CU_LIBS)
 PC_LIBS_PRIVATE += $(CU_LIBS)
 ALL_NVCCFLAGS := -std=c++17 --fmad=false $(GENCODE) -Xcompiler -fPIC,-pthread,-Wall,-Wno-unused-parameter $(NVCCFLAGS)
-CU_SRC := $(wildcard lib/*.cu)
+CU_SRC := $(wildcard lib/*/*.cu)
 endif
 
 # Programs load only the libraries they use: tfr-cat neither loads Open MPI
 # nor OpenBLAS at start (MPI itself is initialised only by dp-train under a
-# launcher: lib/comm.c).
+# launcher: lib/train/comm.c).
 PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
@@ -134,27 +155,32 @@ SO := libdp.so.$(VERSION)
 .PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help
 .DELETE_ON_ERROR:
 
-## all: build libdp (libdp.a, libdp.so, libdp.pc) and the programs
-all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc
+## all: build libdp (libdp.a, libdp.so, libdp.pc), the programs and man pages
+all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc $(MAN_OUT)
 
-$(GEN)/example.pb-c.c $(GEN)/example.pb-c.h: lib/example.proto
-	@mkdir -p $(GEN)
-	$(PROTOC_C) --c_out=$(GEN) -Ilib lib/example.proto
-
-$(O)/lib/example.pb-c.o: $(GEN)/example.pb-c.c
+$(O)/man/%: man/% Makefile
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -w -c -o $@ $<
+	sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@DATE@/$(MAN_DATE)/g' $< > $@
+
+# protobuf-c's parser, generated from our .proto: the tests' reference.
+$(GEN)/example.pb-c.c $(GEN)/example.pb-c.h: lib/records/example.proto
+	@mkdir -p $(GEN)
+	$(PROTOC_C) --c_out=$(GEN) -Ilib/records lib/records/example.proto
+
+$(PB_OBJ): $(GEN)/example.pb-c.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) -I$(GEN) $(ALL_CFLAGS) -w -c -o $@ $<
 
 $(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
-$(O)/lib/%.o: lib/%.cu $(LIB_HDR)
+$(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
-	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
 
-# The CPU backend's elementwise loops are written to vectorise (lib/backend_cpu.c).
-$(O)/lib/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c).
+$(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@
@@ -166,25 +192,34 @@ $(O)/$(SO): $(LIB_OBJ)
 	ln -sf $(SO) $(O)/libdp.so
 
 # The pkg-config file names the install locations, so install writes it
-# anew with the PREFIX/LIBDIR/INCLUDEDIR given to install.
+# anew with the PREFIX/LIBDIR/INCLUDEDIR given to install.  libdp's public
+# headers need only the C library, so its dependencies are Libs.private
+# (for --static) and not Requires.private, whose Cflags pkg-config would
+# add to every program's (MPI's include paths in a program reading records).
 define PCFILE
 printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)/dptools' '' \
   'Name: libdp' 'Description: dptools library: TFRecord, tf.train.Example, S3, training' \
-  'Version: $(VERSION)' 'Requires: $(PKGS)' \
-  'Libs: -L$${libdir} -ldp' 'Libs.private: $(PC_LIBS_PRIVATE)' 'Cflags: -I$${includedir}'
+  'Version: $(VERSION)' \
+  'Libs: -L$${libdir} -ldp' 'Libs.private: $(LIB_LIBS) $(PC_LIBS_PRIVATE)' 'Cflags: -I$${includedir}'
 endef
 
 $(O)/libdp.pc: Makefile
 	@mkdir -p $(@D)
 	$(PCFILE) > $@
 
-$(O)/bin/%: tools/%.c $(O)/libdp.a $(LIB_HDR)
+$(CLI_OBJ): tools/cli.c tools/cli.h $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(LIB_HDR)
+$(O)/bin/%: tools/%.c $(CLI_OBJ) tools/cli.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(O)/libdp.a $(LINK_LIBS)
+
+# Unit tests link the static library, so they reach private functions too
+# (through lib/COMPONENT/*.h), and protobuf-c's generated reference parser.
+$(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(PB_OBJ) $(LIB_HDR) $(LIB_PRIV_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # The CUDA backend's own code run on the CPU through an emulation of the
 # CUDA runtime and cuBLAS (tests/cudaemu), against the CPU backend, so that
@@ -194,10 +229,10 @@ CXX ?= c++
 UNIT_BINS += $(O)/tests/cuda-emu
 EMU_CXXFLAGS := -std=gnu++17 -DDP_CUDA_EMU -Itests/cudaemu -fPIC -pthread -ffp-contract=off \
 	-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(CFLAGS)
-$(O)/tests/cudaemu/backend_cuda.o: lib/backend_cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
+$(O)/tests/cudaemu/backend_cuda.o: lib/train/backend_cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CXX) -x c++ $(ALL_CPPFLAGS) $(EMU_CXXFLAGS) -c -o $@ $<
-$(O)/tests/cudaemu/backend.o: lib/backend.c $(LIB_HDR)
+$(O)/tests/cudaemu/backend.o: lib/train/backend.c $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -DDP_BACKEND_cuda $(ALL_CFLAGS) -c -o $@ $<
 $(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backend_cuda.o \
@@ -206,9 +241,9 @@ $(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backe
 	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
 # dp-train on the emulated backend: tests/cuda-emu.t runs it, under mpirun too
 TEST_PROGS += $(O)/tests/dp-train-cudaemu
-$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(O)/tests/cudaemu/backend_cuda.o \
+$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(CLI_OBJ) $(O)/tests/cudaemu/backend_cuda.o \
 		$(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LIB_HDR)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< \
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< $(CLI_OBJ) \
 	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
 endif
 
@@ -252,8 +287,8 @@ demo: all
 ## install: install programs, library, headers, pkg-config file and man pages
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-	  $(DESTDIR)$(INCLUDEDIR)/dptools $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
-	  $(DESTDIR)$(MANDIR)/man7
+	  $(DESTDIR)$(INCLUDEDIR)/dptools $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
+	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(O)/libdp.a $(DESTDIR)$(LIBDIR)
 	install -m 755 $(O)/$(SO) $(DESTDIR)$(LIBDIR)
@@ -261,9 +296,7 @@ install: all
 	ln -sf $(SO) $(DESTDIR)$(LIBDIR)/libdp.so
 	$(PCFILE) > $(DESTDIR)$(PKGCONFIGDIR)/libdp.pc
 	install -m 644 $(LIB_HDR) $(DESTDIR)$(INCLUDEDIR)/dptools
-	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1)
-	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5)
-	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7)
+	$(foreach s,1 3 5 7,$(if $(MAN$(s)),install -m 644 $(patsubst man/%,$(O)/man/%,$(MAN$(s))) $(DESTDIR)$(MANDIR)/man$(s);))
 
 ## uninstall: remove what install put in place
 uninstall:
@@ -273,12 +306,13 @@ uninstall:
 	  $(DESTDIR)$(PKGCONFIGDIR)/libdp.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/dptools
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
+	  $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
 
-## clean: remove build directories
+## clean: remove build directories (O=DIR: that one only)
 clean:
-	rm -rf build build-asan build-cuda build-fuzz
+	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz)
 
 ## help: list the targets
 help:

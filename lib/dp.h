@@ -19,7 +19,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DP_VERSION "0.1.0"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What libdp.so exports: the declarations marked DP_EXPORT in the public
+ * headers (lib/dp*.h), all named dp_*; the library is built with
+ * -fvisibility=hidden, so everything else stays inside it. */
+#if defined(__GNUC__)
+#define DP_EXPORT __attribute__((visibility("default")))
+#else
+#define DP_EXPORT
+#endif
+
+/* The version of dptools ("0.1.0"): the one number, set in the Makefile. */
+DP_EXPORT const char *dp_version(void);
 
 /* Status codes.  0 is success; failures are negative. */
 enum dp_status {
@@ -39,13 +53,13 @@ typedef struct dp_err {
 
 /* Record a failure in e (when e is not NULL); returns code, so that callers
  * can write `return dp_seterr(e, DP_EDATA, "%s: ...", name);`. */
-int dp_seterr(dp_err *e, int code, const char *fmt, ...)
+DP_EXPORT int dp_seterr(dp_err *e, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-int dp_vseterr(dp_err *e, int code, const char *fmt, va_list ap);
+DP_EXPORT int dp_vseterr(dp_err *e, int code, const char *fmt, va_list ap);
 /* Like dp_seterr, appending ": strerror(errno)". */
-int dp_syserr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DP_EXPORT int dp_syserr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefix an existing message: "ctx: old message". */
-int dp_preferr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DP_EXPORT int dp_preferr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Outputs written whole or not at all ------------------------------
  *
@@ -67,44 +81,93 @@ typedef struct dp_out {
 	int slot;   /* index in the cleanup registry, -1 if none */
 } dp_out;
 
-int dp_out_open(dp_out *o, const char *path, dp_err *e);
-int dp_out_commit(dp_out *o, dp_err *e);
-void dp_out_abort(dp_out *o);
-void dp_out_cleanup(void);
-void dp_out_install_signal_cleanup(void);
+DP_EXPORT int dp_out_open(dp_out *o, const char *path, dp_err *e);
+DP_EXPORT int dp_out_commit(dp_out *o, dp_err *e);
+DP_EXPORT void dp_out_abort(dp_out *o);
+DP_EXPORT void dp_out_cleanup(void);
+DP_EXPORT void dp_out_install_signal_cleanup(void);
+
+/* ---- One growable buffer (curl's dynbuf) -------------------------------
+ * p[0..len) holds the bytes, followed by a NUL once anything was added.
+ * An append that would pass `max` bytes fails with DP_ELIMIT, one that
+ * cannot allocate with DP_ENOMEM; the first failure sticks in err and
+ * every later append returns it at once, so a run of appends can be checked
+ * once at its end.  On failure the contents so far are kept. */
+typedef struct dp_buf {
+	char *p;
+	size_t len, cap;
+	size_t max; /* the cap on len (dp_buf_init(b, 0): none) */
+	int err;    /* 0, DP_ENOMEM or DP_ELIMIT: the first failure */
+} dp_buf;
+
+#define DP_BUF_INIT {NULL, 0, 0, SIZE_MAX / 2, 0}
+
+DP_EXPORT void dp_buf_init(dp_buf *b, size_t max);
+DP_EXPORT void dp_buf_free(dp_buf *b);
+/* Empty it (keeping the memory) and clear the error. */
+DP_EXPORT void dp_buf_reset(dp_buf *b);
+/* Room for n more bytes (and the NUL) without reallocating. */
+DP_EXPORT int dp_buf_reserve(dp_buf *b, size_t n);
+DP_EXPORT int dp_buf_add(dp_buf *b, const void *p, size_t n);
+DP_EXPORT int dp_buf_addstr(dp_buf *b, const char *s);
+DP_EXPORT int dp_buf_printf(dp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DP_EXPORT int dp_buf_vprintf(dp_buf *b, const char *fmt, va_list ap);
+/* The string, now the caller's to free ("" when empty); the buffer is left
+ * empty.  NULL after a failure. */
+DP_EXPORT char *dp_buf_take(dp_buf *b);
+
+/* Append s[0..n) as a JSON string, quotes included: the one escaper of
+ * libdp and the tools.  '"', '\\' and control characters are escaped (\n,
+ * \t... or \u00XX); bytes that are not UTF-8 become U+FFFD; with
+ * DP_JSON_ASCII every code point past 0x7e is written \uXXXX (surrogate
+ * pairs above U+FFFF), as Python's json.dumps does by default. */
+#define DP_JSON_ASCII 1
+DP_EXPORT int dp_buf_json_str(dp_buf *b, const void *s, size_t n, int flags);
 
 /* Write all of buf to fd, retrying on EINTR and short writes.  `name`
  * names the file in the error message. */
-int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e);
+DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e);
 /* Read up to len bytes, retrying until len bytes or end of file.  Returns
  * bytes read (< len only at end of file) or a negative status. */
-long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
+DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 
 /* ---- Ranks without linking MPI ----------------------------------------
  * rank and size from, in order: the explicit values when >= 0,
  * OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK, SLURM_PROCID/
  * SLURM_NTASKS; otherwise 0 and 1. */
-void dp_rank_size(int *rank, int *size);
+DP_EXPORT void dp_rank_size(int *rank, int *size);
 
 /* Expand {rank} and {size} (and any {name} in vars) in tmpl into a new
  * malloc'd string.  {name:W} zero-pads a whole number to W digits (1 to
  * 32): 'train-{rank:5}-of-{size:5}' names tfr-shard's shards.  vars is a NULL-terminated list of name, value pairs
  * checked before rank/size (may be NULL).  An unknown {name} is left as is.
  * Returns NULL on allocation failure. */
-char *dp_expand(const char *tmpl, const char *const *vars);
+DP_EXPORT char *dp_expand(const char *tmpl, const char *const *vars);
+
+/* Parse "I/N", part I (0 to N-1) of N (1 to DP_PART_MAX), after filling
+ * in {rank}, {size} and vars as dp_expand() does: the one parser of
+ * tfr-shard --take and s3-pipe --shard.  Decimal or 0x hex, no sign or
+ * space.  Returns 0, or DP_EARG with e saying "OPT 'S': want I/N, ...". */
+#define DP_PART_MAX (1u << 30)
+DP_EXPORT int dp_parse_part(const char *opt, const char *s, const char *const *vars,
+			    uint64_t *index, uint64_t *count, dp_err *e);
 
 /* Parse a byte count such as "256M", "1.5G", "4096", "64k" (binary units:
  * k=1024).  Returns 0 or DP_EARG. */
-int dp_parse_size(const char *s, uint64_t *out);
+DP_EXPORT int dp_parse_size(const char *s, uint64_t *out);
 
 /* Parse a whole number from min to max for an option: decimal digits, or
  * 0x and hex digits; no sign, space or suffix.  Returns 0, or DP_EARG with
  * e saying "OPT 'S': want a whole number from MIN to MAX" (", MIN or more"
  * when max is UINT64_MAX). */
-int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+DP_EXPORT int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
 		   dp_err *e);
 
 /* Monotonic time in seconds. */
-double dp_now(void);
+DP_EXPORT double dp_now(void);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

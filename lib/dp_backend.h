@@ -35,6 +35,10 @@
 
 #include "dp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Activations a dense or conv layer can apply to its own output (fused). */
 enum dp_act { DP_ACT_NONE = 0, DP_ACT_RELU = 1, DP_ACT_TANH = 2, DP_ACT_SIGMOID = 3 };
 
@@ -94,8 +98,8 @@ enum dp_precision {
 	DP_PREC_BF16 = 2  /* GEMM inputs in bfloat16, float32 accumulation (GPU) */
 };
 /* "fp32", "tf32", "bf16" (also "float32", "bfloat16"); -1 for anything else. */
-int dp_precision_parse(const char *s);
-const char *dp_precision_name(int p);
+DP_EXPORT int dp_precision_parse(const char *s);
+DP_EXPORT const char *dp_precision_name(int p);
 
 typedef struct dp_backend_opts {
 	int threads;   /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
@@ -204,14 +208,18 @@ typedef struct dp_backend {
 } dp_backend;
 
 /* The backends built in: the CPU one always, others by BACKEND=... */
-extern const dp_backend dp_backend_cpu;
+DP_EXPORT extern const dp_backend dp_backend_cpu;
 
 /* The backend of this build (BACKEND=cpu: dp_backend_cpu; BACKEND=cuda:
  * the CUDA one), or the one named by the environment variable DP_BACKEND
  * ("cpu" in a CUDA build runs the reference on the same binary).  A name
  * not built in gives a backend whose open() fails with a message saying so. */
-const dp_backend *dp_backend_default(void);
+DP_EXPORT const dp_backend *dp_backend_default(void);
 /* A backend by name ("cpu", "cuda"), or NULL when not built in. */
-const dp_backend *dp_backend_find(const char *name);
+DP_EXPORT const dp_backend *dp_backend_find(const char *name);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

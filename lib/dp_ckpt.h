@@ -33,6 +33,10 @@
 #include "dp_nn.h"
 #include "dp_optim.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- safetensors ---------------------------------------------------------- */
 
 enum dp_dtype {
@@ -40,9 +44,9 @@ enum dp_dtype {
 	DP_DT_I64, DP_DT_I32, DP_DT_I16, DP_DT_I8,
 	DP_DT_U64, DP_DT_U32, DP_DT_U16, DP_DT_U8, DP_DT_BOOL
 };
-const char *dp_dtype_name(int dt); /* "F32", ... */
-size_t dp_dtype_size(int dt);
-int dp_dtype_parse(const char *s); /* 0 if unknown */
+DP_EXPORT const char *dp_dtype_name(int dt); /* "F32", ... */
+DP_EXPORT size_t dp_dtype_size(int dt);
+DP_EXPORT int dp_dtype_parse(const char *s); /* 0 if unknown */
 
 #define DP_ST_MAXDIM 8
 
@@ -58,27 +62,27 @@ typedef struct dp_st_tensor {
 /* Writer: tensors point to host memory that must live until write; names
  * and metadata are copied.  Tensors are written in the order added. */
 typedef struct dp_st_writer dp_st_writer;
-dp_st_writer *dp_st_writer_new(void);
-int dp_st_add(dp_st_writer *w, const char *name, int dtype, int ndim, const int64_t *shape,
+DP_EXPORT dp_st_writer *dp_st_writer_new(void);
+DP_EXPORT int dp_st_add(dp_st_writer *w, const char *name, int dtype, int ndim, const int64_t *shape,
 	      const void *data);
-int dp_st_set_meta(dp_st_writer *w, const char *key, const char *value);
+DP_EXPORT int dp_st_set_meta(dp_st_writer *w, const char *key, const char *value);
 /* Write atomically to path (temporary + fsync + rename; "-" is stdout). */
-int dp_st_write(dp_st_writer *w, const char *path, dp_err *e);
-void dp_st_writer_free(dp_st_writer *w);
+DP_EXPORT int dp_st_write(dp_st_writer *w, const char *path, dp_err *e);
+DP_EXPORT void dp_st_writer_free(dp_st_writer *w);
 
 /* Reader. */
 typedef struct dp_st dp_st;
-dp_st *dp_st_open(const char *path, dp_err *e); /* "-": stdin */
+DP_EXPORT dp_st *dp_st_open(const char *path, dp_err *e); /* "-": stdin */
 /* Parse len bytes (copied); name is used in messages. */
-dp_st *dp_st_open_mem(const void *buf, size_t len, const char *name, dp_err *e);
-int dp_st_count(const dp_st *s);
-const dp_st_tensor *dp_st_at(const dp_st *s, int i); /* in data-offset order */
-const dp_st_tensor *dp_st_find(const dp_st *s, const char *name);
-const char *dp_st_meta(const dp_st *s, const char *key); /* NULL if absent */
-int dp_st_meta_count(const dp_st *s);
-void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value);
-const char *dp_st_name(const dp_st *s);
-void dp_st_close(dp_st *s);
+DP_EXPORT dp_st *dp_st_open_mem(const void *buf, size_t len, const char *name, dp_err *e);
+DP_EXPORT int dp_st_count(const dp_st *s);
+DP_EXPORT const dp_st_tensor *dp_st_at(const dp_st *s, int i); /* in data-offset order */
+DP_EXPORT const dp_st_tensor *dp_st_find(const dp_st *s, const char *name);
+DP_EXPORT const char *dp_st_meta(const dp_st *s, const char *key); /* NULL if absent */
+DP_EXPORT int dp_st_meta_count(const dp_st *s);
+DP_EXPORT void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value);
+DP_EXPORT const char *dp_st_name(const dp_st *s);
+DP_EXPORT void dp_st_close(dp_st *s);
 
 /* ---- training checkpoints --------------------------------------------------- */
 
@@ -93,28 +97,32 @@ typedef struct dp_train_state {
  * NULL), the training state ts (may be NULL) and extra metadata (pairs of
  * key, value, NULL-terminated; may be NULL) to path, atomically.  Fails
  * with DP_EDATA, writing nothing, when a parameter is NaN or infinite. */
-int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
+DP_EXPORT int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
 		 const char *const *meta, dp_err *e);
 
 /* The model a checkpoint describes (unbound; from its metadata). */
-dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e);
+DP_EXPORT dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e);
 /* Load weights and running statistics into m (bound), checking that
  * every tensor is there with the model's dtype and shape. */
-int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e);
+DP_EXPORT int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e);
 /* Load optimizer state (same kind of optimizer) and its step count. */
-int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e);
+DP_EXPORT int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e);
 /* The training state (rng.state and metadata, checked to agree). */
-int dp_ckpt_train_state(const dp_st *ck, dp_train_state *ts, dp_err *e);
+DP_EXPORT int dp_ckpt_train_state(const dp_st *ck, dp_train_state *ts, dp_err *e);
 
 /* For evaluation: open path, build its model, bind it to backend be for
  * batches up to max_batch, load the weights.  When ck is not NULL the
  * open checkpoint is returned there (metadata: dp_st_meta; close it with
  * dp_st_close), else closed. */
-dp_model *dp_model_load(const char *path, const dp_backend *be, dp_bectx *ctx, size_t max_batch,
+DP_EXPORT dp_model *dp_model_load(const char *path, const dp_backend *be, dp_bectx *ctx, size_t max_batch,
 			dp_st **ck, dp_err *e);
 
 /* Shortest decimal text that reads back as v ("0.001", not
  * "0.0010000000000000000208"): for metadata. */
-const char *dp_fmt_double(double v, char *buf, size_t len);
+DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -46,26 +46,30 @@
 #include "dp.h"
 #include "dp_backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dp_comm dp_comm;
 
 /* 1 when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE,
  * PMIX_RANK or PMI_SIZE in the environment), or DP_COMM=mpi; 0 when not,
  * or DP_COMM=single.  dp_comm_open joins an MPI job only when it is 1. */
-int dp_comm_launched(void);
+DP_EXPORT int dp_comm_launched(void);
 
 /* Join the job (single process: rank 0 of 1).  be/ctx: the backend that
  * owns the buffers passed in later.  Under MPI this initialises MPI. */
-dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e);
+DP_EXPORT dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e);
 /* Leave the job (MPI_Finalize): a collective, every rank calls it. */
-void dp_comm_close(dp_comm *c);
-int dp_comm_rank(const dp_comm *c);
-int dp_comm_size(const dp_comm *c);
+DP_EXPORT void dp_comm_close(dp_comm *c);
+DP_EXPORT int dp_comm_rank(const dp_comm *c);
+DP_EXPORT int dp_comm_size(const dp_comm *c);
 /* "single process", "Open MPI v4.1.4, 4 ranks", ... */
-const char *dp_comm_desc(const dp_comm *c);
+DP_EXPORT const char *dp_comm_desc(const dp_comm *c);
 /* End every process of the job with exit status code (MPI_Abort; a
  * single process exits).  For a failure on one rank: its peers would wait
  * for it forever. */
-void dp_comm_abort(dp_comm *c, int code) __attribute__((noreturn));
+DP_EXPORT void dp_comm_abort(dp_comm *c, int code) __attribute__((noreturn));
 
 /* How gradients travel and how long a wait may last; call before the
  * first step, with the same values on every rank. */
@@ -79,36 +83,36 @@ typedef struct dp_comm_conf {
 	void (*report)(void *ctx, const char *msg);
 	void *report_ctx;
 } dp_comm_conf;
-void dp_comm_conf_defaults(dp_comm_conf *conf);
-int dp_comm_configure(dp_comm *c, const dp_comm_conf *conf, dp_err *e);
+DP_EXPORT void dp_comm_conf_defaults(dp_comm_conf *conf);
+DP_EXPORT int dp_comm_configure(dp_comm *c, const dp_comm_conf *conf, dp_err *e);
 
 /* Average n floats (dev) over all workers, in place. */
-int dp_comm_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e);
+DP_EXPORT int dp_comm_allreduce_mean(dp_comm *c, float *buf, size_t n, dp_err *e);
 /* Sum n doubles of host memory over all workers, in place (metrics). */
-int dp_comm_allreduce_sum(dp_comm *c, double *v, size_t n, dp_err *e);
+DP_EXPORT int dp_comm_allreduce_sum(dp_comm *c, double *v, size_t n, dp_err *e);
 /* Copy bytes of (dev) memory from worker root to all. */
-int dp_comm_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
+DP_EXPORT int dp_comm_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
 /* The same for host memory. */
-int dp_comm_bcast_host(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
+DP_EXPORT int dp_comm_bcast_host(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e);
 /* Every worker's `bytes` bytes of `mine` (host) into all (size * bytes),
  * in rank order. */
-int dp_comm_allgather(dp_comm *c, const void *mine, void *all, size_t bytes, dp_err *e);
+DP_EXPORT int dp_comm_allgather(dp_comm *c, const void *mine, void *all, size_t bytes, dp_err *e);
 /* Check that text (a worker's settings, one "key=value" per line) is the
  * same on every worker: a hash of it is compared.  When it is not, every
  * worker gets DP_EARG; worker 0's message names the ranks and the first
  * line that differs ("settings differ between ranks: rank 1 has
  * model=dense:64 where rank 0 has model=dense:128"). */
-int dp_comm_check_same(dp_comm *c, const char *text, dp_err *e);
+DP_EXPORT int dp_comm_check_same(dp_comm *c, const char *text, dp_err *e);
 
 /* The gradient protocol of a step (above).  grads: the model's gradient
  * buffer (dev) of n floats. */
-int dp_comm_grads_begin(dp_comm *c, float *grads, size_t n, dp_err *e);
-int dp_comm_grads_ready(dp_comm *c, size_t off, size_t count, dp_err *e);
-int dp_comm_grads_wait(dp_comm *c, dp_err *e);
+DP_EXPORT int dp_comm_grads_begin(dp_comm *c, float *grads, size_t n, dp_err *e);
+DP_EXPORT int dp_comm_grads_ready(dp_comm *c, size_t off, size_t count, dp_err *e);
+DP_EXPORT int dp_comm_grads_wait(dp_comm *c, dp_err *e);
 
 /* A dp_grad_hook (dp_nn.h) that forwards to dp_comm_grads_ready; pass the
  * dp_comm as its context. */
-int dp_comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e);
+DP_EXPORT int dp_comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e);
 
 /* Where the time of the gradient steps went, since open (seconds). */
 typedef struct dp_comm_stats {
@@ -119,7 +123,7 @@ typedef struct dp_comm_stats {
 	double wait_time;  /* blocked in grads_wait: communication not hidden */
 	double busy_time;  /* a gradient allreduce in flight (hidden or not) */
 } dp_comm_stats;
-void dp_comm_stats_get(const dp_comm *c, dp_comm_stats *st);
+DP_EXPORT void dp_comm_stats_get(const dp_comm *c, dp_comm_stats *st);
 
 /* ---- timeline ---------------------------------------------------------------
  * Chrome trace events (the JSON array format of chrome://tracing and
@@ -128,13 +132,17 @@ void dp_comm_stats_get(const dp_comm *c, dp_comm_stats *st);
  * grads_wait); the caller adds the rest.  Times are seconds of dp_now(),
  * shown relative to the moment the job synchronised in
  * dp_comm_timeline_start. */
-int dp_comm_timeline_start(dp_comm *c, dp_err *e); /* a collective */
+DP_EXPORT int dp_comm_timeline_start(dp_comm *c, dp_err *e); /* a collective */
 /* One event: name (a string constant), on thread tid (1: the caller's
  * main thread; 2 is the communication thread; 3 and up: yours). */
-void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1);
+DP_EXPORT void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1);
 /* Write the events (a collective).  A path with {rank}: every worker
  * writes its own file; else worker 0 gathers all and writes one file, a
  * process per rank. */
-int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e);
+DP_EXPORT int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -36,10 +36,14 @@
 #include "dp.h"
 #include "dp_record.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum dp_decode { DP_DECODE_NONE = 0, DP_DECODE_UINT8, DP_DECODE_FLOAT32, DP_DECODE_FLOAT64 };
 /* "uint8", "float32", "float64" ("none"); -1 for anything else. */
-int dp_decode_parse(const char *s);
-const char *dp_decode_name(int d);
+DP_EXPORT int dp_decode_parse(const char *s);
+DP_EXPORT const char *dp_decode_name(int d);
 
 enum dp_label_kind { DP_LABEL_CLASS = 1, DP_LABEL_VECTOR = 2 };
 enum dp_cache { DP_CACHE_FILE = 0, DP_CACHE_MEMORY = 1, DP_CACHE_NONE = 2 };
@@ -109,24 +113,28 @@ typedef struct dp_data dp_data;
 
 /* Check the options and find the sources (globs must match something,
  * files must be readable).  Reads nothing yet. */
-dp_data *dp_data_open(const dp_data_opts *o, dp_err *e);
+DP_EXPORT dp_data *dp_data_open(const dp_data_opts *o, dp_err *e);
 /* Start epoch `epoch` (0-based), abandoning any epoch in progress, and
  * pass over its first `skip` batches without decoding them. */
-int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e);
+DP_EXPORT int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e);
 /* The next batch of the epoch: 1 with *b set (valid until the next call),
  * 0 at the end of the epoch, or a negative status. */
-int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e);
+DP_EXPORT int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e);
 /* Counts of the epoch in progress (with a reader thread: as of the last
  * batch it prepared; exact once dp_data_next has returned 0). */
-void dp_data_stats_get(dp_data *d, dp_data_stats *s);
+DP_EXPORT void dp_data_stats_get(dp_data *d, dp_data_stats *s);
 /* Number of sources found, and a description of the i-th ("a.tfrecord",
  * "stdin", "command"). */
-size_t dp_data_nsources(const dp_data *d);
-const char *dp_data_source(const dp_data *d, size_t i);
-void dp_data_close(dp_data *d);
+DP_EXPORT size_t dp_data_nsources(const dp_data *d);
+DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
+DP_EXPORT void dp_data_close(dp_data *d);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
  * non-zero number. */
-int dp_parse_scale(const char *s, double *out);
+DP_EXPORT int dp_parse_scale(const char *s, double *out);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

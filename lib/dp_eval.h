@@ -40,6 +40,10 @@
 
 #include "dp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- exact sums ----------------------------------------------------------
  * Every finite double is an integer multiple of 2^-1074; the accumulator
  * holds the exact sum as a fixed-point number in 32-bit limbs (each in an
@@ -55,19 +59,19 @@ typedef struct dp_xsum {
 	uint64_t nan, pinf, ninf;
 } dp_xsum;
 
-void dp_xsum_init(dp_xsum *s);
-void dp_xsum_add(dp_xsum *s, double v);
+DP_EXPORT void dp_xsum_init(dp_xsum *s);
+DP_EXPORT void dp_xsum_add(dp_xsum *s, double v);
 /* a += b */
-void dp_xsum_merge(dp_xsum *a, const dp_xsum *b);
+DP_EXPORT void dp_xsum_merge(dp_xsum *a, const dp_xsum *b);
 /* The exact sum rounded to the nearest double (ties to even; a sum in
  * the subnormal range may be rounded twice); NaN or +-inf when such terms
  * were added. */
-double dp_xsum_value(const dp_xsum *s);
+DP_EXPORT double dp_xsum_value(const dp_xsum *s);
 /* As DP_XSUM_DOUBLES doubles, each an integer below 2^33 in magnitude:
  * the element-wise sum of up to 2^19 workers' exports is exact, and
  * imports as the sum of their accumulators. */
-void dp_xsum_export(const dp_xsum *s, double *v);
-int dp_xsum_import(dp_xsum *s, const double *v);
+DP_EXPORT void dp_xsum_export(const dp_xsum *s, double *v);
+DP_EXPORT int dp_xsum_import(dp_xsum *s, const double *v);
 
 /* ---- the accumulator of metrics --------------------------------------------- */
 
@@ -80,28 +84,28 @@ typedef struct dp_eval dp_eval;
 
 /* k: classes (DP_EVAL_CLASS, at least 2) or outputs (regression);
  * topk: the k of top-k accuracy (0: none; must be below the classes). */
-dp_eval *dp_eval_new(int kind, size_t k, size_t topk, dp_err *e);
-void dp_eval_free(dp_eval *ev);
-int dp_eval_kind(const dp_eval *ev);
-size_t dp_eval_k(const dp_eval *ev);
-size_t dp_eval_topk(const dp_eval *ev);
+DP_EXPORT dp_eval *dp_eval_new(int kind, size_t k, size_t topk, dp_err *e);
+DP_EXPORT void dp_eval_free(dp_eval *ev);
+DP_EXPORT int dp_eval_kind(const dp_eval *ev);
+DP_EXPORT size_t dp_eval_k(const dp_eval *ev);
+DP_EXPORT size_t dp_eval_topk(const dp_eval *ev);
 
 /* Add n samples of a classifier: logits (n, k) and labels (n) in [0, k)
  * (DP_EARG naming the sample otherwise).  Per sample, when not NULL:
  * pred (n) the argmax, loss (n) the cross-entropy, prob (n, k) the softmax
  * probabilities. */
-int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, size_t n,
+DP_EXPORT int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, size_t n,
 		      int32_t *pred, double *loss, float *prob, dp_err *e);
 /* Add n samples of a regression model: out and target (n, k).  loss (n),
  * when not NULL, receives each sample's mean squared error. */
-int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, size_t n,
+DP_EXPORT int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, size_t n,
 			   double *loss, dp_err *e);
 
 /* The whole state as doubles (see dp_xsum_export): combine workers with
  * dp_comm_allreduce_sum over dp_eval_state_size() doubles, then set. */
-size_t dp_eval_state_size(const dp_eval *ev);
-void dp_eval_state_get(const dp_eval *ev, double *v);
-int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e);
+DP_EXPORT size_t dp_eval_state_size(const dp_eval *ev);
+DP_EXPORT void dp_eval_state_get(const dp_eval *ev, double *v);
+DP_EXPORT int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e);
 
 /* ---- results ------------------------------------------------------------------ */
 
@@ -137,7 +141,7 @@ typedef struct dp_eval_report {
 
 /* Compute the metrics of what was added (or set).  Pointers in r stay
  * valid until the next call on ev.  DP_EDATA when there are no samples. */
-int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e);
+DP_EXPORT int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e);
 
 /* ---- named metrics --------------------------------------------------------------
  * The scalar metrics of a report, in a fixed order: "samples", "loss",
@@ -147,14 +151,14 @@ int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e);
  * "r2".  Per class and per output, "precision[C]", "recall[C]", "f1[C]",
  * "support[C]" (C a class number, or a name from names) and "mse[J]",
  * "mae[J]", "r2[J]" are found by dp_eval_metric but not listed. */
-size_t dp_eval_metric_count(const dp_eval_report *r);
+DP_EXPORT size_t dp_eval_metric_count(const dp_eval_report *r);
 /* The i-th scalar metric: its name (into buf) and value. */
-const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size_t len,
+DP_EXPORT const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size_t len,
 			      double *value);
 /* Look a metric up by name; names (k strings, may be NULL) are class
  * names accepted in brackets.  DP_ENOTFOUND with a message listing the
  * metrics when there is none of that name. */
-int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
+DP_EXPORT int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
 		   double *value, dp_err *e);
 
 /* ---- gates ---------------------------------------------------------------------------
@@ -168,9 +172,13 @@ typedef struct dp_gate {
 	double threshold;
 } dp_gate;
 
-int dp_gate_parse(const char *s, dp_gate *g, dp_err *e);
-const char *dp_gate_op_name(int op);
+DP_EXPORT int dp_gate_parse(const char *s, dp_gate *g, dp_err *e);
+DP_EXPORT const char *dp_gate_op_name(int op);
 /* 1 when value satisfies the gate (never for NaN). */
-int dp_gate_pass(const dp_gate *g, double value);
+DP_EXPORT int dp_gate_pass(const dp_gate *g, double value);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

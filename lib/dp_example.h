@@ -1,8 +1,6 @@
 /*
- * dp_example.h - tf.train.Example: a zero-copy view, a builder, and the
- * protobuf-c types.
+ * dp_example.h - tf.train.Example: a zero-copy view and a builder.
  *
- * Two ways in:
  *  - dp_example_parse(): validates the wire format of an Example completely
  *    (tags, wire types, varints, lengths, UTF-8 names, list payloads) and
  *    indexes its features by name without allocating per record or copying
@@ -13,10 +11,9 @@
  *    float/int64 lists are both accepted.  It accepts what protobuf-c's
  *    parser accepts, but for field numbers 0 and past 2^29-1, length
  *    prefixes of 2^32 or more, and names that are not UTF-8 (the rules are in
- *    lib/example.c; tests/fuzz/example.c checks them differentially).
- *  - the protobuf-c generated code (example.pb-c.h, from lib/example.proto,
- *    TensorFlow's field numbers): tensorflow__example__unpack() and friends,
- *    for whole-message work and for SequenceExample.
+ *    lib/records/example.c; tests/fuzz/example.c checks them differentially
+ *    against protobuf-c's code generated from lib/records/example.proto,
+ *    which only the tests link).
  * The builder writes canonical Examples (packed lists, map entries with key
  * and value, features in the order added), byte for byte what TensorFlow's
  * serializer writes for the same features in the same order.
@@ -25,16 +22,19 @@
 #define DP_EXAMPLE_H
 
 #include "dp.h"
-#include "example.pb-c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum dp_kind { DP_KIND_NONE = 0, DP_KIND_BYTES = 1, DP_KIND_FLOAT = 2, DP_KIND_INT64 = 3 };
 
 /* "bytes", "float", "int64", "none" */
-const char *dp_kind_name(int kind);
+DP_EXPORT const char *dp_kind_name(int kind);
 
 /* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points
  * past U+10FFFF): the rule for feature names. */
-int dp_utf8_valid(const void *s, size_t n);
+DP_EXPORT int dp_utf8_valid(const void *s, size_t n);
 
 typedef struct dp_feature {
 	const char *name;    /* UTF-8, not NUL-terminated: use name_len */
@@ -59,21 +59,21 @@ typedef struct dp_example {
 /* Parse len bytes.  Returns 0, DP_EDATA with the reason in e (no file or
  * record: the caller prefixes them), or DP_ENOMEM.  The view points into
  * buf, which must outlive its use. */
-int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e);
+DP_EXPORT int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e);
 /* The feature called name (NUL-terminated), or NULL. */
-const dp_feature *dp_example_get(const dp_example *ex, const char *name);
-void dp_example_free(dp_example *ex);
+DP_EXPORT const dp_feature *dp_example_get(const dp_example *ex, const char *name);
+DP_EXPORT void dp_example_free(dp_example *ex);
 
 /* Copy up to max values of a float (int64) feature into out; returns the
  * feature's count (which may exceed max).  0 for a feature of another kind. */
-size_t dp_feature_floats(const dp_feature *f, float *out, size_t max);
-size_t dp_feature_int64s(const dp_feature *f, int64_t *out, size_t max);
+DP_EXPORT size_t dp_feature_floats(const dp_feature *f, float *out, size_t max);
+DP_EXPORT size_t dp_feature_int64s(const dp_feature *f, int64_t *out, size_t max);
 /* Call fn on each value of a bytes feature, in order, until fn returns
  * non-zero (which is returned).  Values point into the record. */
-int dp_feature_bytes_each(const dp_feature *f, int (*fn)(const uint8_t *p, size_t len, void *ctx),
+DP_EXPORT int dp_feature_bytes_each(const dp_feature *f, int (*fn)(const uint8_t *p, size_t len, void *ctx),
 			  void *ctx);
 /* The first value of a bytes feature: 1 with *p, *len set, 0 if none. */
-int dp_feature_bytes0(const dp_feature *f, const uint8_t **p, size_t *len);
+DP_EXPORT int dp_feature_bytes0(const dp_feature *f, const uint8_t **p, size_t *len);
 
 /* ---- Builder ----------------------------------------------------------- */
 
@@ -85,19 +85,28 @@ typedef struct dp_exbuild {
 } dp_exbuild;
 
 /* Start a new Example (keeps the buffer). */
-void dp_exbuild_reset(dp_exbuild *b);
+DP_EXPORT void dp_exbuild_reset(dp_exbuild *b);
 /* Add a feature.  The name is copied; values are encoded at once.
  * Returns 0 or DP_ENOMEM (sticky until reset). */
-int dp_exbuild_floats(dp_exbuild *b, const char *name, size_t name_len, const float *v, size_t n);
-int dp_exbuild_int64s(dp_exbuild *b, const char *name, size_t name_len, const int64_t *v,
+DP_EXPORT int dp_exbuild_floats(dp_exbuild *b, const char *name, size_t name_len, const float *v, size_t n);
+DP_EXPORT int dp_exbuild_int64s(dp_exbuild *b, const char *name, size_t name_len, const int64_t *v,
 		      size_t n);
 /* A bytes feature of n values. */
-int dp_exbuild_bytes(dp_exbuild *b, const char *name, size_t name_len, const uint8_t *const *vals,
+DP_EXPORT int dp_exbuild_bytes(dp_exbuild *b, const char *name, size_t name_len, const uint8_t *const *vals,
 		     const size_t *lens, size_t n);
 /* A feature whose Feature message has no list set (kind NONE). */
-int dp_exbuild_none(dp_exbuild *b, const char *name, size_t name_len);
+DP_EXPORT int dp_exbuild_none(dp_exbuild *b, const char *name, size_t name_len);
 /* The serialized Example, valid until the next call on b. */
-int dp_exbuild_finish(dp_exbuild *b, const uint8_t **out, size_t *len);
-void dp_exbuild_free(dp_exbuild *b);
+DP_EXPORT int dp_exbuild_finish(dp_exbuild *b, const uint8_t **out, size_t *len);
+DP_EXPORT void dp_exbuild_free(dp_exbuild *b);
 
+/* The hash of a feature's values: the canonical bytes of dp_hash.h through
+ * dp_hash64, the key of tfr-shard --by hash:NAME.  Returns 0 and *h, or
+ * DP_ENOMEM. */
+DP_EXPORT int dp_feature_hash(const dp_feature *f, uint64_t *h);
+
+
+#ifdef __cplusplus
+}
+#endif
 #endif

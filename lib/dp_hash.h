@@ -1,6 +1,6 @@
 /*
- * dp_hash.h - stable hashes and a seeded generator, the same on every
- * machine and in every run, for assigning records to shards and splits.
+ * dp_hash.h - stable hashes, the same on every machine and in every run,
+ * for assigning records and keys to shards and splits.
  *
  * The hash of a key (dp_hash64) is
  *
@@ -37,34 +37,28 @@
 #ifndef DP_HASH_H
 #define DP_HASH_H
 
-#include "dp_example.h"
+#include "dp.h"
+#include "dp_rng.h" /* dp_mix64 */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define DP_FNV1A64_INIT 0xcbf29ce484222325ull
 #define DP_FNV1A64_PRIME 0x100000001b3ull
 
 /* Extend an FNV-1a hash h (DP_FNV1A64_INIT to start) with n bytes. */
-uint64_t dp_fnv1a64(uint64_t h, const void *p, size_t n);
-/* The splitmix64 finaliser: a bijection that mixes every bit. */
-uint64_t dp_mix64(uint64_t x);
+DP_EXPORT uint64_t dp_fnv1a64(uint64_t h, const void *p, size_t n);
 /* dp_mix64(dp_fnv1a64(DP_FNV1A64_INIT, p, n)): the hash of a key. */
-uint64_t dp_hash64(const void *p, size_t n);
-/* The hash of a feature's value (canonical bytes, above).  Returns 0 and
- * *h, or DP_ENOMEM. */
-int dp_feature_hash(const dp_feature *f, uint64_t *h);
+DP_EXPORT uint64_t dp_hash64(const void *p, size_t n);
+/* The hash of a feature's value (canonical bytes, above) is
+ * dp_feature_hash() in dp_example.h. */
 
-/* ---- A seeded generator ----------------------------------------------
- * splitmix64: state s starts at mix64(seed ^ mix64(stream)); each draw
- * adds 0x9e3779b97f4a7c15 to s and returns mix64(s).  `stream` separates
- * the uses of one user seed (shuffle keys, split draws...) so that they
- * are independent.  Small, fast, and fully specified, so results can be
- * reproduced anywhere; not for cryptography. */
-typedef struct dp_rng {
-	uint64_t s;
-} dp_rng;
 
-void dp_rng_seed(dp_rng *r, uint64_t seed, uint64_t stream);
-uint64_t dp_rng_next(dp_rng *r);
-/* A draw in [0, n) for n >= 1: (next * n) >> 64 (128-bit product). */
-uint64_t dp_rng_below(dp_rng *r, uint64_t n);
-
+#ifdef __cplusplus
+}
+#endif
 #endif

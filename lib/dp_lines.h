@@ -29,6 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dp_lines dp_lines;
 
 #define DP_LINES_FOLLOW 1u
@@ -51,27 +55,31 @@ enum {
 /* Open path ("-" is stdin) for reading lines of at most max_line bytes.
  * With DP_LINES_FOLLOW, a path that does not exist yet is waited for.
  * Returns NULL with e set on failure. */
-dp_lines *dp_lines_open(const char *path, unsigned flags, size_t max_line, dp_err *e);
+DP_EXPORT dp_lines *dp_lines_open(const char *path, unsigned flags, size_t max_line, dp_err *e);
 /* The same on an open descriptor (not closed by dp_lines_close); name is
  * for messages.  A followed descriptor is followed as it grows, without
  * rotation (there is no name to look at). */
-dp_lines *dp_lines_fdopen(int fd, const char *name, unsigned flags, size_t max_line, dp_err *e);
+DP_EXPORT dp_lines *dp_lines_fdopen(int fd, const char *name, unsigned flags, size_t max_line, dp_err *e);
 
 /* The next line: DP_LINES_LINE, DP_LINES_WAIT, DP_LINES_END, or a negative
  * status on a read error.  The line stays valid until the next call. */
-int dp_lines_next(dp_lines *r, const char **line, size_t *len, dp_err *e);
+DP_EXPORT int dp_lines_next(dp_lines *r, const char **line, size_t *len, dp_err *e);
 
 /* The descriptor to poll for input after DP_LINES_WAIT, or -1 when there
  * is none to poll (a followed regular file or a file not there yet). */
-int dp_lines_fd(const dp_lines *r);
+DP_EXPORT int dp_lines_fd(const dp_lines *r);
 /* Events since the last call, and clears them. */
-unsigned dp_lines_events(dp_lines *r);
+DP_EXPORT unsigned dp_lines_events(dp_lines *r);
 /* Lines skipped for being longer than max_line. */
-uint64_t dp_lines_long(const dp_lines *r);
+DP_EXPORT uint64_t dp_lines_long(const dp_lines *r);
 /* Lines returned so far, and bytes consumed from the current file. */
-uint64_t dp_lines_count(const dp_lines *r);
-const char *dp_lines_name(const dp_lines *r);
+DP_EXPORT uint64_t dp_lines_count(const dp_lines *r);
+DP_EXPORT const char *dp_lines_name(const dp_lines *r);
 
-void dp_lines_close(dp_lines *r);
+DP_EXPORT void dp_lines_close(dp_lines *r);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

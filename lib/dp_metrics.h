@@ -24,22 +24,26 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- Numbers ---------------------------------------------------------- */
 
 /* 1 when s[0..n) is a whole decimal number: [+-] digits [. digits]
  * [e [+-] digits] (".5" and "5." included), or nan, inf, infinity in any
  * case with an optional sign; 0 otherwise (empty, hex, spaces, "1.2.3"). */
-int dp_number_valid(const char *s, size_t n);
+DP_EXPORT int dp_number_valid(const char *s, size_t n);
 /* 1 when s[0..n) is a number written as JSON writes numbers. */
-int dp_number_is_json(const char *s, size_t n);
+DP_EXPORT int dp_number_is_json(const char *s, size_t n);
 /* The value of a span dp_number_valid accepts, read in the C locale
  * whatever setlocale() says; NaN when the span is not a number. */
-double dp_number_value(const char *s, size_t n);
+DP_EXPORT double dp_number_value(const char *s, size_t n);
 /* Write v as the shortest %g text that reads back to v ("0.1", "1e-05",
  * "123456"), or "nan", "inf", "-inf".  buf holds DP_NUMBER_BUF bytes;
  * returns the length. */
 #define DP_NUMBER_BUF 32
-size_t dp_number_format(char *buf, double v);
+DP_EXPORT size_t dp_number_format(char *buf, double v);
 
 /* ---- logfmt ----------------------------------------------------------- */
 
@@ -56,14 +60,14 @@ typedef struct dp_logfmt_kv {
 /* Next pair of the logfmt line s[0..n) from *pos (start at 0).  Returns 1
  * with kv filled, 0 at the end of the line.  Any bytes are accepted: a stray
  * '=' or '"' is skipped, an unterminated quoted value runs to the end. */
-int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv);
+DP_EXPORT int dp_logfmt_next(const char *s, size_t n, size_t *pos, dp_logfmt_kv *kv);
 
 /* ---- Open MPI --tag-output ---------------------------------------------- */
 
 /* When s[0..n) starts with Open MPI's `[job,rank]<stdout>:` (also
  * <stderr>, <stddiag>; one space after the colon is allowed, as Open MPI 5
  * writes), return the prefix length and set *rank; otherwise return 0. */
-size_t dp_mpi_tag(const char *s, size_t n, int *rank);
+DP_EXPORT size_t dp_mpi_tag(const char *s, size_t n, int *rank);
 
 /* ---- The matcher -------------------------------------------------------- */
 
@@ -84,8 +88,8 @@ typedef struct dp_match {
 	size_t step_len, epoch_len;
 } dp_match;
 
-dp_matcher *dp_matcher_new(void);
-void dp_matcher_free(dp_matcher *m);
+DP_EXPORT dp_matcher *dp_matcher_new(void);
+DP_EXPORT void dp_matcher_free(dp_matcher *m);
 
 /* Add a metric: name (UTF-8, no control characters, at most 256 bytes) and
  * a PCRE2 regex with at least one capture group, compiled with JIT when the
@@ -93,7 +97,7 @@ void dp_matcher_free(dp_matcher *m);
  * mode, where invalid UTF-8 in a line simply does not match.  origin names
  * the definition in messages ("-m loss", "defs.json: entry 2").  Returns 0,
  * or DP_EARG with a message giving the regex error and its offset. */
-int dp_matcher_add(dp_matcher *m, const char *name, const char *regex, const char *origin,
+DP_EXPORT int dp_matcher_add(dp_matcher *m, const char *name, const char *regex, const char *origin,
 		   dp_err *e);
 
 /* Add the metrics of a SageMaker metric_definitions JSON text: a list of
@@ -101,7 +105,7 @@ int dp_matcher_add(dp_matcher *m, const char *name, const char *regex, const cha
  * "MetricDefinitions" or "metric_definitions" (describe-training-job's and
  * the estimator's spellings).  origin names the file in messages.
  * Returns 0 or DP_EARG. */
-int dp_matcher_add_definitions(dp_matcher *m, const char *json, size_t len, const char *origin,
+DP_EXPORT int dp_matcher_add_definitions(dp_matcher *m, const char *json, size_t len, const char *origin,
 			       dp_err *e);
 
 /* Also take every numeric key=value pair of logfmt lines, and every numeric
@@ -109,20 +113,20 @@ int dp_matcher_add_definitions(dp_matcher *m, const char *json, size_t len, cons
  * (keys of [A-Za-z0-9_.:/@-], at most 128 bytes; step, epoch and rank are
  * coordinates, not metrics).  keys, when not NULL, is a comma-separated
  * list: only those keys are metrics.  Returns 0 or DP_EARG/DP_ENOMEM. */
-int dp_matcher_logfmt(dp_matcher *m, const char *keys, dp_err *e);
+DP_EXPORT int dp_matcher_logfmt(dp_matcher *m, const char *keys, dp_err *e);
 
 /* Match one line (without its newline; a trailing '\r' is ignored).
  * Returns the number of samples (0 or more) and fills *out, or DP_EDATA
  * when the line would give samples but holds NUL bytes (binary: skipped). */
-int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out);
+DP_EXPORT int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out);
 
 /* Metric names: ids are 0 .. dp_matcher_nmetrics()-1, defined metrics first
  * in the order added, then logfmt keys in the order first seen. */
-int dp_matcher_nmetrics(const dp_matcher *m);
-const char *dp_matcher_name(const dp_matcher *m, int metric);
+DP_EXPORT int dp_matcher_nmetrics(const dp_matcher *m);
+DP_EXPORT const char *dp_matcher_name(const dp_matcher *m, int metric);
 /* 1 when the metric was defined (-m, definitions, a logfmt key list),
  * 0 when it was found in the log. */
-int dp_matcher_defined(const dp_matcher *m, int metric);
+DP_EXPORT int dp_matcher_defined(const dp_matcher *m, int metric);
 
 typedef struct dp_matcher_stats {
 	unsigned long long not_numbers;  /* captures that were not numbers */
@@ -132,7 +136,7 @@ typedef struct dp_matcher_stats {
 	char first_not_number[80];       /* "loss: \"1.2.3\"" for messages */
 	char first_match_error[160];
 } dp_matcher_stats;
-const dp_matcher_stats *dp_matcher_stats_get(const dp_matcher *m);
+DP_EXPORT const dp_matcher_stats *dp_matcher_stats_get(const dp_matcher *m);
 
 /* ---- Plot grouping ------------------------------------------------------ */
 
@@ -140,6 +144,10 @@ const dp_matcher_stats *dp_matcher_stats_get(const dp_matcher *m);
  * "val_", "train_", "test_", "eval_", "validation:" or "train:", so that
  * loss, val_loss and validation:loss share one chart.  Returns the length
  * of the family and sets *start. */
-size_t dp_metric_family(const char *name, size_t len, const char **start);
+DP_EXPORT size_t dp_metric_family(const char *name, size_t len, const char **start);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -42,6 +42,10 @@
 #include "dp.h"
 #include "dp_backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum dp_layer_kind {
 	DP_LAYER_DENSE = 1,
 	DP_LAYER_CONV,
@@ -62,8 +66,8 @@ enum dp_loss {
 };
 /* "xent", "mse"; parse returns 0 for anything else (also accepts
  * "cross-entropy", "crossentropy"). */
-const char *dp_loss_name(int loss);
-int dp_loss_parse(const char *s);
+DP_EXPORT const char *dp_loss_name(int loss);
+DP_EXPORT int dp_loss_parse(const char *s);
 
 /* A tensor shape without the batch: rank 1 (c) or rank 3 (c, h, w). */
 typedef struct dp_shape {
@@ -73,10 +77,10 @@ typedef struct dp_shape {
 
 /* "1x28x28" (C x H x W), "28x28" (1 x H x W) or "784".  DP_EARG with a
  * message on anything else. */
-int dp_shape_parse(const char *s, dp_shape *out, dp_err *e);
+DP_EXPORT int dp_shape_parse(const char *s, dp_shape *out, dp_err *e);
 /* "1x28x28" or "784" into buf. */
-const char *dp_shape_format(const dp_shape *s, char *buf, size_t len);
-size_t dp_shape_size(const dp_shape *s);
+DP_EXPORT const char *dp_shape_format(const dp_shape *s, char *buf, size_t len);
+DP_EXPORT size_t dp_shape_size(const dp_shape *s);
 
 typedef struct dp_model dp_model;
 
@@ -85,19 +89,19 @@ typedef struct dp_model dp_model;
  * name the item: "layer 6 (dense:128): input is 64x12x12: add flatten
  * before dense".  loss: enum dp_loss; it constrains the output (xent:
  * a vector of at least 2 classes). */
-dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e);
-void dp_model_free(dp_model *m);
+DP_EXPORT dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e);
+DP_EXPORT void dp_model_free(dp_model *m);
 
-const char *dp_model_spec(const dp_model *m); /* the items as given, joined by ',' */
-dp_shape dp_model_input(const dp_model *m);
-dp_shape dp_model_output_shape(const dp_model *m);
-int dp_model_loss_kind(const dp_model *m);
-size_t dp_model_in_size(const dp_model *m);  /* floats per input sample */
-size_t dp_model_out_size(const dp_model *m); /* floats per output (classes for xent) */
-size_t dp_model_nparams(const dp_model *m);  /* trainable floats */
-size_t dp_model_nbuffers(const dp_model *m); /* non-trainable floats (running stats) */
+DP_EXPORT const char *dp_model_spec(const dp_model *m); /* the items as given, joined by ',' */
+DP_EXPORT dp_shape dp_model_input(const dp_model *m);
+DP_EXPORT dp_shape dp_model_output_shape(const dp_model *m);
+DP_EXPORT int dp_model_loss_kind(const dp_model *m);
+DP_EXPORT size_t dp_model_in_size(const dp_model *m);  /* floats per input sample */
+DP_EXPORT size_t dp_model_out_size(const dp_model *m); /* floats per output (classes for xent) */
+DP_EXPORT size_t dp_model_nparams(const dp_model *m);  /* trainable floats */
+DP_EXPORT size_t dp_model_nbuffers(const dp_model *m); /* non-trainable floats (running stats) */
 /* 1 when a and b have the same layers, shapes and hyperparameters. */
-int dp_model_same(const dp_model *a, const dp_model *b);
+DP_EXPORT int dp_model_same(const dp_model *a, const dp_model *b);
 
 typedef struct dp_layer_info {
 	int kind;
@@ -109,8 +113,8 @@ typedef struct dp_layer_info {
 	int fused;             /* an activation computed by the layer before it */
 } dp_layer_info;
 
-int dp_model_nlayers(const dp_model *m);
-void dp_model_layer(const dp_model *m, int i, dp_layer_info *out);
+DP_EXPORT int dp_model_nlayers(const dp_model *m);
+DP_EXPORT void dp_model_layer(const dp_model *m, int i, dp_layer_info *out);
 
 /* The named tensors of the model, in checkpoint order. */
 enum dp_tensor_role {
@@ -126,27 +130,27 @@ typedef struct dp_tensor_info {
 	size_t off, count;
 } dp_tensor_info;
 
-int dp_model_ntensors(const dp_model *m);
-void dp_model_tensor(const dp_model *m, int i, dp_tensor_info *out);
+DP_EXPORT int dp_model_ntensors(const dp_model *m);
+DP_EXPORT void dp_model_tensor(const dp_model *m, int i, dp_tensor_info *out);
 /* The int64 counter behind a DP_TENSOR_COUNTER tensor (by layer). */
-int64_t *dp_model_counter(dp_model *m, int layer);
+DP_EXPORT int64_t *dp_model_counter(dp_model *m, int layer);
 
 /* ---- bound to a backend -------------------------------------------------
  * Allocate parameters, gradients, activations for batches of up to
  * max_batch samples on backend be (instance ctx, which must outlive m). */
-int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_batch, dp_err *e);
-size_t dp_model_max_batch(const dp_model *m);
+DP_EXPORT int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_batch, dp_err *e);
+DP_EXPORT size_t dp_model_max_batch(const dp_model *m);
 /* The backend and instance m is bound to (NULL before dp_model_bind). */
-const dp_backend *dp_model_backend(const dp_model *m, dp_bectx **ctx);
+DP_EXPORT const dp_backend *dp_model_backend(const dp_model *m, dp_bectx **ctx);
 
 /* Fresh weights as PyTorch initialises the same modules: dense and conv
  * weights and biases uniform in +-1/sqrt(fan_in), batchnorm 1 and 0,
  * running statistics 0 and 1.  A function of seed alone. */
-void dp_model_init(dp_model *m, uint64_t seed);
+DP_EXPORT void dp_model_init(dp_model *m, uint64_t seed);
 
-float *dp_model_params(dp_model *m);  /* (dev) nparams floats */
-float *dp_model_grads(dp_model *m);   /* (dev) nparams floats, same layout */
-float *dp_model_buffers(dp_model *m); /* (dev) nbuffers floats */
+DP_EXPORT float *dp_model_params(dp_model *m);  /* (dev) nparams floats */
+DP_EXPORT float *dp_model_grads(dp_model *m);   /* (dev) nparams floats, same layout */
+DP_EXPORT float *dp_model_buffers(dp_model *m); /* (dev) nbuffers floats */
 
 /* One pass.  train: dropout on, batchnorm on batch statistics (and its
  * running statistics updated).  Dropout masks are drawn from
@@ -160,9 +164,9 @@ typedef struct dp_pass {
 /* Forward n <= max_batch samples x (host, (n, in_size) floats, from the
  * backend's host_alloc or, on the CPU, any memory; unchanged until the
  * next backward or loss returns). */
-int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp_err *e);
+DP_EXPORT int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp_err *e);
 /* The output of the last forward: (dev) (n, out_size) logits or values. */
-const float *dp_model_output(const dp_model *m);
+DP_EXPORT const float *dp_model_output(const dp_model *m);
 
 /* The loss of the last forward against labels y (host: n int32 class
  * indices for xent, (n, out_size) floats for mse).  stats[0] receives the
@@ -171,7 +175,7 @@ const float *dp_model_output(const dp_model *m);
  * for the backward pass: scale = 1/n gives the gradient of the batch mean
  * (PyTorch's default reduction); a data-parallel step can pass 1/global_n.
  * DP_EDATA when a class label is out of range. */
-int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
+DP_EXPORT int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
 		  double stats[2], dp_err *e);
 
 /* Called by dp_model_backward as soon as the gradients of one layer are
@@ -182,10 +186,14 @@ typedef int (*dp_grad_hook)(void *ctx, int layer, size_t off, size_t count, dp_e
 
 /* Gradients of the loss of the last forward/loss into dp_model_grads().
  * hook may be NULL. */
-int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e);
+DP_EXPORT int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e);
 
 /* Inference on n samples: out (host, (n, out_size)) receives class
  * probabilities (xent: softmax of the logits) or the outputs (mse). */
-int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *e);
+DP_EXPORT int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *e);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -23,6 +23,10 @@
 #include "dp.h"
 #include "dp_backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum dp_optim_kind { DP_OPTIM_SGD = 1, DP_OPTIM_ADAM = 2, DP_OPTIM_ADAMW = 3 };
 
 typedef struct dp_optim_conf {
@@ -34,33 +38,33 @@ typedef struct dp_optim_conf {
 } dp_optim_conf;
 
 /* "sgd", "adam", "adamw"; 0 for anything else. */
-int dp_optim_parse(const char *s);
-const char *dp_optim_name(int kind);
+DP_EXPORT int dp_optim_parse(const char *s);
+DP_EXPORT const char *dp_optim_name(int kind);
 /* PyTorch's defaults for kind: betas 0.9, 0.999, eps 1e-8, weight decay 0
  * (adamw 0.01), momentum 0. */
-void dp_optim_defaults(dp_optim_conf *c, int kind);
+DP_EXPORT void dp_optim_defaults(dp_optim_conf *c, int kind);
 /* DP_EARG with a message when a value is out of its range. */
-int dp_optim_check(const dp_optim_conf *c, dp_err *e);
+DP_EXPORT int dp_optim_check(const dp_optim_conf *c, dp_err *e);
 
 typedef struct dp_optim dp_optim;
 
 /* State for n parameters on backend be (zeroed: a fresh start). */
-dp_optim *dp_optim_new(const dp_optim_conf *c, const dp_backend *be, dp_bectx *ctx, size_t n,
+DP_EXPORT dp_optim *dp_optim_new(const dp_optim_conf *c, const dp_backend *be, dp_bectx *ctx, size_t n,
 		       dp_err *e);
-void dp_optim_free(dp_optim *o);
-const dp_optim_conf *dp_optim_conf_get(const dp_optim *o);
+DP_EXPORT void dp_optim_free(dp_optim *o);
+DP_EXPORT const dp_optim_conf *dp_optim_conf_get(const dp_optim *o);
 
 /* One update of params (dev) from grads (dev) at learning rate lr. */
-void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr);
+DP_EXPORT void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr);
 
 /* Updates done so far (t above); settable when state is loaded. */
-uint64_t dp_optim_steps(const dp_optim *o);
-void dp_optim_set_steps(dp_optim *o, uint64_t t);
+DP_EXPORT uint64_t dp_optim_steps(const dp_optim *o);
+DP_EXPORT void dp_optim_set_steps(dp_optim *o, uint64_t t);
 
 /* The state buffers: count, name ("exp_avg", ...), (dev) floats. */
-int dp_optim_nstates(const dp_optim *o);
-const char *dp_optim_state_name(const dp_optim *o, int j);
-float *dp_optim_state(dp_optim *o, int j);
+DP_EXPORT int dp_optim_nstates(const dp_optim *o);
+DP_EXPORT const char *dp_optim_state_name(const dp_optim *o, int j);
+DP_EXPORT float *dp_optim_state(dp_optim *o, int j);
 
 /* ---- learning-rate schedules ---------------------------------------------
  *   constant           lr
@@ -80,11 +84,15 @@ typedef struct dp_sched {
 } dp_sched;
 
 /* Parse a schedule ("constant", "step:30:0.1", "cosine", "cosine:1e-5"). */
-int dp_sched_parse(const char *s, dp_sched *out, dp_err *e);
+DP_EXPORT int dp_sched_parse(const char *s, dp_sched *out, dp_err *e);
 /* The same text back (for checkpoints and logs). */
-const char *dp_sched_format(const dp_sched *s, char *buf, size_t len);
+DP_EXPORT const char *dp_sched_format(const dp_sched *s, char *buf, size_t len);
 /* The learning rate of update `step` (0-based, over the whole run) in
  * epoch `epoch` (0-based). */
-double dp_sched_lr(const dp_sched *s, double base, uint64_t epoch, uint64_t step);
+DP_EXPORT double dp_sched_lr(const dp_sched *s, double base, uint64_t epoch, uint64_t step);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -18,34 +18,42 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DP_PLOT_MAX_POINTS 4096
 
 typedef struct dp_plot dp_plot;
 
-dp_plot *dp_plot_new(void);
-void dp_plot_free(dp_plot *p);
+DP_EXPORT dp_plot *dp_plot_new(void);
+DP_EXPORT void dp_plot_free(dp_plot *p);
 
 /* The id of the series with this label, created in the panel named panel
  * when new.  Returns the id (>= 0) or DP_ENOMEM. */
-int dp_plot_series(dp_plot *p, const char *label, const char *panel);
+DP_EXPORT int dp_plot_series(dp_plot *p, const char *label, const char *panel);
 
 /* Add a point: step (NaN when the line had none), line (its line number,
  * the x used when any point lacks a step), y.  Points with a y or line that
  * is not finite or beyond 1e300 in magnitude are left out; such a step
  * counts as none. */
-int dp_plot_add(dp_plot *p, int series, double step, double line, double y);
+DP_EXPORT int dp_plot_add(dp_plot *p, int series, double step, double line, double y);
 
 /* Points held (after averaging) over all series. */
-size_t dp_plot_points(const dp_plot *p);
+DP_EXPORT size_t dp_plot_points(const dp_plot *p);
 
 /* The chart as a malloc'd, NUL-terminated SVG document; *len its length.
  * title may be NULL.  Returns NULL with e set on failure (no points: DP_EARG). */
-char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e);
+DP_EXPORT char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e);
 
 /* Nice ticks for [lo, hi] (after Heckbert, Graphics Gems I): *step is 1,
  * 2 or 5 times a power of ten giving about `want` ticks; *first and *last the
  * multiples of *step around the range (first <= lo, last >= hi).  Returns
  * the number of decimal places the labels need. */
-int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step);
+DP_EXPORT int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -19,6 +19,10 @@
 
 #include "dp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libdp reads and writes little-endian framing with plain loads: little-endian hosts only"
 #endif
@@ -27,11 +31,11 @@
 
 /* Extend crc (0 to start) with len bytes: CRC-32C with the usual pre and
  * post inversion, so dp_crc32c(0, "123456789", 9) == 0xe3069283. */
-uint32_t dp_crc32c(uint32_t crc, const void *buf, size_t len);
+DP_EXPORT uint32_t dp_crc32c(uint32_t crc, const void *buf, size_t len);
 /* The portable implementation, always available: the reference in tests. */
-uint32_t dp_crc32c_portable(uint32_t crc, const void *buf, size_t len);
+DP_EXPORT uint32_t dp_crc32c_portable(uint32_t crc, const void *buf, size_t len);
 /* "sse4.2" or "portable": the implementation chosen for this CPU. */
-const char *dp_crc32c_impl(void);
+DP_EXPORT const char *dp_crc32c_impl(void);
 
 static inline uint32_t dp_crc_mask(uint32_t crc)
 {
@@ -48,9 +52,9 @@ static inline uint32_t dp_crc_unmask(uint32_t m)
 #define DP_TFR_FOOTER 4  /* CRC of the data */
 
 /* Write the 12-byte header of a record of `len` bytes into hdr. */
-void dp_tfr_header(uint8_t hdr[DP_TFR_HEADER], uint64_t len);
+DP_EXPORT void dp_tfr_header(uint8_t hdr[DP_TFR_HEADER], uint64_t len);
 /* Write the 4-byte footer (masked CRC of data) into ftr. */
-void dp_tfr_footer(uint8_t ftr[DP_TFR_FOOTER], const void *data, size_t len);
+DP_EXPORT void dp_tfr_footer(uint8_t ftr[DP_TFR_FOOTER], const void *data, size_t len);
 
 /* ---- Compression ------------------------------------------------------- */
 
@@ -62,8 +66,8 @@ enum dp_comp {
 };
 /* "none", "gzip", "zlib" (and "auto"); parse returns -1 for anything else.
  * Parsing also accepts "" as none and TensorFlow's "GZIP"/"ZLIB". */
-const char *dp_comp_name(int comp);
-int dp_comp_parse(const char *s);
+DP_EXPORT const char *dp_comp_name(int comp);
+DP_EXPORT int dp_comp_parse(const char *s);
 
 /* ---- Reader ------------------------------------------------------------ */
 
@@ -97,12 +101,12 @@ typedef struct dp_reader dp_reader;
 
 /* Open a reader on fd (not closed by the reader unless own_fd).  name is
  * used in messages and copied.  opts may be NULL for the defaults. */
-dp_reader *dp_reader_open_fd(int fd, int own_fd, const char *name, const dp_reader_opts *opts,
+DP_EXPORT dp_reader *dp_reader_open_fd(int fd, int own_fd, const char *name, const dp_reader_opts *opts,
 			     dp_err *e);
 /* Open path, or stdin for "-" (named "stdin" in messages). */
-dp_reader *dp_reader_open_path(const char *path, const dp_reader_opts *opts, dp_err *e);
+DP_EXPORT dp_reader *dp_reader_open_path(const char *path, const dp_reader_opts *opts, dp_err *e);
 /* Read from len bytes of memory (not copied: it must outlive the reader). */
-dp_reader *dp_reader_open_mem(const void *buf, size_t len, const char *name,
+DP_EXPORT dp_reader *dp_reader_open_mem(const void *buf, size_t len, const char *name,
 			      const dp_reader_opts *opts, dp_err *e);
 
 #define DP_REC_SKIPPED 2
@@ -110,12 +114,12 @@ dp_reader *dp_reader_open_mem(const void *buf, size_t len, const char *name,
  * negative status on failure (sticky: later calls return it again), or,
  * with skip_corrupt, DP_REC_SKIPPED after passing over a damaged frame (e
  * says what and where; call again to go on). */
-int dp_reader_next(dp_reader *r, dp_record *rec, dp_err *e);
+DP_EXPORT int dp_reader_next(dp_reader *r, dp_record *rec, dp_err *e);
 
-int dp_reader_compression(const dp_reader *r); /* known after the first next() */
-const char *dp_reader_name(const dp_reader *r);
-void dp_reader_stats_get(const dp_reader *r, dp_reader_stats *s);
-void dp_reader_close(dp_reader *r);
+DP_EXPORT int dp_reader_compression(const dp_reader *r); /* known after the first next() */
+DP_EXPORT const char *dp_reader_name(const dp_reader *r);
+DP_EXPORT void dp_reader_stats_get(const dp_reader *r, dp_reader_stats *s);
+DP_EXPORT void dp_reader_close(dp_reader *r);
 
 /* Records stay valid longer than "until the next call": the bytes of every
  * record returned stay where they are until the reader must move or
@@ -124,7 +128,7 @@ void dp_reader_close(dp_reader *r);
  * gather runs of consecutive frames (rec.frame just after the previous one)
  * and write each run in one piece, flushing it from fn and at the end,
  * instead of copying record by record.  NULL fn removes the hook. */
-void dp_reader_on_move(dp_reader *r, void (*fn)(void *ctx), void *ctx);
+DP_EXPORT void dp_reader_on_move(dp_reader *r, void (*fn)(void *ctx), void *ctx);
 
 /* ---- Writer ------------------------------------------------------------ */
 
@@ -132,27 +136,31 @@ typedef struct dp_writer dp_writer;
 
 /* Write records to fd (not closed by the writer), compressed with comp
  * (DP_COMP_NONE, _GZIP or _ZLIB) at zlib level (-1 for zlib's default). */
-dp_writer *dp_writer_open_fd(int fd, const char *name, int comp, int level, dp_err *e);
+DP_EXPORT dp_writer *dp_writer_open_fd(int fd, const char *name, int comp, int level, dp_err *e);
 /* Write to a growing memory buffer; see dp_writer_mem. */
-dp_writer *dp_writer_open_mem(int comp, int level, dp_err *e);
+DP_EXPORT dp_writer *dp_writer_open_mem(int comp, int level, dp_err *e);
 
 /* Append one record: frames it and computes its CRCs. */
-int dp_writer_write(dp_writer *w, const void *data, size_t len, dp_err *e);
+DP_EXPORT int dp_writer_write(dp_writer *w, const void *data, size_t len, dp_err *e);
 /* Append a frame already built and checked (dp_record.frame). */
-int dp_writer_write_frame(dp_writer *w, const void *frame, size_t len, dp_err *e);
+DP_EXPORT int dp_writer_write_frame(dp_writer *w, const void *frame, size_t len, dp_err *e);
 /* Append n whole frames lying one after another (a run gathered with
  * dp_reader_on_move); a large run is written without being copied. */
-int dp_writer_write_run(dp_writer *w, const void *frames, size_t len, uint64_t n, dp_err *e);
+DP_EXPORT int dp_writer_write_run(dp_writer *w, const void *frames, size_t len, uint64_t n, dp_err *e);
 /* Push buffered bytes to the descriptor (a compressed stream stays open). */
-int dp_writer_flush(dp_writer *w, dp_err *e);
+DP_EXPORT int dp_writer_flush(dp_writer *w, dp_err *e);
 /* Finish the stream (compressed trailer) and flush everything.  The writer
  * stays valid for dp_writer_mem/dp_writer_free only. */
-int dp_writer_finish(dp_writer *w, dp_err *e);
+DP_EXPORT int dp_writer_finish(dp_writer *w, dp_err *e);
 /* Memory writers: the bytes written so far (after dp_writer_finish: all). */
-const uint8_t *dp_writer_mem(const dp_writer *w, size_t *len);
-uint64_t dp_writer_records(const dp_writer *w);
-uint64_t dp_writer_bytes(const dp_writer *w);     /* uncompressed bytes framed */
-uint64_t dp_writer_out_bytes(const dp_writer *w); /* bytes produced (compressed) */
-void dp_writer_free(dp_writer *w);
+DP_EXPORT const uint8_t *dp_writer_mem(const dp_writer *w, size_t *len);
+DP_EXPORT uint64_t dp_writer_records(const dp_writer *w);
+DP_EXPORT uint64_t dp_writer_bytes(const dp_writer *w);     /* uncompressed bytes framed */
+DP_EXPORT uint64_t dp_writer_out_bytes(const dp_writer *w); /* bytes produced (compressed) */
+DP_EXPORT void dp_writer_free(dp_writer *w);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,5 +1,6 @@
 /*
- * dp_rng.h - the random numbers of training: counter-based, reproducible.
+ * dp_rng.h - libdp's one random number generator: counter-based,
+ * reproducible, the same on every machine.
  *
  * Every random number dp-train draws is a pure function of (seed, purpose,
  * counters): weight initialisation of (seed, layer, element), dropout masks
@@ -11,12 +12,21 @@
  * the same dropout as one process).
  *
  * The mixing function is SplitMix64's finaliser (Steele, Lea, Flood 2014),
- * applied to key + counter * golden ratio: a Weyl sequence per key.
+ * applied to key + counter * golden ratio: a Weyl sequence per key.  A
+ * generator seeded with dp_rng_seed() is therefore exactly splitmix64 with
+ * state mix64(seed ^ mix64(stream)): tfr-shard's shuffles and splits and
+ * s3-pipe's key shuffles are specified that way (dp_hash.h), and stay so.
+ * The generator has no hidden state: each thread owns the dp_rng it draws
+ * from.
  */
 #ifndef DP_RNG_H
 #define DP_RNG_H
 
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The stateless functions compile for the GPU too (lib/backend_cuda.cu
  * draws dropout masks with them), so both backends share one definition. */
@@ -61,6 +71,14 @@ typedef struct dp_rng {
 	uint64_t key, counter;
 } dp_rng;
 
+/* A generator for one use (`stream`) of a user's seed: splitmix64 started
+ * at mix64(seed ^ mix64(stream)).  Streams of one seed are independent. */
+static inline void dp_rng_seed(dp_rng *r, uint64_t seed, uint64_t stream)
+{
+	r->key = dp_mix64(seed ^ dp_mix64(stream));
+	r->counter = 0;
+}
+
 static inline uint64_t dp_rng_next(dp_rng *r)
 {
 	return dp_rng_at(r->key, r->counter++);
@@ -70,10 +88,15 @@ static inline uint64_t dp_rng_next(dp_rng *r)
  * below 2^-32 for the n used here). */
 static inline uint64_t dp_rng_below(dp_rng *r, uint64_t n)
 {
-	return (uint64_t)(((unsigned __int128)dp_rng_next(r) * n) >> 64);
+	__extension__ typedef unsigned __int128 u128; /* GCC and Clang */
+	return (uint64_t)(((u128)dp_rng_next(r) * n) >> 64);
 }
 
 /* Purposes, mixed into keys so that streams never overlap. */
 enum { DP_RNG_INIT = 1, DP_RNG_DROPOUT = 2, DP_RNG_SHUFFLE = 3, DP_RNG_FILES = 4 };
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

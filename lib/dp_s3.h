@@ -30,6 +30,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Statuses beyond dp.h's (S3 failures the tools tell apart). */
 #define DP_EDENIED (-20)   /* access denied, bad signature, no credentials */
 #define DP_ETRANSFER (-21) /* network or server failure, retries exhausted */
@@ -46,11 +50,11 @@ typedef struct dp_loc {
 
 /* Parse "s3://bucket/key", "file:///path", "file:rel/path" or a plain path.
  * Returns DP_EARG for a malformed URL (unknown scheme, empty path). */
-int dp_loc_parse(const char *s, dp_loc *l, dp_err *e);
-void dp_loc_free(dp_loc *l);
+DP_EXPORT int dp_loc_parse(const char *s, dp_loc *l, dp_err *e);
+DP_EXPORT void dp_loc_free(dp_loc *l);
 /* True when l names a prefix or directory rather than one object: an S3 key
  * that is empty or ends in '/', or a local directory. */
-int dp_loc_is_dir(const dp_loc *l);
+DP_EXPORT int dp_loc_is_dir(const dp_loc *l);
 
 /* ---- Objects ------------------------------------------------------------ */
 
@@ -71,17 +75,17 @@ typedef struct dp_objs {
 } dp_objs;
 
 /* Append a copy of o (its strings duplicated). */
-int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e);
-void dp_objs_free(dp_objs *l);
+DP_EXPORT int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e);
+DP_EXPORT void dp_objs_free(dp_objs *l);
 /* Put the list in a pseudo-random order that depends only on seed, epoch
  * and the list's length: a Fisher-Yates shuffle (from the last entry down,
  * swapping entry i-1 with entry dp_rng_below(i)) drawing from libdp's
  * generator (dp_hash.h) seeded (seed, DP_S3_SHUFFLE_STREAM + epoch). */
 #define DP_S3_SHUFFLE_STREAM 0x73336b6579730000ull /* "s3keys" */
-void dp_objs_shuffle(dp_objs *l, uint64_t seed, uint64_t epoch);
+DP_EXPORT void dp_objs_shuffle(dp_objs *l, uint64_t seed, uint64_t epoch);
 /* Keep entries index, index + count, index + 2 count, ...: worker index of
  * count.  The count workers' shares are disjoint and cover the list. */
-void dp_objs_shard(dp_objs *l, int index, int count);
+DP_EXPORT void dp_objs_shard(dp_objs *l, int index, int count);
 
 /* ---- The client ----------------------------------------------------------- */
 
@@ -113,15 +117,15 @@ typedef struct dp_s3_conf {
 typedef struct dp_s3 dp_s3;
 
 /* Fill c with the defaults. */
-void dp_s3_conf_init(dp_s3_conf *c);
+DP_EXPORT void dp_s3_conf_init(dp_s3_conf *c);
 /* A client.  Reads the environment and the shared config and credentials
  * files now; a missing credential is only an error when an S3 request is
  * made.  Returns NULL with e filled on failure. */
-dp_s3 *dp_s3_new(const dp_s3_conf *c, dp_err *e);
-void dp_s3_free(dp_s3 *s);
+DP_EXPORT dp_s3 *dp_s3_new(const dp_s3_conf *c, dp_err *e);
+DP_EXPORT void dp_s3_free(dp_s3 *s);
 /* Ask running transfers to stop (async-signal-safe): they fail with DP_EIO
  * "interrupted", aborting a multipart upload on the way. */
-void dp_s3_cancel(dp_s3 *s);
+DP_EXPORT void dp_s3_cancel(dp_s3 *s);
 
 /* What the client resolved (for diagnostics; no secret in it). */
 typedef struct dp_s3_info {
@@ -132,7 +136,7 @@ typedef struct dp_s3_info {
 	char key_id[128];     /* the access key id, "" when anonymous */
 	int path_style;       /* addressing when a bucket allows both */
 } dp_s3_info;
-void dp_s3_get_info(dp_s3 *s, dp_s3_info *i);
+DP_EXPORT void dp_s3_get_info(dp_s3 *s, dp_s3_info *i);
 
 /* ---- Operations ------------------------------------------------------------ */
 
@@ -145,7 +149,7 @@ typedef int (*dp_obj_cb)(void *ctx, const dp_obj *o);
  * with it, as in S3.  page_size: keys per ListObjectsV2 request (0: 1000).
  * "s3://" lists the buckets (o->bucket set, o->key "").  cb returning
  * non-zero stops the listing and is returned. */
-int dp_s3_list(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_obj_cb cb,
+DP_EXPORT int dp_s3_list(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_obj_cb cb,
 	       void *ctx, dp_err *e);
 
 /* Append to out the objects a read of url covers: one object, every object
@@ -153,7 +157,7 @@ int dp_s3_list(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_obj_c
  * with manifest set, the entries of a manifest file in SageMaker's format
  * (a JSON array: {"prefix": URL} then keys relative to it).  A missing
  * object is DP_ENOTFOUND. */
-int dp_s3_expand(dp_s3 *s, const char *url, int manifest, dp_objs *out, dp_err *e);
+DP_EXPORT int dp_s3_expand(dp_s3 *s, const char *url, int manifest, dp_objs *out, dp_err *e);
 
 /* A byte range: first..last inclusive; last < 0 means to the end; suffix
  * set means the last `first` bytes. */
@@ -163,7 +167,7 @@ typedef struct dp_range {
 	int64_t first, last;
 } dp_range;
 /* Parse "A-B", "A-", "-N" (bytes=... accepted). */
-int dp_range_parse(const char *s, dp_range *r);
+DP_EXPORT int dp_range_parse(const char *s, dp_range *r);
 
 typedef struct dp_s3_stats {
 	uint64_t bytes;    /* bytes delivered */
@@ -179,34 +183,38 @@ typedef struct dp_s3_stats {
  * writer; the MD5 digests).  DP_S3_GET_MODE=stream|parts in the environment
  * forces how objects of several parts are fetched (s3get.c).  st may be
  * NULL. */
-int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
+DP_EXPORT int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
 	      dp_s3_stats *st, dp_err *e);
 
 /* Store everything read from fd (srcname in messages) at dst: one PUT when
  * it fits in a part, else a multipart upload with parallel parts, aborted on
  * failure.  size_hint >= 0 when the length is known (chooses the part size
  * for very large inputs).  A local dst is written whole or not at all. */
-int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
+DP_EXPORT int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
 	      dp_s3_stats *st, dp_err *e);
 
 /* Delete one object or local file.  Deleting what does not exist is
  * DP_ENOTFOUND for files; S3 itself reports success. */
-int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e);
+DP_EXPORT int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e);
 
 /* A presigned URL for method ("GET" or "PUT") on an S3 object, valid for
  * expires seconds (1 to 604800).  malloc'd. */
-char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires, dp_err *e);
+DP_EXPORT char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires, dp_err *e);
 
 /* Multipart uploads in progress under an S3 prefix. */
 typedef int (*dp_upload_cb)(void *ctx, const char *bucket, const char *key,
 			    const char *upload_id, int64_t initiated);
-int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp_err *e);
-int dp_s3_abort_upload(dp_s3 *s, const char *bucket, const char *key, const char *upload_id,
+DP_EXPORT int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp_err *e);
+DP_EXPORT int dp_s3_abort_upload(dp_s3 *s, const char *bucket, const char *key, const char *upload_id,
 		       dp_err *e);
 
 /* Read a whole (small) object or file into memory: at most max bytes, else
  * DP_ELIMIT.  *data is malloc'd and NUL-terminated. */
-int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *len,
+DP_EXPORT int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *len,
 		   dp_err *e);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -30,6 +30,10 @@
 
 #include "dp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DP_SPLIT_MAX 16
 #define DP_SPLIT_NAME 64
 #define DP_SPLIT_BLOCK 1000
@@ -47,19 +51,23 @@ typedef struct dp_splits {
 /* Parse "name=weight,name=weight..." (names of letters, digits, '_', '-',
  * '.'; weights positive decimals up to 1e6, 9 decimal places kept).
  * seed is used by dp_split_at.  Returns 0 or DP_EARG with a message. */
-int dp_splits_parse(dp_splits *s, const char *spec, uint64_t seed, dp_err *e);
+DP_EXPORT int dp_splits_parse(dp_splits *s, const char *spec, uint64_t seed, dp_err *e);
 /* Index of the split called name, or -1. */
-int dp_splits_find(const dp_splits *s, const char *name);
+DP_EXPORT int dp_splits_find(const dp_splits *s, const char *name);
 /* The split of the record at position pos (from 0), by seed. */
-int dp_split_at(dp_splits *s, uint64_t pos);
+DP_EXPORT int dp_split_at(dp_splits *s, uint64_t pos);
 /* The split of a record whose key hash is h. */
-int dp_split_of_hash(const dp_splits *s, uint64_t h);
+DP_EXPORT int dp_split_of_hash(const dp_splits *s, uint64_t h);
 /* counts[k]: records of split k among positions 0..n-1, by seed. */
-void dp_split_counts(dp_splits *s, uint64_t n, uint64_t *counts);
+DP_EXPORT void dp_split_counts(dp_splits *s, uint64_t n, uint64_t *counts);
 
 /* The contiguous shard of the j-th of n records, in nshards shards. */
-uint64_t dp_shard_contiguous(uint64_t j, uint64_t n, uint64_t nshards);
+DP_EXPORT uint64_t dp_shard_contiguous(uint64_t j, uint64_t n, uint64_t nshards);
 /* The first record (position) of contiguous shard k; k = nshards gives n. */
-uint64_t dp_shard_begin(uint64_t k, uint64_t n, uint64_t nshards);
+DP_EXPORT uint64_t dp_shard_begin(uint64_t k, uint64_t n, uint64_t nshards);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

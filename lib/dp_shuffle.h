@@ -25,6 +25,10 @@
 
 #include "dp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DP_SHUFFLE_STREAM 0x73687566666c6501ull /* "shuffle" */
 #define DP_WINDOW_STREAM 0x77696e646f770001ull  /* "window" */
 
@@ -39,32 +43,36 @@ typedef struct dp_shuffle_stats {
 
 /* memory: bytes to hold in memory (at least 16 KiB is used); tmpdir: where
  * spill files go (NULL: $TMPDIR, else /tmp). */
-dp_shuffle *dp_shuffle_new(uint64_t seed, uint64_t memory, const char *tmpdir, dp_err *e);
+DP_EXPORT dp_shuffle *dp_shuffle_new(uint64_t seed, uint64_t memory, const char *tmpdir, dp_err *e);
 /* Add an item (copied). */
-int dp_shuffle_add(dp_shuffle *s, const void *p, size_t len, dp_err *e);
+DP_EXPORT int dp_shuffle_add(dp_shuffle *s, const void *p, size_t len, dp_err *e);
 /* After the last add: the items in shuffled order.  Returns 1 with *p,
  * *len (valid until the next call), 0 at the end, or a negative status. */
-int dp_shuffle_next(dp_shuffle *s, const uint8_t **p, size_t *len, dp_err *e);
-void dp_shuffle_stats_get(const dp_shuffle *s, dp_shuffle_stats *st);
-void dp_shuffle_free(dp_shuffle *s);
+DP_EXPORT int dp_shuffle_next(dp_shuffle *s, const uint8_t **p, size_t *len, dp_err *e);
+DP_EXPORT void dp_shuffle_stats_get(const dp_shuffle *s, dp_shuffle_stats *st);
+DP_EXPORT void dp_shuffle_free(dp_shuffle *s);
 
 /* An anonymous temporary file in dir (NULL: $TMPDIR, else /tmp), for
  * reading and writing: O_TMPFILE where the file system has it, else a name
  * unlinked at once with signals held off in between, so that no name is
  * ever left behind.  Returns the descriptor or a negative status. */
-int dp_tmpfile(const char *dir, dp_err *e);
+DP_EXPORT int dp_tmpfile(const char *dir, dp_err *e);
 
 typedef struct dp_window dp_window;
 
 /* size >= 1 items. */
-dp_window *dp_window_new(uint64_t seed, size_t size, dp_err *e);
+DP_EXPORT dp_window *dp_window_new(uint64_t seed, size_t size, dp_err *e);
 /* Add an item (copied).  Once the window is full an item leaves: returns 1
  * with *out, *outlen (valid until the next call); 0 while filling; a
  * negative status when out of memory. */
-int dp_window_push(dp_window *w, const void *p, size_t len, const uint8_t **out, size_t *outlen,
+DP_EXPORT int dp_window_push(dp_window *w, const void *p, size_t len, const uint8_t **out, size_t *outlen,
 		   dp_err *e);
 /* After the last push: the items left, one per call (1), then 0. */
-int dp_window_drain(dp_window *w, const uint8_t **out, size_t *outlen);
-void dp_window_free(dp_window *w);
+DP_EXPORT int dp_window_drain(dp_window *w, const uint8_t **out, size_t *outlen);
+DP_EXPORT void dp_window_free(dp_window *w);
 
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -6,22 +6,31 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 
 root="$T/root"
+V=$(sed -n 's/^VERSION := //p' "$DP_SRC/Makefile")
 run make -C "$DP_SRC" -s O="$DP_BUILD" install DESTDIR="$root" PREFIX=/opt/dp MANDIR=/opt/dp/man
 is "$rc" 0 "make install succeeds"
-for p in tfr-cat tfr-shard s3-pipe dp-train metrics-grep; do
-	[ -f "$DP_SRC/tools/$p.c" ] || continue
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep; do
 	ok test -x "$root/opt/dp/bin/$p" "bin/$p installed"
 	ok test -f "$root/opt/dp/man/man1/$p.1" "man1/$p.1 installed under MANDIR"
 done
 ok test -f "$root/opt/dp/man/man5/tfrecord.5" "man5 pages installed"
 ok test -f "$root/opt/dp/lib/libdp.a" "static library installed"
-ok test -x "$root/opt/dp/lib/libdp.so.0.1.0" "shared library installed"
-is "$(readlink "$root/opt/dp/lib/libdp.so")" "libdp.so.0.1.0" "libdp.so links to the versioned file"
+ok test -x "$root/opt/dp/lib/libdp.so.$V" "shared library installed"
+is "$(readlink "$root/opt/dp/lib/libdp.so")" "libdp.so.$V" "libdp.so links to the versioned file"
 ok test -f "$root/opt/dp/include/dptools/dp_record.h" "public headers installed"
-ok test -f "$root/opt/dp/include/dptools/example.pb-c.h" "generated protobuf-c header installed"
+is "$(cd "$root/opt/dp/include/dptools" && ls | grep -v '^dp.*\.h$')" "" "... and only the public dp*.h"
 ok test -f "$root/opt/dp/lib/pkgconfig/libdp.pc" "pkg-config file installed"
-run objdump -p "$root/opt/dp/lib/libdp.so.0.1.0"
+ok test -f "$root/opt/dp/man/man3/libdp.3" "man3/libdp.3 installed"
+run objdump -p "$root/opt/dp/lib/libdp.so.$V"
 like "$out" "SONAME +libdp\.so\.0" "shared library has the soname libdp.so.0"
+unlike "$out" "NEEDED +libprotobuf-c" "libdp.so does not need protobuf-c (only the tests use its parser)"
+run sh -c "nm -D --defined-only '$root/opt/dp/lib/libdp.so.$V' | awk '{print \$3}'"
+is "$(echo "$out" | grep -v '^dp_')" "" "libdp.so exports only dp_* names"
+like "$out" "dp_crc32c" "... among them the public API"
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep; do
+	is "$("$root/opt/dp/bin/$p" --version)" "$p (dptools) $V" "$p --version names the Makefile's version"
+done
+like "$(sed -n 1p "$root/opt/dp/man/man1/tfr-cat.1")" "\"dptools $V\"" "installed man pages carry the version"
 
 # A program built against the installed copy through pkg-config.
 cat >"$T/use.c" <<'C'
@@ -34,10 +43,12 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH="$root/opt/dp/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$root"
+run pkg-config --cflags libdp
+unlike "$out" "mpi" "pkg-config --cflags libdp names no MPI include path (Libs.private)"
 # static: libdp.a itself, its dependencies as pkg-config names them (with
 # the build's own flags: a sanitizer build needs its runtime)
 F="${DP_LDFLAGS:-}"
-run sh -c "cc $F -o '$T/use' '$T/use.c' \$(pkg-config --cflags libdp) '$root/opt/dp/lib/libdp.a' \$(pkg-config --libs libdp | sed 's/-ldp / /')"
+run sh -c "cc $F -o '$T/use' '$T/use.c' \$(pkg-config --cflags libdp) '$root/opt/dp/lib/libdp.a' \$(pkg-config --static --libs libdp | sed 's/-ldp / /')"
 is "$rc" 0 "a program compiles and links against libdp.a with pkg-config's flags"
 [ "$rc" = 0 ] || diag "$err"
 run "$T/use"

@@ -5,7 +5,7 @@
 # record, byte offset), the exit status, what reached stdout; then the same
 # with --skip-corrupt, the only way past.
 . "${DP_SRC:-.}/tests/lib.sh"
-protoc --python_out="$T" -I"$DP_SRC/lib" "$DP_SRC/lib/example.proto" || exit 1
+protoc --python_out="$T" -I"$DP_SRC/lib/records" "$DP_SRC/lib/records/example.proto" || exit 1
 ref() { $PY "$DP_SRC/tests/tfr_ref.py" "$T" "$@"; }
 # py CODE: Python with the framer (frame, load, crc32c, mask) in scope
 py() {

@@ -4,7 +4,7 @@
 # synthetic files and from Debian's Fashion-MNIST; every input error.
 . "${DP_SRC:-.}/tests/lib.sh"
 D=$FIX/tfr-cat
-protoc --python_out="$T" -I"$DP_SRC/lib" "$DP_SRC/lib/example.proto" || exit 1
+protoc --python_out="$T" -I"$DP_SRC/lib/records" "$DP_SRC/lib/records/example.proto" || exit 1
 ref() { $PY "$DP_SRC/tests/tfr_ref.py" "$T" "$@"; }
 # pb FILE PYEXPR: evaluate PYEXPR with r = the list of Examples in FILE
 pb() {

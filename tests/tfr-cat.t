@@ -5,7 +5,7 @@
 # expected bytes do not depend on libdp.
 . "${DP_SRC:-.}/tests/lib.sh"
 D=$FIX/tfr-cat
-protoc --python_out="$T" -I"$DP_SRC/lib" "$DP_SRC/lib/example.proto" || exit 1
+protoc --python_out="$T" -I"$DP_SRC/lib/records" "$DP_SRC/lib/records/example.proto" || exit 1
 ref() { $PY "$DP_SRC/tests/tfr_ref.py" "$T" "$@"; }
 ref gen "$T/a.tfr" || exit 1
 tfr-cat --encode json "$D/small.jsonl" >"$T/b.tfr" || exit 1

@@ -2,7 +2,7 @@
 
 Independent of libdp: TFRecord framing with a pure-Python CRC32C, and
 tf.train.Example through Google's protobuf (Debian's python3-protobuf) on a
-module compiled at test time with `protoc --python_out` from lib/example.proto.
+module compiled at test time with `protoc --python_out` from lib/records/example.proto.
 Run by /usr/bin/python3 from tests/tfr-cat*.t:
 
   tfr_ref.py PBDIR gen FILE            write the tricky Examples (protobuf's serializer)

@@ -300,7 +300,7 @@ static void parse_args(int argc, char **argv)
 				die("stdout: %s", strerror(errno));
 			exit(EXIT_OK);
 		case O_VERSION:
-			printf("%s %s\n", prog, DP_VERSION);
+			printf("%s (dptools) %s\n", prog, dp_version());
 			if (fclose(stdout) != 0)
 				die("stdout: %s", strerror(errno));
 			exit(EXIT_OK);

@@ -796,7 +796,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'h': help(); return fclose(stdout) == 0 ? 0 : 1;
-		case 'V': printf("%s %s\n", prog, DP_VERSION); return fclose(stdout) == 0 ? 0 : 1;
+		case 'V': printf("%s (dptools) %s\n", prog, dp_version()); return fclose(stdout) == 0 ? 0 : 1;
 		case ':': usage_error("%s: needs an argument", argv[optind - 1]);
 		default:
 			if (optopt)

@@ -27,6 +27,7 @@
  * that again must give the same features.
  */
 #include "dp_example.h"
+#include "example.pb-c.h" /* protobuf-c: the reference parser */
 #include "fuzz.h"
 
 #include <stdio.h>

@@ -11,7 +11,7 @@
  * decoding never lengthens a string.
  */
 #define _GNU_SOURCE
-#include "s3_int.h"
+#include "s3/s3_int.h"
 #include "fuzz.h"
 
 #include <stdio.h>

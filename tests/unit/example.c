@@ -2,6 +2,7 @@
  * protobuf-c's generated parser and against hand-assembled wire bytes
  * (unpacked lists, repeated keys, merged oneofs, malformed messages). */
 #include "dp_example.h"
+#include "example.pb-c.h" /* protobuf-c: the reference parser */
 #include "tap.h"
 
 #include <stdlib.h>

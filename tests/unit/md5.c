@@ -4,7 +4,7 @@
  * jobs, sit idle, and the scalar code takes over.  With an argument
  * ("bench"), hashing speed of each implementation instead. */
 #include "dp.h"
-#include "dp_md5.h"
+#include "s3/md5.h"
 #include "tap.h"
 
 #include <openssl/evp.h>

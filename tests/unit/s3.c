@@ -5,7 +5,7 @@
  * themselves are tested against radosgw in tests/s3-pipe-s3.t.
  */
 #define _GNU_SOURCE
-#include "s3_int.h"
+#include "s3/s3_int.h"
 #include "tap.h"
 
 #include <stdio.h>

@@ -2,6 +2,7 @@
  * vectors; dp_hash64 and feature hashes against values computed by the
  * independent Python implementation in tests/tfrshard.py), the seeded
  * generator, splits by seed and by hash, contiguous shards. */
+#include "dp_example.h"
 #include "dp_hash.h"
 #include "dp_shard.h"
 #include "tap.h"

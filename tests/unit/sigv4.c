@@ -14,7 +14,7 @@
  *    normalisation (S3 does none), with their published signatures.
  */
 #define _GNU_SOURCE
-#include "dp_sigv4.h"
+#include "s3/sigv4.h"
 #include "tap.h"
 
 #include <stdlib.h>

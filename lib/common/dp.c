@@ -423,6 +423,40 @@ int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, u
 	return 0;
 }
 
+int dp_parse_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
+		  uint64_t *count, dp_err *e)
+{
+	char *x = dp_expand(s, vars);
+	if (!x)
+		return dp_seterr(e, DP_ENOMEM, "%s: out of memory", opt);
+	char *slash = strchr(x, '/');
+	uint64_t i = 0, n = 0;
+	int ok = slash != NULL;
+	if (ok) {
+		*slash = 0;
+		ok = dp_parse_count(opt, slash + 1, 1, DP_PART_MAX, &n, NULL) == 0 &&
+		     dp_parse_count(opt, x, 0, n - 1, &i, NULL) == 0;
+		*slash = '/';
+	}
+	if (!ok) {
+		if (strcmp(x, s))
+			dp_seterr(e, DP_EARG,
+				  "%s '%s' (%s): want I/N, part I from 0 to N-1 of N from 1 to %u", opt,
+				  s, x, DP_PART_MAX);
+		else
+			dp_seterr(e, DP_EARG,
+				  "%s '%s': want I/N, part I from 0 to N-1 of N from 1 to %u (e.g. 3/8 "
+				  "or {rank}/{size})",
+				  opt, s, DP_PART_MAX);
+		free(x);
+		return DP_EARG;
+	}
+	free(x);
+	*index = i;
+	*count = n;
+	return 0;
+}
+
 int dp_parse_size(const char *s, uint64_t *out)
 {
 	char *end;

@@ -1,38 +1,12 @@
 /*
- * hash.c - stable key hashes and the seeded generator (see dp_hash.h for
- * the exact definitions, which are a compatibility promise: changing a
- * constant here moves records between shards).
+ * feature_hash.c - the hash of a tf.train.Example feature's values, the
+ * key of tfr-shard --by hash:NAME (canonical bytes: see dp_hash.h).
  */
+#include "dp_example.h"
 #include "dp_hash.h"
 #include "dp_record.h" /* little-endian hosts only */
 
 #include <stdlib.h>
-#include <string.h>
-
-uint64_t dp_fnv1a64(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= DP_FNV1A64_PRIME;
-	}
-	return h;
-}
-
-uint64_t dp_mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
-uint64_t dp_hash64(const void *p, size_t n)
-{
-	return dp_mix64(dp_fnv1a64(DP_FNV1A64_INIT, p, n));
-}
 
 static int bytes_fn(const uint8_t *p, size_t len, void *ctx)
 {
@@ -69,20 +43,4 @@ int dp_feature_hash(const dp_feature *f, uint64_t *out)
 	}
 	*out = dp_mix64(h);
 	return DP_OK;
-}
-
-void dp_rng_seed(dp_rng *r, uint64_t seed, uint64_t stream)
-{
-	r->s = dp_mix64(seed ^ dp_mix64(stream));
-}
-
-uint64_t dp_rng_next(dp_rng *r)
-{
-	r->s += 0x9e3779b97f4a7c15ull;
-	return dp_mix64(r->s);
-}
-
-uint64_t dp_rng_below(dp_rng *r, uint64_t n)
-{
-	return (uint64_t)(((unsigned __int128)dp_rng_next(r) * n) >> 64);
 }

@@ -13,7 +13,7 @@
 #define S3_INT_H
 
 #include "dp_s3.h"
-#include "dp_sigv4.h"
+#include "sigv4.h"
 
 #include <curl/curl.h>
 #include <signal.h>

@@ -57,7 +57,7 @@
  * shared under mu.
  */
 #define _GNU_SOURCE
-#include "dp_md5.h"
+#include "md5.h"
 #include "s3_int.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@
  * on another lane's bytes and are discarded.  With few jobs left the
  * scalar code finishes them (a mostly idle vector is slower than it).
  */
-#include "dp_md5.h"
+#include "md5.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * given twice has its values joined with ',' in the order given.
  */
 #define _GNU_SOURCE
-#include "dp_sigv4.h"
+#include "sigv4.h"
 
 #include <ctype.h>
 #include <openssl/evp.h>

@@ -1,0 +1,204 @@
+/*
+ * cli.c - the command-line layer under every dptools program: see cli.h.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cli cli = {.prog = "dptools", .rank = -1};
+
+void cli_vwarn(const char *fmt, va_list ap)
+{
+	if (cli.quiet)
+		return;
+	if (cli.before_msg)
+		cli.before_msg();
+	if (cli.rank >= 0)
+		fprintf(stderr, "%s: rank %d: ", cli.prog, cli.rank);
+	else
+		fprintf(stderr, "%s: ", cli.prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void cli_warn(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cli_vwarn(fmt, ap);
+	va_end(ap);
+}
+
+void cli_exit(int code)
+{
+	if (code > 0) {
+		fflush(stderr);
+		if (cli.on_fail)
+			cli.on_fail(code);
+		else
+			dp_out_cleanup();
+	}
+	exit(code);
+}
+
+void cli_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cli_vwarn(fmt, ap);
+	va_end(ap);
+	cli_exit(CLI_FAIL);
+}
+
+void cli_die_code(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cli_vwarn(fmt, ap);
+	va_end(ap);
+	cli_exit(code);
+}
+
+void cli_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cli_vwarn(fmt, ap);
+	va_end(ap);
+	if (!cli.quiet && cli.usage)
+		fputs(cli.usage, stderr);
+	cli_exit(CLI_USAGE);
+}
+
+void cli_bad_option(int c, char **argv)
+{
+	extern int optind, optopt;
+	/* the word getopt stopped at: "-x", "--name" (less any "=value") */
+	char word[128];
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	if (optopt && !(arg[0] == '-' && arg[1] == '-'))
+		snprintf(word, sizeof word, "-%c", optopt);
+	else
+		snprintf(word, sizeof word, "%.*s", (int)strcspn(arg, "="), arg);
+	if (c == ':')
+		cli_usage_error("option '%s' needs a value", word);
+	cli_usage_error("unknown option '%s'", word);
+}
+
+int cli_close_stdout(void)
+{
+	errno = 0;
+	int bad = fflush(stdout) == EOF || ferror(stdout);
+	int err = errno;
+	if (fclose(stdout) == EOF && !bad) {
+		bad = 1;
+		err = errno;
+	}
+	if (!bad)
+		return 0;
+	cli_warn("stdout: %s", strerror(err ? err : EIO));
+	return -1;
+}
+
+void cli_exit_stdout(void)
+{
+	cli_exit(cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK);
+}
+
+void cli_version(void)
+{
+	printf("%s (dptools) %s\n", cli.prog, dp_version());
+	cli_exit_stdout();
+}
+
+uint64_t cli_count(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+	uint64_t v;
+	dp_err e;
+	if (dp_parse_count(opt, s, min, max, &v, &e) < 0)
+		cli_usage_error("%s", e.msg);
+	return v;
+}
+
+double cli_real(const char *opt, const char *s, double min, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || *end || errno || !isfinite(v) || v < min || v > max)
+		cli_usage_error("%s '%s': want a number from %g to %g", opt, s, min, max);
+	return v;
+}
+
+uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+	uint64_t v;
+	if (dp_parse_size(s, &v) < 0 || v < min || v > max)
+		cli_usage_error("%s '%s': want a size from %" PRIu64 " to %" PRIu64
+				" bytes, such as 512K, 64M or 2G",
+				opt, s, min, max);
+	return v;
+}
+
+void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
+	      uint64_t *count)
+{
+	dp_err e;
+	int rc = dp_parse_part(opt, s, vars, index, count, &e);
+	if (rc == DP_ENOMEM)
+		cli_die("out of memory");
+	if (rc < 0)
+		cli_usage_error("%s", e.msg);
+}
+
+void *cli_malloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		cli_die("out of memory (%zu bytes)", n);
+	return p;
+}
+
+void *cli_calloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		cli_die("out of memory (%zu x %zu bytes)", n, size);
+	return p;
+}
+
+void *cli_realloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		cli_die("out of memory (%zu bytes)", n);
+	return q;
+}
+
+char *cli_strdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		cli_die("out of memory");
+	return p;
+}
+
+void cli_grow(void *pp, size_t *cap, size_t n, size_t size)
+{
+	if (n <= *cap)
+		return;
+	size_t nc = *cap ? *cap : 16;
+	while (nc < n) {
+		if (nc > SIZE_MAX / 2 / size)
+			cli_die("out of memory (%zu elements of %zu bytes)", n, size);
+		nc *= 2;
+	}
+	*(void **)pp = cli_realloc(*(void **)pp, nc * size);
+	*cap = nc;
+}

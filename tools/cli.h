@@ -1,0 +1,86 @@
+/*
+ * cli.h - the command-line layer under every dptools program (after sbase's
+ * libutil and zstd's programs/util.c): messages, exits, usage errors, the
+ * option-value parsers and --version, written once.
+ *
+ * A tool sets cli.prog and cli.usage first thing in main, and the hooks it
+ * needs; then:
+ *
+ *     cli_warn("%s: skipped", name);             tfr-cat: x.tfr: skipped
+ *     cli_die("%s", e.msg);                      message, hooks, exit 1
+ *     cli_usage_error("--head: want ...");        message + usage line, exit 2
+ *     default: cli_bad_option(c, argv);          getopt_long's '?' and ':'
+ *     case 'V': cli_version();                   "tfr-cat (dptools) 0.1.0"
+ *
+ * Messages are "prog: what: why" (with "rank N: " after the program's name
+ * when cli.rank >= 0, for jobs of several ranks).  Exit statuses: CLI_OK,
+ * CLI_FAIL, CLI_USAGE; a tool numbers its own from 3 (each man page's EXIT
+ * STATUS).  Nothing reusable lives here: formats and protocols are libdp's.
+ */
+#ifndef DP_CLI_H
+#define DP_CLI_H
+
+#include "dp.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+struct cli {
+	const char *prog;  /* "tfr-cat" */
+	const char *usage; /* the one-line usage ("usage: tfr-cat [-cj] ...\n"), after usage errors */
+	int rank;          /* >= 0: messages say "prog: rank N: " (set when a job has several ranks) */
+	int quiet;         /* messages are not printed (ranks other than 0 of a job, for errors all meet) */
+	/* Before a message: clear a progress bar, flush stdout. */
+	void (*before_msg)(void);
+	/* Before exiting with a failure (code > 0): remove half-written outputs,
+	 * end an MPI job.  May not return (it exits itself).  When NULL,
+	 * dp_out_cleanup() removes the temporary outputs. */
+	void (*on_fail)(int code);
+};
+extern struct cli cli;
+
+/* "prog: " fmt "\n" on stderr (unless cli.quiet). */
+void cli_vwarn(const char *fmt, va_list ap);
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print, then cli_exit(CLI_FAIL) or cli_exit(code). */
+void cli_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void cli_die_code(int code, const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 2, 3)));
+/* Print, then the usage line, then cli_exit(CLI_USAGE). */
+void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* getopt_long (optstring starting with ':', opterr = 0) returned '?' or
+ * ':': "unknown option '--foo'" or "option '--foo' needs a value", exit 2. */
+void cli_bad_option(int c, char **argv) __attribute__((noreturn));
+/* Exit with code: for code > 0 the on_fail hook (or dp_out_cleanup) first. */
+void cli_exit(int code) __attribute__((noreturn));
+
+/* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
+void cli_version(void) __attribute__((noreturn));
+/* After --help or --version: exit 0 when stdout was written whole, else
+ * say why and exit 1 (`--help > /dev/full` is a failure). */
+void cli_exit_stdout(void) __attribute__((noreturn));
+/* Flush and close stdout at the end of a run: 0, or -1 after saying why. */
+int cli_close_stdout(void);
+
+/* Option values; a bad one is a usage error naming the option.
+ * cli_count: a whole number from min to max (dp_parse_count).
+ * cli_real: a finite number from min to max.
+ * cli_size: a byte count ("512M", "1.5G", dp_parse_size) from min to max.
+ * cli_part: "I/N" with {rank}, {size} and vars filled in (dp_parse_part). */
+uint64_t cli_count(const char *opt, const char *s, uint64_t min, uint64_t max);
+double cli_real(const char *opt, const char *s, double min, double max);
+uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max);
+void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
+	      uint64_t *count);
+
+/* Allocation that cannot fail: "prog: out of memory", exit 1. */
+void *cli_malloc(size_t n);
+void *cli_calloc(size_t n, size_t size);
+void *cli_realloc(void *p, size_t n);
+char *cli_strdup(const char *s);
+/* Grow *pp (an array of *cap elements of `size` bytes) to hold at least n. */
+void cli_grow(void *pp, size_t *cap, size_t n, size_t size);
+
+#endif
