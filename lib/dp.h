@@ -15,6 +15,7 @@
 #ifndef DP_H
 #define DP_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -86,6 +87,12 @@ DP_EXPORT int dp_out_commit(dp_out *o, dp_err *e);
 DP_EXPORT void dp_out_abort(dp_out *o);
 DP_EXPORT void dp_out_cleanup(void);
 DP_EXPORT void dp_out_install_signal_cleanup(void);
+
+/* pthread_create with every signal blocked in the new thread: each thread
+ * libdp starts is made this way, so that signals reach only the program's
+ * own threads (whose handlers, such as dp_out_cleanup's, then never run
+ * beside a half-made change of theirs).  Returns pthread_create's code. */
+DP_EXPORT int dp_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* ---- One growable buffer (curl's dynbuf) -------------------------------
  * p[0..len) holds the bytes, followed by a NUL once anything was added.

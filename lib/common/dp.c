@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +106,24 @@ long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e)
 }
 
 /* ---- Atomic outputs ----------------------------------------------------
- * The registry holds the temporary names still open, for the signal
- * handler.  It is changed only with the cleanup signals blocked. */
+ * The registry holds the temporary names still open, for dp_out_cleanup(),
+ * which a signal handler calls in whatever thread took the signal.  So it
+ * never moves and is read without locks: chunks of slots, each slot an
+ * atomic pointer, chunks linked once and never freed.  Writers (open,
+ * commit, abort) take a mutex among themselves and block the cleanup
+ * signals in their own thread while they hold it; the threads libdp
+ * starts block every signal (dp_thread_create), so a handler runs only in
+ * the program's own threads and never meets a half-made change. */
 
 #define CLEANUP_SIGNALS {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}
+#define REG_CHUNK 64
 
-static char **tmp_reg;
-static int tmp_cap;
+struct reg_chunk {
+	char *_Atomic slot[REG_CHUNK];
+	struct reg_chunk *_Atomic next;
+};
+static struct reg_chunk reg_head;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void block_signals(sigset_t *old)
 {
@@ -119,33 +132,33 @@ static void block_signals(sigset_t *old)
 	sigemptyset(&s);
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		sigaddset(&s, sigs[i]);
-	sigprocmask(SIG_BLOCK, &s, old);
+	pthread_sigmask(SIG_BLOCK, &s, old);
 }
 
+/* Register tmp; the caller has the cleanup signals blocked.  Returns the
+ * slot's number, or -1 when out of memory (the file is then not removed
+ * by a signal, only by commit or abort). */
 static int reg_add(char *tmp)
 {
-	sigset_t old;
-	int slot = -1;
-	block_signals(&old);
-	for (int i = 0; i < tmp_cap; i++)
-		if (!tmp_reg[i]) {
-			slot = i;
-			break;
-		}
+	int slot = -1, base = 0;
+	pthread_mutex_lock(&reg_lock);
+	struct reg_chunk *c = &reg_head, *last = c;
+	for (; c && slot < 0; last = c, c = atomic_load(&c->next), base += REG_CHUNK)
+		for (int i = 0; i < REG_CHUNK; i++)
+			if (!atomic_load(&c->slot[i])) {
+				atomic_store(&c->slot[i], tmp);
+				slot = base + i;
+				break;
+			}
 	if (slot < 0) {
-		int ncap = tmp_cap ? tmp_cap * 2 : 64;
-		char **n = realloc(tmp_reg, (size_t)ncap * sizeof *n);
+		struct reg_chunk *n = calloc(1, sizeof *n);
 		if (n) {
-			for (int i = tmp_cap; i < ncap; i++)
-				n[i] = NULL;
-			slot = tmp_cap;
-			tmp_reg = n;
-			tmp_cap = ncap;
+			atomic_store(&n->slot[0], tmp);
+			atomic_store(&last->next, n); /* published whole */
+			slot = base;
 		}
 	}
-	if (slot >= 0)
-		tmp_reg[slot] = tmp;
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	pthread_mutex_unlock(&reg_lock);
 	return slot;
 }
 
@@ -155,15 +168,25 @@ static void reg_del(int slot)
 	if (slot < 0)
 		return;
 	block_signals(&old);
-	tmp_reg[slot] = NULL;
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	pthread_mutex_lock(&reg_lock);
+	struct reg_chunk *c = &reg_head;
+	for (int k = slot / REG_CHUNK; k > 0 && c; k--)
+		c = atomic_load(&c->next);
+	if (c)
+		atomic_store(&c->slot[slot % REG_CHUNK], NULL);
+	pthread_mutex_unlock(&reg_lock);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* Async-signal-safe: atomic loads and unlink(2) only. */
 void dp_out_cleanup(void)
 {
-	for (int i = 0; i < tmp_cap; i++)
-		if (tmp_reg[i])
-			unlink(tmp_reg[i]);
+	for (struct reg_chunk *c = &reg_head; c; c = atomic_load(&c->next))
+		for (int i = 0; i < REG_CHUNK; i++) {
+			char *t = atomic_load(&c->slot[i]);
+			if (t)
+				unlink(t);
+		}
 }
 
 static void cleanup_handler(int sig)
@@ -171,6 +194,16 @@ static void cleanup_handler(int sig)
 	dp_out_cleanup();
 	signal(sig, SIG_DFL);
 	raise(sig);
+}
+
+int dp_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits it */
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 void dp_out_install_signal_cleanup(void)
@@ -230,7 +263,7 @@ int dp_out_open(dp_out *o, const char *path, dp_err *e)
 	int saved = errno;
 	if (o->fd >= 0)
 		o->slot = reg_add(o->tmp);
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (o->fd < 0) {
 		errno = saved;
 		dp_syserr(e, "%s: cannot create", path);
