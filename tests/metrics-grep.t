@@ -18,7 +18,7 @@ for o in -m --metric --definitions --logfmt --tsv --csv --json --no-header --las
 done
 run metrics-grep --version
 is "$rc" 0 "--version exits 0"
-like "$out" "^metrics-grep [0-9]+\.[0-9]+" "--version prints the version"
+like "$out" "^metrics-grep \(dptools\) [0-9]+\.[0-9]+" "--version prints the version"
 run metrics-grep --bogus
 is "$rc" 2 "an unknown option exits 2"
 like "$err" "^metrics-grep: --bogus: unknown option" "names the option"

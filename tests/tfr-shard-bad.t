@@ -206,7 +206,7 @@ os.execvp(sys.argv[1], sys.argv[1:])' tfr-shard "$@" <fifo 2>sig.err &
 	exec 3>fifo
 	head -c 100000 in.tfr >&3
 	for i in $(seq 100); do
-		ls -A | grep -q '\.x-00000\.tmp\.' && break
+		open_tmp $pid "$(pwd -P)" && break
 		sleep 0.05
 	done
 }
@@ -227,7 +227,7 @@ reap() {
 for sig in TERM INT HUP; do
 	sentinels
 	start_slow -n 2 -o 'x-{shard}'
-	ok test -n "$(ls -A | grep '\.x-00000\.tmp\.')" "SIG$sig: the run has begun (temporary files exist)"
+	ok open_tmp $pid "$(pwd -P)" "SIG$sig: the run has begun (temporary files open)"
 	kill -$sig $pid
 	reap
 	exec 3>&-
