@@ -50,6 +50,7 @@ enum dp_status {
 typedef struct dp_err {
 	int code;       /* enum dp_status of the last failure */
 	char msg[1024]; /* "train.tfrecord: record 17 at byte 52311: data CRC mismatch" */
+	int sys;        /* the errno of a failed system call (dp_syserr), else 0 */
 } dp_err;
 
 /* Record a failure in e (when e is not NULL); returns code, so that callers

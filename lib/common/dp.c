@@ -24,6 +24,7 @@ int dp_vseterr(dp_err *e, int code, const char *fmt, va_list ap)
 {
 	if (e) {
 		e->code = code;
+		e->sys = 0;
 		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
 	}
 	return code;
@@ -50,6 +51,7 @@ int dp_syserr(dp_err *e, const char *fmt, ...)
 		size_t n = strlen(e->msg);
 		snprintf(e->msg + n, sizeof e->msg - n, ": %s", strerror(saved));
 		e->code = code;
+		e->sys = saved;
 	}
 	errno = saved;
 	return code;
@@ -212,8 +214,13 @@ void dp_out_install_signal_cleanup(void)
 	int sigs[] = CLEANUP_SIGNALS;
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
 		struct sigaction sa, old;
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-			continue; /* keep what the parent chose (nohup, ignored SIGPIPE) */
+		/* keep what the parent chose (nohup's SIGHUP, a background job's
+		 * SIGINT), but for SIGPIPE: a reader that went away ends every
+		 * program the same way, quietly with 141 as in a shell, even
+		 * when the parent (Python's subprocess) ignored it */
+		if (sigs[i] != SIGPIPE && sigaction(sigs[i], NULL, &old) == 0 &&
+		    old.sa_handler == SIG_IGN)
+			continue;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_handler = cleanup_handler;
 		sigemptyset(&sa.sa_mask);
