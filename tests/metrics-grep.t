@@ -267,8 +267,8 @@ like "$err" "Is a directory" "a directory: said so"
 # ---- output errors ----
 for i in $(seq 200); do cat "$D/train.log"; done > big.log
 metrics-grep big.log 2> epipe.err | head -1 > /dev/null
-is "${PIPESTATUS[0]}" 1 "a closed pipe: exit 1"
-is "$(cat epipe.err)" "metrics-grep: stdout: Broken pipe" "a closed pipe: said so"
+is "${PIPESTATUS[0]}" 141 "a closed pipe: 141 (128 + SIGPIPE)"
+is "$(cat epipe.err)" "" "a closed pipe: quietly"
 if [ -w /dev/full ]; then
 	run metrics-grep "$D/train.log" > /dev/full
 	metrics-grep "$D/train.log" > /dev/full 2> full.err
