@@ -79,19 +79,28 @@ void dp_plot_free(dp_plot *p)
 	free(p);
 }
 
+/* Room for one more element in *pp, an array of n elements of `size`
+ * bytes with room for *cap: 0 or DP_ENOMEM. */
+static int grow_one(void *pp, int n, int *cap, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	int nc = *cap ? *cap * 2 : 8;
+	void *q = realloc(*(void **)pp, (size_t)nc * size);
+	if (!q)
+		return DP_ENOMEM;
+	*(void **)pp = q;
+	*cap = nc;
+	return 0;
+}
+
 static int find_panel(dp_plot *p, const char *name)
 {
 	for (int i = 0; i < p->np; i++)
 		if (strcmp(p->p[i].name, name) == 0)
 			return i;
-	if (p->np == p->cap_p) {
-		int nc = p->cap_p ? p->cap_p * 2 : 8;
-		struct panel *n = realloc(p->p, (size_t)nc * sizeof *n);
-		if (!n)
-			return DP_ENOMEM;
-		p->p = n;
-		p->cap_p = nc;
-	}
+	if (grow_one(&p->p, p->np, &p->cap_p, sizeof *p->p) < 0)
+		return DP_ENOMEM;
 	char *copy = strdup(name);
 	if (!copy)
 		return DP_ENOMEM;
@@ -107,14 +116,8 @@ int dp_plot_series(dp_plot *p, const char *label, const char *panel)
 	int pi = find_panel(p, panel);
 	if (pi < 0)
 		return pi;
-	if (p->ns == p->cap_s) {
-		int nc = p->cap_s ? p->cap_s * 2 : 8;
-		struct series *n = realloc(p->s, (size_t)nc * sizeof *n);
-		if (!n)
-			return DP_ENOMEM;
-		p->s = n;
-		p->cap_s = nc;
-	}
+	if (grow_one(&p->s, p->ns, &p->cap_s, sizeof *p->s) < 0)
+		return DP_ENOMEM;
 	struct series *s = &p->s[p->ns];
 	memset(s, 0, sizeof *s);
 	s->label = strdup(label);
