@@ -712,13 +712,14 @@ static void add_metric_option(const char *arg)
 }
 
 /* The whole of path ("-": stdin) in b, at most DEFS_MAX bytes.  Returns 0,
- * or -1 with errno set (EFBIG past the limit). */
+ * or -1 with errno set (EFBIG past the limit); b is the caller's to free
+ * either way. */
 static int read_whole(const char *path, dp_buf *b)
 {
+	dp_buf_init(b, DEFS_MAX);
 	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	dp_buf_init(b, DEFS_MAX);
 	int rc = 0;
 	for (;;) {
 		if (dp_buf_reserve(b, 65536) < 0) {
