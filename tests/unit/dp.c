@@ -127,6 +127,12 @@ static void test_buf(void)
 	dp_buf_free(&b);
 
 	dp_buf_init(&b, 10);
+	dp_buf_reserve(&b, 8); /* memory past the cap: printf must still stop at it */
+	is_int(dp_buf_printf(&b, "%s", "0123456789a"), DP_ELIMIT, "printf past the cap: DP_ELIMIT");
+	is_int(b.len, 0, "... adds nothing");
+	dp_buf_reset(&b);
+	is_int(dp_buf_printf(&b, "%d%s", 1234, "56789"), 0, "printf up to the cap");
+	dp_buf_reset(&b);
 	is_int(dp_buf_add(&b, "0123456789", 10), 0, "up to the cap");
 	is_int(dp_buf_add(&b, "x", 1), DP_ELIMIT, "past the cap: DP_ELIMIT");
 	is_int(dp_buf_addstr(&b, ""), DP_ELIMIT, "... and it sticks");
