@@ -36,6 +36,7 @@ char *dp_buf_take(dp_buf *b)
 {
 	if (b->err || (!b->p && dp_buf_reserve(b, 0) < 0))
 		return NULL;
+	b->p[b->len] = 0; /* a buffer never written has no NUL yet */
 	char *p = b->p;
 	b->p = NULL;
 	b->len = b->cap = 0;
