@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,16 @@ int s3_sleep(dp_s3 *s, double secs)
 		struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
 		nanosleep(&ts, NULL);
 	}
+}
+
+int s3_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 /* ---- Building a request ----------------------------------------------------------- */

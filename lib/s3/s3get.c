@@ -54,7 +54,8 @@
  * variables and are signalled only when they wait for that part and enough
  * bytes have come (a flag each, checked lock-free by the receiving side).
  * The ring's sequence numbers and the parts' written/hashed marks are
- * shared under mu.
+ * shared under mu.  Both threads run with every signal blocked: the
+ * caller's handlers run in its own threads.
  */
 #define _GNU_SOURCE
 #include "md5.h"
@@ -1216,11 +1217,11 @@ static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, in
 /* The writer, and the hasher when objects are checked. */
 static int start_threads(getter *g, dp_err *e)
 {
-	if (pthread_create(&g->wt, NULL, writer_main, g) != 0)
+	if (s3_thread_start(&g->wt, writer_main, g) != 0)
 		return dp_seterr(e, DP_ENOMEM, "cannot start the writer thread");
 	g->have_wt = 1;
 	if (g->verify_any) {
-		if (pthread_create(&g->ht, NULL, hasher_main, g) != 0)
+		if (s3_thread_start(&g->ht, hasher_main, g) != 0)
 			return dp_seterr(e, DP_ENOMEM, "cannot start the hasher thread");
 		g->have_ht = 1;
 	}

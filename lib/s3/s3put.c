@@ -2,16 +2,16 @@
  * s3put.c - the streaming writer: a descriptor of unknown length into one
  * S3 object (or a local file, written whole or not at all).
  *
- * A reader thread fills part-sized buffers from the descriptor and hashes
- * each (SHA-256: the payload signature, which the server checks); the
- * calling thread uploads them through a curl multi handle, up to
- * conf.concurrency at a time.  With W uploads in flight and one buffer
- * filling, memory stays below (W + 2) x part size.  Input that fits in one
- * part goes up as a single PUT; longer input as a multipart upload, which
- * is aborted when anything fails (or the caller cancels), so no parts are
- * left behind.  A CompleteMultipartUpload whose answer was lost and whose
- * retry finds NoSuchUpload is settled by comparing the object's ETag with
- * the one the parts make.
+ * A reader thread (every signal blocked in it) fills part-sized buffers
+ * from the descriptor and hashes each (SHA-256: the payload signature,
+ * which the server checks); the calling thread uploads them through a
+ * curl multi handle, up to conf.concurrency at a time.  With W uploads in
+ * flight and one buffer filling, memory stays below (W + 2) x part size.
+ * Input that fits in one part goes up as a single PUT; longer input as a
+ * multipart upload, which is aborted when anything fails (or the caller
+ * cancels), so no parts are left behind.  A CompleteMultipartUpload whose
+ * answer was lost and whose retry finds NoSuchUpload is settled by
+ * comparing the object's ETag with the one the parts make.
  *
  * Part sizes: conf.part_size (at least 5 MiB, S3's minimum); for input of
  * unknown length they double every 1000 parts so that the 10,000-part limit
@@ -492,7 +492,7 @@ static int putter_init(putter *u, dp_s3 *s, const dp_loc *dst, int fd, const cha
 	pthread_mutex_init(&u->mu, NULL);
 	pthread_cond_init(&u->cv, NULL);
 	u->synced = 1;
-	if (pthread_create(&u->reader, NULL, reader_main, u) != 0)
+	if (s3_thread_start(&u->reader, reader_main, u) != 0)
 		return dp_seterr(e, DP_ENOMEM, "cannot start the reader thread");
 	u->reading = 1;
 	return DP_OK;
