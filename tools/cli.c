@@ -166,6 +166,14 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 		cli_usage_error("%s", e.msg);
 }
 
+char *cli_expand(const char *tmpl, const char *const *vars)
+{
+	char *x = dp_expand(tmpl, vars);
+	if (!x)
+		cli_die("out of memory");
+	return x;
+}
+
 void *cli_malloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);

@@ -82,6 +82,9 @@ uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max);
 void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
 	      uint64_t *count);
 
+/* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
+char *cli_expand(const char *tmpl, const char *const *vars);
+
 /* Allocation that cannot fail: "prog: out of memory", exit 1. */
 void *cli_malloc(size_t n);
 void *cli_calloc(size_t n, size_t size);
