@@ -165,16 +165,6 @@ int s3_sleep(dp_s3 *s, double secs)
 	}
 }
 
-int s3_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return rc;
-}
-
 /* ---- Building a request ----------------------------------------------------------- */
 
 char *s3_obj_url(const char *bucket, const char *key)

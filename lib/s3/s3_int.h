@@ -125,11 +125,6 @@ double s3_backoff(const dp_s3 *s, int attempt);
 void s3_log(const dp_s3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sleep up to secs, returning early (-1) when cancelled. */
 int s3_sleep(dp_s3 *s, double secs);
-/* pthread_create with every signal blocked in the new thread, so that the
- * caller's handlers run in the caller's threads only (a handler that
- * cleans up outputs must not run beside code changing what it reads).
- * Returns 0 or pthread_create's error. */
-int s3_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 /* HEAD an object: size, etag, mtime. */
 int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e);
 

@@ -1217,11 +1217,11 @@ static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, in
 /* The writer, and the hasher when objects are checked. */
 static int start_threads(getter *g, dp_err *e)
 {
-	if (s3_thread_start(&g->wt, writer_main, g) != 0)
+	if (dp_thread_create(&g->wt, writer_main, g) != 0)
 		return dp_seterr(e, DP_ENOMEM, "cannot start the writer thread");
 	g->have_wt = 1;
 	if (g->verify_any) {
-		if (s3_thread_start(&g->ht, hasher_main, g) != 0)
+		if (dp_thread_create(&g->ht, hasher_main, g) != 0)
 			return dp_seterr(e, DP_ENOMEM, "cannot start the hasher thread");
 		g->have_ht = 1;
 	}

@@ -492,7 +492,7 @@ static int putter_init(putter *u, dp_s3 *s, const dp_loc *dst, int fd, const cha
 	pthread_mutex_init(&u->mu, NULL);
 	pthread_cond_init(&u->cv, NULL);
 	u->synced = 1;
-	if (s3_thread_start(&u->reader, reader_main, u) != 0)
+	if (dp_thread_create(&u->reader, reader_main, u) != 0)
 		return dp_seterr(e, DP_ENOMEM, "cannot start the reader thread");
 	u->reading = 1;
 	return DP_OK;
