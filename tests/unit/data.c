@@ -94,18 +94,11 @@ static int is_perm(const int *ids, int n, int lo, int hi)
 	return 1;
 }
 
-int main(void)
+static void test_order(void)
 {
 	dp_err e;
-	if (!mkdtemp(dir))
-		return 1;
-	snprintf(f1, sizeof f1, "%s/a.tfrecord", dir);
-	snprintf(f2, sizeof f2, "%s/b.tfrecord", dir);
-	write_file(f2, N, N, -1);
-	write_file(f1, 0, N, -1);
 	const char *one[] = {f1};
-	int ids[200], ids2[200], sizes[40], nb, nb2, sizes2[40];
-
+	int ids[200], sizes[40], nb;
 	/* in order */
 	dp_data_opts o = opts(one, 1);
 	dp_data *d = dp_data_open(&o, &e);
@@ -125,7 +118,15 @@ int main(void)
 	dp_data_stats_get(d, &st);
 	ok(n == 24 && nb == 3 && st.dropped == 6, "--last-batch drop: 3 batches, 6 dropped");
 	dp_data_close(d);
+}
 
+static void test_shuffle(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	int ids[200], ids2[200], sizes[40], sizes2[40], nb, nb2, n;
+	dp_data_opts o;
+	dp_data *d;
 	/* shuffle */
 	for (size_t buf = 5; buf <= 1000; buf += 995) {
 		o = opts(one, 1);
@@ -166,7 +167,15 @@ int main(void)
 		   "shuffle %zu: an abandoned epoch leaves nothing behind", buf);
 		dp_data_close(d);
 	}
+}
 
+static void test_shards(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	/* shards partition the records */
 	int count[N] = {0}, part = 1;
 	for (unsigned s = 0; s < 3; s++) {
@@ -184,7 +193,14 @@ int main(void)
 	for (int i = 0; i < N; i++)
 		part &= count[i] == 1;
 	ok(part, "3 shards: record i in shard i %% 3, each once");
+}
 
+static void test_block_shards(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	dp_data_opts o;
+	dp_data *d;
 	/* shards in blocks after the shuffle (data parallelism): the j-th
 	 * batches of 3 readers with batch 4 are, in rank order, exactly the
 	 * j-th batch of one reader with batch 12; with a resume skip too */
@@ -218,7 +234,14 @@ int main(void)
 		ok(same, "block shards after a shuffle = one reader's global batches (skip %d: %d, %d+%d+%d)",
 		   (int)skip, na, ng[0], ng[1], ng[2]);
 	}
+}
 
+static void test_files(void)
+{
+	dp_err e;
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	/* several files: globbed, shuffled together, file order per epoch */
 	char pat[320];
 	snprintf(pat, sizeof pat, "%s/*.tfrecord", dir);
@@ -241,7 +264,14 @@ int main(void)
 	ok(second_first > 0 && second_first < 8, "the file order changes between epochs (%d of 8)",
 	   second_first);
 	dp_data_close(d);
+}
 
+static void test_command(void)
+{
+	dp_err e;
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	/* a command */
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "cat %s", f1);
@@ -257,7 +287,15 @@ int main(void)
 	ok(n < 0, "a failing command fails the epoch");
 	like(e.msg, "exited with status 5", "and says how it ended");
 	dp_data_close(d);
+}
 
+static void test_errors(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	/* errors name file, record and offset */
 	write_file(f1, 0, N, 13);
 	o = opts(one, 1);
@@ -282,7 +320,24 @@ int main(void)
 	ok(dp_parse_scale("0", &sc) < 0 && dp_parse_scale("1/0", &sc) < 0 &&
 		   dp_parse_scale("x", &sc) < 0 && dp_parse_scale("1/2/3", &sc) < 0,
 	   "bad scales refused");
+}
 
+int main(void)
+{
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(f1, sizeof f1, "%s/a.tfrecord", dir);
+	snprintf(f2, sizeof f2, "%s/b.tfrecord", dir);
+	write_file(f2, N, N, -1);
+	write_file(f1, 0, N, -1);
+	test_order();
+	test_shuffle();
+	test_shards();
+	test_block_shards();
+	test_files();
+	test_command();
+	test_errors(); /* rewrites f1 */
+	char cmd[400];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		return 1;
