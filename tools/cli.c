@@ -65,6 +65,13 @@ void cli_die_code(int code, const char *fmt, ...)
 	cli_exit(code);
 }
 
+void cli_die_err(int code, const dp_err *e)
+{
+	if (e->sys == EPIPE)
+		cli_exit(CLI_PIPE);
+	cli_die_code(code, "%s", e->msg);
+}
+
 void cli_usage_error(const char *fmt, ...)
 {
 	va_list ap;
@@ -102,6 +109,8 @@ int cli_close_stdout(void)
 	}
 	if (!bad)
 		return 0;
+	if (err == EPIPE)
+		cli_exit(CLI_PIPE);
 	cli_warn("stdout: %s", strerror(err ? err : EIO));
 	return -1;
 }

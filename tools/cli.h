@@ -25,7 +25,10 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+/* CLI_PIPE: the reader of our output went away (EPIPE, or SIGPIPE's own
+ * 128 + 13): the program ends quietly with it, as when SIGPIPE ends it in
+ * a shell, whatever the parent did with SIGPIPE. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_PIPE = 141 };
 
 struct cli {
 	const char *prog;  /* "tfr-cat" */
@@ -48,6 +51,9 @@ void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void cli_die_code(int code, const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 2, 3)));
+/* A failure reported by libdp: "prog: e->msg", then cli_exit(code); a
+ * write that failed with EPIPE ends quietly with CLI_PIPE instead. */
+void cli_die_err(int code, const dp_err *e) __attribute__((noreturn));
 /* Print, then the usage line, then cli_exit(CLI_USAGE). */
 void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 /* getopt_long (optstring starting with ':', opterr = 0) returned '?' or
@@ -61,7 +67,8 @@ void cli_version(void) __attribute__((noreturn));
 /* After --help or --version: exit 0 when stdout was written whole, else
  * say why and exit 1 (`--help > /dev/full` is a failure). */
 void cli_exit_stdout(void) __attribute__((noreturn));
-/* Flush and close stdout at the end of a run: 0, or -1 after saying why. */
+/* Flush and close stdout at the end of a run: 0, or -1 after saying why
+ * (EPIPE: quietly, cli_exit(CLI_PIPE)). */
 int cli_close_stdout(void);
 
 /* Option values; a bad one is a usage error naming the option.

@@ -415,8 +415,10 @@ static void commit_outputs(void)
 		for (size_t k = 0; k < sp->nsh; k++) {
 			struct output *o = &sp->sh[k];
 			if (!g.fixed && !to_stdout()) { /* now {nshards} is known */
-				free(o->o.path);
-				o->o.path = out_name(s, k, sp->nsh);
+				char *name = out_name(s, k, sp->nsh);
+				if (dp_out_retarget(&o->o, name, &e) < 0)
+					die("%s", e.msg);
+				free(name);
 			}
 			if (!(o->name = strdup(to_stdout() ? "-" : o->o.path)))
 				die("out of memory");
