@@ -169,14 +169,6 @@ static void help(void)
 static int RANK, SIZE = 1;
 static int bar_shown;
 
-static void set_rank(int rank, int size)
-{
-	RANK = rank;
-	SIZE = size;
-	cli.rank = size > 1 ? rank : -1;
-	cli.quiet = 0;
-}
-
 static void bar_clear(void)
 {
 	if (bar_shown) {
@@ -191,17 +183,10 @@ static void before_msg(void)
 	fflush(stdout);
 }
 
-/* The next message is the job's, not one worker's: worker 0 alone prints
- * it, without "rank N: ".  For messages before an exit. */
-static void job_says(void)
-{
-	cli.rank = -1;
-	cli.quiet = RANK != 0;
-}
-
-#define usage_error(...)                     \
-	do {                                 \
-		job_says();                  \
+/* A usage error is every worker's: said once (cli_job_says). */
+#define usage_error(...)                      \
+	do {                                  \
+		cli_job_says();               \
 		cli_usage_error(__VA_ARGS__); \
 	} while (0)
 
@@ -215,7 +200,7 @@ static void parse_args(int argc, char **argv)
 {
 	int c;
 	dp_err e;
-	job_says(); /* what goes wrong here goes wrong on every worker */
+	cli_job_says(); /* what goes wrong here goes wrong on every worker */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":q", longopts, NULL)) != -1) {
 		switch (c) {
@@ -271,12 +256,12 @@ static void parse_args(int argc, char **argv)
 			if (RANK == 0)
 				cli_version();
 			cli_exit_stdout();
-		default: job_says(); cli_bad_option(c, argv);
+		default: cli_bad_option(c, argv);
 		}
 	}
 	for (int i = optind; i < argc; i++)
 		push(&O.data, &O.ndata, argv[i]);
-	set_rank(RANK, SIZE);
+	cli_set_rank(RANK, SIZE);
 }
 
 /* ---- text and JSON output ------------------------------------------------------- */
@@ -898,7 +883,9 @@ static void join_job(void)
 		cli_die("%s", e.msg);
 	if (!(R.comm = dp_comm_open(R.be, R.ctx, &e)))
 		cli_die("%s", e.msg);
-	set_rank(dp_comm_rank(R.comm), dp_comm_size(R.comm));
+	RANK = dp_comm_rank(R.comm);
+	SIZE = dp_comm_size(R.comm);
+	cli_set_rank(RANK, SIZE);
 	if (SIZE > 1 && !data_per_worker())
 		for (size_t i = 0; i < O.ndata; i++)
 			if (is_stream(O.data[i]))
@@ -1149,6 +1136,7 @@ int main(int argc, char **argv)
 		int r = -1, z = -1;
 		dp_rank_size(&r, &z);
 		RANK = r;
+		cli_set_rank(r, 1); /* rank 0 speaks for the job; no "rank N: " yet */
 	}
 	parse_args(argc, argv);
 	if (O.check) {

@@ -311,32 +311,24 @@ static void bar_clear(void);
 static dp_comm *COMM; /* the job, once joined */
 static int RANK, SIZE = 1;
 
-/* Messages from here on are this rank's. */
+/* Who we are in the job: the rank's messages say so (cli_set_rank). */
 static void set_rank(int rank, int size)
 {
 	RANK = rank;
 	SIZE = size;
-	cli.rank = size > 1 ? rank : -1;
-	cli.quiet = 0;
+	cli_set_rank(rank, size);
 }
 
-/* The next message is the job's, not this rank's: rank 0 alone prints it,
- * without "rank N: ".  For a message before an exit. */
-static void job_says(void)
-{
-	cli.rank = -1;
-	cli.quiet = RANK != 0;
-}
-
-#define die_all(code, ...)                          \
-	do {                                        \
-		job_says();                         \
-		cli_die_code(code, __VA_ARGS__);    \
+/* The job's failures, said once (cli_job_says). */
+#define die_all(code, ...)                       \
+	do {                                     \
+		cli_job_says();                  \
+		cli_die_code(code, __VA_ARGS__); \
 	} while (0)
-#define usage_error(...)                            \
-	do {                                        \
-		job_says();                         \
-		cli_usage_error(__VA_ARGS__);       \
+#define usage_error(...)                      \
+	do {                                  \
+		cli_job_says();               \
+		cli_usage_error(__VA_ARGS__); \
 	} while (0)
 
 /* cli.before_msg */
@@ -380,7 +372,7 @@ static void parse_args(int argc, char **argv)
 	double momentum = 0, dampening = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = -1;
 	int nesterov = 0;
 	const char *optname = "adam";
-	job_says(); /* what goes wrong here goes wrong on every rank */
+	cli_job_says(); /* what goes wrong here goes wrong on every rank */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":o:q", longopts, NULL)) != -1) {
 		if (c >= 0 && c < O_LAST)
@@ -519,7 +511,7 @@ static void parse_args(int argc, char **argv)
 		O.opt.weight_decay = wd;
 	if (!O.given[O_LR])
 		O.lr = O.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
-	set_rank(RANK, SIZE);
+	cli_set_rank(RANK, SIZE);
 }
 /* ---- settings from a checkpoint when resuming ------------------------------ */
 

@@ -64,6 +64,7 @@ static void refuse(const char *what, const char *header, size_t dlen, const char
 static const dp_backend *be = &dp_backend_cpu;
 static dp_bectx *ctx;
 
+/* The exact bytes of a small file, and reading it back. */
 static void test_bytes(void)
 {
 	dp_err e;
@@ -109,6 +110,7 @@ static void test_bytes(void)
 
 }
 
+/* Damage a reader must refuse, each with its message. */
 static void test_damage(void)
 {
 	dp_err e;

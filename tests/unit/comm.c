@@ -61,10 +61,10 @@ static void test_grads(dp_comm *c)
 		   (unsigned long long)st.calls);
 }
 
+/* Protocol errors: ranges out of order, a wait too early. */
 static void test_protocol(dp_comm *c)
 {
 	dp_err e;
-	/* protocol errors */
 	float g3[3] = {0};
 	ok(dp_comm_grads_begin(c, g3, 3, &e) == 0, "begin");
 	ok(dp_comm_grads_ready(c, 0, 1, &e) == DP_EARG, "a range not at the end of the ready ones: refused");
@@ -74,10 +74,10 @@ static void test_protocol(dp_comm *c)
 	like(e.msg, "never reported ready", "says which");
 }
 
+/* Sums, averages, broadcasts, gathers. */
 static void test_collectives(dp_comm *c)
 {
 	dp_err e;
-	/* sums, averages, broadcasts, gathers */
 	double d[2] = {rank + 0.5, 1};
 	ok(dp_comm_allreduce_sum(c, d, 2, &e) == 0 && d[0] == sumr - 0.5 * size &&
 		   d[1] == size, "allreduce_sum of doubles");
@@ -100,10 +100,10 @@ static void test_collectives(dp_comm *c)
 	free(all);
 }
 
+/* The settings check. */
 static void test_settings(dp_comm *c)
 {
 	dp_err e;
-	/* the settings check */
 	ok(dp_comm_check_same(c, "model=a\nbatch=8\n", &e) == 0, "the same settings everywhere");
 	char text[64];
 	snprintf(text, sizeof text, "model=a\nbatch=%d\n", rank == 1 ? 16 : 8);
@@ -118,10 +118,10 @@ static void test_settings(dp_comm *c)
 	}
 }
 
+/* The timeline: a Chrome trace with every rank (-1: no directory). */
 static int test_timeline(dp_comm *c)
 {
 	dp_err e;
-	/* the timeline */
 	char path[] = "/tmp/dpcomm.XXXXXX", file[64];
 	if (rank == 0 && !mkdtemp(path))
 		return -1;

@@ -94,12 +94,12 @@ static int is_perm(const int *ids, int n, int lo, int hi)
 	return 1;
 }
 
+/* In order: every sample, the batches, the stats, --last-batch drop. */
 static void test_order(void)
 {
 	dp_err e;
 	const char *one[] = {f1};
 	int ids[200], sizes[40], nb;
-	/* in order */
 	dp_data_opts o = opts(one, 1);
 	dp_data *d = dp_data_open(&o, &e);
 	int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
@@ -120,6 +120,7 @@ static void test_order(void)
 	dp_data_close(d);
 }
 
+/* Shuffled through a buffer of 5 and of 1000 records. */
 static void test_shuffle(void)
 {
 	dp_err e;
@@ -127,7 +128,6 @@ static void test_shuffle(void)
 	int ids[200], ids2[200], sizes[40], sizes2[40], nb, nb2, n;
 	dp_data_opts o;
 	dp_data *d;
-	/* shuffle */
 	for (size_t buf = 5; buf <= 1000; buf += 995) {
 		o = opts(one, 1);
 		o.shuffle = buf;
@@ -169,21 +169,19 @@ static void test_shuffle(void)
 	}
 }
 
+/* Shards partition the records. */
 static void test_shards(void)
 {
-	dp_err e;
 	const char *one[] = {f1};
-	int ids[200], sizes[40], nb, n;
-	dp_data_opts o;
-	dp_data *d;
-	/* shards partition the records */
 	int count[N] = {0}, part = 1;
 	for (unsigned s = 0; s < 3; s++) {
-		o = opts(one, 1);
+		dp_err e;
+		int ids[200], sizes[40], nb;
+		dp_data_opts o = opts(one, 1);
 		o.shard_index = s;
 		o.shard_count = 3;
-		d = dp_data_open(&o, &e);
-		n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
+		dp_data *d = dp_data_open(&o, &e);
+		int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
 		for (int i = 0; i < n; i++) {
 			count[ids[i]]++;
 			part &= ids[i] % 3 == (int)s;
@@ -195,15 +193,15 @@ static void test_shards(void)
 	ok(part, "3 shards: record i in shard i %% 3, each once");
 }
 
+/* Shards in blocks after the shuffle (data parallelism): the j-th
+ * batches of 3 readers with batch 4 are, in rank order, exactly the
+ * j-th batch of one reader with batch 12; with a resume skip too. */
 static void test_block_shards(void)
 {
 	dp_err e;
 	const char *one[] = {f1};
 	dp_data_opts o;
 	dp_data *d;
-	/* shards in blocks after the shuffle (data parallelism): the j-th
-	 * batches of 3 readers with batch 4 are, in rank order, exactly the
-	 * j-th batch of one reader with batch 12; with a resume skip too */
 	for (uint64_t skip = 0; skip < 2; skip++) {
 		int all[N], na, szs[N], nba;
 		o = opts(one, 1);
@@ -236,13 +234,13 @@ static void test_block_shards(void)
 	}
 }
 
+/* Several files: globbed, shuffled together, file order per epoch. */
 static void test_files(void)
 {
 	dp_err e;
 	int ids[200], sizes[40], nb, n;
 	dp_data_opts o;
 	dp_data *d;
-	/* several files: globbed, shuffled together, file order per epoch */
 	char pat[320];
 	snprintf(pat, sizeof pat, "%s/*.tfrecord", dir);
 	const char *glob1[] = {pat};
@@ -266,13 +264,13 @@ static void test_files(void)
 	dp_data_close(d);
 }
 
+/* A command's output; a failing command. */
 static void test_command(void)
 {
 	dp_err e;
 	int ids[200], sizes[40], nb, n;
 	dp_data_opts o;
 	dp_data *d;
-	/* a command */
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "cat %s", f1);
 	o = opts(NULL, 0);
@@ -289,19 +287,17 @@ static void test_command(void)
 	dp_data_close(d);
 }
 
+/* Errors name file, record and offset; bad options, bad scales. */
 static void test_errors(void)
 {
 	dp_err e;
 	const char *one[] = {f1};
-	int ids[200], sizes[40], nb, n;
-	dp_data_opts o;
-	dp_data *d;
-	/* errors name file, record and offset */
+	int ids[200], sizes[40], nb;
 	write_file(f1, 0, N, 13);
-	o = opts(one, 1);
+	dp_data_opts o = opts(one, 1);
 	o.shuffle = 7;
-	d = dp_data_open(&o, &e);
-	n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
+	dp_data *d = dp_data_open(&o, &e);
+	int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
 	char want[400];
 	snprintf(want, sizeof want, "%s: record 13 at byte %llu: no label 'label' (the record has: image)",
 		 f1, (unsigned long long)offsets[13]);
