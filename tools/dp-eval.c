@@ -496,10 +496,10 @@ static void pred_open(pred_out *p)
 	if (p->format == PF_TFRECORD && !strcmp(p->path, "-") && isatty(STDOUT_FILENO))
 		usage_error("--predictions -: will not write records to a terminal");
 	if (dp_out_open(&p->out, p->path, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (p->format == PF_TFRECORD &&
 	    !(p->w = dp_writer_open_fd(p->out.fd, p->path, gz ? DP_COMP_GZIP : DP_COMP_NONE, -1, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void pred_flush(pred_out *p, int force)
@@ -510,7 +510,7 @@ static void pred_flush(pred_out *p, int force)
 	if (p->sb.err)
 		cli_die("out of memory");
 	if (dp_write_all(p->out.fd, p->sb.p, p->sb.len, p->path, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	dp_buf_reset(&p->sb);
 }
 
@@ -574,7 +574,7 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 	if (dp_exbuild_finish(x, &data, &len) < 0)
 		cli_die("out of memory");
 	if (dp_writer_write(p->w, data, len, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void pred_commit(pred_out *p)
@@ -583,12 +583,12 @@ static void pred_commit(pred_out *p)
 	pred_flush(p, 1);
 	if (p->w) {
 		if (dp_writer_finish(p->w, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_writer_free(p->w);
 		p->w = NULL;
 	}
 	if (dp_out_commit(&p->out, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	dp_buf_free(&p->sb);
 	dp_exbuild_free(&p->ex);
 	free(p->path);
@@ -807,13 +807,13 @@ static void write_whole(const char *path, const dp_buf *b)
 	if (b->err)
 		cli_die("out of memory");
 	if (dp_out_open(&o, path, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (dp_write_all(o.fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0) {
 		dp_out_abort(&o);
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	}
 	if (dp_out_commit(&o, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* ---- the run ------------------------------------------------------------------------------ */
@@ -880,9 +880,9 @@ static void join_job(void)
 	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
 	char desc[256];
 	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (!(R.comm = dp_comm_open(R.be, R.ctx, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	RANK = dp_comm_rank(R.comm);
 	SIZE = dp_comm_size(R.comm);
 	cli_set_rank(RANK, SIZE);
@@ -904,7 +904,7 @@ static void load_model(void)
 {
 	dp_err e;
 	if (!(R.m = dp_model_load(O.model, R.be, R.ctx, O.batch, &R.ck, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	R.cls = dp_model_loss_kind(R.m) == DP_LOSS_XENT;
 	R.k = dp_model_out_size(R.m);
 	R.feature = O.feature ? O.feature : dp_st_meta(R.ck, "feature");
@@ -947,7 +947,7 @@ static void make_metrics(void)
 	if (R.cls)
 		load_classes(k);
 	if (!(R.ev = dp_eval_new_for(R.m, topk, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	dp_eval_report stub = {0};
 	stub.kind = dp_eval_kind(R.ev);
 	stub.k = k;
@@ -998,7 +998,7 @@ static void open_data(void)
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
 	if (!(R.d = dp_data_open(&o, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* After each batch of the pass: its predictions, the progress bar. */
@@ -1052,7 +1052,7 @@ static void evaluate(void)
 	if (failed)
 		cli_exit(CLI_FAIL);
 	if (rc < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	for (int r = 0; r < SIZE; r++)
 		if (flags[r] != 0)
 			cli_die("stopped: worker %d failed", r);
@@ -1072,7 +1072,7 @@ static void apply_gates(void)
 		gate_result *g = &R.gr[i];
 		if (dp_eval_metric(&R.rep, O.gates[i].metric, (const char *const *)NAMES, &g->value,
 				   &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		g->passed = dp_gate_pass(&O.gates[i], g->value);
 		R.gate_failed |= !g->passed;
 	}

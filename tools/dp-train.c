@@ -774,7 +774,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	dp_sched sc = {0};
 	dp_err e;
 	if (dp_sched_parse(O.schedule, &sc, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	snprintf(shb, sizeof shb, "%" PRIu64, O.shuffle);
 	snprintf(bb, sizeof bb, "%" PRIu64, O.batch);
 	snprintf(epb, sizeof epb, "%" PRIu64, O.epochs);
@@ -804,7 +804,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
 				 have_ckpt ? "; the last good checkpoint is " : "",
 				 have_ckpt ? last_ckpt : "");
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	}
 	free((char *)last_ckpt);
 	last_ckpt = path;
@@ -974,7 +974,7 @@ static dp_st *open_ckpt(const char *path)
 	dp_st *ck;
 	if (SIZE == 1) {
 		if (!(ck = dp_st_open(path, &e)))
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		return ck;
 	}
 	uint64_t len = 0;
@@ -1139,7 +1139,7 @@ static void check_same_state(uint64_t step)
 	if (!all)
 		cli_die("out of memory");
 	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	char hb[24], qb[24], sb[24];
 	snprintf(hb, sizeof hb, "%016" PRIx64, h);
 	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
@@ -1215,9 +1215,9 @@ static void join_job(void)
 	R.be = dp_backend_default();
 	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (!(COMM = dp_comm_open(R.be, R.ctx, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	set_rank(dp_comm_rank(COMM), dp_comm_size(COMM));
 	dp_comm_conf cc;
 	dp_comm_conf_defaults(&cc);
@@ -1227,7 +1227,7 @@ static void join_job(void)
 	cc.stall_abort = O.stall_abort;
 	cc.report = stall_report;
 	if (dp_comm_configure(COMM, &cc, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* The checkpoint to resume or start from, and the settings it gives:
@@ -1433,9 +1433,9 @@ static void setup_model(void)
 {
 	dp_err e;
 	if (dp_model_bind(M, R.be, R.ctx, O.batch, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (!(OPT = dp_optim_new(&O.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
 	if (R.ck) {
 		if (dp_ckpt_load_weights(R.ck, M, &e) < 0)
@@ -1448,7 +1448,7 @@ static void setup_model(void)
 	/* every worker starts from worker 0's weights and running statistics */
 	if (dp_comm_bcast(COMM, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
 	    dp_comm_bcast(COMM, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* The training and validation data, what the run is said to be, the
