@@ -353,9 +353,9 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	cli.rank = -1;
+	cli_job_says();
 	cli_vwarn(fmt, ap);
-	cli.rank = SIZE > 1 ? RANK : -1;
+	cli_set_rank(RANK, SIZE);
 	va_end(ap);
 }
 
@@ -1175,9 +1175,10 @@ static void val_line(uint64_t epoch, uint64_t step, int own)
 {
 	dp_eval_report r;
 	dp_err e;
-	if (dp_eval_report_get(R.val, &r, &e) < 0) { /* no samples: r is zeros */
+	if (dp_eval_report_get(R.val, &r, &e) < 0) { /* no samples */
 		if (!own)
 			die_all(1, "val: no records");
+		memset(&r, 0, sizeof r); /* a rank without a share: zeros */
 	}
 	char v[5][40];
 	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
