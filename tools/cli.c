@@ -47,6 +47,21 @@ void cli_exit(int code)
 	exit(code);
 }
 
+static int job_rank; /* this process's rank in its job; 0 outside one */
+
+void cli_set_rank(int rank, int size)
+{
+	job_rank = rank;
+	cli.rank = size > 1 ? rank : -1;
+	cli.quiet = 0;
+}
+
+void cli_job_says(void)
+{
+	cli.rank = -1;
+	cli.quiet = job_rank != 0;
+}
+
 void cli_die(const char *fmt, ...)
 {
 	va_list ap;

@@ -62,6 +62,13 @@ void cli_bad_option(int c, char **argv) __attribute__((noreturn));
 /* Exit with code: for code > 0 the on_fail hook (or dp_out_cleanup) first. */
 void cli_exit(int code) __attribute__((noreturn));
 
+/* Jobs of several ranks (mpirun).  cli_set_rank: messages from here on are
+ * this rank's ("prog: rank N: " when size > 1; cli.quiet cleared).
+ * cli_job_says: the next message is the whole job's, printed once, by rank
+ * 0, without "rank N: " (an error every rank meets alike, before an exit). */
+void cli_set_rank(int rank, int size);
+void cli_job_says(void);
+
 /* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
 void cli_version(void) __attribute__((noreturn));
 /* After --help or --version: exit 0 when stdout was written whole, else
