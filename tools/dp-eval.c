@@ -1130,7 +1130,6 @@ int main(int argc, char **argv)
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;
-	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
 	if (dp_comm_launched()) { /* who speaks for the job, before it is joined */
 		int r = -1, z = -1;

@@ -763,6 +763,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
 	double t0 = dp_now();
+	char producer[64];
+	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
 		web[40];
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
@@ -796,7 +798,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"shuffle_buffer", shb,
 		"last_batch", O.drop_last ? "drop" : "keep",
 		"precision", dp_precision_name(O.precision),
-		"producer", "dp-train " DP_VERSION,
+		"producer", producer,
 		NULL,
 	};
 	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
@@ -1017,7 +1019,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
 		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
 		"\ntimeline=%s\n",
-		DP_VERSION, dp_backend_default()->name, O.model ? O.model : "(none)",
+		dp_version(), dp_backend_default()->name, O.model ? O.model : "(none)",
 		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
 		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
 		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
@@ -1734,7 +1736,6 @@ int main(int argc, char **argv)
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;
 	cli.on_fail = end_job;
-	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
 	if (dp_comm_launched()) { /* who we are, for messages before MPI is up */
 		int r = -1, z = -1;

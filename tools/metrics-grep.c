@@ -847,7 +847,6 @@ static void set_up(char **files, int nfiles)
 		if (!G.title)
 			G.title = nfiles == 0 || strcmp(files[0], "-") == 0 ? "stdin" : files[0];
 	}
-	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
 	if (G.follow)
 		catch_stop_signals();

@@ -112,10 +112,11 @@ static void on_fail(int code)
 	}
 }
 
-/* Report e and exit with its class's status. */
+/* Report e and exit with its class's status (a reader gone: quietly,
+ * CLI_PIPE, as for every program). */
 static void __attribute__((noreturn)) die_err(const dp_err *e)
 {
-	cli_die_code(exit_code(e->code), "%s", e->msg);
+	cli_die_err(exit_code(e->code), e);
 }
 
 static const char usage_line[] =
@@ -262,6 +263,9 @@ static void install_signals(void)
 		sigemptyset(&sa.sa_mask);
 		sigaction(sigs[i], &sa, NULL);
 	}
+	/* SIGPIPE stays ignored: sockets may raise it in any thread (OpenSSL
+	 * writes without MSG_NOSIGNAL); a closed stdout is EPIPE, and ends
+	 * s3-pipe quietly with CLI_PIPE like every other program */
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -536,8 +540,11 @@ static char *obj_url(const dp_obj *o, int file_url)
 
 static void out_line(const char *s)
 {
-	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF)
+	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
+		if (errno == EPIPE)
+			cli_exit(CLI_PIPE);
 		cli_die("stdout: %s", strerror(errno));
+	}
 }
 
 static int ls_cb(void *ctx, const dp_obj *o)

@@ -1885,7 +1885,6 @@ int main(int argc, char **argv)
 		usage_error("--image-feature and --label-feature must be two different names");
 	S.skip_left = O.skip;
 
-	signal(SIGPIPE, SIG_IGN); /* a closed pipe is EPIPE, reported */
 	dp_out_install_signal_cleanup();
 	open_output();
 

@@ -1085,7 +1085,6 @@ static void parse_options(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	parse_options(argc, argv);
-	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error with a message */
 	dp_out_install_signal_cleanup();
 	struct rlimit rl; /* one descriptor per output */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
