@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -338,12 +339,20 @@ static void before_msg(void)
 	fflush(stdout);
 }
 
-/* cli.on_fail: a failure ends every rank of the job. */
+/* cli.on_fail: a failure ends every rank of the job.  A failure every
+ * rank meets alike (cli.quiet here: rank 0 says it) is ended by rank 0,
+ * so that its message is out before the abort kills the job: the others
+ * wait for that (at most 30 s, then end the job themselves). */
 static void end_job(int code)
 {
 	dp_out_cleanup();
-	if (COMM && SIZE > 1)
+	if (COMM && SIZE > 1) {
+		for (int i = 0; cli.quiet && RANK != 0 && i < 300; i++) {
+			struct timespec ts = {0, 100000000};
+			nanosleep(&ts, NULL);
+		}
 		dp_comm_abort(COMM, code);
+	}
 }
 
 /* A note of the job (rank 0's), unless --quiet. */
