@@ -483,8 +483,9 @@ static int csv_header(dp_encoder *x)
 	c->ncol = ncol;
 	for (size_t i = 0; i < ncol; i++) {
 		c->nlens[i] = csv_flen(c, i);
-		if (!(c->names[i] = strndup(csv_field(c, i), c->nlens[i])))
+		if (!(c->names[i] = malloc(c->nlens[i] + 1)))
 			return fail(x, DP_ENOMEM, "out of memory");
+		memcpy(c->names[i], csv_field(c, i), c->nlens[i] + 1); /* a name may hold NULs */
 		if (!dp_utf8_valid(c->names[i], c->nlens[i]))
 			return fail(x, DP_EDATA, "%s: line %" PRIu64 ": column %zu: the name is not valid UTF-8",
 				    name, c->line, i + 1);
