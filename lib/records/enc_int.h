@@ -24,6 +24,8 @@ static inline void *enc_room(dp_buf *b, size_t n, size_t size)
 {
 	b->len = 0;
 	b->err = 0;
+	if (n < b->cap / size) /* the common case: room already */
+		return b->p;
 	if ((n && size > SIZE_MAX / 2 / n) || dp_buf_reserve(b, n * size) < 0)
 		return NULL;
 	return b->p;

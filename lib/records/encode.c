@@ -77,6 +77,7 @@ typedef struct idx {
 
 struct dp_encoder {
 	dp_enc_opts o;
+	size_t image_len, label_len; /* of o.image_name, o.label_name */
 	int rc;          /* the first failure, sticky */
 	dp_err err;
 	src s, s2;       /* the input (IDX: images, then labels) */
@@ -733,8 +734,8 @@ static int idx_next(dp_encoder *x, const uint8_t **rec, size_t *len)
 	size_t plen = x->im.item;
 	int64_t lv = l;
 	dp_exbuild_reset(&x->eb);
-	if (dp_exbuild_bytes(&x->eb, x->o.image_name, strlen(x->o.image_name), &pp, &plen, 1) < 0 ||
-	    dp_exbuild_int64s(&x->eb, x->o.label_name, strlen(x->o.label_name), &lv, 1) < 0 ||
+	if (dp_exbuild_bytes(&x->eb, x->o.image_name, x->image_len, &pp, &plen, 1) < 0 ||
+	    dp_exbuild_int64s(&x->eb, x->o.label_name, x->label_len, &lv, 1) < 0 ||
 	    dp_exbuild_finish(&x->eb, rec, len) < 0)
 		return fail(x, DP_ENOMEM, "%s", E_NOMEM);
 	return 1;
@@ -757,6 +758,8 @@ static dp_encoder *enc_open(const input *in, const input *labels, const dp_enc_o
 	x->o.list_sep = o->list_sep ? o->list_sep : ' ';
 	x->o.image_name = o->image_name ? o->image_name : "image";
 	x->o.label_name = o->label_name ? o->label_name : "label";
+	x->image_len = strlen(x->o.image_name);
+	x->label_len = strlen(x->o.label_name);
 	x->o.types = NULL;
 	if (o->format < DP_ENC_JSON || o->format > DP_ENC_IDX)
 		fail(x, DP_EARG, "encoder: unknown format %d", o->format);

@@ -22,9 +22,12 @@
 
 static const char b64e[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-/* Room for n more bytes at the end of b, or NULL. */
+/* Room for n more bytes at the end of b, or NULL: dp_buf_reserve, with
+ * its common case inline (the writer asks once per value). */
 static inline char *room(dp_buf *b, size_t n)
 {
+	if (b->len + n < b->cap && b->len + n <= b->max && !b->err)
+		return b->p + b->len;
 	return dp_buf_reserve(b, n) < 0 ? NULL : b->p + b->len;
 }
 
@@ -34,6 +37,19 @@ static inline void wrote(dp_buf *b, char *o)
 	b->len = (size_t)(o - b->p);
 	b->p[b->len] = 0;
 }
+
+/* dp_buf_add, inline for the writer's short pieces. */
+static inline int put(dp_buf *b, const char *s, size_t n)
+{
+	char *o = room(b, n);
+	if (!o)
+		return b->err;
+	memcpy(o, s, n);
+	wrote(b, o + n);
+	return 0;
+}
+
+#define PUT(b, lit) put(b, lit, sizeof(lit) - 1)
 
 /* Standard base64 with padding, quoted. */
 static int put_b64(dp_buf *b, const uint8_t *s, size_t n)
@@ -209,51 +225,69 @@ static char *fmt_float_json(char *o, float x, int from1)
 
 /* ---- Writing: Examples --------------------------------------------------- */
 
+/* Between values: "," (compact) or ", " (proto, as json_format prints). */
+static inline char *put_sep(char *o, int proto)
+{
+	*o++ = ',';
+	if (proto)
+		*o++ = ' ';
+	return o;
+}
+
 struct b64_ctx {
 	dp_buf *b;
 	size_t i;
-	const char *sep;
+	int proto;
 };
 
 static int b64_value(const uint8_t *p, size_t len, void *ctx)
 {
 	struct b64_ctx *c = ctx;
-	if (c->i++)
-		dp_buf_addstr(c->b, c->sep);
+	if (c->i++) {
+		char *o = room(c->b, 2);
+		if (!o)
+			return c->b->err;
+		wrote(c->b, put_sep(o, c->proto));
+	}
 	return put_b64(c->b, p, len);
 }
 
 /* Values on the stack up to this many; past it, on the heap. */
 #define STACK_VALUES 256
+/* Values written after one reservation, and the room each may take: a
+ * separator and a float (19 bytes) or a quoted int64 (22). */
+#define RUN_VALUES 64
+#define VALUE_ROOM 24
 
-/* The numbers of f, each after sep but the first (int64s quoted with
- * proto).  Returns 0, DP_ENOMEM or b's error. */
-static int put_numbers(dp_buf *b, const dp_feature *f, const char *sep, int proto)
+/* The numbers of f, separated (int64s quoted with proto).  Returns 0,
+ * DP_ENOMEM or b's error. */
+static int put_numbers(dp_buf *b, const dp_feature *f, int proto)
 {
-	size_t seplen = strlen(sep);
 	union {
 		float f[STACK_VALUES];
 		int64_t i[STACK_VALUES];
 	} stack;
 	void *v = &stack;
-	size_t size = f->kind == DP_KIND_FLOAT ? sizeof(float) : sizeof(int64_t);
-	if (f->count > STACK_VALUES && !(v = malloc(f->count * size)))
+	int flt = f->kind == DP_KIND_FLOAT;
+	if (f->count > STACK_VALUES &&
+	    !(v = malloc(f->count * (flt ? sizeof(float) : sizeof(int64_t)))))
 		return DP_ENOMEM;
-	if (f->kind == DP_KIND_FLOAT)
+	if (flt)
 		dp_feature_floats(f, v, f->count);
 	else
 		dp_feature_int64s(f, v, f->count);
-	for (size_t i = 0; i < f->count; i++) {
-		char *o = room(b, 40);
+	for (size_t i = 0; i < f->count;) {
+		size_t end = f->count - i < RUN_VALUES ? f->count : i + RUN_VALUES;
+		char *o = room(b, (end - i) * VALUE_ROOM);
 		if (!o)
 			break;
-		if (i) {
-			memcpy(o, sep, seplen);
-			o += seplen;
-		}
-		if (f->kind == DP_KIND_FLOAT) {
-			o = fmt_float_json(o, ((const float *)v)[i], !proto);
-		} else {
+		for (; i < end; i++) {
+			if (i)
+				o = put_sep(o, proto);
+			if (flt) {
+				o = fmt_float_json(o, ((const float *)v)[i], !proto);
+				continue;
+			}
 			if (proto)
 				*o++ = '"';
 			o = fmt_i64(o, ((const int64_t *)v)[i]);
@@ -267,42 +301,42 @@ static int put_numbers(dp_buf *b, const dp_feature *f, const char *sep, int prot
 	return b->err;
 }
 
-/* The values of f as a JSON array; sep between values (", " for proto). */
-static int put_values(dp_buf *b, const dp_feature *f, const char *sep, int proto)
+/* The values of f as a JSON array. */
+static int put_values(dp_buf *b, const dp_feature *f, int proto)
 {
 	int rc;
-	dp_buf_add(b, "[", 1);
+	PUT(b, "[");
 	if (f->kind == DP_KIND_BYTES) {
-		struct b64_ctx c = {b, 0, sep};
+		struct b64_ctx c = {b, 0, proto};
 		rc = dp_feature_bytes_each(f, b64_value, &c);
 	} else {
-		rc = put_numbers(b, f, sep, proto);
+		rc = put_numbers(b, f, proto);
 	}
-	return rc < 0 ? rc : dp_buf_add(b, "]", 1);
+	return rc < 0 ? rc : PUT(b, "]");
 }
 
 /* Compact: {"name":{"bytes":[...]},"label":{"int64":[3]},"none":{}} */
 static int json_compact(dp_buf *b, const dp_example *ex)
 {
 	static const char *const kinds[] = {"", "{\"bytes\":", "{\"float\":", "{\"int64\":"};
-	dp_buf_add(b, "{", 1);
+	PUT(b, "{");
 	for (size_t i = 0; i < ex->n; i++) {
 		const dp_feature *f = &ex->f[i];
 		if (i)
-			dp_buf_add(b, ",", 1);
+			PUT(b, ",");
 		dp_buf_json_str(b, f->name, f->name_len, 0);
-		dp_buf_add(b, ":", 1);
+		PUT(b, ":");
 		if (f->kind == DP_KIND_NONE) {
-			dp_buf_add(b, "{}", 2);
+			PUT(b, "{}");
 			continue;
 		}
-		dp_buf_addstr(b, kinds[f->kind]);
-		int rc = put_values(b, f, ",", 0);
+		put(b, kinds[f->kind], strlen(kinds[f->kind]));
+		int rc = put_values(b, f, 0);
 		if (rc < 0)
 			return rc;
-		dp_buf_add(b, "}", 1);
+		PUT(b, "}");
 	}
-	return dp_buf_add(b, "}\n", 2);
+	return PUT(b, "}\n");
 }
 
 /* protobuf's JSON mapping, as json_format.MessageToJson(m, indent=None)
@@ -313,32 +347,32 @@ static int json_proto(dp_buf *b, const dp_example *ex)
 	static const char *const kinds[] = {"", "{\"bytesList\": ", "{\"floatList\": ",
 					    "{\"int64List\": "};
 	if (!ex->has_features)
-		return dp_buf_add(b, "{}\n", 3);
+		return PUT(b, "{}\n");
 	if (ex->n == 0)
-		return dp_buf_addstr(b, "{\"features\": {}}\n");
-	dp_buf_addstr(b, "{\"features\": {\"feature\": {");
+		return PUT(b, "{\"features\": {}}\n");
+	PUT(b, "{\"features\": {\"feature\": {");
 	for (size_t i = 0; i < ex->n; i++) {
 		const dp_feature *f = &ex->f[i];
 		if (i)
-			dp_buf_add(b, ", ", 2);
+			PUT(b, ", ");
 		dp_buf_json_str(b, f->name, f->name_len, DP_JSON_ASCII);
-		dp_buf_add(b, ": ", 2);
+		PUT(b, ": ");
 		if (f->kind == DP_KIND_NONE) {
-			dp_buf_add(b, "{}", 2);
+			PUT(b, "{}");
 			continue;
 		}
-		dp_buf_addstr(b, kinds[f->kind]);
+		put(b, kinds[f->kind], strlen(kinds[f->kind]));
 		if (f->count == 0) {
-			dp_buf_add(b, "{}}", 3);
+			PUT(b, "{}}");
 			continue;
 		}
-		dp_buf_addstr(b, "{\"value\": ");
-		int rc = put_values(b, f, ", ", 1);
+		PUT(b, "{\"value\": ");
+		int rc = put_values(b, f, 1);
 		if (rc < 0)
 			return rc;
-		dp_buf_add(b, "}}", 2);
+		PUT(b, "}}");
 	}
-	return dp_buf_add(b, "}}}\n", 4);
+	return PUT(b, "}}}\n");
 }
 
 int dp_example_json(dp_buf *b, const dp_example *ex, int form)
