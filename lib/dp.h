@@ -15,6 +15,7 @@
 #ifndef DP_H
 #define DP_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,7 @@ enum dp_status {
 typedef struct dp_err {
 	int code;       /* enum dp_status of the last failure */
 	char msg[1024]; /* "train.tfrecord: record 17 at byte 52311: data CRC mismatch" */
+	int sys;        /* the errno of a failed system call (dp_syserr), else 0 */
 } dp_err;
 
 /* Record a failure in e (when e is not NULL); returns code, so that callers
@@ -63,29 +65,65 @@ DP_EXPORT int dp_preferr(dp_err *e, const char *fmt, ...) __attribute__((format(
 
 /* ---- Outputs written whole or not at all ------------------------------
  *
- * dp_out_open creates a hidden temporary file beside `path`
- * (".name.tmp.XXXXXX" in the same directory, so rename(2) is atomic) and
- * returns its descriptor; dp_out_commit fsyncs nothing by default, closes
- * and renames it over `path`; dp_out_abort removes it.  Temporary files
- * still open are removed by dp_out_cleanup(), which is async-signal-safe:
- * tools call dp_out_install_signal_cleanup() once so that SIGINT, SIGTERM,
- * SIGHUP and SIGPIPE leave no partial output behind.
- * path "-" means stdout: no temporary, commit and abort do nothing but
- * report errors.  An existing path that is not a regular file (/dev/null,
- * a FIFO) is opened and written as it is: renaming over it would replace
- * it; commit and abort close it. */
+ * dp_out_open opens a temporary file in the directory of the destination
+ * (so that rename(2) is atomic) and returns its descriptor; dp_out_commit
+ * closes it and renames it over the destination; dp_out_abort removes it.
+ *  - The destination is where `path` leads: symbolic links are followed
+ *    (a dangling one creates its target), so the link stays and the file
+ *    it names is replaced.
+ *  - A file replaced keeps its permission bits (and, for root, its owner
+ *    and group); a new one gets 0666 less the umask.
+ *  - Where the file system has O_TMPFILE the temporary has no name until
+ *    the commit (SIGKILL leaves nothing behind); elsewhere it is
+ *    ".NAME.tmp.XXXXXX" beside the destination.  Named temporaries still
+ *    open are removed by dp_out_cleanup(), which is async-signal-safe:
+ *    tools call dp_out_install_signal_cleanup() once so that SIGINT,
+ *    SIGTERM, SIGHUP, SIGQUIT and SIGPIPE leave no partial output behind.
+ *  - "-" means stdout; /dev/stdout, /dev/stderr, /dev/fd/N and
+ *    /proc/self/fd/N mean that descriptor (a duplicate of it), written in
+ *    place wherever it leads; so is an existing destination that is not a
+ *    regular file (/dev/null, a FIFO, a terminal): renaming over it would
+ *    replace it.  Commit and abort close these (never stdout itself) and
+ *    report errors.  A destination that is a directory is refused at open.
+ * o->tmp is NULL exactly when the output is written in place. */
 typedef struct dp_out {
 	int fd;
-	char *path; /* final name */
-	char *tmp;  /* temporary name, NULL for stdout */
+	char *path; /* the name given, for messages */
+	char *tmp;  /* temporary name (made at commit under O_TMPFILE), NULL in place */
 	int slot;   /* index in the cleanup registry, -1 if none */
+	char *dst;  /* where it lands: path with its links followed */
+	int anon;   /* the temporary is an O_TMPFILE with no name yet */
 } dp_out;
 
+/* Make path (its links followed) the destination of an output still open,
+ * for a name known only at the end (tfr-shard's {nshards}); o->path
+ * becomes a copy of path.  Outputs written in place keep theirs. */
+DP_EXPORT int dp_out_retarget(dp_out *o, const char *path, dp_err *e);
+/* Check before the work that dp_out_open(path) can succeed: the
+ * destination's directory exists and is writable, and the destination is
+ * not a directory.  Creates nothing.  Returns 0 or a status naming path. */
+DP_EXPORT int dp_out_check(const char *path, dp_err *e);
+/* Commit n outputs all or none: every destination is checked first (the
+ * first that cannot be written is named); files they replace are kept
+ * aside until all renames succeeded, and put back if one fails.  Outputs
+ * written in place are closed.  Every output is closed or removed on
+ * return. */
+DP_EXPORT int dp_out_commit_all(dp_out *const *outs, size_t n, dp_err *e);
+/* 1 when fd is the same regular file as o's destination, or the same
+ * file as o's descriptor (for `prog f >> f`: an output that is its own
+ * input). */
+DP_EXPORT int dp_out_is_input(const dp_out *o, int fd);
 DP_EXPORT int dp_out_open(dp_out *o, const char *path, dp_err *e);
 DP_EXPORT int dp_out_commit(dp_out *o, dp_err *e);
 DP_EXPORT void dp_out_abort(dp_out *o);
 DP_EXPORT void dp_out_cleanup(void);
 DP_EXPORT void dp_out_install_signal_cleanup(void);
+
+/* pthread_create with every signal blocked in the new thread: each thread
+ * libdp starts is made this way, so that signals reach only the program's
+ * own threads (whose handlers, such as dp_out_cleanup's, then never run
+ * beside a half-made change of theirs).  Returns pthread_create's code. */
+DP_EXPORT int dp_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* ---- One growable buffer (curl's dynbuf) -------------------------------
  * p[0..len) holds the bytes, followed by a NUL once anything was added.

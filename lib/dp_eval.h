@@ -39,6 +39,9 @@
 #define DP_EVAL_H
 
 #include "dp.h"
+#include "dp_comm.h"
+#include "dp_data.h"
+#include "dp_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,6 +109,42 @@ DP_EXPORT int dp_eval_add_regression(dp_eval *ev, const float *out, const float 
 DP_EXPORT size_t dp_eval_state_size(const dp_eval *ev);
 DP_EXPORT void dp_eval_state_get(const dp_eval *ev, double *v);
 DP_EXPORT int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e);
+/* Forget what was added: as new. */
+DP_EXPORT void dp_eval_reset(dp_eval *ev);
+
+/* ---- a model over data ------------------------------------------------------
+ * dp-eval's pass and dp-train's validation, written once, so that both
+ * report the same figures for the same model and records.
+ *
+ * dp_eval_data: the batches of d's current epoch (dp_data_epoch first)
+ * through m in inference mode (dropout off, batch normalisation from its
+ * running statistics), each added to ev: a classifier's logits against
+ * the labels, a regression model's outputs against the targets (ev's kind
+ * and k must be m's: dp_eval_new_for).  When `each` is not NULL it is
+ * called after every batch with the per-sample results (predictions
+ * files, progress); a negative return stops the pass and is returned.
+ * The host buffers are the pass's own, allocated as the first batch
+ * comes (not once a batch). */
+typedef struct dp_eval_rows {
+	const dp_batch *b;   /* the batch: its size, labels or targets, origins */
+	const float *out;    /* (n, k) the outputs, on the host: logits or values */
+	const int32_t *pred; /* classes: (n) the argmax */
+	const double *loss;  /* (n) each sample's loss */
+	const float *prob;   /* classes, with want_prob: (n, k) softmax probabilities */
+} dp_eval_rows;
+typedef int (*dp_eval_rows_fn)(void *arg, const dp_eval_rows *r, dp_err *e);
+
+/* An accumulator for m's outputs: classes for the xent loss (with top-k
+ * accuracy, topk > 0), outputs for mse. */
+DP_EXPORT dp_eval *dp_eval_new_for(const dp_model *m, size_t topk, dp_err *e);
+DP_EXPORT int dp_eval_data(dp_eval *ev, dp_model *m, dp_data *d, int want_prob,
+			   dp_eval_rows_fn each, void *arg, dp_err *e);
+/* Sum every rank's accumulator (one dp_comm_allreduce_sum of the exact
+ * state): afterwards each rank holds the whole job's, the bits one
+ * process would have.  extra (nextra doubles, may be NULL) is summed in
+ * the same call (a failure flag per rank, say).  A collective: every rank
+ * calls it; a job of one returns at once. */
+DP_EXPORT int dp_eval_allreduce(dp_eval *ev, dp_comm *c, double *extra, size_t nextra, dp_err *e);
 
 /* ---- results ------------------------------------------------------------------ */
 

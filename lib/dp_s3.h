@@ -180,7 +180,7 @@ typedef struct dp_s3_stats {
  * r set (one object only) just that range.  Objects of unknown size are
  * looked up (HEAD) a few ahead of the stream.  A pipe as fd is enlarged
  * (F_SETPIPE_SZ, 1 MiB) where allowed.  Runs two threads of its own (the
- * writer; the MD5 digests).  DP_S3_GET_MODE=stream|parts in the environment
+ * writer; the MD5 digests), with every signal blocked.  DP_S3_GET_MODE=stream|parts in the environment
  * forces how objects of several parts are fetched (s3get.c).  st may be
  * NULL. */
 DP_EXPORT int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
@@ -189,7 +189,8 @@ DP_EXPORT int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, cons
 /* Store everything read from fd (srcname in messages) at dst: one PUT when
  * it fits in a part, else a multipart upload with parallel parts, aborted on
  * failure.  size_hint >= 0 when the length is known (chooses the part size
- * for very large inputs).  A local dst is written whole or not at all. */
+ * for very large inputs).  A local dst is written whole or not at all.
+ * Reads fd in a thread of its own, with every signal blocked. */
 DP_EXPORT int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
 	      dp_s3_stats *st, dp_err *e);
 

@@ -27,7 +27,7 @@ for o in --model --data --data-cmd --feature --label --decode-raw --scale --batc
 	like "$out" -- "$o" "--help lists $o"
 done
 run dp-eval --version
-like "$out" '^dp-eval [0-9]+\.[0-9]+' "--version"
+like "$out" '^dp-eval \(dptools\) [0-9]+\.[0-9]+' "--version"
 run dp-eval --bogus
 is "$rc" 2 "an unknown option: exit 2"
 like "$err" '^usage: dp-eval' "an unknown option: one-line usage"

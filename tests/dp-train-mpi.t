@@ -3,7 +3,8 @@
 # global batch give the same loss curve and weights (dropout and a partial
 # last batch included), every rank ends bit-identical, buckets and
 # --no-overlap agree, per-rank data (templates, globs, commands) and uneven
-# shards, validation combined exactly, --scale-lr/--warmup-epochs, logs of
+# shards, validation combined exactly (the same lines under 1, 2 and 3 ranks
+# as dp-eval's figures), --scale-lr/--warmup-epochs, logs of
 # rank 0 and of every rank, the timeline, resume with the same and another
 # number of ranks, and ranks started with different settings.
 . "${DP_SRC:-.}/tests/lib.sh"
@@ -84,6 +85,44 @@ is "$own" 50 "validation: the ranks' shares add up to every record once"
 is "$(grep -c '^rank=' one.log)" 0 "one process: no per-rank lines"
 like "$(grep '^rank=2 epoch=1 step=1 ' four.ranks)" "loss=" "--log-all-ranks with --log FILE: rank 2's lines on its stdout"
 like "$(grep '^rank=0 epoch=1 step=1 ' four.log)" "loss=" "... rank 0's in FILE"
+
+# ---- validation: dp-eval's exact sums, whatever the number of ranks ----------------
+# --lr 0 from one.st's weights: the same model under every number of ranks,
+# so the validation lines must agree digit for digit, and with dp-eval's
+# figures for the checkpoint on the same records.
+$MK vbig.tfr random --n 777 --shape 1x8x8 --classes 4 --seed 9
+V=(--train all.tfr --val vbig.tfr --init one.st --lr 0 --epochs 1 --log-every 1000 -q)
+vlines() { grep -o 'val_.*' "$1"; }
+run dp-train "${V[@]}" --batch-size 48 -o v1.st --log v1.log
+is "$rc" 0 "validation: one process"
+run mpi 2 dp-train "${V[@]}" --batch-size 24 -o v2.st --log v2.log
+is "$rc" 0 "validation: 2 ranks"
+run mpi 3 dp-train "${V[@]}" --batch-size 16 -o v3.st --log v3.log
+is "$rc" 0 "validation: 3 ranks"
+like "$(vlines v1.log)" '^val_loss=[0-9.]+ val_accuracy=0\.[0-9]{4} val_samples=777$' "a validation line"
+is "$(vlines v2.log)" "$(vlines v1.log)" "np=2: the validation line of one process, digit for digit"
+is "$(vlines v3.log)" "$(vlines v1.log)" "np=3: the validation line of one process, digit for digit"
+dp-eval --model v1.st vbig.tfr --batch-size 100 --json v.json -q
+is "$($PY -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]
+print("val_loss=%.6g val_accuracy=%.4f val_samples=%d"
+      % (m["loss"]["value"], m["accuracy"]["value"], m["samples"]["value"]))' v.json)" \
+	"$(vlines v1.log)" "... and dp-eval's loss and accuracy for the checkpoint"
+$MK vreg.tfr random --n 301 --shape 12 --label-kind vector:3 --seed 10
+$MK treg.tfr random --n 64 --shape 12 --label-kind vector:3 --seed 11
+VR=(--train treg.tfr --val vreg.tfr --input-shape 12 --loss mse --model dense:8,tanh,dense:3
+	--epochs 1 --lr 0 --log-every 1000 -q)
+run dp-train "${VR[@]}" --batch-size 32 -o vr1.st --log vr1.log
+run mpi 2 dp-train "${VR[@]}" --batch-size 16 -o vr2.st --log vr2.log
+is "$rc" 0 "mse validation: 2 ranks"
+is "$(vlines vr2.log)" "$(vlines vr1.log)" "mse, np=2: the validation line of one process"
+dp-eval --model vr1.st vreg.tfr --json vr.json -q
+is "$($PY -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["metrics"]
+print("val_loss=%.6g val_samples=%d" % (m["loss"]["value"], m["samples"]["value"]))' vr.json)" \
+	"$(vlines vr1.log)" "... and dp-eval's loss (the mean squared error)"
 
 # ---- buckets, overlap ---------------------------------------------------------------
 run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --batch-size 24 --bucket-size 64 -o b.st \

@@ -44,6 +44,17 @@ _tap_result() { # status name...
 	fi
 }
 
+# open_tmp PID DIR: PID holds a temporary output in DIR (absolute, as the
+# kernel writes it): an O_TMPFILE ("DIR/#INODE (deleted)" in /proc/PID/fd)
+# or a named ".NAME.tmp.XXXXXX" where the file system has no O_TMPFILE.
+open_tmp() {
+	local p
+	for p in /proc/$1/fd/*; do
+		case $(readlink "$p" 2>/dev/null) in "$2"/\#*" (deleted)" | "$2"/.*.tmp.*) return 0 ;; esac
+	done
+	return 1
+}
+
 # run CMD...: run with stdin from /dev/null unless redirected by the caller;
 # stdout in $out, stderr in $err, status in $rc (files $T/.out, $T/.err).
 run() {

@@ -30,6 +30,14 @@ done
 run s3-pipe --version
 is "$rc" 0 "--version exits 0"
 like "$out" "^s3-pipe \(dptools\) [0-9]" "--version names the program"
+if [ -c /dev/full ] && [ -w /dev/full ]; then
+	s3-pipe --help >/dev/full 2>help.err
+	is "$?" 1 "--help to a full disk: 1"
+	like "$(cat help.err)" "^s3-pipe: stdout: No space left on device" "--help to a full disk: says so"
+else
+	skip "no /dev/full"
+	skip "no /dev/full"
+fi
 run s3-pipe
 is "$rc" 2 "no command: usage error"
 like "$err" "^s3-pipe: no command" "no command: says so"
@@ -39,13 +47,26 @@ is "$rc" 2 "unknown command: 2"
 like "$err" "unknown command 'frob'" "unknown command named"
 run s3-pipe get --frob d/b
 is "$rc" 2 "unknown option: 2"
-like "$err" "unknown option --frob" "unknown option named"
+is "$err" "s3-pipe: unknown option '--frob'
+usage: s3-pipe get|put|ls|fifo|presign|rm [OPTION]... URL...   (s3-pipe --help lists every option)" \
+	"unknown option: the one wording, then the usage line"
+run s3-pipe get -x d/b
+like "$err" "^s3-pipe: unknown option '-x'" "unknown short option named"
+run s3-pipe get d/b --seed
+is "$rc" 2 "an option without its value: 2"
+like "$err" "^s3-pipe: option '--seed' needs a value" "an option without its value: named"
 run s3-pipe get --json d/b
 is "$rc" 2 "an option of another command: 2"
 like "$err" "--json does not apply to get" "says which option and command"
 run s3-pipe get --shard 3/3 d/
 is "$rc" 2 "--shard 3/3: 2"
-like "$err" "--shard: '3/3' is not I/N" "bad shard named"
+like "$err" "^s3-pipe: --shard '3/3': want I/N, part I from 0 to N-1 of N from 1 to 1073741824" \
+	"bad shard: the one I/N message (tfr-shard --take's)"
+run s3-pipe get --shard 0/1073741825 d/
+is "$rc" 2 "--shard N past 2^30: 2"
+run s3-pipe get --shard 1073741823/1073741824 d/
+is "$rc" 0 "--shard 2^30-1/2^30: the range of tfr-shard --take"
+is "$out" "" "--shard: a worker past the keys gets nothing"
 run s3-pipe get --range 9-2 d/b
 is "$rc" 2 "--range 9-2: 2"
 run s3-pipe get --range 0-2 d/b d/c

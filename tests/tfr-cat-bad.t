@@ -76,7 +76,7 @@ bad "length CRC (length changed)" lencrc 1 "^tfr-cat: $T/lencrc: record 2 at byt
 bad "length CRC (CRC changed)" lencrc2 1 "record 2 at byte 112: length CRC mismatch" 2
 bad "truncated data" trunc-data 1 "^tfr-cat: $T/trunc-data: record 2 at byte 112: truncated record \(18 of 40 data bytes, stream ends at byte 142\)$" 2
 bad "truncated header" trunc-head 1 "record 3 at byte 168: truncated record header \(5 of 12 bytes\)" 3
-bad "truncated data CRC" trunc-crc 1 "record 3 at byte 168: truncated record" 3
+bad "truncated data CRC" trunc-crc 1 "record 3 at byte 168: truncated record \(its [0-9]+ data bytes whole, [0-3] of 4 data CRC bytes, stream ends at byte [0-9]+\)$" 3
 bad "length 2^60" huge 1 "^tfr-cat: $T/huge: record 1 at byte 56: record length 1152921504606846976 exceeds the maximum of 268435456 bytes$" 1
 bad "garbage" garbage 1 "^tfr-cat: $T/garbage: record 0 at byte 0: length CRC mismatch \(is this a TFRecord stream\?\)$" 0
 bad "junk between records" gap 1 "record 2 at byte 112: length CRC mismatch$" 2
@@ -109,7 +109,7 @@ timeout 20 sh -c "cat '$T/trunc-data' | tfr-cat -c" >"$T/out" 2>"$T/err"
 is "$?" 1 "truncated on a pipe: exit 1, no hang"
 like "$(cat "$T/err")" "stdin: record 2 at byte 112: truncated record" "truncated on a pipe: message"
 # ---- --skip-corrupt ------------------------------------------------------------------
-bad "skip: data CRC" datacrc 0 "^tfr-cat: $T/datacrc: record 1 at byte 56: data CRC mismatch; skipped
+bad "skip: data CRC" datacrc 0 "^tfr-cat: $T/datacrc: record 1 at byte 56: data CRC mismatch; skipped 56 bytes to the next valid header at byte 112
 tfr-cat: skipped 1 damaged record$" 3 --skip-corrupt
 bad "skip: length CRC" lencrc 0 "record 2 at byte 112: length CRC mismatch; skipped 56 bytes to the next valid header at byte 168" 3 --skip-corrupt
 bad "skip: junk between records" gap 0 "record 2 at byte 112: length CRC mismatch; skipped 12 bytes to the next valid header at byte 124" 4 --skip-corrupt
@@ -128,19 +128,18 @@ run tfr-cat -c --skip-corrupt "$T/good" "$T/datacrc" "$T/good"
 is "$out/$rc" "11/0" "--skip-corrupt: goes on to later files"
 
 # ---- the output side -------------------------------------------------------------------
-# a closed pipe: EPIPE is reported, exit 1 (SIGPIPE ignored by tfr-cat itself)
+# a closed pipe: quietly, 141 (128 + SIGPIPE), whatever the caller did with SIGPIPE
 py "
 d = example_pb2.Example(); d.features.feature['x'].bytes_list.value.append(b'y' * 4000)
 s = frame(d.SerializeToString())
 open(T + '/big', 'wb').write(s * 2000)
 "
 (tfr-cat "$T/big"; echo $? >"$T/rc") 2>"$T/err" | head -c 10 >/dev/null
-is "$(cat "$T/rc")" 1 "closed stdout: exit 1"
-is "$(cat "$T/err")" "tfr-cat: stdout: write: Broken pipe" "closed stdout: message"
+is "$(cat "$T/rc")/$(cat "$T/err")" "141/" "closed stdout: 141, quietly"
 (tfr-cat -j "$T/big"; echo $? >"$T/rc") 2>"$T/err" | head -c 10 >/dev/null
-is "$(cat "$T/rc")/$(cat "$T/err")" "1/tfr-cat: stdout: write: Broken pipe" "closed stdout, -j: message, exit 1"
+is "$(cat "$T/rc")/$(cat "$T/err")" "141/" "closed stdout, -j: 141, quietly"
 (trap '' PIPE; tfr-cat "$T/big"; echo $? >"$T/rc") 2>"$T/err" | head -c 10 >/dev/null
-is "$(cat "$T/rc")" 1 "closed stdout with SIGPIPE ignored by the caller: exit 1"
+is "$(cat "$T/rc")/$(cat "$T/err")" "141/" "closed stdout with SIGPIPE ignored by the caller: the same"
 # a full disk
 if [ -w /dev/full ]; then
 	tfr-cat "$T/good" >/dev/full 2>"$T/err"

@@ -47,6 +47,21 @@ void cli_exit(int code)
 	exit(code);
 }
 
+static int job_rank; /* this process's rank in its job; 0 outside one */
+
+void cli_set_rank(int rank, int size)
+{
+	job_rank = rank;
+	cli.rank = size > 1 ? rank : -1;
+	cli.quiet = 0;
+}
+
+void cli_job_says(void)
+{
+	cli.rank = -1;
+	cli.quiet = job_rank != 0;
+}
+
 void cli_die(const char *fmt, ...)
 {
 	va_list ap;
@@ -63,6 +78,13 @@ void cli_die_code(int code, const char *fmt, ...)
 	cli_vwarn(fmt, ap);
 	va_end(ap);
 	cli_exit(code);
+}
+
+void cli_die_err(int code, const dp_err *e)
+{
+	if (e->sys == EPIPE)
+		cli_exit(CLI_PIPE);
+	cli_die_code(code, "%s", e->msg);
 }
 
 void cli_usage_error(const char *fmt, ...)
@@ -102,6 +124,8 @@ int cli_close_stdout(void)
 	}
 	if (!bad)
 		return 0;
+	if (err == EPIPE)
+		cli_exit(CLI_PIPE);
 	cli_warn("stdout: %s", strerror(err ? err : EIO));
 	return -1;
 }
@@ -159,6 +183,14 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 		cli_die("out of memory");
 	if (rc < 0)
 		cli_usage_error("%s", e.msg);
+}
+
+char *cli_expand(const char *tmpl, const char *const *vars)
+{
+	char *x = dp_expand(tmpl, vars);
+	if (!x)
+		cli_die("out of memory");
+	return x;
 }
 
 void *cli_malloc(size_t n)

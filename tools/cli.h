@@ -25,7 +25,10 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+/* CLI_PIPE: the reader of our output went away (EPIPE, or SIGPIPE's own
+ * 128 + 13): the program ends quietly with it, as when SIGPIPE ends it in
+ * a shell, whatever the parent did with SIGPIPE. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_PIPE = 141 };
 
 struct cli {
 	const char *prog;  /* "tfr-cat" */
@@ -48,6 +51,9 @@ void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void cli_die_code(int code, const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 2, 3)));
+/* A failure reported by libdp: "prog: e->msg", then cli_exit(code); a
+ * write that failed with EPIPE ends quietly with CLI_PIPE instead. */
+void cli_die_err(int code, const dp_err *e) __attribute__((noreturn));
 /* Print, then the usage line, then cli_exit(CLI_USAGE). */
 void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 /* getopt_long (optstring starting with ':', opterr = 0) returned '?' or
@@ -56,12 +62,20 @@ void cli_bad_option(int c, char **argv) __attribute__((noreturn));
 /* Exit with code: for code > 0 the on_fail hook (or dp_out_cleanup) first. */
 void cli_exit(int code) __attribute__((noreturn));
 
+/* Jobs of several ranks (mpirun).  cli_set_rank: messages from here on are
+ * this rank's ("prog: rank N: " when size > 1; cli.quiet cleared).
+ * cli_job_says: the next message is the whole job's, printed once, by rank
+ * 0, without "rank N: " (an error every rank meets alike, before an exit). */
+void cli_set_rank(int rank, int size);
+void cli_job_says(void);
+
 /* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
 void cli_version(void) __attribute__((noreturn));
 /* After --help or --version: exit 0 when stdout was written whole, else
  * say why and exit 1 (`--help > /dev/full` is a failure). */
 void cli_exit_stdout(void) __attribute__((noreturn));
-/* Flush and close stdout at the end of a run: 0, or -1 after saying why. */
+/* Flush and close stdout at the end of a run: 0, or -1 after saying why
+ * (EPIPE: quietly, cli_exit(CLI_PIPE)). */
 int cli_close_stdout(void);
 
 /* Option values; a bad one is a usage error naming the option.
@@ -75,6 +89,9 @@ double cli_real(const char *opt, const char *s, double min, double max);
 uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max);
 void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
 	      uint64_t *count);
+
+/* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
+char *cli_expand(const char *tmpl, const char *const *vars);
 
 /* Allocation that cannot fail: "prog: out of memory", exit 1. */
 void *cli_malloc(size_t n);

@@ -12,6 +12,7 @@
  * a single process computes.  See dp-eval(1).
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "dp.h"
 #include "dp_backend.h"
 #include "dp_ckpt.h"
@@ -28,7 +29,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +38,9 @@
 #ifndef DP_PROG
 #define DP_PROG "dp-eval"
 #endif
-static const char *prog = DP_PROG;
 
-/* Exit statuses (dp-eval(1), EXIT STATUS); never renumbered. */
-#define EXIT_OK 0
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
-#define EXIT_GATE 3
+/* Exit statuses past cli.h's (dp-eval(1), EXIT STATUS); never renumbered. */
+enum { EVAL_GATE_FAILED = 3 }; /* a --require gate failed */
 
 /* ---- the command line ------------------------------------------------------ */
 
@@ -163,7 +159,12 @@ static void help(void)
 	       "gate failed (the metrics JSON and predictions are written).\n");
 }
 
-/* ---- messages ---------------------------------------------------------------- */
+/* ---- messages ----------------------------------------------------------------
+ *
+ * Under mpirun a worker's failure is printed by that worker, "dp-eval:
+ * rank 2: ..." (cli.rank); a usage error, which every worker meets alike,
+ * is printed once, by worker 0 (before the job is joined, the launcher's
+ * environment says which worker that is). */
 
 static int RANK, SIZE = 1;
 static int bar_shown;
@@ -176,81 +177,35 @@ static void bar_clear(void)
 	}
 }
 
-static void vmsg(const char *fmt, va_list ap)
+static void before_msg(void)
 {
 	bar_clear();
 	fflush(stdout);
-	if (SIZE > 1)
-		fprintf(stderr, "%s: rank %d: ", prog, RANK);
-	else
-		fprintf(stderr, "%s: ", prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
 }
 
-static void __attribute__((noreturn, format(printf, 2, 3))) die_code(int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vmsg(fmt, ap);
-	va_end(ap);
-	dp_out_cleanup();
-	exit(code);
-}
+/* A usage error is every worker's: said once (cli_job_says). */
+#define usage_error(...)                      \
+	do {                                  \
+		cli_job_says();               \
+		cli_usage_error(__VA_ARGS__); \
+	} while (0)
 
-#define die(...) die_code(EXIT_FAIL, __VA_ARGS__)
-
-static void __attribute__((format(printf, 1, 2))) warnx(const char *fmt, ...)
+static void push(const char ***v, size_t *n, const char *s)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	vmsg(fmt, ap);
-	va_end(ap);
-}
-
-static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	fputs(usage_line, stderr);
-	dp_out_cleanup();
-	exit(EXIT_USAGE);
-}
-
-static uint64_t opt_count(const char *name, const char *s, uint64_t min, uint64_t max)
-{
-	char opt[64];
-	uint64_t v;
-	dp_err e;
-	snprintf(opt, sizeof opt, "--%s", name);
-	if (dp_parse_count(opt, s, min, max, &v, &e))
-		usage_error("%s", e.msg);
-	return v;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-	void *q = realloc(p, n ? n : 1);
-	if (!q)
-		die("out of memory");
-	return q;
+	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = s;
 }
 
 static void parse_args(int argc, char **argv)
 {
 	int c;
 	dp_err e;
-	while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
+	cli_job_says(); /* what goes wrong here goes wrong on every worker */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":q", longopts, NULL)) != -1) {
 		switch (c) {
 		case O_MODEL: O.model = optarg; break;
-		case O_DATA:
-			O.data = xrealloc(O.data, (O.ndata + 1) * sizeof *O.data);
-			O.data[O.ndata++] = optarg;
-			break;
+		case O_DATA: push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
 		case O_FEATURE: O.feature = optarg; break;
 		case O_LABEL: O.label = optarg; break;
@@ -266,8 +221,8 @@ static void parse_args(int argc, char **argv)
 					    optarg);
 			O.scale_text = optarg;
 			break;
-		case O_BATCH: O.batch = opt_count("batch-size", optarg, 1, 1u << 20); break;
-		case O_TOPK: O.topk = (long)opt_count("top-k", optarg, 0, 1u << 24); break;
+		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
+		case O_TOPK: O.topk = (long)cli_count("--top-k", optarg, 0, 1u << 24); break;
 		case O_CLASSES: O.classes = optarg; break;
 		case O_JSON: O.json = optarg; break;
 		case O_CHECK: O.check = optarg; break;
@@ -281,94 +236,41 @@ static void parse_args(int argc, char **argv)
 				usage_error("--predictions-format '%s': want jsonl or tfrecord", optarg);
 			break;
 		case O_REQUIRE:
-			O.gates = xrealloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
-			O.gate_text = xrealloc(O.gate_text, (O.ngates + 1) * sizeof *O.gate_text);
+			O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
 				usage_error("--require %s", e.msg);
-			O.gate_text[O.ngates++] = optarg;
+			push(&O.gate_text, &O.ngates, optarg);
 			break;
-		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
-		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
 		case O_PRECISION:
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
 			break;
 		case 'q': O.quiet = 1; break;
-		case O_HELP:
-			help();
-			if (fclose(stdout) != 0)
-				die("stdout: %s", strerror(errno));
-			exit(EXIT_OK);
+		case O_HELP: /* once per job under mpirun */
+			if (RANK == 0)
+				help();
+			cli_exit_stdout();
 		case O_VERSION:
-			printf("%s (dptools) %s\n", prog, dp_version());
-			if (fclose(stdout) != 0)
-				die("stdout: %s", strerror(errno));
-			exit(EXIT_OK);
-		default: fputs(usage_line, stderr); exit(EXIT_USAGE);
+			if (RANK == 0)
+				cli_version();
+			cli_exit_stdout();
+		default: cli_bad_option(c, argv);
 		}
 	}
-	for (int i = optind; i < argc; i++) {
-		O.data = xrealloc(O.data, (O.ndata + 1) * sizeof *O.data);
-		O.data[O.ndata++] = argv[i];
-	}
+	for (int i = optind; i < argc; i++)
+		push(&O.data, &O.ndata, argv[i]);
+	cli_set_rank(RANK, SIZE);
 }
 
 /* ---- text and JSON output ------------------------------------------------------- */
 
-typedef struct sbuf {
-	char *p;
-	size_t n, cap;
-} sbuf;
-
-static void __attribute__((format(printf, 2, 3))) sb_printf(sbuf *b, const char *fmt, ...)
+/* A JSON string (dp_buf_json_str: RFC 8259 escapes, U+FFFD for bytes that
+ * are not UTF-8). */
+static void jstr(dp_buf *b, const char *s)
 {
-	va_list ap;
-	for (;;) {
-		va_start(ap, fmt);
-		int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-		va_end(ap);
-		if (w < 0)
-			die("out of memory");
-		if (b->p && (size_t)w < b->cap - b->n) {
-			b->n += (size_t)w;
-			return;
-		}
-		b->cap = (b->n + (size_t)w + 1) * 2;
-		b->p = xrealloc(b->p, b->cap);
-	}
-}
-
-/* A JSON string (RFC 8259 escapes; bytes that are not UTF-8 become U+FFFD). */
-static void sb_jstr(sbuf *b, const char *s)
-{
-	sb_printf(b, "\"");
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			sb_printf(b, "\\%c", *p);
-		else if (*p == '\n')
-			sb_printf(b, "\\n");
-		else if (*p == '\t')
-			sb_printf(b, "\\t");
-		else if (*p < 0x20 || *p == 0x7f)
-			sb_printf(b, "\\u%04x", *p);
-		else if (*p >= 0x80) {
-			size_t len = 1;
-			while (p[len] >= 0x80 && len < 4)
-				len++;
-			size_t ok = 0;
-			for (size_t l = len; l >= 2 && !ok; l--)
-				if (dp_utf8_valid(p, l))
-					ok = l;
-			if (ok) {
-				sb_printf(b, "%.*s", (int)ok, (const char *)p);
-				p += ok - 1;
-			} else {
-				sb_printf(b, "\\ufffd");
-			}
-		} else
-			sb_printf(b, "%c", *p);
-	}
-	sb_printf(b, "\"");
+	dp_buf_json_str(b, s, strlen(s), 0);
 }
 
 /* Whole numbers as such (10000, not 1e+04), others in the shortest text
@@ -384,13 +286,10 @@ static const char *fmt_num(double v, char *buf, size_t len)
 
 /* A JSON number: the shortest text that reads back as v; null when v is
  * not finite (JSON has no NaN). */
-static void sb_jnum(sbuf *b, double v)
+static void jnum(dp_buf *b, double v)
 {
 	char t[40];
-	if (!isfinite(v))
-		sb_printf(b, "null");
-	else
-		sb_printf(b, "%s", fmt_num(v, t, sizeof t));
+	dp_buf_addstr(b, isfinite(v) ? fmt_num(v, t, sizeof t) : "null");
 }
 
 /* The shortest text that reads back as the float f. */
@@ -417,14 +316,14 @@ static void load_classes(size_t k)
 	if (O.classes[0] == '@') {
 		FILE *f = fopen(O.classes + 1, "r");
 		if (!f)
-			die("%s: %s", O.classes + 1, strerror(errno));
+			cli_die("%s: %s", O.classes + 1, strerror(errno));
 		size_t n = 0;
 		text = NULL;
 		if (getdelim(&text, &n, 0, f) < 0 && ferror(f))
-			die("%s: %s", O.classes + 1, strerror(errno));
+			cli_die("%s: %s", O.classes + 1, strerror(errno));
 		fclose(f);
 		if (!text)
-			text = strdup("");
+			text = cli_strdup("");
 		for (char *p = text; *p; p++)
 			if (*p == '\n')
 				*p = ',';
@@ -435,14 +334,10 @@ static void load_classes(size_t k)
 			if (*p == '\r')
 				*p = ' ';
 	} else {
-		text = strdup(O.classes);
+		text = cli_strdup(O.classes);
 	}
-	if (!text)
-		die("out of memory");
 	NAMES_TEXT = text;
-	NAMES = calloc(k, sizeof *NAMES);
-	if (!NAMES)
-		die("out of memory");
+	NAMES = cli_calloc(k, sizeof *NAMES);
 	size_t n = 0;
 	char *save = NULL;
 	for (char *p = text;; p = NULL) {
@@ -524,13 +419,13 @@ static int check_mode(void)
 					     : json_load_file(O.check, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
 		if (je.line > 0)
-			die("%s: line %d, column %d: %s", O.check, je.line, je.column, je.text);
-		die("%s: %s", O.check, je.text);
+			cli_die("%s: line %d, column %d: %s", O.check, je.line, je.column, je.text);
+		cli_die("%s: %s", O.check, je.text);
 	}
 	if (!json_is_object(json_object_get(root, "metrics")))
-		die("%s: not a dp-eval metrics JSON (no \"metrics\" object)", O.check);
+		cli_die("%s: not a dp-eval metrics JSON (no \"metrics\" object)", O.check);
 	int failed = 0;
-	double *vals = xrealloc(NULL, O.ngates * sizeof *vals);
+	double *vals = cli_calloc(O.ngates, sizeof *vals);
 	for (size_t i = 0; i < O.ngates; i++)
 		if (json_metric(root, O.gates[i].metric, &vals[i]) < 0) {
 			const char *k;
@@ -555,15 +450,15 @@ static int check_mode(void)
 			       ok ? "passed" : "FAILED");
 		if (!ok) {
 			failed = 1;
-			warnx("%s: gate %s failed: %s is %s", O.check, O.gate_text[i], O.gates[i].metric,
+			cli_warn("%s: gate %s failed: %s is %s", O.check, O.gate_text[i], O.gates[i].metric,
 			      isnan(vals[i]) ? "NaN" : fmt_num(vals[i], t, sizeof t));
 		}
 	}
 	free(vals);
 	json_decref(root);
-	if (fclose(stdout) != 0)
-		die("stdout: %s", strerror(errno));
-	return failed ? EXIT_GATE : EXIT_OK;
+	if (cli_close_stdout() < 0)
+		return CLI_FAIL;
+	return failed ? EVAL_GATE_FAILED : CLI_OK;
 }
 
 /* ---- predictions ---------------------------------------------------------------------- */
@@ -572,7 +467,7 @@ typedef struct pred_out {
 	dp_out out;
 	int format;
 	char *path;
-	sbuf sb;          /* jsonl */
+	dp_buf sb;        /* jsonl */
 	dp_writer *w;     /* tfrecord */
 	dp_exbuild ex;
 } pred_out;
@@ -587,8 +482,9 @@ static void pred_open(pred_out *p)
 {
 	dp_err e;
 	memset(p, 0, sizeof *p);
+	dp_buf_init(&p->sb, 0);
 	if (!(p->path = dp_expand(O.pred, NULL)))
-		die("out of memory");
+		cli_die("out of memory");
 	int gz = ends_with(p->path, ".gz");
 	p->format = O.pred_format;
 	if (p->format == PF_AUTO) {
@@ -600,20 +496,22 @@ static void pred_open(pred_out *p)
 	if (p->format == PF_TFRECORD && !strcmp(p->path, "-") && isatty(STDOUT_FILENO))
 		usage_error("--predictions -: will not write records to a terminal");
 	if (dp_out_open(&p->out, p->path, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (p->format == PF_TFRECORD &&
 	    !(p->w = dp_writer_open_fd(p->out.fd, p->path, gz ? DP_COMP_GZIP : DP_COMP_NONE, -1, &e)))
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void pred_flush(pred_out *p, int force)
 {
 	dp_err e;
-	if (p->format != PF_JSONL || (!force && p->sb.n < (1u << 20)))
+	if (p->format != PF_JSONL || (!force && p->sb.len < (1u << 20)))
 		return;
-	if (dp_write_all(p->out.fd, p->sb.p, p->sb.n, p->path, &e) < 0)
-		die("%s", e.msg);
-	p->sb.n = 0;
+	if (p->sb.err)
+		cli_die("out of memory");
+	if (dp_write_all(p->out.fd, p->sb.p, p->sb.len, p->path, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_buf_reset(&p->sb);
 }
 
 /* One record's prediction.  k values of prob/out; t: targets (regression). */
@@ -623,32 +521,32 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 	dp_err e;
 	char tb[40];
 	if (p->format == PF_JSONL) {
-		sbuf *b = &p->sb;
-		sb_printf(b, "{\"file\":");
-		sb_jstr(b, src);
-		sb_printf(b, ",\"record\":%" PRIu64, rec);
+		dp_buf *b = &p->sb;
+		dp_buf_printf(b, "{\"file\":");
+		jstr(b, src);
+		dp_buf_printf(b, ",\"record\":%" PRIu64, rec);
 		if (cls) {
-			sb_printf(b, ",\"label\":%" PRId32 ",\"predicted\":%" PRId32, label, pred);
+			dp_buf_printf(b, ",\"label\":%" PRId32 ",\"predicted\":%" PRId32, label, pred);
 			if (NAMES) {
-				sb_printf(b, ",\"predicted_name\":");
-				sb_jstr(b, NAMES[pred]);
+				dp_buf_printf(b, ",\"predicted_name\":");
+				jstr(b, NAMES[pred]);
 			}
-			sb_printf(b, ",\"loss\":");
-			sb_jnum(b, loss);
-			sb_printf(b, ",\"probabilities\":[");
+			dp_buf_printf(b, ",\"loss\":");
+			jnum(b, loss);
+			dp_buf_printf(b, ",\"probabilities\":[");
 		} else {
-			sb_printf(b, ",\"loss\":");
-			sb_jnum(b, loss);
-			sb_printf(b, ",\"target\":[");
+			dp_buf_printf(b, ",\"loss\":");
+			jnum(b, loss);
+			dp_buf_printf(b, ",\"target\":[");
 			for (size_t j = 0; j < k; j++)
-				sb_printf(b, "%s%s", j ? "," : "",
+				dp_buf_printf(b, "%s%s", j ? "," : "",
 					  isfinite(t[j]) ? fmt_float(t[j], tb, sizeof tb) : "null");
-			sb_printf(b, "],\"output\":[");
+			dp_buf_printf(b, "],\"output\":[");
 		}
 		for (size_t j = 0; j < k; j++)
-			sb_printf(b, "%s%s", j ? "," : "",
+			dp_buf_printf(b, "%s%s", j ? "," : "",
 				  isfinite(v[j]) ? fmt_float(v[j], tb, sizeof tb) : "null");
-		sb_printf(b, "]}\n");
+		dp_buf_printf(b, "]}\n");
 		pred_flush(p, 0);
 		return;
 	}
@@ -674,9 +572,9 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 	const uint8_t *data;
 	size_t len;
 	if (dp_exbuild_finish(x, &data, &len) < 0)
-		die("out of memory");
+		cli_die("out of memory");
 	if (dp_writer_write(p->w, data, len, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void pred_commit(pred_out *p)
@@ -685,13 +583,13 @@ static void pred_commit(pred_out *p)
 	pred_flush(p, 1);
 	if (p->w) {
 		if (dp_writer_finish(p->w, &e) < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_writer_free(p->w);
 		p->w = NULL;
 	}
 	if (dp_out_commit(&p->out, &e) < 0)
-		die("%s", e.msg);
-	free(p->sb.p);
+		cli_die_err(CLI_FAIL, &e);
+	dp_buf_free(&p->sb);
 	dp_exbuild_free(&p->ex);
 	free(p->path);
 }
@@ -711,12 +609,12 @@ static const char *cname(size_t j, char *buf, size_t len)
 	return buf;
 }
 
-static void text_report(sbuf *b, const dp_eval_report *r, const char *model, dp_data *d,
+static void text_report(dp_buf *b, const dp_eval_report *r, const char *model, dp_data *d,
 			const gate_result *gr)
 {
 	char nb[64], t[40];
 	size_t ns = dp_data_nsources(d);
-	sb_printf(b, "%s: %" PRIu64 " samples from %s%s\n", model, r->samples,
+	dp_buf_printf(b, "%s: %" PRIu64 " samples from %s%s\n", model, r->samples,
 		  dp_data_source(d, 0), ns > 1 ? " ..." : "");
 	/* one logfmt line of every scalar metric, for metrics-grep --logfmt */
 	size_t nm = dp_eval_metric_count(r);
@@ -724,11 +622,11 @@ static void text_report(sbuf *b, const dp_eval_report *r, const char *model, dp_
 		double v;
 		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
 		if (v == floor(v) && fabs(v) < 1e15)
-			sb_printf(b, "%s%s=%.0f", i ? " " : "", name, v);
+			dp_buf_printf(b, "%s%s=%.0f", i ? " " : "", name, v);
 		else
-			sb_printf(b, "%s%s=%.6g", i ? " " : "", name, v);
+			dp_buf_printf(b, "%s%s=%.6g", i ? " " : "", name, v);
 	}
-	sb_printf(b, "\n");
+	dp_buf_printf(b, "\n");
 	size_t k = r->k;
 	if (r->kind == DP_EVAL_CLASS && k <= 1000) {
 		int w = r->topk ? 14 + (r->topk > 9) : 12;
@@ -739,22 +637,22 @@ static void text_report(sbuf *b, const dp_eval_report *r, const char *model, dp_
 		}
 		if (w > 40)
 			w = 40;
-		sb_printf(b, "\n%*s  %9s  %9s  %9s  %9s\n", w, "", "precision", "recall", "f1",
+		dp_buf_printf(b, "\n%*s  %9s  %9s  %9s  %9s\n", w, "", "precision", "recall", "f1",
 			  "support");
 		for (size_t j = 0; j < k; j++) {
 			const dp_eval_class *c = &r->classes[j];
-			sb_printf(b, "%*.*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, w,
+			dp_buf_printf(b, "%*.*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, w,
 				  cname(j, nb, sizeof nb), c->precision, c->recall, c->f1, c->support);
 		}
-		sb_printf(b, "\n%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w, "accuracy", "", "",
+		dp_buf_printf(b, "\n%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w, "accuracy", "", "",
 			  r->accuracy, r->samples);
 		if (r->topk)
-			sb_printf(b, "%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w,
+			dp_buf_printf(b, "%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w,
 				  (snprintf(t, sizeof t, "top-%zu accuracy", r->topk), t), "", "",
 				  r->topk_accuracy, r->samples);
-		sb_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "macro avg",
+		dp_buf_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "macro avg",
 			  r->precision_macro, r->recall_macro, r->f1_macro, r->samples);
-		sb_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "weighted avg",
+		dp_buf_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "weighted avg",
 			  r->precision_weighted, r->recall_weighted, r->f1_weighted, r->samples);
 		if (r->confusion && k <= 20) {
 			uint64_t mx = 1;
@@ -764,182 +662,185 @@ static void text_report(sbuf *b, const dp_eval_report *r, const char *model, dp_
 			int cw = snprintf(t, sizeof t, "%" PRIu64, mx);
 			if (cw < 3)
 				cw = 3;
-			sb_printf(b, "\nconfusion matrix (rows: label, columns: prediction)\n%*s", 4, "");
+			dp_buf_printf(b, "\nconfusion matrix (rows: label, columns: prediction)\n%*s", 4, "");
 			for (size_t j = 0; j < k; j++)
-				sb_printf(b, " %*zu", cw, j);
-			sb_printf(b, "\n");
+				dp_buf_printf(b, " %*zu", cw, j);
+			dp_buf_printf(b, "\n");
 			for (size_t i = 0; i < k; i++) {
-				sb_printf(b, "%4zu", i);
+				dp_buf_printf(b, "%4zu", i);
 				for (size_t j = 0; j < k; j++)
-					sb_printf(b, " %*" PRIu64, cw, r->confusion[i * k + j]);
-				sb_printf(b, "%s%s\n", NAMES ? "  " : "", NAMES ? NAMES[i] : "");
+					dp_buf_printf(b, " %*" PRIu64, cw, r->confusion[i * k + j]);
+				dp_buf_printf(b, "%s%s\n", NAMES ? "  " : "", NAMES ? NAMES[i] : "");
 			}
 		}
 	} else if (r->kind == DP_EVAL_REGRESSION && k > 1 && k <= 1000) {
-		sb_printf(b, "\n%6s  %12s  %12s  %12s\n", "output", "mse", "mae", "r2");
+		dp_buf_printf(b, "\n%6s  %12s  %12s  %12s\n", "output", "mse", "mae", "r2");
 		for (size_t j = 0; j < k; j++)
-			sb_printf(b, "%6zu  %12.6g  %12.6g  %12.6g\n", j, r->outputs[j].mse,
+			dp_buf_printf(b, "%6zu  %12.6g  %12.6g  %12.6g\n", j, r->outputs[j].mse,
 				  r->outputs[j].mae, r->outputs[j].r2);
 	}
 	if (O.ngates)
-		sb_printf(b, "\n");
+		dp_buf_printf(b, "\n");
 	for (size_t i = 0; i < O.ngates; i++)
-		sb_printf(b, "gate %s: %s %s\n", O.gate_text[i],
+		dp_buf_printf(b, "gate %s: %s %s\n", O.gate_text[i],
 			  isnan(gr[i].value) ? "NaN" : fmt_num(gr[i].value, t, sizeof t),
 			  gr[i].passed ? "passed" : "FAILED");
 }
 
-static void json_report(sbuf *b, const dp_eval_report *r, dp_st *ck, dp_model *m, dp_data *d,
+static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model *m, dp_data *d,
 			const char *feature, const char *label, int decode, const char *scale,
 			const gate_result *gr)
 {
 	char nb[64], sb[64];
-	sb_printf(b, "{\n  \"format\": \"dp-eval/1\",\n  \"model\": {\"path\": ");
-	sb_jstr(b, O.model);
-	sb_printf(b, ", \"spec\": ");
-	sb_jstr(b, dp_model_spec(m));
+	dp_buf_printf(b, "{\n  \"format\": \"dp-eval/1\",\n  \"model\": {\"path\": ");
+	jstr(b, O.model);
+	dp_buf_printf(b, ", \"spec\": ");
+	jstr(b, dp_model_spec(m));
 	dp_shape in = dp_model_input(m);
-	sb_printf(b, ", \"input_shape\": ");
-	sb_jstr(b, dp_shape_format(&in, sb, sizeof sb));
-	sb_printf(b, ", \"loss\": ");
-	sb_jstr(b, dp_loss_name(dp_model_loss_kind(m)));
-	sb_printf(b, ", \"parameters\": %zu", dp_model_nparams(m));
+	dp_buf_printf(b, ", \"input_shape\": ");
+	jstr(b, dp_shape_format(&in, sb, sizeof sb));
+	dp_buf_printf(b, ", \"loss\": ");
+	jstr(b, dp_loss_name(dp_model_loss_kind(m)));
+	dp_buf_printf(b, ", \"parameters\": %zu", dp_model_nparams(m));
 	const char *keys[] = {"step", "epoch"};
 	for (int i = 0; i < 2; i++) {
 		const char *v = dp_st_meta(ck, keys[i]);
 		char *end;
 		if (v && *v && (strtoull(v, &end, 10), !*end))
-			sb_printf(b, ", \"%s\": %s", keys[i], v);
+			dp_buf_printf(b, ", \"%s\": %s", keys[i], v);
 	}
-	sb_printf(b, "},\n  \"data\": {\"sources\": [");
+	dp_buf_printf(b, "},\n  \"data\": {\"sources\": [");
 	for (size_t i = 0; i < dp_data_nsources(d); i++) {
-		sb_printf(b, "%s", i ? ", " : "");
-		sb_jstr(b, dp_data_source(d, i));
+		dp_buf_printf(b, "%s", i ? ", " : "");
+		jstr(b, dp_data_source(d, i));
 	}
-	sb_printf(b, "], \"feature\": ");
-	sb_jstr(b, feature);
-	sb_printf(b, ", \"label\": ");
-	sb_jstr(b, label);
-	sb_printf(b, ", \"decode_raw\": ");
-	sb_jstr(b, dp_decode_name(decode));
-	sb_printf(b, ", \"scale\": ");
-	sb_jstr(b, scale);
-	sb_printf(b, "},\n  \"samples\": %" PRIu64 ",\n  \"workers\": %d,\n  \"metrics\": {\n",
+	dp_buf_printf(b, "], \"feature\": ");
+	jstr(b, feature);
+	dp_buf_printf(b, ", \"label\": ");
+	jstr(b, label);
+	dp_buf_printf(b, ", \"decode_raw\": ");
+	jstr(b, dp_decode_name(decode));
+	dp_buf_printf(b, ", \"scale\": ");
+	jstr(b, scale);
+	dp_buf_printf(b, "},\n  \"samples\": %" PRIu64 ",\n  \"workers\": %d,\n  \"metrics\": {\n",
 		  r->samples, SIZE);
 	size_t nm = dp_eval_metric_count(r);
 	for (size_t i = 0; i < nm; i++) {
 		double v;
 		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
-		sb_printf(b, "    ");
-		sb_jstr(b, name);
-		sb_printf(b, ": {\"value\": ");
-		sb_jnum(b, v);
-		sb_printf(b, "}%s\n", i + 1 < nm ? "," : "");
+		dp_buf_printf(b, "    ");
+		jstr(b, name);
+		dp_buf_printf(b, ": {\"value\": ");
+		jnum(b, v);
+		dp_buf_printf(b, "}%s\n", i + 1 < nm ? "," : "");
 	}
-	sb_printf(b, "  }");
+	dp_buf_printf(b, "  }");
 	size_t k = r->k;
 	if (r->kind == DP_EVAL_CLASS) {
-		sb_printf(b, ",\n  \"classes\": [\n");
+		dp_buf_printf(b, ",\n  \"classes\": [\n");
 		for (size_t j = 0; j < k; j++) {
 			const dp_eval_class *c = &r->classes[j];
-			sb_printf(b, "    {\"class\": %zu", j);
+			dp_buf_printf(b, "    {\"class\": %zu", j);
 			if (NAMES) {
-				sb_printf(b, ", \"name\": ");
-				sb_jstr(b, NAMES[j]);
+				dp_buf_printf(b, ", \"name\": ");
+				jstr(b, NAMES[j]);
 			}
-			sb_printf(b, ", \"precision\": ");
-			sb_jnum(b, c->precision);
-			sb_printf(b, ", \"recall\": ");
-			sb_jnum(b, c->recall);
-			sb_printf(b, ", \"f1\": ");
-			sb_jnum(b, c->f1);
-			sb_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
+			dp_buf_printf(b, ", \"precision\": ");
+			jnum(b, c->precision);
+			dp_buf_printf(b, ", \"recall\": ");
+			jnum(b, c->recall);
+			dp_buf_printf(b, ", \"f1\": ");
+			jnum(b, c->f1);
+			dp_buf_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
 				  c->support, c->predicted, j + 1 < k ? "," : "");
 		}
-		sb_printf(b, "  ]");
+		dp_buf_printf(b, "  ]");
 		if (r->confusion) {
-			sb_printf(b, ",\n  \"confusion_matrix\": [\n");
+			dp_buf_printf(b, ",\n  \"confusion_matrix\": [\n");
 			for (size_t i = 0; i < k; i++) {
-				sb_printf(b, "    [");
+				dp_buf_printf(b, "    [");
 				for (size_t j = 0; j < k; j++)
-					sb_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
-				sb_printf(b, "]%s\n", i + 1 < k ? "," : "");
+					dp_buf_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
+				dp_buf_printf(b, "]%s\n", i + 1 < k ? "," : "");
 			}
-			sb_printf(b, "  ]");
+			dp_buf_printf(b, "  ]");
 		}
 	} else {
-		sb_printf(b, ",\n  \"outputs\": [\n");
+		dp_buf_printf(b, ",\n  \"outputs\": [\n");
 		for (size_t j = 0; j < k; j++) {
 			const dp_eval_output *o = &r->outputs[j];
-			sb_printf(b, "    {\"output\": %zu, \"mse\": ", j);
-			sb_jnum(b, o->mse);
-			sb_printf(b, ", \"mae\": ");
-			sb_jnum(b, o->mae);
-			sb_printf(b, ", \"r2\": ");
-			sb_jnum(b, o->r2);
-			sb_printf(b, "}%s\n", j + 1 < k ? "," : "");
+			dp_buf_printf(b, "    {\"output\": %zu, \"mse\": ", j);
+			jnum(b, o->mse);
+			dp_buf_printf(b, ", \"mae\": ");
+			jnum(b, o->mae);
+			dp_buf_printf(b, ", \"r2\": ");
+			jnum(b, o->r2);
+			dp_buf_printf(b, "}%s\n", j + 1 < k ? "," : "");
 		}
-		sb_printf(b, "  ]");
+		dp_buf_printf(b, "  ]");
 	}
 	if (O.ngates) {
 		int all = 1;
-		sb_printf(b, ",\n  \"gates\": [\n");
+		dp_buf_printf(b, ",\n  \"gates\": [\n");
 		for (size_t i = 0; i < O.ngates; i++) {
-			sb_printf(b, "    {\"require\": ");
-			sb_jstr(b, O.gate_text[i]);
-			sb_printf(b, ", \"metric\": ");
-			sb_jstr(b, O.gates[i].metric);
-			sb_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
-			sb_jnum(b, O.gates[i].threshold);
-			sb_printf(b, ", \"value\": ");
-			sb_jnum(b, gr[i].value);
-			sb_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
+			dp_buf_printf(b, "    {\"require\": ");
+			jstr(b, O.gate_text[i]);
+			dp_buf_printf(b, ", \"metric\": ");
+			jstr(b, O.gates[i].metric);
+			dp_buf_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
+			jnum(b, O.gates[i].threshold);
+			dp_buf_printf(b, ", \"value\": ");
+			jnum(b, gr[i].value);
+			dp_buf_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
 				  i + 1 < O.ngates ? "," : "");
 			all &= gr[i].passed;
 		}
-		sb_printf(b, "  ],\n  \"passed\": %s", all ? "true" : "false");
+		dp_buf_printf(b, "  ],\n  \"passed\": %s", all ? "true" : "false");
 	}
-	sb_printf(b, "\n}\n");
+	dp_buf_printf(b, "\n}\n");
 }
 
-static void write_whole(const char *path, const sbuf *b)
+static void write_whole(const char *path, const dp_buf *b)
 {
 	dp_out o;
 	dp_err e;
+	if (b->err)
+		cli_die("out of memory");
 	if (dp_out_open(&o, path, &e) < 0)
-		die("%s", e.msg);
-	if (dp_write_all(o.fd, b->p, b->n, strcmp(path, "-") ? path : "stdout", &e) < 0) {
+		cli_die_err(CLI_FAIL, &e);
+	if (dp_write_all(o.fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0) {
 		dp_out_abort(&o);
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	}
 	if (dp_out_commit(&o, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
-/* ---- main --------------------------------------------------------------------------------- */
+/* ---- the run ------------------------------------------------------------------------------ */
 
-static int is_stream(const char *path)
+/* What set-up makes and the pass and the reports use. */
+static struct {
+	const dp_backend *be;
+	dp_bectx *ctx;
+	dp_comm *comm;
+	dp_st *ck;    /* the checkpoint, */
+	dp_model *m;  /* its model, */
+	int cls;      /* a classifier (else regression) */
+	size_t k;     /* of k classes or outputs */
+	/* how the data is read: the options, else the checkpoint, else dp-train's defaults */
+	const char *feature, *label, *scale_text;
+	int decode;
+	double scale;
+	dp_data *d;
+	dp_eval *ev;
+	pred_out po;
+	dp_eval_report rep;
+	gate_result *gr; /* (O.ngates) */
+	int gate_failed;
+} R;
+
+static void check_args(void)
 {
-	struct stat st;
-	return !strcmp(path, "-") || (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
-				      !S_ISDIR(st.st_mode));
-}
-
-int main(int argc, char **argv)
-{
-	dp_err e;
-	signal(SIGPIPE, SIG_IGN);
-	dp_out_install_signal_cleanup();
-	parse_args(argc, argv);
-
-	if (O.check) {
-		if (O.model || O.ndata || O.data_cmd || O.json || O.pred)
-			usage_error("--check reads a metrics JSON: no --model, --data, --json or "
-				    "--predictions with it");
-		if (!O.ngates)
-			usage_error("--check needs at least one --require gate");
-		return check_mode();
-	}
 	if (!O.model)
 		usage_error("no checkpoint: give --model PATH");
 	if (!O.ndata && !O.data_cmd)
@@ -952,114 +853,136 @@ int main(int argc, char **argv)
 		for (size_t j = i + 1; j < O.ndata; j++)
 			if (!strcmp(O.data[i], "-") && !strcmp(O.data[j], "-"))
 				usage_error("stdin given twice");
+}
 
-	/* backend, workers, model */
-	const dp_backend *be = dp_backend_default();
-	dp_bectx *ctx;
-	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
-	char desc[256];
-	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
-		die("%s", e.msg);
-	dp_comm *comm = dp_comm_open(be, ctx, &e);
-	if (!comm)
-		die("%s", e.msg);
-	RANK = dp_comm_rank(comm);
-	SIZE = dp_comm_size(comm);
-	/* data named by {rank} is each worker's own: no splitting */
+static int is_stream(const char *path)
+{
+	struct stat st;
+	return !strcmp(path, "-") || (stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+				      !S_ISDIR(st.st_mode));
+}
+
+/* Data named by {rank} is each worker's own: no splitting. */
+static int data_per_worker(void)
+{
 	int own = O.data_cmd && strstr(O.data_cmd, "{rank");
 	for (size_t i = 0; i < O.ndata; i++)
 		own |= strstr(O.data[i], "{rank") != NULL;
-	if (SIZE > 1 && !own) {
+	return own;
+}
+
+/* The backend and the job (MPI under a launcher), and what the number of
+ * workers allows. */
+static void join_job(void)
+{
+	dp_err e;
+	R.be = dp_backend_default();
+	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	char desc[256];
+	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (!(R.comm = dp_comm_open(R.be, R.ctx, &e)))
+		cli_die_err(CLI_FAIL, &e);
+	RANK = dp_comm_rank(R.comm);
+	SIZE = dp_comm_size(R.comm);
+	cli_set_rank(RANK, SIZE);
+	if (SIZE > 1 && !data_per_worker())
 		for (size_t i = 0; i < O.ndata; i++)
 			if (is_stream(O.data[i]))
 				usage_error("%s: a stream cannot be split between %d workers: give "
 					    "files, or --data-cmd (run by every worker)",
 					    strcmp(O.data[i], "-") ? O.data[i] : "stdin", SIZE);
-	}
-	if (SIZE > 1) {
-		if (O.pred && (!strstr(O.pred, "{rank") || !strcmp(O.pred, "-")))
-			usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
-				    "file per worker)",
-				    O.pred, SIZE);
-	}
-	dp_st *ck = NULL;
-	dp_model *m = dp_model_load(O.model, be, ctx, O.batch, &ck, &e);
-	if (!m)
-		die("%s", e.msg);
-	int cls = dp_model_loss_kind(m) == DP_LOSS_XENT;
-	size_t k = dp_model_out_size(m), in_size = dp_model_in_size(m);
+	if (SIZE > 1 && O.pred && (!strstr(O.pred, "{rank") || !strcmp(O.pred, "-")))
+		usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
+			    "file per worker)",
+			    O.pred, SIZE);
+}
 
-	/* how the data is read: flags, else the checkpoint, else dp-train's defaults */
-	const char *feature = O.feature ? O.feature : dp_st_meta(ck, "feature");
-	const char *label = O.label ? O.label : dp_st_meta(ck, "label");
-	if (!feature)
-		feature = "image";
-	if (!label)
-		label = "label";
-	int decode = O.decode;
-	if (decode < 0) {
-		const char *s = dp_st_meta(ck, "decode_raw");
-		decode = s ? dp_decode_parse(s) : DP_DECODE_NONE;
-		if (decode < 0)
-			die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
-			    O.model, s);
+/* The model, and how its data is read: the options, else the
+ * checkpoint's metadata, else dp-train's defaults. */
+static void load_model(void)
+{
+	dp_err e;
+	if (!(R.m = dp_model_load(O.model, R.be, R.ctx, O.batch, &R.ck, &e)))
+		cli_die_err(CLI_FAIL, &e);
+	R.cls = dp_model_loss_kind(R.m) == DP_LOSS_XENT;
+	R.k = dp_model_out_size(R.m);
+	R.feature = O.feature ? O.feature : dp_st_meta(R.ck, "feature");
+	R.label = O.label ? O.label : dp_st_meta(R.ck, "label");
+	if (!R.feature)
+		R.feature = "image";
+	if (!R.label)
+		R.label = "label";
+	R.decode = O.decode;
+	if (R.decode < 0) {
+		const char *s = dp_st_meta(R.ck, "decode_raw");
+		R.decode = s ? dp_decode_parse(s) : DP_DECODE_NONE;
+		if (R.decode < 0)
+			cli_die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
+				O.model, s);
 	}
-	double scale = O.scale;
-	const char *scale_text = O.scale_text;
-	if (!scale_text) {
-		scale_text = dp_st_meta(ck, "scale");
-		if (scale_text && dp_parse_scale(scale_text, &scale) < 0)
-			die("%s: metadata scale '%s' is not a number", O.model, scale_text);
-		if (!scale_text)
-			scale_text = "1", scale = 1;
+	R.scale = O.scale;
+	R.scale_text = O.scale_text;
+	if (!R.scale_text) {
+		R.scale_text = dp_st_meta(R.ck, "scale");
+		if (R.scale_text && dp_parse_scale(R.scale_text, &R.scale) < 0)
+			cli_die("%s: metadata scale '%s' is not a number", O.model, R.scale_text);
+		if (!R.scale_text)
+			R.scale_text = "1", R.scale = 1;
 	}
+}
 
-	/* metrics and gates: every gate must name a metric of this model */
-	size_t topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
-	if (cls && topk >= k)
+/* The metrics, and the gates on them: every gate must name a metric of
+ * this model (checked on a report of nothing, before anything is read). */
+static void make_metrics(void)
+{
+	dp_err e;
+	size_t k = R.k, topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
+	if (R.cls && topk >= k)
 		usage_error("--top-k %zu: the model has %zu classes", topk, k);
-	if (!cls && O.topk > 0)
+	if (!R.cls && O.topk > 0)
 		usage_error("--top-k: '%s' is a regression model", O.model);
-	if (O.classes && !cls)
+	if (O.classes && !R.cls)
 		usage_error("--classes: '%s' is a regression model", O.model);
-	if (cls)
+	if (R.cls)
 		load_classes(k);
-	dp_eval *ev = dp_eval_new(cls ? DP_EVAL_CLASS : DP_EVAL_REGRESSION, k, cls ? topk : 0, &e);
-	if (!ev)
-		die("%s", e.msg);
-	{
-		dp_eval_report stub = {0};
-		stub.kind = dp_eval_kind(ev);
-		stub.k = k;
-		stub.topk = dp_eval_topk(ev);
-		dp_eval_class *c = calloc(k, sizeof *c);
-		dp_eval_output *oo = calloc(k, sizeof *oo);
-		if (!c || !oo)
-			die("out of memory");
-		stub.classes = c;
-		stub.outputs = oo;
-		for (size_t i = 0; i < O.ngates; i++) {
-			double v;
-			if (dp_eval_metric(&stub, O.gates[i].metric, (const char *const *)NAMES, &v, &e) < 0)
-				usage_error("--require %s: %s", O.gate_text[i], e.msg);
-		}
-		free(c);
-		free(oo);
+	if (!(R.ev = dp_eval_new_for(R.m, topk, &e)))
+		cli_die_err(CLI_FAIL, &e);
+	dp_eval_report stub = {0};
+	stub.kind = dp_eval_kind(R.ev);
+	stub.k = k;
+	stub.topk = dp_eval_topk(R.ev);
+	dp_eval_class *c = cli_calloc(k, sizeof *c);
+	dp_eval_output *oo = cli_calloc(k, sizeof *oo);
+	stub.classes = c;
+	stub.outputs = oo;
+	for (size_t i = 0; i < O.ngates; i++) {
+		double v;
+		if (dp_eval_metric(&stub, O.gates[i].metric, (const char *const *)NAMES, &v, &e) < 0)
+			usage_error("--require %s: %s", O.gate_text[i], e.msg);
 	}
+	free(c);
+	free(oo);
+}
 
-	/* data: in order; worker r takes blocks r, r + size, ... of batch records
-	 * (unless the data is its own) */
+/* The records, in order; worker r takes blocks r, r + size, ... of
+ * --batch-size records (unless the data is its own), so that every batch
+ * is one the single process would have seen. */
+static void open_data(void)
+{
+	dp_err e;
+	int own = data_per_worker();
 	dp_data_opts o = {0};
 	o.inputs = O.data;
 	o.ninputs = O.ndata;
 	o.cmd = O.data_cmd;
-	o.feature = feature;
-	o.label = label;
-	o.decode = decode;
-	o.scale = scale;
-	o.in_size = in_size;
-	o.label_kind = cls ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
-	o.nclass = o.label_size = k;
+	o.feature = R.feature;
+	o.label = R.label;
+	o.decode = R.decode;
+	o.scale = R.scale;
+	o.in_size = dp_model_in_size(R.m);
+	o.label_kind = R.cls ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
+	o.nclass = o.label_size = R.k;
 	o.batch = O.batch;
 	o.cache = DP_CACHE_NONE;
 	o.prefetch = 1;
@@ -1071,145 +994,169 @@ int main(int argc, char **argv)
 	o.shard_count = own ? 1 : (unsigned)SIZE;
 	o.shard_block = O.batch;
 	o.origins = O.pred != NULL;
-	o.alloc = (void *(*)(void *, size_t))be->host_alloc;
-	o.free = (void (*)(void *, void *))be->host_free;
-	o.alloc_ctx = ctx;
-	dp_data *d = dp_data_open(&o, &e);
-	if (!d)
-		die("%s", e.msg);
+	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
+	o.free = (void (*)(void *, void *))R.be->host_free;
+	o.alloc_ctx = R.ctx;
+	if (!(R.d = dp_data_open(&o, &e)))
+		cli_die_err(CLI_FAIL, &e);
+}
 
-	pred_out po;
+/* After each batch of the pass: its predictions, the progress bar. */
+typedef struct progress {
+	int bar;
+	double t0, last;
+	uint64_t done;
+} progress;
+
+static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
+{
+	progress *pg = arg;
+	const dp_batch *b = r->b;
+	size_t k = R.k;
 	if (O.pred)
-		pred_open(&po);
-	float *out = malloc(O.batch * k * sizeof(float));
-	float *prob = cls && O.pred ? malloc(O.batch * k * sizeof(float)) : NULL;
-	int32_t *pred = malloc(O.batch * sizeof(int32_t));
-	double *loss = malloc(O.batch * sizeof(double));
-	if (!out || !pred || !loss || (cls && O.pred && !prob))
-		die("out of memory");
-
-	/* the pass over the data; a failure is kept until every worker has
-	 * reported, so that all stop together with their own message */
-	int bar = !O.quiet && RANK == 0 && isatty(STDERR_FILENO);
-	double t0 = dp_now(), last = 0;
-	uint64_t done = 0;
-	int failed = 0;
-	dp_err fe = {0};
-	const dp_batch *b;
-	int rc;
-	if ((rc = dp_data_epoch(d, 0, 0, &fe)) == 0) {
-		while ((rc = dp_data_next(d, &b, &fe)) == 1) {
-			dp_pass pass = {0};
-			if ((rc = dp_model_forward(m, b->x, b->n, &pass, &fe)) < 0)
-				break;
-			be->download(ctx, out, dp_model_output(m), b->n * k * sizeof(float));
-			if ((rc = be->sync(ctx, &fe)) < 0)
-				break;
-			rc = cls ? dp_eval_add_class(ev, out, b->y, b->n, pred, loss, prob, &fe)
-				 : dp_eval_add_regression(ev, out, b->t, b->n, loss, &fe);
-			if (rc < 0)
-				break;
-			if (O.pred)
-				for (size_t i = 0; i < b->n; i++)
-					pred_row(&po, dp_data_source(d, b->src[i]), b->rec[i], cls,
-						 cls ? b->y[i] : 0, cls ? pred[i] : 0, loss[i],
-						 cls ? prob + i * k : out + i * k,
-						 cls ? NULL : b->t + i * k, k);
-			done += b->n;
-			double now = dp_now();
-			if (bar && now - last > 0.2) {
-				fprintf(stderr, "\r\033[K%s: %" PRIu64 " samples, %.0f/s", prog, done,
-					done / fmax(1e-9, now - t0));
-				bar_shown = 1;
-				last = now;
-			}
-		}
+		for (size_t i = 0; i < b->n; i++)
+			pred_row(&R.po, dp_data_source(R.d, b->src[i]), b->rec[i], R.cls,
+				 R.cls ? b->y[i] : 0, R.cls ? r->pred[i] : 0, r->loss[i],
+				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
+				 k);
+	pg->done += b->n;
+	double now = dp_now();
+	if (pg->bar && now - pg->last > 0.2) {
+		fprintf(stderr, "\r\033[K%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
+			pg->done / fmax(1e-9, now - pg->t0));
+		bar_shown = 1;
+		pg->last = now;
 	}
-	bar_clear();
-	if (rc < 0)
-		failed = 1;
+	return DP_OK;
+}
 
-	/* combine: the accumulators plus one failure flag per worker */
-	size_t ns = dp_eval_state_size(ev);
-	double *st = calloc(ns + (size_t)SIZE, sizeof *st);
-	if (!st)
-		die("out of memory");
-	dp_eval_state_get(ev, st);
-	st[ns + (size_t)RANK] = failed;
+/* The pass over the data, then the workers' metrics summed.  A failure is
+ * kept until every worker has reported (a failure flag each, in the same
+ * allreduce), so that all stop together, each with its own message. */
+static void evaluate(void)
+{
+	dp_err e, fe = {0};
+	progress pg = {!O.quiet && RANK == 0 && isatty(STDERR_FILENO), dp_now(), 0, 0};
+	int rc = dp_data_epoch(R.d, 0, 0, &fe);
+	if (rc == 0)
+		rc = dp_eval_data(R.ev, R.m, R.d, O.pred != NULL, each_batch, &pg, &fe);
+	bar_clear();
+	int failed = rc < 0;
+	double *flags = cli_calloc((size_t)SIZE, sizeof *flags);
+	flags[RANK] = failed;
 	/* the failing worker speaks before the allreduce: once it is done, a
 	 * worker that ends the job first could have this one killed unheard */
 	if (failed)
-		warnx("%s", fe.msg);
-	if (SIZE > 1 && dp_comm_allreduce_sum(comm, st, ns + (size_t)SIZE, &e) < 0)
-		die("%s", e.msg);
-	if (failed) {
-		dp_out_cleanup();
-		exit(EXIT_FAIL);
-	}
+		cli_warn("%s", fe.msg);
+	rc = dp_eval_allreduce(R.ev, R.comm, flags, (size_t)SIZE, &e);
+	if (failed)
+		cli_exit(CLI_FAIL);
+	if (rc < 0)
+		cli_die_err(CLI_FAIL, &e);
 	for (int r = 0; r < SIZE; r++)
-		if (st[ns + (size_t)r] != 0)
-			die("stopped: worker %d failed", r);
-	if (dp_eval_state_set(ev, st, &e) < 0)
-		die("%s", e.msg);
-	free(st);
-	dp_eval_report rep;
-	if (dp_eval_report_get(ev, &rep, &e) < 0) {
-		size_t nsrc = dp_data_nsources(d);
-		die("%s%s: no records to evaluate", nsrc ? dp_data_source(d, 0) : "input",
-		    nsrc > 1 ? " ..." : "");
+		if (flags[r] != 0)
+			cli_die("stopped: worker %d failed", r);
+	free(flags);
+	if (dp_eval_report_get(R.ev, &R.rep, &e) < 0) {
+		size_t nsrc = dp_data_nsources(R.d);
+		cli_die("%s%s: no records to evaluate", nsrc ? dp_data_source(R.d, 0) : "input",
+			nsrc > 1 ? " ..." : "");
 	}
+}
 
-	/* gates, outputs */
-	gate_result *gr = calloc(O.ngates + 1, sizeof *gr);
-	if (!gr)
-		die("out of memory");
-	int gate_failed = 0;
+static void apply_gates(void)
+{
+	dp_err e;
+	R.gr = cli_calloc(O.ngates + 1, sizeof *R.gr);
 	for (size_t i = 0; i < O.ngates; i++) {
-		if (dp_eval_metric(&rep, O.gates[i].metric, (const char *const *)NAMES, &gr[i].value,
+		gate_result *g = &R.gr[i];
+		if (dp_eval_metric(&R.rep, O.gates[i].metric, (const char *const *)NAMES, &g->value,
 				   &e) < 0)
-			die("%s", e.msg);
-		gr[i].passed = dp_gate_pass(&O.gates[i], gr[i].value);
-		gate_failed |= !gr[i].passed;
+			cli_die_err(CLI_FAIL, &e);
+		g->passed = dp_gate_pass(&O.gates[i], g->value);
+		R.gate_failed |= !g->passed;
 	}
-	if (O.pred)
-		pred_commit(&po);
-	if (RANK == 0) {
-		if (O.json) {
-			sbuf j = {0};
-			json_report(&j, &rep, ck, m, d, feature, label, decode, scale_text, gr);
-			write_whole(O.json, &j);
-			free(j.p);
-		}
-		int to_stdout = (O.json && !strcmp(O.json, "-")) || (O.pred && !strcmp(O.pred, "-"));
-		if (!O.quiet && !to_stdout) {
-			sbuf t = {0};
-			text_report(&t, &rep, O.model, d, gr);
-			fwrite(t.p, 1, t.n, stdout);
-			free(t.p);
-		}
-		char vb[40];
-		for (size_t i = 0; i < O.ngates; i++)
-			if (!gr[i].passed)
-				warnx("gate %s failed: %s is %s", O.gate_text[i], O.gates[i].metric,
-				      isnan(gr[i].value) ? "NaN" : fmt_num(gr[i].value, vb, sizeof vb));
+}
+
+/* Worker 0's outputs: the metrics JSON, the report, the failed gates. */
+static void write_reports(void)
+{
+	if (RANK != 0)
+		return;
+	if (O.json) {
+		dp_buf j = DP_BUF_INIT;
+		json_report(&j, &R.rep, R.ck, R.m, R.d, R.feature, R.label, R.decode, R.scale_text,
+			    R.gr);
+		write_whole(O.json, &j);
+		dp_buf_free(&j);
 	}
-	free(gr);
-	free(out);
-	free(prob);
-	free(pred);
-	free(loss);
-	dp_data_close(d);
-	dp_eval_free(ev);
-	dp_model_free(m);
-	dp_st_close(ck);
-	dp_comm_close(comm);
-	be->close(ctx);
+	int to_stdout = (O.json && !strcmp(O.json, "-")) || (O.pred && !strcmp(O.pred, "-"));
+	if (!O.quiet && !to_stdout) {
+		dp_buf t = DP_BUF_INIT;
+		text_report(&t, &R.rep, O.model, R.d, R.gr);
+		if (t.err)
+			cli_die("out of memory");
+		fwrite(t.p, 1, t.len, stdout);
+		dp_buf_free(&t);
+	}
+	char vb[40];
+	for (size_t i = 0; i < O.ngates; i++)
+		if (!R.gr[i].passed)
+			cli_warn("gate %s failed: %s is %s", O.gate_text[i], O.gates[i].metric,
+				 isnan(R.gr[i].value) ? "NaN" : fmt_num(R.gr[i].value, vb, sizeof vb));
+}
+
+static int finish(void)
+{
+	free(R.gr);
+	dp_data_close(R.d);
+	dp_eval_free(R.ev);
+	dp_model_free(R.m);
+	dp_st_close(R.ck);
+	dp_comm_close(R.comm);
+	R.be->close(R.ctx);
 	free(O.data);
 	free(O.gates);
 	free(O.gate_text);
 	free(NAMES);
 	free(NAMES_TEXT);
-	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0)
-		die("stdout: %s", strerror(errno ? errno : EIO));
-	return gate_failed ? EXIT_GATE : EXIT_OK;
+	if (cli_close_stdout() < 0)
+		return CLI_FAIL;
+	return R.gate_failed ? EVAL_GATE_FAILED : CLI_OK;
+}
+
+int main(int argc, char **argv)
+{
+	cli.prog = DP_PROG;
+	cli.usage = usage_line;
+	cli.before_msg = before_msg;
+	dp_out_install_signal_cleanup();
+	if (dp_comm_launched()) { /* who speaks for the job, before it is joined */
+		int r = -1, z = -1;
+		dp_rank_size(&r, &z);
+		RANK = r;
+		cli_set_rank(r, 1); /* rank 0 speaks for the job; no "rank N: " yet */
+	}
+	parse_args(argc, argv);
+	if (O.check) {
+		if (O.model || O.ndata || O.data_cmd || O.json || O.pred)
+			usage_error("--check reads a metrics JSON: no --model, --data, --json or "
+				    "--predictions with it");
+		if (!O.ngates)
+			usage_error("--check needs at least one --require gate");
+		return check_mode();
+	}
+	check_args();
+	join_job();
+	load_model();
+	make_metrics();
+	open_data();
+	if (O.pred)
+		pred_open(&R.po);
+	evaluate();
+	apply_gates();
+	if (O.pred)
+		pred_commit(&R.po);
+	write_reports();
+	return finish();
 }

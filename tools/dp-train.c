@@ -10,15 +10,21 @@
  * inverse), forward, loss, backward (each layer's gradients handed to
  * dp_comm as they are ready), wait for the summed gradients, optimizer
  * update.  Under mpirun every rank runs this same loop in lockstep; rank 0
- * alone logs and writes checkpoints.  See dp-train(1) (DISTRIBUTED) and
- * dp-checkpoint(5).
+ * alone logs and writes checkpoints.  Validation is dp-eval's pass
+ * (dp_eval.h).  See dp-train(1) (DISTRIBUTED) and dp-checkpoint(5).
+ *
+ * The file reads: options, messages, the pieces of the run (logs,
+ * checkpoints, data, the job), then validation, set-up, the epochs and
+ * the finish, which main calls in that order.
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "dp.h"
 #include "dp_backend.h"
 #include "dp_ckpt.h"
 #include "dp_comm.h"
 #include "dp_data.h"
+#include "dp_eval.h"
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
@@ -40,9 +46,9 @@
 #ifndef DP_PROG
 #define DP_PROG "dp-train"
 #endif
-static const char *prog = DP_PROG;
 
-#define EXIT_DIVERGED 3
+/* Exit statuses past cli.h's (dp-train(1), EXIT STATUS); never renumbered. */
+enum { TRAIN_DIVERGED = 3 }; /* the loss is not finite */
 
 /* ---- the command line ----------------------------------------------------- */
 
@@ -295,112 +301,68 @@ static void help(void)
 /* ---- messages ---------------------------------------------------------------
  *
  * In a job of several ranks: notes come from rank 0 alone; a failure of
- * one rank is printed by that rank, "dp-train: rank 2: ...", and ends the
- * whole job (dp_comm_abort), since the others would wait for it forever;
- * a failure every rank meets alike (a usage error, a bad checkpoint) is
- * printed once, by rank 0.  Before the job is joined, rank and size come
- * from the launcher's environment. */
+ * one rank is printed by that rank, "dp-train: rank 2: ..." (cli.rank),
+ * and ends the whole job (dp_comm_abort, cli.on_fail), since the others
+ * would wait for it forever; a failure every rank meets alike (a usage
+ * error, a bad checkpoint: die_all) is printed once, by rank 0.  Before
+ * the job is joined, rank and size come from the launcher's environment. */
 
 static void bar_clear(void);
 static dp_comm *COMM; /* the job, once joined */
 static int RANK, SIZE = 1;
 
-static void vmsg(int prefix_rank, const char *fmt, va_list ap)
+/* Who we are in the job: the rank's messages say so (cli_set_rank). */
+static void set_rank(int rank, int size)
 {
-	if (prefix_rank && SIZE > 1)
-		fprintf(stderr, "%s: rank %d: ", prog, RANK);
-	else
-		fprintf(stderr, "%s: ", prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	RANK = rank;
+	SIZE = size;
+	cli_set_rank(rank, size);
 }
 
-static void __attribute__((noreturn)) end_job(int code)
+/* The job's failures, said once (cli_job_says). */
+#define die_all(code, ...)                       \
+	do {                                     \
+		cli_job_says();                  \
+		cli_die_code(code, __VA_ARGS__); \
+	} while (0)
+#define usage_error(...)                      \
+	do {                                  \
+		cli_job_says();               \
+		cli_usage_error(__VA_ARGS__); \
+	} while (0)
+
+/* cli.before_msg */
+static void before_msg(void)
 {
-	fflush(stderr);
+	bar_clear();
+	fflush(stdout);
+}
+
+/* cli.on_fail: a failure ends every rank of the job. */
+static void end_job(int code)
+{
+	dp_out_cleanup();
 	if (COMM && SIZE > 1)
 		dp_comm_abort(COMM, code);
-	exit(code);
 }
 
-/* A failure of this rank. */
-static void __attribute__((noreturn, format(printf, 2, 3))) die_code(int code, const char *fmt, ...)
-{
-	va_list ap;
-	bar_clear();
-	fflush(stdout);
-	va_start(ap, fmt);
-	vmsg(1, fmt, ap);
-	va_end(ap);
-	end_job(code);
-}
-
-#define die(...) die_code(1, __VA_ARGS__)
-
-/* A failure every rank meets alike: rank 0 says it. */
-static void __attribute__((noreturn, format(printf, 2, 3))) die_all(int code, const char *fmt, ...)
-{
-	va_list ap;
-	bar_clear();
-	fflush(stdout);
-	if (RANK == 0) {
-		va_start(ap, fmt);
-		vmsg(0, fmt, ap);
-		va_end(ap);
-	}
-	end_job(code);
-}
-
+/* A note of the job (rank 0's), unless --quiet. */
 static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 {
 	if (O.quiet || RANK != 0)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	vmsg(0, fmt, ap);
+	cli_job_says();
+	cli_vwarn(fmt, ap);
+	cli_set_rank(RANK, SIZE);
 	va_end(ap);
-}
-
-static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	if (RANK == 0) {
-		va_start(ap, fmt);
-		vmsg(0, fmt, ap);
-		va_end(ap);
-		fputs(usage_line, stderr);
-	}
-	end_job(2);
-}
-
-static uint64_t opt_count(const char *name, const char *s, uint64_t min, uint64_t max)
-{
-	char opt[64];
-	uint64_t v;
-	dp_err e;
-	snprintf(opt, sizeof opt, "--%s", name);
-	if (dp_parse_count(opt, s, min, max, &v, &e))
-		usage_error("%s", e.msg);
-	return v;
-}
-
-static double opt_real(const char *name, const char *s, double min, double max)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || *end || errno || !isfinite(v) || v < min || v > max)
-		usage_error("--%s '%s': want a number from %g to %g", name, s, min, max);
-	return v;
 }
 
 static void push(const char ***v, size_t *n, const char *s)
 {
-	const char **t = realloc(*v, (*n + 1) * sizeof *t);
-	if (!t)
-		die("out of memory");
-	t[(*n)++] = s;
-	*v = t;
+	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = s;
 }
 
 static void parse_args(int argc, char **argv)
@@ -410,7 +372,9 @@ static void parse_args(int argc, char **argv)
 	double momentum = 0, dampening = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = -1;
 	int nesterov = 0;
 	const char *optname = "adam";
-	while ((c = getopt_long(argc, argv, "o:q", longopts, NULL)) != -1) {
+	cli_job_says(); /* what goes wrong here goes wrong on every rank */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":o:q", longopts, NULL)) != -1) {
 		if (c >= 0 && c < O_LAST)
 			O.given[c] = 1;
 		switch (c) {
@@ -431,7 +395,7 @@ static void parse_args(int argc, char **argv)
 					    optarg);
 			O.scale_text = optarg;
 			break;
-		case O_SHUFFLE: O.shuffle = opt_count("shuffle-buffer", optarg, 0, 1u << 28); break;
+		case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", optarg, 0, 1u << 28); break;
 		case O_LAST_BATCH:
 			if (strcmp(optarg, "keep") && strcmp(optarg, "drop"))
 				usage_error("--last-batch '%s': want keep or drop", optarg);
@@ -450,7 +414,7 @@ static void parse_args(int argc, char **argv)
 				usage_error("--cache-limit '%s': want a size such as 512M or 8G", optarg);
 			break;
 		case O_CACHE_DIR: O.cache_dir = optarg; break;
-		case O_PREFETCH: O.prefetch = (int)opt_count("prefetch", optarg, 0, 64); break;
+		case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", optarg, 0, 64); break;
 		case O_MODEL: O.model = optarg; break;
 		case O_INPUT_SHAPE: O.input_shape = optarg; break;
 		case O_LOSS:
@@ -458,27 +422,27 @@ static void parse_args(int argc, char **argv)
 				usage_error("--loss '%s': want xent or mse", optarg);
 			break;
 		case O_SUMMARY: O.summary = 1; break;
-		case O_EPOCHS: O.epochs = opt_count("epochs", optarg, 1, 1u << 30); break;
-		case O_MAX_STEPS: O.max_steps = opt_count("max-steps", optarg, 1, UINT64_MAX / 2); break;
-		case O_BATCH: O.batch = opt_count("batch-size", optarg, 1, 1u << 20); break;
+		case O_EPOCHS: O.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
+		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
+		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
 		case O_OPTIMIZER:
 			if (!dp_optim_parse(optarg))
 				usage_error("--optimizer '%s': want sgd, adam or adamw", optarg);
 			optname = optarg;
 			break;
-		case O_LR: O.lr = opt_real("lr", optarg, 0, 1e6); break;
-		case O_MOMENTUM: momentum = opt_real("momentum", optarg, 0, 0.999999); break;
+		case O_LR: O.lr = cli_real("--lr", optarg, 0, 1e6); break;
+		case O_MOMENTUM: momentum = cli_real("--momentum", optarg, 0, 0.999999); break;
 		case O_NESTEROV: nesterov = 1; break;
-		case O_DAMPENING: dampening = opt_real("dampening", optarg, 0, 1); break;
-		case O_BETA1: beta1 = opt_real("beta1", optarg, 0, 0.999999); break;
-		case O_BETA2: beta2 = opt_real("beta2", optarg, 0, 0.999999); break;
-		case O_EPS: eps = opt_real("eps", optarg, 0, 1); break;
-		case O_WD: wd = opt_real("weight-decay", optarg, 0, 1e6); break;
+		case O_DAMPENING: dampening = cli_real("--dampening", optarg, 0, 1); break;
+		case O_BETA1: beta1 = cli_real("--beta1", optarg, 0, 0.999999); break;
+		case O_BETA2: beta2 = cli_real("--beta2", optarg, 0, 0.999999); break;
+		case O_EPS: eps = cli_real("--eps", optarg, 0, 1); break;
+		case O_WD: wd = cli_real("--weight-decay", optarg, 0, 1e6); break;
 		case O_SCHEDULE: O.schedule = optarg; break;
-		case O_WARMUP: O.warmup = opt_count("warmup", optarg, 0, UINT64_MAX / 2); break;
-		case O_SEED: O.seed = opt_count("seed", optarg, 0, UINT64_MAX); break;
-		case O_THREADS: O.threads = (int)opt_count("threads", optarg, 1, 256); break;
-		case O_GPU: O.gpu = (int)opt_count("gpu", optarg, 0, 4096); break;
+		case O_WARMUP: O.warmup = cli_count("--warmup", optarg, 0, UINT64_MAX / 2); break;
+		case O_SEED: O.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
+		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
+		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
 		case O_PRECISION:
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
@@ -488,7 +452,7 @@ static void parse_args(int argc, char **argv)
 			char buf[32];
 			O.ckpt_epochs = l > 1 && l < sizeof buf && optarg[l - 1] == 'e';
 			snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), optarg);
-			O.ckpt_every = opt_count("checkpoint-every", buf, 1, UINT64_MAX / 2);
+			O.ckpt_every = cli_count("--checkpoint-every", buf, 1, UINT64_MAX / 2);
 			break;
 		}
 		case O_CKPT: O.ckpt = optarg; break;
@@ -501,7 +465,7 @@ static void parse_args(int argc, char **argv)
 			O.json = !strcmp(optarg, "json");
 			break;
 		case O_LOG: O.log = optarg; break;
-		case O_LOG_EVERY: O.log_every = opt_count("log-every", optarg, 1, UINT64_MAX / 2); break;
+		case O_LOG_EVERY: O.log_every = cli_count("--log-every", optarg, 1, UINT64_MAX / 2); break;
 		case O_PROGRESS: O.progress = 1; break;
 		case O_NO_PROGRESS: O.progress = 0; break;
 		case 'q': O.quiet = 1; break;
@@ -513,7 +477,7 @@ static void parse_args(int argc, char **argv)
 			O.uneven_drop = !strcmp(optarg, "drop");
 			break;
 		case O_SCALE_LR: O.scale_lr = 1; break;
-		case O_WARMUP_EPOCHS: O.warmup_epochs = opt_real("warmup-epochs", optarg, 0, 1e6); break;
+		case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", optarg, 0, 1e6); break;
 		case O_NO_OVERLAP: O.overlap = 0; break;
 		case O_BUCKET:
 			if (dp_parse_size(optarg, &O.bucket) < 0 || !O.bucket || O.bucket > (1ull << 40))
@@ -521,20 +485,17 @@ static void parse_args(int argc, char **argv)
 			break;
 		case O_LOG_ALL: O.log_all = 1; break;
 		case O_TIMELINE: O.timeline = optarg; break;
-		case O_STALL: O.stall = opt_real("stall-timeout", optarg, 0, 1e7); break;
-		case O_STALL_ABORT: O.stall_abort = opt_real("stall-abort", optarg, 0, 1e7); break;
+		case O_STALL: O.stall = cli_real("--stall-timeout", optarg, 0, 1e7); break;
+		case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", optarg, 0, 1e7); break;
 		case O_HELP: /* once per job under mpirun */
 			if (RANK == 0)
 				help();
-			exit(fclose(stdout) ? 1 : 0);
+			cli_exit_stdout();
 		case O_VERSION:
 			if (RANK == 0)
-				printf("dp-train (dptools) %s\n", DP_VERSION);
-			exit(fclose(stdout) ? 1 : 0);
-		default:
-			if (RANK == 0)
-				fputs(usage_line, stderr);
-			exit(2);
+				cli_version();
+			cli_exit_stdout();
+		default: cli_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)
@@ -550,8 +511,8 @@ static void parse_args(int argc, char **argv)
 		O.opt.weight_decay = wd;
 	if (!O.given[O_LR])
 		O.lr = O.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+	cli_set_rank(RANK, SIZE);
 }
-
 /* ---- settings from a checkpoint when resuming ------------------------------ */
 
 /* Take a setting from the checkpoint being resumed when the command line
@@ -567,7 +528,7 @@ static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 	if (!v)
 		return NULL;
 	if (nkept == (int)(sizeof kept / sizeof kept[0]) || !(kept[nkept] = strdup(v)))
-		die("out of memory");
+		cli_die("out of memory");
 	return kept[nkept++];
 }
 
@@ -576,7 +537,7 @@ static double meta_real(const dp_st *ck, const char *key, const char *v)
 	char *end;
 	double d = strtod(v, &end);
 	if (end == v || *end || !isfinite(d))
-		die("%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
+		cli_die("%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
 	return d;
 }
 
@@ -586,7 +547,7 @@ static uint64_t meta_count(const dp_st *ck, const char *key, const char *v)
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
 	if (end == v || *end || errno || *v == '-')
-		die("%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
+		cli_die("%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
 	return n;
 }
 
@@ -598,16 +559,16 @@ static void settings_from(const dp_st *ck)
 	if ((v = from_ckpt(ck, O_INPUT_SHAPE, "input_shape")))
 		O.input_shape = v;
 	if ((v = from_ckpt(ck, O_LOSS, "loss")) && !(O.loss = dp_loss_parse(v)))
-		die("%s: unknown loss '%s'", dp_st_name(ck), v);
+		cli_die("%s: unknown loss '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_FEATURE, "feature")))
 		O.feature = v;
 	if ((v = from_ckpt(ck, O_LABEL, "label")))
 		O.label = v;
 	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
-		die("%s: unknown decode_raw '%s'", dp_st_name(ck), v);
+		cli_die("%s: unknown decode_raw '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
 		if (dp_parse_scale(v, &O.scale) < 0)
-			die("%s: bad scale '%s'", dp_st_name(ck), v);
+			cli_die("%s: bad scale '%s'", dp_st_name(ck), v);
 		O.scale_text = v;
 	}
 	if ((v = from_ckpt(ck, O_SHUFFLE, "shuffle_buffer")))
@@ -627,7 +588,7 @@ static void settings_from(const dp_st *ck)
 	int kind = O.opt.kind;
 	if ((v = from_ckpt(ck, O_OPTIMIZER, "optimizer"))) {
 		if (!(kind = dp_optim_parse(v)))
-			die("%s: unknown optimizer '%s'", dp_st_name(ck), v);
+			cli_die("%s: unknown optimizer '%s'", dp_st_name(ck), v);
 		dp_optim_conf c;
 		dp_optim_defaults(&c, kind);
 		if (!O.given[O_WD])
@@ -678,7 +639,7 @@ static void bar_clear(void)
 static void log_flush(void)
 {
 	if (fflush(logfp) != 0 || ferror(logfp))
-		die("%s: write error: %s", O.log ? O.log : "stdout", strerror(errno));
+		cli_die("%s: write error: %s", O.log ? O.log : "stdout", strerror(errno));
 }
 
 /* A log line: pairs of key and printf-formatted value; logfmt or JSON.
@@ -739,7 +700,7 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 1);
 	dp_err e;
 	if (dp_comm_allreduce_sum(COMM, v, 3, &e) < 0)
-		die("log: %s", e.msg);
+		cli_die("log: %s", e.msg);
 	dp_comm_event(COMM, "metrics", 1, t, dp_now());
 	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 0);
 	memset(mt, 0, sizeof *mt);
@@ -780,7 +741,7 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
  * count them). */
 static dp_model *M;
 static dp_optim *OPT;
-static dp_data *TD, *VD;
+static dp_data *TD, *VD; /* training, validation */
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
@@ -793,7 +754,7 @@ static void average_buffers(void)
 	double t = dp_now();
 	if (SIZE > 1 && dp_model_nbuffers(M) &&
 	    dp_comm_allreduce_mean(COMM, dp_model_buffers(M), dp_model_nbuffers(M), &e) < 0)
-		die("batchnorm statistics: %s", e.msg);
+		cli_die("batchnorm statistics: %s", e.msg);
 	dp_comm_event(COMM, "average", 1, t, dp_now());
 }
 
@@ -802,6 +763,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
 	double t0 = dp_now();
+	char producer[64];
+	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
 		web[40];
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
@@ -809,11 +772,11 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
 	char *path = dp_expand(tmpl, vars);
 	if (!path)
-		die("out of memory");
+		cli_die("out of memory");
 	dp_sched sc = {0};
 	dp_err e;
 	if (dp_sched_parse(O.schedule, &sc, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	snprintf(shb, sizeof shb, "%" PRIu64, O.shuffle);
 	snprintf(bb, sizeof bb, "%" PRIu64, O.batch);
 	snprintf(epb, sizeof epb, "%" PRIu64, O.epochs);
@@ -835,15 +798,15 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"shuffle_buffer", shb,
 		"last_batch", O.drop_last ? "drop" : "keep",
 		"precision", dp_precision_name(O.precision),
-		"producer", "dp-train " DP_VERSION,
+		"producer", producer,
 		NULL,
 	};
 	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
 		if (e.code == DP_EDATA)
-			die_code(EXIT_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
+			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
 				 have_ckpt ? "; the last good checkpoint is " : "",
 				 have_ckpt ? last_ckpt : "");
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	}
 	free((char *)last_ckpt);
 	last_ckpt = path;
@@ -852,7 +815,31 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
-/* ---- main ---------------------------------------------------------------------------- */
+/* ---- the run ------------------------------------------------------------------------ */
+
+/* What set-up makes and the epochs use (the model, optimizer and data are
+ * M, OPT, TD and VD above). */
+static struct {
+	const dp_backend *be;
+	dp_bectx *ctx;
+	char desc[256];           /* the backend, for the first note */
+	dp_st *ck;                /* the checkpoint resumed or started from, during set-up */
+	dp_shape in;              /* --input-shape */
+	int xent;                 /* classes (else mse) */
+	dp_sched sched;           /* the learning rate ... */
+	uint64_t ramp;            /* ... and the updates of --warmup-epochs' ramp (0: none) */
+	const char *ckpt_path;    /* where --checkpoint-every saves */
+	dp_train_state ts;        /* where the run is */
+	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
+	uint64_t *counts;         /* (SIZE) every rank's samples in a step */
+	meter mt;                 /* the sums of the next training line */
+	double lr;                /* of the last update */
+	double iter_time;         /* seconds of the steps, ... */
+	uint64_t iters;           /* ... and their number */
+	dp_eval *val;             /* validation metrics (with VD) */
+} R;
+
+/* ---- the model's summary, the data ------------------------------------------------ */
 
 static void summary(dp_model *m)
 {
@@ -887,8 +874,7 @@ static int shared(const char *const *paths, size_t n, const char *cmd)
 	return SIZE > 1 && (O.shard >= 0 ? O.shard : !per_rank(paths, n, cmd));
 }
 
-static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, int train,
-			  const dp_backend *be, dp_bectx *ctx, dp_model *m)
+static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, int train)
 {
 	dp_data_opts o = {0};
 	o.inputs = paths;
@@ -898,9 +884,9 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.label = O.label;
 	o.decode = O.decode;
 	o.scale = O.scale;
-	o.in_size = dp_model_in_size(m);
-	o.label_kind = dp_model_loss_kind(m) == DP_LOSS_XENT ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
-	o.nclass = o.label_size = dp_model_out_size(m);
+	o.in_size = dp_model_in_size(M);
+	o.label_kind = dp_model_loss_kind(M) == DP_LOSS_XENT ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
+	o.nclass = o.label_size = dp_model_out_size(M);
 	o.batch = O.batch;
 	/* with several ranks a short global batch is dropped by all (main) */
 	o.drop_last = train && SIZE == 1 ? O.drop_last : 0;
@@ -921,69 +907,26 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 		o.shard_count = (unsigned)SIZE;
 		o.shard_block = train ? O.batch : 0;
 	}
-	o.alloc = (void *(*)(void *, size_t))be->host_alloc;
-	o.free = (void (*)(void *, void *))be->host_free;
-	o.alloc_ctx = ctx;
+	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
+	o.free = (void (*)(void *, void *))R.be->host_free;
+	o.alloc_ctx = R.ctx;
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
 	if (!d)
-		die("%s: %s", train ? "train" : "val", e.msg);
+		cli_die("%s: %s", train ? "train" : "val", e.msg);
 	return d;
 }
 
 /* Validation after an epoch: every sample once, in order, the ranks each
  * taking a share; the sums are added up over the ranks, so the figures
  * are those of one process reading everything. */
-static void validate(dp_data *vd, uint64_t epoch, uint64_t step)
-{
-	dp_err e;
-	double t0 = dp_now();
-	if (dp_data_epoch(vd, epoch, 0, &e) < 0)
-		die("val: %s", e.msg);
-	double sum[3] = {0, 0, 0}; /* loss, correct, samples */
-	const dp_batch *b;
-	int rc;
-	while ((rc = dp_data_next(vd, &b, &e)) == 1) {
-		double st[2];
-		dp_pass p = {0};
-		const void *y = dp_model_loss_kind(M) == DP_LOSS_XENT ? (const void *)b->y : b->t;
-		if (dp_model_forward(M, b->x, b->n, &p, &e) < 0 ||
-		    dp_model_loss(M, y, b->n, 1.0f, 0, st, &e) < 0)
-			die("val: %s", e.msg);
-		sum[0] += st[0];
-		sum[1] += st[1];
-		sum[2] += (double)b->n;
-	}
-	if (rc < 0)
-		die("val: %s", e.msg);
-	dp_comm_event(COMM, "validate", 1, t0, dp_now());
-	int xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
-	for (int own = 1; own >= 0; own--) {
-		if (!own && dp_comm_allreduce_sum(COMM, sum, 3, &e) < 0)
-			die("val: %s", e.msg);
-		if (!own && sum[2] == 0)
-			die_all(1, "val: no records");
-		char v[5][40];
-		double n = sum[2];
-		snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-		snprintf(v[1], 40, "%" PRIu64, step);
-		snprintf(v[2], 40, "%.6g", n > 0 ? sum[0] / n : 0.0);
-		snprintf(v[3], 40, "%.4f", n > 0 ? sum[1] / n : 0.0);
-		snprintf(v[4], 40, "%.0f", n);
-		const char *keys[] = {"epoch", "step", "val_loss",
-				      xent ? "val_accuracy" : "val_samples", "val_samples"};
-		const char *vals[] = {v[0], v[1], v[2], xent ? v[3] : v[4], v[4]};
-		log_line(keys, vals, xent ? 5 : 4, own);
-	}
-}
-
 /* ---- the job ------------------------------------------------------------------------ */
 
 static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
 
 static void stall_report(void *ctx, const char *msg)
 {
-	fprintf(stderr, "%s: rank %d: step %" PRIu64 ": %s\n", prog, RANK,
+	fprintf(stderr, "%s: rank %d: step %" PRIu64 ": %s\n", cli.prog, RANK,
 		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
 }
 
@@ -1033,7 +976,7 @@ static dp_st *open_ckpt(const char *path)
 	dp_st *ck;
 	if (SIZE == 1) {
 		if (!(ck = dp_st_open(path, &e)))
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		return ck;
 	}
 	uint64_t len = 0;
@@ -1041,13 +984,13 @@ static dp_st *open_ckpt(const char *path)
 	if (RANK == 0 && !(buf = read_whole(path, &len, &e)))
 		len = UINT64_MAX;
 	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
-		die("%s: %s", path, e.msg);
+		cli_die("%s: %s", path, e.msg);
 	if (len == UINT64_MAX)
 		die_all(1, "%s", e.msg);
 	if (RANK != 0 && !(buf = malloc(len ? len : 1)))
-		die("%s: out of memory", path);
+		cli_die("%s: out of memory", path);
 	if (dp_comm_bcast_host(COMM, buf, len, 0, &e) < 0)
-		die("%s: %s", path, e.msg);
+		cli_die("%s: %s", path, e.msg);
 	ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
 	free(buf);
 	if (!ck)
@@ -1065,7 +1008,7 @@ static char *settings_text(const dp_optim_conf *oc)
 	size_t len = 0;
 	FILE *f = open_memstream(&t, &len);
 	if (!f)
-		die("out of memory");
+		cli_die("out of memory");
 	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40];
 	fprintf(f,
 		"version=%s\nbackend=%s\nmodel=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
@@ -1076,7 +1019,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
 		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
 		"\ntimeline=%s\n",
-		DP_VERSION, dp_backend_default()->name, O.model ? O.model : "(none)",
+		dp_version(), dp_backend_default()->name, O.model ? O.model : "(none)",
 		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
 		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
 		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
@@ -1094,7 +1037,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
 		!O.timeline ? "none" : strstr(O.timeline, "{rank}") ? "per-rank" : "gathered");
 	if (fclose(f) != 0)
-		die("out of memory");
+		cli_die("out of memory");
 	return t;
 }
 
@@ -1105,22 +1048,22 @@ static uint64_t count_steps(dp_data *td)
 {
 	dp_err e;
 	if (dp_data_epoch(td, 0, UINT64_MAX / 2, &e) < 0)
-		die("train: %s", e.msg);
+		cli_die("train: %s", e.msg);
 	const dp_batch *b;
 	int rc;
 	while ((rc = dp_data_next(td, &b, &e)) == 1)
 		;
 	if (rc < 0)
-		die("train: %s", e.msg);
+		cli_die("train: %s", e.msg);
 	dp_data_stats st;
 	dp_data_stats_get(td, &st);
 	uint64_t own = st.records - st.not_in_shard, bs = O.batch;
 	uint64_t mine = O.drop_last ? own / bs : (own + bs - 1) / bs;
 	uint64_t *all = calloc((size_t)SIZE, sizeof *all);
 	if (!all)
-		die("out of memory");
+		cli_die("out of memory");
 	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
-		die("train: %s", e.msg);
+		cli_die("train: %s", e.msg);
 	uint64_t steps = all[0];
 	int use_min = O.drop_last || O.uneven_drop;
 	for (int r = 1; r < SIZE; r++)
@@ -1182,7 +1125,7 @@ static uint64_t state_hash(void)
 			continue;
 		float *tmp = malloc(parts[i].n * sizeof(float));
 		if (!tmp)
-			die("out of memory");
+			cli_die("out of memory");
 		be->download(ctx, tmp, parts[i].p, parts[i].n * sizeof(float));
 		h = dp_fnv1a64(h, tmp, parts[i].n * sizeof(float));
 		free(tmp);
@@ -1196,9 +1139,9 @@ static void check_same_state(uint64_t step)
 	uint64_t h = state_hash(), *all = calloc((size_t)SIZE, sizeof *all);
 	dp_err e;
 	if (!all)
-		die("out of memory");
+		cli_die("out of memory");
 	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	char hb[24], qb[24], sb[24];
 	snprintf(hb, sizeof hb, "%016" PRIx64, h);
 	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
@@ -1211,7 +1154,7 @@ static void check_same_state(uint64_t step)
 			if (RANK == 0)
 				fprintf(stderr, "%s: rank %d: weights or optimizer state differ from rank 0's "
 					"(hash %016" PRIx64 ", not %016" PRIx64 ")\n",
-					prog, r, all[r], all[0]);
+					cli.prog, r, all[r], all[0]);
 			bad = 1;
 		}
 	free(all);
@@ -1221,33 +1164,64 @@ static void check_same_state(uint64_t step)
 		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", SIZE, hb);
 }
 
-int main(int argc, char **argv)
+/* ---- validation ------------------------------------------------------------------------
+ *
+ * After an epoch: every record once, in order, the ranks each taking a
+ * share (every size-th record).  The sums are dp-eval's exact ones
+ * (dp_eval.h), added up over the ranks in one allreduce, so that the
+ * figures do not depend on the number of ranks and are those dp-eval
+ * reports on the checkpoint for the same records. */
+
+/* A validation line: the job's, or this rank's own share (own). */
+static void val_line(uint64_t epoch, uint64_t step, int own)
+{
+	dp_eval_report r;
+	dp_err e;
+	if (dp_eval_report_get(R.val, &r, &e) < 0) { /* no samples */
+		if (!own)
+			die_all(1, "val: no records");
+		memset(&r, 0, sizeof r); /* a rank without a share: zeros */
+	}
+	char v[5][40];
+	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
+	snprintf(v[1], 40, "%" PRIu64, step);
+	snprintf(v[2], 40, "%.6g", r.loss);
+	snprintf(v[3], 40, "%.4f", r.accuracy);
+	snprintf(v[4], 40, "%" PRIu64, r.samples);
+	const char *keys[] = {"epoch", "step", "val_loss", R.xent ? "val_accuracy" : "val_samples",
+			      "val_samples"};
+	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], v[4]};
+	log_line(keys, vals, R.xent ? 5 : 4, own);
+}
+
+static void validate(uint64_t epoch, uint64_t step)
 {
 	dp_err e;
-	signal(SIGPIPE, SIG_IGN);
-	dp_out_install_signal_cleanup();
-	if (dp_comm_launched()) { /* who we are, for messages before MPI is up */
-		int r = -1, z = -1;
-		dp_rank_size(&r, &z);
-		RANK = r;
-		SIZE = z;
-	}
-	opterr = RANK == 0;
-	parse_args(argc, argv);
-	if (O.resume && O.init)
-		usage_error("--resume and --init exclude each other");
+	double t0 = dp_now();
+	dp_eval_reset(R.val);
+	if (dp_data_epoch(VD, epoch, 0, &e) < 0 ||
+	    dp_eval_data(R.val, M, VD, 0, NULL, NULL, &e) < 0)
+		cli_die("val: %s", e.msg);
+	dp_comm_event(COMM, "validate", 1, t0, dp_now());
+	val_line(epoch, step, 1);
+	if (dp_eval_allreduce(R.val, COMM, NULL, 0, &e) < 0)
+		cli_die("val: %s", e.msg);
+	val_line(epoch, step, 0);
+}
 
-	/* the backend, and the job: MPI under a launcher */
-	const dp_backend *be = dp_backend_default();
-	dp_bectx *ctx;
+/* ---- set-up ------------------------------------------------------------------------------ */
+
+/* The backend, and the job: MPI under a launcher. */
+static void join_job(void)
+{
+	dp_err e;
+	R.be = dp_backend_default();
 	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
-	char desc[256];
-	if (be->open(&ctx, &bo, desc, sizeof desc, &e) < 0)
-		die("%s", e.msg);
-	if (!(COMM = dp_comm_open(be, ctx, &e)))
-		die("%s", e.msg);
-	RANK = dp_comm_rank(COMM);
-	SIZE = dp_comm_size(COMM);
+	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (!(COMM = dp_comm_open(R.be, R.ctx, &e)))
+		cli_die_err(CLI_FAIL, &e);
+	set_rank(dp_comm_rank(COMM), dp_comm_size(COMM));
 	dp_comm_conf cc;
 	dp_comm_conf_defaults(&cc);
 	cc.overlap = O.overlap;
@@ -1256,59 +1230,107 @@ int main(int argc, char **argv)
 	cc.stall_abort = O.stall_abort;
 	cc.report = stall_report;
 	if (dp_comm_configure(COMM, &cc, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
+}
 
-	/* the checkpoint to resume or start from */
-	dp_st *ck = NULL;
-	if (O.resume || O.init) {
-		ck = open_ckpt(O.resume ? O.resume : O.init);
-		if (O.resume) {
-			settings_from(ck);
-		} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
-			O.model = from_ckpt(ck, O_MODEL, "model");
-			O.input_shape = from_ckpt(ck, O_INPUT_SHAPE, "input_shape");
-			const char *l = dp_st_meta(ck, "loss");
-			if (l && !O.given[O_LOSS])
-				O.loss = dp_loss_parse(l);
-		}
+/* The checkpoint to resume or start from, and the settings it gives:
+ * with --resume, every one the command line leaves out; with --init, the
+ * model, when neither --model nor --input-shape is given. */
+static void start_from_checkpoint(void)
+{
+	if (!O.resume && !O.init)
+		return;
+	R.ck = open_ckpt(O.resume ? O.resume : O.init);
+	if (O.resume) {
+		settings_from(R.ck);
+	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
+		O.model = from_ckpt(R.ck, O_MODEL, "model");
+		O.input_shape = from_ckpt(R.ck, O_INPUT_SHAPE, "input_shape");
+		const char *l = dp_st_meta(R.ck, "loss");
+		if (l && !O.given[O_LOSS])
+			O.loss = dp_loss_parse(l);
 	}
-	/* every rank started alike?  (before any check that could fail on
-	 * some ranks only) */
+}
+
+/* Every rank started alike?  (before any check that could fail on some
+ * ranks only) */
+static void check_same_settings(void)
+{
+	dp_err e;
 	char *stext = settings_text(&O.opt);
 	if (dp_comm_check_same(COMM, stext, &e) < 0)
 		die_all(2, "%s", e.msg);
 	free(stext);
+}
+
+static void make_model(void)
+{
+	dp_err e;
 	if (!O.model)
 		usage_error("no model: give --model SPEC (e.g. --model dense:128,relu,dense:10)");
 	if (!O.input_shape)
 		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
-	dp_shape in;
-	if (dp_shape_parse(O.input_shape, &in, &e) < 0)
+	if (dp_shape_parse(O.input_shape, &R.in, &e) < 0)
 		usage_error("%s", e.msg);
-	M = dp_model_new(O.model, &in, O.loss, &e);
-	if (!M)
+	if (!(M = dp_model_new(O.model, &R.in, O.loss, &e)))
 		usage_error("%s", e.msg);
-	if (O.summary) {
-		if (RANK == 0)
-			summary(M);
-		dp_model_free(M);
-		dp_comm_close(COMM);
-		be->close(ctx);
-		return fclose(stdout) ? (perror(prog), 1) : 0;
+	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
+}
+
+/* --summary: the layers, and the end of the run. */
+static int show_summary(void)
+{
+	if (RANK == 0)
+		summary(M);
+	dp_model_free(M);
+	dp_st_close(R.ck);
+	dp_comm_close(COMM);
+	COMM = NULL;
+	R.be->close(R.ctx);
+	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
+}
+
+/* The checkpoint must hold the model being trained. */
+static void check_ckpt_model(void)
+{
+	dp_err e;
+	if (!R.ck)
+		return;
+	dp_model *cm = dp_ckpt_model(R.ck, &e);
+	if (!cm)
+		die_all(1, "%s", e.msg);
+	if (!dp_model_same(cm, M)) {
+		char a[64], b[64];
+		dp_shape ci = dp_model_input(cm);
+		die_all(1, "%s: a checkpoint of model '%s' over %s, not '%s' over %s",
+			dp_st_name(R.ck), dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a),
+			dp_model_spec(M), dp_shape_format(&R.in, b, sizeof b));
 	}
-	if (ck) {
-		dp_model *cm = dp_ckpt_model(ck, &e);
-		if (!cm)
-			die_all(1, "%s", e.msg);
-		if (!dp_model_same(cm, M)) {
-			char a[64], b[64];
-			dp_shape ci = dp_model_input(cm);
-			die_all(1, "%s: a checkpoint of model '%s' over %s, not '%s' over %s",
-				dp_st_name(ck), dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a),
-				dp_model_spec(M), dp_shape_format(&in, b, sizeof b));
-		}
-		dp_model_free(cm);
+	dp_model_free(cm);
+}
+
+/* Under mpirun a stream read by several ranks would be torn between them. */
+static void check_streams(void)
+{
+	for (int v = 0; v < 2 && SIZE > 1; v++) {
+		const char **ps = v ? O.val : O.train;
+		size_t nps = v ? O.nval : O.ntrain;
+		struct stat sb;
+		for (size_t i = 0; i < nps && !per_rank(ps, nps, NULL); i++)
+			if (!strcmp(ps[i], "-") || (stat(ps[i], &sb) == 0 && S_ISFIFO(sb.st_mode)))
+				usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
+					    "({rank}), or --%s-cmd 'CMD' (a stream a rank with {rank})",
+					    v ? "val" : "train", ps[i],
+					    strcmp(ps[i], "-") ? "every rank would read the same FIFO"
+							       : "standard input reaches rank 0 only",
+					    v ? "val" : "train");
 	}
+}
+
+/* The options that go together, and those that do not. */
+static void check_options(void)
+{
+	dp_err e;
 	if (!dp_model_nparams(M))
 		usage_error("model '%s' has no parameters to train", O.model);
 	if (!O.ntrain && !O.train_cmd)
@@ -1327,38 +1349,26 @@ int main(int argc, char **argv)
 		O.ckpt_every = 1, O.ckpt_epochs = 1;
 	if (O.output && !strcmp(O.output, "-") && !O.log)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
-	for (int v = 0; v < 2 && SIZE > 1; v++) {
-		/* a stream read by several ranks would be torn between them */
-		const char **ps = v ? O.val : O.train;
-		size_t nps = v ? O.nval : O.ntrain;
-		struct stat sb;
-		for (size_t i = 0; i < nps && !per_rank(ps, nps, NULL); i++)
-			if (!strcmp(ps[i], "-") || (stat(ps[i], &sb) == 0 && S_ISFIFO(sb.st_mode)))
-				usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
-					    "({rank}), or --%s-cmd 'CMD' (a stream a rank with {rank})",
-					    v ? "val" : "train", ps[i],
-					    strcmp(ps[i], "-") ? "every rank would read the same FIFO"
-							       : "standard input reaches rank 0 only",
-					    v ? "val" : "train");
-	}
+	check_streams();
 	if (O.warmup_epochs > 0 && !O.scale_lr)
 		usage_error("--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
-	dp_sched sched = {0};
-	sched.epochs = O.epochs;
-	sched.warmup = O.warmup;
-	if (dp_sched_parse(O.schedule, &sched, &e) < 0)
+	R.sched.epochs = O.epochs;
+	R.sched.warmup = O.warmup;
+	if (dp_sched_parse(O.schedule, &R.sched, &e) < 0)
 		usage_error("%s", e.msg);
 	if (dp_optim_check(&O.opt, &e) < 0)
 		usage_error("%s", e.msg);
+}
 
-	/* log: rank 0's, and with --log-all-ranks every rank's ({rank} in
-	 * --log: a file each; else the others write to their stdout) */
+/* The log: rank 0's, and with --log-all-ranks every rank's ({rank} in
+ * --log: a file each; else the others write to their stdout). */
+static void open_log(void)
+{
 	logfp = NULL;
 	if (RANK == 0 || O.log_all) {
 		logfp = stdout;
 		const char *lp = O.log;
-		char *own = NULL;
 		if (lp && RANK != 0 && !strstr(lp, "{rank}"))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
@@ -1366,293 +1376,397 @@ int main(int argc, char **argv)
 			snprintf(rb, sizeof rb, "%d", RANK);
 			snprintf(zb, sizeof zb, "%d", SIZE);
 			const char *vars[] = {"rank", rb, "size", zb, NULL};
-			if (!(own = dp_expand(lp, vars)))
-				die("out of memory");
+			char *own = dp_expand(lp, vars);
+			if (!own)
+				cli_die("out of memory");
 			if (!(logfp = fopen(own, O.resume ? "a" : "w")))
-				die("%s: %s", own, strerror(errno));
+				cli_die("%s: %s", own, strerror(errno));
 			free(own);
 		}
 	}
 	bar_on = RANK == 0 &&
 		 (O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO)));
+}
 
-	/* model, optimizer */
-	if (dp_model_bind(M, be, ctx, O.batch, &e) < 0)
-		die("%s", e.msg);
-	OPT = dp_optim_new(&O.opt, be, ctx, dp_model_nparams(M), &e);
-	if (!OPT)
-		die("%s", e.msg);
-	dp_train_state ts = {O.seed, 0, 0, 0};
-	int ck_ranks = 1;
-	if (ck) {
-		if (dp_ckpt_load_weights(ck, M, &e) < 0)
+/* Resuming with another number of ranks: only with the same global
+ * batch, and data split between the ranks (so that it goes on where it
+ * was). */
+static void check_resume_ranks(dp_st *ck, int ck_ranks)
+{
+	const char *cb = dp_st_meta(ck, "batch_size");
+	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb) : O.batch;
+	uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
+	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
+	if (ck_ranks == SIZE || R.ts.epoch >= O.epochs)
+		return;
+	if (g0 != g1 || !split) {
+		char hint[160] = "";
+		if (split && g0 % (uint64_t)SIZE == 0)
+			snprintf(hint, sizeof hint,
+				 ", or with --batch-size %" PRIu64 " to keep the global batch",
+				 g0 / (uint64_t)SIZE);
+		die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64 " (global batch %" PRIu64
+			   "); this run has %d x %" PRIu64 " = %" PRIu64 "%s: resume it with %d rank%s%s",
+			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb, g0, SIZE, O.batch, g1,
+			split ? "" : " and its data is per rank ({rank})", ck_ranks,
+			ck_ranks == 1 ? "" : "s", hint);
+	}
+	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
+	     "): the data goes on where it was",
+	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", SIZE, g1);
+}
+
+/* The optimizer state and the position in the data of the run resumed. */
+static void resume_state(dp_st *ck)
+{
+	dp_err e;
+	if (dp_ckpt_load_optim(ck, OPT, M, &e) < 0 || dp_ckpt_train_state(ck, &R.ts, &e) < 0)
+		die_all(1, "%s", e.msg);
+	if (O.given[O_SEED] && O.seed != R.ts.seed)
+		die_all(1, "%s: saved with --seed %" PRIu64 ", not %" PRIu64
+			   ": resuming needs the same seed",
+			dp_st_name(ck), R.ts.seed, O.seed);
+	const char *r = dp_st_meta(ck, "ranks");
+	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r) : 1);
+}
+
+/* The model on the backend, the optimizer, the weights (the
+ * checkpoint's, or fresh), the same on every rank. */
+static void setup_model(void)
+{
+	dp_err e;
+	if (dp_model_bind(M, R.be, R.ctx, O.batch, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (!(OPT = dp_optim_new(&O.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
+		cli_die_err(CLI_FAIL, &e);
+	R.ts = (dp_train_state){O.seed, 0, 0, 0};
+	if (R.ck) {
+		if (dp_ckpt_load_weights(R.ck, M, &e) < 0)
 			die_all(1, "%s", e.msg);
-		if (O.resume) {
-			if (dp_ckpt_load_optim(ck, OPT, M, &e) < 0 ||
-			    dp_ckpt_train_state(ck, &ts, &e) < 0)
-				die_all(1, "%s", e.msg);
-			if (O.given[O_SEED] && O.seed != ts.seed)
-				die_all(1, "%s: saved with --seed %" PRIu64 ", not %" PRIu64
-					": resuming needs the same seed",
-					dp_st_name(ck), ts.seed, O.seed);
-			const char *r = dp_st_meta(ck, "ranks");
-			if (r)
-				ck_ranks = (int)meta_count(ck, "ranks", r);
-			const char *cb = dp_st_meta(ck, "batch_size");
-			uint64_t ckb = cb ? meta_count(ck, "batch_size", cb) : O.batch;
-			uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
-			int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-			if (ck_ranks != SIZE && ts.epoch < O.epochs) {
-				if (g0 != g1 || !split) {
-					char hint[160] = "";
-					if (split && g0 % (uint64_t)SIZE == 0)
-						snprintf(hint, sizeof hint,
-							 ", or with --batch-size %" PRIu64
-							 " to keep the global batch",
-							 g0 / (uint64_t)SIZE);
-					die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64
-						" (global batch %" PRIu64 "); this run has %d x %" PRIu64
-						" = %" PRIu64 "%s: resume it with %d rank%s%s",
-						dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s",
-						ckb, g0, SIZE, O.batch, g1,
-						split ? "" : " and its data is per rank ({rank})",
-						ck_ranks, ck_ranks == 1 ? "" : "s", hint);
-				}
-				note("%s: saved by %d rank%s, resumed by %d with the same global batch "
-				     "(%" PRIu64 "): the data goes on where it was",
-				     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", SIZE, g1);
-			}
-		}
+		if (O.resume)
+			resume_state(R.ck);
 	} else {
 		dp_model_init(M, O.seed);
 	}
 	/* every worker starts from worker 0's weights and running statistics */
 	if (dp_comm_bcast(COMM, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
 	    dp_comm_bcast(COMM, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
+}
 
+/* The training and validation data, what the run is said to be, the
+ * ramp of --warmup-epochs, the timeline. */
+static void setup_data(void)
+{
+	dp_err e;
 	int tshare = shared(O.train, O.ntrain, O.train_cmd);
-	dp_data *td = TD = open_data(O.train, O.ntrain, O.train_cmd, 1, be, ctx, M);
-	dp_data *vd = VD =
-		O.nval || O.val_cmd ? open_data(O.val, O.nval, O.val_cmd, 0, be, ctx, M) : NULL;
-	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), desc,
-	     dp_comm_desc(COMM), dp_data_nsources(td), dp_data_nsources(td) == 1 ? "" : "s");
+	TD = open_data(O.train, O.ntrain, O.train_cmd, 1);
+	if (O.nval || O.val_cmd) {
+		VD = open_data(O.val, O.nval, O.val_cmd, 0);
+		if (!(R.val = dp_eval_new_for(M, 0, &e)))
+			cli_die("val: %s", e.msg);
+	}
+	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
+	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
 	if (SIZE > 1)
 		note("global batch %" PRIu64 " (%d x %" PRIu64 "); training data %s%s", O.batch * SIZE,
 		     SIZE, O.batch,
-		     tshare ? "shared: rank r takes the r-th slice of each global batch"
-			    : "per rank",
+		     tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
 		     O.overlap ? "" : "; gradients reduced after the backward pass (--no-overlap)");
-	if (ck) {
-		if (O.resume && ts.epoch >= O.epochs)
+	if (R.ck) {
+		if (O.resume && R.ts.epoch >= O.epochs)
 			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
 			     "(more with --epochs)",
-			     dp_st_name(ck), O.epochs, ts.step);
+			     dp_st_name(R.ck), O.epochs, R.ts.step);
 		else if (O.resume)
-			note("resuming %s at epoch %" PRIu64 ", step %" PRIu64, dp_st_name(ck),
-			     ts.epoch + 1, ts.step);
-		dp_st_close(ck);
-		ck = NULL;
+			note("resuming %s at epoch %" PRIu64 ", step %" PRIu64, dp_st_name(R.ck),
+			     R.ts.epoch + 1, R.ts.step);
+		dp_st_close(R.ck);
+		R.ck = NULL;
 	}
-	uint64_t ramp = 0;
 	if (O.warmup_epochs > 0 && SIZE > 1) {
-		uint64_t spe = count_steps(td);
-		ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
+		uint64_t spe = count_steps(TD);
+		R.ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
 		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch", O.warmup_epochs,
-		     ramp, spe);
+		     R.ramp, spe);
 	}
 	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
-		die("timeline: %s", e.msg);
+		cli_die("timeline: %s", e.msg);
+	R.ckpt_path = O.ckpt ? O.ckpt : O.output;
+	R.counts = cli_calloc((size_t)SIZE, sizeof *R.counts);
+	R.mt.t0 = dp_now();
+}
 
-	const char *ckpt_path = O.ckpt ? O.ckpt : O.output;
-	int xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
-	uint64_t steps_per_epoch = 0; /* known after an epoch */
-	int stopped = 0;
-	meter mt = {0};
-	mt.t0 = dp_now();
-	size_t np = dp_model_nparams(M);
-	double lr = 0, iter_time = 0;
-	uint64_t iters = 0, G = O.batch * (uint64_t)SIZE;
-	uint64_t *counts = calloc((size_t)SIZE, sizeof *counts);
-	if (!counts)
-		die("out of memory");
-	for (uint64_t epoch = ts.epoch; epoch < O.epochs && !stopped; epoch++) {
-		uint64_t skip = epoch == ts.epoch ? ts.epoch_step : 0;
-		ts.epoch = epoch;
-		ts.epoch_step = skip;
-		if (dp_data_epoch(td, epoch, skip, &e) < 0)
-			die("train: %s", e.msg);
-		int out = 0; /* this rank's data is over */
-		uint64_t short_steps = 0;
-		for (;;) {
-			/* the next batch, and how many samples every rank has */
-			double t0 = dp_now();
-			const dp_batch *b = NULL;
-			uint64_t n = 0;
-			if (!out) {
-				int rc = dp_data_next(td, &b, &e);
-				if (rc < 0) {
-					bar_clear();
-					die("train: %s", e.msg);
-				}
-				if (rc == 0)
-					out = 1;
-				else
-					n = b->n;
-			}
-			double t1 = dp_now();
-			dp_comm_event(COMM, "data", 1, t0, t1);
-			if (dp_comm_allgather(COMM, &n, counts, sizeof n, &e) < 0)
-				die("train: %s", e.msg);
-			uint64_t gn = 0;
-			int nout = 0, first_out = -1;
-			for (int r = 0; r < SIZE; r++) {
-				gn += counts[r];
-				if (!counts[r] && first_out < 0)
-					first_out = r;
-				nout += !counts[r];
-			}
-			double t2 = dp_now();
-			if (SIZE > 1)
-				dp_comm_event(COMM, "agree", 1, t1, t2);
-			if (!gn)
-				break; /* the epoch is over everywhere */
-			if (O.uneven_drop && nout) {
-				note("epoch %" PRIu64 ", step %" PRIu64 ": rank %d ran out of data first: "
-				     "the other ranks' remaining records (%" PRIu64 " in this step) are "
-				     "dropped this epoch (--uneven drop)",
-				     epoch + 1, ts.step + 1, first_out, gn);
-				break;
-			}
-			if (SIZE > 1 && O.drop_last && gn < G) {
-				note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
-				     " samples) dropped (--last-batch drop)",
-				     epoch + 1, gn, G);
-				break;
-			}
-			short_steps += gn < G;
-			__atomic_store_n(&cur_step, ts.step, __ATOMIC_RELAXED);
-			lr = rate(&sched, epoch, ts.step, ramp);
-			double st[2] = {0, 0};
-			if (n) {
-				dp_pass pass = {1, O.seed, ts.step, (uint64_t)RANK * O.batch};
-				const void *y = xent ? (const void *)b->y : b->t;
-				if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
-				    dp_model_loss(M, y, b->n, 1.0f / (float)gn, 1, st, &e) < 0)
-					die("train: %s", e.msg);
-			}
-			double t3 = dp_now();
-			dp_comm_event(COMM, "forward", 1, t2, t3);
-			if (!isfinite(st[0])) {
-				bar_clear();
-				if (have_ckpt)
-					die_code(EXIT_DIVERGED,
-						 "epoch %" PRIu64 ", step %" PRIu64 ": loss is %s: training "
-						 "diverged; the last good checkpoint is %s (step %" PRIu64 ")",
-						 epoch + 1, ts.step + 1, isnan(st[0]) ? "NaN" : "infinite",
-						 last_ckpt, last_ckpt_step);
-				die_code(EXIT_DIVERGED,
-					 "epoch %" PRIu64 ", step %" PRIu64 ": loss is %s: training "
-					 "diverged (lower --lr?); no checkpoint written",
-					 epoch + 1, ts.step + 1, isnan(st[0]) ? "NaN" : "infinite");
-			}
-			if (dp_comm_grads_begin(COMM, dp_model_grads(M), np, &e) < 0 ||
-			    (n ? dp_model_backward(M, b->n, dp_comm_hook, COMM, &e) : zero_grads(&e)) < 0)
-				die("train: %s", e.msg);
-			double t4 = dp_now();
-			dp_comm_event(COMM, "backward", 1, t3, t4);
-			if (dp_comm_grads_wait(COMM, &e) < 0)
-				die("train: %s", e.msg);
-			double t5 = dp_now();
-			dp_optim_step(OPT, dp_model_params(M), dp_model_grads(M), lr);
-			double t6 = dp_now();
-			dp_comm_event(COMM, "update", 1, t5, t6);
-			iter_time += t6 - t0;
-			iters++;
-			ts.step++;
-			ts.epoch_step++;
-			mt.loss += st[0];
-			mt.correct += st[1];
-			mt.samples += n;
-			mt.steps++;
-			if (ts.step % O.log_every == 0)
-				log_train(epoch, ts.step, &mt, lr, xent);
-			if (O.ckpt_every && !O.ckpt_epochs && ts.step % O.ckpt_every == 0)
-				save(ckpt_path, &ts);
-			bar_draw(epoch, ts.epoch_step, steps_per_epoch, &mt, 0);
-			if (O.max_steps && ts.step >= O.max_steps) {
-				stopped = 1;
-				break;
-			}
-		}
-		if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
-			note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
-			     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
-			     "adding none (--uneven join)",
-			     epoch + 1, short_steps, G);
-		if (mt.steps)
-			log_train(epoch, ts.step, &mt, lr, xent);
-		if (stopped)
-			break;
-		if (ts.epoch_step == 0)
-			die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
-				O.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
-		steps_per_epoch = ts.epoch_step;
-		if (vd) {
-			average_buffers();
-			validate(vd, epoch, ts.step);
-			mt.t0 = dp_now(); /* rates count training time only */
-		}
-		ts.epoch = epoch + 1;
-		ts.epoch_step = 0;
-		if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 &&
-		    epoch + 1 < O.epochs)
-			save(ckpt_path, &ts);
+/* ---- the epochs ------------------------------------------------------------------------ */
+
+/* A step of the job: this rank's batch, and how many samples the ranks
+ * have in it. */
+typedef struct step {
+	const dp_batch *b;  /* this rank's batch; NULL when its data is over */
+	uint64_t n, gn;     /* its samples, the job's */
+	int nout;           /* ranks out of data, */
+	int first_out;      /* the first of them (-1: none) */
+	double t0, t2;      /* when the step began, when the ranks had agreed */
+} step;
+
+/* The next batch of this rank (none once *out), and every rank's count
+ * (an allgather: every rank calls it at every step). */
+static step next_step(int *out)
+{
+	dp_err e;
+	step s = {0};
+	s.first_out = -1;
+	s.t0 = dp_now();
+	if (!*out) {
+		int rc = dp_data_next(TD, &s.b, &e);
+		if (rc < 0)
+			cli_die("train: %s", e.msg);
+		if (rc == 0)
+			*out = 1, s.b = NULL;
+		else
+			s.n = s.b->n;
 	}
+	double t1 = dp_now();
+	dp_comm_event(COMM, "data", 1, s.t0, t1);
+	if (dp_comm_allgather(COMM, &s.n, R.counts, sizeof s.n, &e) < 0)
+		cli_die("train: %s", e.msg);
+	for (int r = 0; r < SIZE; r++) {
+		s.gn += R.counts[r];
+		if (!R.counts[r] && s.first_out < 0)
+			s.first_out = r;
+		s.nout += !R.counts[r];
+	}
+	s.t2 = dp_now();
+	if (SIZE > 1)
+		dp_comm_event(COMM, "agree", 1, t1, s.t2);
+	return s;
+}
+
+static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
+{
+	const char *what = isnan(loss) ? "NaN" : "infinite";
+	if (have_ckpt)
+		cli_die_code(TRAIN_DIVERGED,
+			     "epoch %" PRIu64 ", step %" PRIu64 ": loss is %s: training diverged; the "
+			     "last good checkpoint is %s (step %" PRIu64 ")",
+			     epoch + 1, R.ts.step + 1, what, last_ckpt, last_ckpt_step);
+	cli_die_code(TRAIN_DIVERGED,
+		     "epoch %" PRIu64 ", step %" PRIu64 ": loss is %s: training diverged (lower "
+		     "--lr?); no checkpoint written",
+		     epoch + 1, R.ts.step + 1, what);
+}
+
+/* One update: forward and loss (scaled by the job's samples), backward
+ * with the gradients summed over the ranks as they come (a rank without
+ * samples adds zeros), the optimizer step. */
+static void train_step(uint64_t epoch, const step *s)
+{
+	dp_err e;
+	const dp_batch *b = s->b;
+	__atomic_store_n(&cur_step, R.ts.step, __ATOMIC_RELAXED);
+	R.lr = rate(&R.sched, epoch, R.ts.step, R.ramp);
+	double st[2] = {0, 0};
+	if (s->n) {
+		dp_pass pass = {1, O.seed, R.ts.step, (uint64_t)RANK * O.batch};
+		const void *y = R.xent ? (const void *)b->y : b->t;
+		if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
+		    dp_model_loss(M, y, b->n, 1.0f / (float)s->gn, 1, st, &e) < 0)
+			cli_die("train: %s", e.msg);
+	}
+	double t3 = dp_now();
+	dp_comm_event(COMM, "forward", 1, s->t2, t3);
+	if (!isfinite(st[0]))
+		diverged(epoch, st[0]);
+	if (dp_comm_grads_begin(COMM, dp_model_grads(M), dp_model_nparams(M), &e) < 0 ||
+	    (s->n ? dp_model_backward(M, b->n, dp_comm_hook, COMM, &e) : zero_grads(&e)) < 0)
+		cli_die("train: %s", e.msg);
+	double t4 = dp_now();
+	dp_comm_event(COMM, "backward", 1, t3, t4);
+	if (dp_comm_grads_wait(COMM, &e) < 0)
+		cli_die("train: %s", e.msg);
+	double t5 = dp_now();
+	dp_optim_step(OPT, dp_model_params(M), dp_model_grads(M), R.lr);
+	double t6 = dp_now();
+	dp_comm_event(COMM, "update", 1, t5, t6);
+	R.iter_time += t6 - s->t0;
+	R.iters++;
+	R.ts.step++;
+	R.ts.epoch_step++;
+	R.mt.loss += st[0];
+	R.mt.correct += st[1];
+	R.mt.samples += s->n;
+	R.mt.steps++;
+}
+
+/* The updates of one epoch (the rest of it, when resuming), its training
+ * lines and checkpoints: 1 when --max-steps ends the run. */
+static int train_epoch(uint64_t epoch)
+{
+	dp_err e;
+	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
+	R.ts.epoch = epoch;
+	R.ts.epoch_step = skip;
+	if (dp_data_epoch(TD, epoch, skip, &e) < 0)
+		cli_die("train: %s", e.msg);
+	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0;
+	int out = 0, stopped = 0; /* out: this rank's data is over */
+	for (;;) {
+		step s = next_step(&out);
+		if (!s.gn)
+			break; /* the epoch is over everywhere */
+		if (O.uneven_drop && s.nout) {
+			note("epoch %" PRIu64 ", step %" PRIu64 ": rank %d ran out of data first: "
+			     "the other ranks' remaining records (%" PRIu64 " in this step) are "
+			     "dropped this epoch (--uneven drop)",
+			     epoch + 1, R.ts.step + 1, s.first_out, s.gn);
+			break;
+		}
+		if (SIZE > 1 && O.drop_last && s.gn < G) {
+			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
+			     " samples) dropped (--last-batch drop)",
+			     epoch + 1, s.gn, G);
+			break;
+		}
+		short_steps += s.gn < G;
+		train_step(epoch, &s);
+		if (R.ts.step % O.log_every == 0)
+			log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+		if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
+			save(R.ckpt_path, &R.ts);
+		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt, 0);
+		if (O.max_steps && R.ts.step >= O.max_steps) {
+			stopped = 1;
+			break;
+		}
+	}
+	if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
+		note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
+		     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
+		     "adding none (--uneven join)",
+		     epoch + 1, short_steps, G);
+	if (R.mt.steps)
+		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+	return stopped;
+}
+
+/* After an epoch's updates: validation, and the checkpoint of
+ * --checkpoint-every Ne. */
+static void end_epoch(uint64_t epoch)
+{
+	if (R.ts.epoch_step == 0)
+		die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
+			O.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
+	R.steps_per_epoch = R.ts.epoch_step;
+	if (VD) {
+		average_buffers();
+		validate(epoch, R.ts.step);
+		R.mt.t0 = dp_now(); /* rates count training time only */
+	}
+	R.ts.epoch = epoch + 1;
+	R.ts.epoch_step = 0;
+	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && epoch + 1 < O.epochs)
+		save(R.ckpt_path, &R.ts);
+}
+
+/* ---- finish ------------------------------------------------------------------------------ */
+
+/* How the gradients' allreduce went, over the steps of the run. */
+static void comm_report(void)
+{
+	dp_comm_stats cs;
+	dp_comm_stats_get(COMM, &cs);
+	if (!R.iters || !cs.steps)
+		return;
+	double it = R.iter_time / (double)R.iters, steps = (double)cs.steps;
+	note("communication: %.1f allreduce call%s a step (%.2f MiB), in flight %.2f ms = %.1f%% of "
+	     "a %.2f ms step, %.2f ms (%.1f%%) of it not hidden by the backward pass",
+	     (double)cs.calls / steps, cs.calls == cs.steps ? "" : "s",
+	     (double)cs.bytes / steps / 1048576.0, 1e3 * cs.busy_time / steps,
+	     100 * cs.busy_time / steps / it, 1e3 * it, 1e3 * cs.wait_time / steps,
+	     100 * cs.wait_time / steps / it);
+}
+
+/* The final checkpoint, the ranks checked against each other, the
+ * timeline. */
+static void finish(void)
+{
+	dp_err e;
 	bar_clear();
-	free(counts);
-	if (ts.epoch >= O.epochs)
-		ts.epoch_step = 0;
+	if (R.ts.epoch >= O.epochs)
+		R.ts.epoch_step = 0;
 	if (O.output)
-		save(O.output, &ts);
-	else if (ckpt_path && O.ckpt_every && last_ckpt_step != ts.step)
-		save(ckpt_path, &ts);
+		save(O.output, &R.ts);
+	else if (R.ckpt_path && O.ckpt_every && last_ckpt_step != R.ts.step)
+		save(R.ckpt_path, &R.ts);
 	else
 		average_buffers();
 	if (SIZE > 1) {
-		check_same_state(ts.step);
-		dp_comm_stats cs;
-		dp_comm_stats_get(COMM, &cs);
-		if (iters && cs.steps) {
-			double it = iter_time / (double)iters;
-			note("communication: %.1f allreduce call%s a step (%.2f MiB), in flight %.2f ms "
-			     "= %.1f%% of a %.2f ms step, %.2f ms (%.1f%%) of it not hidden by the "
-			     "backward pass",
-			     (double)cs.calls / (double)cs.steps, cs.calls == cs.steps ? "" : "s",
-			     (double)cs.bytes / (double)cs.steps / 1048576.0,
-			     1e3 * cs.busy_time / (double)cs.steps,
-			     100 * cs.busy_time / (double)cs.steps / it, 1e3 * it,
-			     1e3 * cs.wait_time / (double)cs.steps,
-			     100 * cs.wait_time / (double)cs.steps / it);
-		}
+		check_same_state(R.ts.step);
+		comm_report();
 	}
 	if (O.timeline && dp_comm_timeline_write(COMM, O.timeline, &e) < 0)
-		die("timeline: %s", e.msg);
-	dp_data_close(td);
-	dp_data_close(vd);
+		cli_die("timeline: %s", e.msg);
+}
+
+/* Everything closed; the exit status. */
+static int close_all(void)
+{
+	free(R.counts);
+	dp_eval_free(R.val);
+	dp_data_close(TD);
+	dp_data_close(VD);
 	dp_optim_free(OPT);
 	dp_model_free(M);
 	dp_comm_close(COMM);
 	COMM = NULL;
-	be->close(ctx);
+	R.be->close(R.ctx);
 	free((char *)last_ckpt);
 	free(O.train);
 	free(O.val);
 	while (nkept)
 		free(kept[--nkept]);
 	if (logfp && logfp != stdout && fclose(logfp) != 0)
-		die("%s: %s", O.log, strerror(errno));
-	if (fclose(stdout) != 0)
-		die("stdout: %s", strerror(errno));
-	return 0;
+		cli_die("%s: %s", O.log, strerror(errno));
+	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
+}
+
+int main(int argc, char **argv)
+{
+	cli.prog = DP_PROG;
+	cli.usage = usage_line;
+	cli.before_msg = before_msg;
+	cli.on_fail = end_job;
+	dp_out_install_signal_cleanup();
+	if (dp_comm_launched()) { /* who we are, for messages before MPI is up */
+		int r = -1, z = -1;
+		dp_rank_size(&r, &z);
+		set_rank(r, z);
+	}
+	parse_args(argc, argv);
+	if (O.resume && O.init)
+		usage_error("--resume and --init exclude each other");
+
+	/* set-up: the job, the settings (some from a checkpoint), the model,
+	 * the log, the weights, the data */
+	join_job();
+	start_from_checkpoint();
+	check_same_settings();
+	make_model();
+	if (O.summary)
+		return show_summary();
+	check_ckpt_model();
+	check_options();
+	open_log();
+	setup_model();
+	setup_data();
+
+	/* the epochs */
+	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {
+		if (train_epoch(epoch))
+			break; /* --max-steps */
+		end_epoch(epoch);
+	}
+
+	finish();
+	return close_all();
 }

@@ -11,7 +11,7 @@
  * Exit status: 0 values found, 1 failure, 2 usage, 3 no value found.
  */
 #define _GNU_SOURCE
-#include "dp.h"
+#include "cli.h"
 #include "dp_lines.h"
 #include "dp_metrics.h"
 #include "dp_plot.h"
@@ -22,7 +22,6 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +31,15 @@
 #define DP_PROG "metrics-grep"
 #endif
 
-#define EXIT_NOVALUES 3
+enum { MG_NO_VALUES = 3 }; /* exit status: nothing matched */
 #define MAX_SOURCES 256
 #define PLOT_EVERY 2.0 /* seconds between chart rewrites when following */
+#define DEFS_MAX (64u << 20) /* a definitions file, not a dataset */
 
-static const char *prog = DP_PROG;
+#define USAGE                                                                             \
+	"usage: " DP_PROG " [-m NAME=REGEX]... [--definitions FILE] [--logfmt[=KEYS]] "   \
+	"[--csv|--json] [--last|--min|--max|--mean|--count]... [-f] [--plot FILE.svg] "  \
+	"[FILE]...\n"
 
 enum fmt { FMT_TSV, FMT_CSV, FMT_JSON };
 enum summary { S_LAST, S_MIN, S_MAX, S_MEAN, S_COUNT, NSUMMARY };
@@ -63,13 +66,16 @@ static struct {
 	dp_plot *chart;
 	/* accumulators, when summaries or a chart are wanted */
 	struct acc *acc;
-	int nacc, cap_acc;
+	size_t nacc, cap_acc;
 	int *first_acc; /* per metric id: first acc index, -1 */
-	int cap_first;
+	size_t nfirst, cap_first;
 	int need_values, print_records;
-	char **outname; /* per metric id: the name as the output format writes it */
-	size_t *outlen;
-	int cap_outname;
+	/* per metric id: the name as the output format writes it */
+	struct outname {
+		char *s;
+		size_t len;
+	} *outname;
+	size_t noutname, cap_outname;
 	unsigned long long values, lineno;
 	int failed;      /* a file could not be read: exit 1 at the end */
 	int out_broken;  /* stdout failed: stop now */
@@ -82,33 +88,10 @@ static volatile sig_atomic_t stop_sig;
 
 static void on_stop(int sig) { stop_sig = sig; }
 
-static void usage_line(FILE *f)
-{
-	fprintf(f,
-		"usage: %s [-m NAME=REGEX]... [--definitions FILE] [--logfmt[=KEYS]] "
-		"[--csv|--json] [--last|--min|--max|--mean|--count]... [-f] [--plot FILE.svg] "
-		"[FILE]...\n",
-		prog);
-}
-
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void usage_error(const char *fmt, ...)
-{
-	if (fmt) {
-		va_list ap;
-		va_start(ap, fmt);
-		fprintf(stderr, "%s: ", prog);
-		vfprintf(stderr, fmt, ap);
-		fputc('\n', stderr);
-		va_end(ap);
-	}
-	usage_line(stderr);
-	exit(2);
-}
-
+static void help(void) __attribute__((noreturn));
 static void help(void)
 {
-	usage_line(stdout);
+	fputs(USAGE, stdout);
 	fputs("Extract metrics from training logs: regexes (SageMaker metric_definitions) or\n"
 	      "logfmt keys; print every value, or summaries; follow growing logs; plot.\n"
 	      "\n"
@@ -142,6 +125,7 @@ static void help(void)
 	      "FILE - or none: standard input.  Exit status: 0 values found, 1 failure,\n"
 	      "2 usage error (bad option, regex or definitions), 3 no value found.\n",
 	      stdout);
+	cli_exit_stdout();
 }
 
 /* ---- Output ------------------------------------------------------------- */
@@ -149,113 +133,44 @@ static void help(void)
 static void out_fail(void)
 {
 	if (!G.out_broken)
-		fprintf(stderr, "%s: stdout: %s\n", prog, strerror(errno ? errno : EIO));
+		cli_warn("stdout: %s", strerror(errno ? errno : EIO));
 	G.out_broken = 1;
 }
 
 /* Rows go through this buffer straight to write(2): stdio's copy was a
- * tenth of the time of a large extraction.  Summaries use stdio, after. */
-static char obuf[1 << 16];
-static size_t olen;
+ * tenth of the time of a large extraction.  Summaries use stdio, after.
+ * A row is at most a 514-byte escaped name and four numbers. */
+#define OUT_FLUSH_AT (1 << 16)
+#define ROW_MAX 1024
+static dp_buf obuf = DP_BUF_INIT;
 
 static void out_flush(void)
 {
 	if (G.out_broken)
 		return;
 	dp_err e;
-	if (olen && dp_write_all(STDOUT_FILENO, obuf, olen, "stdout", &e) < 0)
+	if (obuf.len && dp_write_all(STDOUT_FILENO, obuf.p, obuf.len, "stdout", &e) < 0)
 		out_fail();
-	olen = 0;
-	if (fflush(stdout) == EOF)
+	dp_buf_reset(&obuf);
+	if (fflush(stdout) == EOF || ferror(stdout))
 		out_fail();
 }
 
-static void oom(void)
+/* Room for a row at the end of obuf: write it at the pointer returned,
+ * then out_end() with the pointer past it. */
+static char *out_room(void)
 {
-	fprintf(stderr, "%s: out of memory\n", prog);
-	exit(1);
+	if (obuf.len > OUT_FLUSH_AT - ROW_MAX)
+		out_flush();
+	if (dp_buf_reserve(&obuf, ROW_MAX) < 0)
+		cli_die("out of memory");
+	return obuf.p + obuf.len;
 }
 
-/* The metric's name as the output format writes it, cached per id;
- * *len its length. */
-static const char *out_name(int id, size_t *len)
+static void out_end(char *q)
 {
-	if (id >= G.cap_outname) {
-		int nc = G.cap_outname ? G.cap_outname : 64;
-		while (nc <= id)
-			nc *= 2;
-		char **n = realloc(G.outname, (size_t)nc * sizeof *n);
-		if (n)
-			G.outname = n;
-		size_t *l = realloc(G.outlen, (size_t)nc * sizeof *l);
-		if (l)
-			G.outlen = l;
-		if (!n || !l)
-			oom();
-		memset(n + G.cap_outname, 0, (size_t)(nc - G.cap_outname) * sizeof *n);
-		G.cap_outname = nc;
-	}
-	if (G.outname[id]) {
-		*len = G.outlen[id];
-		return G.outname[id];
-	}
-	const char *s = dp_matcher_name(G.m, id);
-	size_t n = strlen(s);
-	char *o = malloc(2 * n + 3), *q = o;
-	if (!o)
-		oom();
-	/* Names hold no control characters (the matcher checks): TSV takes
-	 * them as they are, CSV quotes when needed, JSON escapes " and \. */
-	if (G.fmt == FMT_CSV && strpbrk(s, ",\"")) {
-		*q++ = '"';
-		for (const char *p = s; *p; p++) {
-			if (*p == '"')
-				*q++ = '"';
-			*q++ = *p;
-		}
-		*q++ = '"';
-	} else if (G.fmt == FMT_JSON) {
-		*q++ = '"';
-		for (const char *p = s; *p; p++) {
-			if (*p == '"' || *p == '\\')
-				*q++ = '\\';
-			*q++ = *p;
-		}
-		*q++ = '"';
-	} else {
-		memcpy(q, s, n);
-		q += n;
-	}
 	*q = 0;
-	G.outname[id] = o;
-	G.outlen[id] = *len = (size_t)(q - o);
-	return o;
-}
-
-/* A number for output: the text as written when it is already in JSON's
- * form, else the shortest text of its value; NaN and infinities are "nan",
- * "inf", "-inf" in TSV/CSV and null in JSON. */
-static size_t num_text(char *buf, const char *t, size_t n)
-{
-	if (n < DP_NUMBER_BUF && dp_number_is_json(t, n)) {
-		memcpy(buf, t, n);
-		return n;
-	}
-	double v = dp_number_value(t, n);
-	if (G.fmt == FMT_JSON && !isfinite(v)) {
-		memcpy(buf, "null", 4);
-		return 4;
-	}
-	return dp_number_format(buf, v);
-}
-
-static size_t dbl_text(char *buf, double v)
-{
-	if (G.fmt == FMT_JSON && !isfinite(v)) {
-		memcpy(buf, "null", 4);
-		return 4;
-	}
-	return dp_number_format(buf, v);
+	obuf.len = (size_t)(q - obuf.p);
 }
 
 static void put(char **q, const char *s, size_t n)
@@ -264,102 +179,193 @@ static void put(char **q, const char *s, size_t n)
 	*q += n;
 }
 
+/* s as one CSV field: quoted, with doubled quotes, when it holds , or ". */
+static void csv_field(dp_buf *b, const char *s)
+{
+	if (!strpbrk(s, ",\"")) {
+		dp_buf_addstr(b, s);
+		return;
+	}
+	dp_buf_add(b, "\"", 1);
+	for (const char *p = s; *p; p++) {
+		if (*p == '"')
+			dp_buf_add(b, "\"", 1);
+		dp_buf_add(b, p, 1);
+	}
+	dp_buf_add(b, "\"", 1);
+}
+
+/* The metric's name as the output format writes it, cached per id;
+ * *len its length. */
+static const char *out_name(int id, size_t *len)
+{
+	size_t i = (size_t)id;
+	if (i >= G.noutname) {
+		cli_grow(&G.outname, &G.cap_outname, i + 1, sizeof *G.outname);
+		memset(G.outname + G.noutname, 0, (i + 1 - G.noutname) * sizeof *G.outname);
+		G.noutname = i + 1;
+	}
+	struct outname *o = &G.outname[i];
+	if (!o->s) {
+		/* Names are UTF-8 without control characters (the matcher
+		 * checks): TSV takes them as they are, CSV quotes when needed,
+		 * JSON escapes. */
+		const char *s = dp_matcher_name(G.m, id);
+		dp_buf b = DP_BUF_INIT;
+		if (G.fmt == FMT_JSON)
+			dp_buf_json_str(&b, s, strlen(s), 0);
+		else if (G.fmt == FMT_CSV)
+			csv_field(&b, s);
+		else
+			dp_buf_addstr(&b, s);
+		o->len = b.len;
+		o->s = dp_buf_take(&b);
+		if (!o->s)
+			cli_die("out of memory");
+	}
+	*len = o->len;
+	return o->s;
+}
+
+/* A number for output, NUL-terminated in buf (DP_NUMBER_BUF bytes): the
+ * text of v, or null in JSON for NaN and the infinities ("nan", "inf",
+ * "-inf" in TSV/CSV).  Returns the length. */
+static size_t dbl_text(char *buf, double v)
+{
+	if (G.fmt == FMT_JSON && !isfinite(v)) {
+		memcpy(buf, "null", 5);
+		return 4;
+	}
+	return dp_number_format(buf, v);
+}
+
+/* A number for output from its text: the text as written when it is
+ * already in JSON's form, else dbl_text of its value. */
+static size_t num_text(char *buf, const char *t, size_t n)
+{
+	if (n < DP_NUMBER_BUF && dp_number_is_json(t, n)) {
+		memcpy(buf, t, n);
+		return n;
+	}
+	return dbl_text(buf, dp_number_value(t, n));
+}
+
 static void print_header(void)
 {
 	if (G.fmt == FMT_JSON || !G.header)
 		return;
-	const char *h = G.fmt == FMT_CSV ? "name,value,step,epoch,rank\n"
-					 : "name\tvalue\tstep\tepoch\trank\n";
-	memcpy(obuf, h, strlen(h));
-	olen = strlen(h);
+	dp_buf_addstr(&obuf, G.fmt == FMT_CSV ? "name,value,step,epoch,rank\n"
+					      : "name\tvalue\tstep\tepoch\trank\n");
+}
+
+/* {"name":...,"value":...,"step":...,"epoch":...,"rank":...}, without the
+ * step and epoch when absent or not numbers, the rank when none. */
+static char *json_row(char *q, const char *name, size_t namel, const dp_sample *s,
+		      const dp_match *mt)
+{
+	char st[DP_NUMBER_BUF], ep[DP_NUMBER_BUF];
+	size_t sl = mt->step ? num_text(st, mt->step, mt->step_len) : 0;
+	size_t el = mt->epoch ? num_text(ep, mt->epoch, mt->epoch_len) : 0;
+	put(&q, "{\"name\":", 8);
+	put(&q, name, namel);
+	put(&q, ",\"value\":", 9);
+	q += num_text(q, s->text, s->len);
+	if (sl && memcmp(st, "null", 4) != 0) {
+		put(&q, ",\"step\":", 8);
+		put(&q, st, sl);
+	}
+	if (el && memcmp(ep, "null", 4) != 0) {
+		put(&q, ",\"epoch\":", 9);
+		put(&q, ep, el);
+	}
+	if (mt->rank >= 0)
+		q += sprintf(q, ",\"rank\":%d", mt->rank);
+	put(&q, "}\n", 2);
+	return q;
+}
+
+/* name, value, step, epoch, rank separated by sep; empty when absent. */
+static char *delimited_row(char *q, char sep, const char *name, size_t namel,
+			   const dp_sample *s, const dp_match *mt)
+{
+	/* numbers straight into the buffer: no copy through a temporary */
+	put(&q, name, namel);
+	*q++ = sep;
+	q += num_text(q, s->text, s->len);
+	*q++ = sep;
+	if (mt->step)
+		q += num_text(q, mt->step, mt->step_len);
+	*q++ = sep;
+	if (mt->epoch)
+		q += num_text(q, mt->epoch, mt->epoch_len);
+	*q++ = sep;
+	if (mt->rank >= 0)
+		q += sprintf(q, "%d", mt->rank);
+	*q++ = '\n';
+	return q;
 }
 
 static void print_record(const dp_sample *s, const dp_match *mt)
 {
-	/* A row is at most a 514-byte escaped name and four numbers. */
-	if (sizeof obuf - olen < 1024)
-		out_flush();
-	char *q = obuf + olen;
+	char *q = out_room();
 	size_t namel;
 	const char *name = out_name(s->metric, &namel);
-	if (G.fmt == FMT_JSON) {
-		char st[DP_NUMBER_BUF], ep[DP_NUMBER_BUF];
-		size_t sl = mt->step ? num_text(st, mt->step, mt->step_len) : 0;
-		size_t el = mt->epoch ? num_text(ep, mt->epoch, mt->epoch_len) : 0;
-		put(&q, "{\"name\":", 8);
-		put(&q, name, namel);
-		put(&q, ",\"value\":", 9);
-		q += num_text(q, s->text, s->len);
-		if (sl && memcmp(st, "null", 4) != 0) {
-			put(&q, ",\"step\":", 8);
-			put(&q, st, sl);
-		}
-		if (el && memcmp(ep, "null", 4) != 0) {
-			put(&q, ",\"epoch\":", 9);
-			put(&q, ep, el);
-		}
-		if (mt->rank >= 0)
-			q += sprintf(q, ",\"rank\":%d", mt->rank);
-		put(&q, "}\n", 2);
-	} else {
-		/* numbers straight into the buffer: no copy through a temporary */
-		char sep = G.fmt == FMT_CSV ? ',' : '\t';
-		put(&q, name, namel);
-		*q++ = sep;
-		q += num_text(q, s->text, s->len);
-		*q++ = sep;
-		if (mt->step)
-			q += num_text(q, mt->step, mt->step_len);
-		*q++ = sep;
-		if (mt->epoch)
-			q += num_text(q, mt->epoch, mt->epoch_len);
-		*q++ = sep;
-		if (mt->rank >= 0)
-			q += sprintf(q, "%d", mt->rank);
-		*q++ = '\n';
-	}
-	olen = (size_t)(q - obuf);
+	if (G.fmt == FMT_JSON)
+		q = json_row(q, name, namel, s, mt);
+	else
+		q = delimited_row(q, G.fmt == FMT_CSV ? ',' : '\t', name, namel, s, mt);
+	out_end(q);
 }
 
 /* ---- Accumulators and the chart ------------------------------------------ */
 
+/* The accumulator of metric from rank, created when new.  Each metric's
+ * list is kept sorted by rank. */
 static struct acc *get_acc(int metric, int rank)
 {
-	if (metric >= G.cap_first) {
-		int nc = G.cap_first ? G.cap_first : 64;
-		while (nc <= metric)
-			nc *= 2;
-		int *n = realloc(G.first_acc, (size_t)nc * sizeof *n);
-		if (!n)
-			oom();
-		for (int i = G.cap_first; i < nc; i++)
-			n[i] = -1;
-		G.first_acc = n;
-		G.cap_first = nc;
+	size_t m = (size_t)metric;
+	if (m >= G.nfirst) {
+		cli_grow(&G.first_acc, &G.cap_first, m + 1, sizeof *G.first_acc);
+		while (G.nfirst <= m)
+			G.first_acc[G.nfirst++] = -1;
 	}
-	int *link = &G.first_acc[metric];
-	while (*link >= 0) {
-		struct acc *a = &G.acc[*link];
+	int prev = -1, next = G.first_acc[m];
+	while (next >= 0) {
+		struct acc *a = &G.acc[next];
 		if (a->rank == rank)
 			return a;
 		if (a->rank > rank)
 			break;
-		link = &a->next;
+		prev = next;
+		next = a->next;
 	}
-	/* Keep each metric's list sorted by rank. */
-	if (G.nacc == G.cap_acc) {
-		int nc = G.cap_acc ? G.cap_acc * 2 : 64;
-		struct acc *n = realloc(G.acc, (size_t)nc * sizeof *n);
-		if (!n)
-			oom();
-		G.acc = n;
-		G.cap_acc = nc;
-	}
-	int id = G.nacc++;
-	G.acc[id] = (struct acc){.metric = metric, .rank = rank, .next = *link, .series = -1,
+	/* Growing moves G.acc: link by index, after. */
+	cli_grow(&G.acc, &G.cap_acc, G.nacc + 1, sizeof *G.acc);
+	int id = (int)G.nacc++;
+	G.acc[id] = (struct acc){.metric = metric, .rank = rank, .next = next, .series = -1,
 				 .min = INFINITY, .max = -INFINITY};
-	*link = id;
+	*(prev >= 0 ? &G.acc[prev].next : &G.first_acc[m]) = id;
 	return &G.acc[id];
+}
+
+/* The chart's series of a's values: "NAME" or "NAME (rank N)", in the
+ * panel of the metric's family. */
+static int chart_series(const struct acc *a)
+{
+	const char *name = dp_matcher_name(G.m, a->metric);
+	char label[400];
+	if (a->rank >= 0)
+		snprintf(label, sizeof label, "%s (rank %d)", name, a->rank);
+	else
+		snprintf(label, sizeof label, "%s", name);
+	const char *fam;
+	size_t fl = dp_metric_family(name, strlen(name), &fam);
+	char panel[300];
+	snprintf(panel, sizeof panel, "%.*s", (int)fl, fam);
+	int id = dp_plot_series(G.chart, label, panel);
+	if (id < 0)
+		cli_die("out of memory");
+	return id;
 }
 
 static void add_value(struct acc *a, double v, double step)
@@ -382,21 +388,8 @@ static void add_value(struct acc *a, double v, double step)
 		a->sum = t;
 	}
 	if (G.chart) {
-		if (a->series < 0) {
-			const char *name = dp_matcher_name(G.m, a->metric);
-			char label[400];
-			if (a->rank >= 0)
-				snprintf(label, sizeof label, "%s (rank %d)", name, a->rank);
-			else
-				snprintf(label, sizeof label, "%s", name);
-			const char *fam;
-			size_t fl = dp_metric_family(name, strlen(name), &fam);
-			char panel[300];
-			snprintf(panel, sizeof panel, "%.*s", (int)fl, fam);
-			a->series = dp_plot_series(G.chart, label, panel);
-			if (a->series < 0)
-				oom();
-		}
+		if (a->series < 0)
+			a->series = chart_series(a);
 		dp_plot_add(G.chart, a->series, step, (double)G.lineno, v);
 		G.plot_adds++;
 	}
@@ -409,7 +402,7 @@ static int write_plot(void)
 	size_t len;
 	char *svg = dp_plot_svg(G.chart, G.title, &len, &e);
 	if (!svg) {
-		fprintf(stderr, "%s: %s: %s\n", prog, G.plot, e.msg);
+		cli_warn("%s: %s", G.plot, e.msg);
 		return -1;
 	}
 	dp_out o;
@@ -422,7 +415,7 @@ static int write_plot(void)
 		dp_out_abort(&o);
 	free(svg);
 	if (rc < 0) {
-		fprintf(stderr, "%s: %s\n", prog, e.msg);
+		cli_warn("%s", e.msg);
 		return -1;
 	}
 	G.plotted_adds = G.plot_adds;
@@ -471,13 +464,39 @@ static void notice_events(struct source *src)
 	unsigned ev = dp_lines_events(src->r);
 	const char *name = src->name;
 	if (ev & DP_LINES_TRUNCATED)
-		fprintf(stderr, "%s: %s: file truncated; reading from the start\n", prog, name);
+		cli_warn("%s: file truncated; reading from the start", name);
 	if (ev & DP_LINES_REPLACED)
-		fprintf(stderr, "%s: %s: replaced; following the new file\n", prog, name);
+		cli_warn("%s: replaced; following the new file", name);
 	if (ev & DP_LINES_APPEARED)
-		fprintf(stderr, "%s: %s: appeared; following it\n", prog, name);
+		cli_warn("%s: appeared; following it", name);
 	if (ev & DP_LINES_MISSING)
-		fprintf(stderr, "%s: %s: No such file or directory; waiting for it\n", prog, name);
+		cli_warn("%s: No such file or directory; waiting for it", name);
+}
+
+/* Up to 100000 lines of s, until it has none ready.  Returns the last
+ * dp_lines_next status (DP_LINES_WAIT, DP_LINES_END, < 0 after a message);
+ * *progressed set when a line was read. */
+static int read_batch(struct source *s, int *progressed)
+{
+	int rc = DP_LINES_WAIT;
+	for (int k = 0; k < 100000 && !G.out_broken; k++) {
+		const char *line;
+		size_t len;
+		dp_err e;
+		rc = dp_lines_next(s->r, &line, &len, &e);
+		if (rc == DP_LINES_LINE) {
+			process_line(s, line, len);
+			*progressed = 1;
+			continue;
+		}
+		if (rc < 0) {
+			cli_warn("%s", e.msg);
+			G.failed = 1;
+		}
+		break;
+	}
+	notice_events(s);
+	return rc;
 }
 
 /* Read the sources to their end (or until a stop signal when following),
@@ -494,24 +513,7 @@ static void run(struct source *src, int n)
 			struct source *s = &src[i];
 			if (s->done)
 				continue;
-			int rc = DP_LINES_WAIT;
-			for (int k = 0; k < 100000 && !G.out_broken; k++) {
-				const char *line;
-				size_t len;
-				dp_err e;
-				rc = dp_lines_next(s->r, &line, &len, &e);
-				if (rc == DP_LINES_LINE) {
-					process_line(s, line, len);
-					progressed = 1;
-					continue;
-				}
-				if (rc < 0) {
-					fprintf(stderr, "%s: %s\n", prog, e.msg);
-					G.failed = 1;
-				}
-				break;
-			}
-			notice_events(s);
+			int rc = read_batch(s, &progressed);
 			if (rc == DP_LINES_END || rc < 0) {
 				s->done = 1;
 				live--;
@@ -533,7 +535,7 @@ static void run(struct source *src, int n)
 		 * again in a moment. */
 		int timeout = G.follow || npfd < live ? 100 : -1;
 		if (poll(npfd ? pfd : NULL, (nfds_t)npfd, timeout) < 0 && errno != EINTR) {
-			fprintf(stderr, "%s: poll: %s\n", prog, strerror(errno));
+			cli_warn("poll: %s", strerror(errno));
 			G.failed = 1;
 			return;
 		}
@@ -542,6 +544,66 @@ static void run(struct source *src, int n)
 
 /* ---- Summaries -------------------------------------------------------------- */
 
+/* Summary `what` of a as text in buf; returns 0 when there is none (no
+ * value; min and max of only NaN values). */
+static int summary_text(char buf[DP_NUMBER_BUF], const struct acc *a, enum summary what)
+{
+	double mean = (a->sum + a->comp) / (double)a->count;
+	switch (what) {
+	case S_LAST: dbl_text(buf, a->last); break;
+	case S_MIN: dbl_text(buf, a->min); break;
+	case S_MAX: dbl_text(buf, a->max); break;
+	case S_MEAN: /* 15 digits: a computed value, not a logged one */
+		if (a->nan_seen || !isfinite(mean))
+			dbl_text(buf, a->nan_seen ? NAN : mean);
+		else
+			snprintf(buf, DP_NUMBER_BUF, "%.15g", mean);
+		break;
+	case S_COUNT:
+		snprintf(buf, DP_NUMBER_BUF, "%llu", a->count);
+		return 1;
+	default: break;
+	}
+	if ((what == S_MIN || what == S_MAX) && !a->nnum)
+		return 0;
+	return a->count > 0;
+}
+
+/* One row of summaries: a's, of metric id. */
+static void print_summary_row(int id, const struct acc *a)
+{
+	char sep = G.fmt == FMT_CSV ? ',' : '\t';
+	size_t namel;
+	const char *name = out_name(id, &namel);
+	if (G.fmt == FMT_JSON)
+		printf("{\"name\":%s", name);
+	else
+		fputs(name, stdout);
+	for (int k = 0; k < G.nsummary; k++) {
+		char buf[DP_NUMBER_BUF] = "";
+		int have = summary_text(buf, a, (enum summary)G.summary[k]);
+		if (G.fmt == FMT_JSON)
+			printf(",\"%s\":%s", summary_names[G.summary[k]], have ? buf : "null");
+		else
+			printf("%c%s", sep, have ? buf : "");
+	}
+	if (G.fmt == FMT_JSON) {
+		if (a->rank >= 0)
+			printf(",\"rank\":%d", a->rank);
+		fputs("}\n", stdout);
+	} else {
+		if (G.ranks_seen) {
+			putchar(sep);
+			if (a->rank >= 0)
+				printf("%d", a->rank);
+		}
+		putchar('\n');
+	}
+}
+
+/* A header (TSV, CSV), then a row per metric and rank, in the order the
+ * metrics were defined or met; a defined metric without values gets a
+ * row of its own. */
 static void print_summaries(void)
 {
 	char sep = G.fmt == FMT_CSV ? ',' : '\t';
@@ -555,59 +617,13 @@ static void print_summaries(void)
 	}
 	int nm = dp_matcher_nmetrics(G.m);
 	for (int id = 0; id < nm; id++) {
-		int first = id < G.cap_first ? G.first_acc[id] : -1;
+		int first = (size_t)id < G.nfirst ? G.first_acc[id] : -1;
 		struct acc none = {.metric = id, .rank = -1, .next = -1};
 		if (first < 0 && !dp_matcher_defined(G.m, id))
 			continue; /* a key that never gave a value */
-		for (struct acc *a = first >= 0 ? &G.acc[first] : &none; a;
-		     a = a->next >= 0 ? &G.acc[a->next] : NULL) {
-			size_t namel;
-			const char *name = out_name(id, &namel);
-			if (G.fmt == FMT_JSON)
-				printf("{\"name\":%s", name);
-			else
-				fputs(name, stdout);
-			for (int k = 0; k < G.nsummary; k++) {
-				char buf[DP_NUMBER_BUF] = "";
-				int have = a->count > 0;
-				double mean = (a->sum + a->comp) / (double)a->count;
-				switch (G.summary[k]) {
-				case S_LAST: dbl_text(buf, a->last); break;
-				case S_MIN: dbl_text(buf, a->min); break;
-				case S_MAX: dbl_text(buf, a->max); break;
-				case S_MEAN: /* 15 digits: a computed value, not a logged one */
-					if (a->nan_seen || !isfinite(mean))
-						dbl_text(buf, a->nan_seen ? NAN : mean);
-					else
-						snprintf(buf, sizeof buf, "%.15g", mean);
-					break;
-				case S_COUNT:
-					snprintf(buf, sizeof buf, "%llu", a->count);
-					have = 1;
-					break;
-				}
-				/* min and max of only NaN values: none */
-				if ((G.summary[k] == S_MIN || G.summary[k] == S_MAX) && !a->nnum)
-					have = 0;
-				if (G.fmt == FMT_JSON)
-					printf(",\"%s\":%s", summary_names[G.summary[k]],
-					       have ? buf : "null");
-				else
-					printf("%c%s", sep, have ? buf : "");
-			}
-			if (G.fmt == FMT_JSON) {
-				if (a->rank >= 0)
-					printf(",\"rank\":%d", a->rank);
-				fputs("}\n", stdout);
-			} else {
-				if (G.ranks_seen) {
-					putchar(sep);
-					if (a->rank >= 0)
-						printf("%d", a->rank);
-				}
-				putchar('\n');
-			}
-		}
+		for (const struct acc *a = first >= 0 ? &G.acc[first] : &none; a;
+		     a = a->next >= 0 ? &G.acc[a->next] : NULL)
+			print_summary_row(id, a);
 	}
 }
 
@@ -623,78 +639,125 @@ static void report_skips(struct source *src, int n)
 	for (int i = 0; i < n; i++) {
 		unsigned long long nl = dp_lines_long(src[i].r);
 		if (nl)
-			fprintf(stderr, "%s: %s: %llu %s longer than %zu bytes skipped\n", prog,
-				src[i].name, nl, plural(nl, "line", "lines"), G.max_line);
+			cli_warn("%s: %llu %s longer than %zu bytes skipped", src[i].name, nl,
+				 plural(nl, "line", "lines"), G.max_line);
 		if (src[i].binary)
-			fprintf(stderr, "%s: %s: %llu %s with NUL bytes (binary) skipped\n", prog,
-				src[i].name, src[i].binary, plural(src[i].binary, "line", "lines"));
+			cli_warn("%s: %llu %s with NUL bytes (binary) skipped", src[i].name,
+				 src[i].binary, plural(src[i].binary, "line", "lines"));
 	}
 	const dp_matcher_stats *st = dp_matcher_stats_get(G.m);
 	if (st->not_numbers)
-		fprintf(stderr, "%s: %llu %s not a number, skipped (first: %s)\n", prog,
-			st->not_numbers, plural(st->not_numbers, "capture was", "captures were"),
-			st->first_not_number);
+		cli_warn("%llu %s not a number, skipped (first: %s)", st->not_numbers,
+			 plural(st->not_numbers, "capture was", "captures were"),
+			 st->first_not_number);
 	if (st->match_errors)
-		fprintf(stderr, "%s: the regex gave up on %llu %s (first: %s)\n", prog,
-			st->match_errors, plural(st->match_errors, "line", "lines"),
-			st->first_match_error);
+		cli_warn("the regex gave up on %llu %s (first: %s)", st->match_errors,
+			 plural(st->match_errors, "line", "lines"), st->first_match_error);
 	if (st->keys_dropped)
-		fprintf(stderr,
-			"%s: more than 4096 distinct keys: %llu %s of further keys ignored\n", prog,
-			st->keys_dropped, plural(st->keys_dropped, "value", "values"));
+		cli_warn("more than 4096 distinct keys: %llu %s of further keys ignored",
+			 st->keys_dropped, plural(st->keys_dropped, "value", "values"));
 }
 
 /* ---- Options -------------------------------------------------------------------- */
-
-static char *read_file(const char *path, size_t *len)
-{
-	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	size_t cap = 65536, n = 0;
-	char *buf = malloc(cap);
-	for (;;) {
-		if (!buf)
-			break;
-		if (n == cap) {
-			if (cap >= (64u << 20)) { /* a definitions file, not a dataset */
-				errno = EFBIG;
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	int saved = errno;
-	if (fd > 0)
-		close(fd);
-	errno = saved;
-	*len = n;
-	return buf;
-}
 
 enum {
 	OPT_DEFS = 256, OPT_LOGFMT, OPT_TSV, OPT_CSV, OPT_JSON, OPT_NOHEADER, OPT_LAST,
 	OPT_MIN, OPT_MAX, OPT_MEAN, OPT_COUNT, OPT_PLOT, OPT_TITLE, OPT_MAXLINE
 };
+
+static const struct option longopts[] = {
+	{"metric", required_argument, 0, 'm'},
+	{"definitions", required_argument, 0, OPT_DEFS},
+	{"logfmt", optional_argument, 0, OPT_LOGFMT},
+	{"tsv", no_argument, 0, OPT_TSV},
+	{"csv", no_argument, 0, OPT_CSV},
+	{"json", no_argument, 0, OPT_JSON},
+	{"no-header", no_argument, 0, OPT_NOHEADER},
+	{"last", no_argument, 0, OPT_LAST},
+	{"min", no_argument, 0, OPT_MIN},
+	{"max", no_argument, 0, OPT_MAX},
+	{"mean", no_argument, 0, OPT_MEAN},
+	{"count", no_argument, 0, OPT_COUNT},
+	{"follow", no_argument, 0, 'f'},
+	{"plot", required_argument, 0, OPT_PLOT},
+	{"title", required_argument, 0, OPT_TITLE},
+	{"max-line-length", required_argument, 0, OPT_MAXLINE},
+	{"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},
+	{0, 0, 0, 0},
+};
+
+/* A metric definition the matcher refused: exit 2 (1 when out of memory). */
+static void definition_error(const dp_err *e)
+{
+	cli_die_code(e->code == DP_ENOMEM ? CLI_FAIL : CLI_USAGE, "%s", e->msg);
+}
+
+/* -m NAME=REGEX */
+static void add_metric_option(const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	if (!eq || eq == arg)
+		cli_usage_error("-m %s: want NAME=REGEX", arg);
+	char *name = strndup(arg, (size_t)(eq - arg));
+	if (!name)
+		cli_die("out of memory");
+	char origin[300];
+	snprintf(origin, sizeof origin, "-m %.200s", name);
+	dp_err e;
+	int rc = dp_matcher_add(G.m, name, eq + 1, origin, &e);
+	free(name);
+	if (rc < 0)
+		definition_error(&e);
+}
+
+/* The whole of path ("-": stdin) in b, at most DEFS_MAX bytes.  Returns 0,
+ * or -1 with errno set (EFBIG past the limit); b is the caller's to free
+ * either way. */
+static int read_whole(const char *path, dp_buf *b)
+{
+	dp_buf_init(b, DEFS_MAX);
+	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = 0;
+	for (;;) {
+		if (dp_buf_reserve(b, 65536) < 0) {
+			errno = b->err == DP_ELIMIT ? EFBIG : ENOMEM;
+			rc = -1;
+			break;
+		}
+		ssize_t r = read(fd, b->p + b->len, 65536);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			rc = r < 0 ? -1 : 0;
+			break;
+		}
+		b->len += (size_t)r;
+	}
+	int saved = errno;
+	if (fd > 0)
+		close(fd);
+	errno = saved;
+	return rc;
+}
+
+/* --definitions FILE: SageMaker's metric_definitions list. */
+static void add_definitions_file(const char *path)
+{
+	dp_buf text;
+	if (read_whole(path, &text) < 0) {
+		int err = errno;
+		dp_buf_free(&text);
+		cli_die_code(CLI_USAGE, "%s: %s", path, strerror(err));
+	}
+	dp_err e;
+	int rc = dp_matcher_add_definitions(G.m, text.p ? text.p : "", text.len, path, &e);
+	dp_buf_free(&text);
+	if (rc < 0)
+		definition_error(&e);
+}
 
 static void add_summary(enum summary s)
 {
@@ -704,80 +767,28 @@ static void add_summary(enum summary s)
 	G.summary[G.nsummary++] = s;
 }
 
-int main(int argc, char **argv)
+static void set_format(enum fmt f)
 {
-	static const struct option longopts[] = {
-		{"metric", required_argument, 0, 'm'},
-		{"definitions", required_argument, 0, OPT_DEFS},
-		{"logfmt", optional_argument, 0, OPT_LOGFMT},
-		{"tsv", no_argument, 0, OPT_TSV},
-		{"csv", no_argument, 0, OPT_CSV},
-		{"json", no_argument, 0, OPT_JSON},
-		{"no-header", no_argument, 0, OPT_NOHEADER},
-		{"last", no_argument, 0, OPT_LAST},
-		{"min", no_argument, 0, OPT_MIN},
-		{"max", no_argument, 0, OPT_MAX},
-		{"mean", no_argument, 0, OPT_MEAN},
-		{"count", no_argument, 0, OPT_COUNT},
-		{"follow", no_argument, 0, 'f'},
-		{"plot", required_argument, 0, OPT_PLOT},
-		{"title", required_argument, 0, OPT_TITLE},
-		{"max-line-length", required_argument, 0, OPT_MAXLINE},
-		{"help", no_argument, 0, 'h'},
-		{"version", no_argument, 0, 'V'},
-		{0, 0, 0, 0},
-	};
-	dp_err e;
-	G.m = dp_matcher_new();
-	if (!G.m)
-		oom();
+	G.fmt = f;
+	G.fmt_given = 1;
+}
+
+/* Parse the options into G (metrics into G.m); returns the index of the
+ * first file argument. */
+static int parse_args(int argc, char **argv)
+{
 	int have_defs = 0, logfmt = 0;
 	const char *logfmt_keys = NULL;
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":m:fhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'm': {
-			const char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg)
-				usage_error("-m %s: want NAME=REGEX", optarg);
-			char *name = strndup(optarg, (size_t)(eq - optarg));
-			char origin[300];
-			snprintf(origin, sizeof origin, "-m %.200s", name ? name : "?");
-			if (!name)
-				oom();
-			int rc = dp_matcher_add(G.m, name, eq + 1, origin, &e);
-			free(name);
-			if (rc < 0) {
-				fprintf(stderr, "%s: %s\n", prog, e.msg);
-				exit(e.code == DP_ENOMEM ? 1 : 2);
-			}
-			have_defs = 1;
-			break;
-		}
-		case OPT_DEFS: {
-			size_t len;
-			char *text = read_file(optarg, &len);
-			if (!text) {
-				fprintf(stderr, "%s: %s: %s\n", prog, optarg, strerror(errno));
-				exit(2);
-			}
-			int rc = dp_matcher_add_definitions(G.m, text, len, optarg, &e);
-			free(text);
-			if (rc < 0) {
-				fprintf(stderr, "%s: %s\n", prog, e.msg);
-				exit(e.code == DP_ENOMEM ? 1 : 2);
-			}
-			have_defs = 1;
-			break;
-		}
-		case OPT_LOGFMT:
-			logfmt = 1;
-			logfmt_keys = optarg;
-			break;
-		case OPT_TSV: G.fmt = FMT_TSV, G.fmt_given = 1; break;
-		case OPT_CSV: G.fmt = FMT_CSV, G.fmt_given = 1; break;
-		case OPT_JSON: G.fmt = FMT_JSON, G.fmt_given = 1; break;
+		case 'm': add_metric_option(optarg), have_defs = 1; break;
+		case OPT_DEFS: add_definitions_file(optarg), have_defs = 1; break;
+		case OPT_LOGFMT: logfmt = 1, logfmt_keys = optarg; break;
+		case OPT_TSV: set_format(FMT_TSV); break;
+		case OPT_CSV: set_format(FMT_CSV); break;
+		case OPT_JSON: set_format(FMT_JSON); break;
 		case OPT_NOHEADER: G.header = 0; break;
 		case OPT_LAST: add_summary(S_LAST); break;
 		case OPT_MIN: add_summary(S_MIN); break;
@@ -787,78 +798,78 @@ int main(int argc, char **argv)
 		case 'f': G.follow = 1; break;
 		case OPT_PLOT: G.plot = optarg; break;
 		case OPT_TITLE: G.title = optarg; break;
-		case OPT_MAXLINE: {
-			uint64_t v;
-			if (dp_parse_size(optarg, &v) < 0 || v == 0 || v > ((uint64_t)1 << 36))
-				usage_error("--max-line-length %s: want a size such as 1M (1 to 64G)",
-					    optarg);
-			G.max_line = (size_t)v;
+		case OPT_MAXLINE:
+			G.max_line = (size_t)cli_size("--max-line-length", optarg, 1, (uint64_t)1 << 36);
 			break;
-		}
-		case 'h': help(); return fclose(stdout) == 0 ? 0 : 1;
-		case 'V': printf("%s (dptools) %s\n", prog, dp_version()); return fclose(stdout) == 0 ? 0 : 1;
-		case ':': usage_error("%s: needs an argument", argv[optind - 1]);
-		default:
-			if (optopt)
-				usage_error("-%c: unknown option", optopt);
-			usage_error("%s: unknown option", argv[optind - 1]);
+		case 'h': help();
+		case 'V': cli_version();
+		default: cli_bad_option(c, argv);
 		}
 	}
-	if (logfmt || !have_defs) {
-		if (dp_matcher_logfmt(G.m, logfmt_keys, &e) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, e.msg);
-			exit(2);
-		}
-	}
-	int nfiles = argc - optind;
-	if (nfiles > MAX_SOURCES)
-		usage_error("too many files (at most %d)", MAX_SOURCES);
+	dp_err e;
+	if ((logfmt || !have_defs) && dp_matcher_logfmt(G.m, logfmt_keys, &e) < 0)
+		cli_die_code(CLI_USAGE, "%s", e.msg);
+	if (argc - optind > MAX_SOURCES)
+		cli_usage_error("too many files (at most %d)", MAX_SOURCES);
 	if (G.plot && strcmp(G.plot, "-") == 0 && (G.fmt_given || G.nsummary))
-		usage_error("--plot -: the chart takes stdout; no rows or summaries then");
+		cli_usage_error("--plot -: the chart takes stdout; no rows or summaries then");
+	return optind;
+}
+
+/* ---- The run ---------------------------------------------------------------------- */
+
+/* Following ends on a signal: the outputs are finished, then the program
+ * exits.  A SIGHUP ignored by the parent stays ignored (nohup). */
+static void catch_stop_signals(void)
+{
+	int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	for (size_t i = 0; i < 3; i++) {
+		struct sigaction sa, old;
+		if (sigs[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
+		    old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_stop;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+/* What to do with the values, the chart, the signals. */
+static void set_up(char **files, int nfiles)
+{
 	G.print_records = !G.nsummary && (!G.plot || G.fmt_given);
 	G.need_values = G.nsummary || G.plot;
 	if (G.plot) {
 		G.chart = dp_plot_new();
 		if (!G.chart)
-			oom();
+			cli_die("out of memory");
 		if (!G.title)
-			G.title = nfiles == 0 || strcmp(argv[optind], "-") == 0 ? "stdin" : argv[optind];
+			G.title = nfiles == 0 || strcmp(files[0], "-") == 0 ? "stdin" : files[0];
 	}
-
-	signal(SIGPIPE, SIG_IGN);
 	dp_out_install_signal_cleanup();
-	if (G.follow) {
-		/* Following ends on a signal: finish the outputs, then exit.
-		 * A SIGHUP ignored by the parent stays ignored (nohup). */
-		int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-		for (size_t i = 0; i < 3; i++) {
-			struct sigaction sa, old;
-			if (sigs[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
-			    old.sa_handler == SIG_IGN)
-				continue;
-			memset(&sa, 0, sizeof sa);
-			sa.sa_handler = on_stop;
-			sigemptyset(&sa.sa_mask);
-			sigaction(sigs[i], &sa, NULL);
-		}
-	}
-
-	struct source *src = calloc((size_t)(nfiles ? nfiles : 1), sizeof *src);
-	if (!src)
-		oom();
-	int nsrc = 0;
-	unsigned flags = G.follow ? DP_LINES_FOLLOW : 0;
+	if (G.follow)
+		catch_stop_signals();
 	if (G.print_records) {
 		print_header();
 		out_flush();
 	}
+}
+
+/* Open the files (none: stdin) into src and read them: one after the
+ * other, or all together when following.  Returns the number opened. */
+static int read_sources(struct source *src, char **files, int nfiles)
+{
+	int nsrc = 0;
+	unsigned flags = G.follow ? DP_LINES_FOLLOW : 0;
 	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
-		const char *path = nfiles ? argv[optind + i] : "-";
+		const char *path = nfiles ? files[i] : "-";
 		struct source *s = &src[nsrc];
+		dp_err e;
 		s->name = strcmp(path, "-") == 0 ? "stdin" : path;
 		s->r = dp_lines_open(path, flags, G.max_line, &e);
 		if (!s->r) {
-			fprintf(stderr, "%s: %s\n", prog, e.msg);
+			cli_warn("%s", e.msg);
 			G.failed = 1;
 			continue;
 		}
@@ -874,34 +885,53 @@ int main(int argc, char **argv)
 	if (G.follow)
 		run(src, nsrc);
 	out_flush();
+	return nsrc;
+}
 
-	int status = 0;
-	if (!G.out_broken) {
-		if (G.nsummary)
-			print_summaries();
-		if (fflush(stdout) == EOF || ferror(stdout))
-			out_fail();
-	}
+/* Summaries, counts of what was skipped, the chart; the exit status. */
+static int finish(struct source *src, int nsrc)
+{
+	int status = CLI_OK;
+	if (!G.out_broken && G.nsummary)
+		print_summaries();
+	out_flush();
 	report_skips(src, nsrc);
 	if (G.chart) {
 		if (dp_plot_points(G.chart) == 0)
-			fprintf(stderr, "%s: %s: no values to plot; not written\n", prog, G.plot);
+			cli_warn("%s: no values to plot; not written", G.plot);
 		else if (write_plot() < 0)
-			status = 1;
+			status = CLI_FAIL;
 	}
 	if (G.values == 0 && !G.failed && !G.out_broken) {
-		fprintf(stderr, "%s: no metric values found\n", prog);
-		status = status ? status : EXIT_NOVALUES;
+		cli_warn("no metric values found");
+		if (!status)
+			status = MG_NO_VALUES;
 	}
+	if (!G.out_broken && cli_close_stdout() < 0)
+		G.out_broken = 1;
 	if (G.failed || G.out_broken)
-		status = 1;
+		status = CLI_FAIL;
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	cli.prog = DP_PROG;
+	cli.usage = USAGE;
+	G.m = dp_matcher_new();
+	if (!G.m)
+		cli_die("out of memory");
+	int first = parse_args(argc, argv);
+	char **files = argv + first;
+	int nfiles = argc - first;
+	set_up(files, nfiles);
+	struct source *src = cli_calloc((size_t)(nfiles ? nfiles : 1), sizeof *src);
+	int nsrc = read_sources(src, files, nfiles);
+	int status = finish(src, nsrc);
 	for (int i = 0; i < nsrc; i++)
 		dp_lines_close(src[i].r);
 	free(src);
-	if (fclose(stdout) != 0 && !G.out_broken) {
-		fprintf(stderr, "%s: stdout: %s\n", prog, strerror(errno));
-		status = 1;
-	}
+	dp_buf_free(&obuf);
 	dp_plot_free(G.chart);
 	dp_matcher_free(G.m);
 	return status;

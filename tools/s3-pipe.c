@@ -14,6 +14,7 @@
  * codes.  See s3-pipe(1).
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "dp.h"
 #include "dp_s3.h"
 
@@ -24,7 +25,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +35,13 @@
 #ifndef DP_PROG
 #define DP_PROG "s3-pipe"
 #endif
-static const char *prog = DP_PROG;
 
-/* Exit statuses (s3-pipe(1), EXIT STATUS). */
+/* Exit statuses beyond CLI_OK, CLI_FAIL and CLI_USAGE (s3-pipe(1), EXIT
+ * STATUS). */
 enum {
-	EX_OK = 0,
-	EX_FAIL = 1,     /* anything else: local I/O, bad data, changed object */
-	EX_USAGE = 2,    /* bad command line */
-	EX_NOTFOUND = 3, /* no such object, bucket or file; an empty prefix */
-	EX_DENIED = 4,   /* access denied, bad signature, no credentials or profile */
-	EX_TRANSFER = 5, /* the network or the server failed, retries exhausted */
+	S3P_NOTFOUND = 3, /* no such object, bucket or file; an empty prefix */
+	S3P_DENIED = 4,   /* access denied, bad signature, no credentials or profile */
+	S3P_TRANSFER = 5, /* the network or the server failed, retries exhausted */
 };
 
 enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM };
@@ -56,6 +53,7 @@ static struct {
 	const char *output, *range, *shard, *channel, *dir, *method;
 	int shuffle, manifest, recursive, json, uploads, quiet, verbose;
 	uint64_t seed, epoch, epochs;
+	uint64_t shard_i, shard_n; /* --shard I/N */
 	long expires;
 	int page_size;
 	dp_s3_conf conf;
@@ -73,34 +71,23 @@ static int progress_on;
 
 /* ---- Messages and exits ------------------------------------------------------ */
 
-static void __attribute__((format(printf, 1, 2))) warn(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 static int exit_code(int status)
 {
 	switch (status) {
-	case DP_OK:
-		return EX_OK;
 	case DP_EARG:
-		return EX_USAGE;
+		return CLI_USAGE;
 	case DP_ENOTFOUND:
-		return EX_NOTFOUND;
+		return S3P_NOTFOUND;
 	case DP_EDENIED:
-		return EX_DENIED;
+		return S3P_DENIED;
 	case DP_ETRANSFER:
-		return EX_TRANSFER;
+		return S3P_TRANSFER;
 	default:
-		return EX_FAIL;
+		return CLI_FAIL;
 	}
 }
 
+/* cli.before_msg: a message starts on a clean line. */
 static void clear_progress(void)
 {
 	if (progress_on) {
@@ -109,41 +96,32 @@ static void clear_progress(void)
 	}
 }
 
-static void __attribute__((noreturn)) finish(int code)
+/* cli.on_fail: half-written outputs go, and a signal that cancelled an
+ * upload (once the upload was aborted) kills s3-pipe as a shell expects. */
+static void on_fail(int code)
 {
+	(void)code;
 	clear_progress();
-	if (S)
-		dp_s3_free(S);
+	dp_out_cleanup();
+	dp_s3 *s = S;
+	S = NULL;
+	dp_s3_free(s);
 	if (caught) {
 		signal(caught, SIG_DFL);
 		raise(caught);
 	}
-	exit(code);
 }
 
-/* Report e and exit with its class's status. */
+/* Report e and exit with its class's status (a reader gone: quietly,
+ * CLI_PIPE, as for every program). */
 static void __attribute__((noreturn)) die_err(const dp_err *e)
 {
-	clear_progress();
-	warn("%s", e->msg);
-	finish(exit_code(e->code));
+	cli_die_err(exit_code(e->code), e);
 }
 
 static const char usage_line[] =
 	"usage: s3-pipe get|put|ls|fifo|presign|rm [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
-
-static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	fputs(usage_line, stderr);
-	exit(EX_USAGE);
-}
 
 static void help(void)
 {
@@ -217,53 +195,6 @@ static void help(void)
 "5 transfer failed (network or server, after retries).  See s3-pipe(1).\n");
 }
 
-/* ---- Small parsers --------------------------------------------------------------- */
-
-static uint64_t parse_num(const char *opt, const char *s, uint64_t lo, uint64_t hi)
-{
-	uint64_t v;
-	dp_err e;
-	if (dp_parse_count(opt, s, lo, hi, &v, &e))
-		usage_error("%s", e.msg);
-	return v;
-}
-
-
-/* "I/N" after {rank}/{size} expansion. */
-static void parse_shard(const char *spec, int *index, int *count)
-{
-	char *x = dp_expand(spec, NULL);
-	if (!x)
-		usage_error("out of memory");
-	char *slash = strchr(x, '/'), *end;
-	long i = -1, n = -1;
-	if (slash) {
-		*slash = 0;
-		errno = 0;
-		i = strtol(x, &end, 10);
-		if (*end || errno || !*x || *x == '-' || *x == '+')
-			i = -1;
-		n = strtol(slash + 1, &end, 10);
-		if (*end || errno || !slash[1] || slash[1] == '-' || slash[1] == '+')
-			n = -1;
-	}
-	free(x);
-	if (i < 0 || n < 1 || i >= n || n > 1000000)
-		usage_error("--shard: '%s' is not I/N with 0 <= I < N", spec);
-	*index = (int)i;
-	*count = (int)n;
-}
-
-static char *expand_or_die(const char *s)
-{
-	char *x = dp_expand(s, NULL);
-	if (!x) {
-		warn("out of memory");
-		finish(EX_FAIL);
-	}
-	return x;
-}
-
 /* ---- Progress and logs -------------------------------------------------------------- */
 
 static double t_start;
@@ -285,15 +216,14 @@ static void on_progress(void *ctx, uint64_t bytes)
 	double dt = dp_now() - t_start;
 	human(bytes, b, sizeof b);
 	human(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, r, sizeof r);
-	fprintf(stderr, "\r%s: %s  %s/s\033[K", prog, b, r);
+	fprintf(stderr, "\r%s: %s  %s/s\033[K", cli.prog, b, r);
 	progress_on = 1;
 }
 
 static void on_log(void *ctx, const char *line)
 {
 	(void)ctx;
-	clear_progress();
-	fprintf(stderr, "%s: %s\n", prog, line);
+	cli_warn("%s", line);
 }
 
 static void summary(const dp_s3_stats *st)
@@ -301,10 +231,9 @@ static void summary(const dp_s3_stats *st)
 	if (O.verbose < 1)
 		return;
 	double dt = dp_now() - t_start;
-	clear_progress();
-	fprintf(stderr, "%s: bytes=%" PRIu64 " requests=%" PRIu64 " retries=%" PRIu64
-		" seconds=%.3f MiB_per_s=%.1f\n", prog, st->bytes, st->requests, st->retries, dt,
-		dt > 0 ? (double)st->bytes / dt / 1048576 : 0);
+	cli_warn("bytes=%" PRIu64 " requests=%" PRIu64 " retries=%" PRIu64
+		 " seconds=%.3f MiB_per_s=%.1f", st->bytes, st->requests, st->retries, dt,
+		 dt > 0 ? (double)st->bytes / dt / 1048576 : 0);
 }
 
 /* ---- Signals ------------------------------------------------------------------------ */
@@ -334,6 +263,9 @@ static void install_signals(void)
 		sigemptyset(&sa.sa_mask);
 		sigaction(sigs[i], &sa, NULL);
 	}
+	/* SIGPIPE stays ignored: sockets may raise it in any thread (OpenSSL
+	 * writes without MSG_NOSIGNAL); a closed stdout is EPIPE, and ends
+	 * s3-pipe quietly with CLI_PIPE like every other program */
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -343,7 +275,7 @@ static void collect(char **urls, int n, dp_objs *objs)
 {
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = expand_or_die(urls[i]);
+		char *u = cli_expand(urls[i], NULL);
 		int rc = dp_s3_expand(S, u, O.manifest, objs, &e);
 		free(u);
 		if (rc < 0)
@@ -363,33 +295,28 @@ static void select_keys(dp_objs *objs, uint64_t epoch)
 {
 	if (O.shuffle)
 		dp_objs_shuffle(objs, O.seed, epoch);
-	if (O.shard) {
-		int i, n;
-		parse_shard(O.shard, &i, &n);
-		dp_objs_shard(objs, i, n);
-	}
+	if (O.shard)
+		dp_objs_shard(objs, (int)O.shard_i, (int)O.shard_n);
 }
 
-static int cmd_get(char **urls, int n)
+static void cmd_get(char **urls, int n)
 {
 	if (n < 1)
-		usage_error("get: no URL");
+		cli_usage_error("get: no URL");
 	dp_range r = {0};
 	if (O.range && dp_range_parse(O.range, &r) < 0)
-		usage_error("--range: '%s' is not A-B, A- or -N", O.range);
-	if (O.shard)
-		parse_shard(O.shard, &(int){0}, &(int){0}); /* check it before any request */
+		cli_usage_error("--range: '%s' is not A-B, A- or -N", O.range);
 	dp_objs objs = {0};
 	collect(urls, n, &objs);
 	if (r.set && objs.n != 1)
-		usage_error("--range applies to one object, not %zu", objs.n);
+		cli_usage_error("--range applies to one object, not %zu", objs.n);
 	select_keys(&objs, O.epoch);
 
 	dp_err e = {0};
 	dp_out out;
 	char *outpath = NULL;
 	if (O.output && strcmp(O.output, "-") != 0) {
-		outpath = expand_or_die(O.output);
+		outpath = cli_expand(O.output, NULL);
 		if (dp_out_open(&out, outpath, &e) < 0)
 			die_err(&e);
 	} else {
@@ -412,32 +339,23 @@ static int cmd_get(char **urls, int n)
 	}
 	free(outpath);
 	summary(&st);
-	return EX_OK;
 }
 
 /* ---- fifo: SageMaker Pipe mode ------------------------------------------------------------ */
 
 static void mkdirs(const char *dir)
 {
-	char *p = strdup(dir);
-	if (!p) {
-		warn("out of memory");
-		finish(EX_FAIL);
-	}
+	char *p = cli_strdup(dir);
 	for (char *s = p + 1; *s; s++) {
 		if (*s != '/')
 			continue;
 		*s = 0;
-		if (mkdir(p, 0777) < 0 && errno != EEXIST) {
-			warn("%s: cannot create: %s", p, strerror(errno));
-			finish(EX_FAIL);
-		}
+		if (mkdir(p, 0777) < 0 && errno != EEXIST)
+			cli_die("%s: cannot create: %s", p, strerror(errno));
 		*s = '/';
 	}
-	if (mkdir(p, 0777) < 0 && errno != EEXIST) {
-		warn("%s: cannot create: %s", p, strerror(errno));
-		finish(EX_FAIL);
-	}
+	if (mkdir(p, 0777) < 0 && errno != EEXIST)
+		cli_die("%s: cannot create: %s", p, strerror(errno));
 	free(p);
 }
 
@@ -445,36 +363,28 @@ static void mkdirs(const char *dir)
 static char *make_fifo(const char *dir, uint64_t epoch)
 {
 	char *path = NULL;
-	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0) {
-		warn("out of memory");
-		finish(EX_FAIL);
-	}
+	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0)
+		cli_die("out of memory");
 	struct stat sb;
-	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode)) {
-		warn("%s: exists and is not a FIFO", path);
-		finish(EX_FAIL);
-	}
-	if (mkfifo(path, 0666) < 0 && errno != EEXIST) {
-		warn("%s: cannot create the FIFO: %s", path, strerror(errno));
-		finish(EX_FAIL);
-	}
+	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode))
+		cli_die("%s: exists and is not a FIFO", path);
+	if (mkfifo(path, 0666) < 0 && errno != EEXIST)
+		cli_die("%s: cannot create the FIFO: %s", path, strerror(errno));
 	return path;
 }
 
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
  * when a reader opens it.  The next epoch's FIFO is made before the current
  * one is closed, so a reader that goes on to it at end of file finds it. */
-static int cmd_fifo(char **urls, int n)
+static void cmd_fifo(char **urls, int n)
 {
 	if (n < 1)
-		usage_error("fifo: no URL");
+		cli_usage_error("fifo: no URL");
 	if (!O.dir)
-		usage_error("fifo: --dir is required");
+		cli_usage_error("fifo: --dir is required");
 	if (!*O.channel || strchr(O.channel, '/'))
-		usage_error("--channel: '%s' is not a name", O.channel);
-	if (O.shard)
-		parse_shard(O.shard, &(int){0}, &(int){0});
-	char *dir = expand_or_die(O.dir);
+		cli_usage_error("--channel: '%s' is not a name", O.channel);
+	char *dir = cli_expand(O.dir, NULL);
 	mkdirs(dir);
 	char *path = make_fifo(dir, O.epoch);
 	dp_objs all = {0};
@@ -486,13 +396,11 @@ static int cmd_fifo(char **urls, int n)
 		copy_objs(&all, &objs);
 		select_keys(&objs, epoch);
 		if (O.verbose)
-			fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader\n",
-				prog, path, epoch, objs.n);
+			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", path,
+				 epoch, objs.n);
 		int fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (fd < 0) {
-			warn("%s: %s", path, strerror(errno));
-			finish(EX_FAIL);
-		}
+		if (fd < 0)
+			cli_die("%s: %s", path, strerror(errno));
 		dp_s3_stats st = {0};
 		t_start = dp_now();
 		int rc = dp_s3_get(S, &objs, NULL, fd, path, &st, &e);
@@ -504,8 +412,8 @@ static int cmd_fifo(char **urls, int n)
 		if (rc < 0 && st.out_closed) {
 			/* the reader stopped early: its epoch is over */
 			if (O.verbose)
-				fprintf(stderr, "%s: fifo=%s epoch=%" PRIu64 " reader closed after %"
-					PRIu64 " bytes\n", prog, path, epoch, st.bytes);
+				cli_warn("fifo=%s epoch=%" PRIu64 " reader closed after %" PRIu64
+					 " bytes", path, epoch, st.bytes);
 		} else if (rc < 0) {
 			die_err(&e);
 		} else {
@@ -517,12 +425,11 @@ static int cmd_fifo(char **urls, int n)
 	free(path);
 	dp_objs_free(&all);
 	free(dir);
-	return EX_OK;
 }
 
 /* ---- put ------------------------------------------------------------------------------------ */
 
-static int put_one(const char *url, const char *file)
+static void put_one(const char *url, const char *file)
 {
 	dp_err e = {0};
 	dp_loc dst;
@@ -535,14 +442,14 @@ static int put_one(const char *url, const char *file)
 		fd = open(file, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int saved = errno;
-			warn("%s: %s", file, strerror(saved));
-			finish(saved == ENOENT ? EX_NOTFOUND : saved == EACCES ? EX_DENIED : EX_FAIL);
+			cli_die_code(saved == ENOENT   ? S3P_NOTFOUND
+				     : saved == EACCES ? S3P_DENIED
+						       : CLI_FAIL,
+				     "%s: %s", file, strerror(saved));
 		}
 		struct stat sb;
-		if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-			warn("%s: is a directory", file);
-			finish(EX_FAIL);
-		}
+		if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode))
+			cli_die("%s: is a directory", file);
 		if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
 			size = (int64_t)sb.st_size;
 		name = file;
@@ -558,45 +465,42 @@ static int put_one(const char *url, const char *file)
 	if (rc < 0)
 		die_err(&e);
 	if (caught)
-		finish(EX_FAIL);
+		cli_exit(CLI_FAIL); /* on_fail re-raises it */
 	summary(&st);
-	return EX_OK;
 }
 
-static int cmd_put(char **args, int n)
+static void cmd_put(char **args, int n)
 {
 	if (n < 1)
-		usage_error("put: no URL");
-	char *url = expand_or_die(args[0]);
+		cli_usage_error("put: no URL");
+	char *url = cli_expand(args[0], NULL);
 	size_t ul = strlen(url);
 	int prefix = ul && url[ul - 1] == '/';
 	if (n == 1) {
 		if (prefix)
-			usage_error("put: %s ends in '/': name the object to write stdin to", url);
+			cli_usage_error("put: %s ends in '/': name the object to write stdin to", url);
 		put_one(url, NULL);
 	} else if (n == 2 && !prefix) {
 		put_one(url, args[1]);
 	} else {
 		if (!prefix)
-			usage_error("put: several files go under a prefix ending in '/', not %s", url);
+			cli_usage_error("put: several files go under a prefix ending in '/', not %s",
+					url);
 		for (int i = 1; i < n; i++) {
 			if (!strcmp(args[i], "-"))
-				usage_error("put: stdin ('-') has no name to put under %s", url);
+				cli_usage_error("put: stdin ('-') has no name to put under %s", url);
 			const char *base = strrchr(args[i], '/');
 			base = base ? base + 1 : args[i];
 			if (!*base)
-				usage_error("put: %s: not a file name", args[i]);
+				cli_usage_error("put: %s: not a file name", args[i]);
 			char *dst = NULL;
-			if (asprintf(&dst, "%s%s", url, base) < 0) {
-				warn("out of memory");
-				finish(EX_FAIL);
-			}
+			if (asprintf(&dst, "%s%s", url, base) < 0)
+				cli_die("out of memory");
 			put_one(dst, args[i]);
 			free(dst);
 		}
 	}
 	free(url);
-	return EX_OK;
 }
 
 /* ---- ls ------------------------------------------------------------------------------------- */
@@ -637,8 +541,9 @@ static char *obj_url(const dp_obj *o, int file_url)
 static void out_line(const char *s)
 {
 	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
-		warn("stdout: %s", strerror(errno));
-		finish(EX_FAIL);
+		if (errno == EPIPE)
+			cli_exit(CLI_PIPE);
+		cli_die("stdout: %s", strerror(errno));
 	}
 }
 
@@ -647,10 +552,8 @@ static int ls_cb(void *ctx, const dp_obj *o)
 	lsctx *c = ctx;
 	c->n++;
 	char *url = obj_url(o, c->file_url);
-	if (!url) {
-		warn("out of memory");
-		finish(EX_FAIL);
-	}
+	if (!url)
+		cli_die("out of memory");
 	char t[32];
 	if (O.json) {
 		json_t *j;
@@ -663,10 +566,8 @@ static int ls_cb(void *ctx, const dp_obj *o)
 			j = json_pack("{s:s,s:s,s:I,s:s,s:s}", "key", o->key, "url", url, "size",
 				      (json_int_t)o->size, "mtime", t, "etag", o->etag);
 		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-		if (!s) {
-			warn("%s: %s", url, j ? "out of memory" : "not UTF-8: cannot be written as JSON");
-			finish(EX_FAIL);
-		}
+		if (!s)
+			cli_die("%s: %s", url, j ? "out of memory" : "not UTF-8: cannot be written as JSON");
 		out_line(s);
 		free(s);
 		json_decref(j);
@@ -695,10 +596,8 @@ static int up_cb(void *ctx, const char *bucket, const char *key, const char *id,
 		json_t *j = json_pack("{s:s,s:s,s:s,s:s}", "bucket", bucket, "key", key, "upload_id",
 				      id, "initiated", t);
 		char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-		if (!s) {
-			warn("s3://%s/%s: %s", bucket, key, j ? "out of memory" : "not UTF-8");
-			finish(EX_FAIL);
-		}
+		if (!s)
+			cli_die("s3://%s/%s: %s", bucket, key, j ? "out of memory" : "not UTF-8");
 		out_line(s);
 		free(s);
 		json_decref(j);
@@ -711,7 +610,7 @@ static int up_cb(void *ctx, const char *bucket, const char *key, const char *id,
 	return 0;
 }
 
-static int cmd_ls(char **urls, int n)
+static void cmd_ls(char **urls, int n)
 {
 	char *dflt[] = {"s3://"};
 	if (n == 0) {
@@ -720,7 +619,7 @@ static int cmd_ls(char **urls, int n)
 	}
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = expand_or_die(urls[i]);
+		char *u = cli_expand(urls[i], NULL);
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
@@ -732,7 +631,6 @@ static int cmd_ls(char **urls, int n)
 		if (rc < 0)
 			die_err(&e);
 	}
-	return EX_OK;
 }
 
 /* ---- rm, presign ------------------------------------------------------------------------------ */
@@ -762,18 +660,18 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 	if (dp_s3_abort_upload(S, bucket, key, id, &e) < 0 && e.code != DP_ENOTFOUND)
 		die_err(&e);
 	if (O.verbose)
-		fprintf(stderr, "%s: aborted upload %s of s3://%s/%s\n", prog, id, bucket, key);
+		cli_warn("aborted upload %s of s3://%s/%s", id, bucket, key);
 	c->n++;
 	return 0;
 }
 
-static int cmd_rm(char **urls, int n)
+static void cmd_rm(char **urls, int n)
 {
 	if (n < 1)
-		usage_error("rm: no URL");
+		cli_usage_error("rm: no URL");
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = expand_or_die(urls[i]);
+		char *u = cli_expand(urls[i], NULL);
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
@@ -789,15 +687,14 @@ static int cmd_rm(char **urls, int n)
 				dp_loc ol = {.kind = o->kind, .bucket = o->bucket, .key = o->key};
 				rc = dp_s3_rm(S, &ol, &e);
 				if (rc == DP_OK && O.verbose)
-					fprintf(stderr, "%s: removed %s%s%s%s\n", prog,
-						o->kind == DP_LOC_S3 ? "s3://" : "",
-						o->kind == DP_LOC_S3 ? o->bucket : "",
-						o->kind == DP_LOC_S3 ? "/" : "", o->key);
+					cli_warn("removed %s%s%s%s", o->kind == DP_LOC_S3 ? "s3://" : "",
+						 o->kind == DP_LOC_S3 ? o->bucket : "",
+						 o->kind == DP_LOC_S3 ? "/" : "", o->key);
 			}
 			dp_objs_free(&c.objs);
 		} else {
 			if (dp_loc_is_dir(&l))
-				usage_error("rm: %s is a prefix or directory: use -r", u);
+				cli_usage_error("rm: %s is a prefix or directory: use -r", u);
 			rc = dp_s3_rm(S, &l, &e);
 		}
 		dp_loc_free(&l);
@@ -805,17 +702,16 @@ static int cmd_rm(char **urls, int n)
 		if (rc < 0)
 			die_err(&e);
 	}
-	return EX_OK;
 }
 
-static int cmd_presign(char **urls, int n)
+static void cmd_presign(char **urls, int n)
 {
 	if (n != 1)
-		usage_error("presign: one URL");
+		cli_usage_error("presign: one URL");
 	if (strcmp(O.method, "GET") && strcmp(O.method, "PUT"))
-		usage_error("--method: '%s' is not GET or PUT", O.method);
+		cli_usage_error("--method: '%s' is not GET or PUT", O.method);
 	dp_err e = {0};
-	char *u = expand_or_die(urls[0]);
+	char *u = cli_expand(urls[0], NULL);
 	dp_loc l;
 	if (dp_loc_parse(u, &l, &e) < 0)
 		die_err(&e);
@@ -826,7 +722,6 @@ static int cmd_presign(char **urls, int n)
 		die_err(&e);
 	out_line(url);
 	free(url);
-	return EX_OK;
 }
 
 /* ---- Command line -------------------------------------------------------------------------- */
@@ -866,7 +761,59 @@ static const struct {
 	{OPT_METHOD, B(C_PRESIGN), "--method"},
 };
 
-int main(int argc, char **argv)
+static void set_addressing(const char *v)
+{
+	if (!strcmp(v, "auto"))
+		O.conf.addressing = DP_S3_ADDR_AUTO;
+	else if (!strcmp(v, "path"))
+		O.conf.addressing = DP_S3_ADDR_PATH;
+	else if (!strcmp(v, "virtual"))
+		O.conf.addressing = DP_S3_ADDR_VIRTUAL;
+	else
+		cli_usage_error("--addressing-style: '%s' is not auto, path or virtual", v);
+}
+
+/* One option (getopt_long's c) and its value. */
+static void set_option(int c, const char *v, char **argv)
+{
+	switch (c) {
+	case 'o': O.output = v; break;
+	case OPT_RANGE: O.range = v; break;
+	case OPT_SHARD: O.shard = v; break;
+	case OPT_SHUFFLE: O.shuffle = 1; break;
+	case OPT_SEED: O.seed = cli_count("--seed", v, 0, UINT64_MAX); break;
+	case OPT_EPOCH: O.epoch = cli_count("--epoch", v, 0, UINT64_MAX); break;
+	case OPT_EPOCHS: O.epochs = cli_count("--epochs", v, 0, UINT64_MAX); break;
+	case OPT_CHANNEL: O.channel = v; break;
+	case OPT_DIR: O.dir = v; break;
+	case OPT_MANIFEST: O.manifest = 1; break;
+	case OPT_NO_VERIFY: O.conf.no_verify = 1; break;
+	case 'r': O.recursive = 1; break;
+	case OPT_JSON: O.json = 1; break;
+	case OPT_PAGE_SIZE: O.page_size = (int)cli_count("--page-size", v, 1, 1000); break;
+	case OPT_UPLOADS: O.uploads = 1; break;
+	case OPT_EXPIRES: O.expires = (long)cli_count("--expires", v, 1, 604800); break;
+	case OPT_METHOD: O.method = v; break;
+	case OPT_ENDPOINT: O.conf.endpoint_url = v; break;
+	case OPT_REGION: O.conf.region = v; break;
+	case OPT_PROFILE: O.conf.profile = v; break;
+	case OPT_NO_SIGN: O.conf.no_sign = 1; break;
+	case OPT_ADDRESSING: set_addressing(v); break;
+	case 'j': O.conf.concurrency = (int)cli_count("--concurrency", v, 1, 256); break;
+	case OPT_PART_SIZE: O.conf.part_size = cli_size("--part-size", v, 1024, 5ull << 30); break;
+	case OPT_RETRIES: O.conf.retries = (int)cli_count("--retries", v, 0, 100); break;
+	case OPT_TIMEOUT: O.conf.timeout = (double)cli_count("--timeout", v, 1, 86400); break;
+	case 'v': O.verbose++; break;
+	case 'q': O.quiet = 1; break;
+	case 'h': help(); cli_exit_stdout();
+	case 'V': cli_version();
+	default: cli_bad_option(c, argv);
+	}
+}
+
+/* Read the options into O (they may come anywhere on the line) and the
+ * command; returns the command's arguments (*nargs of them). */
+static char **parse_args(int argc, char **argv, int *nargs)
 {
 	static const struct option lopts[] = {
 		{"output", required_argument, NULL, 'o'},
@@ -901,82 +848,43 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{0, 0, 0, 0},
 	};
-	dp_s3_conf_init(&O.conf);
-	unsigned used[64] = {0}; /* options seen, by index in allowed[] */
+	const size_t nallowed = sizeof allowed / sizeof allowed[0];
+	unsigned used[sizeof allowed / sizeof allowed[0]] = {0}; /* by index in allowed[] */
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":o:rj:vqhV", lopts, NULL)) != -1) {
-		for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
-			if (allowed[i].opt == c)
-				used[i] = 1;
-		switch (c) {
-		case 'o': O.output = optarg; break;
-		case OPT_RANGE: O.range = optarg; break;
-		case OPT_SHARD: O.shard = optarg; break;
-		case OPT_SHUFFLE: O.shuffle = 1; break;
-		case OPT_SEED: O.seed = parse_num("--seed", optarg, 0, UINT64_MAX); break;
-		case OPT_EPOCH: O.epoch = parse_num("--epoch", optarg, 0, UINT64_MAX); break;
-		case OPT_EPOCHS: O.epochs = parse_num("--epochs", optarg, 0, UINT64_MAX); break;
-		case OPT_CHANNEL: O.channel = optarg; break;
-		case OPT_DIR: O.dir = optarg; break;
-		case OPT_MANIFEST: O.manifest = 1; break;
-		case OPT_NO_VERIFY: O.conf.no_verify = 1; break;
-		case 'r': O.recursive = 1; break;
-		case OPT_JSON: O.json = 1; break;
-		case OPT_PAGE_SIZE: O.page_size = (int)parse_num("--page-size", optarg, 1, 1000); break;
-		case OPT_UPLOADS: O.uploads = 1; break;
-		case OPT_EXPIRES: O.expires = (int)parse_num("--expires", optarg, 1, 604800); break;
-		case OPT_METHOD: O.method = optarg; break;
-		case OPT_ENDPOINT: O.conf.endpoint_url = optarg; break;
-		case OPT_REGION: O.conf.region = optarg; break;
-		case OPT_PROFILE: O.conf.profile = optarg; break;
-		case OPT_NO_SIGN: O.conf.no_sign = 1; break;
-		case OPT_ADDRESSING:
-			if (!strcmp(optarg, "auto"))
-				O.conf.addressing = DP_S3_ADDR_AUTO;
-			else if (!strcmp(optarg, "path"))
-				O.conf.addressing = DP_S3_ADDR_PATH;
-			else if (!strcmp(optarg, "virtual"))
-				O.conf.addressing = DP_S3_ADDR_VIRTUAL;
-			else
-				usage_error("--addressing-style: '%s' is not auto, path or virtual",
-					    optarg);
-			break;
-		case 'j': O.conf.concurrency = (int)parse_num("--concurrency", optarg, 1, 256); break;
-		case OPT_PART_SIZE:
-			if (dp_parse_size(optarg, &O.conf.part_size) < 0 || O.conf.part_size < 1024 ||
-			    O.conf.part_size > (5ull << 30))
-				usage_error("--part-size: '%s' is not a size from 1K to 5G", optarg);
-			break;
-		case OPT_RETRIES: O.conf.retries = (int)parse_num("--retries", optarg, 0, 100); break;
-		case OPT_TIMEOUT: O.conf.timeout = (int)parse_num("--timeout", optarg, 1, 86400); break;
-		case 'v': O.verbose++; break;
-		case 'q': O.quiet = 1; break;
-		case 'h': help(); return fclose(stdout) == 0 ? EX_OK : EX_FAIL;
-		case 'V': printf("%s (dptools) %s\n", prog, DP_VERSION); return EX_OK;
-		case ':': usage_error("option %s needs a value", argv[optind - 1]);
-		default:
-			if (optopt)
-				usage_error("unknown option -%c", optopt);
-			usage_error("unknown option %s", argv[optind - 1]);
-		}
+		for (size_t i = 0; i < nallowed; i++)
+			used[i] |= allowed[i].opt == c;
+		set_option(c, optarg, argv);
 	}
 	char **args = argv + optind;
-	int nargs = argc - optind;
-	if (nargs < 1)
-		usage_error("no command");
+	if (optind >= argc)
+		cli_usage_error("no command");
 	for (int k = 1; k <= C_RM; k++)
 		if (!strcmp(args[0], cmd_names[k]))
 			O.cmd = k;
 	if (!O.cmd)
-		usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm)", args[0]);
-	for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm)", args[0]);
+	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
-			usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
+			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
 	if (O.conf.part_size < (5u << 20) && O.cmd == C_PUT)
-		usage_error("--part-size: S3 parts are at least 5M");
-	args++;
-	nargs--;
+		cli_usage_error("--part-size: S3 parts are at least 5M");
+	*nargs = argc - optind - 1;
+	return args + 1;
+}
+
+int main(int argc, char **argv)
+{
+	cli.prog = DP_PROG;
+	cli.usage = usage_line;
+	cli.before_msg = clear_progress;
+	cli.on_fail = on_fail;
+	dp_s3_conf_init(&O.conf);
+	int nargs;
+	char **args = parse_args(argc, argv, &nargs);
+	if (O.shard) /* checked before any request */
+		cli_part("--shard", O.shard, NULL, &O.shard_i, &O.shard_n);
 
 	if (O.verbose) {
 		O.conf.log = on_log;
@@ -990,19 +898,17 @@ int main(int argc, char **argv)
 	S = dp_s3_new(&O.conf, &e);
 	if (!S)
 		die_err(&e);
-	int rc;
 	switch (O.cmd) {
-	case C_GET: rc = cmd_get(args, nargs); break;
-	case C_PUT: rc = cmd_put(args, nargs); break;
-	case C_LS: rc = cmd_ls(args, nargs); break;
-	case C_FIFO: rc = cmd_fifo(args, nargs); break;
-	case C_PRESIGN: rc = cmd_presign(args, nargs); break;
-	default: rc = cmd_rm(args, nargs); break;
+	case C_GET: cmd_get(args, nargs); break;
+	case C_PUT: cmd_put(args, nargs); break;
+	case C_LS: cmd_ls(args, nargs); break;
+	case C_FIFO: cmd_fifo(args, nargs); break;
+	case C_PRESIGN: cmd_presign(args, nargs); break;
+	default: cmd_rm(args, nargs); break;
 	}
 	clear_progress();
-	if (fflush(stdout) == EOF || ferror(stdout) || fclose(stdout) == EOF) {
-		warn("stdout: %s", strerror(errno ? errno : EIO));
-		finish(EX_FAIL);
-	}
-	finish(rc);
+	dp_s3 *s = S;
+	S = NULL;
+	dp_s3_free(s);
+	cli_exit_stdout();
 }

@@ -120,7 +120,7 @@ static void ob_flush(void)
 	if (S.ob.err)
 		cli_die("out of memory");
 	if (S.ob.len && dp_write_all(S.fd, S.ob.p, S.ob.len, S.oname, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	dp_buf_reset(&S.ob);
 }
 
@@ -139,7 +139,7 @@ static void open_output(void)
 		S.oname = path;
 	} else {
 		if (dp_out_open(&S.out, path, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		S.out_open = S.out.tmp != NULL;
 		S.fd = S.out.fd;
 		S.oname = S.out.tmp ? path : "stdout";
@@ -156,7 +156,7 @@ static void open_output(void)
 			cli_die("refusing to write binary records to a terminal (redirect the output, or use -j, -c)");
 		S.w = dp_writer_open_fd(S.fd, S.oname, O.comp, O.level, &e);
 		if (!S.w)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 	}
 }
 
@@ -165,7 +165,7 @@ static void close_output(void)
 	dp_err e;
 	if (S.w) {
 		if (dp_writer_finish(S.w, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_writer_free(S.w);
 		S.w = NULL;
 	}
@@ -173,7 +173,7 @@ static void close_output(void)
 	if (S.out_open) {
 		S.out_open = 0;
 		if (dp_out_commit(&S.out, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 	} else if (S.out.path) {
 		dp_out_commit(&S.out, &e); /* stdout: frees the name */
 	}
@@ -287,7 +287,7 @@ static void run_flush(void *unused)
 	(void)unused;
 	if (S.run_len && dp_writer_write_run(S.w, S.run, S.run_len, S.run_n, &e) < 0) {
 		S.run_len = 0;
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	}
 	S.run_len = 0;
 	S.run_n = 0;
@@ -326,7 +326,7 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 			S.run_len += flen;
 			S.run_n++;
 		} else if (dp_writer_write(S.w, data, len, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		break;
 	case OUT_JSON:
 		if (dp_example_json(&S.ob, &S.ex, O.json == JS_PROTO ? DP_JSON_PROTO : DP_JSON_COMPACT) < 0)
@@ -353,7 +353,7 @@ static void read_tfrecords(const char *path)
 		cli_die("stdin is a terminal: give a file, or pipe records in");
 	dp_reader *r = dp_reader_open_path(path, &ro, &e);
 	if (!r)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (S.mode == OUT_RECORDS)
 		dp_reader_on_move(r, run_flush, NULL);
 	dp_record rec;
@@ -370,7 +370,7 @@ static void read_tfrecords(const char *path)
 				S.corrupt++;
 				break;
 			}
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		}
 		if (put_record(rec.data, rec.len, rec.frame, rec.frame_len, dp_reader_name(r), rec.index,
 			       rec.offset))
@@ -396,7 +396,7 @@ static void encode_file(const char *path, const char *labels)
 	S.files += labels ? 2 : 1;
 	dp_encoder *x = dp_encoder_open(path, labels, &O.enc, &e);
 	if (!x)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	const uint8_t *p;
 	size_t n;
 	uint64_t i = 0;
@@ -406,7 +406,7 @@ static void encode_file(const char *path, const char *labels)
 		put_record(p, n, NULL, 0, dp_encoder_name(x), i++, UINT64_MAX);
 	}
 	if (rc < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	dp_encoder_close(x);
 }
 
@@ -621,7 +621,6 @@ int main(int argc, char **argv)
 	check_options(argc - first);
 	S.skip_left = O.skip;
 
-	signal(SIGPIPE, SIG_IGN); /* a closed pipe is EPIPE, reported */
 	dp_out_install_signal_cleanup();
 	open_output();
 

@@ -251,10 +251,7 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 			      "split",   g.sp[s].name ? g.sp[s].name : "",
 			      "rank",    rank,  "size",    size,
 			      NULL};
-	char *p = dp_expand(opt.tmpl, vars);
-	if (!p)
-		cli_die("out of memory");
-	return p;
+	return cli_expand(opt.tmpl, vars);
 }
 
 /* mkdir -p of the directory part of path. */
@@ -284,19 +281,19 @@ static void open_output(struct output *o, const char *path)
 	if (strcmp(path, "-") != 0)
 		make_parents(path);
 	if (dp_out_open(&o->o, path, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->opened = 1;
 	if (o->o.tmp == NULL && isatty(o->o.fd))
 		cli_die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
 	if (!(o->w = dp_writer_open_fd(o->o.fd, o->o.path, opt.comp, opt.level, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void finish_output(struct output *o)
 {
 	dp_err e;
 	if (dp_writer_finish(o->w, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->out_bytes = dp_writer_out_bytes(o->w);
 	dp_writer_free(o->w);
 	o->w = NULL;
@@ -379,12 +376,14 @@ static void commit_outputs(void)
 		for (size_t k = 0; k < sp->nsh; k++) {
 			struct output *o = &sp->sh[k];
 			if (!g.fixed && !to_stdout()) { /* now {nshards} is known */
-				free(o->o.path);
-				o->o.path = out_name(s, k, sp->nsh);
+				char *name = out_name(s, k, sp->nsh);
+				if (dp_out_retarget(&o->o, name, &e) < 0)
+					cli_die_err(CLI_FAIL, &e);
+				free(name);
 			}
 			o->name = cli_strdup(to_stdout() ? "-" : o->o.path);
 			if (dp_out_commit(&o->o, &e) < 0)
-				cli_die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			o->committed = 1;
 		}
 	}
@@ -438,12 +437,12 @@ static void write_to(struct output *o, const uint8_t *frame, size_t flen)
 {
 	dp_err e;
 	if (dp_writer_write_frame(o->w, frame, flen, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->records++;
 	o->bytes += flen;
 	if (g.flush_every && o->bytes - o->flushed >= g.flush_every) {
 		if (dp_writer_flush(o->w, &e) < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		o->flushed = o->bytes;
 	}
 }
@@ -558,7 +557,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 		dp_reader *r = fds ? dp_reader_open_fd(fds[i], 0, inputs[i], ro, &e)
 				   : dp_reader_open_path(inputs[i], ro, &e);
 		if (!r)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_record rec;
 		int rc;
 		uint64_t before = 0;
@@ -570,7 +569,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 				continue;
 			}
 			if (rc < 0)
-				cli_die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			struct keys k, *kp = NULL;
 			if (need_keys()) {
 				int kr = key_hashes(rec.data, rec.len, &k, &e);
@@ -627,7 +626,7 @@ static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_shuffle_add(g.shuf, rec->frame, rec->frame_len, &e) < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* The main pass: through the window (if any) to the assignment. */
@@ -642,7 +641,7 @@ static void main_fn(const dp_record *rec, const struct keys *k, void *ctx)
 		dp_err e;
 		int rc = dp_window_push(g.win, rec->frame, rec->frame_len, &out, &len, &e);
 		if (rc < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		if (rc == 1)
 			assign(out, len, NULL);
 		return;
@@ -656,7 +655,7 @@ static int temp_file(void)
 	dp_err e;
 	int fd = dp_tmpfile(tmpdir(), &e);
 	if (fd < 0)
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	return fd;
 }
 
@@ -698,7 +697,7 @@ static void run(void)
 
 	if (opt.shuffle) {
 		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
 		if (g.nread == 0)
 			empty_input();
@@ -713,11 +712,11 @@ static void run(void)
 			progress_tick();
 		}
 		if (!g.stop && rc < 0)
-			cli_die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		return;
 	}
 	if (opt.window && !(g.win = dp_window_new(opt.seed, opt.window, &e)))
-		cli_die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (opt.by == BY_CONTIGUOUS) {
 		counting = 0;
 		if (all_regular()) {
@@ -732,7 +731,7 @@ static void run(void)
 			int fd = temp_file();
 			dp_writer *w = dp_writer_open_fd(fd, "temporary file", DP_COMP_NONE, -1, &e);
 			if (!w)
-				cli_die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, copy_fn, w);
 			if (dp_writer_finish(w, &e) < 0)
 				cli_die("%s: %s", tmpdir(), e.msg);
@@ -1030,7 +1029,6 @@ int main(int argc, char **argv)
 	cli.on_fail = abort_outputs;
 	parse_options(argc, argv);
 	check_options();
-	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error with a message */
 	dp_out_install_signal_cleanup();
 	struct rlimit rl; /* one descriptor per output */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -36,6 +36,7 @@ char *dp_buf_take(dp_buf *b)
 {
 	if (b->err || (!b->p && dp_buf_reserve(b, 0) < 0))
 		return NULL;
+	b->p[b->len] = 0; /* a buffer never written has no NUL yet */
 	char *p = b->p;
 	b->p = NULL;
 	b->len = b->cap = 0;
@@ -80,15 +81,25 @@ int dp_buf_addstr(dp_buf *b, const char *s)
 
 int dp_buf_vprintf(dp_buf *b, const char *fmt, va_list ap)
 {
+	if (b->err)
+		return b->err;
+	/* one pass into the spare room; a second only when it did not fit */
+	size_t room = b->cap > b->len ? b->cap - b->len : 0;
 	va_list aq;
 	va_copy(aq, ap);
-	int w = vsnprintf(NULL, 0, fmt, aq);
+	int w = vsnprintf(room ? b->p + b->len : NULL, room, fmt, aq);
 	va_end(aq);
 	if (w < 0)
-		return b->err ? b->err : (b->err = DP_EARG);
-	if (dp_buf_reserve(b, (size_t)w) < 0)
-		return b->err;
-	vsnprintf(b->p + b->len, (size_t)w + 1, fmt, ap);
+		return b->err = DP_EARG;
+	if ((size_t)w >= room) {
+		if (dp_buf_reserve(b, (size_t)w) < 0)
+			return b->err;
+		vsnprintf(b->p + b->len, (size_t)w + 1, fmt, ap);
+	}
+	if ((size_t)w > b->max - b->len) { /* past the cap, though it fit the memory */
+		b->p[b->len] = 0;
+		return b->err = DP_ELIMIT;
+	}
 	b->len += (size_t)w;
 	return 0;
 }

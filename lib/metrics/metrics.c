@@ -304,8 +304,7 @@ struct dp_matcher {
 	pcre2_jit_stack *jstack;
 	dp_sample *samples;
 	int cap_samples;
-	char *arena; /* numbers formatted from JSON values */
-	size_t arena_len, arena_cap;
+	dp_buf arena; /* numbers formatted from JSON values, of one line */
 	char step_buf[32], epoch_buf[32];
 	dp_matcher_stats st;
 };
@@ -440,6 +439,7 @@ dp_matcher *dp_matcher_new(void)
 	m->md = pcre2_match_data_create(2, NULL);
 	m->mctx = pcre2_match_context_create(NULL);
 	m->jstack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
+	dp_buf_init(&m->arena, 0);
 	m->cap_samples = 16;
 	m->samples = malloc((size_t)m->cap_samples * sizeof *m->samples);
 	if (!m->md || !m->mctx || !m->samples) {
@@ -467,7 +467,7 @@ void dp_matcher_free(dp_matcher *m)
 	free(m->table);
 	free(m->defs);
 	free(m->samples);
-	free(m->arena);
+	dp_buf_free(&m->arena);
 	pcre2_match_data_free(m->md);
 	pcre2_match_context_free(m->mctx);
 	pcre2_jit_stack_free(m->jstack);
@@ -820,19 +820,8 @@ static int scan_coords(dp_matcher *m, const char *s, size_t n, dp_match *out)
 /* Copy a number's text into the arena; returns its offset or -1. */
 static long arena_put(dp_matcher *m, const char *s, size_t n)
 {
-	if (m->arena_len + n > m->arena_cap) {
-		size_t nc = (m->arena_cap ? m->arena_cap : 1024);
-		while (nc < m->arena_len + n)
-			nc *= 2;
-		char *na = realloc(m->arena, nc);
-		if (!na)
-			return -1;
-		m->arena = na;
-		m->arena_cap = nc;
-	}
-	memcpy(m->arena + m->arena_len, s, n);
-	m->arena_len += n;
-	return (long)(m->arena_len - n);
+	size_t off = m->arena.len;
+	return dp_buf_add(&m->arena, s, n) < 0 ? -1 : (long)off;
 }
 
 static size_t json_number_text(json_t *v, char *buf)
@@ -859,7 +848,7 @@ static int scan_json(dp_matcher *m, const char *s, size_t n, dp_match *out, int 
 	const char *key;
 	json_t *v;
 	int first = nsamp;
-	m->arena_len = 0;
+	dp_buf_reset(&m->arena);
 	json_object_foreach(root, key, v)
 	{
 		if (!json_is_number(v))
@@ -893,7 +882,7 @@ static int scan_json(dp_matcher *m, const char *s, size_t n, dp_match *out, int 
 	}
 	/* Offsets into the arena become pointers now that it stopped moving. */
 	for (int i = first; i < nsamp; i++)
-		m->samples[i].text = m->arena + (intptr_t)m->samples[i].text;
+		m->samples[i].text = m->arena.p + (intptr_t)m->samples[i].text;
 	json_decref(root);
 	return nsamp;
 }

@@ -11,7 +11,6 @@
 #include "dp_plot.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #define PANEL_TITLE_H 26
 #define PANEL_BOTTOM 46
 #define PANEL_GAP 14
+#define PANEL_H (PANEL_TITLE_H + PLOT_H + PANEL_BOTTOM)
 #define MARKERS_UPTO 60  /* series this short get a dot per point */
 #define LABEL_CHARS 24   /* legend labels longer than this are cut */
 #define LEGEND_ROW 18
@@ -79,19 +79,28 @@ void dp_plot_free(dp_plot *p)
 	free(p);
 }
 
+/* Room for one more element in *pp, an array of n elements of `size`
+ * bytes with room for *cap: 0 or DP_ENOMEM. */
+static int grow_one(void *pp, int n, int *cap, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	int nc = *cap ? *cap * 2 : 8;
+	void *q = realloc(*(void **)pp, (size_t)nc * size);
+	if (!q)
+		return DP_ENOMEM;
+	*(void **)pp = q;
+	*cap = nc;
+	return 0;
+}
+
 static int find_panel(dp_plot *p, const char *name)
 {
 	for (int i = 0; i < p->np; i++)
 		if (strcmp(p->p[i].name, name) == 0)
 			return i;
-	if (p->np == p->cap_p) {
-		int nc = p->cap_p ? p->cap_p * 2 : 8;
-		struct panel *n = realloc(p->p, (size_t)nc * sizeof *n);
-		if (!n)
-			return DP_ENOMEM;
-		p->p = n;
-		p->cap_p = nc;
-	}
+	if (grow_one(&p->p, p->np, &p->cap_p, sizeof *p->p) < 0)
+		return DP_ENOMEM;
 	char *copy = strdup(name);
 	if (!copy)
 		return DP_ENOMEM;
@@ -107,14 +116,8 @@ int dp_plot_series(dp_plot *p, const char *label, const char *panel)
 	int pi = find_panel(p, panel);
 	if (pi < 0)
 		return pi;
-	if (p->ns == p->cap_s) {
-		int nc = p->cap_s ? p->cap_s * 2 : 8;
-		struct series *n = realloc(p->s, (size_t)nc * sizeof *n);
-		if (!n)
-			return DP_ENOMEM;
-		p->s = n;
-		p->cap_s = nc;
-	}
+	if (grow_one(&p->s, p->ns, &p->cap_s, sizeof *p->s) < 0)
+		return DP_ENOMEM;
 	struct series *s = &p->s[p->ns];
 	memset(s, 0, sizeof *s);
 	s->label = strdup(label);
@@ -276,42 +279,7 @@ static void fmt_tick(char *buf, size_t size, double v, double step, double absma
 	}
 }
 
-/* ---- Output buffer ------------------------------------------------------ */
-
-struct sb {
-	char *s;
-	size_t len, cap;
-	int failed;
-};
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sb *b, const char *fmt, ...)
-{
-	if (b->failed)
-		return;
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->failed = 1;
-			return;
-		}
-		if ((size_t)n < b->cap - b->len) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t nc = b->cap * 2 + (size_t)n + 1;
-		char *ns = realloc(b->s, nc);
-		if (!ns) {
-			b->failed = 1;
-			return;
-		}
-		b->s = ns;
-		b->cap = nc;
-	}
-}
+/* ---- XML text ------------------------------------------------------------ */
 
 /* Characters (UTF-8 sequences) in s. */
 static size_t utf8_chars(const char *s)
@@ -324,7 +292,7 @@ static size_t utf8_chars(const char *s)
 
 /* XML text of s, at most maxchars characters (when > 0; cut with an
  * ellipsis); invalid UTF-8 and control characters become '?'. */
-static void sb_xml(struct sb *b, const char *s, int maxchars)
+static void xml_text(dp_buf *b, const char *s, int maxchars)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t limit = (size_t)-1;
@@ -337,27 +305,27 @@ static void sb_xml(struct sb *b, const char *s, int maxchars)
 		for (size_t j = 1; okc && j <= k; j++)
 			okc = (p[j] & 0xc0) == 0x80;
 		if (!okc || c < 0x20 || c == 0x7f) {
-			sb_printf(b, "?");
+			dp_buf_add(b, "?", 1);
 			p++;
 			continue;
 		}
 		if (k) {
-			sb_printf(b, "%.*s", (int)k + 1, (const char *)p);
+			dp_buf_add(b, p, k + 1);
 			p += k + 1;
 			continue;
 		}
 		switch (c) {
-		case '&': sb_printf(b, "&amp;"); break;
-		case '<': sb_printf(b, "&lt;"); break;
-		case '>': sb_printf(b, "&gt;"); break;
-		case '"': sb_printf(b, "&quot;"); break;
-		case '\'': sb_printf(b, "&apos;"); break;
-		default: sb_printf(b, "%c", (char)c);
+		case '&': dp_buf_addstr(b, "&amp;"); break;
+		case '<': dp_buf_addstr(b, "&lt;"); break;
+		case '>': dp_buf_addstr(b, "&gt;"); break;
+		case '"': dp_buf_addstr(b, "&quot;"); break;
+		case '\'': dp_buf_addstr(b, "&apos;"); break;
+		default: dp_buf_add(b, p, 1);
 		}
 		p++;
 	}
 	if (*p)
-		sb_printf(b, "\xe2\x80\xa6"); /* ... */
+		dp_buf_addstr(b, "\xe2\x80\xa6"); /* ... */
 }
 
 /* ---- Rendering ---------------------------------------------------------- */
@@ -392,37 +360,77 @@ static struct xy *series_xy(const struct series *s, int by_step, size_t *n)
 	return v;
 }
 
-char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
+/* What the panels share: the points to draw and the x axis. */
+struct frame {
+	const dp_plot *p;
+	struct xy **pts; /* per series: its points sorted by x */
+	size_t *npts;
+	int by_step;     /* x is the step (else the line number) */
+	double xmin, xmax; /* the axis: whole ticks */
+	double xfirst, xstep, xabs;
+	int nx;          /* x ticks */
+	int top0;        /* the first panel's top */
+};
+
+/* One panel's place and y axis. */
+struct panel_y {
+	int pi, top, y0; /* y0: the plot area's top */
+	double yfirst, ylast, ystep, yabs;
+	int ny;
+};
+
+static double px(const struct frame *f, double x)
 {
-	if (dp_plot_points(p) == 0)
-		return dp_seterr(e, DP_EARG, "no points to plot"), NULL;
-	/* x: steps when every point has one, else line numbers. */
-	int by_step = 1, x_int = 1;
-	double xmin = INFINITY, xmax = -INFINITY;
+	return MARGIN_L + (x - f->xmin) / (f->xmax - f->xmin) * PLOT_W;
+}
+
+static double py(const struct panel_y *a, double y)
+{
+	return a->y0 + PLOT_H - (y - a->yfirst) / (a->ylast - a->yfirst) * PLOT_H;
+}
+
+/* x: steps when every point has one, else line numbers. */
+static int x_is_step(const dp_plot *p)
+{
 	for (int i = 0; i < p->ns; i++) {
 		const struct series *s = &p->s[i];
 		for (size_t j = 0; j < s->n; j++)
 			if (isnan(s->pts[j].step))
-				by_step = 0;
+				return 0;
 		if (s->nacc && s->acc_nostep)
-			by_step = 0;
+			return 0;
 	}
+	return 1;
+}
+
+static void frame_free(struct frame *f)
+{
+	for (int i = 0; f->pts && i < f->p->ns; i++)
+		free(f->pts[i]);
+	free(f->pts);
+	free(f->npts);
+}
+
+/* The points of every series, and the x axis over all of them: nice ticks,
+ * one per step when steps are few whole numbers.  DP_ENOMEM or 0. */
+static int frame_init(struct frame *f, const dp_plot *p)
+{
+	memset(f, 0, sizeof *f);
+	f->p = p;
+	f->by_step = x_is_step(p);
 	size_t ns = p->ns > 0 ? (size_t)p->ns : 1;
-	struct xy **pts = calloc(ns, sizeof *pts);
-	size_t *npts = calloc(ns, sizeof *npts);
-	struct sb b = {malloc(65536), 0, 65536, 0};
-	if (!pts || !npts || !b.s) {
-		free(pts);
-		free(npts);
-		free(b.s);
-		return dp_seterr(e, DP_ENOMEM, "out of memory"), NULL;
-	}
+	f->pts = calloc(ns, sizeof *f->pts);
+	f->npts = calloc(ns, sizeof *f->npts);
+	if (!f->pts || !f->npts)
+		return DP_ENOMEM;
+	int x_int = 1;
+	double xmin = INFINITY, xmax = -INFINITY;
 	for (int i = 0; i < p->ns; i++) {
-		pts[i] = series_xy(&p->s[i], by_step, &npts[i]);
-		if (!pts[i])
-			b.failed = 1;
-		for (size_t j = 0; pts[i] && j < npts[i]; j++) {
-			double x = pts[i][j].x;
+		f->pts[i] = series_xy(&p->s[i], f->by_step, &f->npts[i]);
+		if (!f->pts[i])
+			return DP_ENOMEM;
+		for (size_t j = 0; j < f->npts[i]; j++) {
+			double x = f->pts[i][j].x;
 			xmin = fmin(xmin, x);
 			xmax = fmax(xmax, x);
 			if (x != floor(x))
@@ -433,177 +441,223 @@ char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
 		xmin -= 1;
 		xmax += 1;
 	}
-	double xfirst, xlast, xstep;
-	dp_plot_ticks(xmin, xmax, 7, &xfirst, &xlast, &xstep);
-	if (x_int && xstep < 1) { /* a few integer steps: one tick each */
-		xstep = 1;
-		xfirst = floor(xmin);
+	double xlast;
+	dp_plot_ticks(xmin, xmax, 7, &f->xfirst, &xlast, &f->xstep);
+	if (x_int && f->xstep < 1) { /* a few integer steps: one tick each */
+		f->xstep = 1;
+		f->xfirst = floor(xmin);
 		xlast = ceil(xmax);
 	}
-	xmin = xfirst; /* the axis spans whole ticks */
-	xmax = xlast;
-	int nx = nticks(xfirst, xlast, xstep);
-	double xabs = fmax(fabs(xmin), fabs(xmax));
+	f->xmin = f->xfirst; /* the axis spans whole ticks */
+	f->xmax = xlast;
+	f->nx = nticks(f->xfirst, xlast, f->xstep);
+	f->xabs = fmax(fabs(f->xmin), fabs(f->xmax));
+	return 0;
+}
 
-	int top0 = title && *title ? TITLE_H : 8;
-	int panel_h = PANEL_TITLE_H + PLOT_H + PANEL_BOTTOM;
-	int height = top0 + p->np * panel_h + (p->np - 1) * PANEL_GAP + 8;
-	const char *font = "DejaVu Sans, Helvetica, Arial, sans-serif";
-
-	sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-	sb_printf(&b,
-		  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-		  "viewBox=\"0 0 %d %d\" font-family=\"%s\" font-size=\"12\">\n",
-		  WIDTH, height, WIDTH, height, font);
-	sb_printf(&b, "<title>");
-	sb_xml(&b, title && *title ? title : "metrics", 0);
-	sb_printf(&b, "</title>\n");
-	sb_printf(&b, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
-	if (title && *title) {
-		sb_printf(&b,
-			  "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\" "
-			  "fill=\"#222\">",
-			  MARGIN_L);
-		sb_xml(&b, title, 80);
-		sb_printf(&b, "</text>\n");
-	}
-
-	for (int pi = 0; pi < p->np; pi++) {
-		int top = top0 + pi * (panel_h + PANEL_GAP);
-		int y0 = top + PANEL_TITLE_H; /* plot area top */
-		double ymin = INFINITY, ymax = -INFINITY;
-		for (int i = 0; i < p->ns; i++)
-			if (p->s[i].panel == pi)
-				for (size_t j = 0; pts[i] && j < npts[i]; j++) {
-					ymin = fmin(ymin, pts[i][j].y);
-					ymax = fmax(ymax, pts[i][j].y);
-				}
-		if (!(ymax >= ymin)) /* a panel of series without points */
-			ymin = 0, ymax = 1;
-		if (!(ymax > ymin)) {
-			double d = ymin == 0 ? 1 : fabs(ymin) * 0.1;
-			ymin -= d;
-			ymax += d;
-		}
-		double yfirst, ylast, ystep;
-		dp_plot_ticks(ymin, ymax, 5, &yfirst, &ylast, &ystep);
-		double yabs = fmax(fabs(yfirst), fabs(ylast));
-		int ny = nticks(yfirst, ylast, ystep);
-#define PX(x) (MARGIN_L + ((x) - xmin) / (xmax - xmin) * PLOT_W)
-#define PY(y) (y0 + PLOT_H - ((y) - yfirst) / (ylast - yfirst) * PLOT_H)
-
-		sb_printf(&b, "<g class=\"panel\">\n");
-		sb_printf(&b,
-			  "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\" "
-			  "fill=\"#333\">",
-			  MARGIN_L, top + 17);
-		sb_xml(&b, p->p[pi].name, 60);
-		sb_printf(&b, "</text>\n");
-		/* grid and y labels */
-		sb_printf(&b, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
-		for (int i = 0; i < ny; i++) {
-			double t = yfirst + i * ystep;
-			sb_printf(&b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>\n", MARGIN_L,
-				  MARGIN_L + PLOT_W, PY(t), PY(t));
-		}
-		for (int i = 0; i < nx; i++) {
-			double t = xfirst + i * xstep;
-			sb_printf(&b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>\n", PX(t),
-				  PX(t), y0, y0 + PLOT_H);
-		}
-		sb_printf(&b, "</g>\n");
-		sb_printf(&b, "<g fill=\"#555\" text-anchor=\"end\">\n");
-		for (int i = 0; i < ny; i++) {
-			double t = yfirst + i * ystep;
-			char lab[48];
-			fmt_tick(lab, sizeof lab, t, ystep, yabs);
-			sb_printf(&b, "<text x=\"%d\" y=\"%.1f\">%s</text>\n", MARGIN_L - 8,
-				  PY(t) + 4, lab);
-		}
-		sb_printf(&b, "</g>\n<g fill=\"#555\" text-anchor=\"middle\">\n");
-		for (int i = 0; i < nx; i++) {
-			double t = xfirst + i * xstep;
-			char lab[48];
-			fmt_tick(lab, sizeof lab, t, xstep, xabs);
-			sb_printf(&b, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", PX(t),
-				  y0 + PLOT_H + 17, lab);
-		}
-		sb_printf(&b, "</g>\n");
-		sb_printf(&b,
-			  "<text x=\"%d\" y=\"%d\" fill=\"#333\" text-anchor=\"middle\">%s</text>\n",
-			  MARGIN_L + PLOT_W / 2, y0 + PLOT_H + 36, by_step ? "step" : "line");
-		/* axes */
-		sb_printf(&b,
-			  "<path d=\"M%d %dV%dH%d\" fill=\"none\" stroke=\"#333\" "
-			  "stroke-width=\"1\"/>\n",
-			  MARGIN_L, y0, y0 + PLOT_H, MARGIN_L + PLOT_W);
-		/* series */
-		int k = 0;
-		for (int i = 0; i < p->ns; i++) {
-			if (p->s[i].panel != pi || !pts[i])
-				continue;
-			const char *color = palette[k++ % NCOLORS];
-			sb_printf(&b, "<g class=\"series\" data-label=\"");
-			sb_xml(&b, p->s[i].label, 0);
-			sb_printf(&b, "\" data-points=\"%zu\">\n", npts[i]);
-			if (npts[i] > 1) {
-				sb_printf(&b,
-					  "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
-					  "stroke-linejoin=\"round\" stroke-linecap=\"round\" points=\"",
-					  color);
-				for (size_t j = 0; j < npts[i]; j++)
-					sb_printf(&b, "%s%.1f,%.1f", j ? " " : "", PX(pts[i][j].x),
-						  PY(pts[i][j].y));
-				sb_printf(&b, "\"/>\n");
-			}
-			if (npts[i] <= MARKERS_UPTO)
-				for (size_t j = 0; j < npts[i]; j++)
-					sb_printf(&b,
-						  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.6\" "
-						  "fill=\"%s\"/>\n",
-						  PX(pts[i][j].x), PY(pts[i][j].y), color);
-			sb_printf(&b, "</g>\n");
-		}
-		/* legend */
-		int lx = MARGIN_L + PLOT_W + LEGEND_GAP, ly = y0 + 4, rows = 0;
-		int maxrows = PLOT_H / LEGEND_ROW;
-		k = 0;
-		int inpanel = 0;
-		for (int i = 0; i < p->ns; i++)
-			inpanel += p->s[i].panel == pi;
-		sb_printf(&b, "<g class=\"legend\" fill=\"#333\">\n");
-		for (int i = 0; i < p->ns; i++) {
-			if (p->s[i].panel != pi)
-				continue;
-			const char *color = palette[k++ % NCOLORS];
-			if (rows == maxrows - 1 && inpanel > maxrows) {
-				sb_printf(&b, "<text x=\"%d\" y=\"%d\">+%d more</text>\n", lx + 26,
-					  ly + rows * LEGEND_ROW + 8, inpanel - rows);
-				break;
-			}
-			int yy = ly + rows * LEGEND_ROW;
-			sb_printf(&b,
-				  "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" "
-				  "stroke-width=\"3\" stroke-linecap=\"round\"/>\n",
-				  lx + 2, lx + 20, yy + 4, yy + 4, color);
-			sb_printf(&b, "<text x=\"%d\" y=\"%d\">", lx + 26, yy + 8);
-			sb_xml(&b, p->s[i].label, LABEL_CHARS);
-			sb_printf(&b, "</text>\n");
-			rows++;
-		}
-		sb_printf(&b, "</g>\n</g>\n");
-#undef PX
-#undef PY
-	}
-	sb_printf(&b, "</svg>\n");
+/* Panel pi's place, and its y axis over its series' points. */
+static void panel_axis(const struct frame *f, int pi, struct panel_y *a)
+{
+	const dp_plot *p = f->p;
+	a->pi = pi;
+	a->top = f->top0 + pi * (PANEL_H + PANEL_GAP);
+	a->y0 = a->top + PANEL_TITLE_H;
+	double ymin = INFINITY, ymax = -INFINITY;
 	for (int i = 0; i < p->ns; i++)
-		free(pts[i]);
-	free(pts);
-	free(npts);
-	if (b.failed) {
-		free(b.s);
+		if (p->s[i].panel == pi)
+			for (size_t j = 0; j < f->npts[i]; j++) {
+				ymin = fmin(ymin, f->pts[i][j].y);
+				ymax = fmax(ymax, f->pts[i][j].y);
+			}
+	if (!(ymax >= ymin)) /* a panel of series without points */
+		ymin = 0, ymax = 1;
+	if (!(ymax > ymin)) {
+		double d = ymin == 0 ? 1 : fabs(ymin) * 0.1;
+		ymin -= d;
+		ymax += d;
+	}
+	dp_plot_ticks(ymin, ymax, 5, &a->yfirst, &a->ylast, &a->ystep);
+	a->yabs = fmax(fabs(a->yfirst), fabs(a->ylast));
+	a->ny = nticks(a->yfirst, a->ylast, a->ystep);
+}
+
+/* The XML declaration, <svg>, the document's title, the background and
+ * the chart's title line. */
+static void svg_head(dp_buf *b, int height, const char *title)
+{
+	const char *font = "DejaVu Sans, Helvetica, Arial, sans-serif";
+	dp_buf_addstr(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+	dp_buf_printf(b,
+		      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+		      "viewBox=\"0 0 %d %d\" font-family=\"%s\" font-size=\"12\">\n",
+		      WIDTH, height, WIDTH, height, font);
+	dp_buf_addstr(b, "<title>");
+	xml_text(b, title && *title ? title : "metrics", 0);
+	dp_buf_addstr(b, "</title>\n");
+	dp_buf_addstr(b, "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n");
+	if (title && *title) {
+		dp_buf_printf(b,
+			      "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\" "
+			      "fill=\"#222\">",
+			      MARGIN_L);
+		xml_text(b, title, 80);
+		dp_buf_addstr(b, "</text>\n");
+	}
+}
+
+/* Grid lines at the ticks, tick labels, the x axis's name, the axes. */
+static void svg_axes(dp_buf *b, const struct frame *f, const struct panel_y *a)
+{
+	char lab[48];
+	dp_buf_addstr(b, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
+	for (int i = 0; i < a->ny; i++) {
+		double t = a->yfirst + i * a->ystep;
+		dp_buf_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>\n", MARGIN_L,
+			      MARGIN_L + PLOT_W, py(a, t), py(a, t));
+	}
+	for (int i = 0; i < f->nx; i++) {
+		double t = f->xfirst + i * f->xstep;
+		dp_buf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>\n", px(f, t),
+			      px(f, t), a->y0, a->y0 + PLOT_H);
+	}
+	dp_buf_addstr(b, "</g>\n");
+	dp_buf_addstr(b, "<g fill=\"#555\" text-anchor=\"end\">\n");
+	for (int i = 0; i < a->ny; i++) {
+		double t = a->yfirst + i * a->ystep;
+		fmt_tick(lab, sizeof lab, t, a->ystep, a->yabs);
+		dp_buf_printf(b, "<text x=\"%d\" y=\"%.1f\">%s</text>\n", MARGIN_L - 8,
+			      py(a, t) + 4, lab);
+	}
+	dp_buf_addstr(b, "</g>\n<g fill=\"#555\" text-anchor=\"middle\">\n");
+	for (int i = 0; i < f->nx; i++) {
+		double t = f->xfirst + i * f->xstep;
+		fmt_tick(lab, sizeof lab, t, f->xstep, f->xabs);
+		dp_buf_printf(b, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", px(f, t),
+			      a->y0 + PLOT_H + 17, lab);
+	}
+	dp_buf_addstr(b, "</g>\n");
+	dp_buf_printf(b, "<text x=\"%d\" y=\"%d\" fill=\"#333\" text-anchor=\"middle\">%s</text>\n",
+		      MARGIN_L + PLOT_W / 2, a->y0 + PLOT_H + 36, f->by_step ? "step" : "line");
+	dp_buf_printf(b,
+		      "<path d=\"M%d %dV%dH%d\" fill=\"none\" stroke=\"#333\" "
+		      "stroke-width=\"1\"/>\n",
+		      MARGIN_L, a->y0, a->y0 + PLOT_H, MARGIN_L + PLOT_W);
+}
+
+/* " x,y" of a polyline (no space before the first).  dp_buf_printf formats
+ * twice (to measure, then to write): the points, the bulk of a chart, are
+ * formatted once into t, then added. */
+static void add_point(dp_buf *b, int first, double x, double y)
+{
+	char t[128];
+	int n = snprintf(t, sizeof t, " %.1f,%.1f" + first, x, y);
+	if (n >= 0 && (size_t)n < sizeof t)
+		dp_buf_add(b, t, (size_t)n);
+	else
+		dp_buf_printf(b, " %.1f,%.1f" + first, x, y);
+}
+
+/* Series i: a polyline, with a dot per point when it has few. */
+static void svg_series(dp_buf *b, const struct frame *f, const struct panel_y *a, int i,
+		       const char *color)
+{
+	const struct xy *v = f->pts[i];
+	size_t n = f->npts[i];
+	dp_buf_addstr(b, "<g class=\"series\" data-label=\"");
+	xml_text(b, f->p->s[i].label, 0);
+	dp_buf_printf(b, "\" data-points=\"%zu\">\n", n);
+	if (n > 1) {
+		dp_buf_printf(b,
+			      "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
+			      "stroke-linejoin=\"round\" stroke-linecap=\"round\" points=\"",
+			      color);
+		for (size_t j = 0; j < n; j++)
+			add_point(b, j == 0, px(f, v[j].x), py(a, v[j].y));
+		dp_buf_addstr(b, "\"/>\n");
+	}
+	if (n <= MARKERS_UPTO)
+		for (size_t j = 0; j < n; j++)
+			dp_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.6\" fill=\"%s\"/>\n",
+				      px(f, v[j].x), py(a, v[j].y), color);
+	dp_buf_addstr(b, "</g>\n");
+}
+
+/* The legend right of the plot area: a row per series, "+N more" in the
+ * last row when they do not fit. */
+static void svg_legend(dp_buf *b, const struct frame *f, const struct panel_y *a)
+{
+	const dp_plot *p = f->p;
+	int lx = MARGIN_L + PLOT_W + LEGEND_GAP, ly = a->y0 + 4, rows = 0;
+	int maxrows = PLOT_H / LEGEND_ROW;
+	int k = 0, inpanel = 0;
+	for (int i = 0; i < p->ns; i++)
+		inpanel += p->s[i].panel == a->pi;
+	dp_buf_addstr(b, "<g class=\"legend\" fill=\"#333\">\n");
+	for (int i = 0; i < p->ns; i++) {
+		if (p->s[i].panel != a->pi)
+			continue;
+		const char *color = palette[k++ % NCOLORS];
+		if (rows == maxrows - 1 && inpanel > maxrows) {
+			dp_buf_printf(b, "<text x=\"%d\" y=\"%d\">+%d more</text>\n", lx + 26,
+				      ly + rows * LEGEND_ROW + 8, inpanel - rows);
+			break;
+		}
+		int yy = ly + rows * LEGEND_ROW;
+		dp_buf_printf(b,
+			      "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" "
+			      "stroke-width=\"3\" stroke-linecap=\"round\"/>\n",
+			      lx + 2, lx + 20, yy + 4, yy + 4, color);
+		dp_buf_printf(b, "<text x=\"%d\" y=\"%d\">", lx + 26, yy + 8);
+		xml_text(b, p->s[i].label, LABEL_CHARS);
+		dp_buf_addstr(b, "</text>\n");
+		rows++;
+	}
+	dp_buf_addstr(b, "</g>\n");
+}
+
+/* Panel pi: its title, axes, series (colours in order within the panel)
+ * and legend. */
+static void svg_panel(dp_buf *b, const struct frame *f, int pi)
+{
+	const dp_plot *p = f->p;
+	struct panel_y a;
+	panel_axis(f, pi, &a);
+	dp_buf_addstr(b, "<g class=\"panel\">\n");
+	dp_buf_printf(b,
+		      "<text x=\"%d\" y=\"%d\" font-size=\"13\" font-weight=\"bold\" "
+		      "fill=\"#333\">",
+		      MARGIN_L, a.top + 17);
+	xml_text(b, p->p[pi].name, 60);
+	dp_buf_addstr(b, "</text>\n");
+	svg_axes(b, f, &a);
+	int k = 0;
+	for (int i = 0; i < p->ns; i++)
+		if (p->s[i].panel == pi)
+			svg_series(b, f, &a, i, palette[k++ % NCOLORS]);
+	svg_legend(b, f, &a);
+	dp_buf_addstr(b, "</g>\n");
+}
+
+char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp_err *e)
+{
+	if (dp_plot_points(p) == 0)
+		return dp_seterr(e, DP_EARG, "no points to plot"), NULL;
+	struct frame f;
+	dp_buf b = DP_BUF_INIT;
+	if (frame_init(&f, p) < 0 || dp_buf_reserve(&b, 65536) < 0) {
+		frame_free(&f);
+		dp_buf_free(&b);
 		return dp_seterr(e, DP_ENOMEM, "out of memory"), NULL;
 	}
+	f.top0 = title && *title ? TITLE_H : 8;
+	svg_head(&b, f.top0 + p->np * PANEL_H + (p->np - 1) * PANEL_GAP + 8, title);
+	for (int pi = 0; pi < p->np; pi++)
+		svg_panel(&b, &f, pi);
+	dp_buf_addstr(&b, "</svg>\n");
+	frame_free(&f);
 	*len = b.len;
-	return b.s;
+	char *svg = dp_buf_take(&b);
+	if (!svg)
+		return dp_seterr(e, DP_ENOMEM, "out of memory"), NULL;
+	return svg;
 }

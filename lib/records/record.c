@@ -431,15 +431,24 @@ int dp_reader_next(dp_reader *r, dp_record *rec, dp_err *e)
 	if (rc < 0)
 		return rc;
 	avail = r->end - r->pos;
+	if (avail < need && avail - DP_TFR_HEADER >= len) /* cut inside the data CRC */
+		return damaged(r, e, DP_EDATA, 0,
+			       "truncated record (its %" PRIu64 " data bytes whole, %zu of 4 data CRC "
+			       "bytes, stream ends at byte %" PRIu64 ")",
+			       len, avail - DP_TFR_HEADER - (size_t)len, r->off + avail);
 	if (avail < need)
-		return damaged(r, e, DP_EDATA, avail,
+		return damaged(r, e, DP_EDATA, 0,
 			       "truncated record (%zu of %" PRIu64 " data bytes, stream ends at byte %" PRIu64
 			       ")",
-			       avail > DP_TFR_HEADER ? avail - DP_TFR_HEADER : 0, len, r->off + avail);
+			       avail - DP_TFR_HEADER, len, r->off + avail);
 	p = r->buf + r->pos;
+	/* A bad data CRC under a good length CRC is a damaged record or a
+	 * length that lies (a frame cut short and spliced to the next): the
+	 * search for the next header starts at the byte after this one, as
+	 * for a bad length, so no good record after the damage is lost. */
 	if (!r->o.no_verify &&
 	    dp_crc_mask(dp_crc32c(0, p + DP_TFR_HEADER, (size_t)len)) != le32(p + DP_TFR_HEADER + len))
-		return damaged(r, e, DP_EDATA, need, "data CRC mismatch");
+		return damaged(r, e, DP_EDATA, 0, "data CRC mismatch");
 	rec->frame = p;
 	rec->frame_len = need;
 	rec->data = p + DP_TFR_HEADER;

@@ -15,10 +15,14 @@
  * message runs out takes the next waiting job; lanes without a job compute
  * on another lane's bytes and are discarded.  With few jobs left the
  * scalar code finishes them (a mostly idle vector is slower than it).
+ *
+ * The S3 code's one MD5: the reader's checks, the writer's multipart ETag
+ * and the parsing of ETags all come here (no other MD5 in lib/s3).
  */
 #include "md5.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -450,4 +454,54 @@ void dp_md5_update_many(dp_md5_job *jobs, size_t n)
 		jobs += k;
 		n -= k;
 	}
+}
+
+/* ---- S3 ETags ---------------------------------------------------------------------------- */
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int dp_md5_etag(const char *etag, unsigned char md[16])
+{
+	const char *p = etag;
+	if (*p == '"')
+		p++;
+	for (int i = 0; i < 16; i++) {
+		int hi = hexval(p[2 * i]), lo = hi < 0 ? -1 : hexval(p[2 * i + 1]);
+		if (lo < 0)
+			return 0;
+		md[i] = (unsigned char)(hi << 4 | lo);
+	}
+	p += 32;
+	return *p == 0 || (*p == '"' && p[1] == 0);
+}
+
+void dp_md5_multipart_etag(const char (*parts)[80], int n, char out[80])
+{
+	static const char hexd[] = "0123456789abcdef";
+	dp_md5 m;
+	unsigned char md[16];
+	out[0] = 0;
+	dp_md5_init(&m);
+	for (int i = 0; i < n; i++) {
+		if (!dp_md5_etag(parts[i], md))
+			return;
+		dp_md5_update(&m, md, 16);
+	}
+	dp_md5_final(&m, md);
+	char *o = out;
+	*o++ = '"';
+	for (int k = 0; k < 16; k++) {
+		*o++ = hexd[md[k] >> 4];
+		*o++ = hexd[md[k] & 15];
+	}
+	snprintf(o, 80 - 33, "-%d\"", n);
 }

@@ -1,5 +1,5 @@
 /*
- * dp_md5.h - MD5, one message at a time or many side by side.
+ * md5.h - MD5, one message at a time or many side by side.
  *
  * S3 gives the MD5 of a single-part object as its ETag, so a reader that
  * checks what it received hashes every byte.  One MD5 stream is a chain of
@@ -49,5 +49,17 @@ int dp_md5_lanes(void);
  * another thread hashes).  -1 when the CPU lacks it (the best one below it
  * is used then). */
 int dp_md5_select(const char *name);
+
+/* ---- S3 ETags: every MD5 of libdp's S3 code goes through this file ---- */
+
+/* The digest an ETag holds when it is a plain MD5 (a single-part object's,
+ * a part's): 32 hex digits, either case, quoted or not.  Returns 1, or 0
+ * for any other ETag (a multipart object's "...-N", an encrypted
+ * object's). */
+int dp_md5_etag(const char *etag, unsigned char md[16]);
+/* The ETag S3 gives the object that a multipart upload of n parts with
+ * these ETags makes: the MD5 of the parts' binary MD5s, then "-n", quoted
+ * ("\"<32 hex digits>-n\"").  "" when a part's ETag is not an MD5. */
+void dp_md5_multipart_etag(const char (*parts)[80], int n, char out[80]);
 
 #endif

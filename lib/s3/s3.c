@@ -11,11 +11,13 @@
  * the same calls through a curl multi handle.
  */
 #define _GNU_SOURCE
+#include "dp_rng.h"
 #include "s3_int.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,19 +118,24 @@ void s3_log(const dp_s3 *s, const char *fmt, ...)
 	s->conf.log(s->conf.log_ctx, line);
 }
 
-static uint64_t rng_state;
+/* The retry jitter's generator: one per thread (no lock, nothing shared
+ * between the threads of a client or between clients), seeded on first
+ * use from the clock, the process and the thread, so that processes
+ * retrying at once draw different waits.  Nothing reproducible depends on
+ * it. */
+static _Thread_local dp_rng jitter;
+static _Thread_local int jitter_seeded;
 
-static uint64_t rng_next(void)
+static uint64_t jitter_next(void)
 {
-	if (!rng_state) {
+	if (!jitter_seeded) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		rng_state = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_sec;
+		uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		dp_rng_seed(&jitter, t ^ ((uint64_t)getpid() << 32), (uint64_t)(uintptr_t)&jitter);
+		jitter_seeded = 1;
 	}
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return dp_rng_next(&jitter);
 }
 
 double s3_backoff(const dp_s3 *s, int attempt)
@@ -139,7 +146,7 @@ double s3_backoff(const dp_s3 *s, int attempt)
 	if (d > 20)
 		d = 20;
 	/* half fixed, half random: spreads retries without waiting ~0 */
-	return d / 2 + d / 2 * (double)(rng_next() >> 11) / (double)(1ull << 53);
+	return d / 2 + d / 2 * (double)(jitter_next() >> 11) / (double)(1ull << 53);
 }
 
 int s3_sleep(dp_s3 *s, double secs)
@@ -227,16 +234,15 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 	size_t max = c->resp_max ? c->resp_max : 16u << 20;
 	if (c->status >= 300 || c->status < 200) {
 		/* an error document: keep its head, drop the rest */
-		if (c->resp.n < 65536)
-			s3_buf_add(&c->resp, p, n < 65536 - c->resp.n ? n : 65536 - c->resp.n);
+		if (c->resp.len < 65536)
+			dp_buf_add(&c->resp, p, n < 65536 - c->resp.len ? n : 65536 - c->resp.len);
 		return n;
 	}
-	if (c->resp.n + n > max) {
+	if (c->resp.len + n > max) {
 		c->sink_failed = 2;
 		return 0;
 	}
-	s3_buf_add(&c->resp, p, n);
-	return c->resp.oom ? 0 : n;
+	return dp_buf_add(&c->resp, p, n) < 0 ? 0 : n;
 }
 
 static size_t on_read(char *p, size_t sz, size_t nm, void *ud)
@@ -266,7 +272,7 @@ void s3_call_clean(s3_call *c)
 	c->url = NULL;
 	curl_slist_free_all(c->hl);
 	c->hl = NULL;
-	s3_buf_free(&c->resp);
+	dp_buf_free(&c->resp);
 }
 
 static int add_hdr(s3_call *c, const char *name, const char *value)
@@ -283,99 +289,111 @@ static int add_hdr(s3_call *c, const char *name, const char *value)
 	return 0;
 }
 
-int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
-{
-	s3_call_clean(c);
-	c->status = 0;
-	c->etag[0] = c->content_range[0] = c->region_hdr[0] = c->sse[0] = 0;
-	c->last_modified[0] = c->code[0] = c->message[0] = c->curl_err[0] = 0;
-	c->content_length = -1;
-	c->cc = CURLE_OK;
-	c->sink_failed = 0;
-	c->sink_rc = 0;
-	c->body_pos = 0;
-	c->t0 = dp_now();
-
-	int vhost = s3_virtual_host(s, c->bucket);
-	char *ekey = NULL, *path = NULL, *query = NULL, *hosthdr = NULL, *auth = NULL;
-	char sha[65];
-	int rc = DP_OK;
-	const char *key = c->key ? c->key : "";
-	ekey = dp_uri_encode(key, strlen(key), 1);
-	if (!ekey)
-		goto oom;
-	if (!c->bucket || !*c->bucket)
-		rc = asprintf(&path, "%s/", s->base_path);
-	else if (vhost)
-		rc = asprintf(&path, "%s/%s", s->base_path, ekey);
-	else if (*key)
-		rc = asprintf(&path, "%s/%s/%s", s->base_path, c->bucket, ekey);
-	else
-		rc = asprintf(&path, "%s/%s", s->base_path, c->bucket);
-	if (rc < 0) {
-		path = NULL;
-		goto oom;
-	}
-	query = dp_sigv4_query(c->q, c->nq);
-	if (!query)
-		goto oom;
-	if (vhost)
-		rc = asprintf(&hosthdr, "%s.%s", c->bucket, s->host);
-	else
-		rc = asprintf(&hosthdr, "%s", s->host);
-	if (rc < 0) {
-		hosthdr = NULL;
-		goto oom;
-	}
-	if (asprintf(&c->url, "%s://%s%s%s%s", s->scheme, hosthdr, path, *query ? "?" : "",
-		     query) < 0) {
-		c->url = NULL;
-		goto oom;
-	}
-	if (c->body_sha)
-		snprintf(sha, sizeof sha, "%s", c->body_sha);
-	else
-		dp_sha256_hex(c->body ? c->body : "", c->body ? c->body_len : 0, sha);
+/* What one attempt at c sends: built afresh each time (the date changes). */
+typedef struct req {
+	char *path;  /* URI-encoded: "/bucket/a%20b" or "/a%20b" */
+	char *query; /* canonical query string, "" for none */
+	char *host;  /* the Host header: "bucket.host" or "host" */
+	char sha[65]; /* hex SHA-256 of the body */
 	char date[17];
-	dp_amz_date(time(NULL), date);
+} req;
 
-	if (add_hdr(c, "Host", hosthdr) < 0)
-		goto oom;
+/* The path, query and Host header of c, and its URL (c->url). */
+static int call_url(dp_s3 *s, s3_call *c, req *r)
+{
+	int vhost = s3_virtual_host(s, c->bucket);
+	const char *key = c->key ? c->key : "";
+	char *ekey = dp_uri_encode(key, strlen(key), 1);
+	if (!ekey)
+		return -1;
+	int rc;
+	if (!c->bucket || !*c->bucket)
+		rc = asprintf(&r->path, "%s/", s->base_path);
+	else if (vhost)
+		rc = asprintf(&r->path, "%s/%s", s->base_path, ekey);
+	else if (*key)
+		rc = asprintf(&r->path, "%s/%s/%s", s->base_path, c->bucket, ekey);
+	else
+		rc = asprintf(&r->path, "%s/%s", s->base_path, c->bucket);
+	free(ekey);
+	if (rc < 0) {
+		r->path = NULL; /* asprintf leaves it undefined */
+		return -1;
+	}
+	if (!(r->query = dp_sigv4_query(c->q, c->nq)))
+		return -1;
+	if (vhost)
+		rc = asprintf(&r->host, "%s.%s", c->bucket, s->host);
+	else
+		rc = asprintf(&r->host, "%s", s->host);
+	if (rc < 0) {
+		r->host = NULL;
+		return -1;
+	}
+	if (asprintf(&c->url, "%s://%s%s%s%s", s->scheme, r->host, r->path, *r->query ? "?" : "",
+		     r->query) < 0) {
+		c->url = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* The headers of c (c->hl): Host, its own, and unless anonymous the date,
+ * the payload hash, the session token and the signature over them all. */
+static int call_headers(dp_s3 *s, s3_call *c, req *r)
+{
+	if (c->body_sha)
+		snprintf(r->sha, sizeof r->sha, "%s", c->body_sha);
+	else
+		dp_sha256_hex(c->body ? c->body : "", c->body ? c->body_len : 0, r->sha);
+	dp_amz_date(time(NULL), r->date);
+	if (add_hdr(c, "Host", r->host) < 0)
+		return -1;
 	for (size_t i = 0; i < c->nh; i++)
 		if (add_hdr(c, c->h[i].name, c->h[i].value) < 0)
-			goto oom;
+			return -1;
 	if (!s->anonymous) {
 		dp_sigv4_kv hd[12];
 		size_t nh = 0;
-		hd[nh++] = (dp_sigv4_kv){"host", hosthdr};
-		hd[nh++] = (dp_sigv4_kv){"x-amz-date", date};
-		hd[nh++] = (dp_sigv4_kv){"x-amz-content-sha256", sha};
+		hd[nh++] = (dp_sigv4_kv){"host", r->host};
+		hd[nh++] = (dp_sigv4_kv){"x-amz-date", r->date};
+		hd[nh++] = (dp_sigv4_kv){"x-amz-content-sha256", r->sha};
 		if (s->token)
 			hd[nh++] = (dp_sigv4_kv){"x-amz-security-token", s->token};
 		for (size_t i = 0; i < c->nh && nh < 12; i++)
 			hd[nh++] = c->h[i];
-		dp_sigv4_req r = {
-			.method = c->method, .path = path, .query = query, .hdrs = hd, .nhdrs = nh,
-			.payload_hash = sha, .amz_date = date, .region = s->region,
+		dp_sigv4_req sr = {
+			.method = c->method, .path = r->path, .query = r->query, .hdrs = hd,
+			.nhdrs = nh, .payload_hash = r->sha, .amz_date = r->date, .region = s->region,
 			.service = "s3", .key_id = s->key_id, .secret = s->secret,
 		};
-		auth = dp_sigv4_authorization(&r);
-		if (!auth || add_hdr(c, "x-amz-date", date) < 0 ||
-		    add_hdr(c, "x-amz-content-sha256", sha) < 0 ||
-		    (s->token && add_hdr(c, "x-amz-security-token", s->token) < 0) ||
-		    add_hdr(c, "Authorization", auth) < 0)
-			goto oom;
+		char *auth = dp_sigv4_authorization(&sr);
+		int bad = !auth || add_hdr(c, "x-amz-date", r->date) < 0 ||
+			  add_hdr(c, "x-amz-content-sha256", r->sha) < 0 ||
+			  (s->token && add_hdr(c, "x-amz-security-token", s->token) < 0) ||
+			  add_hdr(c, "Authorization", auth) < 0;
+		if (auth) {
+			memset(auth, 0, strlen(auth));
+			free(auth);
+		}
+		if (bad)
+			return -1;
 	}
 	struct curl_slist *n = curl_slist_append(c->hl, "Expect:");
 	if (!n)
-		goto oom;
+		return -1;
 	c->hl = n;
 	if (strcmp(c->method, "POST") == 0) {
 		if (!(n = curl_slist_append(c->hl, "Content-Type:")))
-			goto oom;
+			return -1;
 		c->hl = n;
 	}
+	return 0;
+}
 
+/* libcurl's options for c on h (reset first). */
+static void call_options(dp_s3 *s, s3_call *c, CURL *h)
+{
 	curl_easy_reset(h);
 	curl_easy_setopt(h, CURLOPT_URL, c->url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, c->hl);
@@ -413,19 +431,31 @@ int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
 	} else if (strcmp(c->method, "GET") != 0) {
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, c->method);
 	}
-	goto out;
-oom:
-	rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-out:
-	if (auth) {
-		memset(auth, 0, strlen(auth));
-		free(auth);
-	}
-	free(ekey);
-	free(path);
-	free(query);
-	free(hosthdr);
-	return rc < 0 ? rc : DP_OK;
+}
+
+int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
+{
+	s3_call_clean(c);
+	dp_buf_init(&c->resp, 0);
+	c->status = 0;
+	c->etag[0] = c->content_range[0] = c->region_hdr[0] = c->sse[0] = 0;
+	c->last_modified[0] = c->code[0] = c->message[0] = c->curl_err[0] = 0;
+	c->content_length = -1;
+	c->cc = CURLE_OK;
+	c->sink_failed = 0;
+	c->sink_rc = 0;
+	c->body_pos = 0;
+	c->t0 = dp_now();
+	req r = {0};
+	int rc = call_url(s, c, &r) < 0 || call_headers(s, c, &r) < 0
+			 ? dp_seterr(e, DP_ENOMEM, "out of memory")
+			 : DP_OK;
+	if (rc == DP_OK)
+		call_options(s, c, h);
+	free(r.path);
+	free(r.query);
+	free(r.host);
+	return rc;
 }
 
 /* ---- The answer ---------------------------------------------------------------- */
@@ -462,7 +492,7 @@ int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc)
 		return retryable_curl(cc) ? S3_RETRY : S3_FAIL;
 	if (c->status >= 200 && c->status < 300)
 		return S3_OK;
-	s3x_error(c->resp.p, c->resp.n, c->code, sizeof c->code, c->message, sizeof c->message);
+	s3x_error(c->resp.p, c->resp.len, c->code, sizeof c->code, c->message, sizeof c->message);
 	if (c->status >= 500 || c->status == 429 || strcmp(c->code, "SlowDown") == 0 ||
 	    strcmp(c->code, "RequestTimeout") == 0 || strcmp(c->code, "InternalError") == 0)
 		return S3_RETRY;

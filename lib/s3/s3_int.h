@@ -16,21 +16,9 @@
 #include "sigv4.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
-
-/* ---- Growing buffer ------------------------------------------------------- */
-
-typedef struct s3_buf {
-	char *p;
-	size_t n, cap;
-	int oom;
-} s3_buf;
-
-void s3_buf_add(s3_buf *b, const void *p, size_t n);
-void s3_buf_str(s3_buf *b, const char *s);
-void s3_buf_printf(s3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void s3_buf_free(s3_buf *b);
 
 /* ---- Settings --------------------------------------------------------------- */
 
@@ -102,7 +90,7 @@ typedef struct s3_call {
 	long status;
 	char etag[80], content_range[96], region_hdr[64], sse[64], last_modified[64];
 	int64_t content_length; /* -1 when absent */
-	s3_buf resp;            /* body (errors always land here) */
+	dp_buf resp;            /* body (errors always land here) */
 	char code[64], message[1024];
 	CURLcode cc;
 	char curl_err[CURL_ERROR_SIZE];
@@ -130,7 +118,8 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
 void s3_call_clean(s3_call *c);
 /* Run c to completion on s->easy, retrying; DP_OK when the answer is 2xx. */
 int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
-/* Seconds to wait before retry number attempt (1, 2, ...): full jitter. */
+/* Seconds to wait before retry number attempt (1, 2, ...): half of it fixed,
+ * half random (a generator per thread: any thread may call it). */
 double s3_backoff(const dp_s3 *s, int attempt);
 /* Log a line through conf.log (printf-style). */
 void s3_log(const dp_s3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -211,90 +211,106 @@ static int parse_endpoint(dp_s3 *s, const char *url, dp_err *e)
 	return DP_OK;
 }
 
-int s3_conf_load(dp_s3 *s, dp_err *e)
+/* The profile's sections of the shared credentials and config files. */
+typedef struct profile {
+	const char *name; /* "default" unless named */
+	int named;        /* by conf or AWS_PROFILE */
+	int by_conf;    /* by conf (--profile) */
+	char *cred_path, *conf_path;
+	ini cred, conf;
+	int have_cred, have_conf; /* the section was found */
+} profile;
+
+static int profile_read(dp_s3 *s, profile *p)
 {
 	const dp_s3_conf *c = &s->conf;
-	int rc = DP_OK;
-	ini cred = {0}, conf = {0};
-	char *cred_path = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
-	char *conf_path = home_file("AWS_CONFIG_FILE", ".aws/config");
-	if (!cred_path || !conf_path) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		goto out;
-	}
-	int explicit_profile = c->profile && *c->profile;
-	const char *prof = explicit_profile ? c->profile : env("AWS_PROFILE");
-	int named = explicit_profile || prof;
-	if (!prof)
-		prof = "default";
-	if (set_str(&s->profile, prof) < 0)
-		goto oom;
+	p->cred_path = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+	p->conf_path = home_file("AWS_CONFIG_FILE", ".aws/config");
+	if (!p->cred_path || !p->conf_path)
+		return DP_ENOMEM;
+	p->by_conf = c->profile && *c->profile;
+	p->name = p->by_conf ? c->profile : env("AWS_PROFILE");
+	p->named = p->by_conf || p->name;
+	if (!p->name)
+		p->name = "default";
+	if (set_str(&s->profile, p->name) < 0)
+		return DP_ENOMEM;
 	char csec[300];
-	if (strcmp(prof, "default") == 0)
+	if (strcmp(p->name, "default") == 0)
 		snprintf(csec, sizeof csec, "default");
 	else
-		snprintf(csec, sizeof csec, "profile %s", prof);
-	int have_cred = ini_read(cred_path, prof, &cred);
-	int have_conf = ini_read(conf_path, csec, &conf);
-	if (have_cred < 0 || have_conf < 0)
-		goto oom;
-	if (!have_conf && strcmp(prof, "default") == 0)
-		have_conf = ini_read(conf_path, "profile default", &conf);
+		snprintf(csec, sizeof csec, "profile %s", p->name);
+	p->have_cred = ini_read(p->cred_path, p->name, &p->cred);
+	p->have_conf = ini_read(p->conf_path, csec, &p->conf);
+	if (p->have_cred < 0 || p->have_conf < 0)
+		return DP_ENOMEM;
+	if (!p->have_conf && strcmp(p->name, "default") == 0)
+		p->have_conf = ini_read(p->conf_path, "profile default", &p->conf);
+	return p->have_conf < 0 ? DP_ENOMEM : DP_OK;
+}
 
-	/* credentials */
+static void profile_free(profile *p)
+{
+	ini_free(&p->cred);
+	ini_free(&p->conf);
+	free(p->cred_path);
+	free(p->conf_path);
+}
+
+/* The credentials, first found wins (see the top of this file); none found
+ * is an error kept for the first S3 request (s->cred_err). */
+static int pick_credentials(dp_s3 *s, const profile *p)
+{
 	const char *ek = env("AWS_ACCESS_KEY_ID"), *es = env("AWS_SECRET_ACCESS_KEY");
-	const char *ck = ini_get(&cred, "aws_access_key_id");
-	const char *cs = ini_get(&cred, "aws_secret_access_key");
-	const char *ct = ini_get(&cred, "aws_session_token");
-	const char *fk = ini_get(&conf, "aws_access_key_id");
-	const char *fs = ini_get(&conf, "aws_secret_access_key");
-	const char *ft = ini_get(&conf, "aws_session_token");
-	if (c->no_sign) {
+	const char *ck = ini_get(&p->cred, "aws_access_key_id");
+	const char *cs = ini_get(&p->cred, "aws_secret_access_key");
+	const char *ct = ini_get(&p->cred, "aws_session_token");
+	const char *fk = ini_get(&p->conf, "aws_access_key_id");
+	const char *fs = ini_get(&p->conf, "aws_secret_access_key");
+	const char *ft = ini_get(&p->conf, "aws_session_token");
+	const char *source;
+	if (s->conf.no_sign) {
 		s->anonymous = 1;
-		snprintf(s->cred_source, sizeof s->cred_source, "none (--no-sign-request)");
-	} else if (!explicit_profile && ek && es) {
+		source = "none (--no-sign-request)";
+	} else if (!p->by_conf && ek && es) {
 		if (set_str(&s->key_id, ek) < 0 || set_str(&s->secret, es) < 0 ||
 		    set_str(&s->token, env("AWS_SESSION_TOKEN")) < 0)
-			goto oom;
-		snprintf(s->cred_source, sizeof s->cred_source, "environment");
+			return DP_ENOMEM;
+		source = "environment";
 	} else if (ck && cs) {
 		if (set_str(&s->key_id, ck) < 0 || set_str(&s->secret, cs) < 0 ||
 		    set_str(&s->token, ct) < 0)
-			goto oom;
-		snprintf(s->cred_source, sizeof s->cred_source, "shared credentials file");
+			return DP_ENOMEM;
+		source = "shared credentials file";
 	} else if (fk && fs) {
 		if (set_str(&s->key_id, fk) < 0 || set_str(&s->secret, fs) < 0 ||
 		    set_str(&s->token, ft) < 0)
-			goto oom;
-		snprintf(s->cred_source, sizeof s->cred_source, "config file");
+			return DP_ENOMEM;
+		source = "config file";
 	} else {
 		s->cred_failed = 1;
-		snprintf(s->cred_source, sizeof s->cred_source, "none");
-		if (named && !have_cred && !have_conf)
-			dp_seterr(&s->cred_err, DP_EDENIED,
-				  "profile '%s' not found in %s or %s", prof, cred_path, conf_path);
-		else if (named || have_cred || have_conf)
+		source = "none";
+		if (p->named && !p->have_cred && !p->have_conf)
+			dp_seterr(&s->cred_err, DP_EDENIED, "profile '%s' not found in %s or %s",
+				  p->name, p->cred_path, p->conf_path);
+		else if (p->named || p->have_cred || p->have_conf)
 			dp_seterr(&s->cred_err, DP_EDENIED,
 				  "profile '%s' has no aws_access_key_id and aws_secret_access_key",
-				  prof);
+				  p->name);
 		else
 			dp_seterr(&s->cred_err, DP_EDENIED,
 				  "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-				  "a profile in %s, or use --no-sign-request", cred_path);
+				  "a profile in %s, or use --no-sign-request", p->cred_path);
 	}
+	snprintf(s->cred_source, sizeof s->cred_source, "%s", source);
+	return DP_OK;
+}
 
-	/* region */
-	const char *region = c->region && *c->region ? c->region : env("AWS_REGION");
-	if (!region)
-		region = env("AWS_DEFAULT_REGION");
-	if (!region)
-		region = ini_get(&conf, "region");
-	if (!region)
-		region = "us-east-1";
-	if (set_str(&s->region, region) < 0)
-		goto oom;
-
-	/* endpoint */
+/* The endpoint: conf, the environment, the profile, else AWS's for the
+ * region. */
+static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
+{
+	const dp_s3_conf *c = &s->conf;
 	const char *ep = c->endpoint_url && *c->endpoint_url ? c->endpoint_url : NULL;
 	const char *ign = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
 	int ignore = ign && strcasecmp(ign, "true") == 0;
@@ -303,39 +319,51 @@ int s3_conf_load(dp_s3 *s, dp_err *e)
 		if (!ep)
 			ep = env("AWS_ENDPOINT_URL");
 		if (!ep)
-			ep = ini_get(&conf, "s3.endpoint_url");
+			ep = ini_get(&p->conf, "s3.endpoint_url");
 		if (!ep)
-			ep = ini_get(&conf, "endpoint_url");
+			ep = ini_get(&p->conf, "endpoint_url");
 	}
 	if (ep) {
 		s->custom_endpoint = 1;
-		if ((rc = parse_endpoint(s, ep, e)) < 0)
-			goto out;
-	} else {
-		char aws[256];
-		snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com", s->region);
-		if ((rc = parse_endpoint(s, aws, e)) < 0)
-			goto out;
+		return parse_endpoint(s, ep, e);
 	}
+	char aws[256];
+	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com", s->region);
+	return parse_endpoint(s, aws, e);
+}
 
+int s3_conf_load(dp_s3 *s, dp_err *e)
+{
+	const dp_s3_conf *c = &s->conf;
+	profile p = {0};
+	int rc = profile_read(s, &p);
+	if (rc == DP_OK)
+		rc = pick_credentials(s, &p);
+	/* region */
+	const char *region = c->region && *c->region ? c->region : env("AWS_REGION");
+	if (!region)
+		region = env("AWS_DEFAULT_REGION");
+	if (!region)
+		region = ini_get(&p.conf, "region");
+	if (!region)
+		region = "us-east-1";
+	if (rc == DP_OK && set_str(&s->region, region) < 0)
+		rc = DP_ENOMEM;
+	if (rc == DP_ENOMEM)
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+	else if (rc == DP_OK)
+		rc = pick_endpoint(s, &p, e);
 	/* addressing */
 	if (s->conf.addressing == DP_S3_ADDR_AUTO) {
-		const char *st = ini_get(&conf, "s3.addressing_style");
+		const char *st = ini_get(&p.conf, "s3.addressing_style");
 		if (st && strcmp(st, "path") == 0)
 			s->conf.addressing = DP_S3_ADDR_PATH;
 		else if (st && strcmp(st, "virtual") == 0)
 			s->conf.addressing = DP_S3_ADDR_VIRTUAL;
 	}
-	if (set_str(&s->ca_bundle, env("AWS_CA_BUNDLE")) < 0)
-		goto oom;
-	goto out;
-oom:
-	rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-out:
-	ini_free(&cred);
-	ini_free(&conf);
-	free(cred_path);
-	free(conf_path);
+	if (rc == DP_OK && set_str(&s->ca_bundle, env("AWS_CA_BUNDLE")) < 0)
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+	profile_free(&p);
 	return rc;
 }
 

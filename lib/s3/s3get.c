@@ -54,7 +54,8 @@
  * variables and are signalled only when they wait for that part and enough
  * bytes have come (a flag each, checked lock-free by the receiving side).
  * The ring's sequence numbers and the parts' written/hashed marks are
- * shared under mu.
+ * shared under mu.  Both threads run with every signal blocked: the
+ * caller's handlers run in its own threads.
  */
 #define _GNU_SOURCE
 #include "md5.h"
@@ -109,7 +110,7 @@ typedef struct part {
 } part;
 
 /* One GET: the run [run_from, end) of an object.  Bytes before pos are in
- * parts; [pos, pos + nstash) came past the window and wait in stash. */
+ * parts; [pos, pos + stash.len) came past the window and wait in stash. */
 struct xfer {
 	getter *g;
 	int busy;
@@ -118,8 +119,7 @@ struct xfer {
 	uint64_t pos;      /* the next byte to take */
 	uint64_t next_seq; /* the part holding pos */
 	part *cur;         /* that part, NULL while not in the window */
-	char *stash;       /* bytes past the window, taken before pausing */
-	size_t nstash, stash_cap;
+	dp_buf stash;      /* bytes past the window, taken before pausing */
 	int paused;        /* curl holds data for us */
 	int cut;           /* end moved down: stop there, drop the rest */
 	/* the request */
@@ -205,6 +205,13 @@ struct getter {
 	int nheads;
 	size_t next_head; /* objects before this were considered for HEAD */
 	uint64_t nreq, nretry;
+	/* cutting the objects into parts (calling thread) */
+	size_t cut_obj;   /* the object being cut */
+	uint64_t cut_off; /* its next offset, when cut_started */
+	int cut_started;
+	/* the threads */
+	pthread_t wt, ht;
+	int synced, have_wt, have_ht; /* mu and the cvs made; the threads started */
 };
 
 static part *slot(getter *g, uint64_t seq) { return &g->ring[seq % (uint64_t)g->S]; }
@@ -241,32 +248,6 @@ static void set_abort(getter *g)
 	pthread_cond_broadcast(&g->wcv);
 	pthread_cond_broadcast(&g->hcv);
 	pthread_mutex_unlock(&g->mu);
-}
-
-/* An ETag that is the MD5 of the bytes: 32 hex digits, quoted or not. */
-static int etag_md5(const char *etag, unsigned char md[16])
-{
-	const char *p = etag;
-	if (*p == '"')
-		p++;
-	for (int i = 0; i < 16; i++) {
-		unsigned v = 0;
-		for (int k = 0; k < 2; k++) {
-			char c = p[2 * i + k];
-			v <<= 4;
-			if (c >= '0' && c <= '9')
-				v |= (unsigned)(c - '0');
-			else if (c >= 'a' && c <= 'f')
-				v |= (unsigned)(c - 'a' + 10);
-			else if (c >= 'A' && c <= 'F')
-				v |= (unsigned)(c - 'A' + 10);
-			else
-				return 0;
-		}
-		md[i] = (unsigned char)v;
-	}
-	p += 32;
-	return *p == 0 || (*p == '"' && p[1] == 0);
 }
 
 /* ETags compare without quotes and a weak W/ mark. */
@@ -470,7 +451,7 @@ static int check_digest(getter *g, vstate *v, dp_err *e)
 	g->vidx[v->obj] = 0;
 	g->vfree[g->nvfree++] = (int)(v - g->vs);
 	dp_obj *o = &g->objs->v[v->obj];
-	if (v->sse || !etag_md5(o->etag, want))
+	if (v->sse || !dp_md5_etag(o->etag, want))
 		return DP_OK;
 	if (memcmp(want, got, 16) != 0) {
 		char name[1200];
@@ -558,7 +539,7 @@ static void *hasher_main(void *arg)
 
 /* ---- Transfers ---------------------------------------------------------------------- */
 
-static uint64_t rcv(const xfer *x) { return x->pos + x->nstash; }
+static uint64_t rcv(const xfer *x) { return x->pos + x->stash.len; }
 
 /* Validate the answer's headers once, at its first byte. */
 static int check_answer(getter *g, xfer *x, dp_err *e)
@@ -659,7 +640,7 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		 * transfer after it (finish_xfer knows) */
 		n = (size_t)(x->end - rcv(x));
 	}
-	if (!x->cur || x->nstash) {
+	if (!x->cur || x->stash.len) {
 		/* the window is full: curl keeps the data until a slot frees */
 		seg_end(x);
 		x->paused = 1;
@@ -674,18 +655,12 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		/* the window ends inside this chunk: keep the rest; the next
 		 * chunk pauses the transfer */
 		size_t rest = n - took;
-		if (rest > x->stash_cap) {
-			char *s = realloc(x->stash, rest);
-			if (!s) {
-				snprintf(x->call.message, sizeof x->call.message, "out of memory");
-				x->call.sink_rc = DP_ENOMEM;
-				return 0;
-			}
-			x->stash = s;
-			x->stash_cap = rest;
+		dp_buf_reset(&x->stash);
+		if (dp_buf_add(&x->stash, data + took, rest) < 0) {
+			snprintf(x->call.message, sizeof x->call.message, "out of memory");
+			x->call.sink_rc = DP_ENOMEM;
+			return 0;
 		}
-		memcpy(x->stash, data + took, rest);
-		x->nstash = rest;
 		seg_end(x);
 	}
 	return n;
@@ -733,11 +708,10 @@ static void free_xfer(getter *g, xfer *x)
 		curl_multi_remove_handle(g->multi, x->h);
 	s3_call_clean(&x->call);
 	give_handle(g, x->h);
-	char *stash = x->stash;
-	size_t cap = x->stash_cap;
+	dp_buf stash = x->stash;
 	memset(x, 0, sizeof *x);
 	x->stash = stash; /* kept for the next transfer in this slot */
-	x->stash_cap = cap;
+	dp_buf_reset(&x->stash);
 	if (g->run_x == x)
 		g->run_x = NULL;
 	if (g->probe == x)
@@ -747,7 +721,7 @@ static void free_xfer(getter *g, xfer *x)
 /* x received everything it asked for: free it once its stash is placed. */
 static void maybe_free(getter *g, xfer *x)
 {
-	if (!x->running && x->retry_at == 0 && rcv(x) == x->end && x->nstash == 0)
+	if (!x->running && x->retry_at == 0 && rcv(x) == x->end && x->stash.len == 0)
 		free_xfer(g, x);
 }
 
@@ -758,11 +732,13 @@ static int finish_xfer(getter *g, xfer *x, CURLcode cc, dp_err *e);
 static int resume_xfer(getter *g, xfer *x, dp_err *e)
 {
 	x->cur = slot(g, x->next_seq);
-	if (x->nstash) {
-		size_t t = place(g, x, x->stash, x->nstash);
-		memmove(x->stash, x->stash + t, x->nstash - t);
-		x->nstash -= t;
-		if (x->nstash)
+	if (x->stash.len) {
+		dp_buf *b = &x->stash;
+		size_t t = place(g, x, b->p, b->len);
+		memmove(b->p, b->p + t, b->len - t);
+		b->len -= t;
+		b->p[b->len] = 0;
+		if (b->len)
 			return DP_OK; /* still more than the window holds */
 	}
 	if (x->paused && x->running) {
@@ -1185,21 +1161,12 @@ static void grow_pipe(int fd)
 #endif
 }
 
-int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
-	      dp_s3_stats *st, dp_err *e)
+/* ---- Set-up and the main loop ------------------------------------------------------------ */
+
+static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, int fd,
+		       const char *outname, int verify, dp_err *e)
 {
-	if (r && r->set && objs->n != 1)
-		return dp_seterr(e, DP_EARG, "a range applies to one object (%zu given)", objs->n);
-	int any_s3 = 0;
-	for (size_t i = 0; i < objs->n; i++)
-		if (objs->v[i].kind == DP_LOC_S3) {
-			int rc = s3_ready(s, e);
-			if (rc < 0)
-				return rc;
-			any_s3 = 1;
-			break;
-		}
-	getter G = {0}, *g = &G;
+	memset(g, 0, sizeof *g);
 	g->s = s;
 	g->objs = objs;
 	g->range = r;
@@ -1215,12 +1182,11 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 		g->mode = MODE_STREAM;
 	else if (force && !strcmp(force, "parts"))
 		g->mode = MODE_PARTS;
-	g->verify_any = any_s3 && !s->conf.no_verify;
-	int rc = DP_OK;
-	size_t n = objs->n;
-	g->lo = calloc(n ? n : 1, sizeof *g->lo);
-	g->hi = calloc(n ? n : 1, sizeof *g->hi);
-	g->spanned = calloc(n ? n : 1, 1);
+	g->verify_any = verify;
+	size_t n = objs->n ? objs->n : 1;
+	g->lo = calloc(n, sizeof *g->lo);
+	g->hi = calloc(n, sizeof *g->hi);
+	g->spanned = calloc(n, 1);
 	g->ring = calloc((size_t)g->S, sizeof *g->ring);
 	g->pool_buf = calloc((size_t)g->S, sizeof *g->pool_buf);
 	g->nxf = g->W + 2;
@@ -1228,7 +1194,7 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 	g->nvs = g->S + 1;
 	g->vs = calloc((size_t)g->nvs, sizeof *g->vs);
 	g->vfree = calloc((size_t)g->nvs, sizeof *g->vfree);
-	g->vidx = calloc(n ? n : 1, sizeof *g->vidx);
+	g->vidx = calloc(n, sizeof *g->vidx);
 	for (int i = 0; g->vfree && i < g->nvs; i++)
 		g->vfree[g->nvfree++] = g->nvs - 1 - i;
 	g->nheads = g->W;
@@ -1236,267 +1202,72 @@ int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *ou
 	g->pool = calloc((size_t)(g->nxf + g->nheads), sizeof *g->pool);
 	g->multi = curl_multi_init();
 	if (!g->lo || !g->hi || !g->spanned || !g->ring || !g->pool_buf || !g->xf || !g->vs ||
-	    !g->vfree || !g->vidx ||
-	    !g->heads || !g->pool || !g->multi) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		goto out;
-	}
+	    !g->vfree || !g->vidx || !g->heads || !g->pool || !g->multi)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	for (int k = 0; k < g->nxf; k++)
+		dp_buf_init(&g->xf[k].stash, 0);
 	grow_pipe(fd);
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->wcv, NULL);
 	pthread_cond_init(&g->hcv, NULL);
-	pthread_t wt, ht;
-	int have_ht = 0;
-	if (pthread_create(&wt, NULL, writer_main, g) != 0) {
-		rc = dp_seterr(e, DP_ENOMEM, "cannot start the writer thread");
-		goto out_sync;
-	}
+	g->synced = 1;
+	return DP_OK;
+}
+
+/* The writer, and the hasher when objects are checked. */
+static int start_threads(getter *g, dp_err *e)
+{
+	if (dp_thread_create(&g->wt, writer_main, g) != 0)
+		return dp_seterr(e, DP_ENOMEM, "cannot start the writer thread");
+	g->have_wt = 1;
 	if (g->verify_any) {
-		if (pthread_create(&ht, NULL, hasher_main, g) != 0) {
-			set_abort(g);
-			pthread_join(wt, NULL);
-			rc = dp_seterr(e, DP_ENOMEM, "cannot start the hasher thread");
-			goto out_sync;
-		}
-		have_ht = 1;
+		if (dp_thread_create(&g->ht, hasher_main, g) != 0)
+			return dp_seterr(e, DP_ENOMEM, "cannot start the hasher thread");
+		g->have_ht = 1;
 	}
+	return DP_OK;
+}
 
-	size_t oi = 0;     /* the object being cut into parts */
-	uint64_t next = 0; /* its next offset */
-	int started = 0;   /* next is valid for oi */
-	double last_prog = dp_now();
-	int running = 0;
-	for (;;) {
-		if (s->cancelled) {
-			rc = dp_seterr(e, DP_EIO, "%s: interrupted", g->outname);
-			break;
-		}
-		pthread_mutex_lock(&g->mu);
-		int wfailed = g->wfailed;
-		uint64_t rel = g->rel_seq;
-		pthread_mutex_unlock(&g->mu);
-		if (wfailed)
-			break;
-		g->rel_seq_seen = rel;
-
-		/* 1. new parts, in output order, while the window has room and
-		 * requests can be made for them; their runs */
-		int full = 0;
-		while (rc == DP_OK && !start_runs(g, &rc, e) && oi < n) {
-			if (g->alloc_seq - rel >= (uint64_t)g->S) {
-				full = 1;
-				break;
-			}
-			dp_obj *o = &objs->v[oi];
-			if (!o->known) {
-				if (o->kind == DP_LOC_FILE) {
-					dp_obj fo;
-					if ((rc = s3_file_stat(o->key, &fo, e)) < 0)
-						break;
-					o->size = fo.size;
-					o->mtime = fo.mtime;
-					o->known = 1;
-				} else {
-					break; /* wait for its HEAD */
-				}
-			}
-			if (!g->spanned[oi] && (rc = span_of(g, oi, e)) < 0)
-				break;
-			if (!started) {
-				next = g->lo[oi];
-				started = 1;
-			}
-			if (next >= g->hi[oi]) {
-				oi++;
-				started = 0;
-				continue;
-			}
-			uint64_t len = g->hi[oi] - next;
-			if (len > g->ps)
-				len = g->ps;
-			size_t cap = 0;
-			char *buf = get_buf(g, len, &cap);
-			if (!buf) {
-				if (g->buf_total + len <= g->budget) {
-					rc = dp_seterr(e, DP_ENOMEM, "out of memory (%" PRIu64 " bytes)", len);
-					break;
-				}
-				full = 1; /* the budget is taken: wait for the writer */
-				break;
-			}
-			part *p = slot(g, g->alloc_seq);
-			memset(p, 0, sizeof *p);
-			p->buf = buf;
-			p->cap = cap;
-			p->seq = g->alloc_seq;
-			p->obj = oi;
-			p->off = next;
-			p->len = len;
-			p->first = next == g->lo[oi];
-			p->last = next + len == g->hi[oi];
-			unsigned char md[16];
-			p->verify = g->verify_any && o->kind == DP_LOC_S3 && g->lo[oi] == 0 &&
-				    g->hi[oi] == o->size && etag_md5(o->etag, md);
-			p->hdone = !p->verify;
-			xfer *rx = g->run_x;
-			if (rx && rx->obj == oi && next < g->run_end)
-				p->x = rx; /* the latest run goes on into it */
-			pthread_mutex_lock(&g->mu);
-			g->alloc_seq++;
-			pthread_cond_signal(&g->wcv); /* the writer may wait for it */
-			pthread_mutex_unlock(&g->mu);
-			next += len;
-			if (o->kind == DP_LOC_FILE)
-				rc = read_file_part(g, p, e);
-			else if (p->x && !p->x->cur && p->x->next_seq == p->seq)
-				rc = resume_xfer(g, p->x, e);
-		}
-		if (rc < 0)
-			break;
-		if (full != atomic_load(&g->full)) {
-			/* the hasher stops waiting for lanes when the window is full */
-			atomic_store(&g->full, full);
-			if (full && atomic_load(&g->h_wait)) {
-				pthread_mutex_lock(&g->mu);
-				pthread_cond_signal(&g->hcv);
-				pthread_mutex_unlock(&g->mu);
-			}
-		}
-		if (oi == n) {
-			pthread_mutex_lock(&g->mu);
-			if (!g->eof) {
-				g->eof = 1;
-				pthread_cond_broadcast(&g->wcv);
-				pthread_cond_broadcast(&g->hcv);
-			}
-			pthread_mutex_unlock(&g->mu);
-		}
-
-		/* 2. look objects up a little ahead of the stream */
-		size_t ahead = oi + (size_t)g->W * 2;
-		if (g->next_head < oi)
-			g->next_head = oi;
-		for (size_t i = g->next_head; i < n && i < ahead; i++) {
-			dp_obj *o = &objs->v[i];
-			if (o->known || o->kind != DP_LOC_S3)
-				continue;
-			int busy = 0, free_slot = -1;
-			for (int k = 0; k < g->nheads; k++) {
-				if (g->heads[k].busy && g->heads[k].obj == i)
-					busy = 1;
-				if (!g->heads[k].busy && free_slot < 0)
-					free_slot = k;
-			}
-			if (busy)
-				continue;
-			if (free_slot < 0)
-				break;
-			hslot *h = &g->heads[free_slot];
-			CURL *hh = h->h;
-			memset(h, 0, sizeof *h);
-			h->h = hh;
-			h->busy = 1;
-			h->obj = i;
-			if ((rc = start_head(g, h, e)) < 0)
-				break;
-		}
-		if (rc < 0)
-			break;
-
-		/* 4. done? */
-		pthread_mutex_lock(&g->mu);
-		int finished = g->eof && g->rel_seq == g->alloc_seq;
-		pthread_mutex_unlock(&g->mu);
-		if (finished)
-			break;
-
-		/* 5. move the transfers on, collect the finished ones */
-		curl_multi_perform(g->multi, &running);
-		CURLMsg *m;
-		int left, moved = 0;
-		while (rc == DP_OK && (m = curl_multi_info_read(g->multi, &left))) {
-			if (m->msg != CURLMSG_DONE)
-				continue;
-			moved = 1;
-			CURL *h = m->easy_handle;
-			CURLcode cc = m->data.result;
-			int found = 0;
-			for (int k = 0; k < g->nxf && !found; k++)
-				if (g->xf[k].busy && g->xf[k].running && g->xf[k].h == h) {
-					found = 1;
-					rc = finish_xfer(g, &g->xf[k], cc, e);
-				}
-			for (int k = 0; k < g->nheads && !found; k++)
-				if (g->heads[k].busy && g->heads[k].running && g->heads[k].h == h) {
-					found = 1;
-					rc = finish_head(g, &g->heads[k], cc, e);
-				}
-		}
-		if (rc < 0)
-			break;
-
-		/* 6. the first long run has shown its connection's rate */
-		if (g->probe && g->probe->got >= g->ps)
-			decide(g, 0);
-
-		/* 7. retries that are due */
-		double now = dp_now(), wake = now + 0.2;
-		for (int k = 0; k < g->nxf && rc == DP_OK; k++) {
-			xfer *x = &g->xf[k];
-			if (x->busy && x->retry_at > 0 && !x->running) {
-				if (x->retry_at <= now)
-					rc = start_xfer(g, x, e);
-				else if (x->retry_at < wake)
-					wake = x->retry_at;
-			}
-		}
-		for (int k = 0; k < g->nheads && rc == DP_OK; k++) {
-			hslot *h = &g->heads[k];
-			if (h->busy && !h->running && h->retry_at > 0) {
-				if (h->retry_at <= now)
-					rc = start_head(g, h, e);
-				else if (h->retry_at < wake)
-					wake = h->retry_at;
-			}
-		}
-		if (rc < 0)
-			break;
-
-		/* 8. progress, then wait for the network, a retry or a free slot */
-		if (s->conf.progress && now - last_prog >= 0.25) {
-			s->conf.progress(s->conf.progress_ctx, atomic_load(&g->bytes));
-			last_prog = now;
-		}
-		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
-		curl_multi_poll(g->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
-	}
-
-	if (rc < 0 || g->wfailed)
+/* After the main loop ended with rc: stop the threads when it failed (or
+ * they did), wait for them.  Returns the status of the whole read. */
+static int join_threads(getter *g, int rc, dp_err *e)
+{
+	if (!g->synced)
+		return rc;
+	pthread_mutex_lock(&g->mu);
+	int wfailed = g->wfailed;
+	pthread_mutex_unlock(&g->mu);
+	if (rc < 0 || wfailed)
 		set_abort(g);
-	pthread_join(wt, NULL);
-	if (have_ht)
-		pthread_join(ht, NULL);
+	if (g->have_wt)
+		pthread_join(g->wt, NULL);
+	if (g->have_ht)
+		pthread_join(g->ht, NULL);
 	if (rc == DP_OK && g->wfailed) {
 		rc = g->werr.code;
 		if (e)
 			*e = g->werr;
 	}
-out_sync:
-	/* stop what still runs */
-	for (int k = 0; k < g->nxf; k++) {
+	return rc;
+}
+
+/* Stop what still runs, free everything, add up the figures in st. */
+static void getter_free(getter *g, dp_s3_stats *st)
+{
+	for (int k = 0; g->synced && k < g->nxf; k++) {
 		xfer *x = &g->xf[k];
 		if (x->busy && x->running)
 			curl_multi_remove_handle(g->multi, x->h);
 		if (x->busy && x->h)
 			curl_easy_cleanup(x->h);
 		s3_call_clean(&x->call);
-		free(x->stash);
+		dp_buf_free(&x->stash);
 	}
-	for (int k = 0; k < g->S; k++)
+	for (int k = 0; g->synced && k < g->S; k++)
 		free(g->ring[k].buf);
 	for (int k = 0; k < g->npool_buf; k++)
 		free(g->pool_buf[k].p);
-	for (int k = 0; k < g->nheads; k++) {
+	for (int k = 0; g->synced && k < g->nheads; k++) {
 		hslot *h = &g->heads[k];
 		if (h->running)
 			curl_multi_remove_handle(g->multi, h->h);
@@ -1504,18 +1275,19 @@ out_sync:
 			curl_easy_cleanup(h->h);
 		s3_call_clean(&h->call);
 	}
-	pthread_mutex_destroy(&g->mu);
-	pthread_cond_destroy(&g->wcv);
-	pthread_cond_destroy(&g->hcv);
-out:
+	if (g->synced) {
+		pthread_mutex_destroy(&g->mu);
+		pthread_cond_destroy(&g->wcv);
+		pthread_cond_destroy(&g->hcv);
+	}
 	if (st) {
 		st->bytes += atomic_load(&g->bytes);
 		st->requests += g->nreq;
 		st->retries += g->nretry;
 		st->out_closed = g->closed;
 	}
-	s->nreq += g->nreq;
-	s->nretry += g->nretry;
+	g->s->nreq += g->nreq;
+	g->s->nretry += g->nretry;
 	for (size_t k = 0; k < g->npool; k++)
 		curl_easy_cleanup(g->pool[k]);
 	if (g->multi)
@@ -1531,5 +1303,274 @@ out:
 	free(g->lo);
 	free(g->hi);
 	free(g->spanned);
+}
+
+/* The next len bytes of the object being cut, in buf (cap bytes), enter
+ * the window as a part: a local file's are read now; a run that waits for
+ * the part goes on. */
+static int add_part(getter *g, char *buf, size_t cap, uint64_t len, dp_err *e)
+{
+	size_t oi = g->cut_obj;
+	uint64_t off = g->cut_off;
+	dp_obj *o = &g->objs->v[oi];
+	part *p = slot(g, g->alloc_seq);
+	memset(p, 0, sizeof *p);
+	p->buf = buf;
+	p->cap = cap;
+	p->seq = g->alloc_seq;
+	p->obj = oi;
+	p->off = off;
+	p->len = len;
+	p->first = off == g->lo[oi];
+	p->last = off + len == g->hi[oi];
+	unsigned char md[16];
+	p->verify = g->verify_any && o->kind == DP_LOC_S3 && g->lo[oi] == 0 &&
+		    g->hi[oi] == o->size && dp_md5_etag(o->etag, md);
+	p->hdone = !p->verify;
+	xfer *rx = g->run_x;
+	if (rx && rx->obj == oi && off < g->run_end)
+		p->x = rx; /* the latest run goes on into it */
+	pthread_mutex_lock(&g->mu);
+	g->alloc_seq++;
+	pthread_cond_signal(&g->wcv); /* the writer may wait for it */
+	pthread_mutex_unlock(&g->mu);
+	g->cut_off += len;
+	if (o->kind == DP_LOC_FILE)
+		return read_file_part(g, p, e);
+	if (p->x && !p->x->cur && p->x->next_seq == p->seq)
+		return resume_xfer(g, p->x, e);
+	return DP_OK;
+}
+
+/* New parts, in output order, while the window has room and requests can
+ * be made for them; their runs.  *full: the window or the buffer budget is
+ * taken (wait for the writer). */
+static int add_parts(getter *g, int *full, dp_err *e)
+{
+	int rc = DP_OK;
+	*full = 0;
+	while (rc == DP_OK && !start_runs(g, &rc, e) && g->cut_obj < g->objs->n) {
+		if (g->alloc_seq - g->rel_seq_seen >= (uint64_t)g->S) {
+			*full = 1;
+			break;
+		}
+		size_t oi = g->cut_obj;
+		dp_obj *o = &g->objs->v[oi];
+		if (!o->known) {
+			if (o->kind != DP_LOC_FILE)
+				break; /* wait for its HEAD */
+			dp_obj fo;
+			if ((rc = s3_file_stat(o->key, &fo, e)) < 0)
+				break;
+			o->size = fo.size;
+			o->mtime = fo.mtime;
+			o->known = 1;
+		}
+		if (!g->spanned[oi] && (rc = span_of(g, oi, e)) < 0)
+			break;
+		if (!g->cut_started) {
+			g->cut_off = g->lo[oi];
+			g->cut_started = 1;
+		}
+		if (g->cut_off >= g->hi[oi]) {
+			g->cut_obj++;
+			g->cut_started = 0;
+			continue;
+		}
+		uint64_t len = g->hi[oi] - g->cut_off;
+		if (len > g->ps)
+			len = g->ps;
+		size_t cap = 0;
+		char *buf = get_buf(g, len, &cap);
+		if (!buf) {
+			if (g->buf_total + len <= g->budget)
+				rc = dp_seterr(e, DP_ENOMEM, "out of memory (%" PRIu64 " bytes)", len);
+			else
+				*full = 1; /* the budget is taken: wait for the writer */
+			break;
+		}
+		rc = add_part(g, buf, cap, len, e);
+	}
+	return rc;
+}
+
+/* Tell the threads what add_parts found: the hasher stops waiting for
+ * lanes to fill when the window is full; both stop at the end once every
+ * part is allocated. */
+static void publish(getter *g, int full)
+{
+	if (full != atomic_load(&g->full)) {
+		atomic_store(&g->full, full);
+		if (full && atomic_load(&g->h_wait)) {
+			pthread_mutex_lock(&g->mu);
+			pthread_cond_signal(&g->hcv);
+			pthread_mutex_unlock(&g->mu);
+		}
+	}
+	if (g->cut_obj == g->objs->n) {
+		pthread_mutex_lock(&g->mu);
+		if (!g->eof) {
+			g->eof = 1;
+			pthread_cond_broadcast(&g->wcv);
+			pthread_cond_broadcast(&g->hcv);
+		}
+		pthread_mutex_unlock(&g->mu);
+	}
+}
+
+/* Look objects of unknown size up (HEAD), a little ahead of the stream. */
+static int start_heads(getter *g, dp_err *e)
+{
+	size_t n = g->objs->n, ahead = g->cut_obj + (size_t)g->W * 2;
+	if (g->next_head < g->cut_obj)
+		g->next_head = g->cut_obj;
+	for (size_t i = g->next_head; i < n && i < ahead; i++) {
+		dp_obj *o = &g->objs->v[i];
+		if (o->known || o->kind != DP_LOC_S3)
+			continue;
+		int busy = 0, free_slot = -1;
+		for (int k = 0; k < g->nheads; k++) {
+			if (g->heads[k].busy && g->heads[k].obj == i)
+				busy = 1;
+			if (!g->heads[k].busy && free_slot < 0)
+				free_slot = k;
+		}
+		if (busy)
+			continue;
+		if (free_slot < 0)
+			break;
+		hslot *h = &g->heads[free_slot];
+		CURL *hh = h->h;
+		memset(h, 0, sizeof *h);
+		h->h = hh;
+		h->busy = 1;
+		h->obj = i;
+		int rc = start_head(g, h, e);
+		if (rc < 0)
+			return rc;
+	}
+	return DP_OK;
+}
+
+/* Move the transfers on; the finished ones go to finish_xfer or
+ * finish_head.  *moved: some finished. */
+static int collect(getter *g, int *moved, dp_err *e)
+{
+	int running, left, rc = DP_OK;
+	curl_multi_perform(g->multi, &running);
+	CURLMsg *m;
+	*moved = 0;
+	while (rc == DP_OK && (m = curl_multi_info_read(g->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		*moved = 1;
+		CURL *h = m->easy_handle;
+		CURLcode cc = m->data.result;
+		int found = 0;
+		for (int k = 0; k < g->nxf && !found; k++)
+			if (g->xf[k].busy && g->xf[k].running && g->xf[k].h == h) {
+				found = 1;
+				rc = finish_xfer(g, &g->xf[k], cc, e);
+			}
+		for (int k = 0; k < g->nheads && !found; k++)
+			if (g->heads[k].busy && g->heads[k].running && g->heads[k].h == h) {
+				found = 1;
+				rc = finish_head(g, &g->heads[k], cc, e);
+			}
+	}
+	return rc;
+}
+
+/* Start again the transfers and lookups whose retry is due at now; *wake:
+ * when the next one is (at most 0.2 s ahead). */
+static int start_retries(getter *g, double now, double *wake, dp_err *e)
+{
+	int rc = DP_OK;
+	*wake = now + 0.2;
+	for (int k = 0; k < g->nxf && rc == DP_OK; k++) {
+		xfer *x = &g->xf[k];
+		if (x->busy && x->retry_at > 0 && !x->running) {
+			if (x->retry_at <= now)
+				rc = start_xfer(g, x, e);
+			else if (x->retry_at < *wake)
+				*wake = x->retry_at;
+		}
+	}
+	for (int k = 0; k < g->nheads && rc == DP_OK; k++) {
+		hslot *h = &g->heads[k];
+		if (h->busy && !h->running && h->retry_at > 0) {
+			if (h->retry_at <= now)
+				rc = start_head(g, h, e);
+			else if (h->retry_at < *wake)
+				*wake = h->retry_at;
+		}
+	}
+	return rc;
+}
+
+/* The calling thread's loop: parts into the window, lookups, transfers,
+ * retries, progress, until every part is written (or something fails; a
+ * failure of the writer or the hasher is theirs to report). */
+static int get_loop(getter *g, dp_err *e)
+{
+	dp_s3 *s = g->s;
+	double last_prog = dp_now();
+	for (;;) {
+		if (s->cancelled)
+			return dp_seterr(e, DP_EIO, "%s: interrupted", g->outname);
+		pthread_mutex_lock(&g->mu);
+		int wfailed = g->wfailed;
+		g->rel_seq_seen = g->rel_seq;
+		pthread_mutex_unlock(&g->mu);
+		if (wfailed)
+			return DP_OK;
+		int full, rc = add_parts(g, &full, e);
+		if (rc < 0)
+			return rc;
+		publish(g, full);
+		if ((rc = start_heads(g, e)) < 0)
+			return rc;
+		pthread_mutex_lock(&g->mu);
+		int finished = g->eof && g->rel_seq == g->alloc_seq;
+		pthread_mutex_unlock(&g->mu);
+		if (finished)
+			return DP_OK;
+		int moved;
+		if ((rc = collect(g, &moved, e)) < 0)
+			return rc;
+		if (g->probe && g->probe->got >= g->ps)
+			decide(g, 0); /* the first long run has shown its connection's rate */
+		double now = dp_now(), wake;
+		if ((rc = start_retries(g, now, &wake, e)) < 0)
+			return rc;
+		if (s->conf.progress && now - last_prog >= 0.25) {
+			s->conf.progress(s->conf.progress_ctx, atomic_load(&g->bytes));
+			last_prog = now;
+		}
+		/* wait for the network, a retry or a free slot */
+		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
+		curl_multi_poll(g->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
+	}
+}
+
+int dp_s3_get(dp_s3 *s, dp_objs *objs, const dp_range *r, int fd, const char *outname,
+	      dp_s3_stats *st, dp_err *e)
+{
+	if (r && r->set && objs->n != 1)
+		return dp_seterr(e, DP_EARG, "a range applies to one object (%zu given)", objs->n);
+	int any_s3 = 0;
+	for (size_t i = 0; i < objs->n && !any_s3; i++)
+		any_s3 = objs->v[i].kind == DP_LOC_S3;
+	int rc = any_s3 ? s3_ready(s, e) : DP_OK;
+	if (rc < 0)
+		return rc;
+	getter g;
+	rc = getter_init(&g, s, objs, r, fd, outname, any_s3 && !s->conf.no_verify, e);
+	if (rc == DP_OK)
+		rc = start_threads(&g, e);
+	if (rc == DP_OK)
+		rc = get_loop(&g, e);
+	rc = join_threads(&g, rc, e);
+	getter_free(&g, st);
 	return rc;
 }

@@ -419,7 +419,7 @@ static int list_local(const dp_loc *l, int recursive, dp_obj_cb cb, void *ctx, d
 typedef struct lpage {
 	dp_objs objs;   /* Contents and CommonPrefixes of one page */
 	dp_obj cur;
-	s3_buf key;
+	dp_buf key;
 	int truncated, url_encoded, in_prefixes;
 	char *token;
 	dp_err *e;
@@ -437,13 +437,13 @@ static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 			memset(&p->cur, 0, sizeof p->cur);
 			p->cur.kind = DP_LOC_S3;
 			p->cur.mtime = -1;
-			p->key.n = 0;
+			dp_buf_reset(&p->key);
 		}
 		return;
 	}
 	if (!strcmp(path, "ListBucketResult/Contents/Key")) {
-		p->key.n = 0;
-		s3_buf_str(&p->key, text);
+		dp_buf_reset(&p->key);
+		dp_buf_addstr(&p->key, text);
 	} else if (!strcmp(path, "ListBucketResult/Contents/Size")) {
 		p->cur.size = strtoull(text, NULL, 10);
 		p->cur.known = 1;
@@ -453,7 +453,9 @@ static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 		p->cur.mtime = s3_parse_time(text);
 	} else if (!strcmp(path, "ListBucketResult/Contents")) {
 		p->cur.key = p->key.p ? p->key.p : "";
-		if (dp_objs_add(&p->objs, &p->cur, p->e) < 0)
+		if (p->key.err)
+			p->failed = dp_seterr(p->e, p->key.err, "out of memory");
+		else if (dp_objs_add(&p->objs, &p->cur, p->e) < 0)
 			p->failed = 1;
 	} else if (!strcmp(path, "ListBucketResult/CommonPrefixes/Prefix")) {
 		dp_obj o = {.kind = DP_LOC_S3, .key = (char *)text, .prefix = 1, .mtime = -1};
@@ -498,8 +500,8 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 			s3_call_clean(&c);
 			break;
 		}
-		lpage p = {.e = e};
-		rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.n, list_cb, &p, e);
+		lpage p = {.e = e, .key = DP_BUF_INIT};
+		rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, list_cb, &p, e);
 		s3_call_clean(&c);
 		if (rc == DP_OK && p.failed)
 			rc = e ? e->code : DP_ENOMEM;
@@ -528,7 +530,7 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 				       "token (does the server speak ListObjectsV2?)", what);
 		int more = p.truncated;
 		dp_objs_free(&p.objs);
-		s3_buf_free(&p.key);
+		dp_buf_free(&p.key);
 		if (rc != DP_OK || stop || !more)
 			break;
 	} while (1);
@@ -540,7 +542,7 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 typedef struct bpage {
 	dp_objs objs;
 	dp_obj cur;
-	s3_buf name;
+	dp_buf name;
 	dp_err *e;
 	int failed;
 } bpage;
@@ -556,20 +558,22 @@ static void bucket_cb(void *ctx, const char *path, const char *text, size_t len)
 			memset(&p->cur, 0, sizeof p->cur);
 			p->cur.kind = DP_LOC_S3;
 			p->cur.mtime = -1;
-			p->name.n = 0;
+			dp_buf_reset(&p->name);
 		}
 		return;
 	}
 	if (!strcmp(path, "ListAllMyBucketsResult/Buckets/Bucket/Name")) {
-		p->name.n = 0;
-		s3_buf_str(&p->name, text);
+		dp_buf_reset(&p->name);
+		dp_buf_addstr(&p->name, text);
 	} else if (!strcmp(path, "ListAllMyBucketsResult/Buckets/Bucket/CreationDate")) {
 		p->cur.mtime = s3_parse_time(text);
 	} else if (!strcmp(path, "ListAllMyBucketsResult/Buckets/Bucket")) {
 		p->cur.bucket = p->name.p ? p->name.p : "";
 		p->cur.key = "";
 		p->cur.prefix = 1;
-		if (dp_objs_add(&p->objs, &p->cur, p->e) < 0)
+		if (p->name.err)
+			p->failed = dp_seterr(p->e, p->name.err, "out of memory");
+		else if (dp_objs_add(&p->objs, &p->cur, p->e) < 0)
 			p->failed = 1;
 	}
 }
@@ -582,15 +586,15 @@ static int list_buckets(dp_s3 *s, dp_obj_cb cb, void *ctx, dp_err *e)
 		s3_call_clean(&c);
 		return rc;
 	}
-	bpage p = {.e = e};
-	rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.n, bucket_cb, &p, e);
+	bpage p = {.e = e, .name = DP_BUF_INIT};
+	rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, bucket_cb, &p, e);
 	s3_call_clean(&c);
 	if (rc == DP_OK && p.failed)
 		rc = DP_ENOMEM;
 	for (size_t i = 0; rc == DP_OK && i < p.objs.n; i++)
 		rc = cb(ctx, &p.objs.v[i]);
 	dp_objs_free(&p.objs);
-	s3_buf_free(&p.name);
+	dp_buf_free(&p.name);
 	return rc;
 }
 
@@ -636,7 +640,8 @@ int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *l
 				e->code = DP_ENOTFOUND;
 			return e ? e->code : DP_EIO;
 		}
-		s3_buf b = {0};
+		dp_buf b;
+		dp_buf_init(&b, max);
 		char tmp[65536];
 		int rc = DP_OK;
 		for (;;) {
@@ -649,35 +654,28 @@ int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *l
 			}
 			if (n == 0)
 				break;
-			if (b.n + (size_t)n > max) {
+			if (dp_buf_add(&b, tmp, (size_t)n) == DP_ELIMIT)
 				rc = dp_seterr(e, DP_ELIMIT, "%s: larger than %zu bytes", l->key, max);
+			else if (b.err)
+				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+			if (rc < 0)
 				break;
-			}
-			s3_buf_add(&b, tmp, (size_t)n);
 		}
 		close(fd);
-		if (rc == DP_OK && b.oom)
+		*len = rc == DP_OK ? b.len : 0;
+		dp_buf_add(&b, "", 0); /* "" when empty: dp_buf_take leaves it unterminated */
+		*data = rc == DP_OK ? dp_buf_take(&b) : NULL;
+		dp_buf_free(&b);
+		if (rc == DP_OK && !*data)
 			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		if (rc < 0) {
-			s3_buf_free(&b);
-			return rc;
-		}
-		if (!b.p)
-			s3_buf_add(&b, "", 0);
-		*data = b.p;
-		*len = b.n;
-		return b.p ? DP_OK : dp_seterr(e, DP_ENOMEM, "out of memory");
+		return rc;
 	}
 	s3_call c = {.method = "GET", .bucket = l->bucket, .key = l->key, .resp_max = max};
 	int rc = s3_perform(s, &c, NULL, e);
 	if (rc == DP_OK) {
-		if (!c.resp.p)
-			s3_buf_add(&c.resp, "", 0);
-		*data = c.resp.p;
-		*len = c.resp.n;
-		c.resp.p = NULL;
-		c.resp.n = 0;
-		if (!*data)
+		*len = c.resp.len;
+		dp_buf_add(&c.resp, "", 0); /* as above */
+		if (!(*data = dp_buf_take(&c.resp)))
 			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	s3_call_clean(&c);
@@ -884,7 +882,7 @@ done:
 }
 
 typedef struct upage {
-	s3_buf key, id;
+	dp_buf key, id;
 	int64_t initiated;
 	int truncated;
 	char *next_key, *next_id;
@@ -900,21 +898,22 @@ static void upload_cb(void *ctx, const char *path, const char *text, size_t len)
 	(void)len;
 	if (!text) {
 		if (!strcmp(path, "ListMultipartUploadsResult/Upload")) {
-			p->key.n = p->id.n = 0;
+			dp_buf_reset(&p->key);
+			dp_buf_reset(&p->id);
 			p->initiated = -1;
 		}
 		return;
 	}
 	if (!strcmp(path, "ListMultipartUploadsResult/Upload/Key")) {
-		p->key.n = 0;
-		s3_buf_str(&p->key, text);
+		dp_buf_reset(&p->key);
+		dp_buf_addstr(&p->key, text);
 	} else if (!strcmp(path, "ListMultipartUploadsResult/Upload/UploadId")) {
-		p->id.n = 0;
-		s3_buf_str(&p->id, text);
+		dp_buf_reset(&p->id);
+		dp_buf_addstr(&p->id, text);
 	} else if (!strcmp(path, "ListMultipartUploadsResult/Upload/Initiated")) {
 		p->initiated = s3_parse_time(text);
 	} else if (!strcmp(path, "ListMultipartUploadsResult/Upload")) {
-		if (!p->stop && p->key.p && p->id.p)
+		if (!p->stop && p->key.len && p->id.len)
 			p->stop = p->cb(p->ctx, p->bucket, p->key.p, p->id.p, p->initiated);
 	} else if (!strcmp(path, "ListMultipartUploadsResult/IsTruncated")) {
 		p->truncated = !strcmp(text, "true");
@@ -943,12 +942,13 @@ int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp
 		if (im)
 			c.q[c.nq++] = (dp_sigv4_kv){"upload-id-marker", im};
 		rc = s3_perform(s, &c, NULL, e);
-		upage p = {.bucket = l->bucket, .cb = cb, .ctx = ctx};
+		upage p = {.bucket = l->bucket, .cb = cb, .ctx = ctx, .key = DP_BUF_INIT,
+			   .id = DP_BUF_INIT};
 		if (rc == DP_OK)
-			rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.n, upload_cb, &p, e);
+			rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, upload_cb, &p, e);
 		s3_call_clean(&c);
-		s3_buf_free(&p.key);
-		s3_buf_free(&p.id);
+		dp_buf_free(&p.key);
+		dp_buf_free(&p.id);
 		free(km);
 		free(im);
 		km = p.next_key;

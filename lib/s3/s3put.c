@@ -2,16 +2,16 @@
  * s3put.c - the streaming writer: a descriptor of unknown length into one
  * S3 object (or a local file, written whole or not at all).
  *
- * A reader thread fills part-sized buffers from the descriptor and hashes
- * each (SHA-256: the payload signature, which the server checks); the
- * calling thread uploads them through a curl multi handle, up to
- * conf.concurrency at a time.  With W uploads in flight and one buffer
- * filling, memory stays below (W + 2) x part size.  Input that fits in one
- * part goes up as a single PUT; longer input as a multipart upload, which
- * is aborted when anything fails (or the caller cancels), so no parts are
- * left behind.  A CompleteMultipartUpload whose answer was lost and whose
- * retry finds NoSuchUpload is settled by comparing the object's ETag with
- * the one the parts make.
+ * A reader thread (every signal blocked in it) fills part-sized buffers
+ * from the descriptor and hashes each (SHA-256: the payload signature,
+ * which the server checks); the calling thread uploads them through a
+ * curl multi handle, up to conf.concurrency at a time.  With W uploads in
+ * flight and one buffer filling, memory stays below (W + 2) x part size.
+ * Input that fits in one part goes up as a single PUT; longer input as a
+ * multipart upload, which is aborted when anything fails (or the caller
+ * cancels), so no parts are left behind.  A CompleteMultipartUpload whose
+ * answer was lost and whose retry finds NoSuchUpload is settled by
+ * comparing the object's ETag with the one the parts make.
  *
  * Part sizes: conf.part_size (at least 5 MiB, S3's minimum); for input of
  * unknown length they double every 1000 parts so that the 10,000-part limit
@@ -19,6 +19,7 @@
  * length, large enough for 10,000 parts.
  */
 #define _GNU_SOURCE
+#include "md5.h"
 #include "s3_int.h"
 
 #include <errno.h>
@@ -34,6 +35,7 @@
 
 enum { B_FREE, B_FILLING, B_READY, B_SENDING };
 
+/* A part: a buffer of its size, allocated once (not grown). */
 typedef struct ubuf {
 	char *p;
 	size_t len, cap;
@@ -66,7 +68,16 @@ typedef struct putter {
 	dp_err rerr;
 	int rfailed;
 	uint64_t bytes_read;
+	pthread_t reader;
+	int synced, reading; /* mu and cv made; the reader started */
 	CURLM *multi;
+	/* the multipart upload (calling thread) */
+	char *upload_id;
+	dp_buf etags;   /* part i's ETag at (i - 1) x 80 bytes, "" until it is up */
+	int next_send;  /* the next part to start */
+	int inflight;   /* parts uploading or waiting to be retried */
+	int last_part;  /* how many parts there are, once the end is read (else 0) */
+	uint64_t sent;  /* bytes of the parts that are up */
 } putter;
 
 static uint64_t part_size(const putter *u, int partno)
@@ -211,10 +222,12 @@ static void release(putter *u, ubuf *b)
 }
 
 typedef struct mpx {
-	s3_buf id, etag;
+	dp_buf id, etag;
 	int is_error;
 	char code[64], msg[512];
 } mpx;
+
+#define MPX_INIT {.id = DP_BUF_INIT, .etag = DP_BUF_INIT}
 
 static void mp_cb(void *ctx, const char *path, const char *text, size_t len)
 {
@@ -226,48 +239,28 @@ static void mp_cb(void *ctx, const char *path, const char *text, size_t len)
 		return;
 	}
 	if (!strcmp(path, "InitiateMultipartUploadResult/UploadId"))
-		s3_buf_str(&x->id, text);
+		dp_buf_addstr(&x->id, text);
 	else if (!strcmp(path, "CompleteMultipartUploadResult/ETag"))
-		s3_buf_str(&x->etag, text);
+		dp_buf_addstr(&x->etag, text);
 	else if (!strcmp(path, "Error/Code"))
 		snprintf(x->code, sizeof x->code, "%s", text);
 	else if (!strcmp(path, "Error/Message"))
 		snprintf(x->msg, sizeof x->msg, "%s", text);
 }
 
-/* The ETag S3 gives a multipart object: MD5 of the parts' binary MD5s,
- * "-N".  Empty when a part's ETag is not an MD5. */
-static void composite_etag(char (*etags)[80], int n, char out[80])
+/* Parse a multipart answer into x. */
+static int mp_parse(const s3_call *c, mpx *x, dp_err *e)
 {
-	EVP_MD_CTX *m = EVP_MD_CTX_new();
-	out[0] = 0;
-	if (!m)
-		return;
-	EVP_DigestInit_ex(m, EVP_md5(), NULL);
-	for (int i = 0; i < n; i++) {
-		const char *p = etags[i];
-		if (*p == '"')
-			p++;
-		unsigned char md[16];
-		for (int k = 0; k < 16; k++) {
-			unsigned v;
-			if (sscanf(p + 2 * k, "%2x", &v) != 1) {
-				EVP_MD_CTX_free(m);
-				return;
-			}
-			md[k] = (unsigned char)v;
-		}
-		EVP_DigestUpdate(m, md, 16);
-	}
-	unsigned char md[16];
-	unsigned int l = 0;
-	EVP_DigestFinal_ex(m, md, &l);
-	EVP_MD_CTX_free(m);
-	char *o = out;
-	*o++ = '"';
-	for (int k = 0; k < 16; k++)
-		o += sprintf(o, "%02x", md[k]);
-	sprintf(o, "-%d\"", n);
+	int rc = s3x_parse(c->resp.p ? c->resp.p : "", c->resp.len, mp_cb, x, e);
+	if (rc == DP_OK && (x->id.err || x->etag.err))
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+	return rc;
+}
+
+static void mp_free(mpx *x)
+{
+	dp_buf_free(&x->id);
+	dp_buf_free(&x->etag);
 }
 
 static int same_tag(const char *a, const char *b)
@@ -296,17 +289,14 @@ static int mp_create(putter *u, char **upload_id, dp_err *e)
 	s3_call c = {.method = "POST", .bucket = u->bucket, .key = u->key};
 	c.q[c.nq++] = (dp_sigv4_kv){"uploads", ""};
 	int rc = s3_perform(u->s, &c, u->what, e);
-	mpx x = {0};
+	mpx x = MPX_INIT;
 	if (rc == DP_OK)
-		rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.n, mp_cb, &x, e);
-	if (rc == DP_OK && (!x.id.p || !*x.id.p))
+		rc = mp_parse(&c, &x, e);
+	if (rc == DP_OK && !x.id.len)
 		rc = dp_seterr(e, DP_EDATA, "%s: CreateMultipartUpload answered no UploadId", u->what);
-	if (rc == DP_OK) {
-		*upload_id = x.id.p;
-		x.id.p = NULL;
-	}
-	s3_buf_free(&x.id);
-	s3_buf_free(&x.etag);
+	if (rc == DP_OK && !(*upload_id = dp_buf_take(&x.id)))
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+	mp_free(&x);
 	s3_call_clean(&c);
 	return rc;
 }
@@ -323,36 +313,36 @@ static int mp_abort(putter *u, const char *upload_id, dp_err *e)
 	return rc;
 }
 
-static int mp_complete(putter *u, const char *upload_id, char (*etags)[80], int n, dp_err *e)
+/* Complete the upload of parts 1 to n (u->etags). */
+static int mp_complete(putter *u, int n, dp_err *e)
 {
-	s3_buf body = {0};
-	s3_buf_str(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+	const char(*etags)[80] = (const char(*)[80])u->etags.p;
+	dp_buf body = DP_BUF_INIT;
+	dp_buf_addstr(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
 	for (int i = 0; i < n; i++)
-		s3_buf_printf(&body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1,
+		dp_buf_printf(&body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1,
 			      etags[i]);
-	s3_buf_str(&body, "</CompleteMultipartUpload>");
-	if (body.oom) {
-		s3_buf_free(&body);
+	if (dp_buf_addstr(&body, "</CompleteMultipartUpload>") < 0) {
+		dp_buf_free(&body);
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	char want[80];
-	composite_etag(etags, n, want);
+	dp_md5_multipart_etag(etags, n, want);
 	int rc = DP_OK;
 	for (int attempt = 0;; attempt++) {
 		s3_call c = {.method = "POST", .bucket = u->bucket, .key = u->key, .body = body.p,
-			     .body_len = body.n};
-		c.q[c.nq++] = (dp_sigv4_kv){"uploadId", upload_id};
+			     .body_len = body.len};
+		c.q[c.nq++] = (dp_sigv4_kv){"uploadId", u->upload_id};
 		rc = s3_perform(u->s, &c, u->what, e);
-		mpx x = {0};
+		mpx x = MPX_INIT;
 		int retry = 0;
 		if (rc == DP_OK) {
 			/* 200 OK can still carry an <Error> */
-			rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.n, mp_cb, &x, e);
+			rc = mp_parse(&c, &x, e);
 			if (rc == DP_OK && x.is_error) {
 				retry = !strcmp(x.code, "InternalError") || !strcmp(x.code, "SlowDown");
 				rc = dp_seterr(e, DP_ETRANSFER, "%s: %s: %s", u->what, x.code, x.msg);
-			} else if (rc == DP_OK && want[0] && x.etag.p && *x.etag.p &&
-				   !same_tag(x.etag.p, want)) {
+			} else if (rc == DP_OK && want[0] && x.etag.len && !same_tag(x.etag.p, want)) {
 				/* (some stores, radosgw among them, answer an empty ETag) */
 				rc = dp_seterr(e, DP_EDATA, "%s: the completed object's ETag %s is not "
 					       "the %s its parts make", u->what, x.etag.p, want);
@@ -366,19 +356,18 @@ static int mp_complete(putter *u, const char *upload_id, char (*etags)[80], int 
 		} else if (rc == DP_ETRANSFER && attempt == 0) {
 			retry = 1; /* one more round: s3_perform's retries were used up */
 		}
-		s3_buf_free(&x.id);
-		s3_buf_free(&x.etag);
+		mp_free(&x);
 		s3_call_clean(&c);
 		if (rc == DP_OK || !retry || attempt >= u->s->conf.retries)
 			break;
 		if (s3_sleep(u->s, s3_backoff(u->s, attempt + 1)) < 0)
 			break;
 	}
-	s3_buf_free(&body);
+	dp_buf_free(&body);
 	return rc;
 }
 
-static int start_upload(putter *u, ubuf *b, const char *upload_id, dp_err *e)
+static int start_upload(putter *u, ubuf *b, dp_err *e)
 {
 	memset(&b->call, 0, sizeof b->call);
 	s3_call *c = &b->call;
@@ -390,7 +379,7 @@ static int start_upload(putter *u, ubuf *b, const char *upload_id, dp_err *e)
 	c->body_sha = b->sha;
 	snprintf(b->qpart, sizeof b->qpart, "%d", b->partno);
 	c->q[c->nq++] = (dp_sigv4_kv){"partNumber", b->qpart};
-	c->q[c->nq++] = (dp_sigv4_kv){"uploadId", upload_id};
+	c->q[c->nq++] = (dp_sigv4_kv){"uploadId", u->upload_id};
 	b->retry_at = 0;
 	if (!b->h && !(b->h = curl_easy_init()))
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
@@ -404,7 +393,7 @@ static int start_upload(putter *u, ubuf *b, const char *upload_id, dp_err *e)
 	return DP_OK;
 }
 
-/* ---- The upload ------------------------------------------------------------------- */
+/* ---- A local destination ----------------------------------------------------------- */
 
 /* mkdir -p of the directories above path: a key needs none in S3, and
  * file:// destinations behave the same. */
@@ -476,17 +465,12 @@ static int put_local(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, d
 	return dp_out_commit(&out, e);
 }
 
-int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
-	      dp_s3_stats *st, dp_err *e)
+/* ---- The upload ------------------------------------------------------------------- */
+
+static int putter_init(putter *u, dp_s3 *s, const dp_loc *dst, int fd, const char *srcname,
+		       int64_t size_hint, dp_err *e)
 {
-	if (dst->kind == DP_LOC_FILE)
-		return put_local(s, dst, fd, srcname, st, e);
-	if (!*dst->bucket || !*dst->key || dst->key[strlen(dst->key) - 1] == '/')
-		return dp_seterr(e, DP_EARG, "s3://%s/%s: names no object", dst->bucket, dst->key);
-	int rc = s3_ready(s, e);
-	if (rc < 0)
-		return rc;
-	putter U = {0}, *u = &U;
+	memset(u, 0, sizeof *u);
 	u->s = s;
 	u->bucket = dst->bucket;
 	u->key = dst->key;
@@ -502,221 +486,29 @@ int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t 
 	u->b = calloc((size_t)u->nb, sizeof *u->b);
 	u->multi = curl_multi_init();
 	u->next_part = 1;
-	char (*etags)[80] = NULL;
-	int netags = 0;
-	char *upload_id = NULL;
-	if (!u->what || !u->b || !u->multi) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		goto out;
-	}
+	dp_buf_init(&u->etags, 0);
+	if (!u->what || !u->b || !u->multi)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	pthread_mutex_init(&u->mu, NULL);
 	pthread_cond_init(&u->cv, NULL);
-	pthread_t rt;
-	if (pthread_create(&rt, NULL, reader_main, u) != 0) {
-		rc = dp_seterr(e, DP_ENOMEM, "cannot start the reader thread");
-		goto out_sync;
-	}
+	u->synced = 1;
+	if (dp_thread_create(&u->reader, reader_main, u) != 0)
+		return dp_seterr(e, DP_ENOMEM, "cannot start the reader thread");
+	u->reading = 1;
+	return DP_OK;
+}
 
-	/* One part, or more?  Wait for part 1, and for part 2 when part 1 is full. */
-	ubuf *first = NULL, *second = NULL;
-	pthread_mutex_lock(&u->mu);
-	for (;;) {
-		first = ready_part(u, 1);
-		if (u->rfailed || s->cancelled)
-			break;
-		if (first && (first->eof || (second = ready_part(u, 2))))
-			break;
-		if (first && u->read_done) /* ended right after a full part */
-			break;
-		pthread_mutex_unlock(&u->mu);
-		curl_multi_poll(u->multi, NULL, 0, 200, NULL);
+/* Stop the reader; free everything. */
+static void putter_free(putter *u)
+{
+	if (u->reading) {
 		pthread_mutex_lock(&u->mu);
-	}
-	int rfailed = u->rfailed;
-	pthread_mutex_unlock(&u->mu);
-	if (rfailed) {
-		rc = u->rerr.code;
-		if (e)
-			*e = u->rerr;
-		goto join;
-	}
-	if (s->cancelled) {
-		rc = dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
-		goto join;
-	}
-	if (first->eof || !second || (second->eof && second->len == 0)) {
-		rc = put_single(u, first, e);
-		if (rc == DP_OK && st)
-			st->bytes += first->len;
-		goto join;
-	}
-
-	/* Multipart. */
-	if ((rc = mp_create(u, &upload_id, e)) < 0)
-		goto join;
-	int next_send = 1, inflight = 0, last_part = 0;
-	double last_prog = dp_now();
-	uint64_t sent = 0;
-	for (;;) {
-		if (s->cancelled) {
-			rc = dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
-			break;
-		}
-		pthread_mutex_lock(&u->mu);
-		int rf = u->rfailed;
+		u->abort = 1;
+		pthread_cond_broadcast(&u->cv);
 		pthread_mutex_unlock(&u->mu);
-		if (rf) {
-			rc = u->rerr.code;
-			if (e)
-				*e = u->rerr;
-			break;
-		}
-		/* start the next parts, in order */
-		while (inflight < s->conf.concurrency) {
-			pthread_mutex_lock(&u->mu);
-			ubuf *b = ready_part(u, next_send);
-			if (b)
-				b->state = B_SENDING;
-			pthread_mutex_unlock(&u->mu);
-			if (!b)
-				break;
-			if (b->len == 0 && b->eof && b->partno > 1) {
-				/* the end, right after a full part */
-				last_part = b->partno - 1;
-				release(u, b);
-				next_send++;
-				continue;
-			}
-			if (b->eof)
-				last_part = b->partno;
-			if (b->partno > 10000) {
-				rc = dp_seterr(e, DP_ELIMIT, "%s: more than 10000 parts: use a larger "
-					       "--part-size", u->what);
-				break;
-			}
-			if (b->partno > netags) {
-				int ncap = netags ? netags * 2 : 64;
-				while (ncap < b->partno)
-					ncap *= 2;
-				char(*ne)[80] = realloc(etags, (size_t)ncap * sizeof *ne);
-				if (!ne) {
-					rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-					break;
-				}
-				memset(ne + netags, 0, (size_t)(ncap - netags) * sizeof *ne);
-				etags = ne;
-				netags = ncap;
-			}
-			if ((rc = start_upload(u, b, upload_id, e)) < 0)
-				break;
-			inflight++;
-			next_send++;
-		}
-		if (rc < 0)
-			break;
-		if (last_part && inflight == 0 && next_send > last_part)
-			break; /* every part is up */
-
-		int running;
-		curl_multi_perform(u->multi, &running);
-		CURLMsg *m;
-		int left, moved = 0;
-		while (rc == DP_OK && (m = curl_multi_info_read(u->multi, &left))) {
-			if (m->msg != CURLMSG_DONE)
-				continue;
-			moved = 1;
-			ubuf *b = NULL;
-			for (int i = 0; i < u->nb; i++)
-				if (u->b[i].running && u->b[i].h == m->easy_handle)
-					b = &u->b[i];
-			if (!b)
-				continue;
-			curl_multi_remove_handle(u->multi, b->h);
-			b->running = 0;
-			int k = s3_call_finish(s, &b->call, b->h, m->data.result);
-			if (s->conf.verbose)
-				s3_log(s, "op=PUT url=%s part=%d bytes=%zu status=%ld ms=%.0f", u->what,
-				       b->partno, b->len, b->call.status, (dp_now() - b->call.t0) * 1000);
-			if (k == S3_OK && !b->call.etag[0]) {
-				rc = dp_seterr(e, DP_EDATA, "%s: part %d: answer without an ETag", u->what,
-					       b->partno);
-			} else if (k == S3_OK) {
-				snprintf(etags[b->partno - 1], 80, "%s", b->call.etag);
-				sent += b->len;
-				s3_call_clean(&b->call);
-				inflight--;
-				release(u, b);
-			} else if (k == S3_RETRY && b->attempts < s->conf.retries) {
-				b->attempts++;
-				double w = s3_backoff(s, b->attempts);
-				b->retry_at = dp_now() + w;
-				s->nretry++;
-				s3_log(s, "retry=%d op=PUT url=%s part=%d error=\"%s\" wait_ms=%.0f",
-				       b->attempts, u->what, b->partno,
-				       b->call.code[0] ? b->call.code
-				       : b->call.cc    ? curl_easy_strerror(b->call.cc)
-						       : "HTTP error",
-				       w * 1000);
-				s3_call_clean(&b->call);
-			} else {
-				char what[1200];
-				snprintf(what, sizeof what, "%s: part %d", u->what, b->partno);
-				rc = s3_call_error(s, &b->call, what, e);
-				if (k == S3_RETRY && e) {
-					rc = e->code = DP_ETRANSFER;
-					size_t l = strlen(e->msg);
-					snprintf(e->msg + l, sizeof e->msg - l,
-						 " (gave up after %d attempts)", b->attempts + 1);
-				}
-			}
-		}
-		if (rc < 0)
-			break;
-		double now = dp_now(), wake = now + 0.2;
-		for (int i = 0; i < u->nb && rc == DP_OK; i++) {
-			ubuf *b = &u->b[i];
-			if (b->state == B_SENDING && !b->running && b->retry_at > 0) {
-				if (b->retry_at <= now)
-					rc = start_upload(u, b, upload_id, e);
-				else if (b->retry_at < wake)
-					wake = b->retry_at;
-			}
-		}
-		if (rc < 0)
-			break;
-		if (s->conf.progress && now - last_prog >= 0.25) {
-			s->conf.progress(s->conf.progress_ctx, sent);
-			last_prog = now;
-		}
-		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
-		curl_multi_poll(u->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
+		pthread_join(u->reader, NULL);
 	}
-	if (rc == DP_OK)
-		rc = mp_complete(u, upload_id, etags, last_part, e);
-	if (rc == DP_OK && st)
-		st->bytes += sent;
-	if (rc < 0) {
-		dp_err e2 = {0};
-		for (int i = 0; i < u->nb; i++)
-			if (u->b[i].running) {
-				curl_multi_remove_handle(u->multi, u->b[i].h);
-				u->b[i].running = 0;
-			}
-		if (mp_abort(u, upload_id, &e2) < 0 && e) {
-			size_t l = strlen(e->msg);
-			snprintf(e->msg + l, sizeof e->msg - l,
-				 "; and aborting upload %s failed (%s): run s3-pipe rm --uploads %s",
-				 upload_id, e2.msg, u->what);
-		}
-	}
-join:
-	pthread_mutex_lock(&u->mu);
-	u->abort = 1;
-	pthread_cond_broadcast(&u->cv);
-	pthread_mutex_unlock(&u->mu);
-	pthread_join(rt, NULL);
-out_sync:
-	for (int i = 0; i < u->nb; i++) {
+	for (int i = 0; u->b && i < u->nb; i++) {
 		ubuf *b = &u->b[i];
 		if (b->running)
 			curl_multi_remove_handle(u->multi, b->h);
@@ -725,18 +517,267 @@ out_sync:
 		s3_call_clean(&b->call);
 		free(b->p);
 	}
-	pthread_mutex_destroy(&u->mu);
-	pthread_cond_destroy(&u->cv);
-out:
-	if (st) {
-		st->requests = s->nreq;
-		st->retries = s->nretry;
+	if (u->synced) {
+		pthread_mutex_destroy(&u->mu);
+		pthread_cond_destroy(&u->cv);
 	}
 	if (u->multi)
 		curl_multi_cleanup(u->multi);
 	free(u->b);
 	free(u->what);
-	free(upload_id);
-	free(etags);
+	free(u->upload_id);
+	dp_buf_free(&u->etags);
+}
+
+/* The reader's failure (copied to e) once it failed, else DP_OK. */
+static int reader_failed(putter *u, dp_err *e)
+{
+	pthread_mutex_lock(&u->mu);
+	int rf = u->rfailed;
+	pthread_mutex_unlock(&u->mu);
+	if (!rf)
+		return DP_OK;
+	if (e)
+		*e = u->rerr;
+	return u->rerr.code;
+}
+
+/* One part, or more?  Wait for part 1, and for part 2 when part 1 is full:
+ * *second stays NULL when the input ended in (or right after) part 1. */
+static int wait_first_parts(putter *u, ubuf **first, ubuf **second, dp_err *e)
+{
+	*first = *second = NULL;
+	pthread_mutex_lock(&u->mu);
+	for (;;) {
+		*first = ready_part(u, 1);
+		if (u->rfailed || u->s->cancelled)
+			break;
+		if (*first && ((*first)->eof || (*second = ready_part(u, 2))))
+			break;
+		if (*first && u->read_done) /* ended right after a full part */
+			break;
+		pthread_mutex_unlock(&u->mu);
+		curl_multi_poll(u->multi, NULL, 0, 200, NULL);
+		pthread_mutex_lock(&u->mu);
+	}
+	pthread_mutex_unlock(&u->mu);
+	int rc = reader_failed(u, e);
+	if (rc == DP_OK && u->s->cancelled)
+		rc = dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
+	return rc;
+}
+
+/* Room in u->etags for part partno's ETag. */
+static int etag_room(putter *u, int partno)
+{
+	static const char none[80];
+	while (u->etags.len < (size_t)partno * sizeof none)
+		if (dp_buf_add(&u->etags, none, sizeof none) < 0)
+			return DP_ENOMEM;
+	return DP_OK;
+}
+
+/* Start the parts the reader has filled, in order, while fewer than
+ * conf.concurrency are in flight. */
+static int start_parts(putter *u, dp_err *e)
+{
+	while (u->inflight < u->s->conf.concurrency) {
+		pthread_mutex_lock(&u->mu);
+		ubuf *b = ready_part(u, u->next_send);
+		if (b)
+			b->state = B_SENDING;
+		pthread_mutex_unlock(&u->mu);
+		if (!b)
+			return DP_OK;
+		if (b->len == 0 && b->eof && b->partno > 1) {
+			/* the end, right after a full part */
+			u->last_part = b->partno - 1;
+			release(u, b);
+			u->next_send++;
+			continue;
+		}
+		if (b->eof)
+			u->last_part = b->partno;
+		if (b->partno > 10000)
+			return dp_seterr(e, DP_ELIMIT, "%s: more than 10000 parts: use a larger "
+					 "--part-size", u->what);
+		if (etag_room(u, b->partno) < 0)
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		int rc = start_upload(u, b, e);
+		if (rc < 0)
+			return rc;
+		u->inflight++;
+		u->next_send++;
+	}
+	return DP_OK;
+}
+
+/* A part's request ended with cc: keep its ETag and free its buffer, set
+ * its retry, or fail. */
+static int part_done(putter *u, ubuf *b, CURLcode cc, dp_err *e)
+{
+	dp_s3 *s = u->s;
+	curl_multi_remove_handle(u->multi, b->h);
+	b->running = 0;
+	int k = s3_call_finish(s, &b->call, b->h, cc);
+	if (s->conf.verbose)
+		s3_log(s, "op=PUT url=%s part=%d bytes=%zu status=%ld ms=%.0f", u->what, b->partno,
+		       b->len, b->call.status, (dp_now() - b->call.t0) * 1000);
+	if (k == S3_OK && !b->call.etag[0])
+		return dp_seterr(e, DP_EDATA, "%s: part %d: answer without an ETag", u->what,
+				 b->partno);
+	if (k == S3_OK) {
+		snprintf(u->etags.p + (size_t)(b->partno - 1) * 80, 80, "%s", b->call.etag);
+		u->sent += b->len;
+		s3_call_clean(&b->call);
+		u->inflight--;
+		release(u, b);
+		return DP_OK;
+	}
+	if (k == S3_RETRY && b->attempts < s->conf.retries) {
+		b->attempts++;
+		double w = s3_backoff(s, b->attempts);
+		b->retry_at = dp_now() + w;
+		s->nretry++;
+		s3_log(s, "retry=%d op=PUT url=%s part=%d error=\"%s\" wait_ms=%.0f", b->attempts,
+		       u->what, b->partno,
+		       b->call.code[0] ? b->call.code
+		       : b->call.cc    ? curl_easy_strerror(b->call.cc)
+				       : "HTTP error",
+		       w * 1000);
+		s3_call_clean(&b->call);
+		return DP_OK;
+	}
+	char what[1200];
+	snprintf(what, sizeof what, "%s: part %d", u->what, b->partno);
+	int rc = s3_call_error(s, &b->call, what, e);
+	if (k == S3_RETRY && e) {
+		rc = e->code = DP_ETRANSFER;
+		size_t l = strlen(e->msg);
+		snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)",
+			 b->attempts + 1);
+	}
+	return rc;
+}
+
+/* Move the transfers on: collect the finished ones (*moved), start the
+ * retries that are due; *wake: when the next one is. */
+static int pump(putter *u, int *moved, double *wake, dp_err *e)
+{
+	int running, left, rc = DP_OK;
+	curl_multi_perform(u->multi, &running);
+	CURLMsg *m;
+	*moved = 0;
+	while (rc == DP_OK && (m = curl_multi_info_read(u->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		*moved = 1;
+		for (int i = 0; i < u->nb; i++)
+			if (u->b[i].running && u->b[i].h == m->easy_handle) {
+				rc = part_done(u, &u->b[i], m->data.result, e);
+				break;
+			}
+	}
+	double now = dp_now();
+	*wake = now + 0.2;
+	for (int i = 0; i < u->nb && rc == DP_OK; i++) {
+		ubuf *b = &u->b[i];
+		if (b->state == B_SENDING && !b->running && b->retry_at > 0) {
+			if (b->retry_at <= now)
+				rc = start_upload(u, b, e);
+			else if (b->retry_at < *wake)
+				*wake = b->retry_at;
+		}
+	}
+	return rc;
+}
+
+/* Upload the parts as the reader fills them, until every one is up. */
+static int upload_parts(putter *u, dp_err *e)
+{
+	dp_s3 *s = u->s;
+	double last_prog = dp_now();
+	u->next_send = 1;
+	for (;;) {
+		if (s->cancelled)
+			return dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
+		int rc = reader_failed(u, e);
+		if (rc == DP_OK)
+			rc = start_parts(u, e);
+		if (rc < 0)
+			return rc;
+		if (u->last_part && u->inflight == 0 && u->next_send > u->last_part)
+			return DP_OK; /* every part is up */
+		int moved;
+		double wake;
+		if ((rc = pump(u, &moved, &wake, e)) < 0)
+			return rc;
+		double now = dp_now();
+		if (s->conf.progress && now - last_prog >= 0.25) {
+			s->conf.progress(s->conf.progress_ctx, u->sent);
+			last_prog = now;
+		}
+		int ms = moved ? 0 : (int)((wake - now) * 1000) + 1;
+		curl_multi_poll(u->multi, NULL, 0, ms < 0 ? 0 : ms, NULL);
+	}
+}
+
+/* A multipart upload of everything the reader reads; aborted when anything
+ * fails, so that no parts are left behind. */
+static int put_multipart(putter *u, dp_s3_stats *st, dp_err *e)
+{
+	int rc = mp_create(u, &u->upload_id, e);
+	if (rc < 0)
+		return rc;
+	rc = upload_parts(u, e);
+	if (rc == DP_OK)
+		rc = mp_complete(u, u->last_part, e);
+	if (rc == DP_OK) {
+		if (st)
+			st->bytes += u->sent;
+		return rc;
+	}
+	for (int i = 0; i < u->nb; i++)
+		if (u->b[i].running) {
+			curl_multi_remove_handle(u->multi, u->b[i].h);
+			u->b[i].running = 0;
+		}
+	dp_err e2 = {0};
+	if (mp_abort(u, u->upload_id, &e2) < 0 && e) {
+		size_t l = strlen(e->msg);
+		snprintf(e->msg + l, sizeof e->msg - l,
+			 "; and aborting upload %s failed (%s): run s3-pipe rm --uploads %s",
+			 u->upload_id, e2.msg, u->what);
+	}
+	return rc;
+}
+
+int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, int64_t size_hint,
+	      dp_s3_stats *st, dp_err *e)
+{
+	if (dst->kind == DP_LOC_FILE)
+		return put_local(s, dst, fd, srcname, st, e);
+	if (!*dst->bucket || !*dst->key || dst->key[strlen(dst->key) - 1] == '/')
+		return dp_seterr(e, DP_EARG, "s3://%s/%s: names no object", dst->bucket, dst->key);
+	int rc = s3_ready(s, e);
+	if (rc < 0)
+		return rc;
+	putter u;
+	ubuf *first, *second;
+	rc = putter_init(&u, s, dst, fd, srcname, size_hint, e);
+	if (rc == DP_OK)
+		rc = wait_first_parts(&u, &first, &second, e);
+	if (rc == DP_OK && (first->eof || !second || (second->eof && second->len == 0))) {
+		rc = put_single(&u, first, e);
+		if (rc == DP_OK && st)
+			st->bytes += first->len;
+	} else if (rc == DP_OK) {
+		rc = put_multipart(&u, st, e);
+	}
+	putter_free(&u);
+	if (st) {
+		st->requests = s->nreq;
+		st->retries = s->nretry;
+	}
 	return rc;
 }

@@ -11,68 +11,10 @@
 
 #include <ctype.h>
 #include <expat.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ---- Buffers ------------------------------------------------------------ */
-
-void s3_buf_add(s3_buf *b, const void *p, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = 1;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->p + b->n, p, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
-void s3_buf_str(s3_buf *b, const char *s) { s3_buf_add(b, s, strlen(s)); }
-
-void s3_buf_printf(s3_buf *b, const char *fmt, ...)
-{
-	char tmp[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n < sizeof tmp) {
-		s3_buf_add(b, tmp, (size_t)n);
-		return;
-	}
-	char *big = NULL;
-	va_start(ap, fmt);
-	n = vasprintf(&big, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		b->oom = 1;
-		return;
-	}
-	s3_buf_add(b, big, (size_t)n);
-	free(big);
-}
-
-void s3_buf_free(s3_buf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof *b);
-}
 
 /* ---- The event parser -------------------------------------------------------- */
 
@@ -83,10 +25,10 @@ typedef struct xp {
 	XML_Parser p;
 	s3x_cb cb;
 	void *ctx;
-	s3_buf path;
+	dp_buf path;
 	size_t mark[MAX_DEPTH + 1]; /* path length before each level */
 	int depth;
-	s3_buf text;
+	dp_buf text; /* capped at MAX_TEXT */
 	int failed; /* 1 too deep, 2 text too long, 3 out of memory */
 } xp;
 
@@ -107,18 +49,15 @@ static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **at
 		XML_StopParser(x->p, XML_FALSE);
 		return;
 	}
-	x->mark[x->depth++] = x->path.n;
-	if (x->path.n)
-		s3_buf_add(&x->path, "/", 1);
-	s3_buf_str(&x->path, local_name(name));
-	x->text.n = 0;
-	if (x->text.p)
-		x->text.p[0] = 0;
-	if (x->path.oom) {
+	x->mark[x->depth++] = x->path.len;
+	if (x->path.len)
+		dp_buf_add(&x->path, "/", 1);
+	if (dp_buf_addstr(&x->path, local_name(name)) < 0) {
 		x->failed = 3;
 		XML_StopParser(x->p, XML_FALSE);
 		return;
 	}
+	dp_buf_reset(&x->text);
 	x->cb(x->ctx, x->path.p, NULL, 0);
 }
 
@@ -127,13 +66,11 @@ static void XMLCALL on_end(void *ud, const XML_Char *name)
 	xp *x = ud;
 	if (x->failed || x->depth == 0)
 		return;
-	x->cb(x->ctx, x->path.p, x->text.p ? x->text.p : "", x->text.n);
+	x->cb(x->ctx, x->path.p, x->text.p ? x->text.p : "", x->text.len);
 	x->depth--;
-	x->path.n = x->mark[x->depth];
-	x->path.p[x->path.n] = 0;
-	x->text.n = 0;
-	if (x->text.p)
-		x->text.p[0] = 0;
+	x->path.len = x->mark[x->depth];
+	x->path.p[x->path.len] = 0;
+	dp_buf_reset(&x->text);
 }
 
 static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
@@ -141,14 +78,8 @@ static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
 	xp *x = ud;
 	if (x->failed)
 		return;
-	if (x->text.n + (size_t)len > MAX_TEXT) {
-		x->failed = 2;
-		XML_StopParser(x->p, XML_FALSE);
-		return;
-	}
-	s3_buf_add(&x->text, s, (size_t)len);
-	if (x->text.oom) {
-		x->failed = 3;
+	if (dp_buf_add(&x->text, s, (size_t)len) < 0) {
+		x->failed = x->text.err == DP_ELIMIT ? 2 : 3;
 		XML_StopParser(x->p, XML_FALSE);
 	}
 }
@@ -156,6 +87,8 @@ static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
 int s3x_parse(const char *doc, size_t len, s3x_cb cb, void *ctx, dp_err *e)
 {
 	xp x = {0};
+	dp_buf_init(&x.path, 0);
+	dp_buf_init(&x.text, MAX_TEXT);
 	x.cb = cb;
 	x.ctx = ctx;
 	x.p = XML_ParserCreate("UTF-8");
@@ -180,8 +113,8 @@ int s3x_parse(const char *doc, size_t len, s3x_cb cb, void *ctx, dp_err *e)
 				       XML_ErrorString(XML_GetErrorCode(x.p)));
 	}
 	XML_ParserFree(x.p);
-	s3_buf_free(&x.path);
-	s3_buf_free(&x.text);
+	dp_buf_free(&x.path);
+	dp_buf_free(&x.text);
 	return rc;
 }
 

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "sigv4.h"
+#include "dp.h"
 
 #include <ctype.h>
 #include <openssl/evp.h>
@@ -55,44 +56,15 @@ static void hmac(const void *key, size_t klen, const char *msg, unsigned char ou
 	HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, strlen(msg), out, &n);
 }
 
-/* ---- A growing string ------------------------------------------------- */
-
-typedef struct sbuf {
-	char *p;
-	size_t n, cap;
-	int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
+/* dp_buf's string, or NULL after a failure (the buffer is freed).  (The
+ * empty add makes an empty buffer's string "": dp_buf_take leaves it
+ * unterminated.) */
+static char *take_str(dp_buf *b)
 {
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = (b->n + n + 1) * 2;
-		char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = 1;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static char *sb_done(sbuf *b)
-{
-	if (b->oom) {
-		free(b->p);
-		return NULL;
-	}
-	if (!b->p)
-		return strdup("");
-	return b->p;
+	dp_buf_add(b, "", 0);
+	char *s = dp_buf_take(b);
+	dp_buf_free(b);
+	return s;
 }
 
 /* ---- Encoding ---------------------------------------------------------- */
@@ -102,27 +74,22 @@ static int unreserved(unsigned char c)
 	return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-static void sb_encode(sbuf *b, const char *s, size_t len, int keep_slash)
+char *dp_uri_encode(const char *s, size_t len, int keep_slash)
 {
 	static const char up[] = "0123456789ABCDEF";
+	dp_buf b = DP_BUF_INIT;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
 		/* isalnum is locale-dependent: only ASCII counts. */
 		if (c < 128 && (unreserved(c) || (keep_slash && c == '/'))) {
 			char ch = (char)c;
-			sb_add(b, &ch, 1);
+			dp_buf_add(&b, &ch, 1);
 		} else {
 			char e[3] = {'%', up[c >> 4], up[c & 15]};
-			sb_add(b, e, 3);
+			dp_buf_add(&b, e, 3);
 		}
 	}
-}
-
-char *dp_uri_encode(const char *s, size_t len, int keep_slash)
-{
-	sbuf b = {0};
-	sb_encode(&b, s, len, keep_slash);
-	return sb_done(&b);
+	return take_str(&b);
 }
 
 typedef struct qpair {
@@ -154,15 +121,10 @@ char *dp_sigv4_query(const dp_sigv4_kv *params, size_t n)
 	char *out = NULL;
 	if (!oom) {
 		qsort(q, n, sizeof *q, qcmp);
-		sbuf b = {0};
-		for (size_t i = 0; i < n; i++) {
-			if (i)
-				sb_add(&b, "&", 1);
-			sb_str(&b, q[i].k);
-			sb_add(&b, "=", 1);
-			sb_str(&b, q[i].v);
-		}
-		out = sb_done(&b);
+		dp_buf b = DP_BUF_INIT;
+		for (size_t i = 0; i < n; i++)
+			dp_buf_printf(&b, "%s%s=%s", i ? "&" : "", q[i].k, q[i].v);
+		out = take_str(&b);
 	}
 	for (size_t i = 0; i < n; i++) {
 		free(q[i].k);
@@ -223,7 +185,7 @@ static char *fold_value(const char *s)
 
 /* Appends the canonical headers block to ch and the signed header list to
  * sh.  Returns -1 on ENOMEM. */
-static int canon_headers(const dp_sigv4_kv *h, size_t n, sbuf *ch, sbuf *sh)
+static int canon_headers(const dp_sigv4_kv *h, size_t n, dp_buf *ch, dp_buf *sh)
 {
 	chdr *v = calloc(n ? n : 1, sizeof *v);
 	if (!v)
@@ -241,19 +203,13 @@ static int canon_headers(const dp_sigv4_kv *h, size_t n, sbuf *ch, sbuf *sh)
 		for (size_t i = 0; i < n; i++) {
 			if (i > 0 && strcmp(v[i].name, v[i - 1].name) == 0) {
 				/* the same name again: ",value" on the same line */
-				ch->n--; /* drop the '\n' */
-				sb_add(ch, ",", 1);
-				sb_str(ch, v[i].value);
-				sb_add(ch, "\n", 1);
+				if (ch->len)
+					ch->len--; /* drop the '\n' */
+				dp_buf_printf(ch, ",%s\n", v[i].value);
 				continue;
 			}
-			sb_str(ch, v[i].name);
-			sb_add(ch, ":", 1);
-			sb_str(ch, v[i].value);
-			sb_add(ch, "\n", 1);
-			if (sh->n)
-				sb_add(sh, ";", 1);
-			sb_str(sh, v[i].name);
+			dp_buf_printf(ch, "%s:%s\n", v[i].name, v[i].value);
+			dp_buf_printf(sh, "%s%s", sh->len ? ";" : "", v[i].name);
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -261,7 +217,7 @@ static int canon_headers(const dp_sigv4_kv *h, size_t n, sbuf *ch, sbuf *sh)
 		free(v[i].value);
 	}
 	free(v);
-	return oom || ch->oom || sh->oom ? -1 : 0;
+	return oom || ch->err || sh->err ? -1 : 0;
 }
 
 /* ---- Signing ----------------------------------------------------------- */
@@ -292,28 +248,19 @@ static int signing_key(const dp_sigv4_req *r, unsigned char key[32])
 /* Builds the canonical request; signed-header list into *signed_hdrs. */
 static char *canonical_request(const dp_sigv4_req *r, char **signed_hdrs)
 {
-	sbuf cr = {0}, ch = {0}, sh = {0};
+	dp_buf cr = DP_BUF_INIT, ch = DP_BUF_INIT, sh = DP_BUF_INIT;
 	if (canon_headers(r->hdrs, r->nhdrs, &ch, &sh) < 0) {
-		free(ch.p);
-		free(sh.p);
+		dp_buf_free(&ch);
+		dp_buf_free(&sh);
 		return NULL;
 	}
-	sb_str(&cr, r->method);
-	sb_add(&cr, "\n", 1);
-	sb_str(&cr, r->path && *r->path ? r->path : "/");
-	sb_add(&cr, "\n", 1);
-	sb_str(&cr, r->query ? r->query : "");
-	sb_add(&cr, "\n", 1);
-	if (ch.p)
-		sb_str(&cr, ch.p);
-	sb_add(&cr, "\n", 1);
-	if (sh.p)
-		sb_str(&cr, sh.p);
-	sb_add(&cr, "\n", 1);
-	sb_str(&cr, r->payload_hash ? r->payload_hash : DP_SHA256_EMPTY);
-	free(ch.p);
-	*signed_hdrs = sb_done(&sh);
-	char *out = sb_done(&cr);
+	dp_buf_printf(&cr, "%s\n%s\n%s\n%s\n%s\n%s", r->method,
+		      r->path && *r->path ? r->path : "/", r->query ? r->query : "",
+		      ch.p ? ch.p : "", sh.p ? sh.p : "",
+		      r->payload_hash ? r->payload_hash : DP_SHA256_EMPTY);
+	dp_buf_free(&ch);
+	*signed_hdrs = take_str(&sh);
+	char *out = take_str(&cr);
 	if (!out || !*signed_hdrs) {
 		free(out);
 		free(*signed_hdrs);

@@ -536,7 +536,7 @@ int comm_mpi_configure(dp_comm *c, dp_err *e)
 	struct comm_mpi *m = c->mpi;
 	int want = c->conf.overlap && c->size > 1 && m->thread_ok;
 	if (want && !m->running) {
-		int rc = pthread_create(&m->th, NULL, comm_thread, c);
+		int rc = dp_thread_create(&m->th, comm_thread, c);
 		if (rc) {
 			errno = rc;
 			return dp_syserr(e, "communication thread");

@@ -981,7 +981,7 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 		d->status = 0;
 		d->head = d->count = 0;
 		d->held = -1;
-		int rc = pthread_create(&d->th, NULL, producer, d);
+		int rc = dp_thread_create(&d->th, producer, d);
 		if (rc) {
 			errno = rc;
 			return dp_syserr(e, "data: reader thread");

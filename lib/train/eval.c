@@ -223,6 +223,27 @@ nomem:
 	return NULL;
 }
 
+void dp_eval_reset(dp_eval *ev)
+{
+	size_t k = ev->k;
+	ev->n = ev->correct = ev->topk_correct = 0;
+	dp_xsum_init(&ev->loss);
+	if (ev->kind == DP_EVAL_CLASS) {
+		memset(ev->support, 0, k * sizeof *ev->support);
+		memset(ev->predicted, 0, k * sizeof *ev->predicted);
+		memset(ev->tp, 0, k * sizeof *ev->tp);
+		if (ev->confusion)
+			memset(ev->confusion, 0, k * k * sizeof *ev->confusion);
+	} else {
+		for (size_t j = 0; j < k; j++) {
+			dp_xsum_init(&ev->sse[j]);
+			dp_xsum_init(&ev->sae[j]);
+			dp_xsum_init(&ev->sy[j]);
+			dp_xsum_init(&ev->syy[j]);
+		}
+	}
+}
+
 int dp_eval_kind(const dp_eval *ev) { return ev->kind; }
 size_t dp_eval_k(const dp_eval *ev) { return ev->k; }
 size_t dp_eval_topk(const dp_eval *ev) { return ev->topk; }

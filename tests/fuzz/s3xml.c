@@ -1,5 +1,5 @@
 /*
- * s3xml.c - libFuzzer target: the readers of S3's XML answers (lib/s3xml.c),
+ * s3xml.c - libFuzzer target: the readers of S3's XML answers (lib/s3/s3xml.c),
  * which see whatever a server, or anything between it and us, sends.
  *
  * The input is given to the event parser (which S3 listings, bucket lists,

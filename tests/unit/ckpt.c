@@ -60,13 +60,14 @@ static void refuse(const char *what, const char *header, size_t dlen, const char
 	free(b);
 }
 
-int main(void)
+/* The CPU backend, for the models. */
+static const dp_backend *be = &dp_backend_cpu;
+static dp_bectx *ctx;
+
+/* The exact bytes of a small file, and reading it back. */
+static void test_bytes(void)
 {
 	dp_err e;
-	if (!mkdtemp(tmpdir))
-		return 1;
-
-	/* ---- exact bytes ---- */
 	dp_st_writer *w = dp_st_writer_new();
 	float xv[2] = {1.5f, -2.0f};
 	int64_t cnt = 7;
@@ -107,7 +108,13 @@ int main(void)
 	}
 	free(b);
 
-	/* ---- damage ---- */
+}
+
+/* Damage a reader must refuse, each with its message. */
+static void test_damage(void)
+{
+	dp_err e;
+	dp_st *s;
 	{
 		s = dp_st_open_mem("\x01\x02\x03", 3, "bad.st", &e);
 		ok(!s, "refuses a short file");
@@ -157,11 +164,14 @@ int main(void)
 	refuse("extra fields",
 	       "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"z\":1}}", 4,
 	       "unexpected fields");
+}
 
-	/* ---- models ---- */
-	const dp_backend *be = &dp_backend_cpu;
-	dp_bectx *ctx;
-	be->open(&ctx, NULL, NULL, 0, &e);
+/* A checkpoint of a model after one step of Adam (m.st): weights,
+ * running statistics, optimizer state and training state round trip;
+ * another optimizer's state and another model's weights are refused. */
+static void test_models(void)
+{
+	dp_err e;
 	dp_shape in;
 	dp_shape_parse("2x6x6", &in, &e);
 	const char *spec = "conv:3:3,batchnorm,relu,flatten,dense:4";
@@ -240,8 +250,28 @@ int main(void)
 	dp_st_close(meta);
 	dp_model_free(m4);
 
-	/* every byte of the header corrupted in turn: refused or read, never a
-	 * crash (make asan checks the memory accesses) */
+	/* a NaN weight is never saved */
+	float nan = NAN;
+	be->upload(ctx, dp_model_params(m2), &nan, sizeof nan);
+	ok(dp_ckpt_save(path_of("nan.st"), m2, NULL, NULL, NULL, &e) == DP_EDATA,
+	   "NaN weights refused");
+	like(e.msg, "not written: the model's parameters are not finite", "message");
+	ok(access(path_of("nan.st"), F_OK) != 0, "and nothing written");
+
+	dp_optim_free(o);
+	dp_optim_free(o2);
+	dp_model_free(m);
+	dp_model_free(m2);
+}
+
+/* Every byte of m.st's header corrupted in turn: refused or read, never a
+ * crash (make asan checks the memory accesses); every truncation refused. */
+static void test_corrupted(void)
+{
+	dp_err e;
+	size_t len;
+	uint64_t got_hl;
+	uint8_t *b;
 	b = slurp(path_of("m.st"), &len);
 	memcpy(&got_hl, b, 8);
 	int refused_some = 0, loaded = 0;
@@ -273,19 +303,17 @@ int main(void)
 	}
 	ok(refused, "every truncation refused");
 	free(b);
+}
 
-	/* a NaN weight is never saved */
-	float nan = NAN;
-	be->upload(ctx, dp_model_params(m2), &nan, sizeof nan);
-	ok(dp_ckpt_save(path_of("nan.st"), m2, NULL, NULL, NULL, &e) == DP_EDATA,
-	   "NaN weights refused");
-	like(e.msg, "not written: the model's parameters are not finite", "message");
-	ok(access(path_of("nan.st"), F_OK) != 0, "and nothing written");
-
-	dp_optim_free(o);
-	dp_optim_free(o2);
-	dp_model_free(m);
-	dp_model_free(m2);
+int main(void)
+{
+	dp_err e;
+	if (!mkdtemp(tmpdir) || be->open(&ctx, NULL, NULL, 0, &e) < 0)
+		return 1;
+	test_bytes();
+	test_damage();
+	test_models();
+	test_corrupted();
 	be->close(ctx);
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

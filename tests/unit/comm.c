@@ -17,23 +17,13 @@
 /* Element i of rank r's gradients. */
 static float val(int r, size_t i) { return (float)(r + 1) + 0.5f * (float)(i % 1000); }
 
-int main(void)
+static int rank, size;
+static float sumr; /* sum over ranks of (r + 1) */
+
+/* Gradients in "layers" of 13 floats, buckets of 16, overlap off and on. */
+static void test_grads(dp_comm *c)
 {
 	dp_err e;
-	dp_comm *c = dp_comm_open(NULL, NULL, &e);
-	if (!c) {
-		printf("# %s\n", e.msg);
-		return 1;
-	}
-	int rank = dp_comm_rank(c), size = dp_comm_size(c);
-	if (rank != 0 && !freopen("/dev/null", "w", stdout))
-		return 1;
-	printf("# %s\n", dp_comm_desc(c));
-	ok(size >= 1 && rank < size, "rank %d of %d", rank, size);
-	float sumr = 0; /* sum over ranks of (r + 1) */
-	for (int r = 0; r < size; r++)
-		sumr += (float)(r + 1);
-
 	static const size_t ns[] = {1, 2, 3, 5, 7, 1000, 100003};
 	for (int overlap = 0; overlap < 2; overlap++) {
 		dp_comm_conf cc;
@@ -69,8 +59,12 @@ int main(void)
 	if (size > 1)
 		ok(st.calls > st.steps, "stats: buckets make several calls a step (%llu)",
 		   (unsigned long long)st.calls);
+}
 
-	/* protocol errors */
+/* Protocol errors: ranges out of order, a wait too early. */
+static void test_protocol(dp_comm *c)
+{
+	dp_err e;
 	float g3[3] = {0};
 	ok(dp_comm_grads_begin(c, g3, 3, &e) == 0, "begin");
 	ok(dp_comm_grads_ready(c, 0, 1, &e) == DP_EARG, "a range not at the end of the ready ones: refused");
@@ -78,8 +72,12 @@ int main(void)
 	ok(dp_comm_grads_ready(c, 1, 2, &e) == 0, "the last range");
 	ok(dp_comm_grads_wait(c, &e) == DP_EARG, "wait before every range is ready: refused");
 	like(e.msg, "never reported ready", "says which");
+}
 
-	/* sums, averages, broadcasts, gathers */
+/* Sums, averages, broadcasts, gathers. */
+static void test_collectives(dp_comm *c)
+{
+	dp_err e;
 	double d[2] = {rank + 0.5, 1};
 	ok(dp_comm_allreduce_sum(c, d, 2, &e) == 0 && d[0] == sumr - 0.5 * size &&
 		   d[1] == size, "allreduce_sum of doubles");
@@ -100,8 +98,12 @@ int main(void)
 		bad = all[r] != 100 + r;
 	ok(!bad, "allgather in rank order");
 	free(all);
+}
 
-	/* the settings check */
+/* The settings check. */
+static void test_settings(dp_comm *c)
+{
+	dp_err e;
 	ok(dp_comm_check_same(c, "model=a\nbatch=8\n", &e) == 0, "the same settings everywhere");
 	char text[64];
 	snprintf(text, sizeof text, "model=a\nbatch=%d\n", rank == 1 ? 16 : 8);
@@ -114,11 +116,15 @@ int main(void)
 	} else {
 		ok(rc == 0, "one rank: nothing to differ");
 	}
+}
 
-	/* the timeline */
+/* The timeline: a Chrome trace with every rank (-1: no directory). */
+static int test_timeline(dp_comm *c)
+{
+	dp_err e;
 	char path[] = "/tmp/dpcomm.XXXXXX", file[64];
 	if (rank == 0 && !mkdtemp(path))
-		return 1;
+		return -1;
 	ok(dp_comm_bcast_host(c, path, sizeof path, 0, &e) == 0, "share a directory");
 	ok(dp_comm_timeline_start(c, &e) == 0, "timeline start");
 	double t = dp_now();
@@ -142,6 +148,30 @@ int main(void)
 		unlink(file);
 		rmdir(path);
 	}
+	return 0;
+}
+
+int main(void)
+{
+	dp_err e;
+	dp_comm *c = dp_comm_open(NULL, NULL, &e);
+	if (!c) {
+		printf("# %s\n", e.msg);
+		return 1;
+	}
+	rank = dp_comm_rank(c), size = dp_comm_size(c);
+	if (rank != 0 && !freopen("/dev/null", "w", stdout))
+		return 1;
+	printf("# %s\n", dp_comm_desc(c));
+	ok(size >= 1 && rank < size, "rank %d of %d", rank, size);
+	for (int r = 0; r < size; r++)
+		sumr += (float)(r + 1);
+	test_grads(c);
+	test_protocol(c);
+	test_collectives(c);
+	test_settings(c);
+	if (test_timeline(c) < 0)
+		return 1;
 	dp_comm_close(c);
 	return done_testing();
 }

@@ -94,19 +94,12 @@ static int is_perm(const int *ids, int n, int lo, int hi)
 	return 1;
 }
 
-int main(void)
+/* In order: every sample, the batches, the stats, --last-batch drop. */
+static void test_order(void)
 {
 	dp_err e;
-	if (!mkdtemp(dir))
-		return 1;
-	snprintf(f1, sizeof f1, "%s/a.tfrecord", dir);
-	snprintf(f2, sizeof f2, "%s/b.tfrecord", dir);
-	write_file(f2, N, N, -1);
-	write_file(f1, 0, N, -1);
 	const char *one[] = {f1};
-	int ids[200], ids2[200], sizes[40], nb, nb2, sizes2[40];
-
-	/* in order */
+	int ids[200], sizes[40], nb;
 	dp_data_opts o = opts(one, 1);
 	dp_data *d = dp_data_open(&o, &e);
 	int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
@@ -125,8 +118,16 @@ int main(void)
 	dp_data_stats_get(d, &st);
 	ok(n == 24 && nb == 3 && st.dropped == 6, "--last-batch drop: 3 batches, 6 dropped");
 	dp_data_close(d);
+}
 
-	/* shuffle */
+/* Shuffled through a buffer of 5 and of 1000 records. */
+static void test_shuffle(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	int ids[200], ids2[200], sizes[40], sizes2[40], nb, nb2, n;
+	dp_data_opts o;
+	dp_data *d;
 	for (size_t buf = 5; buf <= 1000; buf += 995) {
 		o = opts(one, 1);
 		o.shuffle = buf;
@@ -166,15 +167,21 @@ int main(void)
 		   "shuffle %zu: an abandoned epoch leaves nothing behind", buf);
 		dp_data_close(d);
 	}
+}
 
-	/* shards partition the records */
+/* Shards partition the records. */
+static void test_shards(void)
+{
+	const char *one[] = {f1};
 	int count[N] = {0}, part = 1;
 	for (unsigned s = 0; s < 3; s++) {
-		o = opts(one, 1);
+		dp_err e;
+		int ids[200], sizes[40], nb;
+		dp_data_opts o = opts(one, 1);
 		o.shard_index = s;
 		o.shard_count = 3;
-		d = dp_data_open(&o, &e);
-		n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
+		dp_data *d = dp_data_open(&o, &e);
+		int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
 		for (int i = 0; i < n; i++) {
 			count[ids[i]]++;
 			part &= ids[i] % 3 == (int)s;
@@ -184,10 +191,17 @@ int main(void)
 	for (int i = 0; i < N; i++)
 		part &= count[i] == 1;
 	ok(part, "3 shards: record i in shard i %% 3, each once");
+}
 
-	/* shards in blocks after the shuffle (data parallelism): the j-th
-	 * batches of 3 readers with batch 4 are, in rank order, exactly the
-	 * j-th batch of one reader with batch 12; with a resume skip too */
+/* Shards in blocks after the shuffle (data parallelism): the j-th
+ * batches of 3 readers with batch 4 are, in rank order, exactly the
+ * j-th batch of one reader with batch 12; with a resume skip too. */
+static void test_block_shards(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	dp_data_opts o;
+	dp_data *d;
 	for (uint64_t skip = 0; skip < 2; skip++) {
 		int all[N], na, szs[N], nba;
 		o = opts(one, 1);
@@ -218,8 +232,15 @@ int main(void)
 		ok(same, "block shards after a shuffle = one reader's global batches (skip %d: %d, %d+%d+%d)",
 		   (int)skip, na, ng[0], ng[1], ng[2]);
 	}
+}
 
-	/* several files: globbed, shuffled together, file order per epoch */
+/* Several files: globbed, shuffled together, file order per epoch. */
+static void test_files(void)
+{
+	dp_err e;
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	char pat[320];
 	snprintf(pat, sizeof pat, "%s/*.tfrecord", dir);
 	const char *glob1[] = {pat};
@@ -241,8 +262,15 @@ int main(void)
 	ok(second_first > 0 && second_first < 8, "the file order changes between epochs (%d of 8)",
 	   second_first);
 	dp_data_close(d);
+}
 
-	/* a command */
+/* A command's output; a failing command. */
+static void test_command(void)
+{
+	dp_err e;
+	int ids[200], sizes[40], nb, n;
+	dp_data_opts o;
+	dp_data *d;
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "cat %s", f1);
 	o = opts(NULL, 0);
@@ -257,13 +285,19 @@ int main(void)
 	ok(n < 0, "a failing command fails the epoch");
 	like(e.msg, "exited with status 5", "and says how it ended");
 	dp_data_close(d);
+}
 
-	/* errors name file, record and offset */
+/* Errors name file, record and offset; bad options, bad scales. */
+static void test_errors(void)
+{
+	dp_err e;
+	const char *one[] = {f1};
+	int ids[200], sizes[40], nb;
 	write_file(f1, 0, N, 13);
-	o = opts(one, 1);
+	dp_data_opts o = opts(one, 1);
 	o.shuffle = 7;
-	d = dp_data_open(&o, &e);
-	n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
+	dp_data *d = dp_data_open(&o, &e);
+	int n = epoch_ids(d, 0, 0, ids, sizes, &nb, &e);
 	char want[400];
 	snprintf(want, sizeof want, "%s: record 13 at byte %llu: no label 'label' (the record has: image)",
 		 f1, (unsigned long long)offsets[13]);
@@ -282,7 +316,24 @@ int main(void)
 	ok(dp_parse_scale("0", &sc) < 0 && dp_parse_scale("1/0", &sc) < 0 &&
 		   dp_parse_scale("x", &sc) < 0 && dp_parse_scale("1/2/3", &sc) < 0,
 	   "bad scales refused");
+}
 
+int main(void)
+{
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(f1, sizeof f1, "%s/a.tfrecord", dir);
+	snprintf(f2, sizeof f2, "%s/b.tfrecord", dir);
+	write_file(f2, N, N, -1);
+	write_file(f1, 0, N, -1);
+	test_order();
+	test_shuffle();
+	test_shards();
+	test_block_shards();
+	test_files();
+	test_command();
+	test_errors(); /* rewrites f1 */
+	char cmd[400];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		return 1;

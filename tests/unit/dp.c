@@ -1,10 +1,21 @@
-/* dp.c - dp.h's small helpers: option numbers (dp_parse_count), byte
- * sizes (dp_parse_size) and name templates (dp_expand). */
+/* dp.c - lib/common: option numbers (dp_parse_count), byte sizes
+ * (dp_parse_size), name templates (dp_expand), I/N (dp_parse_part), the
+ * buffer and JSON escaper (dp_buf), the RNG, and the registry of
+ * temporary outputs under threads. */
+#define _GNU_SOURCE
 #include "dp.h"
+#include "dp_rng.h"
 #include "tap.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_count(void)
 {
@@ -70,10 +81,398 @@ static void test_expand(void)
 	free(s);
 }
 
+static void test_part(void)
+{
+	uint64_t i = 9, n = 9;
+	dp_err e;
+	is_int(dp_parse_part("--shard", "3/8", NULL, &i, &n, &e), 0, "3/8 parses");
+	ok(i == 3 && n == 8, "... as part 3 of 8");
+	const char *vars[] = {"rank", "1", "size", "2", NULL};
+	is_int(dp_parse_part("--take", "{rank}/{size}", vars, &i, &n, &e), 0, "{rank}/{size} filled in");
+	ok(i == 1 && n == 2, "... from vars");
+	is_int(dp_parse_part("--take", "0x3/0x10", NULL, &i, &n, &e), 0, "hex, as dp_parse_count");
+	ok(i == 3 && n == 16, "... 3 of 16");
+	is_int(dp_parse_part("--take", "0/1073741824", NULL, &i, &n, &e), 0, "N up to 2^30");
+	const char *bad[] = {"8/8", "-1/8", "1/0", "1", "/8", "1/", "1/8/9", " 1/8", "1/+8", "a/b",
+			     "0/1073741825", ""};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		is_int(dp_parse_part("--shard", bad[k], NULL, &i, &n, &e), DP_EARG, "'%s' refused",
+		       bad[k]);
+		ok(strstr(e.msg, "--shard '") && strstr(e.msg, "want I/N"), "... naming the option: %s",
+		   e.msg);
+	}
+	dp_parse_part("--take", "{rank}/{size}", (const char *[]){"rank", "2", "size", "2", NULL}, &i,
+		      &n, &e);
+	ok(strstr(e.msg, "'{rank}/{size}' (2/2)") != NULL, "the message shows what the template gave: %s",
+	   e.msg);
+}
+
+static void test_buf(void)
+{
+	dp_buf b;
+	dp_buf_init(&b, 0);
+	dp_buf_addstr(&b, "abc");
+	dp_buf_printf(&b, "-%d-%s", 42, "x");
+	is_str(b.p, "abc-42-x", "add and printf append");
+	is_int(b.len, 8, "... len counts the bytes");
+	for (int k = 0; k < 10000; k++)
+		dp_buf_add(&b, "0123456789", 10);
+	is_int(b.len, 100008, "grows");
+	is_int(b.err, 0, "... without error");
+	dp_buf_reset(&b);
+	is_int(b.len, 0, "reset empties");
+	char *t = dp_buf_take(&b);
+	is_str(t, "", "take of an empty buffer: an empty string");
+	free(t);
+	dp_buf_free(&b);
+
+	dp_buf_init(&b, 10);
+	dp_buf_reserve(&b, 8); /* memory past the cap: printf must still stop at it */
+	is_int(dp_buf_printf(&b, "%s", "0123456789a"), DP_ELIMIT, "printf past the cap: DP_ELIMIT");
+	is_int(b.len, 0, "... adds nothing");
+	dp_buf_reset(&b);
+	is_int(dp_buf_printf(&b, "%d%s", 1234, "56789"), 0, "printf up to the cap");
+	dp_buf_reset(&b);
+	is_int(dp_buf_add(&b, "0123456789", 10), 0, "up to the cap");
+	is_int(dp_buf_add(&b, "x", 1), DP_ELIMIT, "past the cap: DP_ELIMIT");
+	is_int(dp_buf_addstr(&b, ""), DP_ELIMIT, "... and it sticks");
+	is_str(b.p, "0123456789", "the contents stay");
+	ok(dp_buf_take(&b) == NULL, "take after a failure: NULL");
+	dp_buf_reset(&b);
+	is_int(dp_buf_addstr(&b, "ok"), 0, "reset clears the error");
+	dp_buf_free(&b);
+
+	struct {
+		const char *in;
+		size_t n;
+		int flags;
+		const char *want;
+	} js[] = {
+		{"plain", 5, 0, "\"plain\""},
+		{"q\"b\\s/", 6, 0, "\"q\\\"b\\\\s/\""},
+		{"\n\r\t\b\f\x01\x1f\x7f", 8, 0, "\"\\n\\r\\t\\b\\f\\u0001\\u001f\\u007f\""},
+		{"nul\0in", 6, 0, "\"nul\\u0000in\""},
+		{"caf\xc3\xa9", 5, 0, "\"caf\xc3\xa9\""},
+		{"caf\xc3\xa9", 5, DP_JSON_ASCII, "\"caf\\u00e9\""},
+		{"\xf0\x9f\x98\x80", 4, DP_JSON_ASCII, "\"\\ud83d\\ude00\""},
+		{"\xf0\x9f\x98\x80", 4, 0, "\"\xf0\x9f\x98\x80\""},
+		{"a\xff" "b", 3, 0, "\"a\xef\xbf\xbd" "b\""},
+		{"a\xff" "b", 3, DP_JSON_ASCII, "\"a\\ufffdb\""},
+		{"\xc0\xaf", 2, 0, "\"\xef\xbf\xbd\xef\xbf\xbd\""}, /* overlong */
+		{"\xed\xa0\x80", 3, DP_JSON_ASCII, "\"\\ufffd\\ufffd\\ufffd\""}, /* surrogate */
+		{"\xe2\x82", 2, 0, "\"\xef\xbf\xbd\xef\xbf\xbd\""}, /* cut short */
+	};
+	for (size_t k = 0; k < sizeof js / sizeof js[0]; k++) {
+		dp_buf_init(&b, 0);
+		dp_buf_json_str(&b, js[k].in, js[k].n, js[k].flags);
+		is_str(b.p, js[k].want, "JSON string %zu", k);
+		dp_buf_free(&b);
+	}
+}
+
+/* dp_rng_seed is splitmix64 from mix64(seed ^ mix64(stream)): the stream
+ * tfr-shard's splits and shuffles were specified with. */
+static void test_rng(void)
+{
+	uint64_t s = dp_mix64(42 ^ dp_mix64(7));
+	dp_rng r;
+	dp_rng_seed(&r, 42, 7);
+	int same = 1;
+	for (int k = 0; k < 1000; k++) {
+		s += 0x9e3779b97f4a7c15ull;
+		same &= dp_rng_next(&r) == dp_mix64(s);
+	}
+	ok(same, "dp_rng_seed + dp_rng_next: splitmix64's sequence");
+	is_int(dp_mix64(0), 0, "mix64(0) = 0 (the finaliser's fixed point)");
+	ok(dp_mix64(1) == 0x5692161d100b05e5ull, "mix64(1): the published splitmix64 finaliser");
+}
+
+/* Threads open and abort outputs (more than a chunk of the registry at
+ * once) while another calls dp_out_cleanup() as a signal handler would,
+ * over and over: nothing read is ever freed or half-written (ASan and
+ * TSan see it), and a cleanup removes every temporary still open. */
+#define NT 4
+#define PER 40
+static _Atomic int stop_cleaner;
+static char tdir[64];
+
+static void *opener(void *arg)
+{
+	long id = (long)arg;
+	for (int round = 0; round < 20; round++) {
+		dp_out o[PER];
+		char path[128];
+		for (int k = 0; k < PER; k++) {
+			snprintf(path, sizeof path, "%s/t%ld-%d", tdir, id, k);
+			if (dp_out_open(&o[k], path, NULL) < 0)
+				return (void *)1;
+		}
+		for (int k = 0; k < PER; k++)
+			dp_out_abort(&o[k]);
+	}
+	return NULL;
+}
+
+static void *committer(void *arg)
+{
+	long id = (long)arg;
+	for (int k = 0; k < 50; k++) {
+		dp_out o;
+		char path[128];
+		snprintf(path, sizeof path, "%s/c%ld-%d", tdir, id, k % 5);
+		if (dp_out_open(&o, path, NULL) == 0) {
+			dp_write_all(o.fd, "x", 1, path, NULL);
+			dp_out_commit(&o, NULL); /* may fail: the cleanup took its name */
+		}
+	}
+	return NULL;
+}
+
+static void *cleaner(void *arg)
+{
+	while (!stop_cleaner)
+		dp_out_cleanup();
+	return NULL;
+}
+
+static int count_files(const char *dir)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "ls -A %s | wc -l", dir);
+	FILE *f = popen(cmd, "r");
+	int n = -1;
+	if (f && fscanf(f, "%d", &n) != 1)
+		n = -1;
+	if (f)
+		pclose(f);
+	return n;
+}
+
+static void *mask_of(void *arg)
+{
+	pthread_sigmask(SIG_BLOCK, NULL, arg);
+	return NULL;
+}
+
+static void test_out_threads(void)
+{
+	snprintf(tdir, sizeof tdir, "%s/dpout.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(tdir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	pthread_t th[NT], cl;
+	dp_thread_create(&cl, cleaner, NULL);
+	int bad = 0;
+	for (long i = 0; i < NT; i++)
+		dp_thread_create(&th[i], opener, (void *)i);
+	for (int i = 0; i < NT; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		bad |= r != NULL;
+	}
+	stop_cleaner = 1;
+	pthread_join(cl, NULL);
+	ok(!bad, "%d threads x %d outputs open and abort beside a running cleanup", NT, PER);
+	is_int(count_files(tdir), 0, "... and leave no file");
+
+	/* 150 outputs open (three chunks of the registry when named); a
+	 * cleanup leaves none (under O_TMPFILE they have no name at all) */
+	dp_out o[150];
+	char path[128];
+	for (int k = 0; k < 150; k++) {
+		snprintf(path, sizeof path, "%s/o%d", tdir, k);
+		dp_out_open(&o[k], path, NULL);
+	}
+	int visible = count_files(tdir);
+	ok(visible == 0 || visible == 150, "150 temporaries open (%d with names)", visible);
+	dp_out_cleanup();
+	is_int(count_files(tdir), 0, "dp_out_cleanup leaves none");
+	for (int k = 0; k < 150; k++)
+		dp_out_abort(&o[k]);
+
+	/* commits name their temporaries (linkat) and register them while a
+	 * cleanup runs beside: none is left whether or not it was removed */
+	stop_cleaner = 0;
+	dp_thread_create(&cl, cleaner, NULL);
+	for (long i = 0; i < NT; i++)
+		dp_thread_create(&th[i], committer, (void *)i);
+	for (int i = 0; i < NT; i++)
+		pthread_join(th[i], NULL);
+	stop_cleaner = 1;
+	pthread_join(cl, NULL);
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "ls -A %s | grep -c tmp", tdir);
+	FILE *f = popen(cmd, "r");
+	int tmps = -1;
+	if (f && fscanf(f, "%d", &tmps) != 1)
+		tmps = -1;
+	if (f)
+		pclose(f);
+	is_int(tmps, 0, "%d threads committing beside a cleanup leave no temporary", NT);
+	snprintf(cmd, sizeof cmd, "rm -f %s/c*", tdir);
+	system(cmd);
+
+	/* a thread libdp starts has every signal blocked */
+	sigset_t m;
+	pthread_t t;
+	dp_thread_create(&t, mask_of, &m);
+	pthread_join(t, NULL);
+	ok(sigismember(&m, SIGINT) && sigismember(&m, SIGTERM) && sigismember(&m, SIGPIPE),
+	   "dp_thread_create: SIGINT, SIGTERM and SIGPIPE blocked in the new thread");
+	rmdir(tdir);
+}
+
+static char *slurp(const char *path)
+{
+	static char buf[256];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static int write_out(const char *path, const char *text, dp_err *e)
+{
+	dp_out o;
+	int rc = dp_out_open(&o, path, e);
+	if (rc < 0)
+		return rc;
+	if (dp_write_all(o.fd, text, strlen(text), path, e) < 0) {
+		dp_out_abort(&o);
+		return DP_EIO;
+	}
+	return dp_out_commit(&o, e);
+}
+
+/* Outputs through links, descriptors, modes, and groups that land all or
+ * none (issue 12, item 1 and 3). */
+static void test_out_paths(void)
+{
+	char d[64], p[256], q[256];
+	dp_err e;
+	struct stat st, st2;
+	snprintf(d, sizeof d, "%s/dpout.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(d)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	/* a link to a file: the file is replaced, the link stays */
+	snprintf(p, sizeof p, "%s/real", d);
+	snprintf(q, sizeof q, "%s/link", d);
+	write_out(p, "old", &e);
+	symlink("real", q);
+	is_int(write_out(q, "new", &e), 0, "an output named through a link");
+	is_str(slurp(p), "new", "... writes the file the link names");
+	ok(lstat(q, &st) == 0 && S_ISLNK(st.st_mode), "... and the link stays a link");
+	/* a dangling link: its target is created */
+	snprintf(p, sizeof p, "%s/sub", d);
+	mkdir(p, 0755);
+	snprintf(q, sizeof q, "%s/dangling", d);
+	symlink("sub/target", q);
+	is_int(write_out(q, "made", &e), 0, "a dangling link (relative, into a subdirectory)");
+	snprintf(p, sizeof p, "%s/sub/target", d);
+	is_str(slurp(p), "made", "... creates the file it names");
+	ok(lstat(q, &st) == 0 && S_ISLNK(st.st_mode), "... the link stays");
+	/* modes kept */
+	snprintf(p, sizeof p, "%s/secret", d);
+	write_out(p, "x", &e);
+	chmod(p, 0600);
+	write_out(p, "y", &e);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "a 0600 file replaced stays 0600 (%o)",
+	   st.st_mode & 07777);
+	chmod(p, 0640);
+	snprintf(q, sizeof q, "%s/to-secret", d);
+	symlink(p, q);
+	write_out(q, "z", &e);
+	ok(stat(p, &st) == 0 && (st.st_mode & 07777) == 0640, "... through a link too (%o)",
+	   st.st_mode & 07777);
+	/* a descriptor path: written in place, at its offset */
+	snprintf(p, sizeof p, "%s/fdfile", d);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	write(fd, "head:", 5);
+	fstat(fd, &st);
+	snprintf(q, sizeof q, "/dev/fd/%d", fd);
+	is_int(write_out(q, "tail", &e), 0, "/dev/fd/N");
+	is_str(slurp(p), "head:tail", "... writes in place on that descriptor, where it stands");
+	ok(stat(p, &st2) == 0 && st2.st_ino == st.st_ino, "... the file is not replaced");
+	snprintf(q, sizeof q, "/proc/self/fd/%d", fd);
+	write_out(q, "!", &e);
+	is_str(slurp(p), "head:tail!", "/proc/self/fd/N likewise");
+	dp_out o;
+	dp_out_open(&o, q, &e);
+	ok(o.tmp == NULL && o.fd != fd && o.fd > 2, "... on a duplicate (tmp NULL: in place)");
+	ok(dp_out_is_input(&o, fd), "dp_out_is_input: the output is that input");
+	dp_out_abort(&o);
+	ok(fcntl(fd, F_GETFD) == 0 || fcntl(fd, F_GETFD) == FD_CLOEXEC, "... and abort leaves the original open");
+	close(fd);
+	/* a directory is refused at open, and by the check */
+	is_int(dp_out_open(&o, d, &e), DP_EIO, "a directory as output: refused at open");
+	ok(strstr(e.msg, "is a directory") != NULL, "... %s", e.msg);
+	is_int(dp_out_check(d, &e), DP_EIO, "dp_out_check: a directory");
+	snprintf(p, sizeof p, "%s/nodir/x", d);
+	ok(dp_out_check(p, &e) < 0 && strstr(e.msg, "nodir"), "dp_out_check: %s", e.msg);
+	snprintf(p, sizeof p, "%s/fresh", d);
+	is_int(dp_out_check(p, &e), 0, "dp_out_check: a new file in a writable directory");
+	ok(access(p, F_OK) < 0, "... creates nothing");
+	/* all or none: the second destination became a directory */
+	dp_out a, b;
+	char pa[256], pb[256];
+	snprintf(pa, sizeof pa, "%s/g1", d);
+	snprintf(pb, sizeof pb, "%s/g2", d);
+	write_out(pa, "old1", &e);
+	dp_out_open(&a, pa, &e);
+	dp_out_open(&b, pb, &e);
+	write(a.fd, "new1", 4);
+	write(b.fd, "new2", 4);
+	mkdir(pb, 0755);
+	dp_out *g[] = {&a, &b};
+	ok(dp_out_commit_all(g, 2, &e) < 0 && strstr(e.msg, "g2"), "a group with a bad destination fails, naming it: %s",
+	   e.msg);
+	is_str(slurp(pa), "old1", "... and the first output is not replaced");
+	rmdir(pb);
+	/* all or none: a rename that fails after the first landed rolls back */
+	dp_out_open(&a, pa, &e);
+	dp_out_open(&b, pb, &e);
+	write(a.fd, "new1", 4);
+	write(b.fd, "new2", 4);
+	chmod(d, 0555); /* no rename, no link into d: root ignores it, so use a full check */
+	dp_err e2;
+	int rc = dp_out_commit_all(g, 2, &e2);
+	chmod(d, 0755);
+	if (geteuid() != 0) {
+		ok(rc < 0, "a read-only directory: the group fails");
+		is_str(slurp(pa), "old1", "... the first file as it was");
+	} else {
+		ok(rc == 0, "as root the group lands (the directory's mode does not stop root)");
+		is_str(slurp(pa), "new1", "... the first");
+		is_str(slurp(pb), "new2", "... and the second");
+	}
+	int left = 0;
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "ls -A %s | grep -c tmp", d);
+	FILE *f = popen(cmd, "r");
+	if (f && fscanf(f, "%d", &left) != 1)
+		left = -1;
+	if (f)
+		pclose(f);
+	is_int(left, 0, "no temporary or kept-aside file is left beside the outputs");
+	snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+	system(cmd);
+}
+
 int main(void)
 {
 	test_count();
 	test_size();
 	test_expand();
+	test_part();
+	test_buf();
+	test_rng();
+	test_out_threads();
+	test_out_paths();
 	return done_testing();
 }

@@ -187,6 +187,16 @@ static void test_class(void)
 	ok(same_bits(r.loss, r2.loss) && r.accuracy == r2.accuracy && r.f1_macro == r2.f1_macro &&
 		   !memcmp(r.confusion, r2.confusion, 9 * sizeof *r.confusion),
 	   "split and combined: the same metrics, bit for bit");
+	/* reset: as new, then the same samples give the same bits */
+	dp_eval_reset(b);
+	ok(dp_eval_report_get(b, &r2, &e) == DP_EDATA, "reset: no samples");
+	dp_eval_add_class(b, &z[0][0], y, 6, NULL, NULL, NULL, &e);
+	dp_eval_report_get(ev, &r, &e);
+	dp_eval_report_get(b, &r2, &e);
+	ok(r2.samples == 6 && same_bits(r.loss, r2.loss) && r.topk_accuracy == r2.topk_accuracy &&
+		   r.classes[1].tp == r2.classes[1].tp &&
+		   !memcmp(r.confusion, r2.confusion, 9 * sizeof *r.confusion),
+	   "reset, then added again: the metrics of a new accumulator");
 	free(sa);
 	free(sb);
 	dp_eval_free(a);
@@ -235,6 +245,10 @@ static void test_regression(void)
 	dp_eval_add_regression(ev, c2, c, 2, NULL, &e);
 	dp_eval_report_get(ev, &r, &e);
 	ok(r.r2 == 0, "constant targets, not exact: r2 0");
+	dp_eval_reset(ev);
+	dp_eval_add_regression(ev, c1, c, 2, NULL, &e);
+	dp_eval_report_get(ev, &r, &e);
+	ok(r.samples == 2 && r.r2 == 1 && r.mse == 0, "reset: the regression sums start again");
 	dp_eval_free(ev);
 }
 

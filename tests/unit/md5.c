@@ -1,8 +1,9 @@
 /* md5.c - MD5 against RFC 1321's test suite, and every implementation the
  * CPU has (scalar, AVX2, AVX-512) against OpenSSL's MD5 on random messages
  * fed in random pieces, many at a time, so that lanes run out, take new
- * jobs, sit idle, and the scalar code takes over.  With an argument
- * ("bench"), hashing speed of each implementation instead. */
+ * jobs, sit idle, and the scalar code takes over; then the S3 ETag
+ * helpers.  With an argument ("bench"), hashing speed of each
+ * implementation instead. */
 #include "dp.h"
 #include "s3/md5.h"
 #include "tap.h"
@@ -115,6 +116,35 @@ static void bench(const unsigned char *data, size_t n)
 	       (double)reps * (double)(n / 16) / (dp_now() - t0) / 1e6);
 }
 
+/* S3 ETags: the digest in one, and the ETag of a multipart object. */
+static void etags(void)
+{
+	unsigned char d[16];
+	char h[33];
+	ok(dp_md5_etag("\"0cc175b9c0f1b6a831c399e269772661\"", d), "ETag: quoted MD5");
+	hex(d, h);
+	is_str(h, "0cc175b9c0f1b6a831c399e269772661", "ETag: its digest");
+	ok(dp_md5_etag("0CC175B9C0F1B6A831C399E269772661", d), "ETag: bare, upper case");
+	hex(d, h);
+	is_str(h, "0cc175b9c0f1b6a831c399e269772661", "ETag: upper case read");
+	ok(!dp_md5_etag("\"0cc175b9c0f1b6a831c399e269772661-2\"", d), "ETag: multipart: no MD5");
+	ok(!dp_md5_etag("\"0cc175b9c0f1b6a831c399e26977266\"", d), "ETag: 31 digits: no MD5");
+	ok(!dp_md5_etag("\"0cc175b9c0f1b6a831c399e26977266g\"", d), "ETag: not hex: no MD5");
+	ok(!dp_md5_etag("", d), "ETag: empty: no MD5");
+
+	/* parts "a" and "b": MD5(MD5("a") MD5("b")) (Python's hashlib) */
+	const char parts[2][80] = {"\"0cc175b9c0f1b6a831c399e269772661\"",
+				   "\"92eb5ffee6ae2fec3ad71c777531578f\""};
+	char out[80];
+	dp_md5_multipart_etag(parts, 2, out);
+	is_str(out, "\"96e024ba2074fe77e8e965ba43a704be-2\"", "multipart ETag of two parts");
+	dp_md5_multipart_etag(parts, 1, out);
+	is_str(out, "\"b6ff9a06b7e20bcb2858c5b8ff744aea-1\"", "multipart ETag of one part");
+	const char odd[2][80] = {"\"0cc175b9c0f1b6a831c399e269772661\"", "\"x\""};
+	dp_md5_multipart_etag(odd, 2, out);
+	is_str(out, "", "multipart ETag: a part without an MD5 ETag gives none");
+}
+
 int main(int argc, char **argv)
 {
 	size_t datalen = 1 << 22;
@@ -190,6 +220,7 @@ int main(int argc, char **argv)
 		}
 		is_int(bad, 0, "%s: 16 messages of 64 KiB side by side", impls[k]);
 	}
+	etags();
 	free(data);
 	return done_testing();
 }
