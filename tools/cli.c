@@ -163,6 +163,10 @@ double cli_real(const char *opt, const char *s, double min, double max)
 uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
 	uint64_t v;
+	if ((dp_parse_size(s, &v) < 0 || v < min) && max == UINT64_MAX)
+		cli_usage_error("%s '%s': want a byte count of at least %" PRIu64
+				", such as 512K, 64M or 2G",
+				opt, s, min);
 	if (dp_parse_size(s, &v) < 0 || v < min || v > max)
 		cli_usage_error("%s '%s': want a size from %" PRIu64 " to %" PRIu64
 				" bytes, such as 512K, 64M or 2G",

@@ -81,7 +81,8 @@ int cli_close_stdout(void);
 /* Option values; a bad one is a usage error naming the option.
  * cli_count: a whole number from min to max (dp_parse_count).
  * cli_real: a finite number from min to max.
- * cli_size: a byte count ("512M", "1.5G", dp_parse_size) from min to max.
+ * cli_size: a byte count ("512M", "1.5G", dp_parse_size) from min to max
+ *   (UINT64_MAX: no bound).
  * cli_part: "I/N" with {rank}, {size} and vars filled in (dp_parse_part). */
 uint64_t cli_count(const char *opt, const char *s, uint64_t min, uint64_t max);
 double cli_real(const char *opt, const char *s, double min, double max);

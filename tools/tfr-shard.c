@@ -18,6 +18,7 @@
  * dp_hash.h, dp_shuffle.h); this file is options, plumbing and messages.
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "dp.h"
 #include "dp_example.h"
 #include "dp_hash.h"
@@ -31,7 +32,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,36 +124,13 @@ static struct {
 
 /* ---- messages ---------------------------------------------------------- */
 
-static void abort_outputs(void);
+static void abort_outputs(int code);
 
-static void __attribute__((format(printf, 1, 2), noreturn)) die(const char *fmt, ...)
+/* Before a message (cli.before_msg): clear the progress line. */
+static void clear_progress(void)
 {
-	va_list ap;
 	if (g.progress)
 		fputs("\r\033[K", stderr);
-	fputs(DP_PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	abort_outputs();
-	exit(1);
-}
-
-static void __attribute__((noreturn)) usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fputs(DP_PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nusage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
-	      "[--take I/N] [OPTION...] [FILE...] (--help for more)\n",
-	      stderr);
-	exit(2);
 }
 
 static void warn_corrupt(const char *msg)
@@ -161,9 +138,9 @@ static void warn_corrupt(const char *msg)
 	if (g.quiet_warnings || opt.quiet)
 		return;
 	if (g.warnings < MAX_WARNINGS)
-		fprintf(stderr, "%s" DP_PROG ": %s\n", g.progress ? "\r\033[K" : "", msg);
+		cli_warn("%s", msg);
 	else if (g.warnings == MAX_WARNINGS)
-		fprintf(stderr, DP_PROG ": further corrupt records are counted, not shown\n");
+		cli_warn("further corrupt records are counted, not shown");
 	g.warnings++;
 }
 
@@ -176,8 +153,8 @@ static void show_progress(int final)
 	if (final)
 		fputs("\r\033[K", stderr);
 	else
-		fprintf(stderr, "\r" DP_PROG ": %" PRIu64 " records, %.1f MiB read, %.0f s\033[K",
-			g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0, now - g.t0);
+		fprintf(stderr, "\r%s: %" PRIu64 " records, %.1f MiB read, %.0f s\033[K",
+			cli.prog, g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0, now - g.t0);
 }
 
 static void help(void)
@@ -226,8 +203,10 @@ static void help(void)
 
 /* ---- outputs ----------------------------------------------------------- */
 
-static void abort_outputs(void)
+/* On a fatal error (cli.on_fail): no output is left behind. */
+static void abort_outputs(int code)
 {
+	(void)code;
 	for (int s = 0; s < g.nsplits; s++)
 		for (size_t k = 0; k < g.sp[s].nsh; k++) {
 			struct output *o = &g.sp[s].sh[k];
@@ -272,18 +251,13 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 			      "split",   g.sp[s].name ? g.sp[s].name : "",
 			      "rank",    rank,  "size",    size,
 			      NULL};
-	char *p = dp_expand(opt.tmpl, vars);
-	if (!p)
-		die("out of memory");
-	return p;
+	return cli_expand(opt.tmpl, vars);
 }
 
 /* mkdir -p of the directory part of path. */
 static void make_parents(const char *path)
 {
-	char *d = strdup(path);
-	if (!d)
-		die("out of memory");
+	char *d = cli_strdup(path);
 	char *slash = strrchr(d, '/');
 	if (slash && slash != d) {
 		*slash = 0;
@@ -292,11 +266,11 @@ static void make_parents(const char *path)
 				continue;
 			*p = 0;
 			if (mkdir(d, 0777) < 0 && errno != EEXIST)
-				die("%s: cannot create directory: %s", d, strerror(errno));
+				cli_die("%s: cannot create directory: %s", d, strerror(errno));
 			*p = '/';
 		}
 		if (mkdir(d, 0777) < 0 && errno != EEXIST)
-			die("%s: cannot create directory: %s", d, strerror(errno));
+			cli_die("%s: cannot create directory: %s", d, strerror(errno));
 	}
 	free(d);
 }
@@ -307,19 +281,19 @@ static void open_output(struct output *o, const char *path)
 	if (strcmp(path, "-") != 0)
 		make_parents(path);
 	if (dp_out_open(&o->o, path, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->opened = 1;
 	if (o->o.tmp == NULL && isatty(o->o.fd))
-		die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
+		cli_die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
 	if (!(o->w = dp_writer_open_fd(o->o.fd, o->o.path, opt.comp, opt.level, &e)))
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void finish_output(struct output *o)
 {
 	dp_err e;
 	if (dp_writer_finish(o->w, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->out_bytes = dp_writer_out_bytes(o->w);
 	dp_writer_free(o->w);
 	o->w = NULL;
@@ -327,15 +301,9 @@ static void finish_output(struct output *o)
 
 static struct output *add_shard(struct split *sp)
 {
-	if (sp->nsh == sp->capsh) {
-		size_t nc = sp->capsh ? sp->capsh * 2 : 8;
-		struct output *n = realloc(sp->sh, nc * sizeof *n);
-		if (!n)
-			die("out of memory");
-		memset(n + sp->capsh, 0, (nc - sp->capsh) * sizeof *n);
-		sp->sh = n;
-		sp->capsh = nc;
-	}
+	size_t old = sp->capsh;
+	cli_grow(&sp->sh, &sp->capsh, sp->nsh + 1, sizeof *sp->sh);
+	memset(sp->sh + old, 0, (sp->capsh - old) * sizeof *sp->sh);
 	return &sp->sh[sp->nsh++];
 }
 
@@ -357,21 +325,14 @@ static void open_fixed_outputs(void)
 		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
 		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
 		for (uint64_t k = first; k < last; k++) {
-			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
-			if (!path)
-				die("out of memory");
-			if (n == cap) {
-				cap = cap ? cap * 2 : 16;
-				if (!(names = realloc(names, cap * sizeof *names)))
-					die("out of memory");
-			}
-			names[n++] = path;
+			cli_grow(&names, &cap, n + 1, sizeof *names);
+			names[n++] = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
 		}
 	}
 	qsort(names, n, sizeof *names, cmp_str);
 	for (size_t i = 1; i < n; i++)
 		if (!strcmp(names[i - 1], names[i]))
-			usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
+			cli_usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
 				    opt.tmpl ? opt.tmpl : "-", names[i], g.nsplits > 1 ? " and {split}" : "");
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
@@ -384,7 +345,7 @@ static void open_fixed_outputs(void)
 		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
 		for (uint64_t k = first; k < last; k++) {
 			struct output *o = add_shard(sp);
-			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
+			char *path = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
 			open_output(o, path);
 			free(path);
 			g.remaining++;
@@ -417,13 +378,12 @@ static void commit_outputs(void)
 			if (!g.fixed && !to_stdout()) { /* now {nshards} is known */
 				char *name = out_name(s, k, sp->nsh);
 				if (dp_out_retarget(&o->o, name, &e) < 0)
-					die("%s", e.msg);
+					cli_die_err(CLI_FAIL, &e);
 				free(name);
 			}
-			if (!(o->name = strdup(to_stdout() ? "-" : o->o.path)))
-				die("out of memory");
+			o->name = cli_strdup(to_stdout() ? "-" : o->o.path);
 			if (dp_out_commit(&o->o, &e) < 0)
-				die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			o->committed = 1;
 		}
 	}
@@ -477,12 +437,12 @@ static void write_to(struct output *o, const uint8_t *frame, size_t flen)
 {
 	dp_err e;
 	if (dp_writer_write_frame(o->w, frame, flen, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->records++;
 	o->bytes += flen;
 	if (g.flush_every && o->bytes - o->flushed >= g.flush_every) {
 		if (dp_writer_flush(o->w, &e) < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		o->flushed = o->bytes;
 	}
 }
@@ -504,7 +464,7 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	if (need_keys() && !k) {
 		dp_err e;
 		if (key_hashes(frame + DP_TFR_HEADER, flen - DP_TFR_HEADER - DP_TFR_FOOTER, &kk, &e) < 0)
-			die("record at position %" PRIu64 ": %s", g.pos, e.msg); /* checked when read */
+			cli_die("record at position %" PRIu64 ": %s", g.pos, e.msg); /* checked when read */
 		k = &kk;
 	}
 	uint64_t pos = g.pos++;
@@ -520,7 +480,7 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 		struct output *o = &sp->sh[sp->nsh - 1];
 		if (!fits(o, flen)) {
 			if (o->records == 0)
-				die("a record of %zu bytes (framed) is larger than --max-bytes %" PRIu64,
+				cli_die("a record of %zu bytes (framed) is larger than --max-bytes %" PRIu64,
 				    flen, opt.max_bytes);
 			finish_output(o);
 			o = open_size_shard(s);
@@ -534,7 +494,7 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	switch (opt.by) {
 	case BY_CONTIGUOUS:
 		if (j >= sp->count)
-			die("the input changed while it was read: more records than counted (%" PRIu64 ")",
+			cli_die("the input changed while it was read: more records than counted (%" PRIu64 ")",
 			    sp->count);
 		shard = dp_shard_contiguous(j, sp->count, opt.nshards);
 		break;
@@ -597,7 +557,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 		dp_reader *r = fds ? dp_reader_open_fd(fds[i], 0, inputs[i], ro, &e)
 				   : dp_reader_open_path(inputs[i], ro, &e);
 		if (!r)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_record rec;
 		int rc;
 		uint64_t before = 0;
@@ -609,7 +569,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 				continue;
 			}
 			if (rc < 0)
-				die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			struct keys k, *kp = NULL;
 			if (need_keys()) {
 				int kr = key_hashes(rec.data, rec.len, &k, &e);
@@ -623,7 +583,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 					continue;
 				}
 				if (kr < 0)
-					die("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", dp_reader_name(r),
+					cli_die("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", dp_reader_name(r),
 					    rec.index, rec.offset, e.msg);
 				kp = &k;
 			}
@@ -658,7 +618,7 @@ static void copy_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_writer_write_frame(ctx, rec->frame, rec->frame_len, &e) < 0)
-		die("%s: %s", tmpdir(), e.msg);
+		cli_die("%s: %s", tmpdir(), e.msg);
 }
 
 static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
@@ -666,7 +626,7 @@ static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_shuffle_add(g.shuf, rec->frame, rec->frame_len, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* The main pass: through the window (if any) to the assignment. */
@@ -681,7 +641,7 @@ static void main_fn(const dp_record *rec, const struct keys *k, void *ctx)
 		dp_err e;
 		int rc = dp_window_push(g.win, rec->frame, rec->frame_len, &out, &len, &e);
 		if (rc < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		if (rc == 1)
 			assign(out, len, NULL);
 		return;
@@ -695,7 +655,7 @@ static int temp_file(void)
 	dp_err e;
 	int fd = dp_tmpfile(tmpdir(), &e);
 	if (fd < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	return fd;
 }
 
@@ -725,8 +685,8 @@ static void set_counts(uint64_t n)
 static void empty_input(void)
 {
 	if (opt.ninputs == 1)
-		die("%s: no records (empty input)", strcmp(opt.inputs[0], "-") ? opt.inputs[0] : "stdin");
-	die("no records in the %d inputs (empty input)", opt.ninputs);
+		cli_die("%s: no records (empty input)", strcmp(opt.inputs[0], "-") ? opt.inputs[0] : "stdin");
+	cli_die("no records in the %d inputs (empty input)", opt.ninputs);
 }
 
 static void run(void)
@@ -737,7 +697,7 @@ static void run(void)
 
 	if (opt.shuffle) {
 		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
 		if (g.nread == 0)
 			empty_input();
@@ -752,11 +712,11 @@ static void run(void)
 			progress_tick();
 		}
 		if (!g.stop && rc < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		return;
 	}
 	if (opt.window && !(g.win = dp_window_new(opt.seed, opt.window, &e)))
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (opt.by == BY_CONTIGUOUS) {
 		counting = 0;
 		if (all_regular()) {
@@ -771,17 +731,17 @@ static void run(void)
 			int fd = temp_file();
 			dp_writer *w = dp_writer_open_fd(fd, "temporary file", DP_COMP_NONE, -1, &e);
 			if (!w)
-				die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, copy_fn, w);
 			if (dp_writer_finish(w, &e) < 0)
-				die("%s: %s", tmpdir(), e.msg);
+				cli_die("%s: %s", tmpdir(), e.msg);
 			dp_writer_free(w);
 			if (g.nread == 0)
 				empty_input();
 			set_counts(g.nread);
 			mark_empty_done();
 			if (lseek(fd, 0, SEEK_SET) < 0)
-				die("%s: temporary file: %s", tmpdir(), strerror(errno));
+				cli_die("%s: temporary file: %s", tmpdir(), strerror(errno));
 			char *name = "temporary copy of the input";
 			dp_reader_opts ro2 = {0};
 			g.quiet_warnings = 1;
@@ -802,7 +762,7 @@ static void run(void)
 	if (opt.by == BY_CONTIGUOUS && !g.stop)
 		for (int s = 0; s < g.nsplits; s++)
 			if (g.sp[s].seen != g.sp[s].count)
-				die("the input changed while it was read: %" PRIu64 " records, %" PRIu64
+				cli_die("the input changed while it was read: %" PRIu64 " records, %" PRIu64
 				    " counted before",
 				    g.sp[s].seen, g.sp[s].count);
 }
@@ -875,50 +835,28 @@ static void summary(double secs)
 
 /* ---- options ----------------------------------------------------------- */
 
-static uint64_t parse_count(const char *s, const char *what, uint64_t min, uint64_t max)
-{
-	uint64_t v;
-	dp_err e;
-	if (dp_parse_count(what, s, min, max, &v, &e))
-		usage_error("%s", e.msg);
-	return v;
-}
-
-static uint64_t parse_bytes(const char *s, const char *what)
-{
-	uint64_t v;
-	if (dp_parse_size(s, &v) < 0 || v == 0)
-		usage_error("%s '%s': expected a size such as 4096, 64k, 256M, 1G", what, s);
-	return v;
-}
-
 static const char *hash_feature(const char *arg, const char *what)
 {
 	if (strncmp(arg, "hash:", 5) != 0 || !arg[5])
-		usage_error("%s '%s': expected hash:FEATURE", what, arg);
+		cli_usage_error("%s '%s': expected hash:FEATURE", what, arg);
 	return arg + 5;
 }
 
+/* --take I/N, {rank} and {size} filled from --rank/--size or the
+ * environment. */
 static void parse_take(void)
 {
 	char r[16], s[16];
 	snprintf(r, sizeof r, "%d", opt.rank);
 	snprintf(s, sizeof s, "%d", opt.size);
 	const char *vars[] = {"rank", r, "size", s, NULL};
-	char *t = dp_expand(opt.take, vars);
-	if (!t)
-		die("out of memory");
-	char *slash = strchr(t, '/');
-	if (!slash)
-		usage_error("--take '%s': expected I/N, e.g. 3/8 or {rank}/{size}", t);
-	*slash = 0;
-	uint64_t n = parse_count(slash + 1, "--take: N", 1, 1u << 30);
-	uint64_t i = parse_count(t, "--take: I", 0, n - 1);
+	uint64_t i, n;
+	cli_part("--take", opt.take, vars, &i, &n);
 	if (opt.nshards && opt.nshards != n)
-		usage_error("--take %s/%s and -n %" PRIu64 " disagree", t, slash + 1, opt.nshards);
+		cli_usage_error("--take %" PRIu64 "/%" PRIu64 " and -n %" PRIu64 " disagree", i, n,
+				opt.nshards);
 	g.take = (int)i;
 	opt.nshards = n;
-	free(t);
 }
 
 enum {
@@ -948,7 +886,7 @@ static void parse_options(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":n:o:z:qhV", lo, NULL)) != -1) {
 		switch (c) {
-		case 'n': opt.nshards = parse_count(optarg, "-n", 1, 1u << 30); break;
+		case 'n': opt.nshards = cli_count("-n", optarg, 1, 1u << 30); break;
 		case 'o': opt.tmpl = optarg; break;
 		case O_BY:
 			if (!strcmp(optarg, "round-robin"))
@@ -967,32 +905,28 @@ static void parse_options(int argc, char **argv)
 			break;
 		case O_ONLY: opt.only = optarg; break;
 		case O_SHUFFLE: opt.shuffle = 1; break;
-		case O_WINDOW: opt.window = parse_count(optarg, "--shuffle-window", 1, 1ull << 40); break;
-		case O_SEED: opt.seed = parse_count(optarg, "--seed", 0, UINT64_MAX); break;
-		case O_MEMORY: opt.memory = parse_bytes(optarg, "--memory"); break;
+		case O_WINDOW: opt.window = cli_count("--shuffle-window", optarg, 1, 1ull << 40); break;
+		case O_SEED: opt.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
+		case O_MEMORY: opt.memory = cli_size("--memory", optarg, 1, UINT64_MAX); break;
 		case O_TMPDIR: opt.tmpdir = optarg; break;
 		case O_TAKE: opt.take = optarg; break;
-		case O_RANK: opt.rank = (int)parse_count(optarg, "--rank", 0, INT_MAX); break;
-		case O_SIZE: opt.size = (int)parse_count(optarg, "--size", 1, INT_MAX); break;
-		case O_MAXREC: opt.max_records = parse_count(optarg, "--max-records", 1, UINT64_MAX); break;
-		case O_MAXBYTES: opt.max_bytes = parse_bytes(optarg, "--max-bytes"); break;
+		case O_RANK: opt.rank = (int)cli_count("--rank", optarg, 0, INT_MAX); break;
+		case O_SIZE: opt.size = (int)cli_count("--size", optarg, 1, INT_MAX); break;
+		case O_MAXREC: opt.max_records = cli_count("--max-records", optarg, 1, UINT64_MAX); break;
+		case O_MAXBYTES: opt.max_bytes = cli_size("--max-bytes", optarg, 1, UINT64_MAX); break;
 		case 'z':
 			opt.comp = dp_comp_parse(optarg);
 			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
-				usage_error("-z '%s': expected none, gzip or zlib", optarg);
+				cli_usage_error("-z '%s': expected none, gzip or zlib", optarg);
 			break;
-		case O_LEVEL: opt.level = (int)parse_count(optarg, "--level", 0, 9); break;
+		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case 'q': opt.quiet = 1; break;
-		case 'h': help(); exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
-		case 'V':
-			printf(DP_PROG " (dptools) " DP_VERSION "\n");
-			exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
-		case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-		default:
-			if (optopt)
-				usage_error("unknown option '-%c'", optopt);
-			usage_error("unknown option '%s'", argv[optind - 1]);
+		case 'h':
+			help();
+			cli_exit_stdout();
+		case 'V': cli_version();
+		default: cli_bad_option(c, argv);
 		}
 	}
 	opt.inputs = argv + optind;
@@ -1006,32 +940,36 @@ static void parse_options(int argc, char **argv)
 	for (int i = 0; i < opt.ninputs; i++)
 		nstdin += !strcmp(opt.inputs[i], "-");
 	if (nstdin > 1)
-		usage_error("stdin ('-') given %d times", nstdin);
+		cli_usage_error("stdin ('-') given %d times", nstdin);
 	if (nstdin && isatty(STDIN_FILENO))
-		usage_error("stdin is a terminal: give FILE arguments or redirect the input");
+		cli_usage_error("stdin is a terminal: give FILE arguments or redirect the input");
+}
 
+/* Options that depend on each other: the shard mode, splits, the outputs. */
+static void check_options(void)
+{
 	/* Ranks: explicit values win over the environment. */
 	dp_rank_size(&opt.rank, &opt.size);
 
 	if (opt.shuffle && opt.window)
-		usage_error("--shuffle and --shuffle-window: choose one");
+		cli_usage_error("--shuffle and --shuffle-window: choose one");
 	if (opt.take)
 		parse_take();
 	int size_mode = !opt.nshards && (opt.max_records || opt.max_bytes);
 	if (size_mode) {
 		if (opt.by != -1 && opt.by != BY_CONTIGUOUS)
-			usage_error("--max-records/--max-bytes without -n make shards of consecutive "
+			cli_usage_error("--max-records/--max-bytes without -n make shards of consecutive "
 				    "records: --by %s does not apply (give -n to cap shards instead)",
 				    opt.by == BY_HASH ? "hash" : "round-robin");
 		opt.by = BY_SIZE;
 		if (to_stdout())
-			usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
+			cli_usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
 		if (!strstr(opt.tmpl, "{shard}"))
-			usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
+			cli_usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
 				    opt.tmpl);
 		const char *ns = strstr(opt.tmpl, "{nshards}"), *slash = strrchr(opt.tmpl, '/');
 		if (ns && slash && ns < slash)
-			usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
+			cli_usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
 	} else {
 		if (!opt.nshards)
 			opt.nshards = 1;
@@ -1044,17 +982,17 @@ static void parse_options(int argc, char **argv)
 	if (opt.split_spec) {
 		dp_err e;
 		if (dp_splits_parse(&g.splits, opt.split_spec, opt.seed, &e) < 0)
-			usage_error("%s", e.msg);
+			cli_usage_error("%s", e.msg);
 	} else if (opt.split_feature) {
-		usage_error("--split-by needs --split");
+		cli_usage_error("--split-by needs --split");
 	}
 	g.nsplits = g.splits.n ? g.splits.n : 1;
 	int only = -1;
 	if (opt.only) {
 		if (!g.splits.n)
-			usage_error("--only needs --split");
+			cli_usage_error("--only needs --split");
 		if ((only = dp_splits_find(&g.splits, opt.only)) < 0)
-			usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
+			cli_usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
 	}
 	for (int s = 0; s < g.nsplits; s++) {
 		g.sp[s].name = g.splits.n ? g.splits.name[s] : NULL;
@@ -1063,18 +1001,18 @@ static void parse_options(int argc, char **argv)
 	int nsel = only >= 0 ? 1 : g.nsplits;
 	uint64_t nout = g.take >= 0 ? (uint64_t)nsel : (uint64_t)nsel * opt.nshards;
 	if (g.fixed && nout > MAX_OUTPUTS)
-		usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
+		cli_usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
 	if (to_stdout()) {
 		if (opt.tmpl && nout > 1 && !size_mode)
-			usage_error("-o -: %" PRIu64 " outputs cannot all go to stdout", nout);
+			cli_usage_error("-o -: %" PRIu64 " outputs cannot all go to stdout", nout);
 		if (!opt.tmpl && nout > 1)
-			usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
+			cli_usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
 				    nout);
 	} else {
 		if (strstr(opt.tmpl, "{split}") && !g.splits.n)
-			usage_error("-o '%s': {split} without --split", opt.tmpl);
+			cli_usage_error("-o '%s': {split} without --split", opt.tmpl);
 		if (g.splits.n && only < 0 && !strstr(opt.tmpl, "{split}"))
-			usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
+			cli_usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
 				    g.splits.n);
 	}
 	/* Many outputs: flush each sooner, so the writers' buffers stay small. */
@@ -1084,7 +1022,13 @@ static void parse_options(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	cli.prog = DP_PROG;
+	cli.usage = "usage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
+		    "[--take I/N] [OPTION...] [FILE...] (--help for more)\n";
+	cli.before_msg = clear_progress;
+	cli.on_fail = abort_outputs;
 	parse_options(argc, argv);
+	check_options();
 	dp_out_install_signal_cleanup();
 	struct rlimit rl; /* one descriptor per output */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -1105,7 +1049,7 @@ int main(int argc, char **argv)
 		show_progress(1);
 	commit_outputs();
 	if (to_stdout() && close(STDOUT_FILENO) < 0)
-		die("stdout: %s", strerror(errno));
+		cli_die("stdout: %s", strerror(errno));
 	if (!opt.quiet)
 		summary(dp_now() - g.t0);
 	dp_shuffle_free(g.shuf);
