@@ -236,6 +236,19 @@ static long src_line(dp_encoder *x, src *s, char **line)
 	}
 }
 
+/* A UTF-8 byte order mark at the very start of a text input (JSON lines,
+ * CSV) is passed over, as editors on Windows write one; one anywhere else
+ * is data (and invalid JSON). */
+static void src_skip_bom(dp_encoder *x, src *s)
+{
+	while (s->buf.len - s->pos < 3 && src_fill(x, s))
+		;
+	if (s->buf.len - s->pos >= 3 && !memcmp(s->buf.p + s->pos, "\xef\xbb\xbf", 3)) {
+		s->pos += 3;
+		s->off += 3;
+	}
+}
+
 /* ---- JSON lines ------------------------------------------------------------ */
 
 static int json_next(dp_encoder *x, const uint8_t **rec, size_t *len)
@@ -467,13 +480,6 @@ static int csv_header(dp_encoder *x)
 		return x->rc;
 	}
 	c->header = 1;
-	/* a UTF-8 byte order mark before the header */
-	if (csv_flen(c, 0) >= 3 && !memcmp(c->f.p, "\xef\xbb\xbf", 3)) {
-		memmove(c->f.p, c->f.p + 3, c->f.len - 3);
-		c->f.len -= 3;
-		for (size_t i = 0; i < c->nf; i++)
-			((size_t *)c->off.p)[i] -= 3;
-	}
 	size_t ncol = c->nf;
 	c->names = calloc(ncol, sizeof *c->names);
 	c->nlens = calloc(ncol, sizeof *c->nlens);
@@ -667,8 +673,12 @@ static int idx_header(dp_encoder *x, src *s, idx *h, const char *what)
 		if (src_raw(x, s, b, 4) < 4)
 			return fail(x, DP_EDATA, "%s: truncated IDX header", s->name);
 		h->dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-		if (i)
-			item *= h->dims[i];
+		/* bytes per item: the product of dimensions 1.. (0 counts items) */
+		if (i && __builtin_mul_overflow(item, h->dims[i], &item))
+			return fail(x, DP_EDATA,
+				    "%s: IDX header: dimension %d (%" PRIu32 ") makes the size of an "
+				    "item overflow 64 bits",
+				    s->name, i, h->dims[i]);
 	}
 	h->count = h->dims[0];
 	h->item = item;
@@ -689,7 +699,8 @@ static int idx_start(dp_encoder *x, const input *labels)
 		return fail(x, DP_EDATA, "%s has %" PRIu64 " images but %s has %" PRIu64 " labels", in,
 			    x->im.count, ln, x->lb.count);
 	if (x->im.item > (1u << 30))
-		return fail(x, DP_EDATA, "%s: items of %" PRIu64 " bytes are too large", in, x->im.item);
+		return fail(x, DP_EDATA, "%s: IDX header: items of %" PRIu64 " bytes, more than 1 GiB",
+			    in, x->im.item);
 	return 0;
 }
 
@@ -768,6 +779,8 @@ static dp_encoder *enc_open(const input *in, const input *labels, const dp_enc_o
 	else if (o->format == DP_ENC_CSV)
 		x->rc = types_parse(&x->c, o->types, &x->err);
 	if (!x->rc && src_open(x, &x->s, in) == 0) {
+		if (o->format != DP_ENC_IDX)
+			src_skip_bom(x, &x->s);
 		if (o->format == DP_ENC_CSV)
 			csv_header(x);
 		else if (o->format == DP_ENC_IDX)
