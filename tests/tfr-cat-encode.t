@@ -52,6 +52,31 @@ is "$(pb "$T/dc.tfr" "v(0,'pixels'), v(2,'caption'), v(1,'caption')")" \
 printf '\xef\xbb\xbfa\tb c\n1\t0.5  1.5\n' >"$T/tab.csv"
 run tfr-cat --encode csv -d tab --types 'a=int,b c=float[]' -j "$T/tab.csv"
 is "$out" '{"a":{"int64":[1]},"b c":{"float":[0.5,1.5]}}' "csv: tab delimiter, BOM, runs of blanks in a list"
+# a gzip input that is damaged: where, in compressed bytes, and the trailer
+# named when only its check fails (it said "<fd:3>: incorrect data check")
+$PY -c "
+import gzip, sys
+z = gzip.compress(b'a,b\n' + b''.join(b'%d,%d\n' % (i, i * i) for i in range(1000)))
+n = len(z)
+open(sys.argv[1] + '/gz.len', 'w').write(str(n))
+c = bytearray(z); c[n - 8] ^= 1; open(sys.argv[1] + '/crc.csv.gz', 'wb').write(c)
+c = bytearray(z); c[n - 1] ^= 1; open(sys.argv[1] + '/isize.csv.gz', 'wb').write(c)
+open(sys.argv[1] + '/cut.csv.gz', 'wb').write(z[:n - 3])
+c = bytearray(z); c[10] |= 6; open(sys.argv[1] + '/blk.csv.gz', 'wb').write(c)
+" "$T"
+n=$(cat "$T/gz.len")
+run tfr-cat --encode csv -c "$T/crc.csv.gz"
+is "$rc/$err" "1/tfr-cat: $T/crc.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): CRC-32 of the data does not match" \
+	"csv.gz: a bad CRC-32 in the trailer, named as such"
+run tfr-cat --encode csv -c "$T/isize.csv.gz"
+is "$err" "tfr-cat: $T/isize.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): length of the data (ISIZE) does not match" \
+	"csv.gz: a bad ISIZE"
+run tfr-cat --encode csv -c "$T/cut.csv.gz"
+is "$err" "tfr-cat: $T/cut.csv.gz: truncated gzip stream (it ends at compressed byte $((n - 3)))" \
+	"csv.gz: cut short: where it ends"
+run tfr-cat --encode csv -c "$T/blk.csv.gz"
+is "$err" "tfr-cat: $T/blk.csv.gz: corrupt gzip data near compressed byte 11: invalid block type" \
+	"csv.gz: bad deflate data: where"
 # a byte order mark: one rule for CSV and JSON lines (issue 12: --encode json
 # refused what --encode csv took): passed over at the start of the input
 printf '\xef\xbb\xbf{"a":{"int64":[1]}}\n' >"$T/bom.jsonl"

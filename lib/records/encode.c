@@ -137,6 +137,37 @@ static void src_close(src *s)
 	dp_buf_free(&s->buf);
 }
 
+/* A failure of gzread: the compressed byte where zlib stopped (gzoffset),
+ * and for the checks of the trailer, where the trailer is (inflate fails
+ * on its CRC-32 with those 4 bytes read, on ISIZE with all 8). */
+static void src_fail(dp_encoder *x, src *s, int zerr, const char *msg)
+{
+	if (zerr == Z_ERRNO) {
+		fail(x, DP_EIO, "%s: read: %s", s->name, strerror(errno));
+		return;
+	}
+	if (zerr == Z_MEM_ERROR) {
+		fail(x, DP_ENOMEM, "%s: out of memory", s->name);
+		return;
+	}
+	const char *colon = strncmp(msg, "<fd:", 4) ? NULL : strstr(msg, ": ");
+	if (colon) /* gzerror says "<fd:3>: why" for gzdopen's descriptor */
+		msg = colon + 2;
+	long long at = (long long)gzoffset(s->g);
+	int crc = !strcmp(msg, "incorrect data check"), len = !strcmp(msg, "incorrect length check");
+	if (zerr == Z_BUF_ERROR)
+		fail(x, DP_EDATA, "%s: truncated gzip stream (it ends at compressed byte %lld)", s->name,
+		     at);
+	else if ((crc || len) && at >= (crc ? 4 : 8))
+		fail(x, DP_EDATA, "%s: gzip trailer at compressed bytes %lld-%lld: %s", s->name,
+		     at - (crc ? 4 : 8), at - (crc ? 4 : 8) + 7,
+		     crc ? "CRC-32 of the data does not match"
+			 : "length of the data (ISIZE) does not match");
+	else
+		fail(x, DP_EDATA, "%s: corrupt gzip data near compressed byte %lld: %s", s->name, at,
+		     msg);
+}
+
 /* Read up to n bytes into p: the count (short at the end), 0 after a
  * failure (recorded). */
 static size_t src_raw(dp_encoder *x, src *s, void *p, size_t n)
@@ -156,12 +187,8 @@ static size_t src_raw(dp_encoder *x, src *s, void *p, size_t n)
 		int r = gzread(s->g, (char *)p + got, k);
 		int zerr;
 		const char *msg = gzerror(s->g, &zerr);
-		if (r < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR)) {
-			fail(x, DP_EIO, "%s: %s", s->name, zerr == Z_ERRNO ? strerror(errno) : msg);
-			return 0;
-		}
-		if (zerr == Z_BUF_ERROR) {
-			fail(x, DP_EDATA, "%s: truncated gzip stream", s->name);
+		if (r < 0 || zerr != Z_OK) {
+			src_fail(x, s, zerr, msg);
 			return 0;
 		}
 		if (r == 0)
