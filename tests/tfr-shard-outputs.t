@@ -39,6 +39,32 @@ run tfr-shard -q --max-records 2 -o 'out/s-{shard}-of-{nshards}.tfr' in.tfr
 is "$rc/$(ls out | wc -l)" "0/4" "  once out of the way: four shards"
 is "$(cat out/s-0000[0-3]-of-00004.tfr | $REF check /dev/stdin)" "records=8" "  all new"
 
+# ---- two names, one file: a symbolic link from one shard's name to another's
+# made the later rename replace the earlier shard (records lost, exit 0)
+mkdir ln && echo old >ln/s-00000
+ln -s s-00000 ln/s-00001
+run tfr-shard -n 2 -o 'ln/s-{shard}' in.tfr
+is "$rc" 1 "a link from shard 1's name to shard 0's: exit 1"
+is "$err" "tfr-shard: ln/s-00000 and ln/s-00001 are one file: one shard would replace the other" "  names both"
+is "$(cat ln/s-00000)" "old" "  nothing replaced"
+rm ln/s-00000
+run tfr-shard -n 2 -o 'ln/s-{shard}' in.tfr
+like "$err" "ln/s-00000 and ln/s-00001 are one file" "  a dangling link to the other name too"
+ok test ! -e ln/s-00000 "  nothing made"
+ln -s m-00000-of-00002 ln/m-00001-of-00002
+run tfr-shard --max-records 4 -o 'ln/{shard:1}/../m-{shard}-of-{nshards}' in.tfr
+is "$rc" 1 "size mode, one file under two final names: exit 1"
+like "$err" "ln/0/../m-00000-of-00002 and ln/1/../m-00001-of-00002 are one file|ln/1/../m-00001-of-00002 and ln/0/../m-00000-of-00002 are one file" \
+	"  names both"
+is "$(ls ln | tr '\n' ' ')" "m-00001-of-00002 s-00001 " "  nothing landed, its directories gone"
+
+# ---- a spill directory that cannot be used: said before the input is read
+# (it was said only when memory ran out, or never for a small input)
+run tfr-shard --shuffle --tmpdir nope -o sh.tfr in.tfr
+is "$rc/$err" "1/tfr-shard: nope: cannot create a temporary file: No such file or directory" \
+	"--shuffle --tmpdir nope: refused at the start"
+ok test ! -e sh.tfr "  no output"
+
 # ---- directories made by a failed run are removed; ones that were there stay
 mkdir keep
 run tfr-shard -n 2 -o 'keep/new/{shard}/s.tfr' in.tfr nope.tfr

@@ -388,6 +388,68 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Where an output lands, as one file: its device and inode when it
+ * exists, else its directory's real path and its name. */
+struct dest {
+	dev_t dev;
+	ino_t ino;
+	char *where; /* NULL when it exists */
+	const char *name;
+};
+
+static int cmp_dest(const void *a, const void *b)
+{
+	const struct dest *x = a, *y = b;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->where && y->where ? strcmp(x->where, y->where) : (x->where != NULL) - (y->where != NULL);
+}
+
+/* Two output names that lead to one file (a symbolic link to another
+ * shard, 'd/../x' and 'x') would have the later rename replace the earlier
+ * shard: refused, naming both. */
+static void check_distinct(void)
+{
+	size_t n = 0, cap = 0;
+	struct dest *d = NULL;
+	for (int s = 0; s < g.nsplits; s++)
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			const dp_out *o = &g.sp[s].sh[k].o;
+			struct stat st;
+			if (!g.sp[s].sh[k].opened || !o->tmp)
+				continue; /* written in place: a device, stdout */
+			cli_grow(&d, &cap, n + 1, sizeof *d);
+			struct dest *x = &d[n++];
+			memset(x, 0, sizeof *x);
+			x->name = o->path;
+			if (stat(o->dst, &st) == 0) {
+				x->dev = st.st_dev;
+				x->ino = st.st_ino;
+				continue;
+			}
+			char *dir = cli_strdup(o->dst), *slash = strrchr(dir, '/');
+			const char *base = slash ? slash + 1 : o->dst + 0;
+			if (slash)
+				*slash = 0;
+			char *real = realpath(slash ? (*dir ? dir : "/") : ".", NULL);
+			size_t len = (real ? strlen(real) : strlen(dir)) + strlen(base) + 2;
+			x->where = cli_malloc(len);
+			snprintf(x->where, len, "%s/%s", real ? real : dir, slash ? base : o->dst);
+			free(real);
+			free(dir);
+		}
+	qsort(d, n, sizeof *d, cmp_dest);
+	for (size_t i = 1; i < n; i++)
+		if (!cmp_dest(&d[i - 1], &d[i]))
+			cli_die("%s and %s are one file: one shard would replace the other", d[i - 1].name,
+				d[i].name);
+	for (size_t i = 0; i < n; i++)
+		free(d[i].where);
+	free(d);
+}
+
 /* Fixed mode: open every selected output now, so that a bad template or an
  * unwritable directory fails before any input is read. */
 static void open_fixed_outputs(void)
@@ -436,6 +498,7 @@ static void open_fixed_outputs(void)
 			g.remaining++;
 		}
 	}
+	check_distinct();
 }
 
 /* Size mode: shard k of split s, named for now with {nshards} unfilled. */
@@ -475,6 +538,7 @@ static void commit_outputs(void)
 			outs[n++] = &o->o;
 		}
 	}
+	check_distinct(); /* the last names of size mode: only now */
 	int rc = dp_out_commit_all(outs, n, &e);
 	free(outs);
 	for (int s = 0; s < g.nsplits; s++) /* closed or removed, either way */
@@ -804,6 +868,7 @@ static void run(void)
 	if (opt.shuffle) {
 		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
 			cli_die_err(CLI_FAIL, &e);
+		close(temp_file()); /* a spill directory that cannot be used: now */
 		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
 		if (g.nread == 0)
 			empty_input();
