@@ -177,10 +177,17 @@ DP_EXPORT void dp_rank_size(int *rank, int *size);
 
 /* Expand {rank} and {size} (and any {name} in vars) in tmpl into a new
  * malloc'd string.  {name:W} zero-pads a whole number to W digits (1 to
- * 32): 'train-{rank:5}-of-{size:5}' names tfr-shard's shards.  vars is a NULL-terminated list of name, value pairs
- * checked before rank/size (may be NULL).  An unknown {name} is left as is.
- * Returns NULL on allocation failure. */
+ * 32), as a number ("00003" at width 3 is 003): 'train-{rank:5}-of-{size:5}'.
+ * vars is a NULL-terminated list of name, value pairs checked before
+ * rank/size (may be NULL).  An unknown {name} is left as is.  Returns NULL
+ * on allocation failure. */
 DP_EXPORT char *dp_expand(const char *tmpl, const char *const *vars);
+/* dp_expand refusing what it would leave as is: a {NAME} or {NAME:W}
+ * (NAME of letters, digits and '_') that is not in vars, rank or size, a
+ * width that is not 1 to 32 digits, or a width on a value that is not a
+ * number.  NULL with DP_EARG in e ("unknown placeholder {shrad} (known:
+ * {shard}, ..., {rank}, {size})"), or DP_ENOMEM.  Other braces are text. */
+DP_EXPORT char *dp_expand_strict(const char *tmpl, const char *const *vars, dp_err *e);
 
 /* Parse "I/N", part I (0 to N-1) of N (1 to DP_PART_MAX), after filling
  * in {rank}, {size} and vars as dp_expand() does: the one parser of

@@ -125,25 +125,18 @@ static void ob_flush(void)
 }
 
 /* Open the output: -o FILE through a temporary (renamed at the end), or
- * stdout.  An existing non-regular file (a device, a FIFO) is written in
- * place: there is nothing to rename over. */
+ * stdout.  A device or a FIFO (/dev/stdout too) is written in place
+ * (dp_out_open): there is nothing to rename over. */
 static void open_output(void)
 {
 	dp_err e;
 	const char *path = O.output ? O.output : "-";
 	struct stat st;
-	if (strcmp(path, "-") != 0 && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-		S.fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (S.fd < 0)
-			cli_die("%s: %s", path, strerror(errno));
-		S.oname = path;
-	} else {
-		if (dp_out_open(&S.out, path, &e) < 0)
-			cli_die_err(CLI_FAIL, &e);
-		S.out_open = S.out.tmp != NULL;
-		S.fd = S.out.fd;
-		S.oname = S.out.tmp ? path : "stdout";
-	}
+	if (dp_out_open(&S.out, path, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	S.out_open = S.out.tmp != NULL;
+	S.fd = S.out.fd;
+	S.oname = S.out.path;
 #ifdef F_SETPIPE_SZ
 	/* a 1 MiB pipe (the default limit of /proc/sys/fs/pipe-max-size): the
 	 * large runs of frames go into it in one write, with fewer switches
@@ -170,13 +163,26 @@ static void close_output(void)
 		S.w = NULL;
 	}
 	ob_flush();
-	if (S.out_open) {
-		S.out_open = 0;
-		if (dp_out_commit(&S.out, &e) < 0)
-			cli_die_err(CLI_FAIL, &e);
-	} else if (S.out.path) {
-		dp_out_commit(&S.out, &e); /* stdout: frees the name */
-	}
+	S.out_open = 0;
+	if (S.out.path && dp_out_commit(&S.out, &e) < 0) /* stdout: frees the name */
+		cli_die_err(CLI_FAIL, &e);
+}
+
+/* `tfr-cat f.tfr >> f.tfr` would read its own output for ever: as cat(1)
+ * does, an input that is the file the output is written to in place is
+ * refused, before anything is read.  -o f.tfr goes through a temporary
+ * renamed at the end: f.tfr stays whole while it is read, and is replaced. */
+static void check_not_input(const char *path)
+{
+	int std = !strcmp(path, "-");
+	int fd = std ? STDIN_FILENO : open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return; /* said when it is opened */
+	int same = dp_out_is_input(&S.out, fd);
+	if (!std)
+		close(fd);
+	if (same)
+		cli_die("%s: input file is output file", std ? "stdin" : path);
 }
 
 /* ---- --schema ---------------------------------------------------------- */
@@ -365,7 +371,12 @@ static void read_tfrecords(const char *path)
 			continue;
 		}
 		if (rc < 0) {
-			if (rc == DP_EDATA && O.skip_corrupt) { /* a broken compressed stream */
+			dp_reader_stats st;
+			dp_reader_stats_get(r, &st);
+			/* a broken compressed stream after good records; with none
+			 * at all the input is refused, as the reader refuses one
+			 * whose every byte was damage */
+			if (rc == DP_EDATA && O.skip_corrupt && st.records > 0) {
 				cli_warn("%s; skipped the rest of the stream", e.msg);
 				S.corrupt++;
 				break;
@@ -626,6 +637,8 @@ int main(int argc, char **argv)
 
 	char *stdin_only[] = {"-", NULL};
 	char **files = first < argc ? argv + first : stdin_only;
+	for (char **f = files; *f; f++)
+		check_not_input(*f);
 	if (O.head == 0)
 		S.stop = 1;
 	if (O.enc.format == DP_ENC_IDX) {

@@ -120,6 +120,8 @@ static struct {
 	int progress;
 	double t0, last_progress;
 	uint64_t read_bytes;
+	char **dirs; /* directories this run made, in order: removed on failure */
+	size_t ndirs, capdirs;
 } g = {.take = -1};
 
 /* ---- messages ---------------------------------------------------------- */
@@ -166,7 +168,8 @@ static void help(void)
 	       "Shards:\n"
 	       "  -n, --shards N           N shards (per split); default 1\n"
 	       "  -o, --output TEMPLATE    output names: {shard} {nshards} (5 digits, as in\n"
-	       "                           name-00003-of-00016), {split}, {rank}, {size};\n"
+	       "                           name-00003-of-00016; {shard:3}: 3 digits),\n"
+	       "                           {split}, {rank}, {size}; no other {NAME};\n"
 	       "                           '-' or none: stdout (one output only)\n"
 	       "      --by MODE            round-robin (default): record j to shard j %% N;\n"
 	       "                           contiguous: N runs of consecutive records;\n"
@@ -203,7 +206,8 @@ static void help(void)
 
 /* ---- outputs ----------------------------------------------------------- */
 
-/* On a fatal error (cli.on_fail): no output is left behind. */
+/* On a fatal error (cli.on_fail): no output is left behind, nor any
+ * directory this run made (rmdir: only while empty, newest first). */
 static void abort_outputs(int code)
 {
 	(void)code;
@@ -217,6 +221,8 @@ static void abort_outputs(int code)
 				o->opened = 0;
 			}
 		}
+	while (g.ndirs > 0)
+		rmdir(g.dirs[--g.ndirs]);
 }
 
 static int to_stdout(void)
@@ -233,7 +239,46 @@ static void pad(char *buf, size_t n, uint64_t v, int width)
 	snprintf(buf, n, "%.*s%s", z, "0000000000000000000000000000000", d);
 }
 
-/* The output name for shard k of split s; nshards 0: leave {nshards}. */
+/* -o with these values, every placeholder checked: an unknown name or a
+ * bad width is a usage error. */
+static char *tmpl_with(const char *shard, const char *nshards, const char *split)
+{
+	char rank[16], size[16];
+	snprintf(rank, sizeof rank, "%d", opt.rank);
+	snprintf(size, sizeof size, "%d", opt.size);
+	const char *vars[] = {"shard", shard, "nshards", nshards, "split", split,
+			      "rank",  rank,  "size",    size,    NULL};
+	dp_err e;
+	char *name = dp_expand_strict(opt.tmpl, vars, &e);
+	if (!name && e.code == DP_ENOMEM)
+		cli_die("out of memory");
+	if (!name)
+		cli_usage_error("-o '%s': %s", opt.tmpl, e.msg);
+	return name;
+}
+
+/* Which of {shard}, {nshards}, {split} the template uses (in any form,
+ * {shard:3} too): the name changes with the value.  dir: in its directory
+ * part. */
+static int tmpl_uses(const char *var, int dir)
+{
+	const char *a[3] = {"00000", "00001", "a"}, *b[3] = {"00000", "00001", "a"};
+	int i = !strcmp(var, "shard") ? 0 : !strcmp(var, "nshards") ? 1 : 2;
+	b[i] = i == 2 ? "b" : "00002";
+	char *x = tmpl_with(a[0], a[1], a[2]), *y = tmpl_with(b[0], b[1], b[2]);
+	if (dir) { /* compare the directory parts only */
+		char *sx = strrchr(x, '/'), *sy = strrchr(y, '/');
+		*(sx ? sx : x) = 0;
+		*(sy ? sy : y) = 0;
+	}
+	int uses = strcmp(x, y) != 0;
+	free(x);
+	free(y);
+	return uses;
+}
+
+/* The output name for shard k of split s; nshards 0: leave {nshards}.
+ * The placeholders were checked by tmpl_with at the start. */
 static char *out_name(int s, uint64_t k, uint64_t nshards)
 {
 	char shard[64], ns[64], rank[16], size[16];
@@ -254,6 +299,17 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 	return cli_expand(opt.tmpl, vars);
 }
 
+/* mkdir d, remembering it when it is new (abort_outputs removes it). */
+static void make_dir(const char *d)
+{
+	if (mkdir(d, 0777) == 0) {
+		cli_grow(&g.dirs, &g.capdirs, g.ndirs + 1, sizeof *g.dirs);
+		g.dirs[g.ndirs++] = cli_strdup(d);
+	} else if (errno != EEXIST) {
+		cli_die("%s: cannot create directory: %s", d, strerror(errno));
+	}
+}
+
 /* mkdir -p of the directory part of path. */
 static void make_parents(const char *path)
 {
@@ -265,14 +321,33 @@ static void make_parents(const char *path)
 			if (*p != '/')
 				continue;
 			*p = 0;
-			if (mkdir(d, 0777) < 0 && errno != EEXIST)
-				cli_die("%s: cannot create directory: %s", d, strerror(errno));
+			make_dir(d);
 			*p = '/';
 		}
-		if (mkdir(d, 0777) < 0 && errno != EEXIST)
-			cli_die("%s: cannot create directory: %s", d, strerror(errno));
+		make_dir(d);
 	}
 	free(d);
+}
+
+/* `tfr-shard f.tfr >> f.tfr` would read its own output for ever: an output
+ * written in place (stdout, a /dev/fd/N) may not be one of the inputs.
+ * One written through a temporary and a rename leaves its input whole until
+ * the end, and may replace it. */
+static void check_not_input(const dp_out *o)
+{
+	if (o->tmp)
+		return;
+	for (int i = 0; i < opt.ninputs; i++) {
+		int std = !strcmp(opt.inputs[i], "-");
+		int fd = std ? STDIN_FILENO : open(opt.inputs[i], O_PATH | O_CLOEXEC);
+		if (fd < 0)
+			continue; /* said when it is read */
+		int same = dp_out_is_input(o, fd);
+		if (!std)
+			close(fd);
+		if (same)
+			cli_die("%s: input file is output file", std ? "stdin" : opt.inputs[i]);
+	}
 }
 
 static void open_output(struct output *o, const char *path)
@@ -285,6 +360,7 @@ static void open_output(struct output *o, const char *path)
 	o->opened = 1;
 	if (o->o.tmp == NULL && isatty(o->o.fd))
 		cli_die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
+	check_not_input(&o->o);
 	if (!(o->w = dp_writer_open_fd(o->o.fd, o->o.path, opt.comp, opt.level, &e)))
 		cli_die_err(CLI_FAIL, &e);
 }
@@ -312,6 +388,68 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Where an output lands, as one file: its device and inode when it
+ * exists, else its directory's real path and its name. */
+struct dest {
+	dev_t dev;
+	ino_t ino;
+	char *where; /* NULL when it exists */
+	const char *name;
+};
+
+static int cmp_dest(const void *a, const void *b)
+{
+	const struct dest *x = a, *y = b;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->where && y->where ? strcmp(x->where, y->where) : (x->where != NULL) - (y->where != NULL);
+}
+
+/* Two output names that lead to one file (a symbolic link to another
+ * shard, 'd/../x' and 'x') would have the later rename replace the earlier
+ * shard: refused, naming both. */
+static void check_distinct(void)
+{
+	size_t n = 0, cap = 0;
+	struct dest *d = NULL;
+	for (int s = 0; s < g.nsplits; s++)
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			const dp_out *o = &g.sp[s].sh[k].o;
+			struct stat st;
+			if (!g.sp[s].sh[k].opened || !o->tmp)
+				continue; /* written in place: a device, stdout */
+			cli_grow(&d, &cap, n + 1, sizeof *d);
+			struct dest *x = &d[n++];
+			memset(x, 0, sizeof *x);
+			x->name = o->path;
+			if (stat(o->dst, &st) == 0) {
+				x->dev = st.st_dev;
+				x->ino = st.st_ino;
+				continue;
+			}
+			char *dir = cli_strdup(o->dst), *slash = strrchr(dir, '/');
+			const char *base = slash ? slash + 1 : o->dst + 0;
+			if (slash)
+				*slash = 0;
+			char *real = realpath(slash ? (*dir ? dir : "/") : ".", NULL);
+			size_t len = (real ? strlen(real) : strlen(dir)) + strlen(base) + 2;
+			x->where = cli_malloc(len);
+			snprintf(x->where, len, "%s/%s", real ? real : dir, slash ? base : o->dst);
+			free(real);
+			free(dir);
+		}
+	qsort(d, n, sizeof *d, cmp_dest);
+	for (size_t i = 1; i < n; i++)
+		if (!cmp_dest(&d[i - 1], &d[i]))
+			cli_die("%s and %s are one file: one shard would replace the other", d[i - 1].name,
+				d[i].name);
+	for (size_t i = 0; i < n; i++)
+		free(d[i].where);
+	free(d);
+}
+
 /* Fixed mode: open every selected output now, so that a bad template or an
  * unwritable directory fails before any input is read. */
 static void open_fixed_outputs(void)
@@ -334,6 +472,15 @@ static void open_fixed_outputs(void)
 		if (!strcmp(names[i - 1], names[i]))
 			cli_usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
 				    opt.tmpl ? opt.tmpl : "-", names[i], g.nsplits > 1 ? " and {split}" : "");
+	/* every destination checked before the first is opened: a directory
+	 * in the way, or one that cannot be written, is named now */
+	for (size_t i = 0; i < n; i++) {
+		dp_err e;
+		if (strcmp(names[i], "-") != 0)
+			make_parents(names[i]);
+		if (dp_out_check(names[i], &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
+	}
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
@@ -351,6 +498,7 @@ static void open_fixed_outputs(void)
 			g.remaining++;
 		}
 	}
+	check_distinct();
 }
 
 /* Size mode: shard k of split s, named for now with {nshards} unfilled. */
@@ -364,9 +512,13 @@ static struct output *open_size_shard(int s)
 	return o;
 }
 
+/* Every output lands, or none does (dp_out_commit_all: each destination
+ * checked first, files replaced put back if a rename fails). */
 static void commit_outputs(void)
 {
 	dp_err e;
+	size_t n = 0, cap = 0;
+	dp_out **outs = NULL;
 	for (int s = 0; s < g.nsplits; s++)
 		for (size_t k = 0; k < g.sp[s].nsh; k++)
 			if (g.sp[s].sh[k].w)
@@ -382,11 +534,23 @@ static void commit_outputs(void)
 				free(name);
 			}
 			o->name = cli_strdup(to_stdout() ? "-" : o->o.path);
-			if (dp_out_commit(&o->o, &e) < 0)
-				cli_die_err(CLI_FAIL, &e);
-			o->committed = 1;
+			cli_grow(&outs, &cap, n + 1, sizeof *outs);
+			outs[n++] = &o->o;
 		}
 	}
+	check_distinct(); /* the last names of size mode: only now */
+	int rc = dp_out_commit_all(outs, n, &e);
+	free(outs);
+	for (int s = 0; s < g.nsplits; s++) /* closed or removed, either way */
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			g.sp[s].sh[k].committed = rc == 0;
+			g.sp[s].sh[k].opened = 0;
+		}
+	if (rc < 0)
+		cli_die_err(CLI_FAIL, &e);
+	for (size_t i = 0; i < g.ndirs; i++) /* they hold outputs now */
+		free(g.dirs[i]);
+	g.ndirs = 0;
 }
 
 /* ---- assignment -------------------------------------------------------- */
@@ -479,9 +643,10 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	if (opt.by == BY_SIZE) {
 		struct output *o = &sp->sh[sp->nsh - 1];
 		if (!fits(o, flen)) {
-			if (o->records == 0)
-				cli_die("a record of %zu bytes (framed) is larger than --max-bytes %" PRIu64,
-				    flen, opt.max_bytes);
+			if (o->records == 0) /* read_inputs named its file and offset */
+				cli_die("record at position %" PRIu64 ": %zu bytes framed, more than "
+					"--max-bytes %" PRIu64 ": no shard can hold it",
+					pos, flen, opt.max_bytes);
 			finish_output(o);
 			o = open_size_shard(s);
 		}
@@ -570,6 +735,11 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 			}
 			if (rc < 0)
 				cli_die_err(CLI_FAIL, &e);
+			if (opt.by == BY_SIZE && opt.max_bytes && rec.frame_len > opt.max_bytes)
+				cli_die("%s: record %" PRIu64 " at byte %" PRIu64 ": %zu bytes framed, more "
+					"than --max-bytes %" PRIu64 ": no shard can hold it",
+					dp_reader_name(r), rec.index, rec.offset, rec.frame_len,
+					opt.max_bytes);
 			struct keys k, *kp = NULL;
 			if (need_keys()) {
 				int kr = key_hashes(rec.data, rec.len, &k, &e);
@@ -698,6 +868,7 @@ static void run(void)
 	if (opt.shuffle) {
 		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
 			cli_die_err(CLI_FAIL, &e);
+		close(temp_file()); /* a spill directory that cannot be used: now */
 		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
 		if (g.nread == 0)
 			empty_input();
@@ -964,11 +1135,10 @@ static void check_options(void)
 		opt.by = BY_SIZE;
 		if (to_stdout())
 			cli_usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
-		if (!strstr(opt.tmpl, "{shard}"))
+		if (!tmpl_uses("shard", 0))
 			cli_usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
 				    opt.tmpl);
-		const char *ns = strstr(opt.tmpl, "{nshards}"), *slash = strrchr(opt.tmpl, '/');
-		if (ns && slash && ns < slash)
+		if (tmpl_uses("nshards", 1))
 			cli_usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
 	} else {
 		if (!opt.nshards)
@@ -1009,9 +1179,10 @@ static void check_options(void)
 			cli_usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
 				    nout);
 	} else {
-		if (strstr(opt.tmpl, "{split}") && !g.splits.n)
+		int split = tmpl_uses("split", 0); /* and every placeholder checked */
+		if (split && !g.splits.n)
 			cli_usage_error("-o '%s': {split} without --split", opt.tmpl);
-		if (g.splits.n && only < 0 && !strstr(opt.tmpl, "{split}"))
+		if (g.splits.n && only < 0 && !split)
 			cli_usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
 				    g.splits.n);
 	}

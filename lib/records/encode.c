@@ -137,6 +137,37 @@ static void src_close(src *s)
 	dp_buf_free(&s->buf);
 }
 
+/* A failure of gzread: the compressed byte where zlib stopped (gzoffset),
+ * and for the checks of the trailer, where the trailer is (inflate fails
+ * on its CRC-32 with those 4 bytes read, on ISIZE with all 8). */
+static void src_fail(dp_encoder *x, src *s, int zerr, const char *msg)
+{
+	if (zerr == Z_ERRNO) {
+		fail(x, DP_EIO, "%s: read: %s", s->name, strerror(errno));
+		return;
+	}
+	if (zerr == Z_MEM_ERROR) {
+		fail(x, DP_ENOMEM, "%s: out of memory", s->name);
+		return;
+	}
+	const char *colon = strncmp(msg, "<fd:", 4) ? NULL : strstr(msg, ": ");
+	if (colon) /* gzerror says "<fd:3>: why" for gzdopen's descriptor */
+		msg = colon + 2;
+	long long at = (long long)gzoffset(s->g);
+	int crc = !strcmp(msg, "incorrect data check"), len = !strcmp(msg, "incorrect length check");
+	if (zerr == Z_BUF_ERROR)
+		fail(x, DP_EDATA, "%s: truncated gzip stream (it ends at compressed byte %lld)", s->name,
+		     at);
+	else if ((crc || len) && at >= (crc ? 4 : 8))
+		fail(x, DP_EDATA, "%s: gzip trailer at compressed bytes %lld-%lld: %s", s->name,
+		     at - (crc ? 4 : 8), at - (crc ? 4 : 8) + 7,
+		     crc ? "CRC-32 of the data does not match"
+			 : "length of the data (ISIZE) does not match");
+	else
+		fail(x, DP_EDATA, "%s: corrupt gzip data near compressed byte %lld: %s", s->name, at,
+		     msg);
+}
+
 /* Read up to n bytes into p: the count (short at the end), 0 after a
  * failure (recorded). */
 static size_t src_raw(dp_encoder *x, src *s, void *p, size_t n)
@@ -156,12 +187,8 @@ static size_t src_raw(dp_encoder *x, src *s, void *p, size_t n)
 		int r = gzread(s->g, (char *)p + got, k);
 		int zerr;
 		const char *msg = gzerror(s->g, &zerr);
-		if (r < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR)) {
-			fail(x, DP_EIO, "%s: %s", s->name, zerr == Z_ERRNO ? strerror(errno) : msg);
-			return 0;
-		}
-		if (zerr == Z_BUF_ERROR) {
-			fail(x, DP_EDATA, "%s: truncated gzip stream", s->name);
+		if (r < 0 || zerr != Z_OK) {
+			src_fail(x, s, zerr, msg);
 			return 0;
 		}
 		if (r == 0)
@@ -233,6 +260,19 @@ static long src_line(dp_encoder *x, src *s, char **line)
 		size_t done = b->len - s->pos;
 		src_fill(x, s);
 		scan = s->pos + done;
+	}
+}
+
+/* A UTF-8 byte order mark at the very start of a text input (JSON lines,
+ * CSV) is passed over, as editors on Windows write one; one anywhere else
+ * is data (and invalid JSON). */
+static void src_skip_bom(dp_encoder *x, src *s)
+{
+	while (s->buf.len - s->pos < 3 && src_fill(x, s))
+		;
+	if (s->buf.len - s->pos >= 3 && !memcmp(s->buf.p + s->pos, "\xef\xbb\xbf", 3)) {
+		s->pos += 3;
+		s->off += 3;
 	}
 }
 
@@ -467,13 +507,6 @@ static int csv_header(dp_encoder *x)
 		return x->rc;
 	}
 	c->header = 1;
-	/* a UTF-8 byte order mark before the header */
-	if (csv_flen(c, 0) >= 3 && !memcmp(c->f.p, "\xef\xbb\xbf", 3)) {
-		memmove(c->f.p, c->f.p + 3, c->f.len - 3);
-		c->f.len -= 3;
-		for (size_t i = 0; i < c->nf; i++)
-			((size_t *)c->off.p)[i] -= 3;
-	}
 	size_t ncol = c->nf;
 	c->names = calloc(ncol, sizeof *c->names);
 	c->nlens = calloc(ncol, sizeof *c->nlens);
@@ -667,8 +700,12 @@ static int idx_header(dp_encoder *x, src *s, idx *h, const char *what)
 		if (src_raw(x, s, b, 4) < 4)
 			return fail(x, DP_EDATA, "%s: truncated IDX header", s->name);
 		h->dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-		if (i)
-			item *= h->dims[i];
+		/* bytes per item: the product of dimensions 1.. (0 counts items) */
+		if (i && __builtin_mul_overflow(item, h->dims[i], &item))
+			return fail(x, DP_EDATA,
+				    "%s: IDX header: dimension %d (%" PRIu32 ") makes the size of an "
+				    "item overflow 64 bits",
+				    s->name, i, h->dims[i]);
 	}
 	h->count = h->dims[0];
 	h->item = item;
@@ -689,7 +726,8 @@ static int idx_start(dp_encoder *x, const input *labels)
 		return fail(x, DP_EDATA, "%s has %" PRIu64 " images but %s has %" PRIu64 " labels", in,
 			    x->im.count, ln, x->lb.count);
 	if (x->im.item > (1u << 30))
-		return fail(x, DP_EDATA, "%s: items of %" PRIu64 " bytes are too large", in, x->im.item);
+		return fail(x, DP_EDATA, "%s: IDX header: items of %" PRIu64 " bytes, more than 1 GiB",
+			    in, x->im.item);
 	return 0;
 }
 
@@ -768,6 +806,8 @@ static dp_encoder *enc_open(const input *in, const input *labels, const dp_enc_o
 	else if (o->format == DP_ENC_CSV)
 		x->rc = types_parse(&x->c, o->types, &x->err);
 	if (!x->rc && src_open(x, &x->s, in) == 0) {
+		if (o->format != DP_ENC_IDX)
+			src_skip_bom(x, &x->s);
 		if (o->format == DP_ENC_CSV)
 			csv_header(x);
 		else if (o->format == DP_ENC_IDX)

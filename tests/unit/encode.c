@@ -303,6 +303,11 @@ static void test_csv(void)
 	}
 	static const char nul[] = "a\0b,c\n1,2\n";
 	dp_enc_opts plain = {.format = DP_ENC_CSV};
+	/* a BOM before a quoted first name: the quotes are the field's */
+	is_int(encode(&plain, "\xef\xbb\xbf\"a\",b\n1,2\n", 13, NULL, 0, &out, &e), 0,
+	       "csv: a BOM before a quoted name");
+	is_str(out.p, "{\"a\":{\"bytes\":[\"MQ==\"]},\"b\":{\"bytes\":[\"Mg==\"]}}\n",
+	       "csv: ... the name without its quotes");
 	is_int(encode(&plain, nul, sizeof nul - 1, NULL, 0, &out, &e), 0, "csv: a NUL in a header name");
 	is_str(out.p, "{\"a\\u0000b\":{\"bytes\":[\"MQ==\"]},\"c\":{\"bytes\":[\"Mg==\"]}}\n",
 	       "csv: ... kept whole (found by tests/fuzz/encode.c)");
@@ -340,6 +345,9 @@ static void test_idx(void)
 	for (int i = 0; i < 32; i++)
 		pix[i] = (uint8_t)i;
 	uint32_t d3[] = {3, 2, 2}, d1[] = {3}, d1x[] = {4}, dbig[] = {1, 65536, 65536};
+	/* 65536^4 = 2^64 wraps to 0: empty images, exit 0 (issue 12, item 7);
+	 * 4 x 2^64 + ... as well, to 4-byte images */
+	uint32_t dwrap[] = {1, 65536, 65536, 65536, 65536}, dwrap4[] = {1, 4, 65536, 65536, 65536, 65536};
 	const uint8_t labels[] = {7, 8, 9, 1};
 	dp_enc_opts o = {.format = DP_ENC_IDX, .image_name = "px"};
 	size_t ni = idx(im, 8, 3, d3, pix, 12), nl = idx(lb, 8, 1, d1, labels, 3);
@@ -353,8 +361,8 @@ static void test_idx(void)
 	struct {
 		size_t ni, nl;
 		const char *msg;
-	} bad[9];
-	uint8_t ims[9][256], lbs[9][64];
+	} bad[12];
+	uint8_t ims[12][256], lbs[12][64];
 	int k = 0;
 	/* each case: images, labels, the message */
 #define CASE(I, L, M) (bad[k].ni = (I), bad[k].nl = (L), bad[k].msg = (M), k++)
@@ -373,7 +381,11 @@ static void test_idx(void)
 	CASE(idx(ims[k], 8, 3, d3, pix, 13), idx(lbs[k], 8, 1, d1, labels, 3),
 	     "in: trailing bytes after 3 images");
 	CASE(idx(ims[k], 8, 3, dbig, pix, 0), idx(lbs[k], 8, 1, dbig, labels, 0),
-	     "in: items of 4294967296 bytes are too large");
+	     "in: IDX header: items of 4294967296 bytes, more than 1 GiB");
+	CASE(idx(ims[k], 8, 5, dwrap, pix, 0), idx(lbs[k], 8, 1, dwrap, labels, 1),
+	     "in: IDX header: dimension 4 (65536) makes the size of an item overflow 64 bits");
+	CASE(idx(ims[k], 8, 6, dwrap4, pix, 4), idx(lbs[k], 8, 1, dwrap4, labels, 1),
+	     "in: IDX header: dimension 5 (65536) makes the size of an item overflow 64 bits");
 	for (int i = 0; i < k; i++) {
 		int rc = encode(&o, (char *)ims[i], bad[i].ni, (char *)lbs[i], bad[i].nl, &out, &e);
 		ok(rc == DP_EDATA && !strcmp(e.msg, bad[i].msg), "idx: %s", bad[i].msg);
@@ -406,7 +418,19 @@ static void test_json_lines(void)
 	like(e.msg, "in: line 3: invalid JSON at column ", "json lines: file and line named");
 	is_int(encode(&o, "\n", 1, NULL, 0, &out, &e), DP_EDATA, "json lines: no records");
 	is_str(e.msg, "in: empty input: no records (--allow-empty accepts it)", "json lines: ... said");
+	/* a UTF-8 byte order mark: at the start of the input, passed over as
+	 * the CSV encoder does (one rule); anywhere else it is invalid JSON */
+	in = "\xef\xbb\xbf{\"a\":{\"int64\":[1]}}\n";
+	is_int(encode(&o, in, strlen(in), NULL, 0, &out, &e), 0, "json lines: a BOM at the start");
+	is_str(out.p, "{\"a\":{\"int64\":[1]}}\n", "json lines: ... passed over");
+	in = "{}\n\xef\xbb\xbf{}\n";
+	is_int(encode(&o, in, strlen(in), NULL, 0, &out, &e), DP_EDATA, "json lines: a BOM on line 2");
+	like(e.msg, "in: line 2: invalid JSON", "json lines: ... is an error there");
+	is_int(encode(&o, "\xef\xbb\xbf", 3, NULL, 0, &out, &e), DP_EDATA, "json lines: a BOM alone");
+	is_str(e.msg, "in: empty input: no records (--allow-empty accepts it)", "json lines: ... is empty");
 	o.format = DP_ENC_JSON_PROTO;
+	in = "\xef\xbb\xbf{}\n";
+	is_int(encode(&o, in, strlen(in), NULL, 0, &out, &e), 0, "json lines, proto: a BOM at the start");
 	in = "{}\n{\"features\": {}}\n";
 	is_int(encode(&o, in, strlen(in), NULL, 0, &out, &e), 0, "json lines, proto: parse");
 	is_str(out.p, "{}\n{}\n", "json lines, proto: two records");
