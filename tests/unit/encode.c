@@ -345,6 +345,7 @@ static void test_idx(void)
 	for (int i = 0; i < 32; i++)
 		pix[i] = (uint8_t)i;
 	uint32_t d3[] = {3, 2, 2}, d1[] = {3}, d1x[] = {4}, dbig[] = {1, 65536, 65536};
+	uint32_t d9[9] = {3, 2, 2, 1, 1, 1, 1, 1, 1};
 	/* 65536^4 = 2^64 wraps to 0: empty images, exit 0 (issue 12, item 7);
 	 * 4 x 2^64 + ... as well, to 4-byte images */
 	uint32_t dwrap[] = {1, 65536, 65536, 65536, 65536}, dwrap4[] = {1, 4, 65536, 65536, 65536, 65536};
@@ -370,7 +371,7 @@ static void test_idx(void)
 	CASE(4, nl, "in: not an IDX file (images)");
 	CASE(idx(ims[k], 0x0d, 3, d3, pix, 12), idx(lbs[k], 8, 1, d1, labels, 3),
 	     "in: IDX element type 0x0d: only unsigned bytes (0x08) are supported");
-	CASE(idx(ims[k], 8, 9, d3, pix, 0), idx(lbs[k], 8, 1, d1, labels, 3), "in: IDX file with 9 dimensions");
+	CASE(idx(ims[k], 8, 9, d9, pix, 0), idx(lbs[k], 8, 1, d1, labels, 3), "in: IDX file with 9 dimensions");
 	CASE(idx(ims[k], 8, 3, d3, pix, 0) - 6, idx(lbs[k], 8, 1, d1, labels, 3), "in: truncated IDX header");
 	CASE(idx(ims[k], 8, 3, d3, pix, 12), idx(lbs[k], 8, 3, d3, pix, 12),
 	     "in labels: a label file has one dimension, this one 3");
