@@ -169,6 +169,19 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 
+/* ---- Settings ----------------------------------------------------------
+ * libdp reads no environment variable behind its caller's back.  The
+ * overrides meant for tests, benchmarks and the curious (DP_BACKEND,
+ * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE,
+ * DP_CUDA_CONV_BUDGET: each documented where it acts) reach the library
+ * only through dp_setting_set(), or dp_settings_from_env(), which a program
+ * calls once, before it starts threads, to take every DP_* variable of its
+ * environment (the dptools programs do).  dp_setting() is what the library
+ * consults: NULL when unset. */
+DP_EXPORT void dp_settings_from_env(void);
+DP_EXPORT int dp_setting_set(const char *name, const char *value);
+DP_EXPORT const char *dp_setting(const char *name);
+
 /* ---- Ranks without linking MPI ----------------------------------------
  * rank and size from, in order: the explicit values when >= 0,
  * OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK, SLURM_PROCID/

@@ -77,6 +77,10 @@ done
 is "$bad" "" "tools/ include only libdp's public headers and cli.h"
 is "$(ls lib/*/dp*.h 2>/dev/null)" "" "no public (dp*.h) header inside a component folder"
 
+# The library reads no DP_* override from the environment by itself (only
+# what the program hands over: dp_settings_from_env, dp.h "Settings").
+is "$(grep -n 'getenv("DP_' lib/*/*.c lib/*/*.cu)" "" "lib/ reads no DP_* variable with getenv (dp_setting)"
+
 # The public headers, all together, as C and as C++.
 {
 	for h in lib/dp*.h; do echo "#include \"${h#lib/}\""; done

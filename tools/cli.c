@@ -13,6 +13,13 @@
 
 struct cli cli = {.prog = "dptools", .rank = -1};
 
+/* Every program takes the DP_* overrides of its environment (dp.h,
+ * "Settings"), before main and before any thread. */
+__attribute__((constructor)) static void cli_settings(void)
+{
+	dp_settings_from_env();
+}
+
 void cli_vwarn(const char *fmt, va_list ap)
 {
 	if (cli.quiet)

@@ -666,6 +666,60 @@ int dp_out_is_input(const dp_out *o, int fd)
 	return S_ISREG(a.st_mode) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+/* ---- Settings ---------------------------------------------------------- */
+
+#define MAX_SETTINGS 32
+static struct {
+	char *name, *value;
+} settings[MAX_SETTINGS];
+static int nsettings;
+
+int dp_setting_set(const char *name, const char *value)
+{
+	for (int i = 0; i < nsettings; i++)
+		if (!strcmp(settings[i].name, name)) {
+			char *v = value ? strdup(value) : NULL;
+			if (value && !v)
+				return DP_ENOMEM;
+			free(settings[i].value);
+			settings[i].value = v;
+			return DP_OK;
+		}
+	if (nsettings == MAX_SETTINGS)
+		return DP_ELIMIT;
+	char *n = strdup(name), *v = value ? strdup(value) : NULL;
+	if (!n || (value && !v)) {
+		free(n);
+		free(v);
+		return DP_ENOMEM;
+	}
+	settings[nsettings].name = n;
+	settings[nsettings++].value = v;
+	return DP_OK;
+}
+
+const char *dp_setting(const char *name)
+{
+	for (int i = 0; i < nsettings; i++)
+		if (!strcmp(settings[i].name, name))
+			return settings[i].value;
+	return NULL;
+}
+
+void dp_settings_from_env(void)
+{
+	extern char **environ;
+	for (char **e = environ; e && *e; e++) {
+		const char *eq = strchr(*e, '=');
+		if (strncmp(*e, "DP_", 3) != 0 || !eq || eq - *e > 63)
+			continue;
+		char name[64];
+		memcpy(name, *e, (size_t)(eq - *e));
+		name[eq - *e] = 0;
+		dp_setting_set(name, eq + 1);
+	}
+}
+
 /* ---- Ranks and templates ---------------------------------------------- */
 
 static int env_int(const char *name, int *out)

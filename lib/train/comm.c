@@ -19,7 +19,7 @@
 
 int dp_comm_launched(void)
 {
-	const char *v = getenv("DP_COMM");
+	const char *v = dp_setting("DP_COMM");
 	if (v && !strcmp(v, "mpi"))
 		return 1;
 	if (v && (!strcmp(v, "single") || !strcmp(v, "none")))

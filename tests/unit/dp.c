@@ -492,6 +492,23 @@ static void test_out_paths(void)
 	system(cmd);
 }
 
+/* The library sees DP_* variables only when the program hands them over. */
+static void test_settings(void)
+{
+	setenv("DP_UNIT_TEST_SETTING", "42", 1);
+	ok(dp_setting("DP_UNIT_TEST_SETTING") == NULL, "the environment alone sets nothing");
+	dp_settings_from_env();
+	is_str(dp_setting("DP_UNIT_TEST_SETTING"), "42", "dp_settings_from_env takes DP_* variables");
+	unsetenv("DP_UNIT_TEST_SETTING");
+	is_int(dp_setting_set("DP_UNIT_TEST_SETTING", "x"), 0, "dp_setting_set");
+	is_str(dp_setting("DP_UNIT_TEST_SETTING"), "x", "... replaces the value");
+	dp_setting_set("DP_UNIT_TEST_SETTING", NULL);
+	ok(dp_setting("DP_UNIT_TEST_SETTING") == NULL, "... and NULL unsets it");
+	setenv("NOT_DP_SETTING", "1", 1);
+	dp_settings_from_env();
+	ok(dp_setting("NOT_DP_SETTING") == NULL, "only DP_* names are taken");
+}
+
 int main(void)
 {
 	test_count();
@@ -502,5 +519,6 @@ int main(void)
 	test_rng();
 	test_out_threads();
 	test_out_paths();
+	test_settings();
 	return done_testing();
 }
