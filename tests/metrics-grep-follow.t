@@ -55,6 +55,21 @@ stop $pid
 is "$rc" 0 "SIGTERM ends following with status 0"
 is "$(cut -f2 out | tr '\n' ' ')" "0.9 0.8 0.75 0.6 0.55 0.5 0.4 " "every value once, in order"
 
+# ---- many files followed together (there was an unwritten limit of 256) ----
+mkdir many
+for i in $(seq 300); do printf 'step=%d loss=%d.5\n' "$i" "$i" > "many/$(printf %03d "$i").log"; done
+metrics-grep -f --logfmt=loss --no-header many/*.log > many.out 2> many.err &
+pid=$!
+ok wait_for many.out "^loss${TAB}300.5${TAB}300" "300 files followed: the last one's value"
+printf 'step=301 loss=0.25\n' >> many/001.log
+printf 'step=302 loss=0.125\n' >> many/300.log
+ok wait_for many.out "0.125${TAB}302" "300 files followed: a line appended to the last"
+ok wait_for many.out "0.25${TAB}301" "300 files followed: a line appended to the first"
+stop $pid
+is "$rc" 0 "300 files followed: SIGTERM, status 0"
+is "$(wc -l < many.out)" 302 "300 files followed: every value once"
+is "$(cat many.err)" "" "300 files followed: nothing on stderr"
+
 # ---- under nohup, SIGHUP does not end following; SIGTERM does ----
 printf 'epoch=1 step=1 loss=0.9\n' > hup.log
 nohup metrics-grep -f --logfmt=loss --no-header hup.log > hup.out 2> hup.err &
