@@ -103,6 +103,20 @@ assert len(g) == 1 and g[0].get("data-points") == "4", [e.attrib for e in g]
 ' "the final chart has all 4 points"
 ok test -z "$(ls -a | grep '\.tmp\.')" "no temporary files left"
 
+# ---- a live chart whose first values cannot be drawn (NaN) ----
+# The rewrite after the first line has no point to draw: not a failure,
+# the chart comes with the first finite value.
+printf 'epoch=1 step=1 loss=nan\n' > n.log
+metrics-grep -f --logfmt=loss --tsv --no-header --plot n.svg n.log > n.out 2> n.err &
+pid=$!
+ok wait_for n.out "^loss${TAB}nan${TAB}1" "NaN first: the row (and the chart's first rewrite)"
+printf 'epoch=1 step=2 loss=0.5\n' >> n.log
+i=0; until grep -q 'data-points="1"' n.svg 2>/dev/null || [ $i -gt 600 ]; do sleep 0.1; i=$((i + 1)); done
+ok test -s n.svg "NaN first: the chart is written with the first finite value"
+stop $pid
+is "$rc" 0 "NaN first: status 0"
+is "$(cat n.err)" "metrics-grep: n.svg: 1 NaN or infinite value left out" "NaN first: only the count of what was left out"
+
 # ---- a file that does not exist yet ----
 metrics-grep -f --no-header later.log > out3 2> err3 &
 pid=$!
