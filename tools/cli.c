@@ -24,6 +24,7 @@ void cli_vwarn(const char *fmt, va_list ap)
 {
 	if (cli.quiet)
 		return;
+	cli_progress_clear();
 	if (cli.before_msg)
 		cli.before_msg();
 	if (cli.rank >= 0)
@@ -198,6 +199,48 @@ char *cli_expand(const char *tmpl, const char *const *vars)
 	if (!x)
 		cli_die("out of memory");
 	return x;
+}
+
+static struct {
+	int on, shown;
+	double last;
+} bar;
+
+void cli_progress_on(int on)
+{
+	bar.on = on;
+	bar.last = -1;
+}
+
+int cli_progress_due(void)
+{
+	if (!bar.on)
+		return 0;
+	double now = dp_now();
+	if (bar.last >= 0 && now - bar.last < 0.2)
+		return 0;
+	bar.last = now;
+	return 1;
+}
+
+void cli_progress(const char *fmt, ...)
+{
+	if (!bar.on)
+		return;
+	va_list ap;
+	fputs("\r\033[K", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	bar.shown = 1;
+}
+
+void cli_progress_clear(void)
+{
+	if (bar.shown) {
+		fputs("\r\033[K", stderr);
+		bar.shown = 0;
+	}
 }
 
 void *cli_malloc(size_t n)

@@ -93,6 +93,16 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
 
+/* A progress line on stderr, redrawn in place: cli_progress_on(1) when
+ * the program wants one (as a rule: not --quiet and stderr a terminal);
+ * cli_progress_due() says whether to draw now (the first time, then at
+ * most five times a second); cli_progress() draws the line, replacing the
+ * last; cli_progress_clear() removes it.  Every message clears it first. */
+void cli_progress_on(int on);
+int cli_progress_due(void);
+void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_clear(void);
+
 /* Allocation that cannot fail: "prog: out of memory", exit 1. */
 void *cli_malloc(size_t n);
 void *cli_calloc(size_t n, size_t size);

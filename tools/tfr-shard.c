@@ -117,8 +117,7 @@ static struct {
 	dp_example ex;
 	dp_window *win;
 	dp_shuffle *shuf;
-	int progress;
-	double t0, last_progress;
+	double t0;
 	uint64_t read_bytes;
 	char **dirs; /* directories this run made, in order: removed on failure */
 	size_t ndirs, capdirs;
@@ -127,13 +126,6 @@ static struct {
 /* ---- messages ---------------------------------------------------------- */
 
 static void abort_outputs(int code);
-
-/* Before a message (cli.before_msg): clear the progress line. */
-static void clear_progress(void)
-{
-	if (g.progress)
-		fputs("\r\033[K", stderr);
-}
 
 static void warn_corrupt(const char *msg)
 {
@@ -146,17 +138,12 @@ static void warn_corrupt(const char *msg)
 	g.warnings++;
 }
 
-static void show_progress(int final)
+static void show_progress(void)
 {
-	double now = dp_now();
-	if (!final && now - g.last_progress < 0.25)
-		return;
-	g.last_progress = now;
-	if (final)
-		fputs("\r\033[K", stderr);
-	else
-		fprintf(stderr, "\r%s: %" PRIu64 " records, %.1f MiB read, %.0f s\033[K",
-			cli.prog, g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0, now - g.t0);
+	if (cli_progress_due())
+		cli_progress("%s: %" PRIu64 " records, %.1f MiB read, %.0f s", cli.prog,
+			     g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0,
+			     dp_now() - g.t0);
 }
 
 static void help(void)
@@ -709,8 +696,8 @@ typedef void (*record_fn)(const dp_record *rec, const struct keys *k, void *ctx)
 
 static void progress_tick(void)
 {
-	if (g.progress && ((g.nread + g.pos) & 1023) == 0)
-		show_progress(0);
+	if (((g.nread + g.pos) & 1023) == 0)
+		show_progress();
 }
 
 /* Read every input in order, calling fn on each good record, until g.stop. */
@@ -1196,7 +1183,6 @@ int main(int argc, char **argv)
 	cli.prog = DP_PROG;
 	cli.usage = "usage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
 		    "[--take I/N] [OPTION...] [FILE...] (--help for more)\n";
-	cli.before_msg = clear_progress;
 	cli.on_fail = abort_outputs;
 	parse_options(argc, argv);
 	check_options();
@@ -1207,7 +1193,7 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	g.t0 = dp_now();
-	g.progress = !opt.quiet && isatty(STDERR_FILENO);
+	cli_progress_on(!opt.quiet && isatty(STDERR_FILENO));
 
 	if (g.fixed)
 		open_fixed_outputs();
@@ -1216,8 +1202,7 @@ int main(int argc, char **argv)
 			if (g.sp[s].selected)
 				open_size_shard(s);
 	run();
-	if (g.progress)
-		show_progress(1);
+	cli_progress_clear();
 	commit_outputs();
 	if (to_stdout() && close(STDOUT_FILENO) < 0)
 		cli_die("stdout: %s", strerror(errno));
