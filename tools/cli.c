@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,19 @@ char *cli_expand(const char *tmpl, const char *const *vars)
 	if (!x)
 		cli_die("out of memory");
 	return x;
+}
+
+void cli_catch_signals(const int *sigs, int n, void (*fn)(int), int keep_ignored)
+{
+	for (int i = 0; i < n; i++) {
+		struct sigaction sa, old;
+		if (keep_ignored && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = fn;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
 }
 
 static struct {

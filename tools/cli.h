@@ -93,6 +93,11 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
 
+/* Handle each of the n signals with fn (no SA_RESTART: a blocking read
+ * returns EINTR); with keep_ignored, one the parent set to be ignored
+ * (nohup's SIGHUP, a background job's SIGINT) stays ignored. */
+void cli_catch_signals(const int *sigs, int n, void (*fn)(int), int keep_ignored);
+
 /* A progress line on stderr, redrawn in place: cli_progress_on(1) when
  * the program wants one (as a rule: not --quiet and stderr a terminal);
  * cli_progress_due() says whether to draw now (the first time, then at

@@ -880,17 +880,8 @@ static int parse_args(int argc, char **argv)
  * exits.  A SIGHUP ignored by the parent stays ignored (nohup). */
 static void catch_stop_signals(void)
 {
-	int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	for (size_t i = 0; i < 3; i++) {
-		struct sigaction sa, old;
-		if (sigs[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
-		    old.sa_handler == SIG_IGN)
-			continue;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_stop;
-		sigemptyset(&sa.sa_mask);
-		sigaction(sigs[i], &sa, NULL);
-	}
+	cli_catch_signals((const int[]){SIGINT, SIGTERM}, 2, on_stop, 0);
+	cli_catch_signals((const int[]){SIGHUP}, 1, on_stop, 1);
 }
 
 /* What to do with the values, the chart, the signals. */
