@@ -211,8 +211,25 @@ if [ -w /dev/full ]; then
 else
 	skip "/dev/full is not writable"
 fi
-run dp-eval --model m.st test.tfr --json nodir/x.json
+run dp-eval --model m.st test.tfr --json nodir/x.json --predictions p1.jsonl
 is "$rc" 1 "--json into a missing directory: exit 1"
-like "$err" "nodir/x.json" "... names it"
+like "$err" "nodir/x.json: cannot create \(directory nodir\)" "... names it"
+is "$out" "" "... before the evaluation"
+ok test ! -e p1.jsonl "... and no predictions written"
+mkdir isdir
+run dp-eval --model m.st test.tfr --json j1.json --predictions isdir
+is "$rc" 1 "--predictions an existing directory: exit 1"
+like "$err" "--predictions isdir: is a directory" "... names it"
+ok test ! -e j1.json "... no metrics JSON written"
+# --json and --predictions land together or not at all: a --json that
+# cannot be written at the end (a directory made during the run) leaves no
+# predictions, and names the destination
+run dp-eval --model m.st --data-cmd 'mkdir late.json; cat test.tfr' --json late.json --predictions p2.jsonl
+is "$rc" 1 "--json fails at the end: exit 1"
+like "$err" "late.json: is a directory" "... names --json's destination"
+ok test ! -e p2.jsonl "... and no predictions are written"
+echo old > p3.jsonl
+run dp-eval --model m.st --data-cmd 'mkdir late2.json; cat test.tfr' --json late2.json --predictions p3.jsonl
+is "$(cat p3.jsonl)" "old" "... an older predictions file is left as it was"
 
 done_testing

@@ -85,9 +85,20 @@ like "$(cat log.txt)" "epoch=1 step=7 loss=" "--log: lines in the file"
 run dp-train --train small.tfr "${BASE[@]}" --log /dev/full
 is "$rc" 1 "log to a full disk: exit 1"
 like "$err" "write error" "log to a full disk: message"
-run dp-train --train small.tfr "${BASE[@]}" -o no/such/dir/m.st
+run dp-train --train small.tfr "${BASE[@]}" --epochs 3 -o no/such/dir/m.st
 is "$rc" 1 "checkpoint into a missing directory: exit 1"
-like "$err" "no/such/dir/m.st" "names the checkpoint"
+like "$err" "no/such/dir/m.st: cannot create \(directory no/such/dir\)" "names the checkpoint"
+is "$out" "" "... before the first epoch"
+# every output is checked before the work, a template's directory too
+mkdir isdir
+for o in "--checkpoint no/ck-{step}.st --checkpoint-every 2" "--checkpoint isdir --checkpoint-every 1e" \
+	"--log no/log.txt" "--timeline no/t-{rank}.json" "--timeline isdir"; do
+	run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --log-every 1 -o good.st $o
+	is "$rc" 1 "$o: exit 1"
+	like "$err" "${o%% *} (no/.*: cannot create \(directory no\)|isdir: is a directory)" "$o: named"
+	unlike "$out" "epoch=" "$o: ... before any work"
+	ok test ! -e good.st "$o: ... nothing written"
+done
 
 # ---- determinism and resume -------------------------------------------------------
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 -o b.st

@@ -577,7 +577,8 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 		cli_die_err(CLI_FAIL, &e);
 }
 
-static void pred_commit(pred_out *p)
+/* Every prediction written to p->out, which is left to commit. */
+static void pred_finish(pred_out *p)
 {
 	dp_err e;
 	pred_flush(p, 1);
@@ -587,11 +588,8 @@ static void pred_commit(pred_out *p)
 		dp_writer_free(p->w);
 		p->w = NULL;
 	}
-	if (dp_out_commit(&p->out, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
 	dp_buf_free(&p->sb);
 	dp_exbuild_free(&p->ex);
-	free(p->path);
 }
 
 /* ---- the report ------------------------------------------------------------------------- */
@@ -800,19 +798,15 @@ static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model 
 	dp_buf_printf(b, "\n}\n");
 }
 
-static void write_whole(const char *path, const dp_buf *b)
+/* b written to output o (opened on path), left to commit. */
+static void write_whole(dp_out *o, const char *path, const dp_buf *b)
 {
-	dp_out o;
 	dp_err e;
 	if (b->err)
 		cli_die("out of memory");
-	if (dp_out_open(&o, path, &e) < 0)
+	if (dp_out_open(o, path, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
-	if (dp_write_all(o.fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0) {
-		dp_out_abort(&o);
-		cli_die_err(CLI_FAIL, &e);
-	}
-	if (dp_out_commit(&o, &e) < 0)
+	if (dp_write_all(o->fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 }
 
@@ -896,6 +890,21 @@ static void join_job(void)
 		usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
 			    "file per worker)",
 			    O.pred, SIZE);
+}
+
+/* Can this worker's outputs be created?  Checked before the work
+ * (dp_out_check): its --predictions, and worker 0's --json. */
+static void check_outputs(void)
+{
+	dp_err e;
+	if (O.pred) {
+		char *p = cli_expand(O.pred, NULL);
+		if (dp_out_check(p, &e) < 0)
+			cli_die("--predictions %s", e.msg);
+		free(p);
+	}
+	if (O.json && RANK == 0 && dp_out_check(O.json, &e) < 0)
+		cli_die("--json %s", e.msg);
 }
 
 /* The model, and how its data is read: the options, else the
@@ -1078,18 +1087,36 @@ static void apply_gates(void)
 	}
 }
 
-/* Worker 0's outputs: the metrics JSON, the report, the failed gates. */
+/* The files: this worker's predictions and worker 0's metrics JSON, all
+ * or none (dp_out_commit_all: a destination that cannot be written is
+ * named, and nothing lands). */
+static void land_outputs(void)
+{
+	dp_out *outs[2], jo;
+	size_t n = 0;
+	dp_err e;
+	if (O.pred) {
+		pred_finish(&R.po);
+		outs[n++] = &R.po.out;
+	}
+	if (O.json && RANK == 0) {
+		dp_buf j = DP_BUF_INIT;
+		json_report(&j, &R.rep, R.ck, R.m, R.d, R.feature, R.label, R.decode, R.scale_text,
+			    R.gr);
+		write_whole(&jo, O.json, &j);
+		dp_buf_free(&j);
+		outs[n++] = &jo;
+	}
+	if (dp_out_commit_all(outs, n, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	free(R.po.path);
+}
+
+/* Worker 0's report and failed gates. */
 static void write_reports(void)
 {
 	if (RANK != 0)
 		return;
-	if (O.json) {
-		dp_buf j = DP_BUF_INIT;
-		json_report(&j, &R.rep, R.ck, R.m, R.d, R.feature, R.label, R.decode, R.scale_text,
-			    R.gr);
-		write_whole(O.json, &j);
-		dp_buf_free(&j);
-	}
 	int to_stdout = (O.json && !strcmp(O.json, "-")) || (O.pred && !strcmp(O.pred, "-"));
 	if (!O.quiet && !to_stdout) {
 		dp_buf t = DP_BUF_INIT;
@@ -1148,6 +1175,7 @@ int main(int argc, char **argv)
 	}
 	check_args();
 	join_job();
+	check_outputs();
 	load_model();
 	make_metrics();
 	open_data();
@@ -1155,8 +1183,7 @@ int main(int argc, char **argv)
 		pred_open(&R.po);
 	evaluate();
 	apply_gates();
-	if (O.pred)
-		pred_commit(&R.po);
+	land_outputs();
 	write_reports();
 	return finish();
 }

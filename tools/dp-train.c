@@ -857,6 +857,12 @@ static void summary(dp_model *m)
 	       dp_loss_name(dp_model_loss_kind(m)));
 }
 
+/* Whether a path template names {rank} (or {rank:W}): a file a rank. */
+static int names_rank(const char *tmpl)
+{
+	return strstr(tmpl, "{rank}") || strstr(tmpl, "{rank:");
+}
+
 /* Sources that name {rank} (or {rank:5}) give each rank its own records. */
 static int per_rank(const char *const *paths, size_t n, const char *cmd)
 {
@@ -1035,7 +1041,7 @@ static char *settings_text(const dp_optim_conf *oc)
 						    : "per-rank",
 		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
 		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : strstr(O.timeline, "{rank}") ? "per-rank" : "gathered");
+		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered");
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1361,6 +1367,43 @@ static void check_options(void)
 		usage_error("%s", e.msg);
 }
 
+/* Check before the work that output `tmpl` of option opt can be created
+ * (dp_out_check), as this rank will name it: {rank} and {size} filled in.
+ * A name still holding {step} or {epoch} is known only when saved: its
+ * directory is checked (a name of that directory with placeholders, not
+ * at all). */
+static void check_output(const char *opt, const char *tmpl)
+{
+	char rb[16], zb[16];
+	snprintf(rb, sizeof rb, "%d", RANK);
+	snprintf(zb, sizeof zb, "%d", SIZE);
+	const char *vars[] = {"rank", rb, "size", zb, NULL};
+	char *path = cli_expand(tmpl, vars);
+	const char *slash = strrchr(path, '/');
+	dp_err e;
+	int later = strstr(path, "{step") || strstr(path, "{epoch");
+	if (!(later && slash && memchr(path, '{', (size_t)(slash - path))) &&
+	    dp_out_check(path, &e) < 0)
+		cli_die("%s %s", opt, e.msg);
+	free(path);
+}
+
+/* Every output of this rank, checked before the work (a run that could
+ * only fail at its end fails at its start): -o and --checkpoint (rank 0
+ * writes them), --log (rank 0's, and with --log-all-ranks every rank's
+ * {rank} file), --timeline (rank 0's, or every rank's with {rank}). */
+static void check_outputs(void)
+{
+	if (RANK == 0 && O.output)
+		check_output("-o", O.output);
+	if (RANK == 0 && O.ckpt)
+		check_output("--checkpoint", O.ckpt);
+	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
+		check_output("--log", O.log);
+	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
+		check_output("--timeline", O.timeline);
+}
+
 /* The log: rank 0's, and with --log-all-ranks every rank's ({rank} in
  * --log: a file each; else the others write to their stdout). */
 static void open_log(void)
@@ -1369,7 +1412,7 @@ static void open_log(void)
 	if (RANK == 0 || O.log_all) {
 		logfp = stdout;
 		const char *lp = O.log;
-		if (lp && RANK != 0 && !strstr(lp, "{rank}"))
+		if (lp && RANK != 0 && !names_rank(lp))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
 			char rb[16], zb[16];
@@ -1756,6 +1799,7 @@ int main(int argc, char **argv)
 		return show_summary();
 	check_ckpt_model();
 	check_options();
+	check_outputs();
 	open_log();
 	setup_model();
 	setup_data();
