@@ -2,8 +2,9 @@
  * dp_data.h - training input: TFRecord files of tf.train.Example to
  * batches of floats, streaming.
  *
- *   sources   files, glob patterns ({rank}, {size} expanded first), "-"
- *             for stdin, FIFOs; or a shell command run anew each epoch
+ *   sources   files, glob patterns ({rank}, {size} expanded first; a
+ *             name that exists is that file, only one that does not is
+ *             a pattern), "-" for stdin, FIFOs; or a shell command run anew each epoch
  *             whose stdout is read ({epoch}, {rank}, {size} expanded).
  *             Compression is detected per source.  Regular files are
  *             re-read every epoch; a stream (stdin, FIFO) can be read only

@@ -143,6 +143,19 @@ is "$(json c.json 'j["metrics"]')" "$ref" "--data-cmd: the same metrics"
 mkdir d && cp test.tfr d/a.tfr && gzip -c test.tfr > d/b.tfr.gz
 run dp-eval --model m.st --data 'd/*' --json gl.json -q
 is "$(json gl.json 'j["samples"], j["data"]["sources"]')" "300 ['d/a.tfr', 'd/b.tfr.gz']" "a glob, gzip detected"
+# a name that exists is that file; only one that does not is a pattern
+mkdir lit && cp test.tfr 'lit/d[1].tfr' && $MK lit/d1.tfr random --n 7 --shape 12 --classes 5 --seed 6
+run dp-eval --model m.st 'lit/d[1].tfr' --json lit.json -q
+is "$(json lit.json 'j["samples"], j["data"]["sources"]')" "150 ['lit/d[1].tfr']" "a name with [ ] that exists: that file"
+run dp-eval --model m.st lit/* --json lit2.json -q
+is "$(json lit2.json 'j["samples"]')" 157 "names the shell expanded: each read once"
+cp test.tfr 'lit/a*.tfr' && cp test.tfr lit/ab.tfr
+run dp-eval --model m.st 'lit/a*.tfr' lit/ab.tfr --json lit3.json -q
+is "$(json lit3.json 'j["samples"]')" 300 "a name with * that exists: read once, not as a pattern"
+run dp-eval --model m.st 'lit/d[2-9].tfr' --json lit4.json -q
+like "$err" "lit/d\[2-9\].tfr: no file matches" "a pattern that matches nothing: said so"
+run dp-eval --model m.st 'lit/?1.tfr' --json lit5.json -q
+is "$(json lit5.json 'j["data"]["sources"]')" "['lit/d1.tfr']" "a name that does not exist: a pattern"
 for bs in 1 7 150 1000; do
 	run dp-eval --model m.st test.tfr --batch-size $bs --json b$bs.json -q
 	is "$(json b$bs.json 'j["metrics"]["accuracy"], j["confusion_matrix"]')" \

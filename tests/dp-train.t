@@ -145,6 +145,12 @@ run dp-train --train small.tfr --init junk.st
 like "$err" "junk.st: " "not a checkpoint: names the file"
 
 # ---- data input ----------------------------------------------------------------
+# a name that exists is that file (d1.tfr holds other shapes: an error if read)
+mkdir lit && cp small.tfr 'lit/d[1].tfr' && $MK lit/d1.tfr random --n 10 --shape 1x4x4 --classes 4
+run dp-train --train 'lit/d[1].tfr' "${BASE[@]}"
+is "$rc" 0 "--train 'd[1].tfr' that exists: that file, not d1.tfr"
+run dp-train --train 'lit/?1.tfr' "${BASE[@]}"
+like "$err" "lit/d1.tfr: record [0-9]+ at byte [0-9]+: feature 'image' has 16 values" "a name that does not exist: a pattern"
 dp-train --train small.tfr "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o s0.st >/dev/null
 run dp-train --train small.tfr.gz "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o gz.st
 ok $PY "$DP_SRC/tests/torch_ref.py" same-weights s0.st gz.st "gzip input: the same training"

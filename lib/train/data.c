@@ -205,7 +205,11 @@ static int find_sources(dp_data *d, dp_err *e)
 		if (!p)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
 		int rc = DP_OK;
-		if (strcmp(p, "-") && strpbrk(p, "*?[")) {
+		struct stat st;
+		/* a name that exists is that file, whatever its characters (a
+		 * name the shell expanded, 'd[1].tfr'); only one that does not
+		 * is a pattern */
+		if (strcmp(p, "-") && strpbrk(p, "*?[") && lstat(p, &st) < 0) {
 			glob_t g;
 			int gr = glob(p, GLOB_ERR, NULL, &g);
 			if (gr == GLOB_NOMATCH)
