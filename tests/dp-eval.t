@@ -192,7 +192,7 @@ bad() { # what expected-message-regex dp-eval-args...
 	is "$(ls -a | grep -c 'tmp\.')" 0 "$what: no temporary file left"
 }
 $MK wide.tfr random --n 10 --shape 20 --classes 5
-bad "a feature of the wrong shape" "^dp-eval: wide.tfr: record 0 at byte 0: feature 'image' has 20 values, 12 wanted" \
+bad "a feature of the wrong shape" "^dp-eval: wide.tfr: record 0 at byte 0: feature 'image' has 20 values, expected 12 \(the size of the input shape\)" \
 	--model m.st wide.tfr
 $MK many.tfr random --n 300 --shape 12 --classes 9 --seed 5
 bad "a label out of range" "^dp-eval: many.tfr: record [0-9]+ at byte [0-9]+: label 'label' is [5-8], outside 0..4" \

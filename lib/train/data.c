@@ -523,9 +523,12 @@ static int bytes_cat(const uint8_t *p, size_t len, void *c)
 }
 
 /* Fill out[0..n) from feature f as floats, bytes decoded as `raw` (enum
- * dp_decode; NONE: bytes are an error).  0, or -1 with a message in why. */
+ * dp_decode; NONE: bytes are an error).  0, or -1 with a message in why
+ * (a wrong size says what was found and what was expected: n, which is
+ * `size_what`). */
 static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *what,
-			 const char *fname, float *out, size_t n, char *why, size_t wl)
+			 const char *fname, float *out, size_t n, const char *size_what, char *why,
+			 size_t wl)
 {
 	switch (f->kind) {
 	case DP_KIND_FLOAT:
@@ -536,9 +539,9 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 			return -1;
 		}
 		if (f->count != n) {
-			snprintf(why, wl, "%s '%s' has %zu values, %zu wanted", what, fname, f->count,
-				 n);
-			return -2;
+			snprintf(why, wl, "%s '%s' has %zu values, expected %zu (%s)", what, fname,
+				 f->count, n, size_what);
+			return -1;
 		}
 		if (f->kind == DP_KIND_FLOAT) {
 			dp_feature_floats(f, out, n);
@@ -566,13 +569,14 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 			len = bc.n;
 		}
 		if (len != want) {
-			if (len > want && f->count > 1)
-				snprintf(why, wl, "%s '%s' holds more than %zu bytes: %zu %s values",
-					 what, fname, want, n, dp_decode_name(raw));
+			char found[48];
+			if (len > want && f->count > 1) /* not all counted */
+				snprintf(found, sizeof found, "more than %zu", want);
 			else
-				snprintf(why, wl, "%s '%s' holds %zu bytes, %zu %s values are %zu",
-					 what, fname, len, n, dp_decode_name(raw), want);
-			return -2;
+				snprintf(found, sizeof found, "%zu", len);
+			snprintf(why, wl, "%s '%s' holds %s bytes, expected %zu (%zu %s values: %s)",
+				 what, fname, found, want, n, dp_decode_name(raw), size_what);
+			return -1;
 		}
 		if (es == 1) {
 			for (size_t i = 0; i < n; i++)
@@ -616,10 +620,9 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 		b->src[i] = (uint32_t)src;
 		b->rec[i] = index;
 	}
-	int rc = decode_values(d, fx, d->o.decode, "feature", d->feature, x, n, why, sizeof why);
-	if (rc < 0)
-		return rec_err(d, src, index, offset, e, "%s%s", why,
-			       rc == -2 ? " (the size of the input shape)" : "");
+	if (decode_values(d, fx, d->o.decode, "feature", d->feature, x, n,
+			  "the size of the input shape", why, sizeof why) < 0)
+		return rec_err(d, src, index, offset, e, "%s", why);
 	float sc = (float)d->o.scale;
 	if (sc != 1.0f)
 		for (size_t j = 0; j < n; j++)
@@ -653,10 +656,9 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	} else {
 		size_t k = d->o.label_size;
 		float *t = b->t + i * k;
-		int lr = decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k, why, sizeof why);
-		if (lr < 0)
-			return rec_err(d, src, index, offset, e, "%s%s", why,
-				       lr == -2 ? " (the model's output size)" : "");
+		if (decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k,
+				  "the model's output size", why, sizeof why) < 0)
+			return rec_err(d, src, index, offset, e, "%s", why);
 		for (size_t j = 0; j < k; j++)
 			if (!isfinite(t[j]))
 				return rec_err(d, src, index, offset, e, "label '%s': value %zu is %s",
