@@ -134,6 +134,14 @@ like "$out" "^epoch=1 step=1 " "--init starts a new run at step 1"
 run dp-train --train small.tfr --resume a.st --model "$MLP" --input-shape 64
 is "$rc" 1 "resume with another model: exit 1"
 like "$err" "a.st: a checkpoint of model 'conv:4:3,.*' over 1x8x8, not 'dense:16,relu,dense:4' over 64" "resume with another model: message"
+# --init of a checkpoint trained with another loss: the loss named (and,
+# under make asan, exit 1 means LeakSanitizer found nothing on this path)
+$MK vec.tfr random --n 20 --shape 1x8x8 --label-kind vector:4 --seed 7
+dp-train --train vec.tfr --model "$MLP" --input-shape 64 --loss mse -q -o mse.st >/dev/null
+run dp-train --train vec.tfr --init mse.st --model "$MLP" --input-shape 64 -q
+is "$rc" 1 "--init of a checkpoint of another loss: exit 1"
+is "$err" "dp-train: mse.st: a checkpoint of model '$MLP' over 64 trained with --loss mse, not xent (give --loss mse)" \
+	"... names the loss that differs"
 run dp-train --train small.tfr --resume a.st --optimizer sgd
 like "$err" "holds adam state, not sgd's" "resume with another optimizer refused"
 head -c 3000 a.st > trunc.st
@@ -207,7 +215,13 @@ bad() { # mode record regex
 }
 bad nolabel 17 "^dp-train: train: bad.tfr: record 17 at byte [0-9]+: no label 'label' \(the record has: image\)$"
 bad nofeature 3 "bad.tfr: record 3 at byte [0-9]+: no feature 'image' \(the record has: label\)"
-bad short 5 "bad.tfr: record 5 at byte [0-9]+: feature 'image' has 63 values, 64 wanted"
+bad short 5 "bad.tfr: record 5 at byte [0-9]+: feature 'image' has 63 values, expected 64 \(the size of the input shape\)$"
+run dp-train --train u8.tfr --decode-raw uint8 --model "$MLP" --input-shape 81 --shuffle-buffer 0 -q
+like "$err" "u8.tfr: record 0 at byte 0: feature 'image' holds 64 bytes, expected 81 \(81 uint8 values: the size of the input shape\)$" \
+	"raw bytes of the wrong length: found and expected"
+run dp-train --train f32.tfr --decode-raw float32 --model "$MLP" --input-shape 81 --shuffle-buffer 0 -q
+like "$err" "f32.tfr: record 0 at byte 0: feature 'image' holds 256 bytes, expected 324 \(81 float32 values: the size of the input shape\)$" \
+	"... of float32 values"
 bad nan 7 "bad.tfr: record 7 at byte [0-9]+: feature 'image': value 3 is NaN"
 bad label 2 "bad.tfr: record 2 at byte [0-9]+: label 'label' is 99, outside 0..3 \(the model has 4 classes\)"
 bad crc 4 "bad.tfr: record 4 at byte [0-9]+: .*CRC"

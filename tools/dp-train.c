@@ -1305,14 +1305,26 @@ static void check_ckpt_model(void)
 	dp_model *cm = dp_ckpt_model(R.ck, &e);
 	if (!cm)
 		die_all(1, "%s", e.msg);
-	if (!dp_model_same(cm, M)) {
+	char why[1024] = "";
+	if (!dp_model_same(cm, M)) { /* say what differs: the layers, or the loss */
 		char a[64], b[64];
 		dp_shape ci = dp_model_input(cm);
-		die_all(1, "%s: a checkpoint of model '%s' over %s, not '%s' over %s",
-			dp_st_name(R.ck), dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a),
-			dp_model_spec(M), dp_shape_format(&R.in, b, sizeof b));
+		int lc = dp_model_loss_kind(cm), lm = dp_model_loss_kind(M);
+		dp_shape_format(&ci, a, sizeof a);
+		dp_shape_format(&R.in, b, sizeof b);
+		if (lc != lm && !strcmp(dp_model_spec(cm), dp_model_spec(M)) && !strcmp(a, b))
+			snprintf(why, sizeof why,
+				 "a checkpoint of model '%s' over %s trained with --loss %s, not %s "
+				 "(give --loss %s)",
+				 dp_model_spec(cm), a, dp_loss_name(lc), dp_loss_name(lm),
+				 dp_loss_name(lc));
+		else
+			snprintf(why, sizeof why, "a checkpoint of model '%s' over %s, not '%s' over %s",
+				 dp_model_spec(cm), a, dp_model_spec(M), b);
 	}
-	dp_model_free(cm);
+	dp_model_free(cm); /* before any exit: cm is this function's alone */
+	if (why[0])
+		die_all(1, "%s: %s", dp_st_name(R.ck), why);
 }
 
 /* Under mpirun a stream read by several ranks would be torn between them. */
