@@ -43,6 +43,14 @@ is "$rc" 2 "shape error: exit 2"
 like "$err" "layer 1 \(dense:4\): input is 4x6x6: dense needs a vector: add flatten" "shape error names the layer"
 run dp-train --train small.tfr --model "$MLP" --input-shape 1x8x8x8
 is "$rc" 2 "bad input shape: exit 2"
+# a number too large: said so, with the limit
+run dp-train --train small.tfr --model dense:1000000000 --input-shape 64
+is "$rc" 2 "dense:1000000000: exit 2"
+like "$err" "^dp-train: model: item 0 'dense:1000000000': 1000000000 is too large \(at most 16777216 units\)" "... too large, and the limit"
+run dp-train --train small.tfr --model conv:4:3:1:5000,flatten,dense:2 --input-shape 1x8x8
+like "$err" "'conv:4:3:1:5000': 5000 is too large \(at most 1024 for padding\)" "padding too large: said so"
+run dp-train --train small.tfr --model dense:2 --input-shape 100000x100000
+like "$err" "input shape '100000x100000': 10000000000 values is too large \(at most 268435456 a sample\)" "an input shape too large: its size and the limit"
 run dp-train --train small.tfr --model "$MLP" --input-shape 64 --lr-schedule wobble
 like "$err" "lr schedule 'wobble'" "bad schedule named"
 run dp-train --train small.tfr --model "$MLP" --input-shape 64 --optimizer sgd --nesterov
