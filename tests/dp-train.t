@@ -156,6 +156,31 @@ head -c 3000 a.st > trunc.st
 run dp-train --train small.tfr --resume trunc.st
 is "$rc" 1 "truncated checkpoint: exit 1"
 like "$err" "trunc.st: tensor '[^']*': .*truncated" "truncated checkpoint: message"
+# metadata that does not hold, under --resume: the checkpoint named, exit 1, no usage text
+setmeta() { # SRC DST KEY=VALUE...
+	$PY - "$@" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for kv in sys.argv[3:]:
+    k, v = kv.split("=", 1)
+    h["__metadata__"][k] = v
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PY
+}
+for kv in "model=garbage:model: item 0 'garbage': unknown layer" "input_shape=0x8:input shape '0x8': want" \
+	"lr_schedule=wobble:lr schedule 'wobble'" "batch_size=0:'batch_size' is 0, outside 1..1048576" \
+	"momentum=5:'momentum' is 5, outside 0..0.999999"; do
+	setmeta half.st badmeta.st "${kv%%:*}"
+	run dp-train --train small.tfr --resume badmeta.st -q
+	is "$rc" 1 "--resume, metadata ${kv%%:*}: exit 1"
+	like "$err" "^dp-train: badmeta.st: metadata:? ?${kv#*:}" "... names the checkpoint"
+	unlike "$err" "usage:" "... without usage text"
+done
 printf 'garbage!' > junk.st
 run dp-train --train small.tfr --init junk.st
 like "$err" "junk.st: " "not a checkpoint: names the file"

@@ -519,6 +519,8 @@ static void parse_args(int argc, char **argv)
  * did not give it, so that `--resume ck` alone continues the same run. */
 static char *kept[64]; /* settings copied out of the checkpoint, freed at exit */
 static int nkept;
+static char from_meta[O_LAST]; /* settings taken from the checkpoint's metadata */
+static char *meta_src;          /* that checkpoint's name, for messages */
 
 static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 {
@@ -529,25 +531,50 @@ static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 		return NULL;
 	if (nkept == (int)(sizeof kept / sizeof kept[0]) || !(kept[nkept] = strdup(v)))
 		cli_die("out of memory");
+	if (!meta_src)
+		meta_src = cli_strdup(dp_st_name(ck));
+	from_meta[opt] = 1;
 	return kept[nkept++];
 }
 
-static double meta_real(const dp_st *ck, const char *key, const char *v)
+/* A setting that does not hold: a usage error when the command line gave
+ * it; when it came from the checkpoint's metadata (meta), a bad
+ * checkpoint, named, exit 1. */
+static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (meta && meta_src)
+		die_all(1, "%s: metadata: %s", meta_src, msg);
+	usage_error("%s", msg);
+}
+
+/* Metadata values, within the bounds of their options. */
+static double meta_real(const dp_st *ck, const char *key, const char *v, double min, double max)
 {
 	char *end;
 	double d = strtod(v, &end);
 	if (end == v || *end || !isfinite(d))
-		cli_die("%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
+		die_all(1, "%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
+	if (d < min || d > max)
+		die_all(1, "%s: metadata '%s' is %s, outside %g..%g", dp_st_name(ck), key, v, min, max);
 	return d;
 }
 
-static uint64_t meta_count(const dp_st *ck, const char *key, const char *v)
+static uint64_t meta_count(const dp_st *ck, const char *key, const char *v, uint64_t min,
+			   uint64_t max)
 {
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
 	if (end == v || *end || errno || *v == '-')
-		cli_die("%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
+		die_all(1, "%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
+	if (n < min || n > max)
+		die_all(1, "%s: metadata '%s' is %s, outside %" PRIu64 "..%" PRIu64, dp_st_name(ck),
+			key, v, min, max);
 	return n;
 }
 
@@ -559,36 +586,36 @@ static void settings_from(const dp_st *ck)
 	if ((v = from_ckpt(ck, O_INPUT_SHAPE, "input_shape")))
 		O.input_shape = v;
 	if ((v = from_ckpt(ck, O_LOSS, "loss")) && !(O.loss = dp_loss_parse(v)))
-		cli_die("%s: unknown loss '%s'", dp_st_name(ck), v);
+		die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_FEATURE, "feature")))
 		O.feature = v;
 	if ((v = from_ckpt(ck, O_LABEL, "label")))
 		O.label = v;
 	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
-		cli_die("%s: unknown decode_raw '%s'", dp_st_name(ck), v);
+		die_all(1, "%s: metadata: unknown decode_raw '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
 		if (dp_parse_scale(v, &O.scale) < 0)
-			cli_die("%s: bad scale '%s'", dp_st_name(ck), v);
+			die_all(1, "%s: metadata: bad scale '%s'", dp_st_name(ck), v);
 		O.scale_text = v;
 	}
 	if ((v = from_ckpt(ck, O_SHUFFLE, "shuffle_buffer")))
-		O.shuffle = meta_count(ck, "shuffle_buffer", v);
+		O.shuffle = meta_count(ck, "shuffle_buffer", v, 0, 1u << 28);
 	if ((v = from_ckpt(ck, O_LAST_BATCH, "last_batch")))
 		O.drop_last = !strcmp(v, "drop");
 	if ((v = from_ckpt(ck, O_BATCH, "batch_size")))
-		O.batch = meta_count(ck, "batch_size", v);
+		O.batch = meta_count(ck, "batch_size", v, 1, 1u << 20);
 	if ((v = from_ckpt(ck, O_EPOCHS, "epochs")))
-		O.epochs = meta_count(ck, "epochs", v);
+		O.epochs = meta_count(ck, "epochs", v, 1, 1u << 30);
 	if ((v = from_ckpt(ck, O_SEED, "seed")))
-		O.seed = meta_count(ck, "seed", v);
+		O.seed = meta_count(ck, "seed", v, 0, UINT64_MAX);
 	if ((v = from_ckpt(ck, O_SCHEDULE, "lr_schedule")))
 		O.schedule = v;
 	if ((v = from_ckpt(ck, O_WARMUP, "warmup")))
-		O.warmup = meta_count(ck, "warmup", v);
+		O.warmup = meta_count(ck, "warmup", v, 0, UINT64_MAX / 2);
 	int kind = O.opt.kind;
 	if ((v = from_ckpt(ck, O_OPTIMIZER, "optimizer"))) {
 		if (!(kind = dp_optim_parse(v)))
-			cli_die("%s: unknown optimizer '%s'", dp_st_name(ck), v);
+			die_all(1, "%s: metadata: unknown optimizer '%s'", dp_st_name(ck), v);
 		dp_optim_conf c;
 		dp_optim_defaults(&c, kind);
 		if (!O.given[O_WD])
@@ -598,28 +625,30 @@ static void settings_from(const dp_st *ck)
 			O.lr = kind == DP_OPTIM_SGD ? 0.01 : 0.001;
 	}
 	if ((v = from_ckpt(ck, O_LR, "lr")))
-		O.lr = meta_real(ck, "lr", v);
+		O.lr = meta_real(ck, "lr", v, 0, 1e6);
 	static const struct {
 		int opt;
 		const char *key;
 		size_t off;
+		double max; /* as parse_args takes them */
 	} reals[] = {
-		{O_MOMENTUM, "momentum", offsetof(dp_optim_conf, momentum)},
-		{O_DAMPENING, "dampening", offsetof(dp_optim_conf, dampening)},
-		{O_BETA1, "beta1", offsetof(dp_optim_conf, beta1)},
-		{O_BETA2, "beta2", offsetof(dp_optim_conf, beta2)},
-		{O_EPS, "eps", offsetof(dp_optim_conf, eps)},
-		{O_WD, "weight_decay", offsetof(dp_optim_conf, weight_decay)},
+		{O_MOMENTUM, "momentum", offsetof(dp_optim_conf, momentum), 0.999999},
+		{O_DAMPENING, "dampening", offsetof(dp_optim_conf, dampening), 1},
+		{O_BETA1, "beta1", offsetof(dp_optim_conf, beta1), 0.999999},
+		{O_BETA2, "beta2", offsetof(dp_optim_conf, beta2), 0.999999},
+		{O_EPS, "eps", offsetof(dp_optim_conf, eps), 1},
+		{O_WD, "weight_decay", offsetof(dp_optim_conf, weight_decay), 1e6},
 	};
 	for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
 		if ((v = from_ckpt(ck, reals[i].opt, reals[i].key)))
-			*(double *)((char *)&O.opt + reals[i].off) = meta_real(ck, reals[i].key, v);
+			*(double *)((char *)&O.opt + reals[i].off) =
+				meta_real(ck, reals[i].key, v, 0, reals[i].max);
 	if ((v = from_ckpt(ck, O_NESTEROV, "nesterov")))
 		O.opt.nesterov = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_SCALE_LR, "scale_lr")))
 		O.scale_lr = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
-		O.warmup_epochs = meta_real(ck, "warmup_epochs", v);
+		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
 }
 
 /* ---- logs ---------------------------------------------------------------------- */
@@ -1252,9 +1281,9 @@ static void start_from_checkpoint(void)
 	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
 		O.model = from_ckpt(R.ck, O_MODEL, "model");
 		O.input_shape = from_ckpt(R.ck, O_INPUT_SHAPE, "input_shape");
-		const char *l = dp_st_meta(R.ck, "loss");
-		if (l && !O.given[O_LOSS])
-			O.loss = dp_loss_parse(l);
+		const char *l = from_ckpt(R.ck, O_LOSS, "loss");
+		if (l && !(O.loss = dp_loss_parse(l)))
+			die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(R.ck), l);
 	}
 }
 
@@ -1277,9 +1306,9 @@ static void make_model(void)
 	if (!O.input_shape)
 		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
 	if (dp_shape_parse(O.input_shape, &R.in, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_INPUT_SHAPE], "%s", e.msg);
 	if (!(M = dp_model_new(O.model, &R.in, O.loss, &e)))
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_MODEL], "%s", e.msg);
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
 }
 
@@ -1369,14 +1398,17 @@ static void check_options(void)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
 	check_streams();
 	if (O.warmup_epochs > 0 && !O.scale_lr)
-		usage_error("--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
+		bad_setting(from_meta[O_WARMUP_EPOCHS] && from_meta[O_SCALE_LR], "--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
 	R.sched.epochs = O.epochs;
 	R.sched.warmup = O.warmup;
 	if (dp_sched_parse(O.schedule, &R.sched, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_SCHEDULE], "%s", e.msg);
+	int om = 0; /* an optimizer setting from the checkpoint */
+	for (int o = O_OPTIMIZER; o <= O_WD; o++)
+		om |= from_meta[o];
 	if (dp_optim_check(&O.opt, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(om, "%s", e.msg);
 }
 
 /* Check before the work that output `tmpl` of option opt can be created
@@ -1449,7 +1481,7 @@ static void open_log(void)
 static void check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	const char *cb = dp_st_meta(ck, "batch_size");
-	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb) : O.batch;
+	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb, 1, 1u << 20) : O.batch;
 	uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
 	if (ck_ranks == SIZE || R.ts.epoch >= O.epochs)
@@ -1482,7 +1514,7 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, O.seed);
 	const char *r = dp_st_meta(ck, "ranks");
-	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r) : 1);
+	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1);
 }
 
 /* The model on the backend, the optimizer, the weights (the
@@ -1780,6 +1812,7 @@ static int close_all(void)
 	free(O.val);
 	while (nkept)
 		free(kept[--nkept]);
+	free(meta_src);
 	if (logfp && logfp != stdout && fclose(logfp) != 0)
 		cli_die("%s: %s", O.log, strerror(errno));
 	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
