@@ -106,6 +106,19 @@ is "$rc" 1 "--check: broken JSON: exit 1"
 like "$err" "broken.json: line 2" "... with the position"
 run dp-eval --check m.json
 is "$rc" 2 "--check without --require: exit 2"
+echo '{"metrics":{"accuracy":5}}' > a5.json
+run dp-eval --check a5.json --require 'accuracy>0.5'
+is "$rc" 1 "--check: a metric not of dp-eval's form: exit 1"
+is "$err" 'dp-eval: a5.json: metric '"'accuracy'"' is 5, not of the expected form {"value": NUMBER}' "... says so, with what it is"
+echo '{"metrics":{"loss":{"value":1}},"classes":[{"class":0,"recall":"high"}]}' > rc.json
+run dp-eval --check rc.json --require 'recall[0]>0.5'
+like "$err" "rc.json: metric 'recall\[0\]' is \"high\", not of the expected form \(a number or null\)" "... a per-class value too"
+mkdir cdir
+run dp-eval --check cdir --require 'accuracy>0.5'
+is "$rc" 1 "--check a directory: exit 1"
+is "$err" "dp-eval: cdir: is a directory, not a metrics JSON" "... says it is a directory"
+run dp-eval --check nothere.json --require 'accuracy>0.5'
+is "$err" "dp-eval: nothere.json: No such file or directory" "--check a missing file: named once"
 
 # ---- predictions ----
 run dp-eval --model m.st test.tfr more.tfr.gz --predictions p.jsonl -q

@@ -358,30 +358,43 @@ static void load_classes(size_t k)
 
 /* ---- --check: gates on a metrics JSON ---------------------------------------------- */
 
-/* The value of metric `name` in a dp-eval metrics JSON: 0, or -1 when
- * there is none of that name. */
-static int json_metric(json_t *root, const char *name, double *v)
+/* What a JSON value is, for a message: its compact text, cut short. */
+static void json_what(const json_t *j, char *buf, size_t len)
+{
+	char *t = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+	snprintf(buf, len, "%.60s%s", t ? t : "?", t && strlen(t) > 60 ? "..." : "");
+	free(t);
+}
+
+/* The value of metric `name` in a dp-eval metrics JSON: 0; -1 when there
+ * is none of that name; -2 when there is one not of dp-eval's form (a
+ * number or null), with what it is in bad. */
+static int json_metric(json_t *root, const char *name, double *v, char *bad, size_t bl)
 {
 	json_t *m = json_object_get(json_object_get(root, "metrics"), name);
-	json_t *val = json_object_get(m, "value");
-	if (json_is_number(val)) {
-		*v = json_number_value(val);
-		return 0;
-	}
-	if (val && json_is_null(val)) {
-		*v = NAN;
-		return 0;
+	if (m) {
+		json_t *val = json_object_get(m, "value");
+		if (json_is_number(val)) {
+			*v = json_number_value(val);
+			return 0;
+		}
+		if (val && json_is_null(val)) {
+			*v = NAN;
+			return 0;
+		}
+		json_what(m, bad, bl);
+		return -2;
 	}
 	const char *lb = strchr(name, '[');
 	size_t nl = strlen(name);
 	if (!lb || name[nl - 1] != ']' || lb == name)
 		return -1;
 	char base[64], idx[256];
-	size_t bl = (size_t)(lb - name), il = nl - bl - 2;
-	if (bl >= sizeof base || il >= sizeof idx || !il)
+	size_t bl2 = (size_t)(lb - name), il = nl - bl2 - 2;
+	if (bl2 >= sizeof base || il >= sizeof idx || !il)
 		return -1;
-	memcpy(base, name, bl);
-	base[bl] = 0;
+	memcpy(base, name, bl2);
+	base[bl2] = 0;
 	memcpy(idx, lb + 1, il);
 	idx[il] = 0;
 	const char *arr = json_object_get(root, "classes") ? "classes" : "outputs";
@@ -406,28 +419,53 @@ static int json_metric(json_t *root, const char *name, double *v)
 				*v = NAN;
 				return 0;
 			}
-			return -1;
+			if (!x)
+				return -1;
+			json_what(x, bad, bl);
+			return -2;
 		}
 	}
 	return -1;
 }
 
-static int check_mode(void)
+/* The metrics JSON of --check ("-": stdin), parsed. */
+static json_t *load_check(void)
 {
 	json_error_t je;
-	json_t *root = !strcmp(O.check, "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-					     : json_load_file(O.check, JSON_REJECT_DUPLICATES, &je);
+	int std = !strcmp(O.check, "-");
+	FILE *f = std ? stdin : fopen(O.check, "r");
+	struct stat st;
+	if (!f)
+		cli_die("%s: %s", O.check, strerror(errno));
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
+		cli_die("%s: is a directory, not a metrics JSON", O.check);
+	json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+	if (!std)
+		fclose(f);
 	if (!root) {
 		if (je.line > 0)
 			cli_die("%s: line %d, column %d: %s", O.check, je.line, je.column, je.text);
 		cli_die("%s: %s", O.check, je.text);
 	}
+	return root;
+}
+
+static int check_mode(void)
+{
+	json_t *root = load_check();
 	if (!json_is_object(json_object_get(root, "metrics")))
 		cli_die("%s: not a dp-eval metrics JSON (no \"metrics\" object)", O.check);
 	int failed = 0;
 	double *vals = cli_calloc(O.ngates, sizeof *vals);
-	for (size_t i = 0; i < O.ngates; i++)
-		if (json_metric(root, O.gates[i].metric, &vals[i]) < 0) {
+	for (size_t i = 0; i < O.ngates; i++) {
+		char bad[80];
+		int rc = json_metric(root, O.gates[i].metric, &vals[i], bad, sizeof bad);
+		if (rc == -2)
+			cli_die("%s: metric '%s' is %s, not of the expected form %s", O.check,
+				O.gates[i].metric, bad,
+				strchr(O.gates[i].metric, '[') ? "(a number or null)"
+							       : "{\"value\": NUMBER}");
+		if (rc < 0) {
 			const char *k;
 			json_t *v;
 			char list[512];
@@ -439,8 +477,9 @@ static int check_mode(void)
 					l += (size_t)w;
 			}
 			usage_error("--require %s: %s has no metric '%s' (it has %s)", O.gate_text[i],
-				    O.check, O.gates[i].metric, list);
+				    O.check, O.gates[i].metric, list[0] ? list : "none");
 		}
+	}
 	for (size_t i = 0; i < O.ngates; i++) {
 		char t[40];
 		int ok = dp_gate_pass(&O.gates[i], vals[i]);
