@@ -131,7 +131,8 @@ DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
 DP_EXPORT void dp_data_close(dp_data *d);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
- * non-zero number. */
+ * non-zero number; DP_ELIMIT if outside float32's range (inputs are
+ * float32: larger than FLT_MAX, or so small it rounds to 0). */
 DP_EXPORT int dp_parse_scale(const char *s, double *out);
 
 

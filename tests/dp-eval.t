@@ -43,6 +43,9 @@ run dp-eval --model m.st test.tfr --require 'r2>0.5' --json never.json
 is "$rc" 2 "a gate on a metric the model does not have: exit 2"
 like "$err" "no metric 'r2'.*accuracy" "... listing the metrics there are"
 ok test ! -e never.json "... before anything is written"
+run dp-eval --model m.st test.tfr --scale 1e39
+is "$rc" 2 "--scale 1e39: exit 2"
+like "$err" "^dp-eval: --scale '1e39': beyond float32's range" "... naming --scale"
 run dp-eval --model m.st test.tfr --top-k 5
 is "$rc" 2 "--top-k as large as the classes: exit 2"
 

@@ -203,7 +203,22 @@ run dp-train --train - "${BASE[@]}" --epochs 2 --cache none < small.tfr
 is "$rc" 1 "a stream without a cache cannot be read twice"
 like "$err" "stdin: a stream can be read only once" "says why"
 run dp-train --train - "${BASE[@]}" --epochs 2 --cache-limit 1k < small.tfr
-like "$err" "larger than the cache limit" "cache limit enforced with a message"
+like "$err" "larger than the cache limit \(1 KiB\)" "cache limit enforced with a message"
+run dp-train --train - "${BASE[@]}" --epochs 2 --cache-limit 2.5k < small.tfr
+like "$err" "larger than the cache limit \(2.5 KiB\)" "... its size readable"
+# a full --cache-dir: the cache file is named, not the stream (a small
+# tmpfs in a private mount namespace)
+if unshare -m true 2>/dev/null; then
+	mkdir tiny
+	run unshare -m sh -c 'mount -t tmpfs -o size=16k dptest-tiny tiny && exec "$@"' sh \
+		dp-train --train - "${BASE[@]}" --epochs 2 --cache-dir tiny < small.tfr
+	is "$rc" 1 "a full --cache-dir: exit 1"
+	like "$err" "^dp-train: train: tiny/dp-train-cache\.[A-Za-z0-9]+ \(the cache of stdin\): write: No space left on device" \
+		"... names the cache file"
+else
+	skip "no private mount namespace here (unshare -m)"
+	skip "no private mount namespace here (unshare -m)"
+fi
 mkfifo fifo
 (timeout 30 cat small.tfr > fifo &)
 run dp-train --train fifo "${BASE[@]}" --shuffle-buffer 0 --epochs 2 -o fifo.st
@@ -256,6 +271,14 @@ run dp-train --train f32.tfr --decode-raw float32 --model "$MLP" --input-shape 8
 like "$err" "f32.tfr: record 0 at byte 0: feature 'image' holds 256 bytes, expected 324 \(81 float32 values: the size of the input shape\)$" \
 	"... of float32 values"
 bad nan 7 "bad.tfr: record 7 at byte [0-9]+: feature 'image': value 3 is NaN"
+# a scale that makes values non-finite: the scale is named, not the data
+run dp-train --train u8.tfr --decode-raw uint8 --model "$MLP" --input-shape 64 --scale 1e39 -q
+is "$rc" 2 "--scale 1e39: a usage error"
+like "$err" "^dp-train: --scale '1e39': beyond float32's range" "... naming --scale"
+run dp-train --train u8.tfr --decode-raw uint8 --model "$MLP" --input-shape 64 --scale 3e38 --shuffle-buffer 0 -q
+is "$rc" 1 "--scale 3e38 on bytes up to 255: exit 1"
+like "$err" "u8.tfr: record 0 at byte 0: feature 'image': value [0-9]+ \([0-9]+\) times --scale 3e\+38 is beyond float32's range: lower --scale" \
+	"... naming --scale, not the data"
 bad label 2 "bad.tfr: record 2 at byte [0-9]+: label 'label' is 99, outside 0..3 \(the model has 4 classes\)"
 bad crc 4 "bad.tfr: record 4 at byte [0-9]+: .*CRC"
 head -c 1000 small.tfr > cut.tfr

@@ -215,12 +215,18 @@ static void parse_args(int argc, char **argv)
 				usage_error("--decode-raw '%s': want uint8, float32, float64 or none",
 					    optarg);
 			break;
-		case O_SCALE:
-			if (dp_parse_scale(optarg, &O.scale) < 0)
+		case O_SCALE: {
+			int rc = dp_parse_scale(optarg, &O.scale);
+			if (rc == DP_ELIMIT)
+				usage_error("--scale '%s': beyond float32's range (inputs are float32: "
+					    "a magnitude from 1.4e-45 to 3.4e+38)",
+					    optarg);
+			if (rc < 0)
 				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
 					    optarg);
 			O.scale_text = optarg;
 			break;
+		}
 		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
 		case O_TOPK: O.topk = (long)cli_count("--top-k", optarg, 0, 1u << 24); break;
 		case O_CLASSES: O.classes = optarg; break;
@@ -974,7 +980,8 @@ static void load_model(void)
 	if (!R.scale_text) {
 		R.scale_text = dp_st_meta(R.ck, "scale");
 		if (R.scale_text && dp_parse_scale(R.scale_text, &R.scale) < 0)
-			cli_die("%s: metadata scale '%s' is not a number", O.model, R.scale_text);
+			cli_die("%s: metadata scale '%s' is not a non-zero number within float32's "
+				"range", O.model, R.scale_text);
 		if (!R.scale_text)
 			R.scale_text = "1", R.scale = 1;
 	}

@@ -389,12 +389,18 @@ static void parse_args(int argc, char **argv)
 			if (O.decode < 0)
 				usage_error("--decode-raw '%s': want uint8, float32 or float64", optarg);
 			break;
-		case O_SCALE:
-			if (dp_parse_scale(optarg, &O.scale) < 0)
+		case O_SCALE: {
+			int rc = dp_parse_scale(optarg, &O.scale);
+			if (rc == DP_ELIMIT)
+				usage_error("--scale '%s': beyond float32's range (inputs are float32: "
+					    "a magnitude from 1.4e-45 to 3.4e+38)",
+					    optarg);
+			if (rc < 0)
 				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
 					    optarg);
 			O.scale_text = optarg;
 			break;
+		}
 		case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", optarg, 0, 1u << 28); break;
 		case O_LAST_BATCH:
 			if (strcmp(optarg, "keep") && strcmp(optarg, "drop"))

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <glob.h>
 #include <inttypes.h>
 #include <math.h>
@@ -128,6 +129,10 @@ int dp_parse_scale(const char *s, double *out)
 	}
 	if (*end || !isfinite(a) || !isfinite(b) || b == 0 || !isfinite(a / b) || a / b == 0)
 		return DP_EARG;
+	/* inputs are float32: a scale past its range makes every value
+	 * infinite (or zero) */
+	if (fabs(a / b) > FLT_MAX || (float)(a / b) == 0)
+		return DP_ELIMIT;
 	*out = a / b;
 	return DP_OK;
 }
@@ -347,9 +352,16 @@ static int open_source(dp_data *d, size_t i, dp_err *e)
 				return rc;
 			}
 			unlink(tmpl); /* gone when we are, however we end */
-			free(tmpl);
 			s->cache_fd = fd;
-			s->cw = dp_writer_open_fd(fd, s->name, DP_COMP_NONE, 0, e);
+			/* its errors (a full --cache-dir) name the cache file, not the stream */
+			char *cname;
+			if (asprintf(&cname, "%s (the cache of %s)", tmpl, s->name) < 0) {
+				free(tmpl);
+				return dp_seterr(e, DP_ENOMEM, "out of memory");
+			}
+			free(tmpl);
+			s->cw = dp_writer_open_fd(fd, cname, DP_COMP_NONE, 0, e);
+			free(cname);
 		}
 		if (!s->cw)
 			return e ? e->code : DP_ENOMEM;
@@ -447,15 +459,17 @@ static int next_record(dp_data *d, dp_record *r, dp_err *e)
 			return rc;
 		source *s = &d->src[d->rd_src];
 		if (s->cw) {
+			char lb[32];
 			if (d->cache_total + r->frame_len > cache_limit(d))
 				return dp_seterr(e, DP_ELIMIT,
 						 "%s: record %" PRIu64 ": the stream is larger than the "
-						 "cache limit (%" PRIu64 " MiB) for later epochs: raise "
+						 "cache limit (%s) for later epochs: raise "
 						 "--cache-limit or re-run a command each epoch "
 						 "(--train-cmd)",
-						 s->name, r->index, cache_limit(d) >> 20);
+						 s->name, r->index,
+						 dp_fmt_size(cache_limit(d), lb, sizeof lb));
 			if ((rc = dp_writer_write_frame(s->cw, r->frame, r->frame_len, e)) < 0)
-				return dp_preferr(e, "%s: stream cache", s->name);
+				return rc;
 			d->cache_total += r->frame_len;
 			d->st.cached_bytes = d->cache_total;
 		}
@@ -588,6 +602,11 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 				double v;
 				memcpy(&v, p + 8 * i, 8);
 				out[i] = (float)v;
+				if (isfinite(v) && !isfinite(out[i])) {
+					snprintf(why, wl, "%s '%s': value %zu is %g, beyond float32's range",
+						 what, fname, i, v);
+					return -1;
+				}
 			}
 		}
 		return 0;
@@ -623,14 +642,21 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	if (decode_values(d, fx, d->o.decode, "feature", d->feature, x, n,
 			  "the size of the input shape", why, sizeof why) < 0)
 		return rec_err(d, src, index, offset, e, "%s", why);
-	float sc = (float)d->o.scale;
-	if (sc != 1.0f)
-		for (size_t j = 0; j < n; j++)
-			x[j] *= sc;
 	for (size_t j = 0; j < n; j++)
 		if (!isfinite(x[j]))
 			return rec_err(d, src, index, offset, e, "feature '%s': value %zu is %s",
 				       d->feature, j, isnan(x[j]) ? "NaN" : "infinite");
+	float sc = (float)d->o.scale;
+	if (sc != 1.0f)
+		for (size_t j = 0; j < n; j++) {
+			float v = x[j] * sc;
+			if (!isfinite(v)) /* the scale's doing, not the data's */
+				return rec_err(d, src, index, offset, e,
+					       "feature '%s': value %zu (%g) times --scale %g is beyond "
+					       "float32's range: lower --scale",
+					       d->feature, j, (double)x[j], d->o.scale);
+			x[j] = v;
+		}
 	if (d->o.label_kind == DP_LABEL_CLASS) {
 		int64_t v;
 		if (fy->kind == DP_KIND_INT64 && fy->count == 1) {
