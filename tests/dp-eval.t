@@ -223,6 +223,8 @@ head -c 1000 m.st > trunc.st
 bad "a truncated checkpoint" "^dp-eval: trunc.st: " --model trunc.st test.tfr
 bad "not a checkpoint" "^dp-eval: test.tfr: " --model test.tfr test.tfr
 bad "a missing checkpoint" "^dp-eval: nothere.st: No such file" --model nothere.st test.tfr
+mkdir -p stdir
+bad "a directory as the checkpoint" "^dp-eval: stdir: is a directory, not a checkpoint$" --model stdir test.tfr
 bad "missing data" "^dp-eval: nothere.tfr: No such file" --model m.st nothere.tfr
 : > empty.tfr
 bad "no records" "^dp-eval: empty.tfr: no records to evaluate" --model m.st empty.tfr

@@ -181,6 +181,8 @@ for kv in "model=garbage:model: item 0 'garbage': unknown layer" "input_shape=0x
 	like "$err" "^dp-train: badmeta.st: metadata:? ?${kv#*:}" "... names the checkpoint"
 	unlike "$err" "usage:" "... without usage text"
 done
+run dp-train --train small.tfr --resume isdir -q
+is "$err" "dp-train: isdir: is a directory, not a checkpoint" "--resume a directory: says so"
 printf 'garbage!' > junk.st
 run dp-train --train small.tfr --init junk.st
 like "$err" "junk.st: " "not a checkpoint: names the file"

@@ -976,8 +976,15 @@ static char *read_whole(const char *path, uint64_t *len, dp_err *e)
 {
 	int std = !strcmp(path, "-");
 	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
 	if (fd < 0) {
 		dp_syserr(e, "%s", path);
+		return NULL;
+	}
+	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) { /* as dp_st_open says it */
+		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", path);
+		if (!std)
+			close(fd);
 		return NULL;
 	}
 	size_t cap = 1 << 20, n = 0;
