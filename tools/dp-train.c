@@ -416,8 +416,12 @@ static void parse_args(int argc, char **argv)
 				usage_error("--cache '%s': want file, memory or none", optarg);
 			break;
 		case O_CACHE_LIMIT:
-			if (dp_parse_size(optarg, &O.cache_limit) < 0 || !O.cache_limit)
+			if (dp_parse_size(optarg, &O.cache_limit) < 0)
 				usage_error("--cache-limit '%s': want a size such as 512M or 8G", optarg);
+			if (!O.cache_limit)
+				usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
+					    "keeps nothing)",
+					    optarg);
 			break;
 		case O_CACHE_DIR: O.cache_dir = optarg; break;
 		case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", optarg, 0, 64); break;
@@ -456,9 +460,14 @@ static void parse_args(int argc, char **argv)
 		case O_CKPT_EVERY: {
 			size_t l = strlen(optarg);
 			char buf[32];
+			dp_err e;
 			O.ckpt_epochs = l > 1 && l < sizeof buf && optarg[l - 1] == 'e';
 			snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), optarg);
-			O.ckpt_every = cli_count("--checkpoint-every", buf, 1, UINT64_MAX / 2);
+			if (dp_parse_count("--checkpoint-every", buf, 1, UINT64_MAX / 2, &O.ckpt_every,
+					   &e) < 0) /* the value as given, its e included */
+				usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a "
+					    "whole number from 1",
+					    optarg);
 			break;
 		}
 		case O_CKPT: O.ckpt = optarg; break;
@@ -486,8 +495,7 @@ static void parse_args(int argc, char **argv)
 		case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", optarg, 0, 1e6); break;
 		case O_NO_OVERLAP: O.overlap = 0; break;
 		case O_BUCKET:
-			if (dp_parse_size(optarg, &O.bucket) < 0 || !O.bucket || O.bucket > (1ull << 40))
-				usage_error("--bucket-size '%s': want a size such as 256K or 25M", optarg);
+			O.bucket = cli_size("--bucket-size", optarg, 1, 1ull << 40);
 			break;
 		case O_LOG_ALL: O.log_all = 1; break;
 		case O_TIMELINE: O.timeline = optarg; break;
