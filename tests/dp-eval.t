@@ -48,6 +48,9 @@ is "$rc" 2 "--scale 1e39: exit 2"
 like "$err" "^dp-eval: --scale '1e39': beyond float32's range" "... naming --scale"
 run dp-eval --model m.st test.tfr --top-k 5
 is "$rc" 2 "--top-k as large as the classes: exit 2"
+like "$err" "^dp-eval: --top-k 5: want fewer than the model's 5 classes" "... says what is wanted"
+run dp-eval --model m.st test.tfr --require 'recall[7]>0.5'
+like "$err" "no metric 'recall\[7\]': class 7 is outside 0..4 \(the model has 5 classes\)" "a gate on a class past the model's: said so"
 
 # ---- the report ----
 run dp-eval --model m.st test.tfr

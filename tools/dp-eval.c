@@ -994,7 +994,7 @@ static void make_metrics(void)
 	dp_err e;
 	size_t k = R.k, topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
 	if (R.cls && topk >= k)
-		usage_error("--top-k %zu: the model has %zu classes", topk, k);
+		usage_error("--top-k %zu: want fewer than the model's %zu classes", topk, k);
 	if (!R.cls && O.topk > 0)
 		usage_error("--top-k: '%s' is a regression model", O.model);
 	if (O.classes && !R.cls)
