@@ -128,6 +128,9 @@ DP_EXPORT void dp_data_stats_get(dp_data *d, dp_data_stats *s);
  * "stdin", "command"). */
 DP_EXPORT size_t dp_data_nsources(const dp_data *d);
 DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
+/* 1 when path (its links followed) is one of d's files (d may be NULL):
+ * an output that would replace an input. */
+DP_EXPORT int dp_data_reads(const dp_data *d, const char *path);
 DP_EXPORT void dp_data_close(dp_data *d);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,

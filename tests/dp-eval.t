@@ -255,6 +255,14 @@ run dp-eval --model m.st test.tfr --json j1.json --predictions isdir
 is "$rc" 1 "--predictions an existing directory: exit 1"
 like "$err" "--predictions isdir: is a directory" "... names it"
 ok test ! -e j1.json "... no metrics JSON written"
+# an output that is an input: refused before the work, the input intact
+cp test.tfr own.tfr && cp m.st own.st
+run dp-eval --model own.st own.tfr --predictions own.tfr
+is "$err" "dp-eval: --predictions own.tfr: is one of the files evaluated: it would be replaced" "--predictions the data: refused"
+ok cmp -s own.tfr test.tfr "... the data intact"
+run dp-eval --model own.st test.tfr --json own.st
+is "$err" "dp-eval: --json own.st: is the checkpoint: it would be replaced" "--json the checkpoint: refused"
+ok cmp -s own.st m.st "... the checkpoint intact"
 # --json and --predictions land together or not at all: a --json that
 # cannot be written at the end (a directory made during the run) leaves no
 # predictions, and names the destination

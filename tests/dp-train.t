@@ -115,6 +115,19 @@ for o in "--checkpoint no/ck-{step}.st --checkpoint-every 2" "--checkpoint isdir
 	ok test ! -e good.st "$o: ... nothing written"
 done
 
+# an output that is one of the inputs: refused before the work, the input intact
+cp small.tfr own.tfr
+for o in "--log own.tfr" "-o own.tfr" "--checkpoint own-link.tfr" "--timeline own.tfr"; do
+	ln -sf own.tfr own-link.tfr
+	run dp-train --train 'own.tf[r]' "${BASE[@]}" --log-every 1 $o
+	is "$rc" 1 "$o, the training file: exit 1"
+	like "$err" "^dp-train: ${o%% *} own(-link)?.tfr: is one of the training files: it would be (replaced|emptied before it is read)$" "... says so"
+	unlike "$out" "epoch=" "... before any work"
+	ok cmp -s own.tfr small.tfr "... the training file intact"
+done
+run dp-train --train small.tfr --val own.tfr "${BASE[@]}" -o own.tfr
+like "$err" "-o own.tfr: is one of the validation files" "-o the validation file: refused"
+
 # ---- determinism and resume -------------------------------------------------------
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 -o b.st
 same_file a.st b.st "same seed and flags: bit-identical checkpoint"

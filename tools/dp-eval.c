@@ -952,6 +952,33 @@ static void check_outputs(void)
 		cli_die("--json %s", e.msg);
 }
 
+/* Whether path (its links followed) is the same file as the checkpoint. */
+static int same_file(const char *path, const char *other)
+{
+	struct stat a, b;
+	return stat(path, &a) == 0 && S_ISREG(a.st_mode) && stat(other, &b) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* An output that is one of the inputs would replace it: refused, before
+ * the evaluation. */
+static void check_not_inputs(void)
+{
+	const char *opt[2] = {"--predictions", "--json"};
+	char *path[2] = {O.pred ? cli_expand(O.pred, NULL) : NULL,
+			 O.json && RANK == 0 ? cli_strdup(O.json) : NULL};
+	for (int i = 0; i < 2; i++) {
+		if (!path[i])
+			continue;
+		if (dp_data_reads(R.d, path[i]))
+			cli_die("%s %s: is one of the files evaluated: it would be replaced", opt[i],
+				path[i]);
+		if (same_file(path[i], O.model))
+			cli_die("%s %s: is the checkpoint: it would be replaced", opt[i], path[i]);
+		free(path[i]);
+	}
+}
+
 /* The model, and how its data is read: the options, else the
  * checkpoint's metadata, else dp-train's defaults. */
 static void load_model(void)
@@ -1225,6 +1252,7 @@ int main(int argc, char **argv)
 	load_model();
 	make_metrics();
 	open_data();
+	check_not_inputs();
 	if (O.pred)
 		pred_open(&R.po);
 	evaluate();

@@ -1469,6 +1469,36 @@ static void check_outputs(void)
 		check_output("--timeline", O.timeline);
 }
 
+/* An output that is one of the training or validation files would
+ * replace it (or, for --log, empty it before it is read): refused, before
+ * the work.  Names with {step} or {epoch} are known only when saved. */
+static void check_not_input(const char *opt, const char *tmpl)
+{
+	char rb[16], zb[16];
+	snprintf(rb, sizeof rb, "%d", RANK);
+	snprintf(zb, sizeof zb, "%d", SIZE);
+	const char *vars[] = {"rank", rb, "size", zb, NULL};
+	char *path = cli_expand(tmpl, vars);
+	int t = dp_data_reads(TD, path), v = !t && dp_data_reads(VD, path);
+	if (t || v)
+		cli_die("%s %s: is one of the %s files: it would be %s", opt, path,
+			t ? "training" : "validation",
+			strcmp(opt, "--log") ? "replaced" : "emptied before it is read");
+	free(path);
+}
+
+static void check_outputs_not_inputs(void)
+{
+	if (RANK == 0 && O.output)
+		check_not_input("-o", O.output);
+	if (RANK == 0 && O.ckpt)
+		check_not_input("--checkpoint", O.ckpt);
+	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
+		check_not_input("--log", O.log);
+	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
+		check_not_input("--timeline", O.timeline);
+}
+
 /* The log: rank 0's, and with --log-all-ranks every rank's ({rank} in
  * --log: a file each; else the others write to their stdout). */
 static void open_log(void)
@@ -1866,9 +1896,10 @@ int main(int argc, char **argv)
 	check_ckpt_model();
 	check_options();
 	check_outputs();
-	open_log();
 	setup_model();
 	setup_data();
+	check_outputs_not_inputs();
+	open_log();
 
 	/* the epochs */
 	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {

@@ -235,6 +235,18 @@ static int find_sources(dp_data *d, dp_err *e)
 	return DP_OK;
 }
 
+int dp_data_reads(const dp_data *d, const char *path)
+{
+	struct stat a, b;
+	if (!d || stat(path, &a) < 0 || !S_ISREG(a.st_mode))
+		return 0;
+	for (size_t i = 0; i < d->nsrc; i++)
+		if (d->src[i].kind == SRC_FILE && stat(d->src[i].path, &b) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return 1;
+	return 0;
+}
+
 /* Start `sh -c cmd` with its stdout on a pipe; returns the read end. */
 static int spawn(dp_data *d, const char *cmd, dp_err *e)
 {
