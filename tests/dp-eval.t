@@ -263,6 +263,10 @@ ok cmp -s own.tfr test.tfr "... the data intact"
 run dp-eval --model own.st test.tfr --json own.st
 is "$err" "dp-eval: --json own.st: is the checkpoint: it would be replaced" "--json the checkpoint: refused"
 ok cmp -s own.st m.st "... the checkpoint intact"
+dp-eval --model own.st own.tfr >> own.tfr 2>own.err
+is "$?" 1 "the report appended to the data: exit 1"
+like "$(cat own.err)" "stdout: is one of the inputs" "... says so"
+ok cmp -s own.tfr test.tfr "... the data intact"
 # --json and --predictions land together or not at all: a --json that
 # cannot be written at the end (a directory made during the run) leaves no
 # predictions, and names the destination

@@ -127,6 +127,10 @@ for o in "--log own.tfr" "-o own.tfr" "--checkpoint own-link.tfr" "--timeline ow
 done
 run dp-train --train small.tfr --val own.tfr "${BASE[@]}" -o own.tfr
 like "$err" "-o own.tfr: is one of the validation files" "-o the validation file: refused"
+dp-train --train own.tfr "${BASE[@]}" --log-every 1 >> own.tfr 2>own.err
+is "$?" 1 "the log on stdout appended to the training file: exit 1"
+like "$(cat own.err)" "stdout: is one of the training or validation files" "... says so"
+ok cmp -s own.tfr small.tfr "... the training file intact"
 
 # ---- determinism and resume -------------------------------------------------------
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 -o b.st

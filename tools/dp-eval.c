@@ -977,6 +977,12 @@ static void check_not_inputs(void)
 			cli_die("%s %s: is the checkpoint: it would be replaced", opt[i], path[i]);
 		free(path[i]);
 	}
+	/* the report (or - outputs) on standard output, redirected to an
+	 * input: `dp-eval --model m d.tfr >> d.tfr` */
+	if (RANK == 0 && (!O.quiet || (O.json && !strcmp(O.json, "-")) ||
+			  (O.pred && !strcmp(O.pred, "-"))) &&
+	    (dp_data_reads(R.d, "/proc/self/fd/1") || same_file("/proc/self/fd/1", O.model)))
+		cli_die("stdout: is one of the inputs: writing there would damage it");
 }
 
 /* The model, and how its data is read: the options, else the

@@ -1497,6 +1497,15 @@ static void check_outputs_not_inputs(void)
 		check_not_input("--log", O.log);
 	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
 		check_not_input("--timeline", O.timeline);
+	/* standard output (the log, or -o -) redirected to an input:
+	 * `dp-train --train d.tfr >> d.tfr` */
+	int to_stdout = (RANK == 0 || O.log_all) && (!O.log || !strcmp(O.log, "-") ||
+						     (RANK != 0 && !names_rank(O.log)));
+	if (RANK == 0 && O.output && !strcmp(O.output, "-"))
+		to_stdout = 1;
+	if (to_stdout && (dp_data_reads(TD, "/proc/self/fd/1") || dp_data_reads(VD, "/proc/self/fd/1")))
+		cli_die("stdout: is one of the training or validation files: writing there would "
+			"damage them");
 }
 
 /* The log: rank 0's, and with --log-all-ranks every rank's ({rank} in
