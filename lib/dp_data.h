@@ -135,8 +135,9 @@ DP_EXPORT void dp_data_close(dp_data *d);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
  * non-zero number; DP_ELIMIT if outside float32's range (inputs are
- * float32: larger than FLT_MAX, or so small it rounds to 0). */
-DP_EXPORT int dp_parse_scale(const char *s, double *out);
+ * float32: larger than FLT_MAX, or so small it rounds to 0); e says
+ * "OPT 'S': ..." either way. */
+DP_EXPORT int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e);
 
 
 #ifdef __cplusplus

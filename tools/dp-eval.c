@@ -216,14 +216,9 @@ static void parse_args(int argc, char **argv)
 					    optarg);
 			break;
 		case O_SCALE: {
-			int rc = dp_parse_scale(optarg, &O.scale);
-			if (rc == DP_ELIMIT)
-				usage_error("--scale '%s': beyond float32's range (inputs are float32: "
-					    "a magnitude from 1.4e-45 to 3.4e+38)",
-					    optarg);
-			if (rc < 0)
-				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
-					    optarg);
+			dp_err se;
+			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
+				usage_error("%s", se.msg);
 			O.scale_text = optarg;
 			break;
 		}
@@ -1012,9 +1007,9 @@ static void load_model(void)
 	R.scale_text = O.scale_text;
 	if (!R.scale_text) {
 		R.scale_text = dp_st_meta(R.ck, "scale");
-		if (R.scale_text && dp_parse_scale(R.scale_text, &R.scale) < 0)
-			cli_die("%s: metadata scale '%s' is not a non-zero number within float32's "
-				"range", O.model, R.scale_text);
+		dp_err se;
+		if (R.scale_text && dp_parse_scale("scale", R.scale_text, &R.scale, &se) < 0)
+			cli_die("%s: metadata: %s", O.model, se.msg);
 		if (!R.scale_text)
 			R.scale_text = "1", R.scale = 1;
 	}

@@ -390,14 +390,9 @@ static void parse_args(int argc, char **argv)
 				usage_error("--decode-raw '%s': want uint8, float32 or float64", optarg);
 			break;
 		case O_SCALE: {
-			int rc = dp_parse_scale(optarg, &O.scale);
-			if (rc == DP_ELIMIT)
-				usage_error("--scale '%s': beyond float32's range (inputs are float32: "
-					    "a magnitude from 1.4e-45 to 3.4e+38)",
-					    optarg);
-			if (rc < 0)
-				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
-					    optarg);
+			dp_err se;
+			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
+				usage_error("%s", se.msg);
 			O.scale_text = optarg;
 			break;
 		}
@@ -608,8 +603,9 @@ static void settings_from(const dp_st *ck)
 	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
 		die_all(1, "%s: metadata: unknown decode_raw '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
-		if (dp_parse_scale(v, &O.scale) < 0)
-			die_all(1, "%s: metadata: bad scale '%s'", dp_st_name(ck), v);
+		dp_err se;
+		if (dp_parse_scale("scale", v, &O.scale, &se) < 0)
+			die_all(1, "%s: metadata: %s", dp_st_name(ck), se.msg);
 		O.scale_text = v;
 	}
 	if ((v = from_ckpt(ck, O_SHUFFLE, "shuffle_buffer")))
@@ -1432,6 +1428,17 @@ static void check_options(void)
 		bad_setting(om, "%s", e.msg);
 }
 
+/* Path template tmpl as this rank names it: {rank} and {size} filled in
+ * (malloc'd). */
+static char *rank_path(const char *tmpl)
+{
+	char rb[16], zb[16];
+	snprintf(rb, sizeof rb, "%d", RANK);
+	snprintf(zb, sizeof zb, "%d", SIZE);
+	const char *vars[] = {"rank", rb, "size", zb, NULL};
+	return cli_expand(tmpl, vars);
+}
+
 /* Check before the work that output `tmpl` of option opt can be created
  * (dp_out_check), as this rank will name it: {rank} and {size} filled in.
  * A name still holding {step} or {epoch} is known only when saved: its
@@ -1439,11 +1446,7 @@ static void check_options(void)
  * at all). */
 static void check_output(const char *opt, const char *tmpl)
 {
-	char rb[16], zb[16];
-	snprintf(rb, sizeof rb, "%d", RANK);
-	snprintf(zb, sizeof zb, "%d", SIZE);
-	const char *vars[] = {"rank", rb, "size", zb, NULL};
-	char *path = cli_expand(tmpl, vars);
+	char *path = rank_path(tmpl);
 	const char *slash = strrchr(path, '/');
 	dp_err e;
 	int later = strstr(path, "{step") || strstr(path, "{epoch");
@@ -1453,20 +1456,20 @@ static void check_output(const char *opt, const char *tmpl)
 	free(path);
 }
 
-/* Every output of this rank, checked before the work (a run that could
- * only fail at its end fails at its start): -o and --checkpoint (rank 0
- * writes them), --log (rank 0's, and with --log-all-ranks every rank's
- * {rank} file), --timeline (rank 0's, or every rank's with {rank}). */
-static void check_outputs(void)
+/* fn(option, path template) for each output this rank writes: -o and
+ * --checkpoint (rank 0 writes them), --log (rank 0's, and with
+ * --log-all-ranks every rank's {rank} file), --timeline (rank 0's, or
+ * every rank's with {rank}). */
+static void each_output(void (*fn)(const char *opt, const char *tmpl))
 {
 	if (RANK == 0 && O.output)
-		check_output("-o", O.output);
+		fn("-o", O.output);
 	if (RANK == 0 && O.ckpt)
-		check_output("--checkpoint", O.ckpt);
+		fn("--checkpoint", O.ckpt);
 	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
-		check_output("--log", O.log);
+		fn("--log", O.log);
 	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
-		check_output("--timeline", O.timeline);
+		fn("--timeline", O.timeline);
 }
 
 /* An output that is one of the training or validation files would
@@ -1474,11 +1477,7 @@ static void check_outputs(void)
  * the work.  Names with {step} or {epoch} are known only when saved. */
 static void check_not_input(const char *opt, const char *tmpl)
 {
-	char rb[16], zb[16];
-	snprintf(rb, sizeof rb, "%d", RANK);
-	snprintf(zb, sizeof zb, "%d", SIZE);
-	const char *vars[] = {"rank", rb, "size", zb, NULL};
-	char *path = cli_expand(tmpl, vars);
+	char *path = rank_path(tmpl);
 	int t = dp_data_reads(TD, path), v = !t && dp_data_reads(VD, path);
 	if (t || v)
 		cli_die("%s %s: is one of the %s files: it would be %s", opt, path,
@@ -1489,14 +1488,7 @@ static void check_not_input(const char *opt, const char *tmpl)
 
 static void check_outputs_not_inputs(void)
 {
-	if (RANK == 0 && O.output)
-		check_not_input("-o", O.output);
-	if (RANK == 0 && O.ckpt)
-		check_not_input("--checkpoint", O.ckpt);
-	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
-		check_not_input("--log", O.log);
-	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
-		check_not_input("--timeline", O.timeline);
+	each_output(check_not_input);
 	/* standard output (the log, or -o -) redirected to an input:
 	 * `dp-train --train d.tfr >> d.tfr` */
 	int to_stdout = (RANK == 0 || O.log_all) && (!O.log || !strcmp(O.log, "-") ||
@@ -1519,13 +1511,7 @@ static void open_log(void)
 		if (lp && RANK != 0 && !names_rank(lp))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
-			char rb[16], zb[16];
-			snprintf(rb, sizeof rb, "%d", RANK);
-			snprintf(zb, sizeof zb, "%d", SIZE);
-			const char *vars[] = {"rank", rb, "size", zb, NULL};
-			char *own = dp_expand(lp, vars);
-			if (!own)
-				cli_die("out of memory");
+			char *own = rank_path(lp);
 			if (!(logfp = fopen(own, O.resume ? "a" : "w")))
 				cli_die("%s: %s", own, strerror(errno));
 			free(own);
@@ -1904,7 +1890,7 @@ int main(int argc, char **argv)
 		return show_summary();
 	check_ckpt_model();
 	check_options();
-	check_outputs();
+	each_output(check_output); /* a run that could only fail at its end fails now */
 	setup_model();
 	setup_data();
 	check_outputs_not_inputs();

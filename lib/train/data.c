@@ -114,25 +114,27 @@ const char *dp_decode_name(int d)
 	}
 }
 
-int dp_parse_scale(const char *s, double *out)
+int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e)
 {
 	char *end;
 	errno = 0;
 	double a = strtod(s, &end), b = 1;
-	if (end == s || errno)
-		return DP_EARG;
-	if (*end == '/') {
+	int ok = end != s && !errno;
+	if (ok && *end == '/') {
 		const char *q = end + 1;
 		b = strtod(q, &end);
-		if (end == q || errno)
-			return DP_EARG;
+		ok = end != q && !errno;
 	}
-	if (*end || !isfinite(a) || !isfinite(b) || b == 0 || !isfinite(a / b) || a / b == 0)
-		return DP_EARG;
+	if (!ok || *end || !isfinite(a) || !isfinite(b) || b == 0 || !isfinite(a / b) || a / b == 0)
+		return dp_seterr(e, DP_EARG, "%s '%s': want a non-zero number such as 0.5 or 1/255",
+				 opt, s);
 	/* inputs are float32: a scale past its range makes every value
 	 * infinite (or zero) */
 	if (fabs(a / b) > FLT_MAX || (float)(a / b) == 0)
-		return DP_ELIMIT;
+		return dp_seterr(e, DP_ELIMIT,
+				 "%s '%s': beyond float32's range (inputs are float32: a "
+				 "magnitude from 1.4e-45 to 3.4e+38)",
+				 opt, s);
 	*out = a / b;
 	return DP_OK;
 }
