@@ -213,6 +213,9 @@ DP_EXPORT int dp_parse_part(const char *opt, const char *s, const char *const *v
 /* Parse a byte count such as "256M", "1.5G", "4096", "64k" (binary units:
  * k=1024).  Returns 0 or DP_EARG. */
 DP_EXPORT int dp_parse_size(const char *s, uint64_t *out);
+/* A byte count as people read it, in buf: "512 bytes", "100 KiB", "4 GiB",
+ * "1.5 MiB" (binary units, one decimal when not whole).  Returns buf. */
+DP_EXPORT const char *dp_fmt_size(uint64_t n, char *buf, size_t len);
 
 /* Parse a whole number from min to max for an option: decimal digits, or
  * 0x and hex digits; no sign, space or suffix.  Returns 0, or DP_EARG with

@@ -982,6 +982,24 @@ int dp_parse_size(const char *s, uint64_t *out)
 	return DP_OK;
 }
 
+const char *dp_fmt_size(uint64_t n, char *buf, size_t len)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	if (n < 1024) {
+		snprintf(buf, len, "%" PRIu64 " byte%s", n, n == 1 ? "" : "s");
+		return buf;
+	}
+	int i = 0;
+	uint64_t d = 1024;
+	while (i < 5 && n / d >= 1024)
+		d *= 1024, i++;
+	if (n % d == 0)
+		snprintf(buf, len, "%" PRIu64 " %s", n / d, unit[i]);
+	else
+		snprintf(buf, len, "%.1f %s", (double)n / (double)d, unit[i]);
+	return buf;
+}
+
 double dp_now(void)
 {
 	struct timespec ts;
