@@ -167,19 +167,9 @@ static void help(void)
  * environment says which worker that is). */
 
 static int RANK, SIZE = 1;
-static int bar_shown;
-
-static void bar_clear(void)
-{
-	if (bar_shown) {
-		fputs("\r\033[K", stderr);
-		bar_shown = 0;
-	}
-}
 
 static void before_msg(void)
 {
-	bar_clear();
 	fflush(stdout);
 }
 
@@ -1086,8 +1076,7 @@ static void open_data(void)
 
 /* After each batch of the pass: its predictions, the progress bar. */
 typedef struct progress {
-	int bar;
-	double t0, last;
+	double t0;
 	uint64_t done;
 } progress;
 
@@ -1103,13 +1092,9 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
 				 k);
 	pg->done += b->n;
-	double now = dp_now();
-	if (pg->bar && now - pg->last > 0.2) {
-		fprintf(stderr, "\r\033[K%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
-			pg->done / fmax(1e-9, now - pg->t0));
-		bar_shown = 1;
-		pg->last = now;
-	}
+	if (cli_progress_due())
+		cli_progress("%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
+			     pg->done / fmax(1e-9, dp_now() - pg->t0));
 	return DP_OK;
 }
 
@@ -1119,11 +1104,12 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 static void evaluate(void)
 {
 	dp_err e, fe = {0};
-	progress pg = {!O.quiet && RANK == 0 && isatty(STDERR_FILENO), dp_now(), 0, 0};
+	progress pg = {dp_now(), 0};
+	cli_progress_on(!O.quiet && RANK == 0 && isatty(STDERR_FILENO));
 	int rc = dp_data_epoch(R.d, 0, 0, &fe);
 	if (rc == 0)
 		rc = dp_eval_data(R.ev, R.m, R.d, O.pred != NULL, each_batch, &pg, &fe);
-	bar_clear();
+	cli_progress_clear();
 	int failed = rc < 0;
 	double *flags = cli_calloc((size_t)SIZE, sizeof *flags);
 	flags[RANK] = failed;

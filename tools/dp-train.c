@@ -308,7 +308,6 @@ static void help(void)
  * error, a bad checkpoint: die_all) is printed once, by rank 0.  Before
  * the job is joined, rank and size come from the launcher's environment. */
 
-static void bar_clear(void);
 static dp_comm *COMM; /* the job, once joined */
 static int RANK, SIZE = 1;
 
@@ -335,7 +334,7 @@ static void set_rank(int rank, int size)
 /* cli.before_msg */
 static void before_msg(void)
 {
-	bar_clear();
+	cli_progress_clear();
 	fflush(stdout);
 }
 
@@ -673,16 +672,6 @@ static void settings_from(const dp_st *ck)
 /* ---- logs ---------------------------------------------------------------------- */
 
 static FILE *logfp;
-static int bar_on; /* a progress bar is drawn on stderr */
-static int bar_shown;
-
-static void bar_clear(void)
-{
-	if (bar_shown) {
-		fputs("\r\033[K", stderr);
-		bar_shown = 0;
-	}
-}
 
 static void log_flush(void)
 {
@@ -697,7 +686,7 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 {
 	if (!logfp || (own && !(O.log_all && SIZE > 1)) || (!own && RANK != 0))
 		return;
-	bar_clear();
+	cli_progress_clear();
 	if (O.json)
 		fputc('{', logfp);
 	if (own)
@@ -755,13 +744,11 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 	mt->t0 = dp_now();
 }
 
-static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt, int force)
+static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt)
 {
-	static double last;
-	double now = dp_now();
-	if (!bar_on || (!force && now - last < 0.2))
+	if (!cli_progress_due())
 		return;
-	last = now;
+	double now = dp_now();
 	char line[160];
 	int n = snprintf(line, sizeof line, "epoch %" PRIu64 "/%" PRIu64 " ", epoch + 1, O.epochs);
 	if (total) {
@@ -778,8 +765,7 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
 		snprintf(line + n, sizeof line - (size_t)n, "  loss %.4f  %.0f samples/s",
 			 mt->loss / (double)mt->samples,
 			 (double)mt->samples / fmax(1e-9, now - mt->t0));
-	fprintf(stderr, "\r\033[K%s", line);
-	bar_shown = 1;
+	cli_progress("%s", line);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
@@ -1526,8 +1512,8 @@ static void open_log(void)
 			free(own);
 		}
 	}
-	bar_on = RANK == 0 &&
-		 (O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO)));
+	cli_progress_on(RANK == 0 &&
+			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
 /* Resuming with another number of ranks: only with the same global
@@ -1775,7 +1761,7 @@ static int train_epoch(uint64_t epoch)
 			log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
 		if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
 			save(R.ckpt_path, &R.ts);
-		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt, 0);
+		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 		if (O.max_steps && R.ts.step >= O.max_steps) {
 			stopped = 1;
 			break;
@@ -1833,7 +1819,7 @@ static void comm_report(void)
 static void finish(void)
 {
 	dp_err e;
-	bar_clear();
+	cli_progress_clear();
 	if (R.ts.epoch >= O.epochs)
 		R.ts.epoch_step = 0;
 	if (O.output)
