@@ -242,6 +242,63 @@ is "$rc" 2 "rm of a directory without -r: 2"
 run s3-pipe rm -r dd/
 is "$(find dd -type f | wc -l)" 0 "rm -r DIR/: every file"
 
+# rm -r names a "directory": never its neighbours, nothing that is missing
+mkdir -p rmt/ab
+for f in rmt/ab/y rmt/abc; do printf '%s\n' "$f" >"$f"; done
+run s3-pipe rm -r rmt/a
+is "$rc" 3 "rm -r of a missing local name: 3"
+is "$(find rmt -type f | sort | tr '\n' ' ')" "rmt/ab/y rmt/abc " "... and not the names that start with it"
+run s3-pipe rm -r rmt/ab/nope
+is "$rc" 3 "rm -r of a missing local path: 3"
+mkdir rmt/a
+printf 'x\n' >rmt/a/x
+run s3-pipe rm -r rmt/a
+is "$rc" 0 "rm -r DIR (no '/'): 0"
+is "$(find rmt -type f | sort | tr '\n' ' ')" "rmt/ab/y rmt/abc " "rm -r rmt/a: rmt/a/x only; rmt/ab/y, rmt/abc kept"
+run s3-pipe rm -r --dryrun rmt/
+is "$out" "(dryrun) delete: rmt/ab/y
+(dryrun) delete: rmt/abc" "rm -r --dryrun: what would go"
+is "$(find rmt -type f | wc -l)" 2 "rm -r --dryrun: removes nothing"
+run s3-pipe rm --dryrun rmt/abc
+is "$rc:$out" "0:(dryrun) delete: rmt/abc" "rm --dryrun FILE"
+ok test -e rmt/abc "rm --dryrun FILE: kept"
+
+# braces: literal in URLs; rm acts on the name as spelled
+mkdir brace
+printf 'zero\n' >brace/0.txt
+printf 'literal\n' >'brace/{rank}.txt'
+run s3-pipe get 'brace/{rank}.txt'
+is "$out" "literal" "get: braces in a path are literal"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 run s3-pipe get --expand 'brace/{rank}.txt'
+is "$out" "zero" "get --expand: {rank} filled in"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 run s3-pipe rm 'brace/{rank}.txt'
+is "$rc" 0 "rm of a name with braces: 0"
+ok test -e brace/0.txt "rm 'brace/{rank}.txt' kept brace/0.txt"
+ok test ! -e 'brace/{rank}.txt' "... and removed the file named so"
+run s3-pipe rm --expand brace/0.txt
+is "$rc" 2 "rm --expand: usage error"
+OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 s3-pipe get d/b -o 'lit-{{rank}}-{rank}'
+ok test -s 'lit-{rank}-3' "-o: {{ }} literal braces beside {rank}"
+
+# put: two files for one name, --dryrun
+mkdir -p d1 d2 dup
+printf 'one\n' >d1/same
+printf 'two\n' >d2/same
+run s3-pipe put dup/ d1/same d2/same
+is "$rc" 2 "put of two files with one base name: 2"
+like "$err" "put: d1/same and d2/same would both be dup/same" "... names both"
+ok test ! -e dup/same "... and writes neither"
+run s3-pipe put --dryrun dup/ d1/same
+is "$out" "(dryrun) upload: d1/same to dup/same" "put --dryrun: what would be written"
+ok test ! -e dup/same "put --dryrun: writes nothing"
+
+# every name ls prints names the file
+touch file:x
+run s3-pipe ls fil
+is "$(echo "$out" | awk '{print $NF}')" "./file:x" "ls: a name that reads as a URL is printed ./file:x"
+run s3-pipe get "$(echo "$out" | awk '{print $NF}')"
+is "$rc" 0 "... which get reads"
+
 # ---- presign ----------------------------------------------------------------------------
 run s3-pipe presign d/b
 is "$out" "file://$T/d/b" "presign of a file: its file:// URL"

@@ -51,7 +51,7 @@ static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign
 static struct {
 	int cmd;
 	const char *output, *range, *shard, *channel, *dir, *method;
-	int shuffle, manifest, recursive, json, uploads, quiet, verbose;
+	int shuffle, manifest, recursive, json, uploads, quiet, verbose, dryrun, expand;
 	uint64_t seed, epoch, epochs;
 	uint64_t shard_i, shard_n; /* --shard I/N */
 	long expires;
@@ -112,11 +112,73 @@ static void on_fail(int code)
 	}
 }
 
+/* A URL argument held "{rank}" or "{size}" taken literally (no --expand). */
+static int literal_braces;
+
 /* Report e and exit with its class's status (a reader gone: quietly,
- * CLI_PIPE, as for every program). */
+ * CLI_PIPE, as for every program).  Something not found, when a URL held
+ * placeholders taken literally, gets a hint. */
 static void __attribute__((noreturn)) die_err(const dp_err *e)
 {
+	if (e->code == DP_ENOTFOUND && literal_braces)
+		cli_die_code(exit_code(e->code), "%s (braces in URLs are literal: --expand fills in "
+			     "{rank} and {size})", e->msg);
 	cli_die_err(exit_code(e->code), e);
+}
+
+/* A template (-o, --dir, and URLs with --expand): {rank} and {size} filled
+ * in as cli_expand does, "{{" and "}}" written as literal braces (a field
+ * is read first: "{rank}}}" is the rank, then '}'). */
+static char *expand(const char *t)
+{
+	size_t cap = strlen(t) + 64, n = 0;
+	char *out = cli_malloc(cap);
+	for (const char *p = t; *p;) {
+		const char *piece = p, *close;
+		size_t len = 1;
+		char *x = NULL;
+		if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+			p += 2;
+		} else if (p[0] == '{' && (close = strchr(p, '}'))) {
+			char *field = cli_malloc((size_t)(close - p) + 2);
+			memcpy(field, p, (size_t)(close - p) + 1);
+			field[close - p + 1] = 0;
+			piece = x = cli_expand(field, NULL);
+			len = strlen(x);
+			free(field);
+			p = close + 1;
+		} else {
+			p++;
+		}
+		cli_grow(&out, &cap, n + len + 1, 1);
+		memcpy(out + n, piece, len);
+		n += len;
+		free(x);
+	}
+	out[n] = 0;
+	return out;
+}
+
+/* A URL argument as the command uses it: as written, or with --expand its
+ * {rank} and {size} filled in.  rm never expands (--expand does not apply
+ * to it): it acts only on names the user spelled. */
+static char *url_arg(const char *s)
+{
+	if (O.expand)
+		return expand(s);
+	if (strstr(s, "{rank") || strstr(s, "{size"))
+		literal_braces = 1;
+	return cli_strdup(s);
+}
+
+/* One line of output (ls, presign, --dryrun). */
+static void out_line(const char *s)
+{
+	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
+		if (errno == EPIPE)
+			cli_exit(CLI_PIPE);
+		cli_die("stdout: %s", strerror(errno));
+	}
 }
 
 static const char usage_line[] =
@@ -125,6 +187,10 @@ static const char usage_line[] =
 
 static void help(void)
 {
+	/* all of it in the buffer: a failed write (--help >/dev/full) is then
+	 * reported by cli_exit_stdout with its own errno */
+	static char buf[16384];
+	setvbuf(stdout, buf, _IOFBF, sizeof buf);
 	printf(
 "usage: s3-pipe COMMAND [OPTION]... URL...\n"
 "Stream objects between S3 (or any S3-compatible store) and pipes, files and\n"
@@ -139,14 +205,19 @@ static void help(void)
 "  fifo --dir D URL... SageMaker Pipe mode: create FIFOs D/CHANNEL_EPOCH and\n"
 "                      stream one epoch into each as its reader opens it\n"
 "  presign URL         print a presigned URL (--expires S, --method GET|PUT)\n"
-"  rm URL...           delete objects (-r: everything under a prefix)\n"
+"  rm URL...           delete objects (-r: everything under a \"directory\":\n"
+"                      s3://b/a means s3://b/a/, never s3://b/ab)\n"
+"\n"
+"Placeholders: {rank} and {size} are filled in -o, --dir and --shard (from\n"
+"OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*; else 0 and 1), and in URLs only\n"
+"with --expand (never for rm); {{ and }} are literal braces.\n"
+"      --expand        fill {rank} and {size} in the URLs too (not rm)\n"
 "\n"
 "get and fifo:\n"
 "  -o, --output=FILE   write to FILE, whole or not at all (get; default stdout)\n"
 "      --range=A-B     only bytes A to B (also A- and -N) of one object (get)\n"
 "      --shard=I/N     keep worker I's share of the keys (I of N, from 0);\n"
-"                      each key goes to exactly one worker; {rank}/{size} come\n"
-"                      from OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*\n"
+"                      each key goes to exactly one worker ({rank}/{size})\n"
 "      --shuffle       shuffle the keys (before sharding), by --seed and --epoch\n"
 "      --seed=S        shuffle seed (default 0)\n"
 "      --epoch=E       epoch number (default 0): a new order each epoch; for fifo\n"
@@ -158,12 +229,13 @@ static void help(void)
 "      --epochs=E      fifo: number of epochs (default 1; 0: until killed)\n"
 "      --dir=D         fifo: directory of the FIFOs (created if missing)\n"
 "\n"
-"ls and rm:\n"
+"ls, rm and put:\n"
 "  -r, --recursive     ls: every key under the prefix, not only the first level;\n"
 "                      rm: every object under the prefix\n"
 "      --json          ls: one JSON object per line\n"
 "      --page-size=N   ls: keys per listing request (default 1000)\n"
 "      --uploads       ls: multipart uploads in progress; rm: abort them\n"
+"      --dryrun        rm, put: print what would be done, do nothing\n"
 "\n"
 "presign:\n"
 "      --expires=S     seconds the URL stays valid (default 3600, at most 604800)\n"
@@ -275,11 +347,10 @@ static void collect(char **urls, int n, dp_objs *objs)
 {
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
-		int rc = dp_s3_expand(S, u, O.manifest, objs, &e);
-		free(u);
-		if (rc < 0)
+		char *u = url_arg(urls[i]);
+		if (dp_s3_expand(S, u, O.manifest, objs, &e) < 0)
 			die_err(&e);
+		free(u);
 	}
 }
 
@@ -316,7 +387,7 @@ static void cmd_get(char **urls, int n)
 	dp_out out;
 	char *outpath = NULL;
 	if (O.output && strcmp(O.output, "-") != 0) {
-		outpath = cli_expand(O.output, NULL);
+		outpath = expand(O.output);
 		if (dp_out_open(&out, outpath, &e) < 0)
 			die_err(&e);
 	} else {
@@ -384,7 +455,7 @@ static void cmd_fifo(char **urls, int n)
 		cli_usage_error("fifo: --dir is required");
 	if (!*O.channel || strchr(O.channel, '/'))
 		cli_usage_error("--channel: '%s' is not a name", O.channel);
-	char *dir = cli_expand(O.dir, NULL);
+	char *dir = expand(O.dir);
 	mkdirs(dir);
 	char *path = make_fifo(dir, O.epoch);
 	dp_objs all = {0};
@@ -429,6 +500,7 @@ static void cmd_fifo(char **urls, int n)
 
 /* ---- put ------------------------------------------------------------------------------------ */
 
+/* Upload file (NULL or "-": stdin) to url; with --dryrun only say so. */
 static void put_one(const char *url, const char *file)
 {
 	dp_err e = {0};
@@ -454,6 +526,17 @@ static void put_one(const char *url, const char *file)
 			size = (int64_t)sb.st_size;
 		name = file;
 	}
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) upload: %s to %s", file ? file : "-", url) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+		if (fd != STDIN_FILENO)
+			close(fd);
+		dp_loc_free(&dst);
+		return;
+	}
 	dp_s3_stats st = {0};
 	t_start = dp_now();
 	soft_cancel = dst.kind == DP_LOC_S3;
@@ -469,11 +552,53 @@ static void put_one(const char *url, const char *file)
 	summary(&st);
 }
 
+typedef struct upload {
+	const char *file;
+	char *dst;
+} upload;
+
+static int upload_cmp(const void *a, const void *b)
+{
+	return strcmp(((const upload *)a)->dst, ((const upload *)b)->dst);
+}
+
+/* Several files under the prefix url, each under its base name: refused
+ * whole, before anything is sent, when two would land on one key (cp's
+ * "will not overwrite just-created"). */
+static void put_many(const char *url, char **files, int n)
+{
+	upload *v = cli_calloc((size_t)n, sizeof *v);
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(files[i], "-"))
+			cli_usage_error("put: stdin ('-') has no name to put under %s", url);
+		const char *base = strrchr(files[i], '/');
+		base = base ? base + 1 : files[i];
+		if (!*base)
+			cli_usage_error("put: %s: not a file name", files[i]);
+		v[i].file = files[i];
+		if (asprintf(&v[i].dst, "%s%s", url, base) < 0)
+			cli_die("out of memory");
+	}
+	upload *sorted = cli_malloc((size_t)n * sizeof *sorted);
+	memcpy(sorted, v, (size_t)n * sizeof *sorted);
+	qsort(sorted, (size_t)n, sizeof *sorted, upload_cmp);
+	for (int i = 1; i < n; i++)
+		if (!strcmp(sorted[i - 1].dst, sorted[i].dst))
+			cli_usage_error("put: %s and %s would both be %s", sorted[i - 1].file,
+					sorted[i].file, sorted[i].dst);
+	free(sorted);
+	for (int i = 0; i < n; i++) {
+		put_one(v[i].dst, v[i].file);
+		free(v[i].dst);
+	}
+	free(v);
+}
+
 static void cmd_put(char **args, int n)
 {
 	if (n < 1)
 		cli_usage_error("put: no URL");
-	char *url = cli_expand(args[0], NULL);
+	char *url = url_arg(args[0]);
 	size_t ul = strlen(url);
 	int prefix = ul && url[ul - 1] == '/';
 	if (n == 1) {
@@ -486,19 +611,7 @@ static void cmd_put(char **args, int n)
 		if (!prefix)
 			cli_usage_error("put: several files go under a prefix ending in '/', not %s",
 					url);
-		for (int i = 1; i < n; i++) {
-			if (!strcmp(args[i], "-"))
-				cli_usage_error("put: stdin ('-') has no name to put under %s", url);
-			const char *base = strrchr(args[i], '/');
-			base = base ? base + 1 : args[i];
-			if (!*base)
-				cli_usage_error("put: %s: not a file name", args[i]);
-			char *dst = NULL;
-			if (asprintf(&dst, "%s%s", url, base) < 0)
-				cli_die("out of memory");
-			put_one(dst, args[i]);
-			free(dst);
-		}
+		put_many(url, args + 1, n - 1);
 	}
 	free(url);
 }
@@ -531,20 +644,18 @@ static char *obj_url(const dp_obj *o, int file_url)
 			return NULL;
 		return u;
 	}
-	if (o->kind == DP_LOC_FILE)
-		return strdup(o->key);
+	if (o->kind == DP_LOC_FILE) {
+		/* a local name that reads as a URL ("file:x") is printed as
+		 * "./file:x", so that it names the same file as an argument */
+		const char *sch = strstr(o->key, "://");
+		int urlish = !strncmp(o->key, "file:", 5) || (sch && !memchr(o->key, '/', (size_t)(sch - o->key)));
+		if (asprintf(&u, "%s%s", urlish ? "./" : "", o->key) < 0)
+			return NULL;
+		return u;
+	}
 	if (asprintf(&u, "s3://%s%s%s", o->bucket, *o->key || o->prefix ? "/" : "", o->key) < 0)
 		return NULL;
 	return u;
-}
-
-static void out_line(const char *s)
-{
-	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
-		if (errno == EPIPE)
-			cli_exit(CLI_PIPE);
-		cli_die("stdout: %s", strerror(errno));
-	}
 }
 
 static int ls_cb(void *ctx, const dp_obj *o)
@@ -619,7 +730,7 @@ static void cmd_ls(char **urls, int n)
 	}
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
+		char *u = url_arg(urls[i]);
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
@@ -635,6 +746,38 @@ static void cmd_ls(char **urls, int n)
 
 /* ---- rm, presign ------------------------------------------------------------------------------ */
 
+/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
+static char *name_of(int kind, const char *bucket, const char *key)
+{
+	char *u = NULL;
+	if (kind == DP_LOC_FILE)
+		return cli_strdup(key);
+	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
+		cli_die("out of memory");
+	return u;
+}
+
+/* Remove one object or file (--dryrun: say what would be removed). */
+static void rm_one(int kind, const char *bucket, const char *key)
+{
+	char *name = name_of(kind, bucket, key);
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) delete: %s", name) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+	} else {
+		dp_err e = {0};
+		dp_loc l = {.kind = kind, .bucket = (char *)bucket, .key = (char *)key};
+		if (dp_s3_rm(S, &l, &e) < 0)
+			die_err(&e);
+		if (O.verbose)
+			cli_warn("removed %s", name);
+	}
+	free(name);
+}
+
 typedef struct rmctx {
 	dp_objs objs;
 	dp_err *e;
@@ -648,7 +791,71 @@ static int rm_collect(void *ctx, const dp_obj *o)
 	return dp_objs_add(&c->objs, o, c->e);
 }
 
+/* rm -r u: everything under the "directory" u names, as aws does: an S3
+ * key that does not end in '/' is taken as key + '/', so s3://b/a removes
+ * s3://b/a/x but neither the object s3://b/a nor s3://b/ab; a local path
+ * is a directory (its files) or a file.  Nothing there: DP_ENOTFOUND,
+ * except for a bucket's root or an existing directory, empty. */
+static void rm_tree(const char *u, dp_loc *l)
+{
+	dp_err e = {0};
+	int root = 0;
+	if (l->kind == DP_LOC_S3) {
+		size_t n = strlen(l->key);
+		if (!*l->bucket)
+			cli_usage_error("rm: %s names no bucket", u);
+		root = n == 0;
+		if (n && l->key[n - 1] != '/') {
+			l->key = cli_realloc(l->key, n + 2);
+			memcpy(l->key + n, "/", 2);
+		}
+	} else {
+		struct stat sb;
+		if (stat(l->key, &sb) < 0) {
+			int saved = errno;
+			cli_die_code(saved == ENOENT || saved == ENOTDIR ? S3P_NOTFOUND : CLI_FAIL,
+				     "%s: %s", u, strerror(saved));
+		}
+		if (!S_ISDIR(sb.st_mode)) {
+			rm_one(l->kind, l->bucket, l->key);
+			return;
+		}
+		root = 1;
+	}
+	rmctx c = {.e = &e};
+	if (dp_s3_list(S, l, 1, 0, rm_collect, &c, &e) < 0)
+		die_err(&e);
+	if (c.objs.n == 0 && !root)
+		cli_die_code(S3P_NOTFOUND, "s3://%s/%s: no objects under this prefix", l->bucket,
+			     l->key);
+	for (size_t k = 0; k < c.objs.n; k++)
+		rm_one(c.objs.v[k].kind, c.objs.v[k].bucket, c.objs.v[k].key);
+	dp_objs_free(&c.objs);
+}
+
+static int first_cb(void *ctx, const dp_obj *o)
+{
+	if (!o->prefix)
+		*(char **)ctx = cli_strdup(o->key);
+	return 1;
+}
+
+/* Is there an object whose key is exactly l's (a key ending in '/', a
+ * "folder marker")?  It comes first in a listing of that prefix. */
+static int marker_exists(const dp_loc *l)
+{
+	dp_err e = {0};
+	char *first = NULL;
+	int rc = dp_s3_list(S, l, 0, 1, first_cb, &first, &e);
+	if (rc < 0)
+		die_err(&e);
+	int yes = first && !strcmp(first, l->key);
+	free(first);
+	return yes;
+}
+
 typedef struct upctx {
+	const dp_loc *l;
 	int n;
 } upctx;
 
@@ -656,6 +863,19 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 {
 	(void)t;
 	upctx *c = ctx;
+	/* the uploads of the key named, or under it as a "directory": never of
+	 * the neighbours that merely start with it */
+	size_t n = strlen(c->l->key);
+	if (n && c->l->key[n - 1] != '/' && strcmp(key, c->l->key) != 0 && key[n] != '/')
+		return 0;
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) abort upload: %s of s3://%s/%s", id, bucket, key) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+		return 0;
+	}
 	dp_err e = {0};
 	if (dp_s3_abort_upload(S, bucket, key, id, &e) < 0 && e.code != DP_ENOTFOUND)
 		die_err(&e);
@@ -671,36 +891,28 @@ static void cmd_rm(char **urls, int n)
 		cli_usage_error("rm: no URL");
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
+		const char *u = urls[i]; /* never expanded: rm acts on names as spelled */
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
-		int rc = DP_OK;
 		if (O.uploads) {
-			upctx c = {0};
-			rc = dp_s3_list_uploads(S, &l, abort_cb, &c, &e);
+			upctx c = {.l = &l};
+			if (dp_s3_list_uploads(S, &l, abort_cb, &c, &e) < 0)
+				die_err(&e);
 		} else if (O.recursive) {
-			rmctx c = {.e = &e};
-			rc = dp_s3_list(S, &l, 1, 0, rm_collect, &c, &e);
-			for (size_t k = 0; rc == DP_OK && k < c.objs.n; k++) {
-				dp_obj *o = &c.objs.v[k];
-				dp_loc ol = {.kind = o->kind, .bucket = o->bucket, .key = o->key};
-				rc = dp_s3_rm(S, &ol, &e);
-				if (rc == DP_OK && O.verbose)
-					cli_warn("removed %s%s%s%s", o->kind == DP_LOC_S3 ? "s3://" : "",
-						 o->kind == DP_LOC_S3 ? o->bucket : "",
-						 o->kind == DP_LOC_S3 ? "/" : "", o->key);
-			}
-			dp_objs_free(&c.objs);
+			rm_tree(u, &l);
+		} else if (l.kind == DP_LOC_S3 && *l.bucket && *l.key && dp_loc_is_dir(&l)) {
+			/* a key ending in '/': that one object (a folder marker, as
+			 * ls -r lists it), if it exists; else the user meant a prefix */
+			if (!marker_exists(&l))
+				cli_usage_error("rm: %s is a prefix: use -r", u);
+			rm_one(l.kind, l.bucket, l.key);
 		} else {
 			if (dp_loc_is_dir(&l))
 				cli_usage_error("rm: %s is a prefix or directory: use -r", u);
-			rc = dp_s3_rm(S, &l, &e);
+			rm_one(l.kind, l.bucket, l.key);
 		}
 		dp_loc_free(&l);
-		free(u);
-		if (rc < 0)
-			die_err(&e);
 	}
 }
 
@@ -711,7 +923,7 @@ static void cmd_presign(char **urls, int n)
 	if (strcmp(O.method, "GET") && strcmp(O.method, "PUT"))
 		cli_usage_error("--method: '%s' is not GET or PUT", O.method);
 	dp_err e = {0};
-	char *u = cli_expand(urls[0], NULL);
+	char *u = url_arg(urls[0]);
 	dp_loc l;
 	if (dp_loc_parse(u, &l, &e) < 0)
 		die_err(&e);
@@ -730,7 +942,7 @@ enum {
 	OPT_RANGE = 256, OPT_SHARD, OPT_SHUFFLE, OPT_SEED, OPT_EPOCH, OPT_EPOCHS, OPT_CHANNEL,
 	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
 	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
-	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT,
+	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_EXPAND,
 };
 
 #define B(c) (1u << (c))
@@ -759,6 +971,8 @@ static const struct {
 	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
 	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
 	{OPT_METHOD, B(C_PRESIGN), "--method"},
+	{OPT_DRYRUN, B(C_PUT) | B(C_RM), "--dryrun"},
+	{OPT_EXPAND, ALL & ~B(C_RM), "--expand"},
 };
 
 static void set_addressing(const char *v)
@@ -794,6 +1008,8 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_UPLOADS: O.uploads = 1; break;
 	case OPT_EXPIRES: O.expires = (long)cli_count("--expires", v, 1, 604800); break;
 	case OPT_METHOD: O.method = v; break;
+	case OPT_DRYRUN: O.dryrun = 1; break;
+	case OPT_EXPAND: O.expand = 1; break;
 	case OPT_ENDPOINT: O.conf.endpoint_url = v; break;
 	case OPT_REGION: O.conf.region = v; break;
 	case OPT_PROFILE: O.conf.profile = v; break;
@@ -833,6 +1049,8 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"uploads", no_argument, NULL, OPT_UPLOADS},
 		{"expires", required_argument, NULL, OPT_EXPIRES},
 		{"method", required_argument, NULL, OPT_METHOD},
+		{"dryrun", no_argument, NULL, OPT_DRYRUN},
+		{"expand", no_argument, NULL, OPT_EXPAND},
 		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
 		{"region", required_argument, NULL, OPT_REGION},
 		{"profile", required_argument, NULL, OPT_PROFILE},

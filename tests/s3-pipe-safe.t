@@ -1,0 +1,113 @@
+#!/bin/bash
+# s3-pipe against radosgw (tests/rgw): nothing removed, overwritten or waited
+# on that the user did not name (issue 13).  rm -r of a "directory" and its
+# neighbours, --dryrun, {rank} braces in keys, put of two files with one
+# base name, FIFOs that vanish when their writer fails, closed standard
+# streams, the bounded abort after SIGTERM, and the answers that must not be
+# lost (long keys, empty listings, partial credentials, odd listings).
+. "${DP_SRC:-.}/tests/lib.sh"
+. "$DP_SRC/tests/s3lib.sh"
+cd "$T" || exit 1
+
+if ! s3_start; then
+	echo "1..0 # SKIP $S3_WHY"
+	exit 0
+fi
+diag "radosgw at $RGW_URL"
+awsr s3api create-bucket --bucket safe >/dev/null 2>&1
+ok awsr s3api head-bucket --bucket safe "bucket made with aws"
+
+keys_of() { s3-pipe ls -r "$1" | sed 's|.* s3://|s3://|' | tr '\n' ' '; }
+
+# ---- rm -r: the "directory", never its neighbours -------------------------------------
+for k in rmt/a/x rmt/a/sub/y rmt/ab/y rmt/a rmt/abc; do
+	printf '%s\n' "$k" | s3-pipe put "s3://safe/$k"
+done
+run s3-pipe rm -r --dryrun s3://safe/rmt/a
+is "$rc" 0 "rm -r --dryrun: 0"
+is "$out" "(dryrun) delete: s3://safe/rmt/a/sub/y
+(dryrun) delete: s3://safe/rmt/a/x" "rm -r --dryrun: prints what would go, as aws does"
+is "$(keys_of s3://safe/rmt/)" "s3://safe/rmt/a s3://safe/rmt/a/sub/y s3://safe/rmt/a/x s3://safe/rmt/ab/y s3://safe/rmt/abc " \
+	"rm -r --dryrun: removes nothing"
+is "$(awsr s3 rm --recursive --dryrun s3://safe/rmt/a 2>/dev/null | sed 's/^(dryrun) delete: //' | sort | tr '\n' ' ')" \
+	"s3://safe/rmt/a/sub/y s3://safe/rmt/a/x " "aws rm --recursive of the same URL: the same keys"
+run s3-pipe rm -r s3://safe/rmt/a
+is "$rc" 0 "rm -r of a prefix without '/': 0"
+is "$(keys_of s3://safe/rmt/)" "s3://safe/rmt/a s3://safe/rmt/ab/y s3://safe/rmt/abc " \
+	"rm -r s3://b/rmt/a: rmt/a/... only; rmt/a, rmt/ab/y, rmt/abc kept"
+run s3-pipe rm -r s3://safe/rmt/a
+is "$rc" 3 "rm -r of a \"directory\" with nothing under it: 3"
+like "$err" "s3://safe/rmt/a/: no objects under this prefix" "... says so"
+is "$(keys_of s3://safe/rmt/)" "s3://safe/rmt/a s3://safe/rmt/ab/y s3://safe/rmt/abc " \
+	"... and the object rmt/a is still there"
+
+# a folder marker (a zero-byte key ending in '/', as the console makes)
+awsr s3api put-object --bucket safe --key fold/ >/dev/null 2>&1
+printf 'z\n' | s3-pipe put s3://safe/fold/z
+run s3-pipe rm s3://safe/fold/
+is "$rc" 0 "rm of a folder marker's name (as ls -r prints it): 0"
+is "$(keys_of s3://safe/fold/)" "s3://safe/fold/z " "... that one key went, not what is under it"
+run s3-pipe rm s3://safe/fold/
+is "$rc" 2 "rm of a prefix without a marker and without -r: 2"
+
+# --uploads: the uploads of the key named, or under it; not of its neighbours
+for k in up/a up/a/part up/ab; do
+	awsr s3api create-multipart-upload --bucket safe --key "$k" >/dev/null 2>&1
+done
+run s3-pipe rm --uploads s3://safe/up/a
+is "$rc" 0 "rm --uploads of a key: 0"
+is "$(s3-pipe ls --uploads s3://safe/up/ | awk '{print $NF}')" "s3://safe/up/ab" \
+	"rm --uploads s3://b/up/a: up/a's and up/a/part's aborted, up/ab's kept"
+s3-pipe rm --uploads s3://safe/up/
+
+# ---- put --dryrun, and two files for one key ------------------------------------------
+mkdir d1 d2
+printf 'one\n' >d1/same
+printf 'two\n' >d2/same
+printf 'other\n' >d2/other
+run s3-pipe put s3://safe/dup/ d2/other d1/same d2/same
+is "$rc" 2 "put of two files with one base name under a prefix: 2"
+like "$err" "put: d1/same and d2/same would both be s3://safe/dup/same" "... names both"
+is "$(s3-pipe ls -r s3://safe/dup/ 2>/dev/null)" "" "... and uploads none of them"
+run s3-pipe put --dryrun s3://safe/dry/ d1/same d2/other
+is "$out" "(dryrun) upload: d1/same to s3://safe/dry/same
+(dryrun) upload: d2/other to s3://safe/dry/other" "put --dryrun: what would be uploaded"
+run s3-pipe put --dryrun s3://safe/dry/stdin </dev/zero
+is "$rc:$out" "0:(dryrun) upload: - to s3://safe/dry/stdin" "put --dryrun of stdin: reads nothing"
+is "$(s3-pipe ls -r s3://safe/dry/ 2>/dev/null)" "" "put --dryrun: uploads nothing"
+
+# ---- braces: literal in URLs, filled only with --expand, never by rm ----------------------
+printf 'literal\n' | s3-pipe put 's3://safe/brace/{rank}.txt'
+printf 'zero\n' | s3-pipe put 's3://safe/brace/0.txt'
+printf 'one\n' | s3-pipe put 's3://safe/brace/1.txt'
+is "$(keys_of s3://safe/brace/)" "s3://safe/brace/0.txt s3://safe/brace/1.txt s3://safe/brace/{rank}.txt " \
+	"put: a key with braces is stored under its name"
+run s3-pipe get 's3://safe/brace/{rank}.txt'
+is "$out" "literal" "get: braces in a URL are literal"
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 run s3-pipe get --expand 's3://safe/brace/{rank}.txt'
+is "$out" "one" "get --expand: {rank} filled in"
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 run s3-pipe get --expand 's3://safe/brace/{{rank}}.txt'
+is "$out" "literal" "get --expand: {{ and }} are literal braces"
+run s3-pipe get 's3://safe/brace/{size}.txt'
+is "$rc" 3 "a missing key with braces: 3"
+like "$err" "NoSuchKey.*braces in URLs are literal: --expand" "... with a hint about --expand"
+run s3-pipe rm --expand 's3://safe/brace/{rank}.txt'
+is "$rc" 2 "rm --expand: a usage error (rm acts only on names as spelled)"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 run s3-pipe rm 's3://safe/brace/{rank}.txt'
+is "$rc" 0 "rm of a key with braces: 0"
+is "$(keys_of s3://safe/brace/)" "s3://safe/brace/0.txt s3://safe/brace/1.txt " \
+	"rm 's3://b/brace/{rank}.txt': that key, not brace/0.txt"
+
+# every name ls -r prints is usable as an argument
+printf 'x\n' | s3-pipe put 's3://safe/names/{a}{{b}}'
+printf 'y\n' | s3-pipe put 's3://safe/names/c d%20e'
+awsr s3api put-object --bucket safe --key names/m/ >/dev/null 2>&1
+n=0
+while read -r url; do
+	s3-pipe get "$url" >/dev/null 2>&1 || s3-pipe ls "$url" >/dev/null 2>&1 || { echo "# not usable: $url"; n=$((n + 1)); }
+done < <(s3-pipe ls -r s3://safe/names/ | sed 's|^.* s3://|s3://|')
+is "$n" 0 "every URL ls -r prints names its object for get or ls"
+s3-pipe ls -r s3://safe/names/ | sed 's|^.* s3://|s3://|' | while read -r url; do s3-pipe rm "$url"; done
+is "$(s3-pipe ls -r s3://safe/names/ 2>/dev/null)" "" "... and for rm: each printed name removed its object"
+
+done_testing
