@@ -110,4 +110,64 @@ is "$n" 0 "every URL ls -r prints names its object for get or ls"
 s3-pipe ls -r s3://safe/names/ | sed 's|^.* s3://|s3://|' | while read -r url; do s3-pipe rm "$url"; done
 is "$(s3-pipe ls -r s3://safe/names/ 2>/dev/null)" "" "... and for rm: each printed name removed its object"
 
+# ---- nothing left waiting: FIFOs, closed standard streams, SIGTERM ---------------------------
+run s3-pipe fifo --dir pipes s3://nobucket/train/
+is "$rc" 3 "fifo of a missing bucket: 3"
+ok test ! -e pipes/train_0 "... and no FIFO for a reader to wait on forever"
+printf 'rec\n' | s3-pipe put s3://safe/f/one
+s3-pipe fifo --dir pipes --epochs 2 s3://safe/f/ &
+pid=$!
+until [ -p pipes/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+is "$(cat pipes/train_0)" "rec" "fifo over S3: epoch 0"
+kill -TERM $pid
+wait $pid
+is "$?" 143 "fifo: SIGTERM between epochs kills it"
+ok test ! -e pipes/train_1 "... and no FIFO is left behind"
+
+run timeout 20 s3-pipe put s3://safe/closed <&-
+is "$rc" 1 "put with stdin closed: fails at once (it waited forever on its own socket)"
+is "$err" "s3-pipe: stdin: Bad file descriptor" "... as cat says it"
+is "$(s3-pipe ls s3://safe/closed 2>/dev/null)" "" "... and writes no object"
+timeout 20 s3-pipe ls s3://safe/ >&- 2>closed.err
+is "$?:$(cat closed.err)" "1:s3-pipe: stdout: Bad file descriptor" "ls with stdout closed: an error, not a listing lost"
+timeout 20 s3-pipe get s3://safe/f/one >&- 2>closed.err
+is "$?:$(cat closed.err)" "1:s3-pipe: stdout: Bad file descriptor" "get with stdout closed: an error"
+
+# SIGTERM in a multipart upload whose server has gone: the abort gets a few
+# seconds, then the message names the upload left behind
+head -c 12000000 /dev/urandom >big.bin
+s3_proxy
+mkfifo slow
+s3-pipe --endpoint-url "$PROXY_URL" put --part-size 5M s3://safe/orphan.bin <slow 2>orphan.err &
+pid=$!
+exec 7>slow
+head -c 11000000 big.bin >&7
+for i in $(seq 1 200); do
+	[ -n "$(s3-pipe ls --uploads s3://safe/orphan.bin)" ] && break
+	sleep 0.1
+done
+isnt "$(s3-pipe ls --uploads s3://safe/orphan.bin)" "" "a multipart upload in progress"
+s3_proxy_stop # the server is gone (connections refused)
+kill -TERM $pid
+( sleep 30; kill -KILL $pid 2>/dev/null ) &
+guard=$!
+wait $pid
+st=$?
+kill $guard 2>/dev/null
+exec 7>&-
+is "$st" 143 "SIGTERM, server unreachable: dies of SIGTERM within its grace (not after a minute of retries)"
+like "$(cat orphan.err)" "orphan.bin: interrupted; and aborting upload [^ ]+ failed \(.*out of time for the clean-up\)\): run s3-pipe rm --uploads s3://safe/orphan.bin" \
+	"... naming the upload left behind and how to remove it"
+s3-pipe rm --uploads s3://safe/orphan.bin
+is "$(s3-pipe ls --uploads s3://safe/)" "" "the orphan removed by the command the message gives"
+
+# --timeout S: a transfer that moves nothing for S seconds is abandoned then
+echo mid | s3-pipe put s3://safe/stall
+s3_proxy --stall-get 1
+run timeout 7 s3-pipe --endpoint-url "$PROXY_URL" --timeout 2 --retries 0 get --range 0-1 s3://safe/stall
+is "$rc" 5 "a stalled transfer, --timeout 2 --retries 0: 5 within a few seconds (curl's limit took S + 5.5)"
+like "$err" "s3://safe/stall: Operation too slow: nothing moved for 2 s \(gave up after 1 attempts\)" \
+	"... saying for how long"
+s3_proxy_stop
+
 done_testing

@@ -313,7 +313,7 @@ wait $pid
 is "$?" 0 "fifo --epochs 2: exits 0 after the last epoch"
 same_file e0 all.expected "fifo: epoch 0 through pipes/train_0"
 same_file e1 all.expected "fifo: epoch 1 through pipes/train_1"
-ok test -p pipes/train_0 "fifo: pipes/train_0 is a FIFO"
+is "$(ls -A pipes)" "" "fifo: no FIFO left once the epochs are served"
 
 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 \
 	s3-pipe fifo --channel val --dir 'p-{rank}' --epochs 2 --shuffle --seed 3 --shard '{rank}/{size}' d/ &
@@ -330,6 +330,57 @@ ok test -d p-1 "fifo --dir: {rank} expanded"
 
 run s3-pipe fifo d/
 is "$rc" 2 "fifo without --dir: 2"
+
+# FIFOs exist only while s3-pipe will serve them (s3-pipe(1), FIFO LIFETIME)
+mkdir rec
+for i in 0 1 2; do
+	for r in $(seq 1 2000); do printf '{"x":{"int64":[%d]},"pad":{"bytes":["%0200d"]}}\n' $r $r; done |
+		tfr-cat --encode json >rec/p$i.tfrecord
+done
+run s3-pipe fifo --dir pp nosuch/
+is "$rc" 3 "fifo of a missing prefix: 3"
+ok test ! -e pp/train_0 "... and no FIFO left for a reader to wait on"
+s3-pipe fifo --dir pp --epochs 3 rec/ 2>pp.err &
+pid=$!
+until [ -p pp/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+is "$(tfr-cat -c pp/train_0)" 6000 "fifo epoch 0: every record"
+ok test ! -e pp/train_0 "an epoch's FIFO is gone once the epoch ended"
+mv rec/p2.tfrecord rec.p2 # epoch 1 fails on it
+run tfr-cat -c pp/train_1
+isnt "$rc" 0 "a failed epoch: its reader fails, not a clean short epoch"
+like "$err" "pp/train_1: record [0-9]+ at byte [0-9]+: truncated" "... it reads a truncated record"
+wait $pid
+is "$?" 3 "fifo: the failure's status (3: not found)"
+ok test ! -e pp/train_1 "a failed epoch's FIFO is removed"
+ok test ! -e pp/train_2 "... and the next one was never made"
+mv rec.p2 rec/p2.tfrecord
+
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM while waiting for a reader: dies of it"
+ok test ! -e pq/train_0 "... and removes the FIFO"
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+is "$(tfr-cat -c pq/train_0)" 6000 "epoch 0 read whole"
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM between epochs: dies of it"
+ok test ! -e pq/train_1 "... and removes the next epoch's FIFO"
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+exec 9<pq/train_0 # a reader that has not read yet: 1.2 MB cannot all wait in the pipe
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM inside an epoch: dies of it"
+run tfr-cat -c <&9
+exec 9<&-
+isnt "$rc" 0 "... and the epoch's reader fails instead of taking it for whole"
+ok test ! -e pq/train_0 "... and the FIFO is removed"
 touch notfifo_0
 run s3-pipe fifo --dir . --channel notfifo d/b
 is "$rc" 1 "fifo over a regular file: 1"

@@ -24,6 +24,8 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +89,62 @@ static int exit_code(int status)
 	}
 }
 
+/* The FIFOs this run serves: [0] the epoch being written (or waiting for
+ * its reader), [1] the next one, made before [0] ends; "" when none.  The
+ * failure paths, the signal handler among them, break them (fifo_break):
+ * fixed buffers, changed only with the signals blocked. */
+static char fifos[2][PATH_MAX];
+
+/* What a reader of a broken epoch reads last: fewer than 12 bytes, so never
+ * a whole TFRecord header (a TFRecord reader reports a truncated record,
+ * not a short epoch), and a line of its own for a reader of text. */
+#define FIFO_MARK "\nS3PIPE:ERR"
+
+static void signals_blocked(int on)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(on ? SIG_BLOCK : SIG_UNBLOCK, &all, NULL);
+}
+
+/* End the epoch of FIFO path as a failure: no reader can open it any more
+ * (it is removed); a reader that has it open, or is blocked opening it,
+ * reads what was written, then FIFO_MARK, then end of file.  When the pipe
+ * stays full for wait_ms, bytes are taken from its head until the mark
+ * fits: the stream is cut inside the epoch either way.  Async-signal-safe
+ * (open, unlink, poll, read, write, close). */
+static void fifo_break(const char *path, int wait_ms)
+{
+	if (!*path)
+		return;
+	/* read and write ends at once, without waiting: a writer for a reader
+	 * blocked in open, and a reader to make room */
+	int rw = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	unlink(path);
+	if (rw < 0)
+		return;
+	struct pollfd pf = {rw, POLLOUT, 0};
+	if (wait_ms > 0)
+		poll(&pf, 1, wait_ms);
+	char junk[4096];
+	for (int i = 0; i < 1024; i++) {
+		if (write(rw, FIFO_MARK, sizeof FIFO_MARK - 1) >= 0 || errno != EAGAIN)
+			break;
+		if (read(rw, junk, sizeof junk) <= 0)
+			break;
+	}
+	close(rw);
+}
+
+/* Every FIFO of the run broken (a failure or a signal). */
+static void fifo_break_all(int wait_ms)
+{
+	for (int i = 0; i < 2; i++) {
+		fifo_break(fifos[i], wait_ms);
+		fifos[i][0] = 0;
+	}
+}
+
 /* cli.before_msg: a message starts on a clean line. */
 static void clear_progress(void)
 {
@@ -102,6 +160,9 @@ static void on_fail(int code)
 {
 	(void)code;
 	clear_progress();
+	signals_blocked(1);
+	fifo_break_all(0);
+	signals_blocked(0);
 	dp_out_cleanup();
 	dp_s3 *s = S;
 	S = NULL;
@@ -254,7 +315,7 @@ static void help(void)
 "  -j, --concurrency=N requests in flight, at most (default 8)\n"
 "      --part-size=SIZE  bytes per part of a download or an upload (default 8M)\n"
 "      --retries=N     retries of a failed request (default 10)\n"
-"      --timeout=S     seconds without progress before a request is retried (30)\n"
+"      --timeout=S     a request that moves no byte for S seconds is retried (30)\n"
 "\n"
 "  -v, --verbose       log retries (-vv: every request) as key=value lines\n"
 "  -q, --quiet         no progress display on a terminal\n"
@@ -264,7 +325,8 @@ static void help(void)
 "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or a\n"
 "profile in ~/.aws/credentials or ~/.aws/config; never on the command line.\n"
 "Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
-"5 transfer failed (network or server, after retries).  See s3-pipe(1).\n");
+"5 transfer failed (network or server, after retries), 141 reader gone.\n"
+"See s3-pipe(1).\n");
 }
 
 /* ---- Progress and logs -------------------------------------------------------------- */
@@ -318,6 +380,7 @@ static void on_signal(int sig)
 		dp_s3_cancel(S);
 		return;
 	}
+	fifo_break_all(0);
 	dp_out_cleanup();
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -339,6 +402,46 @@ static void install_signals(void)
 	 * writes without MSG_NOSIGNAL); a closed stdout is EPIPE, and ends
 	 * s3-pipe quietly with CLI_PIPE like every other program */
 	signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- Standard streams ------------------------------------------------------------------------- */
+
+/* Which of stdin, stdout, stderr the caller closed (<&-, >&-). */
+static int std_closed[3];
+
+/* Note the closed standard streams and put /dev/null in their place, so
+ * that no socket or file opened later takes their numbers (a listing
+ * written into an HTTP connection; put reading libcurl's own wake-up pipe
+ * as its stdin, forever).  Reading a closed stdin or writing a closed
+ * stdout is an error (stdin_fd, stdout_ok), as for cat. */
+static void guard_std(void)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		std_closed[fd] = 1;
+		int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+		if (n >= 0 && n != fd) {
+			dup2(n, fd);
+			close(n);
+		}
+	}
+}
+
+/* Standard input, to read from: an error when the caller closed it. */
+static int stdin_fd(void)
+{
+	if (std_closed[0])
+		cli_die("stdin: %s", strerror(EBADF));
+	return STDIN_FILENO;
+}
+
+/* Before a command that writes standard output: an error when the caller
+ * closed it (the output would be lost). */
+static void stdout_ok(void)
+{
+	if (std_closed[1])
+		cli_die("stdout: %s", strerror(EBADF));
 }
 
 /* ---- get ---------------------------------------------------------------------------- */
@@ -391,6 +494,7 @@ static void cmd_get(char **urls, int n)
 		if (dp_out_open(&out, outpath, &e) < 0)
 			die_err(&e);
 	} else {
+		stdout_ok();
 		if (dp_out_open(&out, "-", &e) < 0)
 			die_err(&e);
 	}
@@ -430,23 +534,48 @@ static void mkdirs(const char *dir)
 	free(p);
 }
 
-/* Create the FIFO of an epoch (an existing FIFO is used as it is). */
-static char *make_fifo(const char *dir, uint64_t epoch)
+/* Make the FIFO of an epoch in fifos[slot] (an existing FIFO is used as it
+ * is: it is this channel's).  Returns 0, or -1 with the reason in e. */
+static int make_fifo(const char *dir, uint64_t epoch, int slot, dp_err *e)
 {
-	char *path = NULL;
-	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0)
-		cli_die("out of memory");
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/%s_%" PRIu64, dir, O.channel, epoch) >= (int)sizeof path)
+		return dp_seterr(e, DP_EARG, "%s/%s_%" PRIu64 ": name too long", dir, O.channel, epoch);
 	struct stat sb;
 	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode))
-		cli_die("%s: exists and is not a FIFO", path);
-	if (mkfifo(path, 0666) < 0 && errno != EEXIST)
-		cli_die("%s: cannot create the FIFO: %s", path, strerror(errno));
-	return path;
+		return dp_seterr(e, DP_EIO, "%s: exists and is not a FIFO", path);
+	signals_blocked(1);
+	int rc = mkfifo(path, 0666) < 0 && errno != EEXIST ? -1 : 0;
+	if (rc == 0)
+		memcpy(fifos[slot], path, sizeof path);
+	signals_blocked(0);
+	if (rc < 0)
+		return dp_syserr(e, "%s: cannot create the FIFO", path);
+	return 0;
+}
+
+/* The epoch in fifos[0] ended well (fd its write end, or -1): it goes, and
+ * the next one (if made) takes its place.  The reader reads to the end of
+ * file; a reader that opens the name again finds nothing, not a FIFO that
+ * nobody will write. */
+static void fifo_done(int fd)
+{
+	signals_blocked(1);
+	unlink(fifos[0]);
+	if (fd >= 0)
+		close(fd);
+	memcpy(fifos[0], fifos[1], sizeof fifos[0]);
+	fifos[1][0] = 0;
+	signals_blocked(0);
 }
 
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
- * when a reader opens it.  The next epoch's FIFO is made before the current
- * one is closed, so a reader that goes on to it at end of file finds it. */
+ * when a reader opens it.  The objects are listed first: no FIFO exists
+ * before there is something to serve.  The next epoch's FIFO is made
+ * before the current one is closed, so a reader that goes on to it at end
+ * of file finds it; a finished epoch's FIFO is removed.  On a failure or a
+ * signal the FIFOs are broken (fifo_break): removed, and a reader that has
+ * one open reads FIFO_MARK before the end of its file. */
 static void cmd_fifo(char **urls, int n)
 {
 	if (n < 1)
@@ -456,44 +585,51 @@ static void cmd_fifo(char **urls, int n)
 	if (!*O.channel || strchr(O.channel, '/'))
 		cli_usage_error("--channel: '%s' is not a name", O.channel);
 	char *dir = expand(O.dir);
-	mkdirs(dir);
-	char *path = make_fifo(dir, O.epoch);
 	dp_objs all = {0};
 	collect(urls, n, &all);
+	mkdirs(dir);
 	dp_err e = {0};
+	if (make_fifo(dir, O.epoch, 0, &e) < 0)
+		die_err(&e);
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
 		uint64_t epoch = O.epoch + k;
 		dp_objs objs = {0};
 		copy_objs(&all, &objs);
 		select_keys(&objs, epoch);
 		if (O.verbose)
-			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", path,
+			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", fifos[0],
 				 epoch, objs.n);
-		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		int fd = open(fifos[0], O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
-			cli_die("%s: %s", path, strerror(errno));
+			cli_die("%s: %s", fifos[0], strerror(errno)); /* on_fail breaks it */
 		dp_s3_stats st = {0};
 		t_start = dp_now();
-		int rc = dp_s3_get(S, &objs, NULL, fd, path, &st, &e);
+		int rc = dp_s3_get(S, &objs, NULL, fd, fifos[0], &st, &e);
 		dp_objs_free(&objs);
-		char *next = NULL;
-		if (O.epochs == 0 || k + 1 < O.epochs)
-			next = make_fifo(dir, epoch + 1);
-		close(fd);
-		if (rc < 0 && st.out_closed) {
+		if (rc < 0 && !st.out_closed) {
+			/* the reader must not take a short epoch for a whole one: give
+			 * it a few seconds to make room for the mark */
+			signals_blocked(1);
+			fifo_break_all(2000);
+			signals_blocked(0);
+			close(fd);
+			die_err(&e);
+		}
+		if (rc < 0) {
 			/* the reader stopped early: its epoch is over */
 			if (O.verbose)
 				cli_warn("fifo=%s epoch=%" PRIu64 " reader closed after %" PRIu64
-					 " bytes", path, epoch, st.bytes);
-		} else if (rc < 0) {
-			die_err(&e);
+					 " bytes", fifos[0], epoch, st.bytes);
 		} else {
 			summary(&st);
 		}
-		free(path);
-		path = next;
+		dp_err e2 = {0};
+		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1, 1, &e2) < 0) {
+			fifo_done(fd); /* this epoch is whole: its reader gets all of it */
+			die_err(&e2);
+		}
+		fifo_done(fd);
 	}
-	free(path);
 	dp_objs_free(&all);
 	free(dir);
 }
@@ -507,10 +643,12 @@ static void put_one(const char *url, const char *file)
 	dp_loc dst;
 	if (dp_loc_parse(url, &dst, &e) < 0)
 		die_err(&e);
-	int fd = STDIN_FILENO;
+	int fd = -1;
 	int64_t size = -1;
 	const char *name = "stdin";
-	if (file && strcmp(file, "-") != 0) {
+	if (!file || !strcmp(file, "-")) {
+		fd = stdin_fd();
+	} else {
 		fd = open(file, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int saved = errno;
@@ -1101,6 +1239,9 @@ int main(int argc, char **argv)
 	dp_s3_conf_init(&O.conf);
 	int nargs;
 	char **args = parse_args(argc, argv, &nargs);
+	guard_std();
+	if (O.cmd == C_LS || O.cmd == C_PRESIGN || O.dryrun)
+		stdout_ok();
 	if (O.shard) /* checked before any request */
 		cli_part("--shard", O.shard, NULL, &O.shard_i, &O.shard_n);
 

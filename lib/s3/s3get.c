@@ -644,6 +644,7 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		/* the window is full: curl keeps the data until a slot frees */
 		seg_end(x);
 		x->paused = 1;
+		x->call.paused = 1; /* not a stall (s3.c's watchdog) */
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	if (x->seg_t0 == 0)
@@ -743,6 +744,8 @@ static int resume_xfer(getter *g, xfer *x, dp_err *e)
 	}
 	if (x->paused && x->running) {
 		x->paused = 0;
+		x->call.paused = 0;
+		x->call.prog_t = dp_now(); /* the watchdog's clock starts again */
 		/* curl hands over the data it kept, through run_sink, now */
 		CURLcode cc = curl_easy_pause(x->h, CURLPAUSE_CONT);
 		if (cc != CURLE_OK) /* the sink refused what curl kept: end it here */
