@@ -16,6 +16,7 @@ for s in "EXIT STATUS" ENVIRONMENT EXAMPLES CREDENTIALS "SEE ALSO"; do
 	ok grep -q "^\.SH \"*$s" "$PAGE" "the man page has $s"
 done
 man_lint "$PAGE"
+ok grep -q "zero.-byte keys$" "$PAGE" "the page says which keys ending in / get skips (zero-byte ones, as the code does)"
 
 # fixtures: three TFRecord files of 3, 4 and 5 records
 mkdir -p data

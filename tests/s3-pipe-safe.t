@@ -170,4 +170,85 @@ like "$err" "s3://safe/stall: Operation too slow: nothing moved for 2 s \(gave u
 	"... saying for how long"
 s3_proxy_stop
 
+# ---- answers kept whole -------------------------------------------------------------------
+run s3-pipe ls s3://safe/no-such-key
+is "$rc" 3 "ls of a missing key: 3"
+is "$err" "s3-pipe: s3://safe/no-such-key: no such key or prefix" "... says so"
+run s3-pipe ls -r s3://safe/empty-prefix/
+is "$rc" 3 "ls of an empty prefix: 3"
+awsr s3api create-bucket --bucket safe-empty >/dev/null 2>&1
+run s3-pipe ls s3://safe-empty/
+is "$rc:$out" "0:" "ls of an empty bucket's root: 0, nothing"
+
+long=$(printf 'k%.0s' $(seq 1 1017))
+run s3-pipe get "s3://safe/long/$long"
+is "$rc" 3 "get of a missing 1,024-byte key: 3"
+like "$err" "s3://safe/long/kkk.*\.\.\.kkk+: NoSuchKey: The specified key does not exist\.$" \
+	"... the message keeps S3's code (the name gives way in its middle)"
+toolong=$(printf 'k%.0s' $(seq 1 1100))
+printf 'x\n' >x.txt
+run s3-pipe put "s3://safe/long/$toolong" <x.txt
+is "$rc" 2 "put to a key past S3's 1,024 bytes: 2 (a bad name)"
+like "$err" ": (InvalidObjectName|KeyTooLongError): " "... with the server's code"
+
+# a listing whose <Size> is not a byte count (tests/s3-faults.py rewrites it)
+s3_proxy --list-size -5
+run s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
+is "$rc" 1 "a listing with <Size>-5</Size>: 1"
+is "$err" "s3-pipe: s3://safe/f/one: the listing gives its <Size> as '-5', not a byte count" \
+	"... an error naming the key, not a wrapped huge size"
+run s3-pipe --endpoint-url "$PROXY_URL" get s3://safe/f/
+is "$rc" 1 "get of that prefix: 1 as well"
+s3_proxy --list-size 18446744073709551611
+run s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
+like "$err" "s3://safe/f/one: the listing gives its <Size> as '18446744073709551611'" "a size past 2^63: refused too"
+s3_proxy_stop
+
+# --range at or past the end is an error, for an empty object too
+s3-pipe put s3://safe/range/empty </dev/null
+printf '0123456789' | s3-pipe put s3://safe/range/ten
+run s3-pipe get --range 10- s3://safe/range/ten
+is "$rc" 2 "--range 10- of a 10-byte object: 2"
+run s3-pipe get --range 0-0 s3://safe/range/empty
+is "$rc" 2 "--range 0-0 of an empty object: 2 as well"
+like "$err" "s3://safe/range/empty: range starts at byte 0 of a 0-byte object" "... said the same way"
+run s3-pipe get --range -3 s3://safe/range/empty
+is "$rc:$out" "0:" "--range -3 of an empty object: its last 0 bytes"
+
+# zero-byte keys ending in '/' are folder markers, skipped by get; a key
+# ending in '/' that holds bytes is data
+awsr s3api put-object --bucket safe --key zb/ >/dev/null 2>&1
+printf 'in a slash key\n' >slash.txt
+awsr s3api put-object --bucket safe --key zb/nz/ --body slash.txt >/dev/null 2>&1
+printf 'file\n' | s3-pipe put s3://safe/zb/x
+run s3-pipe get s3://safe/zb/
+is "$out" "in a slash key
+file" "get of a prefix: the marker skipped, a non-empty key ending in '/' kept"
+
+# ---- credentials and endpoints as aws reads them ----------------------------------------------
+mkdir -p "$HOME/.aws"
+printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n[upper]\nAWS_ACCESS_KEY_ID : %s\nAws_Secret_Access_Key:%s\n' \
+	"$RGW_KEY2" "$RGW_SECRET2" "$RGW_KEY" "$RGW_SECRET" >"$HOME/.aws/credentials"
+printf 'in safe\n' | s3-pipe put s3://safe/cred.txt
+ok env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$AWS" --endpoint-url "$RGW_URL" --profile upper s3 cp s3://safe/cred.txt cred.aws \
+	"aws reads a profile with upper-case names and 'key : value' lines"
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY s3-pipe --profile upper get s3://safe/cred.txt >cred.got 2>cred.err
+is "$?:$(cat cred.got)" "0:in safe" "s3-pipe reads it too"
+env -u AWS_SECRET_ACCESS_KEY "$AWS" --endpoint-url "$RGW_URL" s3 ls s3://safe/ >/dev/null 2>aws.err
+isnt "$?" 0 "aws refuses AWS_ACCESS_KEY_ID without its secret (partial credentials)"
+env -u AWS_SECRET_ACCESS_KEY s3-pipe get s3://safe/cred.txt >/dev/null 2>partial.err
+is "$?" 4 "s3-pipe refuses it too: 4 (it signed with [default]'s other user)"
+is "$(cat partial.err)" "s3-pipe: partial credentials in the environment: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not" \
+	"... saying which half is missing"
+env -u AWS_ACCESS_KEY_ID s3-pipe get s3://safe/cred.txt >/dev/null 2>partial.err
+like "$?:$(cat partial.err)" "^4:.*AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not" "the other half alone: refused"
+rm -f "$HOME/.aws/credentials"
+
+# China's regions are another partition: amazonaws.com.cn
+host_of() { sed 's|^https://\([^/]*\)/.*|\1|'; }
+aws_host=$(env -u AWS_ENDPOINT_URL "$AWS" s3 presign s3://safe/k --region cn-north-1 2>/dev/null | host_of)
+is "$aws_host" "safe.s3.cn-north-1.amazonaws.com.cn" "aws presigns cn-north-1 on amazonaws.com.cn"
+is "$(env -u AWS_ENDPOINT_URL s3-pipe presign --region cn-north-1 s3://safe/k | host_of)" "$aws_host" \
+	"s3-pipe presigns the same host"
+
 done_testing

@@ -116,6 +116,12 @@ is "$out" "56789" "--range past the end: up to the end"
 run s3-pipe get --range 10- ten
 is "$rc" 2 "--range starting past the end: 2"
 like "$err" "range starts at byte 10 of a 10-byte object" "range past the end: message"
+: >empty
+run s3-pipe get --range 0-0 empty
+is "$rc" 2 "--range 0-0 of an empty file: 2, as a range past the end of any other"
+like "$err" "empty: range starts at byte 0 of a 0-byte object" "... with the same message"
+run s3-pipe get --range -4 empty
+is "$rc:$out" "0:" "--range -4 of an empty file: nothing, 0"
 
 # shards: disjoint, covering, round-robin over the key order
 for i in 0 1 2; do

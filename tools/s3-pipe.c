@@ -875,10 +875,14 @@ static void cmd_ls(char **urls, int n)
 		lsctx c = {&l, 0, !strncmp(u, "file:", 5)};
 		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
 				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
-		dp_loc_free(&l);
-		free(u);
 		if (rc < 0)
 			die_err(&e);
+		/* nothing at or under a key is "not found", as for a local path;
+		 * a bucket's root (or the list of buckets) may be empty */
+		if (c.n == 0 && !O.uploads && l.kind == DP_LOC_S3 && *l.bucket && *l.key)
+			cli_die_code(S3P_NOTFOUND, "%s: no such key or prefix", u);
+		dp_loc_free(&l);
+		free(u);
 	}
 }
 

@@ -560,6 +560,11 @@ static int code_status(const char *code, long http)
 	};
 	static const char *const missing[] = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload",
 					      "NoSuchVersion", NULL};
+	static const char *const bad_name[] = {"InvalidObjectName", "KeyTooLongError",
+					       "InvalidBucketName", NULL};
+	for (int i = 0; bad_name[i]; i++)
+		if (strcmp(code, bad_name[i]) == 0)
+			return DP_EARG;
 	for (int i = 0; denied[i]; i++)
 		if (strcmp(code, denied[i]) == 0)
 			return DP_EDENIED;
@@ -600,6 +605,21 @@ static const char *std_message(const char *code)
 	return "(no message)";
 }
 
+const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz)
+{
+	size_t n = strlen(what);
+	if (max >= bufsz)
+		max = bufsz - 1;
+	if (n <= max || max < 16)
+		return what;
+	/* keep the head (bucket, start of the key) and the tail (its end) */
+	size_t head = (max - 3) / 2, tail = max - 3 - head;
+	memcpy(buf, what, head);
+	memcpy(buf + head, "...", 3);
+	memcpy(buf + head + 3, what + n - tail, tail + 1);
+	return buf;
+}
+
 int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 {
 	(void)s;
@@ -608,6 +628,13 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 		what = own = s3_obj_url(c->bucket, c->key);
 	if (!what)
 		what = "s3";
+	/* the object's name gives way, not S3's code and message: room for
+	 * them, the curl error, and the notes callers append */
+	char fitted[sizeof e->msg];
+	size_t room = strlen(c->code) + strlen(c->curl_err) +
+			(strlen(c->message) < 300 ? strlen(c->message) : 300) + 200;
+	what = s3_fit_name(what, room < sizeof fitted ? sizeof fitted - room : 0, fitted,
+			   sizeof fitted);
 	int rc;
 	if (c->sink_failed == 2)
 		rc = dp_seterr(e, DP_ELIMIT, "%s: answer too large", what);

@@ -119,6 +119,10 @@ typedef struct s3_call {
 
 /* The URL for messages: "s3://bucket/key". */
 char *s3_obj_url(const char *bucket, const char *key);
+/* what, or when longer than max bytes its head and tail around "..." in
+ * buf (bufsz bytes): a name that leaves room in a message for the reason
+ * (S3's error code above all) whatever the key's length. */
+const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz);
 /* Prepare c on handle h (reset first) for one attempt: URL, date,
  * signature, options.  Clears the previous answer. */
 int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e);

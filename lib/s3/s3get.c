@@ -1066,7 +1066,7 @@ static int span_of(getter *g, size_t i, dp_err *e)
 			lo = (uint64_t)r->first;
 			if (r->last >= 0 && (uint64_t)r->last + 1 < hi)
 				hi = (uint64_t)r->last + 1;
-			if (lo >= o->size && !(lo == 0 && o->size == 0))
+			if (lo >= o->size) /* as HTTP's 416, even for an empty object */
 				return dp_seterr(e, DP_EARG, "%s: range starts at byte %" PRIu64
 						 " of a %" PRIu64 "-byte object",
 						 obj_name(g, i, name, sizeof name), lo, o->size);
