@@ -90,7 +90,11 @@ for r in $(seq 0 $((NP - 1))); do
 	pids+=($!)
 done
 for r in $(seq 0 $((NP - 1))); do
-	until [ -p "$DIR/pipes-$r/train_1" ]; do sleep 0.1; done
+	# while its s3-pipe runs: one that failed makes no FIFO (s3-pipe(1))
+	until [ -p "$DIR/pipes-$r/train_1" ]; do
+		kill -0 "${pids[$r]}" 2>/dev/null || { wait "${pids[$r]}" || exit; exit 1; }
+		sleep 0.1
+	done
 done
 "${LAUNCH[@]}" dp-train --train-cmd "cat $DIR/pipes-{rank}/train_{epoch}" \
 	--decode-raw uint8 --scale 1/255 --input-shape 1x28x28 --model "$MODEL" \

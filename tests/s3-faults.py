@@ -19,6 +19,8 @@ signatures still hold) to the upstream server, injecting faults:
                     middle of it (what a checksum must catch)
   --rate BYTES      send bodies at most this fast (bytes a second) on each
                     connection: a store whose connections are slow
+  --list-size TEXT  in every ListObjectsV2 answer, write each <Size> as TEXT
+                    (a crafted listing: "-5", "1e3", "")
 
 Counters are global over all connections.  Each request is logged as one
 line "METHOD TARGET FAULT" to --log.  Python standard library only.
@@ -105,6 +107,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = resp.read() if self.command != "HEAD" else b""
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
         conn.close()
+        if a.list_size is not None and self.command == "GET" and "list-type" in q and \
+                resp.status == 200:
+            import re
+            data = re.sub(rb"<Size>[^<]*</Size>",
+                          b"<Size>" + a.list_size.encode() + b"</Size>", data)
         drop = stall = corrupt = False
         if (a.drop_get or a.stall_get or a.corrupt_get) and self.command == "GET" and len(data) >= 2:
             with st.lock:
@@ -162,6 +169,7 @@ def main():
     p.add_argument("--fail-parts", action="store_true")
     p.add_argument("--corrupt-get", type=int, default=0)
     p.add_argument("--rate", type=int, default=0)
+    p.add_argument("--list-size")
     p.add_argument("--log")
     a = p.parse_args()
     Handler.state = State(a)

@@ -16,6 +16,7 @@ for s in "EXIT STATUS" ENVIRONMENT EXAMPLES CREDENTIALS "SEE ALSO"; do
 	ok grep -q "^\.SH \"*$s" "$PAGE" "the man page has $s"
 done
 man_lint "$PAGE"
+ok grep -q "zero.-byte keys$" "$PAGE" "the page says which keys ending in / get skips (zero-byte ones, as the code does)"
 
 # fixtures: three TFRecord files of 3, 4 and 5 records
 mkdir -p data
@@ -38,6 +39,16 @@ for f in $(ls ex | sort -n); do
 	is "$st" 0 "example $n runs: $(head -n 1 "ex/$f")"
 	[ "$st" = 0 ] || { sed 's/^/#   /' "ex/$f" err.$n; }
 done
+# the Pipe-mode example on a bucket that does not exist: it fails, and
+# does not wait forever on a FIFO that no writer will serve
+f=$(grep -l 's3-pipe fifo' ex/*.sh | head -n 1)
+sed "s|s3://my-bucket/|file://$T/nobucket/|g" "$f" >nob.sh
+rm -rf pipes
+timeout 60 bash -e -o pipefail nob.sh >nob.out 2>nob.err
+st=$?
+isnt "$st" 124 "the Pipe-mode example with a missing bucket ends (no reader left waiting)"
+isnt "$st" 0 "... and fails"
+like "$(cat nob.err)" "nobucket/train/: No such file" "... saying why"
 is "$(head -n 1 out.1)" 12 "example 1: twelve records in data/"
 is "$(sed -n 2p out.1)" 4 "example 1: worker 1 of 2 gets part-1 (4 records)"
 is "$(cat out.5 | tr '\n' ' ')" "12 12 " "example 5: two epochs of twelve records through FIFOs"

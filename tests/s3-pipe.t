@@ -116,6 +116,12 @@ is "$out" "56789" "--range past the end: up to the end"
 run s3-pipe get --range 10- ten
 is "$rc" 2 "--range starting past the end: 2"
 like "$err" "range starts at byte 10 of a 10-byte object" "range past the end: message"
+: >empty
+run s3-pipe get --range 0-0 empty
+is "$rc" 2 "--range 0-0 of an empty file: 2, as a range past the end of any other"
+like "$err" "empty: range starts at byte 0 of a 0-byte object" "... with the same message"
+run s3-pipe get --range -4 empty
+is "$rc:$out" "0:" "--range -4 of an empty file: nothing, 0"
 
 # shards: disjoint, covering, round-robin over the key order
 for i in 0 1 2; do
@@ -188,8 +194,8 @@ ok test -p out.fifo "-o FIFO: still a FIFO"
 head -c 3000000 /dev/urandom >big.bin
 s3-pipe get big.bin 2>epipe.err | head -c 10 >/dev/null
 st=${PIPESTATUS[0]}
-is "$st" 1 "reader gone (EPIPE): 1"
-like "$(cat epipe.err)" "stdout: write: Broken pipe" "EPIPE: message"
+is "$st" 141 "reader gone (EPIPE): 141, as SIGPIPE would end it (every program's rule)"
+is "$(cat epipe.err)" "" "reader gone: quietly"
 
 # ---- put ----------------------------------------------------------------------------
 printf 'from stdin\n' | s3-pipe put new/dirs/p0
@@ -242,6 +248,63 @@ is "$rc" 2 "rm of a directory without -r: 2"
 run s3-pipe rm -r dd/
 is "$(find dd -type f | wc -l)" 0 "rm -r DIR/: every file"
 
+# rm -r names a "directory": never its neighbours, nothing that is missing
+mkdir -p rmt/ab
+for f in rmt/ab/y rmt/abc; do printf '%s\n' "$f" >"$f"; done
+run s3-pipe rm -r rmt/a
+is "$rc" 3 "rm -r of a missing local name: 3"
+is "$(find rmt -type f | sort | tr '\n' ' ')" "rmt/ab/y rmt/abc " "... and not the names that start with it"
+run s3-pipe rm -r rmt/ab/nope
+is "$rc" 3 "rm -r of a missing local path: 3"
+mkdir rmt/a
+printf 'x\n' >rmt/a/x
+run s3-pipe rm -r rmt/a
+is "$rc" 0 "rm -r DIR (no '/'): 0"
+is "$(find rmt -type f | sort | tr '\n' ' ')" "rmt/ab/y rmt/abc " "rm -r rmt/a: rmt/a/x only; rmt/ab/y, rmt/abc kept"
+run s3-pipe rm -r --dryrun rmt/
+is "$out" "(dryrun) delete: rmt/ab/y
+(dryrun) delete: rmt/abc" "rm -r --dryrun: what would go"
+is "$(find rmt -type f | wc -l)" 2 "rm -r --dryrun: removes nothing"
+run s3-pipe rm --dryrun rmt/abc
+is "$rc:$out" "0:(dryrun) delete: rmt/abc" "rm --dryrun FILE"
+ok test -e rmt/abc "rm --dryrun FILE: kept"
+
+# braces: literal in URLs; rm acts on the name as spelled
+mkdir brace
+printf 'zero\n' >brace/0.txt
+printf 'literal\n' >'brace/{rank}.txt'
+run s3-pipe get 'brace/{rank}.txt'
+is "$out" "literal" "get: braces in a path are literal"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 run s3-pipe get --expand 'brace/{rank}.txt'
+is "$out" "zero" "get --expand: {rank} filled in"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 run s3-pipe rm 'brace/{rank}.txt'
+is "$rc" 0 "rm of a name with braces: 0"
+ok test -e brace/0.txt "rm 'brace/{rank}.txt' kept brace/0.txt"
+ok test ! -e 'brace/{rank}.txt' "... and removed the file named so"
+run s3-pipe rm --expand brace/0.txt
+is "$rc" 2 "rm --expand: usage error"
+OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 s3-pipe get d/b -o 'lit-{{rank}}-{rank}'
+ok test -s 'lit-{rank}-3' "-o: {{ }} literal braces beside {rank}"
+
+# put: two files for one name, --dryrun
+mkdir -p d1 d2 dup
+printf 'one\n' >d1/same
+printf 'two\n' >d2/same
+run s3-pipe put dup/ d1/same d2/same
+is "$rc" 2 "put of two files with one base name: 2"
+like "$err" "put: d1/same and d2/same would both be dup/same" "... names both"
+ok test ! -e dup/same "... and writes neither"
+run s3-pipe put --dryrun dup/ d1/same
+is "$out" "(dryrun) upload: d1/same to dup/same" "put --dryrun: what would be written"
+ok test ! -e dup/same "put --dryrun: writes nothing"
+
+# every name ls prints names the file
+touch file:x
+run s3-pipe ls fil
+is "$(echo "$out" | awk '{print $NF}')" "./file:x" "ls: a name that reads as a URL is printed ./file:x"
+run s3-pipe get "$(echo "$out" | awk '{print $NF}')"
+is "$rc" 0 "... which get reads"
+
 # ---- presign ----------------------------------------------------------------------------
 run s3-pipe presign d/b
 is "$out" "file://$T/d/b" "presign of a file: its file:// URL"
@@ -256,7 +319,7 @@ wait $pid
 is "$?" 0 "fifo --epochs 2: exits 0 after the last epoch"
 same_file e0 all.expected "fifo: epoch 0 through pipes/train_0"
 same_file e1 all.expected "fifo: epoch 1 through pipes/train_1"
-ok test -p pipes/train_0 "fifo: pipes/train_0 is a FIFO"
+is "$(ls -A pipes)" "" "fifo: no FIFO left once the epochs are served"
 
 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 \
 	s3-pipe fifo --channel val --dir 'p-{rank}' --epochs 2 --shuffle --seed 3 --shard '{rank}/{size}' d/ &
@@ -273,6 +336,57 @@ ok test -d p-1 "fifo --dir: {rank} expanded"
 
 run s3-pipe fifo d/
 is "$rc" 2 "fifo without --dir: 2"
+
+# FIFOs exist only while s3-pipe will serve them (s3-pipe(1), FIFO LIFETIME)
+mkdir rec
+for i in 0 1 2; do
+	for r in $(seq 1 2000); do printf '{"x":{"int64":[%d]},"pad":{"bytes":["%0200d"]}}\n' $r $r; done |
+		tfr-cat --encode json >rec/p$i.tfrecord
+done
+run s3-pipe fifo --dir pp nosuch/
+is "$rc" 3 "fifo of a missing prefix: 3"
+ok test ! -e pp/train_0 "... and no FIFO left for a reader to wait on"
+s3-pipe fifo --dir pp --epochs 3 rec/ 2>pp.err &
+pid=$!
+until [ -p pp/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+is "$(tfr-cat -c pp/train_0)" 6000 "fifo epoch 0: every record"
+ok test ! -e pp/train_0 "an epoch's FIFO is gone once the epoch ended"
+mv rec/p2.tfrecord rec.p2 # epoch 1 fails on it
+run tfr-cat -c pp/train_1
+isnt "$rc" 0 "a failed epoch: its reader fails, not a clean short epoch"
+like "$err" "pp/train_1: record [0-9]+ at byte [0-9]+: truncated" "... it reads a truncated record"
+wait $pid
+is "$?" 3 "fifo: the failure's status (3: not found)"
+ok test ! -e pp/train_1 "a failed epoch's FIFO is removed"
+ok test ! -e pp/train_2 "... and the next one was never made"
+mv rec.p2 rec/p2.tfrecord
+
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM while waiting for a reader: dies of it"
+ok test ! -e pq/train_0 "... and removes the FIFO"
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+is "$(tfr-cat -c pq/train_0)" 6000 "epoch 0 read whole"
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM between epochs: dies of it"
+ok test ! -e pq/train_1 "... and removes the next epoch's FIFO"
+s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
+pid=$!
+until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+exec 9<pq/train_0 # a reader that has not read yet: 1.2 MB cannot all wait in the pipe
+kill -TERM $pid
+wait $pid
+is "$?" 143 "SIGTERM inside an epoch: dies of it"
+run tfr-cat -c <&9
+exec 9<&-
+isnt "$rc" 0 "... and the epoch's reader fails instead of taking it for whole"
+ok test ! -e pq/train_0 "... and the FIFO is removed"
 touch notfifo_0
 run s3-pipe fifo --dir . --channel notfifo d/b
 is "$rc" 1 "fifo over a regular file: 1"

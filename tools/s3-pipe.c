@@ -24,6 +24,8 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,7 @@ static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign
 static struct {
 	int cmd;
 	const char *output, *range, *shard, *channel, *dir, *method;
-	int shuffle, manifest, recursive, json, uploads, quiet, verbose;
+	int shuffle, manifest, recursive, json, uploads, quiet, verbose, dryrun, expand;
 	uint64_t seed, epoch, epochs;
 	uint64_t shard_i, shard_n; /* --shard I/N */
 	long expires;
@@ -87,6 +89,62 @@ static int exit_code(int status)
 	}
 }
 
+/* The FIFOs this run serves: [0] the epoch being written (or waiting for
+ * its reader), [1] the next one, made before [0] ends; "" when none.  The
+ * failure paths, the signal handler among them, break them (fifo_break):
+ * fixed buffers, changed only with the signals blocked. */
+static char fifos[2][PATH_MAX];
+
+/* What a reader of a broken epoch reads last: fewer than 12 bytes, so never
+ * a whole TFRecord header (a TFRecord reader reports a truncated record,
+ * not a short epoch), and a line of its own for a reader of text. */
+#define FIFO_MARK "\nS3PIPE:ERR"
+
+static void signals_blocked(int on)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(on ? SIG_BLOCK : SIG_UNBLOCK, &all, NULL);
+}
+
+/* End the epoch of FIFO path as a failure: no reader can open it any more
+ * (it is removed); a reader that has it open, or is blocked opening it,
+ * reads what was written, then FIFO_MARK, then end of file.  When the pipe
+ * stays full for wait_ms, bytes are taken from its head until the mark
+ * fits: the stream is cut inside the epoch either way.  Async-signal-safe
+ * (open, unlink, poll, read, write, close). */
+static void fifo_break(const char *path, int wait_ms)
+{
+	if (!*path)
+		return;
+	/* read and write ends at once, without waiting: a writer for a reader
+	 * blocked in open, and a reader to make room */
+	int rw = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	unlink(path);
+	if (rw < 0)
+		return;
+	struct pollfd pf = {rw, POLLOUT, 0};
+	if (wait_ms > 0)
+		poll(&pf, 1, wait_ms);
+	char junk[4096];
+	for (int i = 0; i < 1024; i++) {
+		if (write(rw, FIFO_MARK, sizeof FIFO_MARK - 1) >= 0 || errno != EAGAIN)
+			break;
+		if (read(rw, junk, sizeof junk) <= 0)
+			break;
+	}
+	close(rw);
+}
+
+/* Every FIFO of the run broken (a failure or a signal). */
+static void fifo_break_all(int wait_ms)
+{
+	for (int i = 0; i < 2; i++) {
+		fifo_break(fifos[i], wait_ms);
+		fifos[i][0] = 0;
+	}
+}
+
 /* cli.before_msg: a message starts on a clean line. */
 static void clear_progress(void)
 {
@@ -102,6 +160,9 @@ static void on_fail(int code)
 {
 	(void)code;
 	clear_progress();
+	signals_blocked(1);
+	fifo_break_all(0);
+	signals_blocked(0);
 	dp_out_cleanup();
 	dp_s3 *s = S;
 	S = NULL;
@@ -112,11 +173,73 @@ static void on_fail(int code)
 	}
 }
 
+/* A URL argument held "{rank}" or "{size}" taken literally (no --expand). */
+static int literal_braces;
+
 /* Report e and exit with its class's status (a reader gone: quietly,
- * CLI_PIPE, as for every program). */
+ * CLI_PIPE, as for every program).  Something not found, when a URL held
+ * placeholders taken literally, gets a hint. */
 static void __attribute__((noreturn)) die_err(const dp_err *e)
 {
+	if (e->code == DP_ENOTFOUND && literal_braces)
+		cli_die_code(exit_code(e->code), "%s (braces in URLs are literal: --expand fills in "
+			     "{rank} and {size})", e->msg);
 	cli_die_err(exit_code(e->code), e);
+}
+
+/* A template (-o, --dir, and URLs with --expand): {rank} and {size} filled
+ * in as cli_expand does, "{{" and "}}" written as literal braces (a field
+ * is read first: "{rank}}}" is the rank, then '}'). */
+static char *expand(const char *t)
+{
+	size_t cap = strlen(t) + 64, n = 0;
+	char *out = cli_malloc(cap);
+	for (const char *p = t; *p;) {
+		const char *piece = p, *close;
+		size_t len = 1;
+		char *x = NULL;
+		if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+			p += 2;
+		} else if (p[0] == '{' && (close = strchr(p, '}'))) {
+			char *field = cli_malloc((size_t)(close - p) + 2);
+			memcpy(field, p, (size_t)(close - p) + 1);
+			field[close - p + 1] = 0;
+			piece = x = cli_expand(field, NULL);
+			len = strlen(x);
+			free(field);
+			p = close + 1;
+		} else {
+			p++;
+		}
+		cli_grow(&out, &cap, n + len + 1, 1);
+		memcpy(out + n, piece, len);
+		n += len;
+		free(x);
+	}
+	out[n] = 0;
+	return out;
+}
+
+/* A URL argument as the command uses it: as written, or with --expand its
+ * {rank} and {size} filled in.  rm never expands (--expand does not apply
+ * to it): it acts only on names the user spelled. */
+static char *url_arg(const char *s)
+{
+	if (O.expand)
+		return expand(s);
+	if (strstr(s, "{rank") || strstr(s, "{size"))
+		literal_braces = 1;
+	return cli_strdup(s);
+}
+
+/* One line of output (ls, presign, --dryrun). */
+static void out_line(const char *s)
+{
+	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
+		if (errno == EPIPE)
+			cli_exit(CLI_PIPE);
+		cli_die("stdout: %s", strerror(errno));
+	}
 }
 
 static const char usage_line[] =
@@ -125,6 +248,10 @@ static const char usage_line[] =
 
 static void help(void)
 {
+	/* all of it in the buffer: a failed write (--help >/dev/full) is then
+	 * reported by cli_exit_stdout with its own errno */
+	static char buf[16384];
+	setvbuf(stdout, buf, _IOFBF, sizeof buf);
 	printf(
 "usage: s3-pipe COMMAND [OPTION]... URL...\n"
 "Stream objects between S3 (or any S3-compatible store) and pipes, files and\n"
@@ -139,14 +266,19 @@ static void help(void)
 "  fifo --dir D URL... SageMaker Pipe mode: create FIFOs D/CHANNEL_EPOCH and\n"
 "                      stream one epoch into each as its reader opens it\n"
 "  presign URL         print a presigned URL (--expires S, --method GET|PUT)\n"
-"  rm URL...           delete objects (-r: everything under a prefix)\n"
+"  rm URL...           delete objects (-r: everything under a \"directory\":\n"
+"                      s3://b/a means s3://b/a/, never s3://b/ab)\n"
+"\n"
+"Placeholders: {rank} and {size} are filled in -o, --dir and --shard (from\n"
+"OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*; else 0 and 1), and in URLs only\n"
+"with --expand (never for rm); {{ and }} are literal braces.\n"
+"      --expand        fill {rank} and {size} in the URLs too (not rm)\n"
 "\n"
 "get and fifo:\n"
 "  -o, --output=FILE   write to FILE, whole or not at all (get; default stdout)\n"
 "      --range=A-B     only bytes A to B (also A- and -N) of one object (get)\n"
 "      --shard=I/N     keep worker I's share of the keys (I of N, from 0);\n"
-"                      each key goes to exactly one worker; {rank}/{size} come\n"
-"                      from OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*\n"
+"                      each key goes to exactly one worker ({rank}/{size})\n"
 "      --shuffle       shuffle the keys (before sharding), by --seed and --epoch\n"
 "      --seed=S        shuffle seed (default 0)\n"
 "      --epoch=E       epoch number (default 0): a new order each epoch; for fifo\n"
@@ -158,12 +290,13 @@ static void help(void)
 "      --epochs=E      fifo: number of epochs (default 1; 0: until killed)\n"
 "      --dir=D         fifo: directory of the FIFOs (created if missing)\n"
 "\n"
-"ls and rm:\n"
+"ls, rm and put:\n"
 "  -r, --recursive     ls: every key under the prefix, not only the first level;\n"
 "                      rm: every object under the prefix\n"
 "      --json          ls: one JSON object per line\n"
 "      --page-size=N   ls: keys per listing request (default 1000)\n"
 "      --uploads       ls: multipart uploads in progress; rm: abort them\n"
+"      --dryrun        rm, put: print what would be done, do nothing\n"
 "\n"
 "presign:\n"
 "      --expires=S     seconds the URL stays valid (default 3600, at most 604800)\n"
@@ -182,7 +315,7 @@ static void help(void)
 "  -j, --concurrency=N requests in flight, at most (default 8)\n"
 "      --part-size=SIZE  bytes per part of a download or an upload (default 8M)\n"
 "      --retries=N     retries of a failed request (default 10)\n"
-"      --timeout=S     seconds without progress before a request is retried (30)\n"
+"      --timeout=S     a request that moves no byte for S seconds is retried (30)\n"
 "\n"
 "  -v, --verbose       log retries (-vv: every request) as key=value lines\n"
 "  -q, --quiet         no progress display on a terminal\n"
@@ -192,7 +325,8 @@ static void help(void)
 "Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or a\n"
 "profile in ~/.aws/credentials or ~/.aws/config; never on the command line.\n"
 "Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
-"5 transfer failed (network or server, after retries).  See s3-pipe(1).\n");
+"5 transfer failed (network or server, after retries), 141 reader gone.\n"
+"See s3-pipe(1).\n");
 }
 
 /* ---- Progress and logs -------------------------------------------------------------- */
@@ -246,6 +380,7 @@ static void on_signal(int sig)
 		dp_s3_cancel(S);
 		return;
 	}
+	fifo_break_all(0);
 	dp_out_cleanup();
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -269,17 +404,56 @@ static void install_signals(void)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* ---- Standard streams ------------------------------------------------------------------------- */
+
+/* Which of stdin, stdout, stderr the caller closed (<&-, >&-). */
+static int std_closed[3];
+
+/* Note the closed standard streams and put /dev/null in their place, so
+ * that no socket or file opened later takes their numbers (a listing
+ * written into an HTTP connection; put reading libcurl's own wake-up pipe
+ * as its stdin, forever).  Reading a closed stdin or writing a closed
+ * stdout is an error (stdin_fd, stdout_ok), as for cat. */
+static void guard_std(void)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		std_closed[fd] = 1;
+		int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+		if (n >= 0 && n != fd) {
+			dup2(n, fd);
+			close(n);
+		}
+	}
+}
+
+/* Standard input, to read from: an error when the caller closed it. */
+static int stdin_fd(void)
+{
+	if (std_closed[0])
+		cli_die("stdin: %s", strerror(EBADF));
+	return STDIN_FILENO;
+}
+
+/* Before a command that writes standard output: an error when the caller
+ * closed it (the output would be lost). */
+static void stdout_ok(void)
+{
+	if (std_closed[1])
+		cli_die("stdout: %s", strerror(EBADF));
+}
+
 /* ---- get ---------------------------------------------------------------------------- */
 
 static void collect(char **urls, int n, dp_objs *objs)
 {
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
-		int rc = dp_s3_expand(S, u, O.manifest, objs, &e);
-		free(u);
-		if (rc < 0)
+		char *u = url_arg(urls[i]);
+		if (dp_s3_expand(S, u, O.manifest, objs, &e) < 0)
 			die_err(&e);
+		free(u);
 	}
 }
 
@@ -316,10 +490,11 @@ static void cmd_get(char **urls, int n)
 	dp_out out;
 	char *outpath = NULL;
 	if (O.output && strcmp(O.output, "-") != 0) {
-		outpath = cli_expand(O.output, NULL);
+		outpath = expand(O.output);
 		if (dp_out_open(&out, outpath, &e) < 0)
 			die_err(&e);
 	} else {
+		stdout_ok();
 		if (dp_out_open(&out, "-", &e) < 0)
 			die_err(&e);
 	}
@@ -359,23 +534,48 @@ static void mkdirs(const char *dir)
 	free(p);
 }
 
-/* Create the FIFO of an epoch (an existing FIFO is used as it is). */
-static char *make_fifo(const char *dir, uint64_t epoch)
+/* Make the FIFO of an epoch in fifos[slot] (an existing FIFO is used as it
+ * is: it is this channel's).  Returns 0, or -1 with the reason in e. */
+static int make_fifo(const char *dir, uint64_t epoch, int slot, dp_err *e)
 {
-	char *path = NULL;
-	if (asprintf(&path, "%s/%s_%" PRIu64, dir, O.channel, epoch) < 0)
-		cli_die("out of memory");
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/%s_%" PRIu64, dir, O.channel, epoch) >= (int)sizeof path)
+		return dp_seterr(e, DP_EARG, "%s/%s_%" PRIu64 ": name too long", dir, O.channel, epoch);
 	struct stat sb;
 	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode))
-		cli_die("%s: exists and is not a FIFO", path);
-	if (mkfifo(path, 0666) < 0 && errno != EEXIST)
-		cli_die("%s: cannot create the FIFO: %s", path, strerror(errno));
-	return path;
+		return dp_seterr(e, DP_EIO, "%s: exists and is not a FIFO", path);
+	signals_blocked(1);
+	int rc = mkfifo(path, 0666) < 0 && errno != EEXIST ? -1 : 0;
+	if (rc == 0)
+		memcpy(fifos[slot], path, sizeof path);
+	signals_blocked(0);
+	if (rc < 0)
+		return dp_syserr(e, "%s: cannot create the FIFO", path);
+	return 0;
+}
+
+/* The epoch in fifos[0] ended well (fd its write end, or -1): it goes, and
+ * the next one (if made) takes its place.  The reader reads to the end of
+ * file; a reader that opens the name again finds nothing, not a FIFO that
+ * nobody will write. */
+static void fifo_done(int fd)
+{
+	signals_blocked(1);
+	unlink(fifos[0]);
+	if (fd >= 0)
+		close(fd);
+	memcpy(fifos[0], fifos[1], sizeof fifos[0]);
+	fifos[1][0] = 0;
+	signals_blocked(0);
 }
 
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
- * when a reader opens it.  The next epoch's FIFO is made before the current
- * one is closed, so a reader that goes on to it at end of file finds it. */
+ * when a reader opens it.  The objects are listed first: no FIFO exists
+ * before there is something to serve.  The next epoch's FIFO is made
+ * before the current one is closed, so a reader that goes on to it at end
+ * of file finds it; a finished epoch's FIFO is removed.  On a failure or a
+ * signal the FIFOs are broken (fifo_break): removed, and a reader that has
+ * one open reads FIFO_MARK before the end of its file. */
 static void cmd_fifo(char **urls, int n)
 {
 	if (n < 1)
@@ -384,61 +584,71 @@ static void cmd_fifo(char **urls, int n)
 		cli_usage_error("fifo: --dir is required");
 	if (!*O.channel || strchr(O.channel, '/'))
 		cli_usage_error("--channel: '%s' is not a name", O.channel);
-	char *dir = cli_expand(O.dir, NULL);
-	mkdirs(dir);
-	char *path = make_fifo(dir, O.epoch);
+	char *dir = expand(O.dir);
 	dp_objs all = {0};
 	collect(urls, n, &all);
+	mkdirs(dir);
 	dp_err e = {0};
+	if (make_fifo(dir, O.epoch, 0, &e) < 0)
+		die_err(&e);
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
 		uint64_t epoch = O.epoch + k;
 		dp_objs objs = {0};
 		copy_objs(&all, &objs);
 		select_keys(&objs, epoch);
 		if (O.verbose)
-			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", path,
+			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", fifos[0],
 				 epoch, objs.n);
-		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		int fd = open(fifos[0], O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
-			cli_die("%s: %s", path, strerror(errno));
+			cli_die("%s: %s", fifos[0], strerror(errno)); /* on_fail breaks it */
 		dp_s3_stats st = {0};
 		t_start = dp_now();
-		int rc = dp_s3_get(S, &objs, NULL, fd, path, &st, &e);
+		int rc = dp_s3_get(S, &objs, NULL, fd, fifos[0], &st, &e);
 		dp_objs_free(&objs);
-		char *next = NULL;
-		if (O.epochs == 0 || k + 1 < O.epochs)
-			next = make_fifo(dir, epoch + 1);
-		close(fd);
-		if (rc < 0 && st.out_closed) {
+		if (rc < 0 && !st.out_closed) {
+			/* the reader must not take a short epoch for a whole one: give
+			 * it a few seconds to make room for the mark */
+			signals_blocked(1);
+			fifo_break_all(2000);
+			signals_blocked(0);
+			close(fd);
+			die_err(&e);
+		}
+		if (rc < 0) {
 			/* the reader stopped early: its epoch is over */
 			if (O.verbose)
 				cli_warn("fifo=%s epoch=%" PRIu64 " reader closed after %" PRIu64
-					 " bytes", path, epoch, st.bytes);
-		} else if (rc < 0) {
-			die_err(&e);
+					 " bytes", fifos[0], epoch, st.bytes);
 		} else {
 			summary(&st);
 		}
-		free(path);
-		path = next;
+		dp_err e2 = {0};
+		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1, 1, &e2) < 0) {
+			fifo_done(fd); /* this epoch is whole: its reader gets all of it */
+			die_err(&e2);
+		}
+		fifo_done(fd);
 	}
-	free(path);
 	dp_objs_free(&all);
 	free(dir);
 }
 
 /* ---- put ------------------------------------------------------------------------------------ */
 
+/* Upload file (NULL or "-": stdin) to url; with --dryrun only say so. */
 static void put_one(const char *url, const char *file)
 {
 	dp_err e = {0};
 	dp_loc dst;
 	if (dp_loc_parse(url, &dst, &e) < 0)
 		die_err(&e);
-	int fd = STDIN_FILENO;
+	int fd = -1;
 	int64_t size = -1;
 	const char *name = "stdin";
-	if (file && strcmp(file, "-") != 0) {
+	if (!file || !strcmp(file, "-")) {
+		fd = stdin_fd();
+	} else {
 		fd = open(file, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int saved = errno;
@@ -453,6 +663,17 @@ static void put_one(const char *url, const char *file)
 		if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
 			size = (int64_t)sb.st_size;
 		name = file;
+	}
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) upload: %s to %s", file ? file : "-", url) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+		if (fd != STDIN_FILENO)
+			close(fd);
+		dp_loc_free(&dst);
+		return;
 	}
 	dp_s3_stats st = {0};
 	t_start = dp_now();
@@ -469,11 +690,53 @@ static void put_one(const char *url, const char *file)
 	summary(&st);
 }
 
+typedef struct upload {
+	const char *file;
+	char *dst;
+} upload;
+
+static int upload_cmp(const void *a, const void *b)
+{
+	return strcmp(((const upload *)a)->dst, ((const upload *)b)->dst);
+}
+
+/* Several files under the prefix url, each under its base name: refused
+ * whole, before anything is sent, when two would land on one key (cp's
+ * "will not overwrite just-created"). */
+static void put_many(const char *url, char **files, int n)
+{
+	upload *v = cli_calloc((size_t)n, sizeof *v);
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(files[i], "-"))
+			cli_usage_error("put: stdin ('-') has no name to put under %s", url);
+		const char *base = strrchr(files[i], '/');
+		base = base ? base + 1 : files[i];
+		if (!*base)
+			cli_usage_error("put: %s: not a file name", files[i]);
+		v[i].file = files[i];
+		if (asprintf(&v[i].dst, "%s%s", url, base) < 0)
+			cli_die("out of memory");
+	}
+	upload *sorted = cli_malloc((size_t)n * sizeof *sorted);
+	memcpy(sorted, v, (size_t)n * sizeof *sorted);
+	qsort(sorted, (size_t)n, sizeof *sorted, upload_cmp);
+	for (int i = 1; i < n; i++)
+		if (!strcmp(sorted[i - 1].dst, sorted[i].dst))
+			cli_usage_error("put: %s and %s would both be %s", sorted[i - 1].file,
+					sorted[i].file, sorted[i].dst);
+	free(sorted);
+	for (int i = 0; i < n; i++) {
+		put_one(v[i].dst, v[i].file);
+		free(v[i].dst);
+	}
+	free(v);
+}
+
 static void cmd_put(char **args, int n)
 {
 	if (n < 1)
 		cli_usage_error("put: no URL");
-	char *url = cli_expand(args[0], NULL);
+	char *url = url_arg(args[0]);
 	size_t ul = strlen(url);
 	int prefix = ul && url[ul - 1] == '/';
 	if (n == 1) {
@@ -486,19 +749,7 @@ static void cmd_put(char **args, int n)
 		if (!prefix)
 			cli_usage_error("put: several files go under a prefix ending in '/', not %s",
 					url);
-		for (int i = 1; i < n; i++) {
-			if (!strcmp(args[i], "-"))
-				cli_usage_error("put: stdin ('-') has no name to put under %s", url);
-			const char *base = strrchr(args[i], '/');
-			base = base ? base + 1 : args[i];
-			if (!*base)
-				cli_usage_error("put: %s: not a file name", args[i]);
-			char *dst = NULL;
-			if (asprintf(&dst, "%s%s", url, base) < 0)
-				cli_die("out of memory");
-			put_one(dst, args[i]);
-			free(dst);
-		}
+		put_many(url, args + 1, n - 1);
 	}
 	free(url);
 }
@@ -531,20 +782,18 @@ static char *obj_url(const dp_obj *o, int file_url)
 			return NULL;
 		return u;
 	}
-	if (o->kind == DP_LOC_FILE)
-		return strdup(o->key);
+	if (o->kind == DP_LOC_FILE) {
+		/* a local name that reads as a URL ("file:x") is printed as
+		 * "./file:x", so that it names the same file as an argument */
+		const char *sch = strstr(o->key, "://");
+		int urlish = !strncmp(o->key, "file:", 5) || (sch && !memchr(o->key, '/', (size_t)(sch - o->key)));
+		if (asprintf(&u, "%s%s", urlish ? "./" : "", o->key) < 0)
+			return NULL;
+		return u;
+	}
 	if (asprintf(&u, "s3://%s%s%s", o->bucket, *o->key || o->prefix ? "/" : "", o->key) < 0)
 		return NULL;
 	return u;
-}
-
-static void out_line(const char *s)
-{
-	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF) {
-		if (errno == EPIPE)
-			cli_exit(CLI_PIPE);
-		cli_die("stdout: %s", strerror(errno));
-	}
 }
 
 static int ls_cb(void *ctx, const dp_obj *o)
@@ -619,21 +868,57 @@ static void cmd_ls(char **urls, int n)
 	}
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
+		char *u = url_arg(urls[i]);
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
 		lsctx c = {&l, 0, !strncmp(u, "file:", 5)};
 		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
 				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
-		dp_loc_free(&l);
-		free(u);
 		if (rc < 0)
 			die_err(&e);
+		/* nothing at or under a key is "not found", as for a local path;
+		 * a bucket's root (or the list of buckets) may be empty */
+		if (c.n == 0 && !O.uploads && l.kind == DP_LOC_S3 && *l.bucket && *l.key)
+			cli_die_code(S3P_NOTFOUND, "%s: no such key or prefix", u);
+		dp_loc_free(&l);
+		free(u);
 	}
 }
 
 /* ---- rm, presign ------------------------------------------------------------------------------ */
+
+/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
+static char *name_of(int kind, const char *bucket, const char *key)
+{
+	char *u = NULL;
+	if (kind == DP_LOC_FILE)
+		return cli_strdup(key);
+	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
+		cli_die("out of memory");
+	return u;
+}
+
+/* Remove one object or file (--dryrun: say what would be removed). */
+static void rm_one(int kind, const char *bucket, const char *key)
+{
+	char *name = name_of(kind, bucket, key);
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) delete: %s", name) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+	} else {
+		dp_err e = {0};
+		dp_loc l = {.kind = kind, .bucket = (char *)bucket, .key = (char *)key};
+		if (dp_s3_rm(S, &l, &e) < 0)
+			die_err(&e);
+		if (O.verbose)
+			cli_warn("removed %s", name);
+	}
+	free(name);
+}
 
 typedef struct rmctx {
 	dp_objs objs;
@@ -648,7 +933,71 @@ static int rm_collect(void *ctx, const dp_obj *o)
 	return dp_objs_add(&c->objs, o, c->e);
 }
 
+/* rm -r u: everything under the "directory" u names, as aws does: an S3
+ * key that does not end in '/' is taken as key + '/', so s3://b/a removes
+ * s3://b/a/x but neither the object s3://b/a nor s3://b/ab; a local path
+ * is a directory (its files) or a file.  Nothing there: DP_ENOTFOUND,
+ * except for a bucket's root or an existing directory, empty. */
+static void rm_tree(const char *u, dp_loc *l)
+{
+	dp_err e = {0};
+	int root = 0;
+	if (l->kind == DP_LOC_S3) {
+		size_t n = strlen(l->key);
+		if (!*l->bucket)
+			cli_usage_error("rm: %s names no bucket", u);
+		root = n == 0;
+		if (n && l->key[n - 1] != '/') {
+			l->key = cli_realloc(l->key, n + 2);
+			memcpy(l->key + n, "/", 2);
+		}
+	} else {
+		struct stat sb;
+		if (stat(l->key, &sb) < 0) {
+			int saved = errno;
+			cli_die_code(saved == ENOENT || saved == ENOTDIR ? S3P_NOTFOUND : CLI_FAIL,
+				     "%s: %s", u, strerror(saved));
+		}
+		if (!S_ISDIR(sb.st_mode)) {
+			rm_one(l->kind, l->bucket, l->key);
+			return;
+		}
+		root = 1;
+	}
+	rmctx c = {.e = &e};
+	if (dp_s3_list(S, l, 1, 0, rm_collect, &c, &e) < 0)
+		die_err(&e);
+	if (c.objs.n == 0 && !root)
+		cli_die_code(S3P_NOTFOUND, "s3://%s/%s: no objects under this prefix", l->bucket,
+			     l->key);
+	for (size_t k = 0; k < c.objs.n; k++)
+		rm_one(c.objs.v[k].kind, c.objs.v[k].bucket, c.objs.v[k].key);
+	dp_objs_free(&c.objs);
+}
+
+static int first_cb(void *ctx, const dp_obj *o)
+{
+	if (!o->prefix)
+		*(char **)ctx = cli_strdup(o->key);
+	return 1;
+}
+
+/* Is there an object whose key is exactly l's (a key ending in '/', a
+ * "folder marker")?  It comes first in a listing of that prefix. */
+static int marker_exists(const dp_loc *l)
+{
+	dp_err e = {0};
+	char *first = NULL;
+	int rc = dp_s3_list(S, l, 0, 1, first_cb, &first, &e);
+	if (rc < 0)
+		die_err(&e);
+	int yes = first && !strcmp(first, l->key);
+	free(first);
+	return yes;
+}
+
 typedef struct upctx {
+	const dp_loc *l;
 	int n;
 } upctx;
 
@@ -656,6 +1005,19 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 {
 	(void)t;
 	upctx *c = ctx;
+	/* the uploads of the key named, or under it as a "directory": never of
+	 * the neighbours that merely start with it */
+	size_t n = strlen(c->l->key);
+	if (n && c->l->key[n - 1] != '/' && strcmp(key, c->l->key) != 0 && key[n] != '/')
+		return 0;
+	if (O.dryrun) {
+		char *line = NULL;
+		if (asprintf(&line, "(dryrun) abort upload: %s of s3://%s/%s", id, bucket, key) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+		return 0;
+	}
 	dp_err e = {0};
 	if (dp_s3_abort_upload(S, bucket, key, id, &e) < 0 && e.code != DP_ENOTFOUND)
 		die_err(&e);
@@ -671,36 +1033,28 @@ static void cmd_rm(char **urls, int n)
 		cli_usage_error("rm: no URL");
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
-		char *u = cli_expand(urls[i], NULL);
+		const char *u = urls[i]; /* never expanded: rm acts on names as spelled */
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
-		int rc = DP_OK;
 		if (O.uploads) {
-			upctx c = {0};
-			rc = dp_s3_list_uploads(S, &l, abort_cb, &c, &e);
+			upctx c = {.l = &l};
+			if (dp_s3_list_uploads(S, &l, abort_cb, &c, &e) < 0)
+				die_err(&e);
 		} else if (O.recursive) {
-			rmctx c = {.e = &e};
-			rc = dp_s3_list(S, &l, 1, 0, rm_collect, &c, &e);
-			for (size_t k = 0; rc == DP_OK && k < c.objs.n; k++) {
-				dp_obj *o = &c.objs.v[k];
-				dp_loc ol = {.kind = o->kind, .bucket = o->bucket, .key = o->key};
-				rc = dp_s3_rm(S, &ol, &e);
-				if (rc == DP_OK && O.verbose)
-					cli_warn("removed %s%s%s%s", o->kind == DP_LOC_S3 ? "s3://" : "",
-						 o->kind == DP_LOC_S3 ? o->bucket : "",
-						 o->kind == DP_LOC_S3 ? "/" : "", o->key);
-			}
-			dp_objs_free(&c.objs);
+			rm_tree(u, &l);
+		} else if (l.kind == DP_LOC_S3 && *l.bucket && *l.key && dp_loc_is_dir(&l)) {
+			/* a key ending in '/': that one object (a folder marker, as
+			 * ls -r lists it), if it exists; else the user meant a prefix */
+			if (!marker_exists(&l))
+				cli_usage_error("rm: %s is a prefix: use -r", u);
+			rm_one(l.kind, l.bucket, l.key);
 		} else {
 			if (dp_loc_is_dir(&l))
 				cli_usage_error("rm: %s is a prefix or directory: use -r", u);
-			rc = dp_s3_rm(S, &l, &e);
+			rm_one(l.kind, l.bucket, l.key);
 		}
 		dp_loc_free(&l);
-		free(u);
-		if (rc < 0)
-			die_err(&e);
 	}
 }
 
@@ -711,7 +1065,7 @@ static void cmd_presign(char **urls, int n)
 	if (strcmp(O.method, "GET") && strcmp(O.method, "PUT"))
 		cli_usage_error("--method: '%s' is not GET or PUT", O.method);
 	dp_err e = {0};
-	char *u = cli_expand(urls[0], NULL);
+	char *u = url_arg(urls[0]);
 	dp_loc l;
 	if (dp_loc_parse(u, &l, &e) < 0)
 		die_err(&e);
@@ -730,7 +1084,7 @@ enum {
 	OPT_RANGE = 256, OPT_SHARD, OPT_SHUFFLE, OPT_SEED, OPT_EPOCH, OPT_EPOCHS, OPT_CHANNEL,
 	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
 	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
-	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT,
+	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_EXPAND,
 };
 
 #define B(c) (1u << (c))
@@ -759,6 +1113,8 @@ static const struct {
 	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
 	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
 	{OPT_METHOD, B(C_PRESIGN), "--method"},
+	{OPT_DRYRUN, B(C_PUT) | B(C_RM), "--dryrun"},
+	{OPT_EXPAND, ALL & ~B(C_RM), "--expand"},
 };
 
 static void set_addressing(const char *v)
@@ -794,6 +1150,8 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_UPLOADS: O.uploads = 1; break;
 	case OPT_EXPIRES: O.expires = (long)cli_count("--expires", v, 1, 604800); break;
 	case OPT_METHOD: O.method = v; break;
+	case OPT_DRYRUN: O.dryrun = 1; break;
+	case OPT_EXPAND: O.expand = 1; break;
 	case OPT_ENDPOINT: O.conf.endpoint_url = v; break;
 	case OPT_REGION: O.conf.region = v; break;
 	case OPT_PROFILE: O.conf.profile = v; break;
@@ -833,6 +1191,8 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"uploads", no_argument, NULL, OPT_UPLOADS},
 		{"expires", required_argument, NULL, OPT_EXPIRES},
 		{"method", required_argument, NULL, OPT_METHOD},
+		{"dryrun", no_argument, NULL, OPT_DRYRUN},
+		{"expand", no_argument, NULL, OPT_EXPAND},
 		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
 		{"region", required_argument, NULL, OPT_REGION},
 		{"profile", required_argument, NULL, OPT_PROFILE},
@@ -883,6 +1243,9 @@ int main(int argc, char **argv)
 	dp_s3_conf_init(&O.conf);
 	int nargs;
 	char **args = parse_args(argc, argv, &nargs);
+	guard_std();
+	if (O.cmd == C_LS || O.cmd == C_PRESIGN || O.dryrun)
+		stdout_ok();
 	if (O.shard) /* checked before any request */
 		cli_part("--shard", O.shard, NULL, &O.shard_i, &O.shard_n);
 

@@ -391,6 +391,34 @@ static int call_headers(dp_s3 *s, s3_call *c, req *r)
 	return 0;
 }
 
+/* libcurl's progress callback, at least once a second: the watchdog.  A
+ * transfer that moves no byte, either way, for conf.timeout seconds
+ * (connecting included; time paused for a slow reader not counted) is
+ * stopped and retried as a timeout; one the caller cancelled, or past the
+ * deadline of a clean-up, is stopped for good.  (curl's own low-speed
+ * limit averages over its last seconds and gives up about 5 s late.) */
+static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		   curl_off_t ulnow)
+{
+	(void)dltotal;
+	(void)ultotal;
+	s3_call *c = ud;
+	dp_s3 *s = c->s;
+	double now = dp_now();
+	uint64_t b = (uint64_t)dlnow + (uint64_t)ulnow;
+	if (b != c->prog_bytes || c->paused) {
+		c->prog_bytes = b;
+		c->prog_t = now;
+	}
+	if (s->cancelled)
+		c->stopped = S3_STOP_CANCEL;
+	else if (s->deadline > 0 && now >= s->deadline)
+		c->stopped = S3_STOP_DEADLINE;
+	else if (now - c->prog_t >= s->conf.timeout)
+		c->stopped = S3_STOP_STALL;
+	return c->stopped != S3_STOP_NONE;
+}
+
 /* libcurl's options for c on h (reset first). */
 static void call_options(dp_s3 *s, s3_call *c, CURL *h)
 {
@@ -406,9 +434,14 @@ static void call_options(dp_s3 *s, s3_call *c, CURL *h)
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->curl_err);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(s->conf.timeout * 1000 / 3 + 1000));
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)(s->conf.timeout + 0.5));
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(s->conf.timeout * 1000));
+	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
+	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+	if (s->deadline > 0) {
+		double left = s->deadline - dp_now();
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left > 0.001 ? (long)(left * 1000) : 1L);
+	}
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
 	curl_easy_setopt(h, CURLOPT_PRIVATE, c);
@@ -446,6 +479,11 @@ int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
 	c->sink_rc = 0;
 	c->body_pos = 0;
 	c->t0 = dp_now();
+	c->s = s;
+	c->paused = 0;
+	c->stopped = S3_STOP_NONE;
+	c->prog_bytes = 0;
+	c->prog_t = c->t0;
 	req r = {0};
 	int rc = call_url(s, c, &r) < 0 || call_headers(s, c, &r) < 0
 			 ? dp_seterr(e, DP_ENOMEM, "out of memory")
@@ -481,13 +519,26 @@ static int retryable_curl(CURLcode cc)
 
 int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc)
 {
-	(void)s;
 	c->cc = cc;
 	long st = 0;
 	if (curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st) == CURLE_OK && st)
 		c->status = st;
 	if (c->sink_failed)
 		return S3_FAIL;
+	if (cc == CURLE_ABORTED_BY_CALLBACK || (cc == CURLE_OPERATION_TIMEDOUT && s->deadline > 0 &&
+						 dp_now() >= s->deadline - 0.01)) {
+		/* the watchdog's (on_xfer) */
+		if (c->stopped == S3_STOP_STALL) {
+			c->cc = CURLE_OPERATION_TIMEDOUT;
+			snprintf(c->curl_err, sizeof c->curl_err,
+				 "Operation too slow: nothing moved for %g s", s->conf.timeout);
+			return S3_RETRY;
+		}
+		c->cc = CURLE_ABORTED_BY_CALLBACK;
+		snprintf(c->curl_err, sizeof c->curl_err, "%s",
+			 c->stopped == S3_STOP_CANCEL ? "interrupted" : "out of time for the clean-up");
+		return S3_FAIL;
+	}
 	if (cc != CURLE_OK)
 		return retryable_curl(cc) ? S3_RETRY : S3_FAIL;
 	if (c->status >= 200 && c->status < 300)
@@ -509,6 +560,11 @@ static int code_status(const char *code, long http)
 	};
 	static const char *const missing[] = {"NoSuchKey", "NoSuchBucket", "NoSuchUpload",
 					      "NoSuchVersion", NULL};
+	static const char *const bad_name[] = {"InvalidObjectName", "KeyTooLongError",
+					       "InvalidBucketName", NULL};
+	for (int i = 0; bad_name[i]; i++)
+		if (strcmp(code, bad_name[i]) == 0)
+			return DP_EARG;
 	for (int i = 0; denied[i]; i++)
 		if (strcmp(code, denied[i]) == 0)
 			return DP_EDENIED;
@@ -549,6 +605,21 @@ static const char *std_message(const char *code)
 	return "(no message)";
 }
 
+const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz)
+{
+	size_t n = strlen(what);
+	if (max >= bufsz)
+		max = bufsz - 1;
+	if (n <= max || max < 16)
+		return what;
+	/* keep the head (bucket, start of the key) and the tail (its end) */
+	size_t head = (max - 3) / 2, tail = max - 3 - head;
+	memcpy(buf, what, head);
+	memcpy(buf + head, "...", 3);
+	memcpy(buf + head + 3, what + n - tail, tail + 1);
+	return buf;
+}
+
 int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 {
 	(void)s;
@@ -557,6 +628,13 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 		what = own = s3_obj_url(c->bucket, c->key);
 	if (!what)
 		what = "s3";
+	/* the object's name gives way, not S3's code and message: room for
+	 * them, the curl error, and the notes callers append */
+	char fitted[sizeof e->msg];
+	size_t room = strlen(c->code) + strlen(c->curl_err) +
+			(strlen(c->message) < 300 ? strlen(c->message) : 300) + 200;
+	what = s3_fit_name(what, room < sizeof fitted ? sizeof fitted - room : 0, fitted,
+			   sizeof fitted);
 	int rc;
 	if (c->sink_failed == 2)
 		rc = dp_seterr(e, DP_ELIMIT, "%s: answer too large", what);
@@ -611,14 +689,28 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 			break;
 		CURLcode cc = curl_easy_perform(s->easy);
 		s->nreq++;
+		if (s->cancelled) {
+			rc = dp_seterr(e, DP_EIO, "%s: interrupted", what);
+			break;
+		}
 		int k = s3_call_finish(s, c, s->easy, cc);
 		log_call(s, c, k, what);
 		if (k == S3_OK) {
 			rc = DP_OK;
 			break;
 		}
+		double w = k == S3_RETRY ? s3_backoff(s, attempt + 1) : 0;
+		if (k == S3_RETRY && s->deadline > 0 && dp_now() + w >= s->deadline) {
+			rc = s3_call_error(s, c, what, e);
+			if (e) {
+				size_t l = strlen(e->msg);
+				snprintf(e->msg + l, sizeof e->msg - l,
+					 " (gave up after %d attempts: out of time for the clean-up)",
+					 attempt + 1);
+			}
+			break;
+		}
 		if (k == S3_RETRY && attempt < s->conf.retries) {
-			double w = s3_backoff(s, attempt + 1);
 			s3_log(s, "retry=%d op=%s url=%s error=\"%s\" wait_ms=%.0f", attempt + 1,
 			       c->method, what,
 			       c->cc ? curl_easy_strerror(c->cc) : c->code[0] ? c->code : "HTTP error",

@@ -40,8 +40,14 @@ struct dp_s3 {
 	char *ca_bundle;
 	CURL *easy; /* for one request at a time */
 	volatile sig_atomic_t cancelled;
+	/* > 0: requests end by this time (dp_now()): a clean-up after a
+	 * signal gets a few seconds, not a full set of retries */
+	double deadline;
 	uint64_t nreq, nretry;
 };
+
+/* Seconds an upload's abort may take after a signal cancelled it. */
+#define S3_ABORT_SECONDS 5.0
 
 /* Read the environment and files into s (s3conf.c). */
 int s3_conf_load(dp_s3 *s, dp_err *e);
@@ -69,6 +75,7 @@ void s3_url_decode(char *s);
 /* ---- One request (s3.c) ---------------------------------------------------------- */
 
 enum { S3_OK = 0, S3_RETRY = 1, S3_FAIL = 2 };
+enum { S3_STOP_NONE = 0, S3_STOP_STALL, S3_STOP_CANCEL, S3_STOP_DEADLINE };
 
 typedef struct s3_call {
 	/* the request */
@@ -96,7 +103,14 @@ typedef struct s3_call {
 	char curl_err[CURL_ERROR_SIZE];
 	int sink_failed; /* the sink refused data (1), the answer was too large (2) */
 	int sink_rc;     /* the sink's status, when it set one */
+	/* the progress watchdog (s3.c): paused is set by a sink holding the
+	 * transfer back for a slow reader (time paused is not a stall) */
+	int paused;
+	int stopped;     /* S3_STOP_*: why the watchdog ended the transfer */
+	uint64_t prog_bytes;
+	double prog_t;
 	/* internal */
+	dp_s3 *s;
 	char *url;
 	struct curl_slist *hl;
 	size_t body_pos;
@@ -105,6 +119,10 @@ typedef struct s3_call {
 
 /* The URL for messages: "s3://bucket/key". */
 char *s3_obj_url(const char *bucket, const char *key);
+/* what, or when longer than max bytes its head and tail around "..." in
+ * buf (bufsz bytes): a name that leaves room in a message for the reason
+ * (S3's error code above all) whatever the key's length. */
+const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz);
 /* Prepare c on handle h (reset first) for one attempt: URL, date,
  * signature, options.  Clears the previous answer. */
 int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e);

@@ -126,12 +126,24 @@ static int ini_read(const char *path, const char *want, ini *out)
 		}
 		if (!in)
 			continue;
+		/* as botocore reads them (Python's configparser, then its own
+		 * nested blocks): "key = value" or "key : value", whichever
+		 * sign comes first, option names in any case; in a nested block
+		 * ("s3 =" then indented lines) only '=' and the names as
+		 * written */
+		int nested = indented && parent[0];
 		char *eq = strchr(t, '=');
+		char *colon = nested ? NULL : strchr(t, ':');
+		if (colon && (!eq || colon < eq))
+			eq = colon;
 		if (!eq)
 			continue;
 		*eq = 0;
 		char *k = trim(t), *v = trim(eq + 1);
-		if (indented && parent[0]) {
+		if (!nested)
+			for (char *c = k; *c; c++)
+				*c = (char)tolower((unsigned char)*c);
+		if (nested) {
 			char full[300];
 			snprintf(full, sizeof full, "%s.%s", parent, k);
 			if (ini_put(out, full, v) < 0)
@@ -272,6 +284,15 @@ static int pick_credentials(dp_s3 *s, const profile *p)
 	if (s->conf.no_sign) {
 		s->anonymous = 1;
 		source = "none (--no-sign-request)";
+	} else if (!p->by_conf && (!ek != !es)) {
+		/* half a key pair: refused, as aws refuses it, rather than
+		 * signing with the profile's (some other identity's) keys */
+		s->cred_failed = 1;
+		source = "none";
+		dp_seterr(&s->cred_err, DP_EDENIED,
+			  "partial credentials in the environment: %s is set but %s is not",
+			  ek ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+			  ek ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 	} else if (!p->by_conf && ek && es) {
 		if (set_str(&s->key_id, ek) < 0 || set_str(&s->secret, es) < 0 ||
 		    set_str(&s->token, env("AWS_SESSION_TOKEN")) < 0)
@@ -327,8 +348,10 @@ static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
 		s->custom_endpoint = 1;
 		return parse_endpoint(s, ep, e);
 	}
+	/* AWS's partitions: China's regions live under amazonaws.com.cn */
 	char aws[256];
-	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com", s->region);
+	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com%s", s->region,
+		 strncmp(s->region, "cn-", 3) == 0 ? ".cn" : "");
 	return parse_endpoint(s, aws, e);
 }
 

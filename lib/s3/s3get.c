@@ -644,6 +644,7 @@ static size_t run_sink(void *ctx, const char *data, size_t n)
 		/* the window is full: curl keeps the data until a slot frees */
 		seg_end(x);
 		x->paused = 1;
+		x->call.paused = 1; /* not a stall (s3.c's watchdog) */
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	if (x->seg_t0 == 0)
@@ -743,6 +744,8 @@ static int resume_xfer(getter *g, xfer *x, dp_err *e)
 	}
 	if (x->paused && x->running) {
 		x->paused = 0;
+		x->call.paused = 0;
+		x->call.prog_t = dp_now(); /* the watchdog's clock starts again */
 		/* curl hands over the data it kept, through run_sink, now */
 		CURLcode cc = curl_easy_pause(x->h, CURLPAUSE_CONT);
 		if (cc != CURLE_OK) /* the sink refused what curl kept: end it here */
@@ -1063,7 +1066,7 @@ static int span_of(getter *g, size_t i, dp_err *e)
 			lo = (uint64_t)r->first;
 			if (r->last >= 0 && (uint64_t)r->last + 1 < hi)
 				hi = (uint64_t)r->last + 1;
-			if (lo >= o->size && !(lo == 0 && o->size == 0))
+			if (lo >= o->size) /* as HTTP's 416, even for an empty object */
 				return dp_seterr(e, DP_EARG, "%s: range starts at byte %" PRIu64
 						 " of a %" PRIu64 "-byte object",
 						 obj_name(g, i, name, sizeof name), lo, o->size);

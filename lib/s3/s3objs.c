@@ -420,11 +420,27 @@ typedef struct lpage {
 	dp_objs objs;   /* Contents and CommonPrefixes of one page */
 	dp_obj cur;
 	dp_buf key;
+	char bad_size[32]; /* the current entry's <Size>, when not a byte count */
 	int truncated, url_encoded, in_prefixes;
 	char *token;
+	const char *bucket;
 	dp_err *e;
 	int failed;
 } lpage;
+
+/* A byte count as S3 writes it: decimal digits, at most INT64_MAX (a
+ * negative or wrapped number is no size). */
+static int parse_size(const char *t, uint64_t *out)
+{
+	size_t n = strlen(t);
+	if (n == 0 || n > 19 || strspn(t, "0123456789") != n)
+		return -1;
+	unsigned long long v = strtoull(t, NULL, 10);
+	if (v > INT64_MAX)
+		return -1;
+	*out = v;
+	return 0;
+}
 
 static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 {
@@ -437,6 +453,7 @@ static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 			memset(&p->cur, 0, sizeof p->cur);
 			p->cur.kind = DP_LOC_S3;
 			p->cur.mtime = -1;
+			p->bad_size[0] = 0;
 			dp_buf_reset(&p->key);
 		}
 		return;
@@ -445,7 +462,8 @@ static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 		dp_buf_reset(&p->key);
 		dp_buf_addstr(&p->key, text);
 	} else if (!strcmp(path, "ListBucketResult/Contents/Size")) {
-		p->cur.size = strtoull(text, NULL, 10);
+		if (parse_size(text, &p->cur.size) < 0)
+			snprintf(p->bad_size, sizeof p->bad_size, "%s", text);
 		p->cur.known = 1;
 	} else if (!strcmp(path, "ListBucketResult/Contents/ETag")) {
 		snprintf(p->cur.etag, sizeof p->cur.etag, "%s", text);
@@ -453,7 +471,15 @@ static void list_cb(void *ctx, const char *path, const char *text, size_t len)
 		p->cur.mtime = s3_parse_time(text);
 	} else if (!strcmp(path, "ListBucketResult/Contents")) {
 		p->cur.key = p->key.p ? p->key.p : "";
-		if (p->key.err)
+		if (p->bad_size[0] && !p->key.err) {
+			char *k = strdup(p->cur.key);
+			if (k && p->url_encoded)
+				s3_url_decode(k);
+			p->failed = dp_seterr(p->e, DP_EDATA, "s3://%s/%s: the listing gives its "
+					      "<Size> as '%s', not a byte count", p->bucket,
+					      k ? k : p->cur.key, p->bad_size);
+			free(k);
+		} else if (p->key.err)
 			p->failed = dp_seterr(p->e, p->key.err, "out of memory");
 		else if (dp_objs_add(&p->objs, &p->cur, p->e) < 0)
 			p->failed = 1;
@@ -500,12 +526,12 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 			s3_call_clean(&c);
 			break;
 		}
-		lpage p = {.e = e, .key = DP_BUF_INIT};
+		lpage p = {.e = e, .key = DP_BUF_INIT, .bucket = l->bucket};
 		rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, list_cb, &p, e);
 		s3_call_clean(&c);
 		if (rc == DP_OK && p.failed)
-			rc = e ? e->code : DP_ENOMEM;
-		if (rc < 0)
+			rc = e ? e->code : DP_ENOMEM; /* the message names the key */
+		else if (rc < 0)
 			dp_preferr(e, "%s", what);
 		if (rc == DP_OK && p.url_encoded)
 			for (size_t i = 0; i < p.objs.n; i++)

@@ -303,13 +303,20 @@ static int mp_create(putter *u, char **upload_id, dp_err *e)
 
 static int mp_abort(putter *u, const char *upload_id, dp_err *e)
 {
-	/* even when cancelled: that is when it matters most */
+	/* even when cancelled: that is when it matters most; but then within
+	 * S3_ABORT_SECONDS, so that the grace period of whoever sent the
+	 * signal (docker stop's 10 s, Kubernetes' 30 s) still sees the message
+	 * naming an upload that could not be aborted */
 	sig_atomic_t was = u->s->cancelled;
+	double deadline = u->s->deadline;
 	u->s->cancelled = 0;
+	if (was)
+		u->s->deadline = dp_now() + S3_ABORT_SECONDS;
 	int rc = dp_s3_abort_upload(u->s, u->bucket, u->key, upload_id, e);
 	if (rc == DP_ENOTFOUND)
 		rc = DP_OK; /* already gone */
-	u->s->cancelled = was;
+	u->s->deadline = deadline;
+	u->s->cancelled = u->s->cancelled || was;
 	return rc;
 }
 
