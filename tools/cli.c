@@ -7,10 +7,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct cli cli = {.prog = "dptools", .rank = -1};
 
@@ -127,6 +129,12 @@ int cli_close_stdout(void)
 	errno = 0;
 	int bad = fflush(stdout) == EOF || ferror(stdout);
 	int err = errno;
+	if (bad && !err) { /* failed in an earlier flush, its errno gone: a pipe
+			    * whose reader left still says so */
+		struct pollfd p = {STDOUT_FILENO, POLLOUT, 0};
+		if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
+			err = EPIPE;
+	}
 	if (fclose(stdout) == EOF && !bad) {
 		bad = 1;
 		err = errno;
@@ -135,7 +143,10 @@ int cli_close_stdout(void)
 		return 0;
 	if (err == EPIPE)
 		cli_exit(CLI_PIPE);
-	cli_warn("stdout: %s", strerror(err ? err : EIO));
+	if (err)
+		cli_warn("stdout: %s", strerror(err));
+	else
+		cli_warn("stdout: write error");
 	return -1;
 }
 
