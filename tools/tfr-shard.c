@@ -427,7 +427,8 @@ static void check_distinct(void)
 			free(real);
 			free(dir);
 		}
-	qsort(d, n, sizeof *d, cmp_dest);
+	if (n > 1)
+		qsort(d, n, sizeof *d, cmp_dest);
 	for (size_t i = 1; i < n; i++)
 		if (!cmp_dest(&d[i - 1], &d[i]))
 			cli_die("%s and %s are one file: one shard would replace the other", d[i - 1].name,
