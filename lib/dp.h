@@ -169,6 +169,19 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 
+/* ---- Settings ----------------------------------------------------------
+ * libdp reads no environment variable behind its caller's back.  The
+ * overrides meant for tests, benchmarks and the curious (DP_BACKEND,
+ * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE,
+ * DP_CUDA_CONV_BUDGET: each documented where it acts) reach the library
+ * only through dp_setting_set(), or dp_settings_from_env(), which a program
+ * calls once, before it starts threads, to take every DP_* variable of its
+ * environment (the dptools programs do).  dp_setting() is what the library
+ * consults: NULL when unset. */
+DP_EXPORT void dp_settings_from_env(void);
+DP_EXPORT int dp_setting_set(const char *name, const char *value);
+DP_EXPORT const char *dp_setting(const char *name);
+
 /* ---- Ranks without linking MPI ----------------------------------------
  * rank and size from, in order: the explicit values when >= 0,
  * OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK, SLURM_PROCID/
@@ -177,10 +190,17 @@ DP_EXPORT void dp_rank_size(int *rank, int *size);
 
 /* Expand {rank} and {size} (and any {name} in vars) in tmpl into a new
  * malloc'd string.  {name:W} zero-pads a whole number to W digits (1 to
- * 32): 'train-{rank:5}-of-{size:5}' names tfr-shard's shards.  vars is a NULL-terminated list of name, value pairs
- * checked before rank/size (may be NULL).  An unknown {name} is left as is.
- * Returns NULL on allocation failure. */
+ * 32), as a number ("00003" at width 3 is 003): 'train-{rank:5}-of-{size:5}'.
+ * vars is a NULL-terminated list of name, value pairs checked before
+ * rank/size (may be NULL).  An unknown {name} is left as is.  Returns NULL
+ * on allocation failure. */
 DP_EXPORT char *dp_expand(const char *tmpl, const char *const *vars);
+/* dp_expand refusing what it would leave as is: a {NAME} or {NAME:W}
+ * (NAME of letters, digits and '_') that is not in vars, rank or size, a
+ * width that is not 1 to 32 digits, or a width on a value that is not a
+ * number.  NULL with DP_EARG in e ("unknown placeholder {shrad} (known:
+ * {shard}, ..., {rank}, {size})"), or DP_ENOMEM.  Other braces are text. */
+DP_EXPORT char *dp_expand_strict(const char *tmpl, const char *const *vars, dp_err *e);
 
 /* Parse "I/N", part I (0 to N-1) of N (1 to DP_PART_MAX), after filling
  * in {rank}, {size} and vars as dp_expand() does: the one parser of
@@ -193,6 +213,9 @@ DP_EXPORT int dp_parse_part(const char *opt, const char *s, const char *const *v
 /* Parse a byte count such as "256M", "1.5G", "4096", "64k" (binary units:
  * k=1024).  Returns 0 or DP_EARG. */
 DP_EXPORT int dp_parse_size(const char *s, uint64_t *out);
+/* A byte count as people read it, in buf: "512 bytes", "100 KiB", "4 GiB",
+ * "1.5 MiB" (binary units, one decimal when not whole).  Returns buf. */
+DP_EXPORT const char *dp_fmt_size(uint64_t n, char *buf, size_t len);
 
 /* Parse a whole number from min to max for an option: decimal digits, or
  * 0x and hex digits; no sign, space or suffix.  Returns 0, or DP_EARG with

@@ -136,7 +136,7 @@ DP_EXPORT int dp_comm_timeline_start(dp_comm *c, dp_err *e); /* a collective */
 /* One event: name (a string constant), on thread tid (1: the caller's
  * main thread; 2 is the communication thread; 3 and up: yours). */
 DP_EXPORT void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1);
-/* Write the events (a collective).  A path with {rank}: every worker
+/* Write the events (a collective).  A path with {rank} (or {rank:W}): every worker
  * writes its own file; else worker 0 gathers all and writes one file, a
  * process per rank. */
 DP_EXPORT int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e);

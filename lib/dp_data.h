@@ -2,8 +2,9 @@
  * dp_data.h - training input: TFRecord files of tf.train.Example to
  * batches of floats, streaming.
  *
- *   sources   files, glob patterns ({rank}, {size} expanded first), "-"
- *             for stdin, FIFOs; or a shell command run anew each epoch
+ *   sources   files, glob patterns ({rank}, {size} expanded first; a
+ *             name that exists is that file, only one that does not is
+ *             a pattern), "-" for stdin, FIFOs; or a shell command run anew each epoch
  *             whose stdout is read ({epoch}, {rank}, {size} expanded).
  *             Compression is detected per source.  Regular files are
  *             re-read every epoch; a stream (stdin, FIFO) can be read only
@@ -127,11 +128,16 @@ DP_EXPORT void dp_data_stats_get(dp_data *d, dp_data_stats *s);
  * "stdin", "command"). */
 DP_EXPORT size_t dp_data_nsources(const dp_data *d);
 DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
+/* 1 when path (its links followed) is one of d's files (d may be NULL):
+ * an output that would replace an input. */
+DP_EXPORT int dp_data_reads(const dp_data *d, const char *path);
 DP_EXPORT void dp_data_close(dp_data *d);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
- * non-zero number. */
-DP_EXPORT int dp_parse_scale(const char *s, double *out);
+ * non-zero number; DP_ELIMIT if outside float32's range (inputs are
+ * float32: larger than FLT_MAX, or so small it rounds to 0); e says
+ * "OPT 'S': ..." either way. */
+DP_EXPORT int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e);
 
 
 #ifdef __cplusplus

@@ -34,9 +34,9 @@ DP_EXPORT void dp_plot_free(dp_plot *p);
 DP_EXPORT int dp_plot_series(dp_plot *p, const char *label, const char *panel);
 
 /* Add a point: step (NaN when the line had none), line (its line number,
- * the x used when any point lacks a step), y.  Points with a y or line that
- * is not finite or beyond 1e300 in magnitude are left out; such a step
- * counts as none. */
+ * the x used when any point lacks a step), y.  Any finite values are drawn,
+ * up to +-DBL_MAX; a point whose y or line is NaN or infinite is left out
+ * (it has no place on a chart), and such a step counts as none. */
 DP_EXPORT int dp_plot_add(dp_plot *p, int series, double step, double line, double y);
 
 /* Points held (after averaging) over all series. */
@@ -48,8 +48,11 @@ DP_EXPORT char *dp_plot_svg(const dp_plot *p, const char *title, size_t *len, dp
 
 /* Nice ticks for [lo, hi] (after Heckbert, Graphics Gems I): *step is 1,
  * 2 or 5 times a power of ten giving about `want` ticks; *first and *last the
- * multiples of *step around the range (first <= lo, last >= hi).  Returns
- * the number of decimal places the labels need. */
+ * axis's ends: the multiples of *step around the range (first <= lo,
+ * last >= hi, within a millionth of a step), or where such a multiple
+ * would be beyond a double's range, lo or hi itself.  All three are finite
+ * for any finite lo <= hi.  Returns the number of decimal places the
+ * labels need. */
 DP_EXPORT int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step);
 
 

@@ -20,11 +20,6 @@ $MK all.tfr random --n 192 --shape 1x8x8 --classes 4 --seed 1
 CNN=conv:4:3,relu,maxpool:2,dropout:0.25,flatten,dense:16,relu,dropout:0.5,dense:4
 COMMON=(--train all.tfr --model "$CNN" --input-shape 1x8x8 --shuffle-buffer 64 --seed 3
 	--epochs 2 --log-every 1 --prefetch 1 --optimizer adam)
-hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
-curve_close() { # log log tol: every update's loss within tol (relative)
-	paste <(losses "$1") <(losses "$2") | awk -v t="$3" 'NF != 2 {bad = 1} {d = $1 - $2; if (d < 0) d = -d;
-		r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r} END {exit bad || NR == 0 || w > t}'
-}
 
 run "$EMU" "${COMMON[@]}" --batch-size 32 --log emu.log -o emu.st
 is "$rc" 0 "one process on the emulated GPU"

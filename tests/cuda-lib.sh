@@ -7,6 +7,9 @@
 #                  the largest magnitude of each tensor (prints the worst)
 #   losses LOG     the loss of each training line of a logfmt log, one a line
 #                  (the job's lines: not those of --log-all-ranks)
+#   curve_close LOG1 LOG2 [TOL]  every update's loss of LOG1 within TOL
+#                  (relative, default 1e-3) of LOG2's; prints the worst
+#   hashes LOG...  "rank state-hash" of each --log-all-ranks line, sorted
 
 need_cuda() {
 	if ! [ -e /dev/nvidia0 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
@@ -46,3 +49,11 @@ PYEOF
 }
 
 losses() { grep -v '^rank=' "$1" | sed -n 's/.* loss=\([^ ]*\) .*/\1/p'; }
+
+curve_close() { # log log [tol]
+	paste <(losses "$1") <(losses "$2") | awk -v t="${3:-1e-3}" 'NF != 2 {bad = 1}
+		{d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r}
+		END {print "# worst relative difference " w; exit bad || NR == 0 || w > t}'
+}
+
+hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }

@@ -21,12 +21,6 @@ CNN=conv:8:3,relu,maxpool:2,dropout:0.25,flatten,dense:32,relu,dropout:0.5,dense
 # (no batchnorm: its statistics are per rank, so ranks would not match one process)
 COMMON=(--train all.tfr --model "$CNN" --input-shape 1x12x12 --shuffle-buffer 64 --seed 3
 	--epochs 2 --log-every 1 --prefetch 1 --optimizer adam)
-hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
-# the loss of each update of two logs within 1e-3 (relative) of each other
-curve_close() {
-	paste <(losses "$1") <(losses "$2") | awk 'NF != 2 {bad = 1} {d = $1 - $2; if (d < 0) d = -d;
-		r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r} END {print w; exit bad || NR == 0 || w > 1e-3}'
-}
 
 run dp-train "${COMMON[@]}" --batch-size 64 --log one.log -o one.st
 is "$rc" 0 "one process on the GPU"

@@ -29,17 +29,7 @@ tfr-shard -q -n 2 -o 'data/test-{shard}-of-{nshards}.tfrecord' test.tfrecord
 dp-train --train train.tfrecord --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
 	--model flatten,dense:128,relu,dense:10 --batch-size 64 --epochs 2 -q -o model.safetensors > /dev/null
 man_examples "$PAGE" ../examples
-n=0
-for f in $(ls ../examples | sort -n); do
-	n=$((n + 1))
-	case "$f" in
-	*.skip) skip "example $n: $(cat "../examples/$f")"; continue ;;
-	esac
-	bash -e "../examples/$f" > "out.$n" 2> "err.$n"
-	st=$?
-	is "$st" 0 "example $n runs: $(head -n 1 "../examples/$f" | cut -c 1-60)"
-	[ "$st" = 0 ] || sed 's/^/#   /' "err.$n" | head -n 5
-done
+run_examples ../examples
 ok test "$n" -ge 6 "the page has examples ($n)"
 # what the examples promise
 like "$(cat out.1)" "^model.safetensors: 1000 samples from test.tfrecord" "example 1: the report"

@@ -43,8 +43,14 @@ run dp-eval --model m.st test.tfr --require 'r2>0.5' --json never.json
 is "$rc" 2 "a gate on a metric the model does not have: exit 2"
 like "$err" "no metric 'r2'.*accuracy" "... listing the metrics there are"
 ok test ! -e never.json "... before anything is written"
+run dp-eval --model m.st test.tfr --scale 1e39
+is "$rc" 2 "--scale 1e39: exit 2"
+like "$err" "^dp-eval: --scale '1e39': beyond float32's range" "... naming --scale"
 run dp-eval --model m.st test.tfr --top-k 5
 is "$rc" 2 "--top-k as large as the classes: exit 2"
+like "$err" "^dp-eval: --top-k 5: want fewer than the model's 5 classes" "... says what is wanted"
+run dp-eval --model m.st test.tfr --require 'recall[7]>0.5'
+like "$err" "no metric 'recall\[7\]': class 7 is outside 0..4 \(the model has 5 classes\)" "a gate on a class past the model's: said so"
 
 # ---- the report ----
 run dp-eval --model m.st test.tfr
@@ -106,6 +112,19 @@ is "$rc" 1 "--check: broken JSON: exit 1"
 like "$err" "broken.json: line 2" "... with the position"
 run dp-eval --check m.json
 is "$rc" 2 "--check without --require: exit 2"
+echo '{"metrics":{"accuracy":5}}' > a5.json
+run dp-eval --check a5.json --require 'accuracy>0.5'
+is "$rc" 1 "--check: a metric not of dp-eval's form: exit 1"
+is "$err" 'dp-eval: a5.json: metric '"'accuracy'"' is 5, not of the expected form {"value": NUMBER}' "... says so, with what it is"
+echo '{"metrics":{"loss":{"value":1}},"classes":[{"class":0,"recall":"high"}]}' > rc.json
+run dp-eval --check rc.json --require 'recall[0]>0.5'
+like "$err" "rc.json: metric 'recall\[0\]' is \"high\", not of the expected form \(a number or null\)" "... a per-class value too"
+mkdir cdir
+run dp-eval --check cdir --require 'accuracy>0.5'
+is "$rc" 1 "--check a directory: exit 1"
+is "$err" "dp-eval: cdir: is a directory, not a metrics JSON" "... says it is a directory"
+run dp-eval --check nothere.json --require 'accuracy>0.5'
+is "$err" "dp-eval: nothere.json: No such file or directory" "--check a missing file: named once"
 
 # ---- predictions ----
 run dp-eval --model m.st test.tfr more.tfr.gz --predictions p.jsonl -q
@@ -143,6 +162,19 @@ is "$(json c.json 'j["metrics"]')" "$ref" "--data-cmd: the same metrics"
 mkdir d && cp test.tfr d/a.tfr && gzip -c test.tfr > d/b.tfr.gz
 run dp-eval --model m.st --data 'd/*' --json gl.json -q
 is "$(json gl.json 'j["samples"], j["data"]["sources"]')" "300 ['d/a.tfr', 'd/b.tfr.gz']" "a glob, gzip detected"
+# a name that exists is that file; only one that does not is a pattern
+mkdir lit && cp test.tfr 'lit/d[1].tfr' && $MK lit/d1.tfr random --n 7 --shape 12 --classes 5 --seed 6
+run dp-eval --model m.st 'lit/d[1].tfr' --json lit.json -q
+is "$(json lit.json 'j["samples"], j["data"]["sources"]')" "150 ['lit/d[1].tfr']" "a name with [ ] that exists: that file"
+run dp-eval --model m.st lit/* --json lit2.json -q
+is "$(json lit2.json 'j["samples"]')" 157 "names the shell expanded: each read once"
+cp test.tfr 'lit/a*.tfr' && cp test.tfr lit/ab.tfr
+run dp-eval --model m.st 'lit/a*.tfr' lit/ab.tfr --json lit3.json -q
+is "$(json lit3.json 'j["samples"]')" 300 "a name with * that exists: read once, not as a pattern"
+run dp-eval --model m.st 'lit/d[2-9].tfr' --json lit4.json -q
+like "$err" "lit/d\[2-9\].tfr: no file matches" "a pattern that matches nothing: said so"
+run dp-eval --model m.st 'lit/?1.tfr' --json lit5.json -q
+is "$(json lit5.json 'j["data"]["sources"]')" "['lit/d1.tfr']" "a name that does not exist: a pattern"
 for bs in 1 7 150 1000; do
 	run dp-eval --model m.st test.tfr --batch-size $bs --json b$bs.json -q
 	is "$(json b$bs.json 'j["metrics"]["accuracy"], j["confusion_matrix"]')" \
@@ -179,7 +211,7 @@ bad() { # what expected-message-regex dp-eval-args...
 	is "$(ls -a | grep -c 'tmp\.')" 0 "$what: no temporary file left"
 }
 $MK wide.tfr random --n 10 --shape 20 --classes 5
-bad "a feature of the wrong shape" "^dp-eval: wide.tfr: record 0 at byte 0: feature 'image' has 20 values, 12 wanted" \
+bad "a feature of the wrong shape" "^dp-eval: wide.tfr: record 0 at byte 0: feature 'image' has 20 values, expected 12 \(the size of the input shape\)" \
 	--model m.st wide.tfr
 $MK many.tfr random --n 300 --shape 12 --classes 9 --seed 5
 bad "a label out of range" "^dp-eval: many.tfr: record [0-9]+ at byte [0-9]+: label 'label' is [5-8], outside 0..4" \
@@ -194,6 +226,8 @@ head -c 1000 m.st > trunc.st
 bad "a truncated checkpoint" "^dp-eval: trunc.st: " --model trunc.st test.tfr
 bad "not a checkpoint" "^dp-eval: test.tfr: " --model test.tfr test.tfr
 bad "a missing checkpoint" "^dp-eval: nothere.st: No such file" --model nothere.st test.tfr
+mkdir -p stdir
+bad "a directory as the checkpoint" "^dp-eval: stdir: is a directory, not a checkpoint$" --model stdir test.tfr
 bad "missing data" "^dp-eval: nothere.tfr: No such file" --model m.st nothere.tfr
 : > empty.tfr
 bad "no records" "^dp-eval: empty.tfr: no records to evaluate" --model m.st empty.tfr
@@ -211,8 +245,37 @@ if [ -w /dev/full ]; then
 else
 	skip "/dev/full is not writable"
 fi
-run dp-eval --model m.st test.tfr --json nodir/x.json
+run dp-eval --model m.st test.tfr --json nodir/x.json --predictions p1.jsonl
 is "$rc" 1 "--json into a missing directory: exit 1"
-like "$err" "nodir/x.json" "... names it"
+like "$err" "nodir/x.json: cannot create \(directory nodir\)" "... names it"
+is "$out" "" "... before the evaluation"
+ok test ! -e p1.jsonl "... and no predictions written"
+mkdir isdir
+run dp-eval --model m.st test.tfr --json j1.json --predictions isdir
+is "$rc" 1 "--predictions an existing directory: exit 1"
+like "$err" "--predictions isdir: is a directory" "... names it"
+ok test ! -e j1.json "... no metrics JSON written"
+# an output that is an input: refused before the work, the input intact
+cp test.tfr own.tfr && cp m.st own.st
+run dp-eval --model own.st own.tfr --predictions own.tfr
+is "$err" "dp-eval: --predictions own.tfr: is one of the files evaluated: it would be replaced" "--predictions the data: refused"
+ok cmp -s own.tfr test.tfr "... the data intact"
+run dp-eval --model own.st test.tfr --json own.st
+is "$err" "dp-eval: --json own.st: is the checkpoint: it would be replaced" "--json the checkpoint: refused"
+ok cmp -s own.st m.st "... the checkpoint intact"
+dp-eval --model own.st own.tfr >> own.tfr 2>own.err
+is "$?" 1 "the report appended to the data: exit 1"
+like "$(cat own.err)" "stdout: is one of the inputs" "... says so"
+ok cmp -s own.tfr test.tfr "... the data intact"
+# --json and --predictions land together or not at all: a --json that
+# cannot be written at the end (a directory made during the run) leaves no
+# predictions, and names the destination
+run dp-eval --model m.st --data-cmd 'mkdir late.json; cat test.tfr' --json late.json --predictions p2.jsonl
+is "$rc" 1 "--json fails at the end: exit 1"
+like "$err" "late.json: is a directory" "... names --json's destination"
+ok test ! -e p2.jsonl "... and no predictions are written"
+echo old > p3.jsonl
+run dp-eval --model m.st --data-cmd 'mkdir late2.json; cat test.tfr' --json late2.json --predictions p3.jsonl
+is "$(cat p3.jsonl)" "old" "... an older predictions file is left as it was"
 
 done_testing

@@ -105,6 +105,21 @@ kill -9 "$r1" 2>/dev/null
 is "$rc" 1 "--stall-abort: the job ends"
 like "$(cat s.err)" "waited 2 s for rank 1: giving up \(--stall-abort\)" "says why"
 
+# ---- outputs that cannot be created: found before the work -----------------------------------------
+# -o and --checkpoint on rank 0; --timeline and --log with {rank} on every rank
+mkdir isdir
+for o in "-o nodir/m.st" "--checkpoint isdir" "--timeline nodir/t-{rank}.json" \
+	"--log nodir/l-{rank}.log --log-all-ranks"; do
+	run mpi 2 dp-train --train d.tfr "${MLP[@]}" --epochs 3 --log-every 1 $o
+	isnt "$rc" 0 "$o: the job fails"
+	like "$err" "rank [01]: ${o%% *} (nodir/[a-z]+(-[01])?\.[a-z]+: cannot create \(directory nodir\)|isdir: is a directory)" \
+		"$o: the rank names the option and the path"
+	unlike "$out" "epoch=" "$o: ... before any work"
+done
+run mpi 2 dp-train --train d.tfr --resume isdir
+isnt "$rc" 0 "--resume a directory: the job fails"
+like "$err" "isdir: is a directory, not a checkpoint" "... says it is a directory"
+
 # ---- divergence ------------------------------------------------------------------------------------
 run mpi 2 dp-train --train d.tfr "${MLP[@]}" --epochs 50 --optimizer sgd --lr 1e6 -o n.st \
 	--checkpoint-every 1

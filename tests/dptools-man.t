@@ -25,17 +25,7 @@ fi
 command -v mpirun >/dev/null || { skip "mpirun is not installed: example not run"; done_testing; }
 man_examples "$PAGE" ex
 mkdir run && cd run
-n=0
-for f in $(ls ../ex | sort -n); do
-	n=$((n + 1))
-	case "$f" in
-	*.skip) skip "example $n: $(cat "../ex/$f")"; continue ;;
-	esac
-	bash -e "../ex/$f" > "out.$n" 2> "err.$n"
-	st=$?
-	is "$st" 0 "example $n runs"
-	[ "$st" = 0 ] || sed 's/^/#   /' "err.$n" | tail -n 5
-done
+run_examples ../ex
 is "$(ls data | tr '\n' ' ')" \
 	"train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord val-00000-of-00002.tfrecord val-00001-of-00002.tfrecord " \
 	"tfr-shard: a split in shards for two workers"

@@ -16,16 +16,22 @@ if ! command -v mpirun >/dev/null; then
 	skip "mpirun is not installed (openmpi-bin)"
 	done_testing
 fi
+. "$DP_SRC/tests/mpi.sh" # mpirun as every MPI test runs it: unbound, shared memory
 cd "$T"
 EX="$DP_SRC/examples"
+# A bound for a hang, not a speed test: each run below takes seconds on an
+# idle machine, and minutes under make asan on a busy one (the whole file
+# took 5 minutes there with 4 busy loops beside it).
+HANG=${DP_HANG_TIMEOUT:-1800}
+MPIRUN="mpirun ${MPI_OPTS[*]}"
 SHORT=(LIMIT=3000 TEST_LIMIT=500 EPOCHS=2 LR=3e-3 MODEL=flatten,dense:32,relu,dense:10
 	MIN_ACCURACY=0.6)
 W=$T/demo
-pipeline() { timeout 300 make --no-print-directory -f "$EX/pipeline.mk" W="$W" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" "$@"; }
+pipeline() { timeout $HANG make --no-print-directory -f "$EX/pipeline.mk" W="$W" MPIRUN="$MPIRUN" "${SHORT[@]}" "$@"; }
 json() { $PY -c "import json, sys; j = json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # ---- make demo's script
-run timeout 300 env DEMO_DIR="$W" MPIRUN="mpirun --oversubscribe" "$EX/demo" "${SHORT[@]}"
+run timeout $HANG env DEMO_DIR="$W" MPIRUN="$MPIRUN" "$EX/demo" "${SHORT[@]}"
 is "$rc" 0 "examples/demo runs the pipeline"
 [ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
 like_text "$out" $'\n'"Fashion-MNIST, 2 worker\(s\), 2 epoch\(s\): flatten,dense:32,relu,dense:10"$'\n' "it ends with a summary"
@@ -95,7 +101,7 @@ is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" "test.tfrecord train-00000-of
 is "$(tfr-cat -c "$W/data/train-00000-of-00001.tfrecord")" 2500 "... of every training record (LIMIT=2500)"
 
 # ---- the sweep
-run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+run timeout $HANG env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="$MPIRUN" "${SHORT[@]}" MIN_ACCURACY=0.5 \
 	"$EX/sweep.sh" sw
 is "$rc" 0 "examples/sweep.sh"
 like_text "$out" $'lr3e-3-batch32: training\nlr1e-2-batch32: training' "... trains each setting"
@@ -108,13 +114,13 @@ is "$(printf '%.4f' "$(json "$(echo "$r1" | cut -f 6)" 'j["metrics"]["accuracy"]
 like_text "$out" "best: sw/lr[0-9e-]+-batch32/model.safetensors"$'\n'"gate accuracy>=0.5: 0\.[0-9]+ passed" "... the best one, gated"
 is "$(json sw/lr3e-3-batch32/metrics.json 'j["model"]["epoch"], j["model"]["spec"]')" "3 flatten,dense:32,relu,dense:10" \
 	"... with the pipeline settings of the environment"
-run timeout 300 env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="mpirun --oversubscribe" "${SHORT[@]}" MIN_ACCURACY=0.5 \
+run timeout $HANG env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="$MPIRUN" "${SHORT[@]}" MIN_ACCURACY=0.5 \
 	"$EX/sweep.sh" sw
 like_text "$out" $'^lr3e-3-batch32: up to date\nlr1e-2-batch32: up to date' "a second sweep trains nothing"
 is "$(ls -d sw/data)" "sw/data" "the runs share one data directory"
 
 # ---- make learn's script, on 1000 images: both runs, each gated
-run timeout 300 env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
+run timeout $HANG env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
 like "$out" "mlp: test accuracy 0\.[0-9]+ after 10 epochs \(gate accuracy>=0.87\): (ok|FAILED);" "make learn: the MLP"
 like "$out" "cnn: test accuracy 0\.[0-9]+ after 5 epochs \(gate accuracy>=0.91\): (ok|FAILED);" "make learn: the CNN"
 like "$out" "   epoch=5 step=40 val_loss=[0-9.]+ val_accuracy=" "... per-epoch test accuracy"

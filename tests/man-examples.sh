@@ -7,6 +7,10 @@
 #                            EXAMPLES section (roff escapes undone), or
 #                            DIR/N.skip (holding the reason) for a block
 #                            preceded by the comment .\" example not run: WHY
+#   run_examples DIR         runs DIR's examples in order in the current
+#                            directory (bash -e), one check each, a skip for
+#                            each .skip; out.N and err.N hold what example N
+#                            printed; sets n to the number of examples
 #
 # The blocks are meant to run in order, in one scratch directory.
 
@@ -37,4 +41,19 @@ man_examples() {
 	}
 	/^\.(PP|P|LP)$/ || /^[^.]/ { norun = 0 }
 	' "$1"
+}
+
+run_examples() {
+	local f st
+	n=0
+	for f in $(ls "$1" | sort -n); do
+		n=$((n + 1))
+		case "$f" in
+		*.skip) skip "example $n: $(cat "$1/$f")"; continue ;;
+		esac
+		bash -e "$1/$f" >"out.$n" 2>"err.$n"
+		st=$?
+		is "$st" 0 "example $n runs: $(head -n 1 "$1/$f" | cut -c 1-60)"
+		[ "$st" = 0 ] || sed 's/^/#   /' "err.$n" | tail -n 5
+	done
 }

@@ -55,6 +55,21 @@ stop $pid
 is "$rc" 0 "SIGTERM ends following with status 0"
 is "$(cut -f2 out | tr '\n' ' ')" "0.9 0.8 0.75 0.6 0.55 0.5 0.4 " "every value once, in order"
 
+# ---- many files followed together (there was an unwritten limit of 256) ----
+mkdir many
+for i in $(seq 300); do printf 'step=%d loss=%d.5\n' "$i" "$i" > "many/$(printf %03d "$i").log"; done
+metrics-grep -f --logfmt=loss --no-header many/*.log > many.out 2> many.err &
+pid=$!
+ok wait_for many.out "^loss${TAB}300.5${TAB}300" "300 files followed: the last one's value"
+printf 'step=301 loss=0.25\n' >> many/001.log
+printf 'step=302 loss=0.125\n' >> many/300.log
+ok wait_for many.out "0.125${TAB}302" "300 files followed: a line appended to the last"
+ok wait_for many.out "0.25${TAB}301" "300 files followed: a line appended to the first"
+stop $pid
+is "$rc" 0 "300 files followed: SIGTERM, status 0"
+is "$(wc -l < many.out)" 302 "300 files followed: every value once"
+is "$(cat many.err)" "" "300 files followed: nothing on stderr"
+
 # ---- under nohup, SIGHUP does not end following; SIGTERM does ----
 printf 'epoch=1 step=1 loss=0.9\n' > hup.log
 nohup metrics-grep -f --logfmt=loss --no-header hup.log > hup.out 2> hup.err &
@@ -87,6 +102,20 @@ g = [e for e in r.iter() if e.get("class") == "series"]
 assert len(g) == 1 and g[0].get("data-points") == "4", [e.attrib for e in g]
 ' "the final chart has all 4 points"
 ok test -z "$(ls -a | grep '\.tmp\.')" "no temporary files left"
+
+# ---- a live chart whose first values cannot be drawn (NaN) ----
+# The rewrite after the first line has no point to draw: not a failure,
+# the chart comes with the first finite value.
+printf 'epoch=1 step=1 loss=nan\n' > n.log
+metrics-grep -f --logfmt=loss --tsv --no-header --plot n.svg n.log > n.out 2> n.err &
+pid=$!
+ok wait_for n.out "^loss${TAB}nan${TAB}1" "NaN first: the row (and the chart's first rewrite)"
+printf 'epoch=1 step=2 loss=0.5\n' >> n.log
+i=0; until grep -q 'data-points="1"' n.svg 2>/dev/null || [ $i -gt 600 ]; do sleep 0.1; i=$((i + 1)); done
+ok test -s n.svg "NaN first: the chart is written with the first finite value"
+stop $pid
+is "$rc" 0 "NaN first: status 0"
+is "$(cat n.err)" "metrics-grep: n.svg: 1 NaN or infinite value left out" "NaN first: only the count of what was left out"
 
 # ---- a file that does not exist yet ----
 metrics-grep -f --no-header later.log > out3 2> err3 &

@@ -142,6 +142,54 @@ is "$out" '{"name":"loss","value":null,"step":1}
 {"name":"loss","value":1000,"step":4}' "--json: NaN and infinities are null; other forms normalised"
 run metrics-grep --no-header odd.log
 is "$(printf '%s\n' "$out" | cut -f2 | tr '\n' ' ')" "nan -inf 0.5 1000 " "TSV: nan and -inf as words"
+# Numbers beyond a double's range have JSON's syntax, but every reader takes
+# them for infinities (Python's json writes them back as Infinity): null, as
+# the infinities, in the value, step and epoch of rows and in every summary.
+# Python's json, made strict: NaN, Infinity or an overflowing number refused.
+strict_json() { # FILE: every line a JSON object without NaN or infinities
+	$PY - "$1" <<'EOF'
+import json, math, sys
+def bad(c): raise ValueError("not JSON: " + c)
+def num(s):
+    v = float(s)
+    if not math.isfinite(v): bad(s)
+    return v
+n = 0
+for line in open(sys.argv[1]):
+    row = json.loads(line, parse_constant=bad, parse_float=num, parse_int=num)
+    assert isinstance(row, dict)
+    n += 1
+assert n > 0
+EOF
+}
+printf '%s\n' 'step=1 epoch=1e400 loss=1e400' 'step=2 loss=-1E+999 acc=0.5' 'step=1e400 loss=2' \
+	'step=3 loss=inf' 'step=4 loss=nan' 'step=5 loss=1.5e308' > over.log
+run metrics-grep --json over.log
+is "$out" '{"name":"loss","value":null,"step":1}
+{"name":"loss","value":null,"step":2}
+{"name":"acc","value":0.5,"step":2}
+{"name":"loss","value":2}
+{"name":"loss","value":null,"step":3}
+{"name":"loss","value":null,"step":4}
+{"name":"loss","value":1.5e308,"step":5}' "--json: numbers past a double's range are null (value), left out (step, epoch)"
+printf '%s\n' "$out" > over.jsonl
+ok strict_json over.jsonl "--json rows with overflowing numbers: strict JSON (Python, NaN and Infinity refused)"
+for s in --last --min --max --mean; do
+	run metrics-grep --json $s --count over.log
+	printf '%s\n' "$out" > over-s.jsonl
+	ok strict_json over-s.jsonl "--json $s: strict JSON"
+done
+printf 'loss=1e400\nloss=1\nacc=-1e400\nacc=1e400\nbig=1e308\nbig=1.5e308\n' > sum.log
+run metrics-grep --json --mean --min --max --last sum.log
+is "$out" '{"name":"loss","mean":null,"min":1,"max":null,"last":1}
+{"name":"acc","mean":null,"min":null,"max":null,"last":null}
+{"name":"big","mean":1.25e+308,"min":1e+308,"max":1.5e+308,"last":1.5e+308}' "--json summaries: every non-finite one null"
+printf '%s\n' "$out" > sum.jsonl
+ok strict_json sum.jsonl "--json summaries: strict JSON"
+run metrics-grep --mean --no-header sum.log
+is "$out" "loss${TAB}inf
+acc${TAB}nan
+big${TAB}1.25e+308" "--mean: an infinity's mean is infinite, both infinities NaN, a sum past DBL_MAX no harm"
 
 # dp-train's --log-format json lines
 printf '%s\n' '{"epoch": 1, "step": 100, "loss": 0.4123, "accuracy": 0.8512, "msg": "x"}' \
@@ -283,6 +331,16 @@ is "$(printf '%s\n' "$out" | sed -n 2p)" "loss${TAB}5" "no file reads stdin"
 run metrics-grep "$T"
 is "$rc" 1 "a directory: exit 1"
 like "$err" "Is a directory" "a directory: said so"
+# Any number of files (there was an unwritten limit of 256): read one after
+# the other, each closed once read, so not even the limit on open files applies.
+mkdir many
+for i in $(seq 300); do printf 'step=%d loss=%d.5\n' "$i" "$i" > "many/$(printf %03d "$i").log"; done
+run metrics-grep --count --last --max many/*.log
+is "$rc" 0 "300 files: exit 0"
+is "$out" "name${TAB}count${TAB}last${TAB}max
+loss${TAB}300${TAB}300.5${TAB}300.5" "300 files: every file read, in order"
+run bash -c 'ulimit -n 64 && exec metrics-grep --count --no-header many/*.log'
+is "$out" "loss${TAB}300" "300 files under ulimit -n 64: each closed once read"
 
 # ---- output errors ----
 for i in $(seq 200); do cat "$D/train.log"; done > big.log

@@ -12,30 +12,8 @@ Features: 'image' (the input) and 'label'.  OUT '-' is stdout.
 import argparse, gzip, struct, sys
 import numpy as np
 
-_T = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    _T.append(c)
+from tfr_frame import frame  # noqa: E402
 
-
-def crc32c(b):
-    c = 0xFFFFFFFF
-    t = _T
-    for x in b:
-        c = t[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked(b):
-    c = crc32c(b)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    n = struct.pack("<Q", len(data))
-    return n + struct.pack("<I", masked(n)) + data + struct.pack("<I", masked(data))
 
 
 def varint(v):

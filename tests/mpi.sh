@@ -6,9 +6,13 @@
 #   rank_pid MPIRUN R   the pid of rank R of the job of mpirun MPIRUN
 
 # Shared memory only (no network probing), no binding (two cores shared
-# with other jobs), and more ranks than cores when a test asks.
+# with other jobs), and more ranks than cores when a test asks.  The same
+# settings are exported for a plain mpirun (a man page's examples, the
+# examples/ scripts): bound, rank R of -np 2 may run only on core R, and
+# waits whenever another job keeps that core busy, however idle the other.
 MPI_OPTS=(--mca btl self,vader --bind-to none)
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_hwloc_base_binding_policy=none
 # The sanitizer options for Open MPI are set by tests/lib.sh.
 
 have_mpirun() { command -v mpirun >/dev/null 2>&1; }

@@ -55,12 +55,16 @@ s3_proxy() {
 	$PY "$DP_SRC/tests/s3-faults.py" --upstream "$RGW_URL" --port-file "$T/proxy.port" \
 		--log "$PROXY_LOG" "$@" </dev/null >/dev/null 2>&1 &
 	_s3_proxy_pid=$!
+	# Until it listens: Python's start can take seconds on a loaded
+	# machine; a bound only for a proxy that never starts (or died).
 	local i
-	for i in $(seq 1 100); do
+	for i in $(seq 1 1200); do
 		[ -s "$T/proxy.port" ] && break
+		kill -0 "$_s3_proxy_pid" 2>/dev/null || break
 		sleep 0.1
 	done
-	PROXY_URL="http://127.0.0.1:$(cat "$T/proxy.port")"
+	[ -s "$T/proxy.port" ] || diag "s3-faults.py did not start (args: $*)"
+	PROXY_URL="http://127.0.0.1:$(cat "$T/proxy.port" 2>/dev/null)"
 	: >>"$PROXY_LOG"
 }
 

@@ -48,8 +48,22 @@ open(T + '/trunc.gz', 'wb').write(z[:len(z) // 2])
 zb = bytearray(z); zb[len(z) // 2] ^= 0xff
 open(T + '/corrupt.gz', 'wb').write(zb)
 open(T + '/trail.gz', 'wb').write(z + b'trailing junk')
+n = len(z)
+open(T + '/gz.len', 'w').write(str(n))
+zb = bytearray(z); zb[10] |= 0x06                         # block type 3: invalid
+open(T + '/badblock.gz', 'wb').write(zb)
+zb = bytearray(z); zb[n - 8] ^= 1                         # the trailer's CRC-32
+open(T + '/crc.gz', 'wb').write(zb)
+zb = bytearray(z); zb[n - 1] ^= 1                         # the trailer's ISIZE
+open(T + '/isize.gz', 'wb').write(zb)
+open(T + '/cut-trailer.gz', 'wb').write(z[:n - 3])        # inside the trailer
+open(T + '/no-trailer.gz', 'wb').write(z[:n - 8])         # before it
 zz = zlib.compress(good)
 open(T + '/trail.zz', 'wb').write(zz + b'more')
+open(T + '/zz.len', 'w').write(str(len(zz)))
+zb = bytearray(zz); zb[-1] ^= 1                           # the Adler-32
+open(T + '/adler.zz', 'wb').write(zb)
+open(T + '/cut-trailer.zz', 'wb').write(zz[:-1])
 " || exit 1
 
 # bad NAME FILE EXIT MESSAGE-REGEX GOOD-RECORDS-ON-STDOUT [OPTIONS...]
@@ -81,7 +95,21 @@ bad "length 2^60" huge 1 "^tfr-cat: $T/huge: record 1 at byte 56: record length 
 bad "garbage" garbage 1 "^tfr-cat: $T/garbage: record 0 at byte 0: length CRC mismatch \(is this a TFRecord stream\?\)$" 0
 bad "junk between records" gap 1 "record 2 at byte 112: length CRC mismatch$" 2
 bad "truncated gzip" trunc.gz 1 "^tfr-cat: $T/trunc.gz: truncated gzip stream" 1
-bad "corrupt gzip" corrupt.gz 1 "^tfr-cat: $T/corrupt.gz: corrupt gzip data near compressed byte [0-9]+" 0
+# a flipped byte deflate decodes (only the trailer's CRC-32 would tell): the
+# records before it come out, and the first record it damaged is named
+bad "corrupt gzip" corrupt.gz 1 "^tfr-cat: $T/corrupt.gz: record 1 at byte 56: length CRC mismatch$" 1
+bad "corrupt gzip block" badblock.gz 1 "^tfr-cat: $T/badblock.gz: corrupt gzip data near compressed byte 11: invalid block type$" 0
+# the trailer: its place, and what in it does not match (issue 12: the data
+# CRC was reported "near compressed byte 786432" for a trailer at 905k, a
+# cut trailer as "ends inside compressed data")
+n=$(cat "$T/gz.len")
+bad "gzip trailer CRC" crc.gz 1 "^tfr-cat: $T/crc.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): CRC-32 of the data does not match$" 4
+bad "gzip trailer ISIZE" isize.gz 1 "^tfr-cat: $T/isize.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): length of the data \(ISIZE\) does not match$" 4
+bad "gzip cut in the trailer" cut-trailer.gz 1 "^tfr-cat: $T/cut-trailer.gz: truncated gzip stream \(its data whole, 5 of 8 trailer bytes at compressed byte $((n - 8)), stream ends at byte $((n - 3))\)$" 4
+bad "gzip cut before the trailer" no-trailer.gz 1 "^tfr-cat: $T/no-trailer.gz: truncated gzip stream \(its data whole, 0 of 8 trailer bytes at compressed byte $((n - 8)), stream ends at byte $((n - 8))\)$" 4
+n=$(cat "$T/zz.len")
+bad "zlib trailer Adler-32" adler.zz 1 "^tfr-cat: $T/adler.zz: zlib trailer at compressed bytes $((n - 4))-$((n - 1)): Adler-32 of the data does not match$" 4
+bad "zlib cut in the trailer" cut-trailer.zz 1 "^tfr-cat: $T/cut-trailer.zz: truncated zlib stream \(its data whole, 3 of 4 trailer bytes at compressed byte $((n - 4)), stream ends at byte $((n - 1))\)$" 4
 bad "trailing junk after zlib" trail.zz 1 "trailing data after the zlib stream" 4
 bad "empty file" empty 1 "^tfr-cat: $T/empty: empty input: no records \(--allow-empty accepts it\)$" 0
 bad "empty gzip" empty.gz 1 "empty.gz: empty input" 0
@@ -115,7 +143,12 @@ bad "skip: length CRC" lencrc 0 "record 2 at byte 112: length CRC mismatch; skip
 bad "skip: junk between records" gap 0 "record 2 at byte 112: length CRC mismatch; skipped 12 bytes to the next valid header at byte 124" 4 --skip-corrupt
 bad "skip: truncated" trunc-data 0 "record 2 at byte 112: truncated record .*; skipped" 2 --skip-corrupt
 bad "skip: length 2^60" huge 0 "record 1 at byte 56: record length 1152921504606846976 exceeds the maximum of 268435456 bytes; skipped 112 bytes to the end of the stream" 1 --skip-corrupt
-bad "skip: garbage" garbage 0 "skipped 360 bytes to the end of the stream" 0 --skip-corrupt
+# not one record in it: an error even with --skip-corrupt (as in tfr-shard)
+bad "skip: garbage" garbage 1 "skipped 360 bytes to the end of the stream
+tfr-cat: $T/garbage: no records found in 360 bytes \(is it a TFRecord file\?\)$" 0 --skip-corrupt
+bad "skip: garbage, -c" garbage 1 "^tfr-cat: $T/garbage: no records found in 360 bytes" 0 --skip-corrupt -c
+bad "skip: garbage after a good file" garbage 1 "garbage: no records found in 360 bytes" 4 --skip-corrupt "$G"
+bad "skip: damaged gzip, no record before" badblock.gz 1 "^tfr-cat: $T/badblock.gz: corrupt gzip data near compressed byte 11: invalid block type$" 0 --skip-corrupt
 bad "skip: truncated gzip" trunc.gz 0 "truncated gzip stream.*; skipped the rest of the stream" 1 --skip-corrupt
 bad "skip: invalid protobuf" notpb 0 "record 1 at byte 56: invalid Example: .*; skipped" 4 -j --skip-corrupt
 run tfr-cat --verify --skip-corrupt "$T/gap" "$T/datacrc"
@@ -160,5 +193,28 @@ is "$rc" 1 "-o into a missing directory: exit 1"
 like "$err" "^tfr-cat: $T/no/such/dir/x: cannot create: No such file or directory$" "-o into a missing directory: message"
 run tfr-cat "$T/missing"
 is "$rc/$err" "1/tfr-cat: $T/missing: No such file or directory" "missing input: message"
+
+# ---- an output that is its own input (issue 12: tfr-cat f >> f grew without
+# bound): refused as cat refuses it, before anything is written
+cp "$T/good" "$T/f.tfr"
+size=$(stat -c %s "$T/f.tfr")
+timeout 60 tfr-cat "$T/f.tfr" >>"$T/f.tfr" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: $T/f.tfr: input file is output file" "tfr-cat f >> f: refused"
+timeout 60 tfr-cat "$T/good" "$T/f.tfr" >>"$T/f.tfr" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: $T/f.tfr: input file is output file" "tfr-cat g f >> f: refused"
+is "$(stat -c %s "$T/f.tfr")" "$size" "  f unchanged (not even g written to it)"
+timeout 60 tfr-cat - <"$T/f.tfr" >>"$T/f.tfr" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: stdin: input file is output file" "tfr-cat - < f >> f: refused"
+timeout 60 tfr-cat -j "$T/f.tfr" >>"$T/f.tfr" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: $T/f.tfr: input file is output file" "  -j too"
+timeout 60 tfr-cat -o /dev/stdout "$T/f.tfr" >>"$T/f.tfr" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: $T/f.tfr: input file is output file" "  -o /dev/stdout too"
+printf '{"a":{"int64":[1]}}\n' >"$T/f.jsonl"
+timeout 60 tfr-cat --encode json "$T/f.jsonl" >>"$T/f.jsonl" 2>"$T/err"
+is "$?/$(cat "$T/err")" "1/tfr-cat: $T/f.jsonl: input file is output file" "  --encode too"
+is "$(stat -c %s "$T/f.tfr")" "$size" "  f unchanged"
+run tfr-cat -o "$T/f.tfr" "$T/f.tfr" "$T/good"
+is "$rc" 0 "-o f reading f: through a temporary renamed at the end, allowed"
+is "$(tfr-cat -c "$T/f.tfr")" 8 "  f holds both inputs once"
 
 done_testing

@@ -52,6 +52,46 @@ is "$(pb "$T/dc.tfr" "v(0,'pixels'), v(2,'caption'), v(1,'caption')")" \
 printf '\xef\xbb\xbfa\tb c\n1\t0.5  1.5\n' >"$T/tab.csv"
 run tfr-cat --encode csv -d tab --types 'a=int,b c=float[]' -j "$T/tab.csv"
 is "$out" '{"a":{"int64":[1]},"b c":{"float":[0.5,1.5]}}' "csv: tab delimiter, BOM, runs of blanks in a list"
+# a gzip input that is damaged: where, in compressed bytes, and the trailer
+# named when only its check fails (it said "<fd:3>: incorrect data check")
+$PY -c "
+import gzip, sys
+z = gzip.compress(b'a,b\n' + b''.join(b'%d,%d\n' % (i, i * i) for i in range(1000)))
+n = len(z)
+open(sys.argv[1] + '/gz.len', 'w').write(str(n))
+c = bytearray(z); c[n - 8] ^= 1; open(sys.argv[1] + '/crc.csv.gz', 'wb').write(c)
+c = bytearray(z); c[n - 1] ^= 1; open(sys.argv[1] + '/isize.csv.gz', 'wb').write(c)
+open(sys.argv[1] + '/cut.csv.gz', 'wb').write(z[:n - 3])
+c = bytearray(z); c[10] |= 6; open(sys.argv[1] + '/blk.csv.gz', 'wb').write(c)
+" "$T"
+n=$(cat "$T/gz.len")
+run tfr-cat --encode csv -c "$T/crc.csv.gz"
+is "$rc/$err" "1/tfr-cat: $T/crc.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): CRC-32 of the data does not match" \
+	"csv.gz: a bad CRC-32 in the trailer, named as such"
+run tfr-cat --encode csv -c "$T/isize.csv.gz"
+is "$err" "tfr-cat: $T/isize.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): length of the data (ISIZE) does not match" \
+	"csv.gz: a bad ISIZE"
+run tfr-cat --encode csv -c "$T/cut.csv.gz"
+is "$err" "tfr-cat: $T/cut.csv.gz: truncated gzip stream (it ends at compressed byte $((n - 3)))" \
+	"csv.gz: cut short: where it ends"
+run tfr-cat --encode csv -c "$T/blk.csv.gz"
+is "$err" "tfr-cat: $T/blk.csv.gz: corrupt gzip data near compressed byte 11: invalid block type" \
+	"csv.gz: bad deflate data: where"
+# a byte order mark: one rule for CSV and JSON lines (issue 12: --encode json
+# refused what --encode csv took): passed over at the start of the input
+printf '\xef\xbb\xbf{"a":{"int64":[1]}}\n' >"$T/bom.jsonl"
+run tfr-cat --encode json -j "$T/bom.jsonl"
+is "$rc/$out" '0/{"a":{"int64":[1]}}' "json: a BOM at the start is passed over, as in CSV"
+printf '\xef\xbb\xbf{"features":{"feature":{"a":{"int64List":{"value":["1"]}}}}}\n' >"$T/bom-proto.jsonl"
+run tfr-cat --encode json=proto -j "$T/bom-proto.jsonl"
+is "$rc/$out" '0/{"a":{"int64":[1]}}' "json=proto: the same"
+printf '{"a":{"int64":[1]}}\n\xef\xbb\xbf{"a":{"int64":[2]}}\n' >"$T/bom2.jsonl"
+run tfr-cat --encode json -c "$T/bom2.jsonl"
+is "$rc" 1 "json: a BOM on a later line is an error"
+like "$err" "bom2.jsonl: line 2: invalid JSON" "  naming the line"
+printf 'a\n\xef\xbb\xbfb\n' >"$T/bom2.csv"
+run tfr-cat --encode csv -j "$T/bom2.csv"
+is "$out" '{"a":{"bytes":["77u/Yg=="]}}' "csv: a BOM on a later line is data"
 printf 'a;b;c\n1;x|y|;z\n\n' >"$T/semi.csv"
 run tfr-cat --encode csv --delimiter=';' --list-sep='|' --types 'b=bytes[],c=skip,a=int64' --types 'a=float' -j "$T/semi.csv"
 is "$out" '{"a":{"int64":[1]},"b":{"bytes":["eA==","eQ==",""]}}' \
@@ -111,6 +151,12 @@ open(sys.argv[1] + '/lb4', 'wb').write(lb[:-1].replace(b'\x05', b'\x04', 1))
 open(sys.argv[1] + '/imt', 'wb').write(im[:-4])
 open(sys.argv[1] + '/imx', 'wb').write(im + b'x')
 open(sys.argv[1] + '/imf', 'wb').write(im.replace(b'\x08', b'\x0d', 1))
+# dimensions whose product wraps around 2^64: to 0 (empty images), to 4
+d = struct.pack('>BBBBIIIII', 0, 0, 8, 5, 1, 65536, 65536, 65536, 65536)
+open(sys.argv[1] + '/imw0', 'wb').write(d)
+d = struct.pack('>BBBBIIIIII', 0, 0, 8, 6, 1, 4, 65536, 65536, 65536, 65536)
+open(sys.argv[1] + '/imw4', 'wb').write(d + bytes(4))
+open(sys.argv[1] + '/lb1', 'wb').write(struct.pack('>BBBBI', 0, 0, 8, 1, 1) + bytes([3]))
 " "$T" || exit 1
 run tfr-cat --encode idx "$T/im" "$T/lb" -o "$T/i.tfr"
 is "$rc" 0 "idx: exit 0"
@@ -132,6 +178,9 @@ idxbad "counts differ" "$T/im" "$T/lb4" "$T/im has 5 images but $T/lb4 has 4 lab
 idxbad "truncated" "$T/imt" "$T/lb" "$T/imt: truncated: image 4 of 5 at byte 40 is incomplete"
 idxbad "trailing bytes" "$T/imx" "$T/lb" "$T/imx: trailing bytes after 5 images"
 idxbad "element type" "$T/imf" "$T/lb" "$T/imf: IDX element type 0x0d: only unsigned bytes"
+# issue 12, item 7: these made empty or 4-byte images, exit 0
+idxbad "size overflows to 0" "$T/imw0" "$T/lb1" "^tfr-cat: $T/imw0: IDX header: dimension 4 \(65536\) makes the size of an item overflow 64 bits$"
+idxbad "size overflows to 4" "$T/imw4" "$T/lb1" "^tfr-cat: $T/imw4: IDX header: dimension 5 \(65536\) makes the size of an item overflow 64 bits$"
 idxbad "not IDX" "$D/data.csv" "$T/lb" "data.csv: not an IDX file \(images\)"
 idxbad "labels with 3 dims" "$T/im" "$T/im" "$T/im: a label file has one dimension, this one 3"
 idxbad "missing file" "$T/nope" "$T/lb" "$T/nope: No such file or directory"

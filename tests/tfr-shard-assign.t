@@ -158,5 +158,16 @@ for bad in "4/4" "x/4" "1" "1/0" "-1/4"; do
 done
 run tfr-shard -n 3 --take 1/4 in.tfr
 is "$rc" 2 "--take N and -n disagree: usage error"
+# the one I/N parser (dp_parse_part, as s3-pipe --shard): its wording and range
+run tfr-shard --take 4/4 in.tfr
+is "$(echo "$err" | head -1)" \
+	"tfr-shard: --take '4/4': want I/N, part I from 0 to N-1 of N from 1 to 1073741824 (e.g. 3/8 or {rank}/{size})" \
+	"--take 4/4: the I/N parser's message"
+run tfr-shard --take '{rank}/{size}' --rank 5 --size 4 in.tfr
+like "$err" "^tfr-shard: --take '\{rank\}/\{size\}' \(5/4\): want I/N" "--take: the filled-in value is shown"
+run tfr-shard --take 0/1073741825 in.tfr
+is "$rc" 2 "--take: N past 2^30 is a usage error"
+tfr-shard --take 0x1/0x4 in.tfr >hex 2>/dev/null
+same_file hex t-00001 "--take: hex I/N, as every count"
 
 done_testing

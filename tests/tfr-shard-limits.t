@@ -97,7 +97,16 @@ $REF ids rsh-all >rsh-all.ids
 same_file rsh.ids rsh-all.ids "size mode after a shuffle"
 run tfr-shard --max-bytes 100 -o 'huge-{shard}' in.tfr
 is "$rc" 1 "a record larger than --max-bytes: exit 1"
-like "$err" "larger than --max-bytes 100" "says so"
+like "$err" "^tfr-shard: in.tfr: record 0 at byte 0: [0-9]+ bytes framed, more than --max-bytes 100: no shard can hold it$" \
+	"says so, naming the file, the record and its offset"
+$REF gen small.tfr 3 --size 10
+$REF gen big.tfr 1 --size 1000 --seed 2
+cat small.tfr big.tfr small.tfr >mixed.tfr
+at=$(stat -c %s small.tfr)
+run tfr-shard --max-bytes 500 -o 'huge2-{shard}' small.tfr mixed.tfr
+is "$err" "tfr-shard: mixed.tfr: record 3 at byte $at: $(( $(stat -c %s big.tfr) )) bytes framed, more than --max-bytes 500: no shard can hold it" \
+	"a later record, in a later file: that file, its record number and offset"
+ok test ! -e huge2-00000 "  no output"
 ok test ! -e huge-00000 "  no output"
 is "$(ls -A | grep -c '\.tmp\.')" 0 "  no temporary files"
 run tfr-shard --max-records 10 --by round-robin -o 'x-{shard}' in.tfr

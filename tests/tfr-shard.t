@@ -26,14 +26,20 @@ done
 run tfr-shard --version
 is "$rc" 0 "--version exits 0"
 like "$out" "^tfr-shard \(dptools\) [0-9]" "--version prints the version"
+run tfr-shard --version
+is "$(tfr-shard -V)" "$out" "-V is --version"
+tfr-shard --help >/dev/full 2>full.err
+is "$?/$(cat full.err)" "1/tfr-shard: stdout: No space left on device" "--help on a full disk: exit 1, says so"
+tfr-shard --version >/dev/full 2>full.err
+is "$?/$(cat full.err)" "1/tfr-shard: stdout: No space left on device" "--version on a full disk: exit 1, says so"
 run tfr-shard --bogus in.tfr
 is "$rc" 2 "unknown option: exit 2"
-like "$err" "unknown option '--bogus'" "names the option"
+is "$(echo "$err" | head -1)" "tfr-shard: unknown option '--bogus'" "names the option"
 like "$err" "usage: tfr-shard" "one-line usage"
 is "$out" "" "nothing on stdout"
 run tfr-shard -n
 is "$rc" 2 "missing value: exit 2"
-like "$err" "'-n' needs a value" "says which option"
+is "$(echo "$err" | head -1)" "tfr-shard: option '-n' needs a value" "says which option"
 for bad in "-n 0" "-n x" "-n -1" "--by nope" "--by hash:" "-z bzip2" "--level 10" "--memory 12Q" \
 	"--seed x" "--shuffle-window 0" "--max-records 0" "--max-bytes 0" "--rank -1" "--size 0"; do
 	run tfr-shard $bad -o 'x-{shard}' in.tfr

@@ -28,28 +28,10 @@ sys.path.insert(0, sys.argv[1])
 import example_pb2  # noqa: E402  (compiled by the test)
 from google.protobuf import json_format  # noqa: E402
 
-_T = []
-for _n in range(256):
-    _c = _n
-    for _ in range(8):
-        _c = (_c >> 1) ^ (0x82F63B78 if _c & 1 else 0)
-    _T.append(_c)
-
-
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = _T[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def mask(c):
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    h = struct.pack("<Q", len(data))
-    return h + struct.pack("<I", mask(crc32c(h))) + data + struct.pack("<I", mask(crc32c(data)))
+# tfr_frame.py lies beside this file (tests exec this file's text: DP_SRC)
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals()
+                else os.path.join(os.environ.get("DP_SRC", "."), "tests"))
+from tfr_frame import crc32c, frame, mask  # noqa: E402,F401
 
 
 def load(path):

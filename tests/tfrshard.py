@@ -32,33 +32,7 @@ import zlib
 M = (1 << 64) - 1
 
 
-def _crc_table():
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-_T = _crc_table()
-
-
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = _T[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def mask(c):
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    n = struct.pack("<Q", len(data))
-    return n + struct.pack("<I", mask(crc32c(n))) + data + struct.pack("<I", mask(crc32c(data)))
+from tfr_frame import crc32c, frame, mask  # noqa: E402,F401
 
 
 def decompress(raw):

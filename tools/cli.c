@@ -7,16 +7,27 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct cli cli = {.prog = "dptools", .rank = -1};
+
+/* Every program takes the DP_* overrides of its environment (dp.h,
+ * "Settings"), before main and before any thread. */
+__attribute__((constructor)) static void cli_settings(void)
+{
+	dp_settings_from_env();
+}
 
 void cli_vwarn(const char *fmt, va_list ap)
 {
 	if (cli.quiet)
 		return;
+	cli_progress_clear();
 	if (cli.before_msg)
 		cli.before_msg();
 	if (cli.rank >= 0)
@@ -118,6 +129,12 @@ int cli_close_stdout(void)
 	errno = 0;
 	int bad = fflush(stdout) == EOF || ferror(stdout);
 	int err = errno;
+	if (bad && !err) { /* failed in an earlier flush, its errno gone: a pipe
+			    * whose reader left still says so */
+		struct pollfd p = {STDOUT_FILENO, POLLOUT, 0};
+		if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
+			err = EPIPE;
+	}
 	if (fclose(stdout) == EOF && !bad) {
 		bad = 1;
 		err = errno;
@@ -126,7 +143,10 @@ int cli_close_stdout(void)
 		return 0;
 	if (err == EPIPE)
 		cli_exit(CLI_PIPE);
-	cli_warn("stdout: %s", strerror(err ? err : EIO));
+	if (err)
+		cli_warn("stdout: %s", strerror(err));
+	else
+		cli_warn("stdout: write error");
 	return -1;
 }
 
@@ -163,6 +183,10 @@ double cli_real(const char *opt, const char *s, double min, double max)
 uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max)
 {
 	uint64_t v;
+	if ((dp_parse_size(s, &v) < 0 || v < min) && max == UINT64_MAX)
+		cli_usage_error("%s '%s': want a byte count of at least %" PRIu64
+				", such as 512K, 64M or 2G",
+				opt, s, min);
 	if (dp_parse_size(s, &v) < 0 || v < min || v > max)
 		cli_usage_error("%s '%s': want a size from %" PRIu64 " to %" PRIu64
 				" bytes, such as 512K, 64M or 2G",
@@ -187,6 +211,61 @@ char *cli_expand(const char *tmpl, const char *const *vars)
 	if (!x)
 		cli_die("out of memory");
 	return x;
+}
+
+void cli_catch_signals(const int *sigs, int n, void (*fn)(int), int keep_ignored)
+{
+	for (int i = 0; i < n; i++) {
+		struct sigaction sa, old;
+		if (keep_ignored && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = fn;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+static struct {
+	int on, shown;
+	double last;
+} bar;
+
+void cli_progress_on(int on)
+{
+	bar.on = on;
+	bar.last = -1;
+}
+
+int cli_progress_due(void)
+{
+	if (!bar.on)
+		return 0;
+	double now = dp_now();
+	if (bar.last >= 0 && now - bar.last < 0.2)
+		return 0;
+	bar.last = now;
+	return 1;
+}
+
+void cli_progress(const char *fmt, ...)
+{
+	if (!bar.on)
+		return;
+	va_list ap;
+	fputs("\r\033[K", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	bar.shown = 1;
+}
+
+void cli_progress_clear(void)
+{
+	if (bar.shown) {
+		fputs("\r\033[K", stderr);
+		bar.shown = 0;
+	}
 }
 
 void *cli_malloc(size_t n)

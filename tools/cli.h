@@ -81,7 +81,8 @@ int cli_close_stdout(void);
 /* Option values; a bad one is a usage error naming the option.
  * cli_count: a whole number from min to max (dp_parse_count).
  * cli_real: a finite number from min to max.
- * cli_size: a byte count ("512M", "1.5G", dp_parse_size) from min to max.
+ * cli_size: a byte count ("512M", "1.5G", dp_parse_size) from min to max
+ *   (UINT64_MAX: no bound).
  * cli_part: "I/N" with {rank}, {size} and vars filled in (dp_parse_part). */
 uint64_t cli_count(const char *opt, const char *s, uint64_t min, uint64_t max);
 double cli_real(const char *opt, const char *s, double min, double max);
@@ -91,6 +92,21 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
+
+/* Handle each of the n signals with fn (no SA_RESTART: a blocking read
+ * returns EINTR); with keep_ignored, one the parent set to be ignored
+ * (nohup's SIGHUP, a background job's SIGINT) stays ignored. */
+void cli_catch_signals(const int *sigs, int n, void (*fn)(int), int keep_ignored);
+
+/* A progress line on stderr, redrawn in place: cli_progress_on(1) when
+ * the program wants one (as a rule: not --quiet and stderr a terminal);
+ * cli_progress_due() says whether to draw now (the first time, then at
+ * most five times a second); cli_progress() draws the line, replacing the
+ * last; cli_progress_clear() removes it.  Every message clears it first. */
+void cli_progress_on(int on);
+int cli_progress_due(void);
+void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_clear(void);
 
 /* Allocation that cannot fail: "prog: out of memory", exit 1. */
 void *cli_malloc(size_t n);

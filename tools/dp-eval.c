@@ -167,19 +167,9 @@ static void help(void)
  * environment says which worker that is). */
 
 static int RANK, SIZE = 1;
-static int bar_shown;
-
-static void bar_clear(void)
-{
-	if (bar_shown) {
-		fputs("\r\033[K", stderr);
-		bar_shown = 0;
-	}
-}
 
 static void before_msg(void)
 {
-	bar_clear();
 	fflush(stdout);
 }
 
@@ -215,12 +205,13 @@ static void parse_args(int argc, char **argv)
 				usage_error("--decode-raw '%s': want uint8, float32, float64 or none",
 					    optarg);
 			break;
-		case O_SCALE:
-			if (dp_parse_scale(optarg, &O.scale) < 0)
-				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
-					    optarg);
+		case O_SCALE: {
+			dp_err se;
+			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
+				usage_error("%s", se.msg);
 			O.scale_text = optarg;
 			break;
+		}
 		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
 		case O_TOPK: O.topk = (long)cli_count("--top-k", optarg, 0, 1u << 24); break;
 		case O_CLASSES: O.classes = optarg; break;
@@ -358,30 +349,43 @@ static void load_classes(size_t k)
 
 /* ---- --check: gates on a metrics JSON ---------------------------------------------- */
 
-/* The value of metric `name` in a dp-eval metrics JSON: 0, or -1 when
- * there is none of that name. */
-static int json_metric(json_t *root, const char *name, double *v)
+/* What a JSON value is, for a message: its compact text, cut short. */
+static void json_what(const json_t *j, char *buf, size_t len)
+{
+	char *t = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+	snprintf(buf, len, "%.60s%s", t ? t : "?", t && strlen(t) > 60 ? "..." : "");
+	free(t);
+}
+
+/* The value of metric `name` in a dp-eval metrics JSON: 0; -1 when there
+ * is none of that name; -2 when there is one not of dp-eval's form (a
+ * number or null), with what it is in bad. */
+static int json_metric(json_t *root, const char *name, double *v, char *bad, size_t bl)
 {
 	json_t *m = json_object_get(json_object_get(root, "metrics"), name);
-	json_t *val = json_object_get(m, "value");
-	if (json_is_number(val)) {
-		*v = json_number_value(val);
-		return 0;
-	}
-	if (val && json_is_null(val)) {
-		*v = NAN;
-		return 0;
+	if (m) {
+		json_t *val = json_object_get(m, "value");
+		if (json_is_number(val)) {
+			*v = json_number_value(val);
+			return 0;
+		}
+		if (val && json_is_null(val)) {
+			*v = NAN;
+			return 0;
+		}
+		json_what(m, bad, bl);
+		return -2;
 	}
 	const char *lb = strchr(name, '[');
 	size_t nl = strlen(name);
 	if (!lb || name[nl - 1] != ']' || lb == name)
 		return -1;
 	char base[64], idx[256];
-	size_t bl = (size_t)(lb - name), il = nl - bl - 2;
-	if (bl >= sizeof base || il >= sizeof idx || !il)
+	size_t bl2 = (size_t)(lb - name), il = nl - bl2 - 2;
+	if (bl2 >= sizeof base || il >= sizeof idx || !il)
 		return -1;
-	memcpy(base, name, bl);
-	base[bl] = 0;
+	memcpy(base, name, bl2);
+	base[bl2] = 0;
 	memcpy(idx, lb + 1, il);
 	idx[il] = 0;
 	const char *arr = json_object_get(root, "classes") ? "classes" : "outputs";
@@ -406,28 +410,53 @@ static int json_metric(json_t *root, const char *name, double *v)
 				*v = NAN;
 				return 0;
 			}
-			return -1;
+			if (!x)
+				return -1;
+			json_what(x, bad, bl);
+			return -2;
 		}
 	}
 	return -1;
 }
 
-static int check_mode(void)
+/* The metrics JSON of --check ("-": stdin), parsed. */
+static json_t *load_check(void)
 {
 	json_error_t je;
-	json_t *root = !strcmp(O.check, "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-					     : json_load_file(O.check, JSON_REJECT_DUPLICATES, &je);
+	int std = !strcmp(O.check, "-");
+	FILE *f = std ? stdin : fopen(O.check, "r");
+	struct stat st;
+	if (!f)
+		cli_die("%s: %s", O.check, strerror(errno));
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
+		cli_die("%s: is a directory, not a metrics JSON", O.check);
+	json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+	if (!std)
+		fclose(f);
 	if (!root) {
 		if (je.line > 0)
 			cli_die("%s: line %d, column %d: %s", O.check, je.line, je.column, je.text);
 		cli_die("%s: %s", O.check, je.text);
 	}
+	return root;
+}
+
+static int check_mode(void)
+{
+	json_t *root = load_check();
 	if (!json_is_object(json_object_get(root, "metrics")))
 		cli_die("%s: not a dp-eval metrics JSON (no \"metrics\" object)", O.check);
 	int failed = 0;
 	double *vals = cli_calloc(O.ngates, sizeof *vals);
-	for (size_t i = 0; i < O.ngates; i++)
-		if (json_metric(root, O.gates[i].metric, &vals[i]) < 0) {
+	for (size_t i = 0; i < O.ngates; i++) {
+		char bad[80];
+		int rc = json_metric(root, O.gates[i].metric, &vals[i], bad, sizeof bad);
+		if (rc == -2)
+			cli_die("%s: metric '%s' is %s, not of the expected form %s", O.check,
+				O.gates[i].metric, bad,
+				strchr(O.gates[i].metric, '[') ? "(a number or null)"
+							       : "{\"value\": NUMBER}");
+		if (rc < 0) {
 			const char *k;
 			json_t *v;
 			char list[512];
@@ -439,8 +468,9 @@ static int check_mode(void)
 					l += (size_t)w;
 			}
 			usage_error("--require %s: %s has no metric '%s' (it has %s)", O.gate_text[i],
-				    O.check, O.gates[i].metric, list);
+				    O.check, O.gates[i].metric, list[0] ? list : "none");
 		}
+	}
 	for (size_t i = 0; i < O.ngates; i++) {
 		char t[40];
 		int ok = dp_gate_pass(&O.gates[i], vals[i]);
@@ -577,7 +607,8 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 		cli_die_err(CLI_FAIL, &e);
 }
 
-static void pred_commit(pred_out *p)
+/* Every prediction written to p->out, which is left to commit. */
+static void pred_finish(pred_out *p)
 {
 	dp_err e;
 	pred_flush(p, 1);
@@ -587,11 +618,8 @@ static void pred_commit(pred_out *p)
 		dp_writer_free(p->w);
 		p->w = NULL;
 	}
-	if (dp_out_commit(&p->out, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
 	dp_buf_free(&p->sb);
 	dp_exbuild_free(&p->ex);
-	free(p->path);
 }
 
 /* ---- the report ------------------------------------------------------------------------- */
@@ -800,19 +828,15 @@ static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model 
 	dp_buf_printf(b, "\n}\n");
 }
 
-static void write_whole(const char *path, const dp_buf *b)
+/* b written to output o (opened on path), left to commit. */
+static void write_whole(dp_out *o, const char *path, const dp_buf *b)
 {
-	dp_out o;
 	dp_err e;
 	if (b->err)
 		cli_die("out of memory");
-	if (dp_out_open(&o, path, &e) < 0)
+	if (dp_out_open(o, path, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
-	if (dp_write_all(o.fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0) {
-		dp_out_abort(&o);
-		cli_die_err(CLI_FAIL, &e);
-	}
-	if (dp_out_commit(&o, &e) < 0)
+	if (dp_write_all(o->fd, b->p, b->len, strcmp(path, "-") ? path : "stdout", &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 }
 
@@ -898,6 +922,54 @@ static void join_job(void)
 			    O.pred, SIZE);
 }
 
+/* Can this worker's outputs be created?  Checked before the work
+ * (dp_out_check): its --predictions, and worker 0's --json. */
+static void check_outputs(void)
+{
+	dp_err e;
+	if (O.pred) {
+		char *p = cli_expand(O.pred, NULL);
+		if (dp_out_check(p, &e) < 0)
+			cli_die("--predictions %s", e.msg);
+		free(p);
+	}
+	if (O.json && RANK == 0 && dp_out_check(O.json, &e) < 0)
+		cli_die("--json %s", e.msg);
+}
+
+/* Whether path (its links followed) is the same file as the checkpoint. */
+static int same_file(const char *path, const char *other)
+{
+	struct stat a, b;
+	return stat(path, &a) == 0 && S_ISREG(a.st_mode) && stat(other, &b) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* An output that is one of the inputs would replace it: refused, before
+ * the evaluation. */
+static void check_not_inputs(void)
+{
+	const char *opt[2] = {"--predictions", "--json"};
+	char *path[2] = {O.pred ? cli_expand(O.pred, NULL) : NULL,
+			 O.json && RANK == 0 ? cli_strdup(O.json) : NULL};
+	for (int i = 0; i < 2; i++) {
+		if (!path[i])
+			continue;
+		if (dp_data_reads(R.d, path[i]))
+			cli_die("%s %s: is one of the files evaluated: it would be replaced", opt[i],
+				path[i]);
+		if (same_file(path[i], O.model))
+			cli_die("%s %s: is the checkpoint: it would be replaced", opt[i], path[i]);
+		free(path[i]);
+	}
+	/* the report (or - outputs) on standard output, redirected to an
+	 * input: `dp-eval --model m d.tfr >> d.tfr` */
+	if (RANK == 0 && (!O.quiet || (O.json && !strcmp(O.json, "-")) ||
+			  (O.pred && !strcmp(O.pred, "-"))) &&
+	    (dp_data_reads(R.d, "/proc/self/fd/1") || same_file("/proc/self/fd/1", O.model)))
+		cli_die("stdout: is one of the inputs: writing there would damage it");
+}
+
 /* The model, and how its data is read: the options, else the
  * checkpoint's metadata, else dp-train's defaults. */
 static void load_model(void)
@@ -925,8 +997,9 @@ static void load_model(void)
 	R.scale_text = O.scale_text;
 	if (!R.scale_text) {
 		R.scale_text = dp_st_meta(R.ck, "scale");
-		if (R.scale_text && dp_parse_scale(R.scale_text, &R.scale) < 0)
-			cli_die("%s: metadata scale '%s' is not a number", O.model, R.scale_text);
+		dp_err se;
+		if (R.scale_text && dp_parse_scale("scale", R.scale_text, &R.scale, &se) < 0)
+			cli_die("%s: metadata: %s", O.model, se.msg);
 		if (!R.scale_text)
 			R.scale_text = "1", R.scale = 1;
 	}
@@ -939,7 +1012,7 @@ static void make_metrics(void)
 	dp_err e;
 	size_t k = R.k, topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
 	if (R.cls && topk >= k)
-		usage_error("--top-k %zu: the model has %zu classes", topk, k);
+		usage_error("--top-k %zu: want fewer than the model's %zu classes", topk, k);
 	if (!R.cls && O.topk > 0)
 		usage_error("--top-k: '%s' is a regression model", O.model);
 	if (O.classes && !R.cls)
@@ -1003,8 +1076,7 @@ static void open_data(void)
 
 /* After each batch of the pass: its predictions, the progress bar. */
 typedef struct progress {
-	int bar;
-	double t0, last;
+	double t0;
 	uint64_t done;
 } progress;
 
@@ -1020,13 +1092,9 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
 				 k);
 	pg->done += b->n;
-	double now = dp_now();
-	if (pg->bar && now - pg->last > 0.2) {
-		fprintf(stderr, "\r\033[K%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
-			pg->done / fmax(1e-9, now - pg->t0));
-		bar_shown = 1;
-		pg->last = now;
-	}
+	if (cli_progress_due())
+		cli_progress("%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
+			     pg->done / fmax(1e-9, dp_now() - pg->t0));
 	return DP_OK;
 }
 
@@ -1036,11 +1104,12 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 static void evaluate(void)
 {
 	dp_err e, fe = {0};
-	progress pg = {!O.quiet && RANK == 0 && isatty(STDERR_FILENO), dp_now(), 0, 0};
+	progress pg = {dp_now(), 0};
+	cli_progress_on(!O.quiet && RANK == 0 && isatty(STDERR_FILENO));
 	int rc = dp_data_epoch(R.d, 0, 0, &fe);
 	if (rc == 0)
 		rc = dp_eval_data(R.ev, R.m, R.d, O.pred != NULL, each_batch, &pg, &fe);
-	bar_clear();
+	cli_progress_clear();
 	int failed = rc < 0;
 	double *flags = cli_calloc((size_t)SIZE, sizeof *flags);
 	flags[RANK] = failed;
@@ -1078,18 +1147,36 @@ static void apply_gates(void)
 	}
 }
 
-/* Worker 0's outputs: the metrics JSON, the report, the failed gates. */
+/* The files: this worker's predictions and worker 0's metrics JSON, all
+ * or none (dp_out_commit_all: a destination that cannot be written is
+ * named, and nothing lands). */
+static void land_outputs(void)
+{
+	dp_out *outs[2], jo;
+	size_t n = 0;
+	dp_err e;
+	if (O.pred) {
+		pred_finish(&R.po);
+		outs[n++] = &R.po.out;
+	}
+	if (O.json && RANK == 0) {
+		dp_buf j = DP_BUF_INIT;
+		json_report(&j, &R.rep, R.ck, R.m, R.d, R.feature, R.label, R.decode, R.scale_text,
+			    R.gr);
+		write_whole(&jo, O.json, &j);
+		dp_buf_free(&j);
+		outs[n++] = &jo;
+	}
+	if (dp_out_commit_all(outs, n, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	free(R.po.path);
+}
+
+/* Worker 0's report and failed gates. */
 static void write_reports(void)
 {
 	if (RANK != 0)
 		return;
-	if (O.json) {
-		dp_buf j = DP_BUF_INIT;
-		json_report(&j, &R.rep, R.ck, R.m, R.d, R.feature, R.label, R.decode, R.scale_text,
-			    R.gr);
-		write_whole(O.json, &j);
-		dp_buf_free(&j);
-	}
 	int to_stdout = (O.json && !strcmp(O.json, "-")) || (O.pred && !strcmp(O.pred, "-"));
 	if (!O.quiet && !to_stdout) {
 		dp_buf t = DP_BUF_INIT;
@@ -1148,15 +1235,16 @@ int main(int argc, char **argv)
 	}
 	check_args();
 	join_job();
+	check_outputs();
 	load_model();
 	make_metrics();
 	open_data();
+	check_not_inputs();
 	if (O.pred)
 		pred_open(&R.po);
 	evaluate();
 	apply_gates();
-	if (O.pred)
-		pred_commit(&R.po);
+	land_outputs();
 	write_reports();
 	return finish();
 }

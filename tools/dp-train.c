@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -307,7 +308,6 @@ static void help(void)
  * error, a bad checkpoint: die_all) is printed once, by rank 0.  Before
  * the job is joined, rank and size come from the launcher's environment. */
 
-static void bar_clear(void);
 static dp_comm *COMM; /* the job, once joined */
 static int RANK, SIZE = 1;
 
@@ -334,16 +334,24 @@ static void set_rank(int rank, int size)
 /* cli.before_msg */
 static void before_msg(void)
 {
-	bar_clear();
+	cli_progress_clear();
 	fflush(stdout);
 }
 
-/* cli.on_fail: a failure ends every rank of the job. */
+/* cli.on_fail: a failure ends every rank of the job.  A failure every
+ * rank meets alike (cli.quiet here: rank 0 says it) is ended by rank 0,
+ * so that its message is out before the abort kills the job: the others
+ * wait for that (at most 30 s, then end the job themselves). */
 static void end_job(int code)
 {
 	dp_out_cleanup();
-	if (COMM && SIZE > 1)
+	if (COMM && SIZE > 1) {
+		for (int i = 0; cli.quiet && RANK != 0 && i < 300; i++) {
+			struct timespec ts = {0, 100000000};
+			nanosleep(&ts, NULL);
+		}
 		dp_comm_abort(COMM, code);
+	}
 }
 
 /* A note of the job (rank 0's), unless --quiet. */
@@ -389,12 +397,13 @@ static void parse_args(int argc, char **argv)
 			if (O.decode < 0)
 				usage_error("--decode-raw '%s': want uint8, float32 or float64", optarg);
 			break;
-		case O_SCALE:
-			if (dp_parse_scale(optarg, &O.scale) < 0)
-				usage_error("--scale '%s': want a non-zero number such as 0.5 or 1/255",
-					    optarg);
+		case O_SCALE: {
+			dp_err se;
+			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
+				usage_error("%s", se.msg);
 			O.scale_text = optarg;
 			break;
+		}
 		case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", optarg, 0, 1u << 28); break;
 		case O_LAST_BATCH:
 			if (strcmp(optarg, "keep") && strcmp(optarg, "drop"))
@@ -410,8 +419,12 @@ static void parse_args(int argc, char **argv)
 				usage_error("--cache '%s': want file, memory or none", optarg);
 			break;
 		case O_CACHE_LIMIT:
-			if (dp_parse_size(optarg, &O.cache_limit) < 0 || !O.cache_limit)
+			if (dp_parse_size(optarg, &O.cache_limit) < 0)
 				usage_error("--cache-limit '%s': want a size such as 512M or 8G", optarg);
+			if (!O.cache_limit)
+				usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
+					    "keeps nothing)",
+					    optarg);
 			break;
 		case O_CACHE_DIR: O.cache_dir = optarg; break;
 		case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", optarg, 0, 64); break;
@@ -450,9 +463,14 @@ static void parse_args(int argc, char **argv)
 		case O_CKPT_EVERY: {
 			size_t l = strlen(optarg);
 			char buf[32];
+			dp_err e;
 			O.ckpt_epochs = l > 1 && l < sizeof buf && optarg[l - 1] == 'e';
 			snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), optarg);
-			O.ckpt_every = cli_count("--checkpoint-every", buf, 1, UINT64_MAX / 2);
+			if (dp_parse_count("--checkpoint-every", buf, 1, UINT64_MAX / 2, &O.ckpt_every,
+					   &e) < 0) /* the value as given, its e included */
+				usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a "
+					    "whole number from 1",
+					    optarg);
 			break;
 		}
 		case O_CKPT: O.ckpt = optarg; break;
@@ -480,8 +498,7 @@ static void parse_args(int argc, char **argv)
 		case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", optarg, 0, 1e6); break;
 		case O_NO_OVERLAP: O.overlap = 0; break;
 		case O_BUCKET:
-			if (dp_parse_size(optarg, &O.bucket) < 0 || !O.bucket || O.bucket > (1ull << 40))
-				usage_error("--bucket-size '%s': want a size such as 256K or 25M", optarg);
+			O.bucket = cli_size("--bucket-size", optarg, 1, 1ull << 40);
 			break;
 		case O_LOG_ALL: O.log_all = 1; break;
 		case O_TIMELINE: O.timeline = optarg; break;
@@ -519,6 +536,8 @@ static void parse_args(int argc, char **argv)
  * did not give it, so that `--resume ck` alone continues the same run. */
 static char *kept[64]; /* settings copied out of the checkpoint, freed at exit */
 static int nkept;
+static char from_meta[O_LAST]; /* settings taken from the checkpoint's metadata */
+static char *meta_src;          /* that checkpoint's name, for messages */
 
 static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 {
@@ -529,25 +548,50 @@ static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
 		return NULL;
 	if (nkept == (int)(sizeof kept / sizeof kept[0]) || !(kept[nkept] = strdup(v)))
 		cli_die("out of memory");
+	if (!meta_src)
+		meta_src = cli_strdup(dp_st_name(ck));
+	from_meta[opt] = 1;
 	return kept[nkept++];
 }
 
-static double meta_real(const dp_st *ck, const char *key, const char *v)
+/* A setting that does not hold: a usage error when the command line gave
+ * it; when it came from the checkpoint's metadata (meta), a bad
+ * checkpoint, named, exit 1. */
+static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (meta && meta_src)
+		die_all(1, "%s: metadata: %s", meta_src, msg);
+	usage_error("%s", msg);
+}
+
+/* Metadata values, within the bounds of their options. */
+static double meta_real(const dp_st *ck, const char *key, const char *v, double min, double max)
 {
 	char *end;
 	double d = strtod(v, &end);
 	if (end == v || *end || !isfinite(d))
-		cli_die("%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
+		die_all(1, "%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
+	if (d < min || d > max)
+		die_all(1, "%s: metadata '%s' is %s, outside %g..%g", dp_st_name(ck), key, v, min, max);
 	return d;
 }
 
-static uint64_t meta_count(const dp_st *ck, const char *key, const char *v)
+static uint64_t meta_count(const dp_st *ck, const char *key, const char *v, uint64_t min,
+			   uint64_t max)
 {
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
 	if (end == v || *end || errno || *v == '-')
-		cli_die("%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
+		die_all(1, "%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
+	if (n < min || n > max)
+		die_all(1, "%s: metadata '%s' is %s, outside %" PRIu64 "..%" PRIu64, dp_st_name(ck),
+			key, v, min, max);
 	return n;
 }
 
@@ -559,36 +603,37 @@ static void settings_from(const dp_st *ck)
 	if ((v = from_ckpt(ck, O_INPUT_SHAPE, "input_shape")))
 		O.input_shape = v;
 	if ((v = from_ckpt(ck, O_LOSS, "loss")) && !(O.loss = dp_loss_parse(v)))
-		cli_die("%s: unknown loss '%s'", dp_st_name(ck), v);
+		die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_FEATURE, "feature")))
 		O.feature = v;
 	if ((v = from_ckpt(ck, O_LABEL, "label")))
 		O.label = v;
 	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
-		cli_die("%s: unknown decode_raw '%s'", dp_st_name(ck), v);
+		die_all(1, "%s: metadata: unknown decode_raw '%s'", dp_st_name(ck), v);
 	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
-		if (dp_parse_scale(v, &O.scale) < 0)
-			cli_die("%s: bad scale '%s'", dp_st_name(ck), v);
+		dp_err se;
+		if (dp_parse_scale("scale", v, &O.scale, &se) < 0)
+			die_all(1, "%s: metadata: %s", dp_st_name(ck), se.msg);
 		O.scale_text = v;
 	}
 	if ((v = from_ckpt(ck, O_SHUFFLE, "shuffle_buffer")))
-		O.shuffle = meta_count(ck, "shuffle_buffer", v);
+		O.shuffle = meta_count(ck, "shuffle_buffer", v, 0, 1u << 28);
 	if ((v = from_ckpt(ck, O_LAST_BATCH, "last_batch")))
 		O.drop_last = !strcmp(v, "drop");
 	if ((v = from_ckpt(ck, O_BATCH, "batch_size")))
-		O.batch = meta_count(ck, "batch_size", v);
+		O.batch = meta_count(ck, "batch_size", v, 1, 1u << 20);
 	if ((v = from_ckpt(ck, O_EPOCHS, "epochs")))
-		O.epochs = meta_count(ck, "epochs", v);
+		O.epochs = meta_count(ck, "epochs", v, 1, 1u << 30);
 	if ((v = from_ckpt(ck, O_SEED, "seed")))
-		O.seed = meta_count(ck, "seed", v);
+		O.seed = meta_count(ck, "seed", v, 0, UINT64_MAX);
 	if ((v = from_ckpt(ck, O_SCHEDULE, "lr_schedule")))
 		O.schedule = v;
 	if ((v = from_ckpt(ck, O_WARMUP, "warmup")))
-		O.warmup = meta_count(ck, "warmup", v);
+		O.warmup = meta_count(ck, "warmup", v, 0, UINT64_MAX / 2);
 	int kind = O.opt.kind;
 	if ((v = from_ckpt(ck, O_OPTIMIZER, "optimizer"))) {
 		if (!(kind = dp_optim_parse(v)))
-			cli_die("%s: unknown optimizer '%s'", dp_st_name(ck), v);
+			die_all(1, "%s: metadata: unknown optimizer '%s'", dp_st_name(ck), v);
 		dp_optim_conf c;
 		dp_optim_defaults(&c, kind);
 		if (!O.given[O_WD])
@@ -598,43 +643,35 @@ static void settings_from(const dp_st *ck)
 			O.lr = kind == DP_OPTIM_SGD ? 0.01 : 0.001;
 	}
 	if ((v = from_ckpt(ck, O_LR, "lr")))
-		O.lr = meta_real(ck, "lr", v);
+		O.lr = meta_real(ck, "lr", v, 0, 1e6);
 	static const struct {
 		int opt;
 		const char *key;
 		size_t off;
+		double max; /* as parse_args takes them */
 	} reals[] = {
-		{O_MOMENTUM, "momentum", offsetof(dp_optim_conf, momentum)},
-		{O_DAMPENING, "dampening", offsetof(dp_optim_conf, dampening)},
-		{O_BETA1, "beta1", offsetof(dp_optim_conf, beta1)},
-		{O_BETA2, "beta2", offsetof(dp_optim_conf, beta2)},
-		{O_EPS, "eps", offsetof(dp_optim_conf, eps)},
-		{O_WD, "weight_decay", offsetof(dp_optim_conf, weight_decay)},
+		{O_MOMENTUM, "momentum", offsetof(dp_optim_conf, momentum), 0.999999},
+		{O_DAMPENING, "dampening", offsetof(dp_optim_conf, dampening), 1},
+		{O_BETA1, "beta1", offsetof(dp_optim_conf, beta1), 0.999999},
+		{O_BETA2, "beta2", offsetof(dp_optim_conf, beta2), 0.999999},
+		{O_EPS, "eps", offsetof(dp_optim_conf, eps), 1},
+		{O_WD, "weight_decay", offsetof(dp_optim_conf, weight_decay), 1e6},
 	};
 	for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
 		if ((v = from_ckpt(ck, reals[i].opt, reals[i].key)))
-			*(double *)((char *)&O.opt + reals[i].off) = meta_real(ck, reals[i].key, v);
+			*(double *)((char *)&O.opt + reals[i].off) =
+				meta_real(ck, reals[i].key, v, 0, reals[i].max);
 	if ((v = from_ckpt(ck, O_NESTEROV, "nesterov")))
 		O.opt.nesterov = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_SCALE_LR, "scale_lr")))
 		O.scale_lr = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
-		O.warmup_epochs = meta_real(ck, "warmup_epochs", v);
+		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
 }
 
 /* ---- logs ---------------------------------------------------------------------- */
 
 static FILE *logfp;
-static int bar_on; /* a progress bar is drawn on stderr */
-static int bar_shown;
-
-static void bar_clear(void)
-{
-	if (bar_shown) {
-		fputs("\r\033[K", stderr);
-		bar_shown = 0;
-	}
-}
 
 static void log_flush(void)
 {
@@ -649,7 +686,7 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 {
 	if (!logfp || (own && !(O.log_all && SIZE > 1)) || (!own && RANK != 0))
 		return;
-	bar_clear();
+	cli_progress_clear();
 	if (O.json)
 		fputc('{', logfp);
 	if (own)
@@ -707,13 +744,11 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 	mt->t0 = dp_now();
 }
 
-static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt, int force)
+static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt)
 {
-	static double last;
-	double now = dp_now();
-	if (!bar_on || (!force && now - last < 0.2))
+	if (!cli_progress_due())
 		return;
-	last = now;
+	double now = dp_now();
 	char line[160];
 	int n = snprintf(line, sizeof line, "epoch %" PRIu64 "/%" PRIu64 " ", epoch + 1, O.epochs);
 	if (total) {
@@ -730,8 +765,7 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
 		snprintf(line + n, sizeof line - (size_t)n, "  loss %.4f  %.0f samples/s",
 			 mt->loss / (double)mt->samples,
 			 (double)mt->samples / fmax(1e-9, now - mt->t0));
-	fprintf(stderr, "\r\033[K%s", line);
-	bar_shown = 1;
+	cli_progress("%s", line);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
@@ -857,6 +891,12 @@ static void summary(dp_model *m)
 	       dp_loss_name(dp_model_loss_kind(m)));
 }
 
+/* Whether a path template names {rank} (or {rank:W}): a file a rank. */
+static int names_rank(const char *tmpl)
+{
+	return strstr(tmpl, "{rank}") || strstr(tmpl, "{rank:");
+}
+
 /* Sources that name {rank} (or {rank:5}) give each rank its own records. */
 static int per_rank(const char *const *paths, size_t n, const char *cmd)
 {
@@ -935,8 +975,15 @@ static char *read_whole(const char *path, uint64_t *len, dp_err *e)
 {
 	int std = !strcmp(path, "-");
 	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
 	if (fd < 0) {
 		dp_syserr(e, "%s", path);
+		return NULL;
+	}
+	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) { /* as dp_st_open says it */
+		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", path);
+		if (!std)
+			close(fd);
 		return NULL;
 	}
 	size_t cap = 1 << 20, n = 0;
@@ -1035,7 +1082,7 @@ static char *settings_text(const dp_optim_conf *oc)
 						    : "per-rank",
 		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
 		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : strstr(O.timeline, "{rank}") ? "per-rank" : "gathered");
+		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered");
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1246,9 +1293,9 @@ static void start_from_checkpoint(void)
 	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
 		O.model = from_ckpt(R.ck, O_MODEL, "model");
 		O.input_shape = from_ckpt(R.ck, O_INPUT_SHAPE, "input_shape");
-		const char *l = dp_st_meta(R.ck, "loss");
-		if (l && !O.given[O_LOSS])
-			O.loss = dp_loss_parse(l);
+		const char *l = from_ckpt(R.ck, O_LOSS, "loss");
+		if (l && !(O.loss = dp_loss_parse(l)))
+			die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(R.ck), l);
 	}
 }
 
@@ -1271,9 +1318,9 @@ static void make_model(void)
 	if (!O.input_shape)
 		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
 	if (dp_shape_parse(O.input_shape, &R.in, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_INPUT_SHAPE], "%s", e.msg);
 	if (!(M = dp_model_new(O.model, &R.in, O.loss, &e)))
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_MODEL], "%s", e.msg);
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
 }
 
@@ -1299,14 +1346,26 @@ static void check_ckpt_model(void)
 	dp_model *cm = dp_ckpt_model(R.ck, &e);
 	if (!cm)
 		die_all(1, "%s", e.msg);
-	if (!dp_model_same(cm, M)) {
+	char why[1024] = "";
+	if (!dp_model_same(cm, M)) { /* say what differs: the layers, or the loss */
 		char a[64], b[64];
 		dp_shape ci = dp_model_input(cm);
-		die_all(1, "%s: a checkpoint of model '%s' over %s, not '%s' over %s",
-			dp_st_name(R.ck), dp_model_spec(cm), dp_shape_format(&ci, a, sizeof a),
-			dp_model_spec(M), dp_shape_format(&R.in, b, sizeof b));
+		int lc = dp_model_loss_kind(cm), lm = dp_model_loss_kind(M);
+		dp_shape_format(&ci, a, sizeof a);
+		dp_shape_format(&R.in, b, sizeof b);
+		if (lc != lm && !strcmp(dp_model_spec(cm), dp_model_spec(M)) && !strcmp(a, b))
+			snprintf(why, sizeof why,
+				 "a checkpoint of model '%s' over %s trained with --loss %s, not %s "
+				 "(give --loss %s)",
+				 dp_model_spec(cm), a, dp_loss_name(lc), dp_loss_name(lm),
+				 dp_loss_name(lc));
+		else
+			snprintf(why, sizeof why, "a checkpoint of model '%s' over %s, not '%s' over %s",
+				 dp_model_spec(cm), a, dp_model_spec(M), b);
 	}
-	dp_model_free(cm);
+	dp_model_free(cm); /* before any exit: cm is this function's alone */
+	if (why[0])
+		die_all(1, "%s: %s", dp_st_name(R.ck), why);
 }
 
 /* Under mpirun a stream read by several ranks would be torn between them. */
@@ -1351,14 +1410,89 @@ static void check_options(void)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
 	check_streams();
 	if (O.warmup_epochs > 0 && !O.scale_lr)
-		usage_error("--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
+		bad_setting(from_meta[O_WARMUP_EPOCHS] && from_meta[O_SCALE_LR], "--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
 	R.sched.epochs = O.epochs;
 	R.sched.warmup = O.warmup;
 	if (dp_sched_parse(O.schedule, &R.sched, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(from_meta[O_SCHEDULE], "%s", e.msg);
+	int om = 0; /* an optimizer setting from the checkpoint */
+	for (int o = O_OPTIMIZER; o <= O_WD; o++)
+		om |= from_meta[o];
 	if (dp_optim_check(&O.opt, &e) < 0)
-		usage_error("%s", e.msg);
+		bad_setting(om, "%s", e.msg);
+}
+
+/* Path template tmpl as this rank names it: {rank} and {size} filled in
+ * (malloc'd). */
+static char *rank_path(const char *tmpl)
+{
+	char rb[16], zb[16];
+	snprintf(rb, sizeof rb, "%d", RANK);
+	snprintf(zb, sizeof zb, "%d", SIZE);
+	const char *vars[] = {"rank", rb, "size", zb, NULL};
+	return cli_expand(tmpl, vars);
+}
+
+/* Check before the work that output `tmpl` of option opt can be created
+ * (dp_out_check), as this rank will name it: {rank} and {size} filled in.
+ * A name still holding {step} or {epoch} is known only when saved: its
+ * directory is checked (a name of that directory with placeholders, not
+ * at all). */
+static void check_output(const char *opt, const char *tmpl)
+{
+	char *path = rank_path(tmpl);
+	const char *slash = strrchr(path, '/');
+	dp_err e;
+	int later = strstr(path, "{step") || strstr(path, "{epoch");
+	if (!(later && slash && memchr(path, '{', (size_t)(slash - path))) &&
+	    dp_out_check(path, &e) < 0)
+		cli_die("%s %s", opt, e.msg);
+	free(path);
+}
+
+/* fn(option, path template) for each output this rank writes: -o and
+ * --checkpoint (rank 0 writes them), --log (rank 0's, and with
+ * --log-all-ranks every rank's {rank} file), --timeline (rank 0's, or
+ * every rank's with {rank}). */
+static void each_output(void (*fn)(const char *opt, const char *tmpl))
+{
+	if (RANK == 0 && O.output)
+		fn("-o", O.output);
+	if (RANK == 0 && O.ckpt)
+		fn("--checkpoint", O.ckpt);
+	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
+		fn("--log", O.log);
+	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
+		fn("--timeline", O.timeline);
+}
+
+/* An output that is one of the training or validation files would
+ * replace it (or, for --log, empty it before it is read): refused, before
+ * the work.  Names with {step} or {epoch} are known only when saved. */
+static void check_not_input(const char *opt, const char *tmpl)
+{
+	char *path = rank_path(tmpl);
+	int t = dp_data_reads(TD, path), v = !t && dp_data_reads(VD, path);
+	if (t || v)
+		cli_die("%s %s: is one of the %s files: it would be %s", opt, path,
+			t ? "training" : "validation",
+			strcmp(opt, "--log") ? "replaced" : "emptied before it is read");
+	free(path);
+}
+
+static void check_outputs_not_inputs(void)
+{
+	each_output(check_not_input);
+	/* standard output (the log, or -o -) redirected to an input:
+	 * `dp-train --train d.tfr >> d.tfr` */
+	int to_stdout = (RANK == 0 || O.log_all) && (!O.log || !strcmp(O.log, "-") ||
+						     (RANK != 0 && !names_rank(O.log)));
+	if (RANK == 0 && O.output && !strcmp(O.output, "-"))
+		to_stdout = 1;
+	if (to_stdout && (dp_data_reads(TD, "/proc/self/fd/1") || dp_data_reads(VD, "/proc/self/fd/1")))
+		cli_die("stdout: is one of the training or validation files: writing there would "
+			"damage them");
 }
 
 /* The log: rank 0's, and with --log-all-ranks every rank's ({rank} in
@@ -1369,23 +1503,17 @@ static void open_log(void)
 	if (RANK == 0 || O.log_all) {
 		logfp = stdout;
 		const char *lp = O.log;
-		if (lp && RANK != 0 && !strstr(lp, "{rank}"))
+		if (lp && RANK != 0 && !names_rank(lp))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
-			char rb[16], zb[16];
-			snprintf(rb, sizeof rb, "%d", RANK);
-			snprintf(zb, sizeof zb, "%d", SIZE);
-			const char *vars[] = {"rank", rb, "size", zb, NULL};
-			char *own = dp_expand(lp, vars);
-			if (!own)
-				cli_die("out of memory");
+			char *own = rank_path(lp);
 			if (!(logfp = fopen(own, O.resume ? "a" : "w")))
 				cli_die("%s: %s", own, strerror(errno));
 			free(own);
 		}
 	}
-	bar_on = RANK == 0 &&
-		 (O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO)));
+	cli_progress_on(RANK == 0 &&
+			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
 /* Resuming with another number of ranks: only with the same global
@@ -1394,7 +1522,7 @@ static void open_log(void)
 static void check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	const char *cb = dp_st_meta(ck, "batch_size");
-	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb) : O.batch;
+	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb, 1, 1u << 20) : O.batch;
 	uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
 	if (ck_ranks == SIZE || R.ts.epoch >= O.epochs)
@@ -1427,7 +1555,7 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, O.seed);
 	const char *r = dp_st_meta(ck, "ranks");
-	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r) : 1);
+	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1);
 }
 
 /* The model on the backend, the optimizer, the weights (the
@@ -1633,7 +1761,7 @@ static int train_epoch(uint64_t epoch)
 			log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
 		if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
 			save(R.ckpt_path, &R.ts);
-		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt, 0);
+		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 		if (O.max_steps && R.ts.step >= O.max_steps) {
 			stopped = 1;
 			break;
@@ -1691,7 +1819,7 @@ static void comm_report(void)
 static void finish(void)
 {
 	dp_err e;
-	bar_clear();
+	cli_progress_clear();
 	if (R.ts.epoch >= O.epochs)
 		R.ts.epoch_step = 0;
 	if (O.output)
@@ -1725,6 +1853,7 @@ static int close_all(void)
 	free(O.val);
 	while (nkept)
 		free(kept[--nkept]);
+	free(meta_src);
 	if (logfp && logfp != stdout && fclose(logfp) != 0)
 		cli_die("%s: %s", O.log, strerror(errno));
 	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
@@ -1756,9 +1885,11 @@ int main(int argc, char **argv)
 		return show_summary();
 	check_ckpt_model();
 	check_options();
-	open_log();
+	each_output(check_output); /* a run that could only fail at its end fails now */
 	setup_model();
 	setup_data();
+	check_outputs_not_inputs();
+	open_log();
 
 	/* the epochs */
 	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {

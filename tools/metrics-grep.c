@@ -32,7 +32,6 @@
 #endif
 
 enum { MG_NO_VALUES = 3 }; /* exit status: nothing matched */
-#define MAX_SOURCES 256
 #define PLOT_EVERY 2.0 /* seconds between chart rewrites when following */
 #define DEFS_MAX (64u << 20) /* a definitions file, not a dataset */
 
@@ -51,9 +50,17 @@ struct acc {
 	int next;   /* the next acc of the same metric, -1 at the end */
 	int series; /* plot series id, -1 before the first point */
 	unsigned long long count, nnum; /* values, values not NaN */
-	double min, max, sum, comp, last;
-	int nan_seen;
+	double min, max, last;
+	/* The finite values' sum: Neumaier's sum + comp, in units of 2^-SUM_SCALE
+	 * once it passed a double's range (scaled = 1). */
+	double sum, comp;
+	int scaled;
+	int nan_seen, inf_seen; /* inf_seen: 1 +inf, 2 -inf, 3 both */
 };
+
+/* Past DBL_MAX, sums go on in units of 2^128: 2^64 values of at most
+ * DBL_MAX (2^1024) stay below 2^960. */
+#define SUM_SCALE 128
 
 static struct {
 	enum fmt fmt;
@@ -82,6 +89,7 @@ static struct {
 	int ranks_seen;
 	double last_plot;
 	unsigned long long plot_adds, plotted_adds; /* points given to the chart, at its last write */
+	unsigned long long unplotted; /* values NaN or infinite: no place on the chart */
 } G = {.header = 1, .max_line = 1 << 20};
 
 static volatile sig_atomic_t stop_sig;
@@ -239,11 +247,21 @@ static size_t dbl_text(char *buf, double v)
 	return dp_number_format(buf, v);
 }
 
+/* 1 when the number t[0..n) (fewer than DP_NUMBER_BUF bytes) is beyond a
+ * double's range ("1e400"): without an exponent it is too short to be. */
+static int overflows(const char *t, size_t n)
+{
+	return (memchr(t, 'e', n) || memchr(t, 'E', n)) && !isfinite(dp_number_value(t, n));
+}
+
 /* A number for output from its text: the text as written when it is
- * already in JSON's form, else dbl_text of its value. */
+ * already in JSON's form, else dbl_text of its value.  "1e400" has JSON's
+ * syntax, but readers make it an infinity (and Python writes it back as
+ * Infinity, which is not JSON): in JSON it is null, as infinities are. */
 static size_t num_text(char *buf, const char *t, size_t n)
 {
-	if (n < DP_NUMBER_BUF && dp_number_is_json(t, n)) {
+	if (n < DP_NUMBER_BUF && dp_number_is_json(t, n) &&
+	    !(G.fmt == FMT_JSON && overflows(t, n))) {
 		memcpy(buf, t, n);
 		return n;
 	}
@@ -368,6 +386,39 @@ static int chart_series(const struct acc *a)
 	return id;
 }
 
+/* Neumaier's compensated sum: the mean of 10^8 values stays exact to the
+ * last digits.  A sum that would overflow goes on scaled down (exactly, by
+ * a power of two): the mean of 1e308 and 1e308 is 1e308, not infinity. */
+static void add_to_sum(struct acc *a, double v)
+{
+	double x = a->scaled ? ldexp(v, -SUM_SCALE) : v;
+	double t = a->sum + x;
+	if (!isfinite(t) && !a->scaled) {
+		a->scaled = 1;
+		a->sum = ldexp(a->sum, -SUM_SCALE);
+		a->comp = ldexp(a->comp, -SUM_SCALE);
+		x = ldexp(v, -SUM_SCALE);
+		t = a->sum + x;
+	}
+	if (fabs(a->sum) >= fabs(x))
+		a->comp += (a->sum - t) + x;
+	else
+		a->comp += (x - t) + a->sum;
+	a->sum = t;
+}
+
+/* The mean of a's values: NaN when one was NaN or both infinities were
+ * met, an infinity when one was, else the finite values' mean. */
+static double acc_mean(const struct acc *a)
+{
+	if (a->nan_seen || a->inf_seen == 3 || a->count == 0)
+		return NAN;
+	if (a->inf_seen)
+		return a->inf_seen == 1 ? INFINITY : -INFINITY;
+	double m = (a->sum + a->comp) / (double)a->nnum;
+	return a->scaled ? ldexp(m, SUM_SCALE) : m;
+}
+
 static void add_value(struct acc *a, double v, double step)
 {
 	a->count++;
@@ -378,16 +429,14 @@ static void add_value(struct acc *a, double v, double step)
 		a->nnum++;
 		a->min = fmin(a->min, v);
 		a->max = fmax(a->max, v);
-		/* Neumaier's compensated sum: the mean of 10^8 values stays exact
-		 * to the last digits. */
-		double t = a->sum + v;
-		if (fabs(a->sum) >= fabs(v))
-			a->comp += (a->sum - t) + v;
+		if (isinf(v))
+			a->inf_seen |= v > 0 ? 1 : 2;
 		else
-			a->comp += (v - t) + a->sum;
-		a->sum = t;
+			add_to_sum(a, v);
 	}
-	if (G.chart) {
+	if (G.chart && !isfinite(v)) {
+		G.unplotted++;
+	} else if (G.chart) {
 		if (a->series < 0)
 			a->series = chart_series(a);
 		dp_plot_add(G.chart, a->series, step, (double)G.lineno, v);
@@ -425,11 +474,21 @@ static int write_plot(void)
 /* ---- Lines ---------------------------------------------------------------- */
 
 struct source {
-	dp_lines *r;
+	dp_lines *r; /* NULL once closed */
 	const char *name;
 	int done;
-	unsigned long long binary;
+	unsigned long long binary, nlong; /* lines skipped: NUL bytes, too long */
 };
+
+/* Close s's file (its count of long lines kept for the report). */
+static void close_source(struct source *s)
+{
+	if (!s->r)
+		return;
+	s->nlong = dp_lines_long(s->r);
+	dp_lines_close(s->r);
+	s->r = NULL;
+}
 
 static void process_line(struct source *src, const char *line, size_t len)
 {
@@ -505,9 +564,9 @@ static int read_batch(struct source *s, int *progressed)
 static void run(struct source *src, int n)
 {
 	int live = n;
+	struct pollfd *pfd = cli_calloc((size_t)n, sizeof *pfd);
 	while (live > 0 && !G.out_broken && !stop_sig) {
 		int progressed = 0;
-		struct pollfd pfd[MAX_SOURCES];
 		int npfd = 0;
 		for (int i = 0; i < n; i++) {
 			struct source *s = &src[i];
@@ -521,7 +580,7 @@ static void run(struct source *src, int n)
 				pfd[npfd++] = (struct pollfd){dp_lines_fd(s->r), POLLIN, 0};
 			}
 		}
-		if (G.chart && G.follow && G.plot_adds != G.plotted_adds &&
+		if (G.chart && G.follow && G.plot_adds != G.plotted_adds && dp_plot_points(G.chart) &&
 		    dp_now() - G.last_plot >= PLOT_EVERY) {
 			out_flush();
 			if (write_plot() < 0)
@@ -537,9 +596,10 @@ static void run(struct source *src, int n)
 		if (poll(npfd ? pfd : NULL, (nfds_t)npfd, timeout) < 0 && errno != EINTR) {
 			cli_warn("poll: %s", strerror(errno));
 			G.failed = 1;
-			return;
+			break;
 		}
 	}
+	free(pfd);
 }
 
 /* ---- Summaries -------------------------------------------------------------- */
@@ -548,14 +608,14 @@ static void run(struct source *src, int n)
  * value; min and max of only NaN values). */
 static int summary_text(char buf[DP_NUMBER_BUF], const struct acc *a, enum summary what)
 {
-	double mean = (a->sum + a->comp) / (double)a->count;
+	double mean = acc_mean(a);
 	switch (what) {
 	case S_LAST: dbl_text(buf, a->last); break;
 	case S_MIN: dbl_text(buf, a->min); break;
 	case S_MAX: dbl_text(buf, a->max); break;
 	case S_MEAN: /* 15 digits: a computed value, not a logged one */
-		if (a->nan_seen || !isfinite(mean))
-			dbl_text(buf, a->nan_seen ? NAN : mean);
+		if (!isfinite(mean))
+			dbl_text(buf, mean);
 		else
 			snprintf(buf, DP_NUMBER_BUF, "%.15g", mean);
 		break;
@@ -637,7 +697,7 @@ static const char *plural(unsigned long long n, const char *one, const char *man
 static void report_skips(struct source *src, int n)
 {
 	for (int i = 0; i < n; i++) {
-		unsigned long long nl = dp_lines_long(src[i].r);
+		unsigned long long nl = src[i].nlong;
 		if (nl)
 			cli_warn("%s: %llu %s longer than %zu bytes skipped", src[i].name, nl,
 				 plural(nl, "line", "lines"), G.max_line);
@@ -809,8 +869,6 @@ static int parse_args(int argc, char **argv)
 	dp_err e;
 	if ((logfmt || !have_defs) && dp_matcher_logfmt(G.m, logfmt_keys, &e) < 0)
 		cli_die_code(CLI_USAGE, "%s", e.msg);
-	if (argc - optind > MAX_SOURCES)
-		cli_usage_error("too many files (at most %d)", MAX_SOURCES);
 	if (G.plot && strcmp(G.plot, "-") == 0 && (G.fmt_given || G.nsummary))
 		cli_usage_error("--plot -: the chart takes stdout; no rows or summaries then");
 	return optind;
@@ -822,17 +880,8 @@ static int parse_args(int argc, char **argv)
  * exits.  A SIGHUP ignored by the parent stays ignored (nohup). */
 static void catch_stop_signals(void)
 {
-	int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	for (size_t i = 0; i < 3; i++) {
-		struct sigaction sa, old;
-		if (sigs[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
-		    old.sa_handler == SIG_IGN)
-			continue;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_stop;
-		sigemptyset(&sa.sa_mask);
-		sigaction(sigs[i], &sa, NULL);
-	}
+	cli_catch_signals((const int[]){SIGINT, SIGTERM}, 2, on_stop, 0);
+	cli_catch_signals((const int[]){SIGHUP}, 1, on_stop, 1);
 }
 
 /* What to do with the values, the chart, the signals. */
@@ -841,6 +890,11 @@ static void set_up(char **files, int nfiles)
 	G.print_records = !G.nsummary && (!G.plot || G.fmt_given);
 	G.need_values = G.nsummary || G.plot;
 	if (G.plot) {
+		/* A chart that cannot be written is known before the reading
+		 * (which may be hours of following). */
+		dp_err e;
+		if (dp_out_check(G.plot, &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
 		G.chart = dp_plot_new();
 		if (!G.chart)
 			cli_die("out of memory");
@@ -857,7 +911,8 @@ static void set_up(char **files, int nfiles)
 }
 
 /* Open the files (none: stdin) into src and read them: one after the
- * other, or all together when following.  Returns the number opened. */
+ * other, each closed once read, or all together when following (each then
+ * holds a descriptor to the end).  Returns the number opened. */
 static int read_sources(struct source *src, char **files, int nfiles)
 {
 	int nsrc = 0;
@@ -876,6 +931,7 @@ static int read_sources(struct source *src, char **files, int nfiles)
 		nsrc++;
 		if (!G.follow) { /* one after the other */
 			run(s, 1);
+			close_source(s);
 			if (stop_sig || G.out_broken)
 				break;
 		} else {
@@ -884,6 +940,8 @@ static int read_sources(struct source *src, char **files, int nfiles)
 	}
 	if (G.follow)
 		run(src, nsrc);
+	for (int i = 0; i < nsrc; i++)
+		close_source(&src[i]);
 	out_flush();
 	return nsrc;
 }
@@ -896,11 +954,18 @@ static int finish(struct source *src, int nsrc)
 		print_summaries();
 	out_flush();
 	report_skips(src, nsrc);
-	if (G.chart) {
-		if (dp_plot_points(G.chart) == 0)
-			cli_warn("%s: no values to plot; not written", G.plot);
-		else if (write_plot() < 0)
+	if (G.chart && dp_plot_points(G.chart) > 0) {
+		if (write_plot() < 0)
 			status = CLI_FAIL;
+		else if (G.unplotted)
+			cli_warn("%s: %llu NaN or infinite %s left out", G.plot, G.unplotted,
+				 plural(G.unplotted, "value", "values"));
+	} else if (G.chart && G.unplotted) {
+		cli_warn("%s: no value can be drawn (%llu NaN or infinite); not written", G.plot,
+			 G.unplotted);
+		status = CLI_FAIL;
+	} else if (G.chart) {
+		cli_warn("%s: no values to plot; not written", G.plot);
 	}
 	if (G.values == 0 && !G.failed && !G.out_broken) {
 		cli_warn("no metric values found");
@@ -928,8 +993,6 @@ int main(int argc, char **argv)
 	struct source *src = cli_calloc((size_t)(nfiles ? nfiles : 1), sizeof *src);
 	int nsrc = read_sources(src, files, nfiles);
 	int status = finish(src, nsrc);
-	for (int i = 0; i < nsrc; i++)
-		dp_lines_close(src[i].r);
 	free(src);
 	dp_buf_free(&obuf);
 	dp_plot_free(G.chart);

@@ -18,6 +18,7 @@
  * dp_hash.h, dp_shuffle.h); this file is options, plumbing and messages.
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "dp.h"
 #include "dp_example.h"
 #include "dp_hash.h"
@@ -31,7 +32,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,67 +117,33 @@ static struct {
 	dp_example ex;
 	dp_window *win;
 	dp_shuffle *shuf;
-	int progress;
-	double t0, last_progress;
+	double t0;
 	uint64_t read_bytes;
+	char **dirs; /* directories this run made, in order: removed on failure */
+	size_t ndirs, capdirs;
 } g = {.take = -1};
 
 /* ---- messages ---------------------------------------------------------- */
 
-static void abort_outputs(void);
-
-static void __attribute__((format(printf, 1, 2), noreturn)) die(const char *fmt, ...)
-{
-	va_list ap;
-	if (g.progress)
-		fputs("\r\033[K", stderr);
-	fputs(DP_PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	abort_outputs();
-	exit(1);
-}
-
-static void __attribute__((noreturn)) usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fputs(DP_PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nusage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
-	      "[--take I/N] [OPTION...] [FILE...] (--help for more)\n",
-	      stderr);
-	exit(2);
-}
+static void abort_outputs(int code);
 
 static void warn_corrupt(const char *msg)
 {
 	if (g.quiet_warnings || opt.quiet)
 		return;
 	if (g.warnings < MAX_WARNINGS)
-		fprintf(stderr, "%s" DP_PROG ": %s\n", g.progress ? "\r\033[K" : "", msg);
+		cli_warn("%s", msg);
 	else if (g.warnings == MAX_WARNINGS)
-		fprintf(stderr, DP_PROG ": further corrupt records are counted, not shown\n");
+		cli_warn("further corrupt records are counted, not shown");
 	g.warnings++;
 }
 
-static void show_progress(int final)
+static void show_progress(void)
 {
-	double now = dp_now();
-	if (!final && now - g.last_progress < 0.25)
-		return;
-	g.last_progress = now;
-	if (final)
-		fputs("\r\033[K", stderr);
-	else
-		fprintf(stderr, "\r" DP_PROG ": %" PRIu64 " records, %.1f MiB read, %.0f s\033[K",
-			g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0, now - g.t0);
+	if (cli_progress_due())
+		cli_progress("%s: %" PRIu64 " records, %.1f MiB read, %.0f s", cli.prog,
+			     g.pos > g.nread ? g.pos : g.nread, g.read_bytes / 1048576.0,
+			     dp_now() - g.t0);
 }
 
 static void help(void)
@@ -189,7 +155,8 @@ static void help(void)
 	       "Shards:\n"
 	       "  -n, --shards N           N shards (per split); default 1\n"
 	       "  -o, --output TEMPLATE    output names: {shard} {nshards} (5 digits, as in\n"
-	       "                           name-00003-of-00016), {split}, {rank}, {size};\n"
+	       "                           name-00003-of-00016; {shard:3}: 3 digits),\n"
+	       "                           {split}, {rank}, {size}; no other {NAME};\n"
 	       "                           '-' or none: stdout (one output only)\n"
 	       "      --by MODE            round-robin (default): record j to shard j %% N;\n"
 	       "                           contiguous: N runs of consecutive records;\n"
@@ -226,8 +193,11 @@ static void help(void)
 
 /* ---- outputs ----------------------------------------------------------- */
 
-static void abort_outputs(void)
+/* On a fatal error (cli.on_fail): no output is left behind, nor any
+ * directory this run made (rmdir: only while empty, newest first). */
+static void abort_outputs(int code)
 {
+	(void)code;
 	for (int s = 0; s < g.nsplits; s++)
 		for (size_t k = 0; k < g.sp[s].nsh; k++) {
 			struct output *o = &g.sp[s].sh[k];
@@ -238,6 +208,8 @@ static void abort_outputs(void)
 				o->opened = 0;
 			}
 		}
+	while (g.ndirs > 0)
+		rmdir(g.dirs[--g.ndirs]);
 }
 
 static int to_stdout(void)
@@ -254,7 +226,46 @@ static void pad(char *buf, size_t n, uint64_t v, int width)
 	snprintf(buf, n, "%.*s%s", z, "0000000000000000000000000000000", d);
 }
 
-/* The output name for shard k of split s; nshards 0: leave {nshards}. */
+/* -o with these values, every placeholder checked: an unknown name or a
+ * bad width is a usage error. */
+static char *tmpl_with(const char *shard, const char *nshards, const char *split)
+{
+	char rank[16], size[16];
+	snprintf(rank, sizeof rank, "%d", opt.rank);
+	snprintf(size, sizeof size, "%d", opt.size);
+	const char *vars[] = {"shard", shard, "nshards", nshards, "split", split,
+			      "rank",  rank,  "size",    size,    NULL};
+	dp_err e;
+	char *name = dp_expand_strict(opt.tmpl, vars, &e);
+	if (!name && e.code == DP_ENOMEM)
+		cli_die("out of memory");
+	if (!name)
+		cli_usage_error("-o '%s': %s", opt.tmpl, e.msg);
+	return name;
+}
+
+/* Which of {shard}, {nshards}, {split} the template uses (in any form,
+ * {shard:3} too): the name changes with the value.  dir: in its directory
+ * part. */
+static int tmpl_uses(const char *var, int dir)
+{
+	const char *a[3] = {"00000", "00001", "a"}, *b[3] = {"00000", "00001", "a"};
+	int i = !strcmp(var, "shard") ? 0 : !strcmp(var, "nshards") ? 1 : 2;
+	b[i] = i == 2 ? "b" : "00002";
+	char *x = tmpl_with(a[0], a[1], a[2]), *y = tmpl_with(b[0], b[1], b[2]);
+	if (dir) { /* compare the directory parts only */
+		char *sx = strrchr(x, '/'), *sy = strrchr(y, '/');
+		*(sx ? sx : x) = 0;
+		*(sy ? sy : y) = 0;
+	}
+	int uses = strcmp(x, y) != 0;
+	free(x);
+	free(y);
+	return uses;
+}
+
+/* The output name for shard k of split s; nshards 0: leave {nshards}.
+ * The placeholders were checked by tmpl_with at the start. */
 static char *out_name(int s, uint64_t k, uint64_t nshards)
 {
 	char shard[64], ns[64], rank[16], size[16];
@@ -272,18 +283,24 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 			      "split",   g.sp[s].name ? g.sp[s].name : "",
 			      "rank",    rank,  "size",    size,
 			      NULL};
-	char *p = dp_expand(opt.tmpl, vars);
-	if (!p)
-		die("out of memory");
-	return p;
+	return cli_expand(opt.tmpl, vars);
+}
+
+/* mkdir d, remembering it when it is new (abort_outputs removes it). */
+static void make_dir(const char *d)
+{
+	if (mkdir(d, 0777) == 0) {
+		cli_grow(&g.dirs, &g.capdirs, g.ndirs + 1, sizeof *g.dirs);
+		g.dirs[g.ndirs++] = cli_strdup(d);
+	} else if (errno != EEXIST) {
+		cli_die("%s: cannot create directory: %s", d, strerror(errno));
+	}
 }
 
 /* mkdir -p of the directory part of path. */
 static void make_parents(const char *path)
 {
-	char *d = strdup(path);
-	if (!d)
-		die("out of memory");
+	char *d = cli_strdup(path);
 	char *slash = strrchr(d, '/');
 	if (slash && slash != d) {
 		*slash = 0;
@@ -291,14 +308,33 @@ static void make_parents(const char *path)
 			if (*p != '/')
 				continue;
 			*p = 0;
-			if (mkdir(d, 0777) < 0 && errno != EEXIST)
-				die("%s: cannot create directory: %s", d, strerror(errno));
+			make_dir(d);
 			*p = '/';
 		}
-		if (mkdir(d, 0777) < 0 && errno != EEXIST)
-			die("%s: cannot create directory: %s", d, strerror(errno));
+		make_dir(d);
 	}
 	free(d);
+}
+
+/* `tfr-shard f.tfr >> f.tfr` would read its own output for ever: an output
+ * written in place (stdout, a /dev/fd/N) may not be one of the inputs.
+ * One written through a temporary and a rename leaves its input whole until
+ * the end, and may replace it. */
+static void check_not_input(const dp_out *o)
+{
+	if (o->tmp)
+		return;
+	for (int i = 0; i < opt.ninputs; i++) {
+		int std = !strcmp(opt.inputs[i], "-");
+		int fd = std ? STDIN_FILENO : open(opt.inputs[i], O_PATH | O_CLOEXEC);
+		if (fd < 0)
+			continue; /* said when it is read */
+		int same = dp_out_is_input(o, fd);
+		if (!std)
+			close(fd);
+		if (same)
+			cli_die("%s: input file is output file", std ? "stdin" : opt.inputs[i]);
+	}
 }
 
 static void open_output(struct output *o, const char *path)
@@ -307,19 +343,20 @@ static void open_output(struct output *o, const char *path)
 	if (strcmp(path, "-") != 0)
 		make_parents(path);
 	if (dp_out_open(&o->o, path, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->opened = 1;
 	if (o->o.tmp == NULL && isatty(o->o.fd))
-		die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
+		cli_die("stdout is a terminal: refusing to write TFRecords there (redirect it, or use -o)");
+	check_not_input(&o->o);
 	if (!(o->w = dp_writer_open_fd(o->o.fd, o->o.path, opt.comp, opt.level, &e)))
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 static void finish_output(struct output *o)
 {
 	dp_err e;
 	if (dp_writer_finish(o->w, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->out_bytes = dp_writer_out_bytes(o->w);
 	dp_writer_free(o->w);
 	o->w = NULL;
@@ -327,21 +364,77 @@ static void finish_output(struct output *o)
 
 static struct output *add_shard(struct split *sp)
 {
-	if (sp->nsh == sp->capsh) {
-		size_t nc = sp->capsh ? sp->capsh * 2 : 8;
-		struct output *n = realloc(sp->sh, nc * sizeof *n);
-		if (!n)
-			die("out of memory");
-		memset(n + sp->capsh, 0, (nc - sp->capsh) * sizeof *n);
-		sp->sh = n;
-		sp->capsh = nc;
-	}
+	size_t old = sp->capsh;
+	cli_grow(&sp->sh, &sp->capsh, sp->nsh + 1, sizeof *sp->sh);
+	memset(sp->sh + old, 0, (sp->capsh - old) * sizeof *sp->sh);
 	return &sp->sh[sp->nsh++];
 }
 
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Where an output lands, as one file: its device and inode when it
+ * exists, else its directory's real path and its name. */
+struct dest {
+	dev_t dev;
+	ino_t ino;
+	char *where; /* NULL when it exists */
+	const char *name;
+};
+
+static int cmp_dest(const void *a, const void *b)
+{
+	const struct dest *x = a, *y = b;
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->where && y->where ? strcmp(x->where, y->where) : (x->where != NULL) - (y->where != NULL);
+}
+
+/* Two output names that lead to one file (a symbolic link to another
+ * shard, 'd/../x' and 'x') would have the later rename replace the earlier
+ * shard: refused, naming both. */
+static void check_distinct(void)
+{
+	size_t n = 0, cap = 0;
+	struct dest *d = NULL;
+	for (int s = 0; s < g.nsplits; s++)
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			const dp_out *o = &g.sp[s].sh[k].o;
+			struct stat st;
+			if (!g.sp[s].sh[k].opened || !o->tmp)
+				continue; /* written in place: a device, stdout */
+			cli_grow(&d, &cap, n + 1, sizeof *d);
+			struct dest *x = &d[n++];
+			memset(x, 0, sizeof *x);
+			x->name = o->path;
+			if (stat(o->dst, &st) == 0) {
+				x->dev = st.st_dev;
+				x->ino = st.st_ino;
+				continue;
+			}
+			char *dir = cli_strdup(o->dst), *slash = strrchr(dir, '/');
+			const char *base = slash ? slash + 1 : o->dst + 0;
+			if (slash)
+				*slash = 0;
+			char *real = realpath(slash ? (*dir ? dir : "/") : ".", NULL);
+			size_t len = (real ? strlen(real) : strlen(dir)) + strlen(base) + 2;
+			x->where = cli_malloc(len);
+			snprintf(x->where, len, "%s/%s", real ? real : dir, slash ? base : o->dst);
+			free(real);
+			free(dir);
+		}
+	qsort(d, n, sizeof *d, cmp_dest);
+	for (size_t i = 1; i < n; i++)
+		if (!cmp_dest(&d[i - 1], &d[i]))
+			cli_die("%s and %s are one file: one shard would replace the other", d[i - 1].name,
+				d[i].name);
+	for (size_t i = 0; i < n; i++)
+		free(d[i].where);
+	free(d);
 }
 
 /* Fixed mode: open every selected output now, so that a bad template or an
@@ -357,22 +450,24 @@ static void open_fixed_outputs(void)
 		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
 		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
 		for (uint64_t k = first; k < last; k++) {
-			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
-			if (!path)
-				die("out of memory");
-			if (n == cap) {
-				cap = cap ? cap * 2 : 16;
-				if (!(names = realloc(names, cap * sizeof *names)))
-					die("out of memory");
-			}
-			names[n++] = path;
+			cli_grow(&names, &cap, n + 1, sizeof *names);
+			names[n++] = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
 		}
 	}
 	qsort(names, n, sizeof *names, cmp_str);
 	for (size_t i = 1; i < n; i++)
 		if (!strcmp(names[i - 1], names[i]))
-			usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
+			cli_usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
 				    opt.tmpl ? opt.tmpl : "-", names[i], g.nsplits > 1 ? " and {split}" : "");
+	/* every destination checked before the first is opened: a directory
+	 * in the way, or one that cannot be written, is named now */
+	for (size_t i = 0; i < n; i++) {
+		dp_err e;
+		if (strcmp(names[i], "-") != 0)
+			make_parents(names[i]);
+		if (dp_out_check(names[i], &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
+	}
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
@@ -384,12 +479,13 @@ static void open_fixed_outputs(void)
 		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
 		for (uint64_t k = first; k < last; k++) {
 			struct output *o = add_shard(sp);
-			char *path = to_stdout() ? strdup("-") : out_name(s, k, opt.nshards);
+			char *path = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
 			open_output(o, path);
 			free(path);
 			g.remaining++;
 		}
 	}
+	check_distinct();
 }
 
 /* Size mode: shard k of split s, named for now with {nshards} unfilled. */
@@ -403,9 +499,13 @@ static struct output *open_size_shard(int s)
 	return o;
 }
 
+/* Every output lands, or none does (dp_out_commit_all: each destination
+ * checked first, files replaced put back if a rename fails). */
 static void commit_outputs(void)
 {
 	dp_err e;
+	size_t n = 0, cap = 0;
+	dp_out **outs = NULL;
 	for (int s = 0; s < g.nsplits; s++)
 		for (size_t k = 0; k < g.sp[s].nsh; k++)
 			if (g.sp[s].sh[k].w)
@@ -417,16 +517,27 @@ static void commit_outputs(void)
 			if (!g.fixed && !to_stdout()) { /* now {nshards} is known */
 				char *name = out_name(s, k, sp->nsh);
 				if (dp_out_retarget(&o->o, name, &e) < 0)
-					die("%s", e.msg);
+					cli_die_err(CLI_FAIL, &e);
 				free(name);
 			}
-			if (!(o->name = strdup(to_stdout() ? "-" : o->o.path)))
-				die("out of memory");
-			if (dp_out_commit(&o->o, &e) < 0)
-				die("%s", e.msg);
-			o->committed = 1;
+			o->name = cli_strdup(to_stdout() ? "-" : o->o.path);
+			cli_grow(&outs, &cap, n + 1, sizeof *outs);
+			outs[n++] = &o->o;
 		}
 	}
+	check_distinct(); /* the last names of size mode: only now */
+	int rc = dp_out_commit_all(outs, n, &e);
+	free(outs);
+	for (int s = 0; s < g.nsplits; s++) /* closed or removed, either way */
+		for (size_t k = 0; k < g.sp[s].nsh; k++) {
+			g.sp[s].sh[k].committed = rc == 0;
+			g.sp[s].sh[k].opened = 0;
+		}
+	if (rc < 0)
+		cli_die_err(CLI_FAIL, &e);
+	for (size_t i = 0; i < g.ndirs; i++) /* they hold outputs now */
+		free(g.dirs[i]);
+	g.ndirs = 0;
 }
 
 /* ---- assignment -------------------------------------------------------- */
@@ -477,12 +588,12 @@ static void write_to(struct output *o, const uint8_t *frame, size_t flen)
 {
 	dp_err e;
 	if (dp_writer_write_frame(o->w, frame, flen, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	o->records++;
 	o->bytes += flen;
 	if (g.flush_every && o->bytes - o->flushed >= g.flush_every) {
 		if (dp_writer_flush(o->w, &e) < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		o->flushed = o->bytes;
 	}
 }
@@ -504,7 +615,7 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	if (need_keys() && !k) {
 		dp_err e;
 		if (key_hashes(frame + DP_TFR_HEADER, flen - DP_TFR_HEADER - DP_TFR_FOOTER, &kk, &e) < 0)
-			die("record at position %" PRIu64 ": %s", g.pos, e.msg); /* checked when read */
+			cli_die("record at position %" PRIu64 ": %s", g.pos, e.msg); /* checked when read */
 		k = &kk;
 	}
 	uint64_t pos = g.pos++;
@@ -519,9 +630,10 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	if (opt.by == BY_SIZE) {
 		struct output *o = &sp->sh[sp->nsh - 1];
 		if (!fits(o, flen)) {
-			if (o->records == 0)
-				die("a record of %zu bytes (framed) is larger than --max-bytes %" PRIu64,
-				    flen, opt.max_bytes);
+			if (o->records == 0) /* read_inputs named its file and offset */
+				cli_die("record at position %" PRIu64 ": %zu bytes framed, more than "
+					"--max-bytes %" PRIu64 ": no shard can hold it",
+					pos, flen, opt.max_bytes);
 			finish_output(o);
 			o = open_size_shard(s);
 		}
@@ -534,7 +646,7 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	switch (opt.by) {
 	case BY_CONTIGUOUS:
 		if (j >= sp->count)
-			die("the input changed while it was read: more records than counted (%" PRIu64 ")",
+			cli_die("the input changed while it was read: more records than counted (%" PRIu64 ")",
 			    sp->count);
 		shard = dp_shard_contiguous(j, sp->count, opt.nshards);
 		break;
@@ -584,8 +696,8 @@ typedef void (*record_fn)(const dp_record *rec, const struct keys *k, void *ctx)
 
 static void progress_tick(void)
 {
-	if (g.progress && ((g.nread + g.pos) & 1023) == 0)
-		show_progress(0);
+	if (((g.nread + g.pos) & 1023) == 0)
+		show_progress();
 }
 
 /* Read every input in order, calling fn on each good record, until g.stop. */
@@ -597,7 +709,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 		dp_reader *r = fds ? dp_reader_open_fd(fds[i], 0, inputs[i], ro, &e)
 				   : dp_reader_open_path(inputs[i], ro, &e);
 		if (!r)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		dp_record rec;
 		int rc;
 		uint64_t before = 0;
@@ -609,7 +721,12 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 				continue;
 			}
 			if (rc < 0)
-				die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
+			if (opt.by == BY_SIZE && opt.max_bytes && rec.frame_len > opt.max_bytes)
+				cli_die("%s: record %" PRIu64 " at byte %" PRIu64 ": %zu bytes framed, more "
+					"than --max-bytes %" PRIu64 ": no shard can hold it",
+					dp_reader_name(r), rec.index, rec.offset, rec.frame_len,
+					opt.max_bytes);
 			struct keys k, *kp = NULL;
 			if (need_keys()) {
 				int kr = key_hashes(rec.data, rec.len, &k, &e);
@@ -623,7 +740,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 					continue;
 				}
 				if (kr < 0)
-					die("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", dp_reader_name(r),
+					cli_die("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", dp_reader_name(r),
 					    rec.index, rec.offset, e.msg);
 				kp = &k;
 			}
@@ -658,7 +775,7 @@ static void copy_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_writer_write_frame(ctx, rec->frame, rec->frame_len, &e) < 0)
-		die("%s: %s", tmpdir(), e.msg);
+		cli_die("%s: %s", tmpdir(), e.msg);
 }
 
 static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
@@ -666,7 +783,7 @@ static void shuffle_fn(const dp_record *rec, const struct keys *k, void *ctx)
 	dp_err e;
 	count_fn(rec, k, ctx);
 	if (dp_shuffle_add(g.shuf, rec->frame, rec->frame_len, &e) < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* The main pass: through the window (if any) to the assignment. */
@@ -681,7 +798,7 @@ static void main_fn(const dp_record *rec, const struct keys *k, void *ctx)
 		dp_err e;
 		int rc = dp_window_push(g.win, rec->frame, rec->frame_len, &out, &len, &e);
 		if (rc < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		if (rc == 1)
 			assign(out, len, NULL);
 		return;
@@ -695,7 +812,7 @@ static int temp_file(void)
 	dp_err e;
 	int fd = dp_tmpfile(tmpdir(), &e);
 	if (fd < 0)
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	return fd;
 }
 
@@ -725,8 +842,8 @@ static void set_counts(uint64_t n)
 static void empty_input(void)
 {
 	if (opt.ninputs == 1)
-		die("%s: no records (empty input)", strcmp(opt.inputs[0], "-") ? opt.inputs[0] : "stdin");
-	die("no records in the %d inputs (empty input)", opt.ninputs);
+		cli_die("%s: no records (empty input)", strcmp(opt.inputs[0], "-") ? opt.inputs[0] : "stdin");
+	cli_die("no records in the %d inputs (empty input)", opt.ninputs);
 }
 
 static void run(void)
@@ -737,7 +854,8 @@ static void run(void)
 
 	if (opt.shuffle) {
 		if (!(g.shuf = dp_shuffle_new(opt.seed, opt.memory, opt.tmpdir, &e)))
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
+		close(temp_file()); /* a spill directory that cannot be used: now */
 		read_inputs(opt.inputs, opt.ninputs, &ro, NULL, shuffle_fn, NULL);
 		if (g.nread == 0)
 			empty_input();
@@ -752,11 +870,11 @@ static void run(void)
 			progress_tick();
 		}
 		if (!g.stop && rc < 0)
-			die("%s", e.msg);
+			cli_die_err(CLI_FAIL, &e);
 		return;
 	}
 	if (opt.window && !(g.win = dp_window_new(opt.seed, opt.window, &e)))
-		die("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
 	if (opt.by == BY_CONTIGUOUS) {
 		counting = 0;
 		if (all_regular()) {
@@ -771,17 +889,17 @@ static void run(void)
 			int fd = temp_file();
 			dp_writer *w = dp_writer_open_fd(fd, "temporary file", DP_COMP_NONE, -1, &e);
 			if (!w)
-				die("%s", e.msg);
+				cli_die_err(CLI_FAIL, &e);
 			read_inputs(opt.inputs, opt.ninputs, &ro, NULL, copy_fn, w);
 			if (dp_writer_finish(w, &e) < 0)
-				die("%s: %s", tmpdir(), e.msg);
+				cli_die("%s: %s", tmpdir(), e.msg);
 			dp_writer_free(w);
 			if (g.nread == 0)
 				empty_input();
 			set_counts(g.nread);
 			mark_empty_done();
 			if (lseek(fd, 0, SEEK_SET) < 0)
-				die("%s: temporary file: %s", tmpdir(), strerror(errno));
+				cli_die("%s: temporary file: %s", tmpdir(), strerror(errno));
 			char *name = "temporary copy of the input";
 			dp_reader_opts ro2 = {0};
 			g.quiet_warnings = 1;
@@ -802,7 +920,7 @@ static void run(void)
 	if (opt.by == BY_CONTIGUOUS && !g.stop)
 		for (int s = 0; s < g.nsplits; s++)
 			if (g.sp[s].seen != g.sp[s].count)
-				die("the input changed while it was read: %" PRIu64 " records, %" PRIu64
+				cli_die("the input changed while it was read: %" PRIu64 " records, %" PRIu64
 				    " counted before",
 				    g.sp[s].seen, g.sp[s].count);
 }
@@ -875,50 +993,28 @@ static void summary(double secs)
 
 /* ---- options ----------------------------------------------------------- */
 
-static uint64_t parse_count(const char *s, const char *what, uint64_t min, uint64_t max)
-{
-	uint64_t v;
-	dp_err e;
-	if (dp_parse_count(what, s, min, max, &v, &e))
-		usage_error("%s", e.msg);
-	return v;
-}
-
-static uint64_t parse_bytes(const char *s, const char *what)
-{
-	uint64_t v;
-	if (dp_parse_size(s, &v) < 0 || v == 0)
-		usage_error("%s '%s': expected a size such as 4096, 64k, 256M, 1G", what, s);
-	return v;
-}
-
 static const char *hash_feature(const char *arg, const char *what)
 {
 	if (strncmp(arg, "hash:", 5) != 0 || !arg[5])
-		usage_error("%s '%s': expected hash:FEATURE", what, arg);
+		cli_usage_error("%s '%s': expected hash:FEATURE", what, arg);
 	return arg + 5;
 }
 
+/* --take I/N, {rank} and {size} filled from --rank/--size or the
+ * environment. */
 static void parse_take(void)
 {
 	char r[16], s[16];
 	snprintf(r, sizeof r, "%d", opt.rank);
 	snprintf(s, sizeof s, "%d", opt.size);
 	const char *vars[] = {"rank", r, "size", s, NULL};
-	char *t = dp_expand(opt.take, vars);
-	if (!t)
-		die("out of memory");
-	char *slash = strchr(t, '/');
-	if (!slash)
-		usage_error("--take '%s': expected I/N, e.g. 3/8 or {rank}/{size}", t);
-	*slash = 0;
-	uint64_t n = parse_count(slash + 1, "--take: N", 1, 1u << 30);
-	uint64_t i = parse_count(t, "--take: I", 0, n - 1);
+	uint64_t i, n;
+	cli_part("--take", opt.take, vars, &i, &n);
 	if (opt.nshards && opt.nshards != n)
-		usage_error("--take %s/%s and -n %" PRIu64 " disagree", t, slash + 1, opt.nshards);
+		cli_usage_error("--take %" PRIu64 "/%" PRIu64 " and -n %" PRIu64 " disagree", i, n,
+				opt.nshards);
 	g.take = (int)i;
 	opt.nshards = n;
-	free(t);
 }
 
 enum {
@@ -948,7 +1044,7 @@ static void parse_options(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":n:o:z:qhV", lo, NULL)) != -1) {
 		switch (c) {
-		case 'n': opt.nshards = parse_count(optarg, "-n", 1, 1u << 30); break;
+		case 'n': opt.nshards = cli_count("-n", optarg, 1, 1u << 30); break;
 		case 'o': opt.tmpl = optarg; break;
 		case O_BY:
 			if (!strcmp(optarg, "round-robin"))
@@ -967,32 +1063,28 @@ static void parse_options(int argc, char **argv)
 			break;
 		case O_ONLY: opt.only = optarg; break;
 		case O_SHUFFLE: opt.shuffle = 1; break;
-		case O_WINDOW: opt.window = parse_count(optarg, "--shuffle-window", 1, 1ull << 40); break;
-		case O_SEED: opt.seed = parse_count(optarg, "--seed", 0, UINT64_MAX); break;
-		case O_MEMORY: opt.memory = parse_bytes(optarg, "--memory"); break;
+		case O_WINDOW: opt.window = cli_count("--shuffle-window", optarg, 1, 1ull << 40); break;
+		case O_SEED: opt.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
+		case O_MEMORY: opt.memory = cli_size("--memory", optarg, 1, UINT64_MAX); break;
 		case O_TMPDIR: opt.tmpdir = optarg; break;
 		case O_TAKE: opt.take = optarg; break;
-		case O_RANK: opt.rank = (int)parse_count(optarg, "--rank", 0, INT_MAX); break;
-		case O_SIZE: opt.size = (int)parse_count(optarg, "--size", 1, INT_MAX); break;
-		case O_MAXREC: opt.max_records = parse_count(optarg, "--max-records", 1, UINT64_MAX); break;
-		case O_MAXBYTES: opt.max_bytes = parse_bytes(optarg, "--max-bytes"); break;
+		case O_RANK: opt.rank = (int)cli_count("--rank", optarg, 0, INT_MAX); break;
+		case O_SIZE: opt.size = (int)cli_count("--size", optarg, 1, INT_MAX); break;
+		case O_MAXREC: opt.max_records = cli_count("--max-records", optarg, 1, UINT64_MAX); break;
+		case O_MAXBYTES: opt.max_bytes = cli_size("--max-bytes", optarg, 1, UINT64_MAX); break;
 		case 'z':
 			opt.comp = dp_comp_parse(optarg);
 			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
-				usage_error("-z '%s': expected none, gzip or zlib", optarg);
+				cli_usage_error("-z '%s': expected none, gzip or zlib", optarg);
 			break;
-		case O_LEVEL: opt.level = (int)parse_count(optarg, "--level", 0, 9); break;
+		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case 'q': opt.quiet = 1; break;
-		case 'h': help(); exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
-		case 'V':
-			printf(DP_PROG " (dptools) " DP_VERSION "\n");
-			exit(ferror(stdout) || fclose(stdout) ? 1 : 0);
-		case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-		default:
-			if (optopt)
-				usage_error("unknown option '-%c'", optopt);
-			usage_error("unknown option '%s'", argv[optind - 1]);
+		case 'h':
+			help();
+			cli_exit_stdout();
+		case 'V': cli_version();
+		default: cli_bad_option(c, argv);
 		}
 	}
 	opt.inputs = argv + optind;
@@ -1006,32 +1098,35 @@ static void parse_options(int argc, char **argv)
 	for (int i = 0; i < opt.ninputs; i++)
 		nstdin += !strcmp(opt.inputs[i], "-");
 	if (nstdin > 1)
-		usage_error("stdin ('-') given %d times", nstdin);
+		cli_usage_error("stdin ('-') given %d times", nstdin);
 	if (nstdin && isatty(STDIN_FILENO))
-		usage_error("stdin is a terminal: give FILE arguments or redirect the input");
+		cli_usage_error("stdin is a terminal: give FILE arguments or redirect the input");
+}
 
+/* Options that depend on each other: the shard mode, splits, the outputs. */
+static void check_options(void)
+{
 	/* Ranks: explicit values win over the environment. */
 	dp_rank_size(&opt.rank, &opt.size);
 
 	if (opt.shuffle && opt.window)
-		usage_error("--shuffle and --shuffle-window: choose one");
+		cli_usage_error("--shuffle and --shuffle-window: choose one");
 	if (opt.take)
 		parse_take();
 	int size_mode = !opt.nshards && (opt.max_records || opt.max_bytes);
 	if (size_mode) {
 		if (opt.by != -1 && opt.by != BY_CONTIGUOUS)
-			usage_error("--max-records/--max-bytes without -n make shards of consecutive "
+			cli_usage_error("--max-records/--max-bytes without -n make shards of consecutive "
 				    "records: --by %s does not apply (give -n to cap shards instead)",
 				    opt.by == BY_HASH ? "hash" : "round-robin");
 		opt.by = BY_SIZE;
 		if (to_stdout())
-			usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
-		if (!strstr(opt.tmpl, "{shard}"))
-			usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
+			cli_usage_error("--max-records/--max-bytes without -n need -o TEMPLATE with {shard}");
+		if (!tmpl_uses("shard", 0))
+			cli_usage_error("-o '%s': needs {shard}: the number of shards depends on the data",
 				    opt.tmpl);
-		const char *ns = strstr(opt.tmpl, "{nshards}"), *slash = strrchr(opt.tmpl, '/');
-		if (ns && slash && ns < slash)
-			usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
+		if (tmpl_uses("nshards", 1))
+			cli_usage_error("-o '%s': {nshards} may not be in the directory part here", opt.tmpl);
 	} else {
 		if (!opt.nshards)
 			opt.nshards = 1;
@@ -1044,17 +1139,17 @@ static void parse_options(int argc, char **argv)
 	if (opt.split_spec) {
 		dp_err e;
 		if (dp_splits_parse(&g.splits, opt.split_spec, opt.seed, &e) < 0)
-			usage_error("%s", e.msg);
+			cli_usage_error("%s", e.msg);
 	} else if (opt.split_feature) {
-		usage_error("--split-by needs --split");
+		cli_usage_error("--split-by needs --split");
 	}
 	g.nsplits = g.splits.n ? g.splits.n : 1;
 	int only = -1;
 	if (opt.only) {
 		if (!g.splits.n)
-			usage_error("--only needs --split");
+			cli_usage_error("--only needs --split");
 		if ((only = dp_splits_find(&g.splits, opt.only)) < 0)
-			usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
+			cli_usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
 	}
 	for (int s = 0; s < g.nsplits; s++) {
 		g.sp[s].name = g.splits.n ? g.splits.name[s] : NULL;
@@ -1063,18 +1158,19 @@ static void parse_options(int argc, char **argv)
 	int nsel = only >= 0 ? 1 : g.nsplits;
 	uint64_t nout = g.take >= 0 ? (uint64_t)nsel : (uint64_t)nsel * opt.nshards;
 	if (g.fixed && nout > MAX_OUTPUTS)
-		usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
+		cli_usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
 	if (to_stdout()) {
 		if (opt.tmpl && nout > 1 && !size_mode)
-			usage_error("-o -: %" PRIu64 " outputs cannot all go to stdout", nout);
+			cli_usage_error("-o -: %" PRIu64 " outputs cannot all go to stdout", nout);
 		if (!opt.tmpl && nout > 1)
-			usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
+			cli_usage_error("-o TEMPLATE is needed for %" PRIu64 " outputs (or --take I/N, or --only)",
 				    nout);
 	} else {
-		if (strstr(opt.tmpl, "{split}") && !g.splits.n)
-			usage_error("-o '%s': {split} without --split", opt.tmpl);
-		if (g.splits.n && only < 0 && !strstr(opt.tmpl, "{split}"))
-			usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
+		int split = tmpl_uses("split", 0); /* and every placeholder checked */
+		if (split && !g.splits.n)
+			cli_usage_error("-o '%s': {split} without --split", opt.tmpl);
+		if (g.splits.n && only < 0 && !split)
+			cli_usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
 				    g.splits.n);
 	}
 	/* Many outputs: flush each sooner, so the writers' buffers stay small. */
@@ -1084,7 +1180,12 @@ static void parse_options(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	cli.prog = DP_PROG;
+	cli.usage = "usage: " DP_PROG " [-n N] [-o TEMPLATE] [--by MODE] [--split SPEC] [--shuffle] "
+		    "[--take I/N] [OPTION...] [FILE...] (--help for more)\n";
+	cli.on_fail = abort_outputs;
 	parse_options(argc, argv);
+	check_options();
 	dp_out_install_signal_cleanup();
 	struct rlimit rl; /* one descriptor per output */
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -1092,7 +1193,7 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	g.t0 = dp_now();
-	g.progress = !opt.quiet && isatty(STDERR_FILENO);
+	cli_progress_on(!opt.quiet && isatty(STDERR_FILENO));
 
 	if (g.fixed)
 		open_fixed_outputs();
@@ -1101,11 +1202,10 @@ int main(int argc, char **argv)
 			if (g.sp[s].selected)
 				open_size_shard(s);
 	run();
-	if (g.progress)
-		show_progress(1);
+	cli_progress_clear();
 	commit_outputs();
 	if (to_stdout() && close(STDOUT_FILENO) < 0)
-		die("stdout: %s", strerror(errno));
+		cli_die("stdout: %s", strerror(errno));
 	if (!opt.quiet)
 		summary(dp_now() - g.t0);
 	dp_shuffle_free(g.shuf);

@@ -666,6 +666,60 @@ int dp_out_is_input(const dp_out *o, int fd)
 	return S_ISREG(a.st_mode) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+/* ---- Settings ---------------------------------------------------------- */
+
+#define MAX_SETTINGS 32
+static struct {
+	char *name, *value;
+} settings[MAX_SETTINGS];
+static int nsettings;
+
+int dp_setting_set(const char *name, const char *value)
+{
+	for (int i = 0; i < nsettings; i++)
+		if (!strcmp(settings[i].name, name)) {
+			char *v = value ? strdup(value) : NULL;
+			if (value && !v)
+				return DP_ENOMEM;
+			free(settings[i].value);
+			settings[i].value = v;
+			return DP_OK;
+		}
+	if (nsettings == MAX_SETTINGS)
+		return DP_ELIMIT;
+	char *n = strdup(name), *v = value ? strdup(value) : NULL;
+	if (!n || (value && !v)) {
+		free(n);
+		free(v);
+		return DP_ENOMEM;
+	}
+	settings[nsettings].name = n;
+	settings[nsettings++].value = v;
+	return DP_OK;
+}
+
+const char *dp_setting(const char *name)
+{
+	for (int i = 0; i < nsettings; i++)
+		if (!strcmp(settings[i].name, name))
+			return settings[i].value;
+	return NULL;
+}
+
+void dp_settings_from_env(void)
+{
+	extern char **environ;
+	for (char **e = environ; e && *e; e++) {
+		const char *eq = strchr(*e, '=');
+		if (strncmp(*e, "DP_", 3) != 0 || !eq || eq - *e > 63)
+			continue;
+		char name[64];
+		memcpy(name, *e, (size_t)(eq - *e));
+		name[eq - *e] = 0;
+		dp_setting_set(name, eq + 1);
+	}
+}
+
 /* ---- Ranks and templates ---------------------------------------------- */
 
 static int env_int(const char *name, int *out)
@@ -719,7 +773,31 @@ static const char *expand_var(const char *name, size_t len, const char *const *v
 	return NULL;
 }
 
-char *dp_expand(const char *tmpl, const char *const *vars)
+static int name_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
+}
+
+/* "{a}, {b}, ..., {rank}, {size}": the names a template may use, for a
+ * message. */
+static void known_names(char *buf, size_t cap, const char *const *vars)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (const char *const *v = vars; v && v[0] && n < cap; v += 2)
+		if (strcmp(v[0], "rank") && strcmp(v[0], "size"))
+			n += (size_t)snprintf(buf + n, cap - n, "{%s}, ", v[0]);
+	if (n < cap)
+		snprintf(buf + n, cap - n, "{rank}, {size}");
+}
+
+/* The one template expander: dp_expand (e NULL: what it cannot fill is
+ * left as is) and dp_expand_strict (e set: refused).  A placeholder is
+ * {NAME} or {NAME:W}, NAME of letters, digits and '_'; any other '{' is
+ * text.  {NAME:W} pads a value of digits to W of them (1-32), as a
+ * number: leading zeros it already has do not count ("00003" at width 3
+ * is 003). */
+static char *expand(const char *tmpl, const char *const *vars, dp_err *e)
 {
 	int rank = -1, size = -1;
 	char rbuf[16], sbuf[16], pbuf[64];
@@ -728,37 +806,65 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 	snprintf(sbuf, sizeof sbuf, "%d", size);
 	size_t cap = strlen(tmpl) + 64, n = 0;
 	char *out = malloc(cap);
-	if (!out)
+	if (!out) {
+		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
+	}
 	for (const char *p = tmpl; *p;) {
 		const char *val = NULL;
 		size_t skip = 1;
-		if (*p == '{') {
-			const char *close = strchr(p, '}');
-			if (close) {
-				size_t klen = (size_t)(close - p - 1);
-				const char *colon = memchr(p + 1, ':', klen);
-				val = expand_var(p + 1, klen, vars, rbuf, sbuf);
-				/* {NAME:W}: a whole number zero-padded to W digits (1-32),
-				 * e.g. {rank:5} as tfr-shard names shards: 00001 */
-				if (!val && colon && close - colon >= 2 && close - colon <= 3) {
-					int wd = 0;
-					for (const char *q = colon + 1; q < close; q++)
-						wd = *q >= '0' && *q <= '9' ? wd * 10 + (*q - '0') : -1000;
-					const char *v = expand_var(p + 1, (size_t)(colon - p - 1), vars,
-								   rbuf, sbuf);
-					size_t vl = v ? strlen(v) : 0;
-					if (v && wd >= 1 && wd <= 32 && vl && vl < 32 &&
-					    strspn(v, "0123456789") == vl) {
-						size_t z = vl < (size_t)wd ? (size_t)wd - vl : 0;
-						memset(pbuf, '0', z);
-						memcpy(pbuf + z, v, vl + 1);
-						val = pbuf;
-					}
-				}
-				if (val)
-					skip = klen + 2;
+		const char *close = *p == '{' ? strchr(p, '}') : NULL;
+		if (close) {
+			size_t klen = (size_t)(close - p - 1);
+			const char *colon = memchr(p + 1, ':', klen);
+			size_t nlen = colon ? (size_t)(colon - p - 1) : klen;
+			int placeholder = nlen > 0;
+			for (size_t i = 0; i < nlen; i++)
+				placeholder &= name_char(p[1 + i]);
+			for (const char *q = colon; q && q < close; q++)
+				placeholder &= *q != '{';
+			val = expand_var(p + 1, klen, vars, rbuf, sbuf);
+			const char *v = colon ? expand_var(p + 1, nlen, vars, rbuf, sbuf) : NULL;
+			int wd = -1;
+			if (!val && colon && close - colon >= 2 && close - colon <= 3) {
+				wd = 0;
+				for (const char *q = colon + 1; q < close; q++)
+					wd = *q >= '0' && *q <= '9' ? wd * 10 + (*q - '0') : -1000;
 			}
+			size_t vl = v ? strlen(v) : 0;
+			int number = v && vl && strspn(v, "0123456789") == vl;
+			if (!val && number && wd >= 1 && wd <= 32) {
+				while (vl > 1 && *v == '0') { /* the number's own digits */
+					v++;
+					vl--;
+				}
+				if (vl < 32) {
+					size_t z = vl < (size_t)wd ? (size_t)wd - vl : 0;
+					memset(pbuf, '0', z);
+					memcpy(pbuf + z, v, vl + 1);
+					val = pbuf;
+				}
+			}
+			if (!val && e && placeholder) {
+				char known[512];
+				known_names(known, sizeof known, vars);
+				if (!colon || !v)
+					dp_seterr(e, DP_EARG, "unknown placeholder {%.*s} (known: %s)",
+						  (int)nlen, p + 1, known);
+				else if (!number)
+					dp_seterr(e, DP_EARG,
+						  "{%.*s}: a width pads a number, and {%.*s} is '%s'",
+						  (int)klen, p + 1, (int)nlen, p + 1, v);
+				else
+					dp_seterr(e, DP_EARG,
+						  "{%.*s}: the width after ':' must be a number of digits "
+						  "from 1 to 32",
+						  (int)klen, p + 1);
+				free(out);
+				return NULL;
+			}
+			if (val)
+				skip = klen + 2;
 		}
 		size_t add = val ? strlen(val) : 1;
 		if (n + add + 1 > cap) {
@@ -766,6 +872,7 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 			char *t = realloc(out, cap);
 			if (!t) {
 				free(out);
+				dp_seterr(e, DP_ENOMEM, "out of memory");
 				return NULL;
 			}
 			out = t;
@@ -779,6 +886,17 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 	}
 	out[n] = 0;
 	return out;
+}
+
+char *dp_expand(const char *tmpl, const char *const *vars)
+{
+	return expand(tmpl, vars, NULL);
+}
+
+char *dp_expand_strict(const char *tmpl, const char *const *vars, dp_err *e)
+{
+	dp_err own;
+	return expand(tmpl, vars, e ? e : &own);
 }
 
 int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
@@ -862,6 +980,24 @@ int dp_parse_size(const char *s, uint64_t *out)
 		return DP_EARG;
 	*out = (uint64_t)v;
 	return DP_OK;
+}
+
+const char *dp_fmt_size(uint64_t n, char *buf, size_t len)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	if (n < 1024) {
+		snprintf(buf, len, "%" PRIu64 " byte%s", n, n == 1 ? "" : "s");
+		return buf;
+	}
+	int i = 0;
+	uint64_t d = 1024;
+	while (i < 5 && n / d >= 1024)
+		d *= 1024, i++;
+	if (n % d == 0)
+		snprintf(buf, len, "%" PRIu64 " %s", n / d, unit[i]);
+	else
+		snprintf(buf, len, "%.1f %s", (double)n / (double)d, unit[i]);
+	return buf;
 }
 
 double dp_now(void)

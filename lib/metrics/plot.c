@@ -6,10 +6,16 @@
  * PLOT_W x PLOT_H with a grid at the y and x ticks, tick labels, the x
  * axis label, and a legend to the right of the plot area.  All panels share
  * the x range so that steps line up vertically.
+ *
+ * Any finite value can be drawn, up to +-DBL_MAX: sums of averaged points
+ * go on scaled by a power of two when they would overflow, ranges wider
+ * than DBL_MAX are measured in halves, and an axis whose nice ends would
+ * lie beyond a double's range ends at the data instead.
  */
 #define _GNU_SOURCE
 #include "dp_plot.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,13 +46,21 @@ struct pt {
 	double step, line, y; /* step NaN when any point averaged in had none */
 };
 
+/* A sum of finite values, in units of 2^-SUM_SCALE once it would have
+ * overflowed (scaled = 1): 2^64 values of at most DBL_MAX stay below 2^960. */
+#define SUM_SCALE 128
+struct sum {
+	double s;
+	int scaled;
+};
+
 struct series {
 	char *label;
 	int panel;
 	struct pt *pts;
 	size_t n;
 	size_t group; /* raw points per stored point */
-	struct pt acc; /* sums of the group being filled */
+	struct sum acc_step, acc_line, acc_y; /* sums of the group being filled */
 	size_t nacc;
 	int acc_nostep;
 };
@@ -132,10 +146,38 @@ int dp_plot_series(dp_plot *p, const char *label, const char *panel)
 	return p->ns++;
 }
 
+static void sum_add(struct sum *a, double v)
+{
+	if (!a->scaled) {
+		double t = a->s + v;
+		if (isfinite(t)) {
+			a->s = t;
+			return;
+		}
+		a->scaled = 1;
+		a->s = ldexp(a->s, -SUM_SCALE);
+	}
+	a->s += ldexp(v, -SUM_SCALE);
+}
+
+static double sum_mean(const struct sum *a, double k)
+{
+	double m = a->s / k;
+	return a->scaled ? ldexp(m, SUM_SCALE) : m;
+}
+
+/* The middle of a and b, whose sum may overflow. */
+static double mid(double a, double b)
+{
+	double m = (a + b) / 2;
+	return isfinite(m) || isnan(a) || isnan(b) ? m : a / 2 + b / 2;
+}
+
 static struct pt acc_mean(const struct series *s)
 {
 	double k = (double)s->nacc;
-	struct pt m = {s->acc_nostep ? NAN : s->acc.step / k, s->acc.line / k, s->acc.y / k};
+	struct pt m = {s->acc_nostep ? NAN : sum_mean(&s->acc_step, k), sum_mean(&s->acc_line, k),
+		       sum_mean(&s->acc_y, k)};
 	return m;
 }
 
@@ -143,26 +185,24 @@ int dp_plot_add(dp_plot *p, int id, double step, double line, double y)
 {
 	if (id < 0 || id >= p->ns)
 		return DP_EARG;
-	/* Beyond 1e300 a range could overflow: such values are not plotted. */
-	if (!(fabs(y) <= 1e300) || !(fabs(line) <= 1e300))
-		return DP_OK;
-	if (!(fabs(step) <= 1e300))
+	if (!isfinite(y) || !isfinite(line))
+		return DP_OK; /* no place on a chart */
+	if (!isfinite(step))
 		step = NAN;
 	struct series *s = &p->s[id];
 	if (isnan(step))
 		s->acc_nostep = 1;
 	else
-		s->acc.step += step;
-	s->acc.line += line;
-	s->acc.y += y;
+		sum_add(&s->acc_step, step);
+	sum_add(&s->acc_line, line);
+	sum_add(&s->acc_y, y);
 	if (++s->nacc < s->group)
 		return DP_OK;
 	if (s->n == DP_PLOT_MAX_POINTS) {
 		/* Full: average neighbours in pairs; groups double in size. */
 		for (size_t i = 0; i < s->n / 2; i++) {
 			struct pt a = s->pts[2 * i], b = s->pts[2 * i + 1];
-			s->pts[i] = (struct pt){(a.step + b.step) / 2, (a.line + b.line) / 2,
-						(a.y + b.y) / 2};
+			s->pts[i] = (struct pt){mid(a.step, b.step), mid(a.line, b.line), mid(a.y, b.y)};
 		}
 		s->n /= 2;
 		s->group *= 2;
@@ -170,7 +210,7 @@ int dp_plot_add(dp_plot *p, int id, double step, double line, double y)
 			return DP_OK;
 	}
 	s->pts[s->n++] = acc_mean(s);
-	s->acc = (struct pt){0, 0, 0};
+	s->acc_step = s->acc_line = s->acc_y = (struct sum){0, 0};
 	s->nacc = 0;
 	s->acc_nostep = 0;
 	return DP_OK;
@@ -186,27 +226,29 @@ size_t dp_plot_points(const dp_plot *p)
 
 /* ---- Ticks -------------------------------------------------------------- */
 
+/* An axis from lo to hi with n ticks at t0 + i * step (i < n). */
+struct axis {
+	double lo, hi, t0, step;
+	int n;
+	int frac;      /* decimals the tick labels need */
+	double absmax; /* the largest magnitude on the axis, for labels */
+};
+
+/* The nice number (1, 2 or 5 times a power of ten) near x > 0, at most
+ * 1e308 (the largest a double holds). */
 static double nicenum(double x, int round)
 {
-	if (!(x > 0) || !isfinite(x))
+	if (!(x > 0))
 		return x;
+	x = fmin(x, DBL_MAX);
 	double ex = floor(log10(x));
 	double f = x / pow(10, ex), nf;
 	if (round)
 		nf = f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10;
 	else
 		nf = f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10;
-	return nf * pow(10, ex);
-}
-
-/* The number of ticks first, first + step, ... last; 0 when that is not a
- * small whole number (ranges at the edge of double precision). */
-static int nticks(double first, double last, double step)
-{
-	double n = (last - first) / step;
-	if (!(n >= 1 && n <= 100) || !(last > first))
-		return 0;
-	return (int)floor(n + 0.5) + 1;
+	double v = nf * pow(10, ex);
+	return isfinite(v) ? v : 1e308;
 }
 
 /* floor(log10(x)) as an int, for x > 0 (0 otherwise). */
@@ -216,40 +258,104 @@ static int ilog10(double x)
 	return x > 0 && isfinite(l) ? (int)fmax(fmin(l, 400), -400) : 0;
 }
 
-int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step)
+/* hi - lo, which may pass DBL_MAX: then the width in halves, doubled only
+ * once divided by k >= 2.  (k >= 1; for k == 1 an overflowing width is
+ * DBL_MAX.) */
+static double width_over(double lo, double hi, double k)
 {
-	if (!(hi > lo)) {
-		double pad = fmax(fabs(lo) * 1e-6, 1);
-		lo -= pad;
-		hi += pad;
-	}
+	double w = hi - lo;
+	if (isfinite(w))
+		return w / k;
+	w = (hi / 2 - lo / 2) / k * 2;
+	return isfinite(w) ? w : DBL_MAX;
+}
+
+/* lo <= hi widened by pad on each side, within +-DBL_MAX. */
+static void widen(double *lo, double *hi, double pad)
+{
+	*lo = fmax(*lo - pad, -DBL_MAX);
+	*hi = fmin(*hi + pad, DBL_MAX);
+}
+
+/* Nice ticks for [lo, hi] (after Heckbert, Graphics Gems I): a step 1, 2
+ * or 5 times a power of ten giving about `want` ticks, the axis from the
+ * multiple of the step at or below lo to the one at or above hi.  Where
+ * such a multiple is beyond a double's range, the axis ends at the data
+ * (lo or hi) and the ticks are the multiples inside it.  Where the range
+ * is too narrow for the precision of doubles, the axis is the range, in
+ * one step. */
+static void axis_make(struct axis *a, double lo, double hi, int want)
+{
+	if (!(hi > lo))
+		widen(&lo, &hi, fmax(fabs(lo) * 1e-6, 1));
 	if (want < 2)
 		want = 2;
-	double d = nicenum((hi - lo) / (want - 1), 1);
+	double d = nicenum(width_over(lo, hi, want - 1), 1);
 	if (!(d > 0) || !isfinite(d))
-		d = hi - lo;
-	*step = d;
-	*first = floor(lo / d + 1e-9) * d;
-	*last = ceil(hi / d - 1e-9) * d;
-	if (!nticks(*first, *last, d) || !(*first <= lo + d * 1e-6) || !(*last >= hi - d * 1e-6)) {
-		/* Too close to the precision of doubles for nice steps: the
-		 * range itself, in one step. */
-		*first = lo;
-		*last = hi;
-		*step = d = hi - lo;
+		d = width_over(lo, hi, 1);
+	double k0 = floor(lo / d + 1e-9), k1 = ceil(hi / d - 1e-9);
+	double first = k0 * d, last = k1 * d;
+	if (!isfinite(first))
+		first = lo, k0 = ceil(lo / d - 1e-9);
+	if (!isfinite(last))
+		last = hi, k1 = floor(hi / d + 1e-9);
+	double n = k1 - k0 + 1;
+	if (!(n >= 1 && n <= 101) || !(last > first) || !(first <= lo + d * 1e-6) ||
+	    !(last >= hi - d * 1e-6)) {
+		first = lo;
+		last = hi;
+		d = width_over(lo, hi, 1);
+		k0 = 0;
+		n = hi - lo == d ? 2 : 0; /* no ticks where the width overflows */
+		a->t0 = lo;
+	} else {
+		a->t0 = k0 * d;
 	}
+	a->lo = first;
+	a->hi = last;
+	a->step = d;
+	a->n = (int)n;
 	int nfrac = -ilog10(d);
-	return nfrac > 0 ? (nfrac < 30 ? nfrac : 30) : 0;
+	a->frac = nfrac > 0 ? (nfrac < 30 ? nfrac : 30) : 0;
+	a->absmax = fmax(fabs(first), fabs(last));
+}
+
+int dp_plot_ticks(double lo, double hi, int want, double *first, double *last, double *step)
+{
+	struct axis a;
+	axis_make(&a, lo, hi, want);
+	*first = a.lo;
+	*last = a.hi;
+	*step = a.step;
+	return a.frac;
+}
+
+/* Where v lies on the axis, from 0 (lo) to 1 (hi); a width past DBL_MAX
+ * is measured in halves. */
+static double axis_frac(const struct axis *a, double v)
+{
+	double w = a->hi - a->lo;
+	if (isfinite(w))
+		return (v - a->lo) / w;
+	return (v / 2 - a->lo / 2) / (a->hi / 2 - a->lo / 2);
+}
+
+/* Tick i (t0 + i * step, whose product may pass DBL_MAX when the tick does
+ * not: then in units of the step). */
+static double axis_tick(const struct axis *a, int i)
+{
+	double t = a->t0 + i * a->step;
+	return isfinite(t) ? t : (a->t0 / a->step + i) * a->step;
 }
 
 /* A tick label for v on an axis with tick spacing step and largest
  * magnitude absmax: fixed decimals, k/M/G suffixes for big numbers,
- * exponents for tiny ones. */
+ * exponents for tiny ones and from 1e12 up. */
 static void fmt_tick(char *buf, size_t size, double v, double step, double absmax)
 {
 	if (fabs(v) < step * 1e-6)
 		v = 0;
-	if (absmax >= 1e5) {
+	if (absmax >= 1e5 && absmax < 1e12) {
 		double scale = absmax >= 1e9 ? 1e9 : absmax >= 1e6 ? 1e6 : 1e3;
 		const char *suf = absmax >= 1e9 ? "G" : absmax >= 1e6 ? "M" : "k";
 		int dec = -ilog10(step / scale);
@@ -257,10 +363,11 @@ static void fmt_tick(char *buf, size_t size, double v, double step, double absma
 		return;
 	}
 	int nfrac = -ilog10(step);
-	if (nfrac <= 4) {
+	if (nfrac <= 4 && absmax < 1e12) {
 		snprintf(buf, size, "%.*f", nfrac > 0 ? nfrac : 0, v);
 		return;
 	}
+	/* tiny or huge: an exponent */
 	int dec = ilog10(absmax) - ilog10(step);
 	if (dec > 17)
 		dec = 17;
@@ -366,27 +473,24 @@ struct frame {
 	struct xy **pts; /* per series: its points sorted by x */
 	size_t *npts;
 	int by_step;     /* x is the step (else the line number) */
-	double xmin, xmax; /* the axis: whole ticks */
-	double xfirst, xstep, xabs;
-	int nx;          /* x ticks */
+	struct axis x;
 	int top0;        /* the first panel's top */
 };
 
 /* One panel's place and y axis. */
 struct panel_y {
 	int pi, top, y0; /* y0: the plot area's top */
-	double yfirst, ylast, ystep, yabs;
-	int ny;
+	struct axis y;
 };
 
 static double px(const struct frame *f, double x)
 {
-	return MARGIN_L + (x - f->xmin) / (f->xmax - f->xmin) * PLOT_W;
+	return MARGIN_L + axis_frac(&f->x, x) * PLOT_W;
 }
 
 static double py(const struct panel_y *a, double y)
 {
-	return a->y0 + PLOT_H - (y - a->yfirst) / (a->ylast - a->yfirst) * PLOT_H;
+	return a->y0 + PLOT_H - axis_frac(&a->y, y) * PLOT_H;
 }
 
 /* x: steps when every point has one, else line numbers. */
@@ -437,21 +541,17 @@ static int frame_init(struct frame *f, const dp_plot *p)
 				x_int = 0;
 		}
 	}
-	if (!(xmax > xmin)) {
-		xmin -= 1;
-		xmax += 1;
+	if (!(xmax > xmin))
+		widen(&xmin, &xmax, 1);
+	axis_make(&f->x, xmin, xmax, 7);
+	if (x_int && f->x.step < 1) { /* a few integer steps: one tick each */
+		f->x.lo = f->x.t0 = floor(xmin);
+		f->x.hi = ceil(xmax);
+		f->x.step = 1;
+		f->x.n = (int)(f->x.hi - f->x.lo) + 1;
+		f->x.frac = 0;
+		f->x.absmax = fmax(fabs(f->x.lo), fabs(f->x.hi));
 	}
-	double xlast;
-	dp_plot_ticks(xmin, xmax, 7, &f->xfirst, &xlast, &f->xstep);
-	if (x_int && f->xstep < 1) { /* a few integer steps: one tick each */
-		f->xstep = 1;
-		f->xfirst = floor(xmin);
-		xlast = ceil(xmax);
-	}
-	f->xmin = f->xfirst; /* the axis spans whole ticks */
-	f->xmax = xlast;
-	f->nx = nticks(f->xfirst, xlast, f->xstep);
-	f->xabs = fmax(fabs(f->xmin), fabs(f->xmax));
 	return 0;
 }
 
@@ -471,14 +571,9 @@ static void panel_axis(const struct frame *f, int pi, struct panel_y *a)
 			}
 	if (!(ymax >= ymin)) /* a panel of series without points */
 		ymin = 0, ymax = 1;
-	if (!(ymax > ymin)) {
-		double d = ymin == 0 ? 1 : fabs(ymin) * 0.1;
-		ymin -= d;
-		ymax += d;
-	}
-	dp_plot_ticks(ymin, ymax, 5, &a->yfirst, &a->ylast, &a->ystep);
-	a->yabs = fmax(fabs(a->yfirst), fabs(a->ylast));
-	a->ny = nticks(a->yfirst, a->ylast, a->ystep);
+	if (!(ymax > ymin))
+		widen(&ymin, &ymax, ymin == 0 ? 1 : fabs(ymin) * 0.1);
+	axis_make(&a->y, ymin, ymax, 5);
 }
 
 /* The XML declaration, <svg>, the document's title, the background and
@@ -510,28 +605,28 @@ static void svg_axes(dp_buf *b, const struct frame *f, const struct panel_y *a)
 {
 	char lab[48];
 	dp_buf_addstr(b, "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n");
-	for (int i = 0; i < a->ny; i++) {
-		double t = a->yfirst + i * a->ystep;
+	for (int i = 0; i < a->y.n; i++) {
+		double t = axis_tick(&a->y, i);
 		dp_buf_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>\n", MARGIN_L,
 			      MARGIN_L + PLOT_W, py(a, t), py(a, t));
 	}
-	for (int i = 0; i < f->nx; i++) {
-		double t = f->xfirst + i * f->xstep;
+	for (int i = 0; i < f->x.n; i++) {
+		double t = axis_tick(&f->x, i);
 		dp_buf_printf(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>\n", px(f, t),
 			      px(f, t), a->y0, a->y0 + PLOT_H);
 	}
 	dp_buf_addstr(b, "</g>\n");
 	dp_buf_addstr(b, "<g fill=\"#555\" text-anchor=\"end\">\n");
-	for (int i = 0; i < a->ny; i++) {
-		double t = a->yfirst + i * a->ystep;
-		fmt_tick(lab, sizeof lab, t, a->ystep, a->yabs);
+	for (int i = 0; i < a->y.n; i++) {
+		double t = axis_tick(&a->y, i);
+		fmt_tick(lab, sizeof lab, t, a->y.step, a->y.absmax);
 		dp_buf_printf(b, "<text x=\"%d\" y=\"%.1f\">%s</text>\n", MARGIN_L - 8,
 			      py(a, t) + 4, lab);
 	}
 	dp_buf_addstr(b, "</g>\n<g fill=\"#555\" text-anchor=\"middle\">\n");
-	for (int i = 0; i < f->nx; i++) {
-		double t = f->xfirst + i * f->xstep;
-		fmt_tick(lab, sizeof lab, t, f->xstep, f->xabs);
+	for (int i = 0; i < f->x.n; i++) {
+		double t = axis_tick(&f->x, i);
+		fmt_tick(lab, sizeof lab, t, f->x.step, f->x.absmax);
 		dp_buf_printf(b, "<text x=\"%.1f\" y=\"%d\">%s</text>\n", px(f, t),
 			      a->y0 + PLOT_H + 17, lab);
 	}

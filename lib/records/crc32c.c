@@ -170,7 +170,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
 {
-	const char *force = getenv("DP_CRC32C");
+	const char *force = dp_setting("DP_CRC32C");
 	sw_init();
 	impl = crc_sw;
 #ifdef HAVE_HW

@@ -106,6 +106,12 @@ struct dp_reader {
 	z_stream z;
 	int z_init;
 	int z_done;   /* the current member ended (Z_STREAM_END) */
+	/* compressed offset where the current member's deflate data ended and
+	 * its trailer (gzip: CRC-32 and ISIZE, 8 bytes; zlib: Adler-32, 4)
+	 * begins; UINT64_MAX while inflate has not returned all its data */
+	uint64_t z_tail;
+	int z_err;        /* inflate failed after data it returned: its code */
+	uint64_t z_err_at; /* and where it stopped */
 
 	uint64_t index;
 	dp_reader_stats st;
@@ -182,11 +188,43 @@ static int refill_in(dp_reader *r, dp_err *e)
 	return 0;
 }
 
+/* A failure of inflate() at compressed offset at (where it stopped): in
+ * the trailer, once all the data came out whole, it is said as such. */
+static int inflate_fail(dp_reader *r, dp_err *e, int rc, uint64_t at)
+{
+	int gz = r->comp == DP_COMP_GZIP;
+	const char *what = gz ? "gzip" : "zlib";
+	uint64_t tail = r->z_tail, tlen = gz ? 8 : 4;
+	if (rc == Z_MEM_ERROR)
+		return rfail(r, e, DP_ENOMEM, "%s: out of memory", r->name);
+	if (rc == Z_BUF_ERROR && tail != UINT64_MAX)
+		return rfail(r, e, DP_EDATA,
+			     "%s: truncated %s stream (its data whole, %" PRIu64 " of %" PRIu64
+			     " trailer bytes at compressed byte %" PRIu64 ", stream ends at byte %" PRIu64 ")",
+			     r->name, what, r->st.raw_bytes - tail, tlen, tail, r->st.raw_bytes);
+	if (rc == Z_BUF_ERROR)
+		return rfail(r, e, DP_EDATA,
+			     "%s: truncated %s stream (ends inside compressed data at byte %" PRIu64 ")",
+			     r->name, what, r->st.raw_bytes);
+	const char *msg = r->z.msg ? r->z.msg : "invalid stream";
+	if (tail != UINT64_MAX && (!strcmp(msg, "incorrect data check") ||
+				   !strcmp(msg, "incorrect length check")))
+		return rfail(r, e, DP_EDATA,
+			     "%s: %s trailer at compressed bytes %" PRIu64 "-%" PRIu64 ": %s",
+			     r->name, what, tail, tail + tlen - 1,
+			     msg[10] == 'd' ? (gz ? "CRC-32 of the data does not match"
+						  : "Adler-32 of the data does not match")
+					    : "length of the data (ISIZE) does not match");
+	return rfail(r, e, DP_EDATA, "%s: corrupt %s data near compressed byte %" PRIu64 ": %s",
+		     r->name, what, at, msg);
+}
+
 /* Inflate into p (up to n bytes).  Returns bytes produced, 0 at the end of
- * the compressed stream, or a negative status. */
+ * the compressed stream, or a negative status.  inflate() runs with
+ * Z_BLOCK, so that it stops at the end of the last deflate block, before
+ * the trailer: where the trailer starts is known, for the messages. */
 static long inflate_some(dp_reader *r, uint8_t *p, size_t n, dp_err *e)
 {
-	const char *what = r->comp == DP_COMP_GZIP ? "gzip" : "zlib";
 	r->z.next_out = p;
 	r->z.avail_out = n > UINT32_MAX ? UINT32_MAX : (uInt)n;
 	for (;;) {
@@ -204,11 +242,14 @@ static long inflate_some(dp_reader *r, uint8_t *p, size_t n, dp_err *e)
 					     r->name, r->st.raw_bytes - r->z.avail_in);
 			inflateReset(&r->z); /* another gzip member */
 			r->z_done = 0;
+			r->z_tail = UINT64_MAX;
 		}
 		uInt before = r->z.avail_out;
-		uint64_t in_off = r->st.raw_bytes - r->z.avail_in;
-		rc = inflate(&r->z, Z_NO_FLUSH);
+		rc = inflate(&r->z, Z_BLOCK);
 		size_t made = before - r->z.avail_out;
+		/* at a block boundary after the last block: the data is all out */
+		if (rc == Z_OK && (r->z.data_type & 192) == 192 && r->z_tail == UINT64_MAX)
+			r->z_tail = r->st.raw_bytes - r->z.avail_in;
 		if (rc == Z_STREAM_END) {
 			r->z_done = 1;
 			if (made)
@@ -220,14 +261,15 @@ static long inflate_some(dp_reader *r, uint8_t *p, size_t n, dp_err *e)
 				return (long)made;
 			continue;
 		}
-		if (rc == Z_BUF_ERROR)
-			return rfail(r, e, DP_EDATA,
-				     "%s: truncated %s stream (ends inside compressed data at byte %" PRIu64 ")",
-				     r->name, what, r->st.raw_bytes);
-		if (rc == Z_MEM_ERROR)
-			return rfail(r, e, DP_ENOMEM, "%s: out of memory", r->name);
-		return rfail(r, e, DP_EDATA, "%s: corrupt %s data near compressed byte %" PRIu64 ": %s",
-			     r->name, what, in_off, r->z.msg ? r->z.msg : "invalid stream");
+		/* the data inflated before the damage first (its records have
+		 * their CRCs); inflate() says the same again on the next call,
+		 * and a record cut by the damage is blamed on it (damaged()) */
+		if (made) {
+			r->z_err = rc;
+			r->z_err_at = r->st.raw_bytes - r->z.avail_in;
+			return (long)made;
+		}
+		return inflate_fail(r, e, rc, r->st.raw_bytes - r->z.avail_in);
 	}
 }
 
@@ -287,6 +329,7 @@ static int detect(dp_reader *r, dp_err *e)
 	if (inflateInit2(&r->z, comp == DP_COMP_GZIP ? 31 : 15) != Z_OK)
 		return rfail(r, e, DP_ENOMEM, "%s: cannot start zlib", r->name);
 	r->z_init = 1;
+	r->z_tail = UINT64_MAX;
 	if (!r->mem) {
 		r->z.next_in = r->in;
 		r->z.avail_in = (uInt)n;
@@ -357,6 +400,8 @@ static int damaged(dp_reader *r, dp_err *e, int code, uint64_t known_len, const 
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	uint64_t at = r->off, idx = r->index;
+	if (r->z_err) /* the compressed stream broke here: that is the cause */
+		return inflate_fail(r, e, r->z_err, r->z_err_at);
 	if (!r->o.skip_corrupt)
 		return rfail(r, e, code, "%s: record %" PRIu64 " at byte %" PRIu64 ": %s", r->name,
 			     idx, at, why);
@@ -412,6 +457,12 @@ int dp_reader_next(dp_reader *r, dp_record *rec, dp_err *e)
 	if (rc < 0)
 		return rc;
 	size_t avail = r->end - r->pos;
+	if (avail == 0 && r->o.skip_corrupt && r->st.records == 0 && r->st.bytes > 0)
+		/* damage passed over is not an empty input: one rule for every
+		 * reader of TFRecords (tfr-cat, tfr-shard) */
+		return rfail(r, e, DP_EDATA,
+			     "%s: no records found in %" PRIu64 " bytes (is it a TFRecord file?)",
+			     r->name, r->st.bytes);
 	if (avail == 0)
 		return 0;
 	if (avail < DP_TFR_HEADER)
@@ -422,10 +473,10 @@ int dp_reader_next(dp_reader *r, dp_record *rec, dp_err *e)
 	if (dp_crc_mask(dp_crc32c(0, p, 8)) != le32(p + 8))
 		return damaged(r, e, DP_EDATA, 0, "length CRC mismatch%s",
 			       r->off == 0 ? " (is this a TFRecord stream?)" : "");
-	if (len > r->o.max_record)
+	if (len > r->o.max_record || len > SIZE_MAX - DP_TFR_HEADER - DP_TFR_FOOTER)
 		return damaged(r, e, DP_ELIMIT, 0,
 			       "record length %" PRIu64 " exceeds the maximum of %" PRIu64 " bytes",
-			       len, r->o.max_record);
+			       len, r->o.max_record < SIZE_MAX - 16 ? r->o.max_record : SIZE_MAX - 16);
 	size_t need = DP_TFR_HEADER + (size_t)len + DP_TFR_FOOTER;
 	rc = fill(r, need, e);
 	if (rc < 0)

@@ -19,6 +19,7 @@
  * The S3 code's one MD5: the reader's checks, the writer's multipart ETag
  * and the parsing of ETags all come here (no other MD5 in lib/s3).
  */
+#include "dp.h"
 #include "md5.h"
 
 #include <pthread.h>
@@ -299,7 +300,7 @@ static int select_impl(const char *name)
 
 static void choose(void)
 {
-	select_impl(getenv("DP_MD5"));
+	select_impl(dp_setting("DP_MD5"));
 }
 
 int dp_md5_lanes(void)

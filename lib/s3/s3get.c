@@ -1180,7 +1180,7 @@ static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, in
 	g->ps = s->conf.part_size;
 	g->budget = (uint64_t)g->W * ((g->ps + 65535) / 65536 * 65536);
 	g->mode = g->W > 1 ? MODE_PROBE : MODE_PARTS;
-	const char *force = getenv("DP_S3_GET_MODE"); /* tests and benchmarks */
+	const char *force = dp_setting("DP_S3_GET_MODE"); /* tests and benchmarks */
 	if (force && !strcmp(force, "stream"))
 		g->mode = MODE_STREAM;
 	else if (force && !strcmp(force, "parts"))

@@ -36,7 +36,7 @@ static int missing_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, si
 			strcat(have, ", ");
 		strncat(have, backends[i]->name, sizeof have - strlen(have) - 8);
 	}
-	const char *v = getenv("DP_BACKEND");
+	const char *v = dp_setting("DP_BACKEND");
 	return dp_seterr(e, DP_EARG, "DP_BACKEND=%.64s: not in this build (it has %s%s)", v ? v : "",
 			 have, strcmp(v ? v : "", "cuda") ? "" : "; build with make BACKEND=cuda");
 }
@@ -45,7 +45,7 @@ static const dp_backend missing = {.name = "missing", .open = missing_open};
 
 const dp_backend *dp_backend_default(void)
 {
-	const char *v = getenv("DP_BACKEND");
+	const char *v = dp_setting("DP_BACKEND");
 	if (v && *v) {
 		const dp_backend *b = dp_backend_find(v);
 		return b ? b : &missing;

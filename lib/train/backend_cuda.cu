@@ -717,7 +717,7 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 	c->dev = dev;
 	c->prec = prec;
 	c->conv_budget = CONV_BUDGET;
-	const char *cb = getenv("DP_CUDA_CONV_BUDGET");
+	const char *cb = dp_setting("DP_CUDA_CONV_BUDGET");
 	if (cb && atoll(cb) > 0)
 		c->conv_budget = (size_t)atoll(cb);
 	tl_dev = -1;

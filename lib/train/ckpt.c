@@ -437,7 +437,12 @@ dp_st *dp_st_open(const char *path, dp_err *e)
 		return NULL;
 	}
 	struct stat st;
-	size_t cap = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 20;
+	int known = fstat(fd, &st) == 0, isreg = known && S_ISREG(st.st_mode);
+	if (known && S_ISDIR(st.st_mode)) {
+		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", s->name);
+		goto fail;
+	}
+	size_t cap = isreg ? (size_t)st.st_size + 1 : 1 << 20;
 	for (;;) {
 		if (s->len == cap || !s->buf) {
 			if (s->buf)

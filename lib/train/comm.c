@@ -19,7 +19,7 @@
 
 int dp_comm_launched(void)
 {
-	const char *v = getenv("DP_COMM");
+	const char *v = dp_setting("DP_COMM");
 	if (v && !strcmp(v, "mpi"))
 		return 1;
 	if (v && (!strcmp(v, "single") || !strcmp(v, "none")))
@@ -470,7 +470,7 @@ int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e)
 	if (!mine)
 		return dp_seterr(e, DP_ENOMEM, "out of memory for the timeline");
 	int rc;
-	if (strstr(path, "{rank}") || c->size == 1) {
+	if (strstr(path, "{rank}") || strstr(path, "{rank:") || c->size == 1) {
 		char rb[16], sb[16];
 		snprintf(rb, sizeof rb, "%d", c->rank);
 		snprintf(sb, sizeof sb, "%d", c->size);

@@ -98,7 +98,7 @@ int comm_nccl_open(dp_comm *c, dp_err *e)
 		cudaGetLastError();
 		snprintf(me.bus, sizeof me.bus, "device %d", dev);
 	}
-	const char *v = getenv("DP_NCCL");
+	const char *v = dp_setting("DP_NCCL");
 	me.want = !(v && !strcmp(v, "0"));
 	int rc = comm_mpi_allgather(c, &me, all, sizeof me, "NCCL setup", e);
 	if (rc < 0) {

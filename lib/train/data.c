@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <glob.h>
 #include <inttypes.h>
 #include <math.h>
@@ -113,21 +114,27 @@ const char *dp_decode_name(int d)
 	}
 }
 
-int dp_parse_scale(const char *s, double *out)
+int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e)
 {
 	char *end;
 	errno = 0;
 	double a = strtod(s, &end), b = 1;
-	if (end == s || errno)
-		return DP_EARG;
-	if (*end == '/') {
+	int ok = end != s && !errno;
+	if (ok && *end == '/') {
 		const char *q = end + 1;
 		b = strtod(q, &end);
-		if (end == q || errno)
-			return DP_EARG;
+		ok = end != q && !errno;
 	}
-	if (*end || !isfinite(a) || !isfinite(b) || b == 0 || !isfinite(a / b) || a / b == 0)
-		return DP_EARG;
+	if (!ok || *end || !isfinite(a) || !isfinite(b) || b == 0 || !isfinite(a / b) || a / b == 0)
+		return dp_seterr(e, DP_EARG, "%s '%s': want a non-zero number such as 0.5 or 1/255",
+				 opt, s);
+	/* inputs are float32: a scale past its range makes every value
+	 * infinite (or zero) */
+	if (fabs(a / b) > FLT_MAX || (float)(a / b) == 0)
+		return dp_seterr(e, DP_ELIMIT,
+				 "%s '%s': beyond float32's range (inputs are float32: a "
+				 "magnitude from 1.4e-45 to 3.4e+38)",
+				 opt, s);
 	*out = a / b;
 	return DP_OK;
 }
@@ -205,7 +212,11 @@ static int find_sources(dp_data *d, dp_err *e)
 		if (!p)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
 		int rc = DP_OK;
-		if (strcmp(p, "-") && strpbrk(p, "*?[")) {
+		struct stat st;
+		/* a name that exists is that file, whatever its characters (a
+		 * name the shell expanded, 'd[1].tfr'); only one that does not
+		 * is a pattern */
+		if (strcmp(p, "-") && strpbrk(p, "*?[") && lstat(p, &st) < 0) {
 			glob_t g;
 			int gr = glob(p, GLOB_ERR, NULL, &g);
 			if (gr == GLOB_NOMATCH)
@@ -224,6 +235,18 @@ static int find_sources(dp_data *d, dp_err *e)
 			return rc;
 	}
 	return DP_OK;
+}
+
+int dp_data_reads(const dp_data *d, const char *path)
+{
+	struct stat a, b;
+	if (!d || stat(path, &a) < 0 || !S_ISREG(a.st_mode))
+		return 0;
+	for (size_t i = 0; i < d->nsrc; i++)
+		if (d->src[i].kind == SRC_FILE && stat(d->src[i].path, &b) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return 1;
+	return 0;
 }
 
 /* Start `sh -c cmd` with its stdout on a pipe; returns the read end. */
@@ -343,9 +366,16 @@ static int open_source(dp_data *d, size_t i, dp_err *e)
 				return rc;
 			}
 			unlink(tmpl); /* gone when we are, however we end */
-			free(tmpl);
 			s->cache_fd = fd;
-			s->cw = dp_writer_open_fd(fd, s->name, DP_COMP_NONE, 0, e);
+			/* its errors (a full --cache-dir) name the cache file, not the stream */
+			char *cname;
+			if (asprintf(&cname, "%s (the cache of %s)", tmpl, s->name) < 0) {
+				free(tmpl);
+				return dp_seterr(e, DP_ENOMEM, "out of memory");
+			}
+			free(tmpl);
+			s->cw = dp_writer_open_fd(fd, cname, DP_COMP_NONE, 0, e);
+			free(cname);
 		}
 		if (!s->cw)
 			return e ? e->code : DP_ENOMEM;
@@ -443,15 +473,17 @@ static int next_record(dp_data *d, dp_record *r, dp_err *e)
 			return rc;
 		source *s = &d->src[d->rd_src];
 		if (s->cw) {
+			char lb[32];
 			if (d->cache_total + r->frame_len > cache_limit(d))
 				return dp_seterr(e, DP_ELIMIT,
 						 "%s: record %" PRIu64 ": the stream is larger than the "
-						 "cache limit (%" PRIu64 " MiB) for later epochs: raise "
+						 "cache limit (%s) for later epochs: raise "
 						 "--cache-limit or re-run a command each epoch "
 						 "(--train-cmd)",
-						 s->name, r->index, cache_limit(d) >> 20);
+						 s->name, r->index,
+						 dp_fmt_size(cache_limit(d), lb, sizeof lb));
 			if ((rc = dp_writer_write_frame(s->cw, r->frame, r->frame_len, e)) < 0)
-				return dp_preferr(e, "%s: stream cache", s->name);
+				return rc;
 			d->cache_total += r->frame_len;
 			d->st.cached_bytes = d->cache_total;
 		}
@@ -519,9 +551,12 @@ static int bytes_cat(const uint8_t *p, size_t len, void *c)
 }
 
 /* Fill out[0..n) from feature f as floats, bytes decoded as `raw` (enum
- * dp_decode; NONE: bytes are an error).  0, or -1 with a message in why. */
+ * dp_decode; NONE: bytes are an error).  0, or -1 with a message in why
+ * (a wrong size says what was found and what was expected: n, which is
+ * `size_what`). */
 static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *what,
-			 const char *fname, float *out, size_t n, char *why, size_t wl)
+			 const char *fname, float *out, size_t n, const char *size_what, char *why,
+			 size_t wl)
 {
 	switch (f->kind) {
 	case DP_KIND_FLOAT:
@@ -532,9 +567,9 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 			return -1;
 		}
 		if (f->count != n) {
-			snprintf(why, wl, "%s '%s' has %zu values, %zu wanted", what, fname, f->count,
-				 n);
-			return -2;
+			snprintf(why, wl, "%s '%s' has %zu values, expected %zu (%s)", what, fname,
+				 f->count, n, size_what);
+			return -1;
 		}
 		if (f->kind == DP_KIND_FLOAT) {
 			dp_feature_floats(f, out, n);
@@ -562,13 +597,14 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 			len = bc.n;
 		}
 		if (len != want) {
-			if (len > want && f->count > 1)
-				snprintf(why, wl, "%s '%s' holds more than %zu bytes: %zu %s values",
-					 what, fname, want, n, dp_decode_name(raw));
+			char found[48];
+			if (len > want && f->count > 1) /* not all counted */
+				snprintf(found, sizeof found, "more than %zu", want);
 			else
-				snprintf(why, wl, "%s '%s' holds %zu bytes, %zu %s values are %zu",
-					 what, fname, len, n, dp_decode_name(raw), want);
-			return -2;
+				snprintf(found, sizeof found, "%zu", len);
+			snprintf(why, wl, "%s '%s' holds %s bytes, expected %zu (%zu %s values: %s)",
+				 what, fname, found, want, n, dp_decode_name(raw), size_what);
+			return -1;
 		}
 		if (es == 1) {
 			for (size_t i = 0; i < n; i++)
@@ -580,6 +616,11 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 				double v;
 				memcpy(&v, p + 8 * i, 8);
 				out[i] = (float)v;
+				if (isfinite(v) && !isfinite(out[i])) {
+					snprintf(why, wl, "%s '%s': value %zu is %g, beyond float32's range",
+						 what, fname, i, v);
+					return -1;
+				}
 			}
 		}
 		return 0;
@@ -612,18 +653,24 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 		b->src[i] = (uint32_t)src;
 		b->rec[i] = index;
 	}
-	int rc = decode_values(d, fx, d->o.decode, "feature", d->feature, x, n, why, sizeof why);
-	if (rc < 0)
-		return rec_err(d, src, index, offset, e, "%s%s", why,
-			       rc == -2 ? " (the size of the input shape)" : "");
-	float sc = (float)d->o.scale;
-	if (sc != 1.0f)
-		for (size_t j = 0; j < n; j++)
-			x[j] *= sc;
+	if (decode_values(d, fx, d->o.decode, "feature", d->feature, x, n,
+			  "the size of the input shape", why, sizeof why) < 0)
+		return rec_err(d, src, index, offset, e, "%s", why);
 	for (size_t j = 0; j < n; j++)
 		if (!isfinite(x[j]))
 			return rec_err(d, src, index, offset, e, "feature '%s': value %zu is %s",
 				       d->feature, j, isnan(x[j]) ? "NaN" : "infinite");
+	float sc = (float)d->o.scale;
+	if (sc != 1.0f)
+		for (size_t j = 0; j < n; j++) {
+			float v = x[j] * sc;
+			if (!isfinite(v)) /* the scale's doing, not the data's */
+				return rec_err(d, src, index, offset, e,
+					       "feature '%s': value %zu (%g) times --scale %g is beyond "
+					       "float32's range: lower --scale",
+					       d->feature, j, (double)x[j], d->o.scale);
+			x[j] = v;
+		}
 	if (d->o.label_kind == DP_LABEL_CLASS) {
 		int64_t v;
 		if (fy->kind == DP_KIND_INT64 && fy->count == 1) {
@@ -649,10 +696,9 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	} else {
 		size_t k = d->o.label_size;
 		float *t = b->t + i * k;
-		int lr = decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k, why, sizeof why);
-		if (lr < 0)
-			return rec_err(d, src, index, offset, e, "%s%s", why,
-				       lr == -2 ? " (the model's output size)" : "");
+		if (decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k,
+				  "the model's output size", why, sizeof why) < 0)
+			return rec_err(d, src, index, offset, e, "%s", why);
 		for (size_t j = 0; j < k; j++)
 			if (!isfinite(t[j]))
 				return rec_err(d, src, index, offset, e, "label '%s': value %zu is %s",

@@ -521,6 +521,10 @@ const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size
 }
 
 /* "recall[3]": base "recall", index 3 (a number below k, or a name). */
+/* name as BASE[INDEX], INDEX a number or a class name: 1 with base and
+ * *idx set; 0 when name is not of that form; -1 when INDEX is a number
+ * past the classes or outputs (in *idx), -2 when it is neither a number
+ * nor a name of names (base set for both). */
 static int indexed(const dp_eval_report *r, const char *name, const char *const *names,
 		   char *base, size_t blen, size_t *idx)
 {
@@ -538,17 +542,26 @@ static int indexed(const dp_eval_report *r, const char *name, const char *const 
 			return 1;
 		}
 	if (!il || il > 9)
-		return 0;
+		return -2;
 	size_t v = 0;
 	for (size_t j = 0; j < il; j++) {
 		if (in[j] < '0' || in[j] > '9')
-			return 0;
+			return -2;
 		v = v * 10 + (size_t)(in[j] - '0');
 	}
-	if (v >= r->k)
-		return 0;
 	*idx = v;
-	return 1;
+	return v >= r->k ? -1 : 1;
+}
+
+/* Whether base is a per-class (per-output) metric of r. */
+static int per_index(const dp_eval_report *r, const char *base)
+{
+	static const char *const cls[] = {"precision", "recall", "f1", "support", NULL};
+	static const char *const reg[] = {"mse", "mae", "r2", NULL};
+	for (const char *const *b = r->kind == DP_EVAL_CLASS ? cls : reg; *b; b++)
+		if (!strcmp(*b, base))
+			return 1;
+	return 0;
 }
 
 int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
@@ -564,8 +577,21 @@ int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const 
 		}
 	}
 	char base[32];
-	size_t j;
-	if (indexed(r, name, names, base, sizeof base, &j)) {
+	size_t j = 0;
+	int ix = indexed(r, name, names, base, sizeof base, &j);
+	const char *what = r->kind == DP_EVAL_CLASS ? "class" : "output";
+	if (ix < 0 && per_index(r, base) && r->k) {
+		if (ix == -1)
+			return dp_seterr(e, DP_ENOTFOUND, "no metric '%s': %s %zu is outside 0..%zu (the "
+					 "model has %zu %s%s)",
+					 name, what, j, r->k - 1, r->k, what,
+					 r->kind == DP_EVAL_CLASS ? "es" : "s");
+		return dp_seterr(e, DP_ENOTFOUND, "no metric '%s': no %s of that name (a number "
+				 "0..%zu%s)",
+				 name, what, r->k - 1,
+				 r->kind == DP_EVAL_CLASS ? ", or a name given with --classes" : "");
+	}
+	if (ix > 0) {
 		if (r->kind == DP_EVAL_CLASS && r->classes) {
 			const dp_eval_class *c = &r->classes[j];
 			if (!strcmp(base, "precision"))

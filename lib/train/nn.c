@@ -96,37 +96,45 @@ int dp_loss_parse(const char *s)
 
 /* ---- shapes ----------------------------------------------------------- */
 
+/* The most values of a sample, and of a layer's output. */
+#define MAX_VALUES (1 << 28)
+
+/* A whole number s[0..len) into *out: 0; -1 when it is not one, -2 when
+ * it is larger than max. */
 static int parse_int(const char *s, size_t len, long max, int *out)
 {
-	if (len == 0 || len > 18)
+	if (len == 0)
 		return -1;
 	long v = 0;
+	int big = 0;
 	for (size_t i = 0; i < len; i++) {
 		if (!isdigit((unsigned char)s[i]))
 			return -1;
-		v = v * 10 + (s[i] - '0');
+		if (!big && (v = v * 10 + (s[i] - '0')) > max)
+			big = 1;
 	}
-	if (v > max)
-		return -1;
+	if (big)
+		return -2;
 	*out = (int)v;
 	return 0;
 }
 
-/* "A" or "AxB" (integers from lo to max) into a, b (b = a for "A"). */
+/* "A" or "AxB" (integers from lo to max) into a, b (b = a for "A"); -1
+ * when not of that form, -2 when a number is larger than max. */
 static int parse_pair_from(const char *s, size_t len, int lo, long max, int *a, int *b)
 {
 	const char *x = memchr(s, 'x', len);
 	if (!x)
 		x = memchr(s, 'X', len);
-	if (!x) {
-		if (parse_int(s, len, max, a) < 0 || *a < lo)
-			return -1;
+	size_t l1 = x ? (size_t)(x - s) : len;
+	int ra = parse_int(s, l1, max, a), rb = x ? parse_int(x + 1, len - l1 - 1, max, b) : ra;
+	if (ra == -1 || rb == -1)
+		return -1;
+	if (ra == -2 || rb == -2)
+		return -2;
+	if (!x)
 		*b = *a;
-		return 0;
-	}
-	size_t l1 = (size_t)(x - s);
-	if (parse_int(s, l1, max, a) < 0 || parse_int(x + 1, len - l1 - 1, max, b) < 0 || *a < lo ||
-	    *b < lo)
+	if (*a < lo || *b < lo)
 		return -1;
 	return 0;
 }
@@ -142,7 +150,11 @@ int dp_shape_parse(const char *s, dp_shape *out, dp_err *e)
 	const char *p = s;
 	for (;;) {
 		size_t len = strcspn(p, "xX");
-		if (nd == 3 || parse_int(p, len, 1 << 28, &d[nd]) < 0 || d[nd] <= 0)
+		int rc = nd == 3 ? -1 : parse_int(p, len, MAX_VALUES, &d[nd]);
+		if (rc == -2)
+			return dp_seterr(e, DP_EARG, "input shape '%s': %.*s is too large (at most %d)",
+					 s, (int)len, p, MAX_VALUES);
+		if (rc < 0 || d[nd] <= 0)
 			return dp_seterr(e, DP_EARG,
 					 "input shape '%s': want C x H x W (like 1x28x28) or a length",
 					 s);
@@ -163,8 +175,10 @@ int dp_shape_parse(const char *s, dp_shape *out, dp_err *e)
 		out->h = d[nd - 2];
 		out->w = d[nd - 1];
 	}
-	if (dp_shape_size(out) > (1u << 28))
-		return dp_seterr(e, DP_EARG, "input shape '%s': too large", s);
+	if (dp_shape_size(out) > MAX_VALUES)
+		return dp_seterr(e, DP_EARG,
+				 "input shape '%s': %zu values is too large (at most %d a sample)", s,
+				 dp_shape_size(out), MAX_VALUES);
 	return DP_OK;
 }
 
@@ -222,6 +236,20 @@ static int kind_of(const char *name)
 	return 0;
 }
 
+/* The largest numbers of a spec's items. */
+#define MAX_UNITS (1 << 24)
+#define MAX_FILTERS (1 << 16)
+#define MAX_WINDOW 1024
+
+/* "model: item 0 'dense:1000000000': 1000000000 is too large (at most
+ * 16777216 units)" */
+static int too_large(dp_err *e, int idx, const char *it, const char *val, long max,
+		     const char *what)
+{
+	return dp_seterr(e, DP_EARG, "model: item %d '%s': %s is too large (at most %ld %s)", idx,
+			 it, val, max, what);
+}
+
 #define PAD_VALID (-1)
 #define PAD_SAME (-2)
 
@@ -242,15 +270,21 @@ static int parse_item(layer *L, int idx, dp_err *e)
 				 "model: item %d '%s': unknown layer '%s' (dense, conv, maxpool, "
 				 "avgpool, flatten, dropout, relu, tanh, sigmoid, batchnorm, softmax)",
 				 idx, it, f[0]);
+	int rc;
 	switch (L->kind) {
 	case DP_LAYER_DENSE:
-		if (nf != 2 || parse_int(f[1], strlen(f[1]), 1 << 24, &L->units) < 0 ||
-		    L->units <= 0)
+		if (nf == 2 && (rc = parse_int(f[1], strlen(f[1]), MAX_UNITS, &L->units)) == -2)
+			return too_large(e, idx, it, f[1], MAX_UNITS, "units");
+		if (nf != 2 || rc < 0 || L->units <= 0)
 			return dp_seterr(e, DP_EARG, "model: item %d '%s': want dense:UNITS", idx, it);
 		break;
 	case DP_LAYER_CONV: {
-		if (nf < 3 || parse_int(f[1], strlen(f[1]), 1 << 16, &L->units) < 0 || L->units <= 0 ||
-		    parse_pair(f[2], strlen(f[2]), 1024, &L->kh, &L->kw) < 0)
+		if (nf >= 3 && parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) == -2)
+			return too_large(e, idx, it, f[1], MAX_FILTERS, "filters");
+		if (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) == -2)
+			return too_large(e, idx, it, f[2], MAX_WINDOW, "for a kernel side");
+		if (nf < 3 || parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) < 0 ||
+		    L->units <= 0 || parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) < 0)
 			return dp_seterr(e, DP_EARG,
 					 "model: item %d '%s': want conv:FILTERS:KERNEL[:STRIDE][:same|valid]",
 					 idx, it);
@@ -273,10 +307,13 @@ static int parse_item(layer *L, int idx, dp_err *e)
 			} else {
 				is_pad = 1;
 			}
-			if (is_stride && !got_stride &&
-			    parse_pair(v, strlen(v), 1024, &L->sh, &L->sw) == 0) {
-				got_stride = 1;
-				continue;
+			if (is_stride && !got_stride) {
+				if ((rc = parse_pair(v, strlen(v), MAX_WINDOW, &L->sh, &L->sw)) == -2)
+					return too_large(e, idx, it, v, MAX_WINDOW, "for a stride");
+				if (rc == 0) {
+					got_stride = 1;
+					continue;
+				}
 			}
 			if (is_pad && !got_pad) {
 				got_pad = 1;
@@ -289,7 +326,9 @@ static int parse_item(layer *L, int idx, dp_err *e)
 					continue;
 				}
 				int a, b;
-				if (parse_pair_from(v, strlen(v), 0, 1024, &a, &b) == 0) {
+				if ((rc = parse_pair_from(v, strlen(v), 0, MAX_WINDOW, &a, &b)) == -2)
+					return too_large(e, idx, it, v, MAX_WINDOW, "for padding");
+				if (rc == 0) {
 					L->ph = a;
 					L->pw = b;
 					continue;
@@ -309,8 +348,14 @@ static int parse_item(layer *L, int idx, dp_err *e)
 	}
 	case DP_LAYER_MAXPOOL:
 	case DP_LAYER_AVGPOOL:
-		if (nf < 2 || nf > 3 || parse_pair(f[1], strlen(f[1]), 1024, &L->kh, &L->kw) < 0 ||
-		    (nf == 3 && parse_pair(f[2], strlen(f[2]), 1024, &L->sh, &L->sw) < 0))
+		if (nf >= 2 && nf <= 3) {
+			if (parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) == -2)
+				return too_large(e, idx, it, f[1], MAX_WINDOW, "for a window side");
+			if (nf == 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) == -2)
+				return too_large(e, idx, it, f[2], MAX_WINDOW, "for a stride");
+		}
+		if (nf < 2 || nf > 3 || parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) < 0 ||
+		    (nf == 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) < 0))
 			return dp_seterr(e, DP_EARG, "model: item %d '%s': want %s:SIZE[:STRIDE]", idx,
 					 it, f[0]);
 		if (nf == 2) {
@@ -435,8 +480,9 @@ static int plan_layer(layer *L, int i, dp_err *e)
 		break;
 	}
 	L->out = o;
-	if (dp_shape_size(&o) > (1u << 28))
-		return shape_error(e, i, L, "output too large");
+	if (dp_shape_size(&o) > MAX_VALUES)
+		return shape_error(e, i, L, "an output of %zu values is too large (at most %d)",
+				   dp_shape_size(&o), MAX_VALUES);
 	return DP_OK;
 }
 
@@ -791,7 +837,8 @@ int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_b
 	return DP_OK;
 nomem:
 	unbind(m);
-	return dp_seterr(e, DP_ENOMEM, "out of memory for a model with batch %zu", max_batch);
+	return dp_seterr(e, DP_ENOMEM, "out of memory for a model of %zu parameters with batch %zu",
+			 m->nparams, max_batch);
 }
 
 void dp_model_init(dp_model *m, uint64_t seed)

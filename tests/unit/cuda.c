@@ -647,14 +647,14 @@ int main(void)
 		for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act += 2)
 			t_conv(gc, convs[i], act, 2e-5, "fp32");
 	/* a workspace for one or two samples at a time: the batch in chunks */
-	setenv("DP_CUDA_CONV_BUDGET", "200000", 1);
+	dp_setting_set("DP_CUDA_CONV_BUDGET", "200000");
 	dp_bectx *small;
 	if (ok(G->open(&small, &o, NULL, 0, &e) == DP_OK, "a second instance (small workspace)")) {
 		t_conv(small, conv_geo(5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, 2e-5, "chunked");
 		t_conv(small, conv_geo(7, 2, 9, 9, 3, 3, 3, 2, 2, 0, 0), DP_ACT_NONE, 2e-5, "chunked");
 		G->close(small);
 	}
-	unsetenv("DP_CUDA_CONV_BUDGET");
+	dp_setting_set("DP_CUDA_CONV_BUDGET", NULL);
 	dp_pool2d pools[] = {{3, 4, 8, 8, 4, 4, 2, 2, 2, 2}, {2, 3, 7, 9, 3, 4, 3, 3, 2, 2},
 			     {2, 2, 6, 5, 2, 4, 3, 2, 2, 1}};
 	for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)

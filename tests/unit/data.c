@@ -311,11 +311,17 @@ static void test_errors(void)
 	o.in_size = 0;
 	ok(!dp_data_open(&o, &e), "bad options refused");
 	double sc;
-	ok(dp_parse_scale("1/255", &sc) == 0 && sc == 1.0 / 255, "scale 1/255");
-	ok(dp_parse_scale("2e-3", &sc) == 0 && sc == 2e-3, "scale 2e-3");
-	ok(dp_parse_scale("0", &sc) < 0 && dp_parse_scale("1/0", &sc) < 0 &&
-		   dp_parse_scale("x", &sc) < 0 && dp_parse_scale("1/2/3", &sc) < 0,
+	ok(dp_parse_scale("s", "1/255", &sc, &e) == 0 && sc == 1.0 / 255, "scale 1/255");
+	ok(dp_parse_scale("s", "2e-3", &sc, &e) == 0 && sc == 2e-3, "scale 2e-3");
+	ok(dp_parse_scale("s", "0", &sc, &e) < 0 && dp_parse_scale("s", "1/0", &sc, &e) < 0 &&
+		   dp_parse_scale("s", "x", &sc, &e) < 0 && dp_parse_scale("s", "1/2/3", &sc, &e) < 0,
 	   "bad scales refused");
+	is_str(e.msg, "s '1/2/3': want a non-zero number such as 0.5 or 1/255", "... saying so");
+	ok(dp_parse_scale("--scale", "1e39", &sc, &e) == DP_ELIMIT &&
+		   dp_parse_scale("--scale", "1e-50", &sc, &e) == DP_ELIMIT,
+	   "scales beyond float32's range refused");
+	is_str(e.msg, "--scale '1e-50': beyond float32's range (inputs are float32: a magnitude "
+		      "from 1.4e-45 to 3.4e+38)", "... saying so");
 }
 
 int main(void)

@@ -79,6 +79,34 @@ static void test_expand(void)
 	s = dp_expand("{rank:3} {epoch:4} {name:4} {rank}", vars);
 	is_str(s, "007 0012 {name:4} 7", "padding a variable given; not a word");
 	free(s);
+	/* a width pads the number, whatever zeros its value has (tfr-shard
+	 * hands {shard} over padded to 5) */
+	const char *sh[] = {"shard", "00003", "nshards", "00016", "split", "train", NULL};
+	s = dp_expand("{shard:3}-{shard:1}-{nshards:2}-{shard:7}-{shard}", sh);
+	is_str(s, "003-3-16-0000003-00003", "{shard:3} of 00003 is 003: widths are honoured");
+	free(s);
+
+	dp_err e;
+	s = dp_expand_strict("out/{split}/s-{shard:3}-of-{nshards}.tfr", sh, &e);
+	is_str(s, "out/train/s-003-of-00016.tfr", "strict: a template of known names");
+	free(s);
+	s = dp_expand_strict("a{b/c}{}{ x}{-}{shard", sh, &e);
+	is_str(s, "a{b/c}{}{ x}{-}{shard", "strict: braces around what is no name are text");
+	free(s);
+	ok(!dp_expand_strict("s-{shrad}.tfr", sh, &e) && e.code == DP_EARG,
+	   "strict: an unknown name is refused");
+	is_str(e.msg, "unknown placeholder {shrad} (known: {shard}, {nshards}, {split}, {rank}, {size})",
+	       "... naming it and the known ones");
+	ok(!dp_expand_strict("s-{nope:3}", sh, &e), "strict: an unknown name with a width");
+	is_str(e.msg, "unknown placeholder {nope} (known: {shard}, {nshards}, {split}, {rank}, {size})",
+	       "... named without its width");
+	ok(!dp_expand_strict("{shard:40}", sh, &e), "strict: a width past 32 is refused");
+	is_str(e.msg, "{shard:40}: the width after ':' must be a number of digits from 1 to 32",
+	       "... saying what a width is");
+	ok(!dp_expand_strict("{shard:x}", sh, &e), "strict: a width that is no number");
+	ok(!dp_expand_strict("{shard:0}", sh, &e), "strict: width 0");
+	ok(!dp_expand_strict("{split:3}", sh, &e), "strict: a width on a value that is no number");
+	is_str(e.msg, "{split:3}: a width pads a number, and {split} is 'train'", "... says so");
 }
 
 static void test_part(void)
@@ -464,6 +492,23 @@ static void test_out_paths(void)
 	system(cmd);
 }
 
+/* The library sees DP_* variables only when the program hands them over. */
+static void test_settings(void)
+{
+	setenv("DP_UNIT_TEST_SETTING", "42", 1);
+	ok(dp_setting("DP_UNIT_TEST_SETTING") == NULL, "the environment alone sets nothing");
+	dp_settings_from_env();
+	is_str(dp_setting("DP_UNIT_TEST_SETTING"), "42", "dp_settings_from_env takes DP_* variables");
+	unsetenv("DP_UNIT_TEST_SETTING");
+	is_int(dp_setting_set("DP_UNIT_TEST_SETTING", "x"), 0, "dp_setting_set");
+	is_str(dp_setting("DP_UNIT_TEST_SETTING"), "x", "... replaces the value");
+	dp_setting_set("DP_UNIT_TEST_SETTING", NULL);
+	ok(dp_setting("DP_UNIT_TEST_SETTING") == NULL, "... and NULL unsets it");
+	setenv("NOT_DP_SETTING", "1", 1);
+	dp_settings_from_env();
+	ok(dp_setting("NOT_DP_SETTING") == NULL, "only DP_* names are taken");
+}
+
 int main(void)
 {
 	test_count();
@@ -474,5 +519,6 @@ int main(void)
 	test_rng();
 	test_out_threads();
 	test_out_paths();
+	test_settings();
 	return done_testing();
 }

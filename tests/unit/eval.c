@@ -159,6 +159,11 @@ static void test_class(void)
 	ok(dp_eval_metric(&r, "f1[dog]", names, &v, &e) == 0 && near(v, 2.0 / 3), "metric f1[dog]");
 	ok(dp_eval_metric(&r, "support[bird]", names, &v, &e) == 0 && v == 3, "metric support[bird]");
 	ok(dp_eval_metric(&r, "recall[3]", NULL, &v, &e) == DP_ENOTFOUND, "no class 3");
+	is_str(e.msg, "no metric 'recall[3]': class 3 is outside 0..2 (the model has 3 classes)",
+	       "... the message says the class is out of range");
+	ok(dp_eval_metric(&r, "f1[cow]", names, &v, &e) == DP_ENOTFOUND, "no class cow");
+	like(e.msg, "no metric 'f1[cow]': no class of that name (a number 0..2, or a name",
+	     "... the message says no class has that name");
 	ok(dp_eval_metric(&r, "r2", NULL, &v, &e) == DP_ENOTFOUND, "no r2 for a classifier");
 	like(e.msg, "accuracy", "the message lists the metrics");
 	char buf[64];

@@ -5,7 +5,9 @@
 #include "dp_plot.h"
 #include "tap.h"
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static int count(const char *s, const char *sub)
@@ -38,6 +40,35 @@ static void ticks(void)
 		   t[i].last, t[i].step, t[i].frac);
 		if (!(fabs(f - t[i].first) < 1e-12 && fabs(l - t[i].last) < 1e-12))
 			printf("#   got %g..%g by %g, %d\n", f, l, s, frac);
+	}
+}
+
+/* Ranges at the ends of doubles: the width passes DBL_MAX; nice ends
+ * beyond DBL_MAX are the data's own. */
+static void huge_ticks(void)
+{
+	struct {
+		double lo, hi;
+		int want;
+		double first, last, step;
+	} t[] = {
+		{-1e308, 1e308, 5, -1e308, 1e308, 5e307},
+		{-DBL_MAX, DBL_MAX, 5, -DBL_MAX, DBL_MAX, 1e308},
+		{-DBL_MAX, DBL_MAX, 2, -DBL_MAX, DBL_MAX, 1e308},
+		{1.6e308, DBL_MAX, 5, 1.6e308, DBL_MAX, 5e306},
+		{DBL_MAX, DBL_MAX, 5, 1.797e308, DBL_MAX, 5e301},
+		{-1e308, 1, 5, -1e308, 0, 2e307}, /* 1 is within a millionth of a step of 0 */
+	};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+		double f, l, st;
+		dp_plot_ticks(t[i].lo, t[i].hi, t[i].want, &f, &l, &st);
+		int good = isfinite(f) && isfinite(l) && isfinite(st) && f <= t[i].lo && l >= t[i].hi - st * 1e-6 &&
+			   fabs(st / t[i].step - 1) < 1e-9 && fabs(f - t[i].first) <= fabs(t[i].first) * 1e-3 &&
+			   fabs(l - t[i].last) <= fabs(t[i].last) * 1e-3 + st * 1e-6;
+		ok(good, "ticks [%g, %g]: %g..%g by %g", t[i].lo, t[i].hi, t[i].first, t[i].last,
+		   t[i].step);
+		if (!good)
+			printf("#   got %.17g..%.17g by %.17g\n", f, l, st);
 	}
 }
 
@@ -90,9 +121,55 @@ static void points(void)
 	dp_plot_free(p);
 }
 
+/* Any finite value is drawn; the sums of averaged points may pass DBL_MAX. */
+static void huge_points(void)
+{
+	dp_plot *p = dp_plot_new();
+	int a = dp_plot_series(p, "flat", "big");
+	int b = dp_plot_series(p, "zigzag", "big");
+	int c = dp_plot_series(p, "steps", "steps");
+	for (int i = 0; i < 100000; i++) {
+		dp_plot_add(p, a, i, i, DBL_MAX);
+		dp_plot_add(p, b, i, i, i % 2 ? 1.7e308 : -1.7e308);
+	}
+	dp_plot_add(p, c, -DBL_MAX, 1, 1);
+	dp_plot_add(p, c, DBL_MAX, 2, 2);
+	dp_plot_add(p, c, 0, 3, 3);
+	dp_plot_add(p, c, 1, 4, INFINITY); /* left out */
+	size_t n = dp_plot_points(p);
+	ok(n > DP_PLOT_MAX_POINTS && n <= 2 * DP_PLOT_MAX_POINTS + 3, "huge values kept: %zu points", n);
+	dp_err e;
+	size_t len;
+	char *svg = dp_plot_svg(p, NULL, &len, &e);
+	ok(svg != NULL, "a chart of values up to DBL_MAX");
+	ok(svg && !strstr(svg, "nan") && !strstr(svg, "inf"), "no nan or inf in it");
+	like(svg, "data-label=\"steps\" data-points=\"3\"", "steps of +-DBL_MAX: 3 points");
+	/* DBL_MAX averaged stays DBL_MAX: the flat series is one horizontal
+	 * line at a single y. */
+	const char *q = svg ? strstr(svg, "data-label=\"flat\"") : NULL;
+	q = q ? strstr(q, " points=\"") : NULL;
+	int flat = q != NULL;
+	double y0 = NAN;
+	for (q = q ? q + 9 : NULL; flat && q && *q != '"';) {
+		double x, y;
+		int used;
+		if (sscanf(q, " %lf,%lf%n", &x, &y, &used) != 2)
+			break;
+		if (isnan(y0))
+			y0 = y;
+		flat = y == y0;
+		q += used;
+	}
+	ok(flat && !isnan(y0), "averaged DBL_MAX values stay at one height (%g)", y0);
+	free(svg);
+	dp_plot_free(p);
+}
+
 int main(void)
 {
 	ticks();
+	huge_ticks();
 	points();
+	huge_points();
 	return done_testing();
 }

@@ -302,6 +302,16 @@ int main(void)
 		dp_tfr_header(h, 101);
 		read_mem(h, sizeof h, &small, &e);
 		like(e.msg, "record length 101 exceeds the maximum of 100", "configurable maximum");
+		/* no limit at all (a caller's max_record of 2^64 - 1): a length
+		 * whose frame size wraps past 2^64 is still refused, not read
+		 * as a frame of a few bytes */
+		dp_reader_opts none = {.max_record = UINT64_MAX};
+		dp_tfr_header(h, UINT64_MAX - 15);
+		is_int(read_mem(h, sizeof h, &none, &e), -1, "length 2^64 - 16, no limit: refused");
+		like(e.msg, "record length 18446744073709551600 exceeds the maximum of 18446744073709551599 bytes",
+		     "... as more than any frame can be: %s", e.msg);
+		dp_tfr_header(h, UINT64_MAX);
+		is_int(read_mem(h, sizeof h, &none, &e), -1, "length 2^64 - 1, no limit: refused");
 		/* a big (allowed) length on a short pipe: truncation, quickly */
 		dp_tfr_header(h, 200u << 20);
 		is_int(read_pipe(h, sizeof h, 16, NULL, &e, NULL), -1, "200 MiB length, 64 bytes of data");
@@ -317,6 +327,18 @@ int main(void)
 	is_str(e.msg, "mem: record 0 at byte 0: length CRC mismatch (is this a TFRecord stream?)",
 	       "garbage message");
 	is_int(read_mem(s, 0, NULL, &e), 0, "empty input: no records, no error");
+	{
+		/* skip_corrupt over bytes of which not one is a record: an error
+		 * (issue 12: tfr-cat --skip-corrupt /etc/passwd exited 0) */
+		dp_reader_opts sk = {.skip_corrupt = 1};
+		dp_reader *r = dp_reader_open_mem(garbage, strlen(garbage), "text", &sk, &e);
+		dp_record rec;
+		is_int(dp_reader_next(r, &rec, &e), DP_REC_SKIPPED, "skip_corrupt, text: passed over");
+		is_int(dp_reader_next(r, &rec, &e), DP_EDATA, "... then no records is an error");
+		is_str(e.msg, "text: no records found in 46 bytes (is it a TFRecord file?)", "... saying so");
+		dp_reader_close(r);
+		is_int(read_mem(s, 0, &sk, &e), 0, "skip_corrupt, empty input: no records, no error");
+	}
 	{
 		int fds[2];
 		pipe(fds);
