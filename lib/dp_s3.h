@@ -198,6 +198,31 @@ DP_EXPORT int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname
  * DP_ENOTFOUND for files; S3 itself reports success. */
 DP_EXPORT int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e);
 
+/* Delete every object of objs (S3 objects and local files alike): the S3
+ * keys of one bucket in DeleteObjects requests of up to 1,000 keys (a key
+ * XML cannot carry, or a store without DeleteObjects: one DELETE each),
+ * local files one by one.  cb (or NULL) is told of each object deleted.
+ * Every object is tried; then the first refusal is the call's failure:
+ * "s3://b/k: AccessDenied: Access Denied (and 3 more not deleted)". */
+DP_EXPORT int dp_s3_rm_many(dp_s3 *s, const dp_objs *objs, dp_obj_cb cb, void *ctx, dp_err *e);
+
+/* One file to upload: src, a local path, to dst, a location's URL. */
+typedef struct dp_s3_file {
+	const char *src;
+	const char *dst;
+} dp_s3_file;
+
+/* Upload files[0..n) (each as dp_s3_put does), up to jobs at a time, each
+ * by a thread of its own (every signal blocked) with a client of its own
+ * made from s's settings, the concurrency shared out between them;
+ * dp_s3_cancel(s) cancels them all (their multipart uploads aborted).  cb
+ * (or NULL) is told of each file uploaded, one call at a time, from the
+ * workers.  After a failure no further file is started; the first failure
+ * is returned.  st (or NULL) gets the sums. */
+DP_EXPORT int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
+			      void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st,
+			      dp_err *e);
+
 /* A presigned URL for method ("GET" or "PUT") on an S3 object, valid for
  * expires seconds (1 to 604800).  malloc'd. */
 DP_EXPORT char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires, dp_err *e);

@@ -21,6 +21,16 @@ signatures still hold) to the upstream server, injecting faults:
                     connection: a store whose connections are slow
   --list-size TEXT  in every ListObjectsV2 answer, write each <Size> as TEXT
                     (a crafted listing: "-5", "1e3", "")
+  --bucket-region R a bucket that lives in region R: a request signed for
+                    another region is answered 301 PermanentRedirect with
+                    x-amz-bucket-region: R (--region-400: 400
+                    AuthorizationHeaderMalformed with <Region>R</Region>)
+  --refuse-delete S a DeleteObjects answer also reports, as refused with
+                    AccessDenied, every key of the request that contains S
+                    (the objects are deleted all the same)
+  --delay SECONDS   hold every request this long before forwarding it, and
+                    log "inflight N" lines: how many requests were held at
+                    once (what runs in parallel)
 
 Counters are global over all connections.  Each request is logged as one
 line "METHOD TARGET FAULT" to --log.  Python standard library only.
@@ -40,6 +50,7 @@ class State:
     def __init__(self, args):
         self.args = args
         self.lock = threading.Lock()
+        self.inflight = 0
         self.n = 0
         self.gets = 0
         up = urllib.parse.urlsplit(args.upstream)
@@ -90,11 +101,47 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          b'</Code><Message>Please reduce your request rate.</Message></Error>')
             return
         q = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query, keep_blank_values=True)
+        if a.bucket_region:
+            import re
+            m = re.search(r"Credential=[^/]+/[0-9]+/([^/]+)/", self.headers.get("Authorization", ""))
+            if m and m.group(1) != a.bucket_region:
+                st.note("%s %s region %s" % (self.command, target, m.group(1)))
+                if a.region_400:
+                    self.send_response(400)
+                    if self.command == "HEAD":  # no body: S3 names the region in a header
+                        self.send_header("x-amz-bucket-region", a.bucket_region)
+                    body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>'
+                            b'AuthorizationHeaderMalformed</Code><Message>the region \'' +
+                            m.group(1).encode() + b'\' is wrong; expecting \'' +
+                            a.bucket_region.encode() + b'\'</Message><Region>' +
+                            a.bucket_region.encode() + b'</Region></Error>')
+                else:
+                    self.send_response(301)
+                    self.send_header("x-amz-bucket-region", a.bucket_region)
+                    body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect'
+                            b'</Code><Message>The bucket you are attempting to access must be '
+                            b'addressed using the specified endpoint.</Message></Error>')
+                if self.command == "HEAD":
+                    body = b""
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
         if a.fail_parts and self.command == "PUT" and "partNumber" in q:
             st.note("%s %s fail" % (self.command, target))
             self._answer(500, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError'
                          b'</Code><Message>injected failure</Message></Error>')
             return
+        if a.delay:
+            import time
+            with st.lock:
+                st.inflight += 1
+                now = st.inflight
+            st.note("inflight %d" % now)
+            time.sleep(a.delay)
+            with st.lock:
+                st.inflight -= 1
         conn = http.client.HTTPConnection(st.host, st.port, timeout=60)
         conn.putrequest(self.command, target, skip_host=True, skip_accept_encoding=True)
         for k, v in self.headers.items():
@@ -112,6 +159,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             import re
             data = re.sub(rb"<Size>[^<]*</Size>",
                           b"<Size>" + a.list_size.encode() + b"</Size>", data)
+        if a.refuse_delete and self.command == "POST" and "delete" in q and resp.status == 200:
+            import re
+            keys = [k for k in re.findall(rb"<Key>(.*?)</Key>", body)
+                    if a.refuse_delete.encode() in k]
+            errs = b"".join(b"<Error><Key>" + k + b"</Key><Code>AccessDenied</Code>"
+                            b"<Message>Access Denied</Message></Error>" for k in keys)
+            if b"</DeleteResult>" in data:
+                data = data.replace(b"</DeleteResult>", errs + b"</DeleteResult>")
+            else:  # <DeleteResult .../>: nothing refused, nothing listed
+                data = re.sub(rb"<DeleteResult([^>]*)/>", rb"<DeleteResult\1>" + errs +
+                              b"</DeleteResult>", data)
         drop = stall = corrupt = False
         if (a.drop_get or a.stall_get or a.corrupt_get) and self.command == "GET" and len(data) >= 2:
             with st.lock:
@@ -170,6 +228,10 @@ def main():
     p.add_argument("--corrupt-get", type=int, default=0)
     p.add_argument("--rate", type=int, default=0)
     p.add_argument("--list-size")
+    p.add_argument("--bucket-region")
+    p.add_argument("--refuse-delete")
+    p.add_argument("--delay", type=float, default=0)
+    p.add_argument("--region-400", action="store_true")
     p.add_argument("--log")
     a = p.parse_args()
     Handler.state = State(a)

@@ -164,8 +164,8 @@ is "$(s3-pipe ls --uploads s3://safe/)" "" "the orphan removed by the command th
 # --timeout S: a transfer that moves nothing for S seconds is abandoned then
 echo mid | s3-pipe put s3://safe/stall
 s3_proxy --stall-get 1
-run timeout 7 s3-pipe --endpoint-url "$PROXY_URL" --timeout 2 --retries 0 get --range 0-1 s3://safe/stall
-is "$rc" 5 "a stalled transfer, --timeout 2 --retries 0: 5 within a few seconds (curl's limit took S + 5.5)"
+run timeout 15 s3-pipe --endpoint-url "$PROXY_URL" --timeout 2 --retries 0 get --range 0-1 s3://safe/stall
+is "$rc" 5 "a stalled transfer, --timeout 2 --retries 0: 5"
 like "$err" "s3://safe/stall: Operation too slow: nothing moved for 2 s \(gave up after 1 attempts\)" \
 	"... saying for how long"
 s3_proxy_stop

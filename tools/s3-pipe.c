@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -261,13 +262,15 @@ static void help(void)
 "Commands:\n"
 "  get URL...          write objects, everything under prefixes, or the entries\n"
 "                      of manifests to stdout, in key order (or shuffled)\n"
-"  put URL [FILE...]   upload stdin (or FILEs; several go under the prefix URL)\n"
+"  put URL [FILE...]   upload stdin (or FILEs; several go under the prefix URL,\n"
+"                      a directory's files too; --concurrency at a time)\n"
 "  ls [URL...]         list objects: time (UTC), size, URL; no URL: the buckets\n"
 "  fifo --dir D URL... SageMaker Pipe mode: create FIFOs D/CHANNEL_EPOCH and\n"
 "                      stream one epoch into each as its reader opens it\n"
 "  presign URL         print a presigned URL (--expires S, --method GET|PUT)\n"
 "  rm URL...           delete objects (-r: everything under a \"directory\":\n"
-"                      s3://b/a means s3://b/a/, never s3://b/ab)\n"
+"                      s3://b/a means s3://b/a/, never s3://b/ab; in requests\n"
+"                      of 1000 keys)\n"
 "\n"
 "Placeholders: {rank} and {size} are filled in -o, --dir and --shard (from\n"
 "OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*; else 0 and 1), and in URLs only\n"
@@ -292,11 +295,15 @@ static void help(void)
 "\n"
 "ls, rm and put:\n"
 "  -r, --recursive     ls: every key under the prefix, not only the first level;\n"
-"                      rm: every object under the prefix\n"
+"                      rm: every object under the prefix (get, put: accepted;\n"
+"                      they read prefixes and directories whole anyway)\n"
 "      --json          ls: one JSON object per line\n"
 "      --page-size=N   ls: keys per listing request (default 1000)\n"
 "      --uploads       ls: multipart uploads in progress; rm: abort them\n"
 "      --dryrun        rm, put: print what would be done, do nothing\n"
+"      --include=PAT, --exclude=PAT  (get, put, ls, rm, fifo) keep or drop the\n"
+"                      names under a URL or directory that match PAT (fnmatch:\n"
+"                      '*' crosses '/'); in order, the last that matches wins\n"
 "\n"
 "presign:\n"
 "      --expires=S     seconds the URL stays valid (default 3600, at most 604800)\n"
@@ -444,6 +451,77 @@ static void stdout_ok(void)
 		cli_die("stdout: %s", strerror(EBADF));
 }
 
+/* ---- --include, --exclude -------------------------------------------------------------------- */
+
+/* The filters in the order given (aws s3's --include/--exclude). */
+static struct filter {
+	int include;
+	const char *pattern;
+} *filters;
+static size_t nfilters, cap_filters;
+
+static void add_filter(int include, const char *pattern)
+{
+	cli_grow(&filters, &cap_filters, nfilters + 1, sizeof *filters);
+	filters[nfilters++] = (struct filter){include, pattern};
+}
+
+/* Is name (relative to its URL's directory) kept?  As aws decides:
+ * everything is, then every filter whose pattern matches the name decides
+ * in turn, so the last one that matches wins.  Patterns are fnmatch(3)'s
+ * without FNM_PATHNAME: '*' and '?' match '/' too. */
+static int filtered_in(const char *name)
+{
+	int in = 1;
+	for (size_t i = 0; i < nfilters; i++)
+		if (fnmatch(filters[i].pattern, name, 0) == 0)
+			in = filters[i].include;
+	return in;
+}
+
+/* The directory of a location's names, which filters see past: the key
+ * of a prefix or local directory (with its '/'), else up to its last '/'. */
+static char *filter_base(const dp_loc *l)
+{
+	size_t n = strlen(l->key);
+	if (dp_loc_is_dir(l)) {
+		char *b = cli_malloc(n + 2);
+		memcpy(b, l->key, n + 1);
+		if (n && b[n - 1] != '/')
+			memcpy(b + n, "/", 2);
+		return b;
+	}
+	const char *slash = strrchr(l->key, '/');
+	size_t k = slash ? (size_t)(slash - l->key) + 1 : 0;
+	char *b = cli_malloc(k + 1);
+	memcpy(b, l->key, k);
+	b[k] = 0;
+	return b;
+}
+
+static const char *rel_name(const char *name, const char *base)
+{
+	size_t n = strlen(base);
+	return strncmp(name, base, n) == 0 ? name + n : name;
+}
+
+/* Drop objs->v[from..] that the filters leave out (names under base). */
+static void filter_objs(dp_objs *objs, size_t from, const char *base)
+{
+	if (!nfilters)
+		return;
+	size_t k = from;
+	for (size_t i = from; i < objs->n; i++) {
+		if (filtered_in(rel_name(objs->v[i].key, base))) {
+			objs->v[k++] = objs->v[i];
+		} else {
+			free(objs->v[i].bucket);
+			free(objs->v[i].key);
+		}
+	}
+	objs->n = k;
+}
+
 /* ---- get ---------------------------------------------------------------------------- */
 
 static void collect(char **urls, int n, dp_objs *objs)
@@ -451,8 +529,18 @@ static void collect(char **urls, int n, dp_objs *objs)
 	dp_err e = {0};
 	for (int i = 0; i < n; i++) {
 		char *u = url_arg(urls[i]);
+		size_t from = objs->n;
 		if (dp_s3_expand(S, u, O.manifest, objs, &e) < 0)
 			die_err(&e);
+		if (nfilters) {
+			dp_loc l;
+			if (dp_loc_parse(u, &l, &e) < 0)
+				die_err(&e);
+			char *base = filter_base(&l);
+			filter_objs(objs, from, base);
+			free(base);
+			dp_loc_free(&l);
+		}
 		free(u);
 	}
 }
@@ -691,45 +779,133 @@ static void put_one(const char *url, const char *file)
 }
 
 typedef struct upload {
-	const char *file;
+	char *file;
 	char *dst;
 } upload;
+
+typedef struct uplist {
+	upload *v;
+	size_t n, cap;
+} uplist;
+
+static void up_add(uplist *l, const char *file, const char *prefix, const char *name)
+{
+	cli_grow(&l->v, &l->cap, l->n + 1, sizeof *l->v);
+	upload *u = &l->v[l->n++];
+	u->file = cli_strdup(file);
+	if (asprintf(&u->dst, "%s%s", prefix, name) < 0)
+		cli_die("out of memory");
+}
+
+typedef struct walkctx {
+	uplist *l;
+	const char *prefix, *base;
+} walkctx;
+
+static int walk_cb(void *ctx, const dp_obj *o)
+{
+	walkctx *w = ctx;
+	const char *rel = rel_name(o->key, w->base);
+	if (!o->prefix && filtered_in(rel))
+		up_add(w->l, o->key, w->prefix, rel);
+	return 0;
+}
+
+/* The uploads a FILE argument of put makes under prefix: a file under its
+ * base name, a directory's files (all levels) under their paths relative
+ * to it, as aws s3 cp --recursive names them; what the filters keep. */
+static void add_arg(uplist *l, const char *prefix, const char *arg)
+{
+	if (!strcmp(arg, "-"))
+		cli_usage_error("put: stdin ('-') has no name to put under %s", prefix);
+	struct stat sb;
+	if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		dp_err e = {0};
+		dp_loc d = {.kind = DP_LOC_FILE, .key = (char *)arg};
+		char *base = filter_base(&d);
+		walkctx w = {l, prefix, base};
+		if (dp_s3_list(S, &d, 1, 0, walk_cb, &w, &e) < 0)
+			die_err(&e);
+		free(base);
+		return;
+	}
+	const char *name = strrchr(arg, '/');
+	name = name ? name + 1 : arg;
+	if (!*name)
+		cli_usage_error("put: %s: not a file name", arg);
+	if (filtered_in(name))
+		up_add(l, arg, prefix, name);
+}
 
 static int upload_cmp(const void *a, const void *b)
 {
 	return strcmp(((const upload *)a)->dst, ((const upload *)b)->dst);
 }
 
-/* Several files under the prefix url, each under its base name: refused
- * whole, before anything is sent, when two would land on one key (cp's
- * "will not overwrite just-created"). */
-static void put_many(const char *url, char **files, int n)
+static size_t files_done, files_total;
+
+/* dp_s3_put_files's, from its workers one at a time: progress, -v. */
+static void put_done(void *ctx, size_t i)
 {
-	upload *v = cli_calloc((size_t)n, sizeof *v);
-	for (int i = 0; i < n; i++) {
-		if (!strcmp(files[i], "-"))
-			cli_usage_error("put: stdin ('-') has no name to put under %s", url);
-		const char *base = strrchr(files[i], '/');
-		base = base ? base + 1 : files[i];
-		if (!*base)
-			cli_usage_error("put: %s: not a file name", files[i]);
-		v[i].file = files[i];
-		if (asprintf(&v[i].dst, "%s%s", url, base) < 0)
-			cli_die("out of memory");
+	const upload *v = ctx;
+	files_done++;
+	if (O.verbose)
+		cli_warn("uploaded %s to %s", v[i].file, v[i].dst);
+	else if (O.conf.progress) {
+		fprintf(stderr, "\r%s: %zu/%zu files\033[K", cli.prog, files_done, files_total);
+		progress_on = 1;
 	}
-	upload *sorted = cli_malloc((size_t)n * sizeof *sorted);
-	memcpy(sorted, v, (size_t)n * sizeof *sorted);
-	qsort(sorted, (size_t)n, sizeof *sorted, upload_cmp);
-	for (int i = 1; i < n; i++)
+}
+
+/* Files and directories under the prefix url: refused whole, before
+ * anything is sent, when two would land on one key (cp's "will not
+ * overwrite just-created"); then up to --concurrency files at a time. */
+static void put_many(const char *url, char **args, int n)
+{
+	uplist l = {0};
+	for (int i = 0; i < n; i++)
+		add_arg(&l, url, args[i]);
+	upload *sorted = cli_malloc((l.n ? l.n : 1) * sizeof *sorted);
+	memcpy(sorted, l.v, l.n * sizeof *sorted);
+	qsort(sorted, l.n, sizeof *sorted, upload_cmp);
+	for (size_t i = 1; i < l.n; i++)
 		if (!strcmp(sorted[i - 1].dst, sorted[i].dst))
 			cli_usage_error("put: %s and %s would both be %s", sorted[i - 1].file,
 					sorted[i].file, sorted[i].dst);
 	free(sorted);
-	for (int i = 0; i < n; i++) {
-		put_one(v[i].dst, v[i].file);
-		free(v[i].dst);
+	if (O.dryrun) {
+		for (size_t i = 0; i < l.n; i++)
+			put_one(l.v[i].dst, l.v[i].file);
+	} else if (l.n) {
+		dp_s3_file *f = cli_calloc(l.n, sizeof *f);
+		for (size_t i = 0; i < l.n; i++)
+			f[i] = (dp_s3_file){l.v[i].file, l.v[i].dst};
+		dp_err e = {0};
+		dp_s3_stats st = {0};
+		t_start = dp_now();
+		files_total = l.n;
+		soft_cancel = !strncmp(url, "s3://", 5);
+		int rc = dp_s3_put_files(S, f, l.n, O.conf.concurrency, put_done, l.v, &st, &e);
+		soft_cancel = 0;
+		if (rc < 0)
+			die_err(&e);
+		if (caught)
+			cli_exit(CLI_FAIL); /* on_fail re-raises it */
+		clear_progress();
+		summary(&st);
+		free(f);
 	}
-	free(v);
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.v[i].file);
+		free(l.v[i].dst);
+	}
+	free(l.v);
+}
+
+static int is_dir(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 static void cmd_put(char **args, int n)
@@ -743,8 +919,17 @@ static void cmd_put(char **args, int n)
 		if (prefix)
 			cli_usage_error("put: %s ends in '/': name the object to write stdin to", url);
 		put_one(url, NULL);
+	} else if (n == 2 && !prefix && !is_dir(args[1])) {
+		const char *name = strrchr(args[1], '/');
+		if (filtered_in(name ? name + 1 : args[1]))
+			put_one(url, args[1]);
 	} else if (n == 2 && !prefix) {
-		put_one(url, args[1]);
+		/* a directory: its files under URL/, as aws s3 cp --recursive */
+		char *p = NULL;
+		if (asprintf(&p, "%s/", url) < 0)
+			cli_die("out of memory");
+		put_many(p, args + 1, 1);
+		free(p);
 	} else {
 		if (!prefix)
 			cli_usage_error("put: several files go under a prefix ending in '/', not %s",
@@ -760,6 +945,7 @@ typedef struct lsctx {
 	const dp_loc *loc;
 	uint64_t n;
 	int file_url; /* the location was given as a file: URL: answer in kind */
+	const char *base; /* with --include/--exclude: what names are relative to */
 } lsctx;
 
 static void utc(int64_t t, char *buf, size_t len, int iso)
@@ -799,6 +985,8 @@ static char *obj_url(const dp_obj *o, int file_url)
 static int ls_cb(void *ctx, const dp_obj *o)
 {
 	lsctx *c = ctx;
+	if (c->base && !filtered_in(rel_name(o->key, c->base)))
+		return 0;
 	c->n++;
 	char *url = obj_url(o, c->file_url);
 	if (!url)
@@ -838,6 +1026,8 @@ static int ls_cb(void *ctx, const dp_obj *o)
 static int up_cb(void *ctx, const char *bucket, const char *key, const char *id, int64_t init)
 {
 	lsctx *c = ctx;
+	if (c->base && !filtered_in(rel_name(key, c->base)))
+		return 0;
 	c->n++;
 	char t[32];
 	if (O.json) {
@@ -872,7 +1062,9 @@ static void cmd_ls(char **urls, int n)
 		dp_loc l;
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
-		lsctx c = {&l, 0, !strncmp(u, "file:", 5)};
+		lsctx c = {&l, 0, !strncmp(u, "file:", 5), NULL};
+		char *base = nfilters && (l.kind == DP_LOC_FILE || *l.bucket) ? filter_base(&l) : NULL;
+		c.base = base;
 		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
 				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
 		if (rc < 0)
@@ -880,7 +1072,9 @@ static void cmd_ls(char **urls, int n)
 		/* nothing at or under a key is "not found", as for a local path;
 		 * a bucket's root (or the list of buckets) may be empty */
 		if (c.n == 0 && !O.uploads && l.kind == DP_LOC_S3 && *l.bucket && *l.key)
-			cli_die_code(S3P_NOTFOUND, "%s: no such key or prefix", u);
+			cli_die_code(S3P_NOTFOUND, "%s: no such key or prefix%s", u,
+				     nfilters ? " (that the filters keep)" : "");
+		free(base);
 		dp_loc_free(&l);
 		free(u);
 	}
@@ -925,12 +1119,33 @@ typedef struct rmctx {
 	dp_err *e;
 } rmctx;
 
+/* -v: each object as it goes (dp_s3_rm_many's). */
+static int removed_cb(void *ctx, const dp_obj *o)
+{
+	(void)ctx;
+	char *name = name_of(o->kind, o->bucket, o->key);
+	cli_warn("removed %s", name);
+	free(name);
+	return 0;
+}
+
 static int rm_collect(void *ctx, const dp_obj *o)
 {
 	rmctx *c = ctx;
 	if (o->prefix)
 		return 0;
 	return dp_objs_add(&c->objs, o, c->e);
+}
+
+/* Do the filters keep the one object l names (by its base name)? */
+static int rm_kept(const dp_loc *l)
+{
+	if (!nfilters)
+		return 1;
+	char *base = filter_base(l);
+	int in = filtered_in(rel_name(l->key, base));
+	free(base);
+	return in;
 }
 
 /* rm -r u: everything under the "directory" u names, as aws does: an S3
@@ -959,7 +1174,8 @@ static void rm_tree(const char *u, dp_loc *l)
 				     "%s: %s", u, strerror(saved));
 		}
 		if (!S_ISDIR(sb.st_mode)) {
-			rm_one(l->kind, l->bucket, l->key);
+			if (rm_kept(l))
+				rm_one(l->kind, l->bucket, l->key);
 			return;
 		}
 		root = 1;
@@ -967,11 +1183,19 @@ static void rm_tree(const char *u, dp_loc *l)
 	rmctx c = {.e = &e};
 	if (dp_s3_list(S, l, 1, 0, rm_collect, &c, &e) < 0)
 		die_err(&e);
-	if (c.objs.n == 0 && !root)
+	size_t listed = c.objs.n;
+	char *base = filter_base(l);
+	filter_objs(&c.objs, 0, base);
+	free(base);
+	if (listed == 0 && !root)
 		cli_die_code(S3P_NOTFOUND, "s3://%s/%s: no objects under this prefix", l->bucket,
 			     l->key);
-	for (size_t k = 0; k < c.objs.n; k++)
-		rm_one(c.objs.v[k].kind, c.objs.v[k].bucket, c.objs.v[k].key);
+	if (O.dryrun) {
+		for (size_t k = 0; k < c.objs.n; k++)
+			rm_one(c.objs.v[k].kind, c.objs.v[k].bucket, c.objs.v[k].key);
+	} else if (dp_s3_rm_many(S, &c.objs, O.verbose ? removed_cb : NULL, NULL, &e) < 0) {
+		die_err(&e);
+	}
 	dp_objs_free(&c.objs);
 }
 
@@ -998,6 +1222,7 @@ static int marker_exists(const dp_loc *l)
 
 typedef struct upctx {
 	const dp_loc *l;
+	const char *base; /* with filters */
 	int n;
 } upctx;
 
@@ -1009,6 +1234,8 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 	 * the neighbours that merely start with it */
 	size_t n = strlen(c->l->key);
 	if (n && c->l->key[n - 1] != '/' && strcmp(key, c->l->key) != 0 && key[n] != '/')
+		return 0;
+	if (c->base && !filtered_in(rel_name(key, c->base)))
 		return 0;
 	if (O.dryrun) {
 		char *line = NULL;
@@ -1038,9 +1265,11 @@ static void cmd_rm(char **urls, int n)
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
 		if (O.uploads) {
-			upctx c = {.l = &l};
+			char *base = nfilters ? filter_base(&l) : NULL;
+			upctx c = {.l = &l, .base = base};
 			if (dp_s3_list_uploads(S, &l, abort_cb, &c, &e) < 0)
 				die_err(&e);
+			free(base);
 		} else if (O.recursive) {
 			rm_tree(u, &l);
 		} else if (l.kind == DP_LOC_S3 && *l.bucket && *l.key && dp_loc_is_dir(&l)) {
@@ -1048,11 +1277,13 @@ static void cmd_rm(char **urls, int n)
 			 * ls -r lists it), if it exists; else the user meant a prefix */
 			if (!marker_exists(&l))
 				cli_usage_error("rm: %s is a prefix: use -r", u);
-			rm_one(l.kind, l.bucket, l.key);
+			if (rm_kept(&l))
+				rm_one(l.kind, l.bucket, l.key);
 		} else {
 			if (dp_loc_is_dir(&l))
 				cli_usage_error("rm: %s is a prefix or directory: use -r", u);
-			rm_one(l.kind, l.bucket, l.key);
+			if (rm_kept(&l))
+				rm_one(l.kind, l.bucket, l.key);
 		}
 		dp_loc_free(&l);
 	}
@@ -1084,7 +1315,7 @@ enum {
 	OPT_RANGE = 256, OPT_SHARD, OPT_SHUFFLE, OPT_SEED, OPT_EPOCH, OPT_EPOCHS, OPT_CHANNEL,
 	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
 	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
-	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_EXPAND,
+	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_EXPAND, OPT_INCLUDE, OPT_EXCLUDE,
 };
 
 #define B(c) (1u << (c))
@@ -1107,7 +1338,9 @@ static const struct {
 	{OPT_EPOCHS, B(C_FIFO), "--epochs"},
 	{OPT_CHANNEL, B(C_FIFO), "--channel"},
 	{OPT_DIR, B(C_FIFO), "--dir"},
-	{'r', B(C_LS) | B(C_RM), "--recursive"},
+	{'r', B(C_LS) | B(C_RM) | B(C_GET) | B(C_PUT), "--recursive"},
+	{OPT_INCLUDE, ALL & ~B(C_PRESIGN), "--include"},
+	{OPT_EXCLUDE, ALL & ~B(C_PRESIGN), "--exclude"},
 	{OPT_JSON, B(C_LS), "--json"},
 	{OPT_PAGE_SIZE, B(C_LS), "--page-size"},
 	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
@@ -1152,6 +1385,8 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_METHOD: O.method = v; break;
 	case OPT_DRYRUN: O.dryrun = 1; break;
 	case OPT_EXPAND: O.expand = 1; break;
+	case OPT_INCLUDE: add_filter(1, v); break;
+	case OPT_EXCLUDE: add_filter(0, v); break;
 	case OPT_ENDPOINT: O.conf.endpoint_url = v; break;
 	case OPT_REGION: O.conf.region = v; break;
 	case OPT_PROFILE: O.conf.profile = v; break;
@@ -1193,6 +1428,8 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"method", required_argument, NULL, OPT_METHOD},
 		{"dryrun", no_argument, NULL, OPT_DRYRUN},
 		{"expand", no_argument, NULL, OPT_EXPAND},
+		{"include", required_argument, NULL, OPT_INCLUDE},
+		{"exclude", required_argument, NULL, OPT_EXCLUDE},
 		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
 		{"region", required_argument, NULL, OPT_REGION},
 		{"profile", required_argument, NULL, OPT_PROFILE},
@@ -1228,6 +1465,8 @@ static char **parse_args(int argc, char **argv, int *nargs)
 	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
 			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
+	if (nfilters && O.manifest)
+		cli_usage_error("--include and --exclude do not apply to --manifest (it names each key)");
 	if (O.conf.part_size < (5u << 20) && O.cmd == C_PUT)
 		cli_usage_error("--part-size: S3 parts are at least 5M");
 	*nargs = argc - optind - 1;

@@ -153,7 +153,7 @@ int s3_sleep(dp_s3 *s, double secs)
 {
 	double end = dp_now() + secs;
 	for (;;) {
-		if (s->cancelled)
+		if (s3_cancelled(s))
 			return -1;
 		double left = end - dp_now();
 		if (left <= 0)
@@ -410,7 +410,7 @@ static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ul
 		c->prog_bytes = b;
 		c->prog_t = now;
 	}
-	if (s->cancelled)
+	if (s3_cancelled(s))
 		c->stopped = S3_STOP_CANCEL;
 	else if (s->deadline > 0 && now >= s->deadline)
 		c->stopped = S3_STOP_DEADLINE;
@@ -517,6 +517,39 @@ static int retryable_curl(CURLcode cc)
 	}
 }
 
+/* A bucket in another region: S3 answers 301 PermanentRedirect (or 400
+ * AuthorizationHeaderMalformed) and names the region in
+ * x-amz-bucket-region (or <Region> in the error).  The client goes there,
+ * for this request and the later ones, as the aws CLI does: returns 1
+ * when the request is to be sent again. */
+static int follow_region(dp_s3 *s, s3_call *c)
+{
+	if ((c->status != 301 && c->status != 400) || s->redirects >= 3)
+		return 0;
+	char region[64] = "";
+	if (c->region_hdr[0]) {
+		snprintf(region, sizeof region, "%s", c->region_hdr);
+	} else if (c->resp.p) {
+		const char *a = strstr(c->resp.p, "<Region>"), *b = a ? strstr(a, "</Region>") : NULL;
+		if (a && b && b - a - 8 < (long)sizeof region)
+			snprintf(region, sizeof region, "%.*s", (int)(b - a - 8), a + 8);
+	}
+	if (!region[0] || !strcmp(region, s->region))
+		return 0;
+	if (c->status == 400 && !c->region_hdr[0] && strcmp(c->code, "AuthorizationHeaderMalformed"))
+		return 0; /* another 400 (a HEAD's has no body, only the header) */
+	char *u = s3_obj_url(c->bucket, c->key);
+	if (s3_set_region(s, region) != DP_OK) {
+		free(u);
+		return 0;
+	}
+	s->redirects++;
+	s3_log(s, "op=%s url=%s status=%ld region=%s: the bucket's region, signing for it",
+	       c->method, u ? u : "s3", c->status, region);
+	free(u);
+	return 1;
+}
+
 int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc)
 {
 	c->cc = cc;
@@ -544,13 +577,15 @@ int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc)
 	if (c->status >= 200 && c->status < 300)
 		return S3_OK;
 	s3x_error(c->resp.p, c->resp.len, c->code, sizeof c->code, c->message, sizeof c->message);
+	if (follow_region(s, c))
+		return S3_RETRY;
 	if (c->status >= 500 || c->status == 429 || strcmp(c->code, "SlowDown") == 0 ||
 	    strcmp(c->code, "RequestTimeout") == 0 || strcmp(c->code, "InternalError") == 0)
 		return S3_RETRY;
 	return S3_FAIL;
 }
 
-static int code_status(const char *code, long http)
+int s3_code_status(const char *code, long http)
 {
 	static const char *const denied[] = {
 		"AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "ExpiredToken",
@@ -642,7 +677,7 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 		rc = dp_seterr(e, DP_ETRANSFER, "%s: %s", what,
 			       c->curl_err[0] ? c->curl_err : curl_easy_strerror(c->cc));
 	else if (c->code[0])
-		rc = dp_seterr(e, code_status(c->code, c->status), "%s: %s: %s", what, c->code,
+		rc = dp_seterr(e, s3_code_status(c->code, c->status), "%s: %s: %s", what, c->code,
 			       c->message[0] ? c->message : std_message(c->code));
 	else {
 		const char *reason = c->status == 404   ? "Not Found"
@@ -650,7 +685,7 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 				     : c->status == 412 ? "Precondition Failed"
 				     : c->status == 503 ? "Service Unavailable"
 							: "";
-		rc = dp_seterr(e, code_status("", c->status), "%s: HTTP %ld%s%s%s", what, c->status,
+		rc = dp_seterr(e, s3_code_status("", c->status), "%s: HTTP %ld%s%s%s", what, c->status,
 			       *reason ? " (" : "", reason, *reason ? ")" : "");
 	}
 	if (c->region_hdr[0] && s->region && strcmp(c->region_hdr, s->region) != 0 && e &&
@@ -681,7 +716,7 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 	if (!what)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	for (int attempt = 0;; attempt++) {
-		if (s->cancelled) {
+		if (s3_cancelled(s)) {
 			rc = dp_seterr(e, DP_EIO, "%s: interrupted", what);
 			break;
 		}
@@ -689,12 +724,17 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 			break;
 		CURLcode cc = curl_easy_perform(s->easy);
 		s->nreq++;
-		if (s->cancelled) {
+		if (s3_cancelled(s)) {
 			rc = dp_seterr(e, DP_EIO, "%s: interrupted", what);
 			break;
 		}
+		int redirects = s->redirects;
 		int k = s3_call_finish(s, c, s->easy, cc);
 		log_call(s, c, k, what);
+		if (s->redirects != redirects) {
+			attempt--; /* sent on to the bucket's region: not a failure */
+			continue;
+		}
 		if (k == S3_OK) {
 			rc = DP_OK;
 			break;

@@ -8,6 +8,7 @@
  *   s3get.c   the streaming reader (parallel ranged GETs, in order)
  *   s3put.c   the streaming writer (multipart upload)
  *   s3objs.c  locations, object lists, shuffle and shard, manifests
+ *   s3batch.c many objects at once: DeleteObjects, parallel uploads
  */
 #ifndef S3_INT_H
 #define S3_INT_H
@@ -40,6 +41,11 @@ struct dp_s3 {
 	char *ca_bundle;
 	CURL *easy; /* for one request at a time */
 	volatile sig_atomic_t cancelled;
+	/* a worker's client (s3batch.c) is cancelled with its parent too */
+	dp_s3 *parent;
+	/* set while an upload is aborted: cancellation does not stop that */
+	int cleanup;
+	int redirects; /* times a request was sent on to its bucket's region */
 	/* > 0: requests end by this time (dp_now()): a clean-up after a
 	 * signal gets a few seconds, not a full set of retries */
 	double deadline;
@@ -49,8 +55,18 @@ struct dp_s3 {
 /* Seconds an upload's abort may take after a signal cancelled it. */
 #define S3_ABORT_SECONDS 5.0
 
+/* Was s (or the client it works for) cancelled?  Not while it cleans up. */
+static inline int s3_cancelled(const dp_s3 *s)
+{
+	return !s->cleanup && (s->cancelled || (s->parent && s->parent->cancelled));
+}
+
 /* Read the environment and files into s (s3conf.c). */
 int s3_conf_load(dp_s3 *s, dp_err *e);
+/* Sign for region from now on (a bucket's region, learnt from S3), and on
+ * AWS's own endpoint go to that region's host.  DP_EARG for a name that is
+ * no region. */
+int s3_set_region(dp_s3 *s, const char *region);
 /* DP_OK when S3 requests can be made, else the credential error. */
 int s3_ready(dp_s3 *s, dp_err *e);
 /* Virtual-hosted addressing for this bucket? */
@@ -132,6 +148,8 @@ int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc);
 /* The failure of c as a dp_err: status from the S3 code or HTTP status,
  * "s3://b/k: Code: Message".  what overrides the object named. */
 int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
+/* The dp status of S3's error code (else of the HTTP status). */
+int s3_code_status(const char *code, long http);
 /* Free what setup allocated and the answer. */
 void s3_call_clean(s3_call *c);
 /* Run c to completion on s->easy, retrying; DP_OK when the answer is 2xx. */

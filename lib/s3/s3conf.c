@@ -327,6 +327,16 @@ static int pick_credentials(dp_s3 *s, const profile *p)
 	return DP_OK;
 }
 
+/* AWS's endpoint for s->region.  Its partitions: China's regions live
+ * under amazonaws.com.cn. */
+static int aws_endpoint(dp_s3 *s, dp_err *e)
+{
+	char aws[256];
+	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com%s", s->region,
+		 strncmp(s->region, "cn-", 3) == 0 ? ".cn" : "");
+	return parse_endpoint(s, aws, e);
+}
+
 /* The endpoint: conf, the environment, the profile, else AWS's for the
  * region. */
 static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
@@ -348,11 +358,26 @@ static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
 		s->custom_endpoint = 1;
 		return parse_endpoint(s, ep, e);
 	}
-	/* AWS's partitions: China's regions live under amazonaws.com.cn */
-	char aws[256];
-	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com%s", s->region,
-		 strncmp(s->region, "cn-", 3) == 0 ? ".cn" : "");
-	return parse_endpoint(s, aws, e);
+	return aws_endpoint(s, e);
+}
+
+int s3_set_region(dp_s3 *s, const char *region)
+{
+	size_t n = strlen(region);
+	if (n == 0 || n > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+		return DP_EARG;
+	char *r = strdup(region);
+	if (!r)
+		return DP_ENOMEM;
+	free(s->region);
+	s->region = r;
+	if (s->custom_endpoint)
+		return DP_OK; /* the store's own host: only the signature's region */
+	free(s->scheme);
+	free(s->host);
+	free(s->base_path);
+	s->scheme = s->host = s->base_path = NULL;
+	return aws_endpoint(s, NULL) < 0 ? DP_ENOMEM : DP_OK;
 }
 
 int s3_conf_load(dp_s3 *s, dp_err *e)

@@ -1519,7 +1519,7 @@ static int get_loop(getter *g, dp_err *e)
 	dp_s3 *s = g->s;
 	double last_prog = dp_now();
 	for (;;) {
-		if (s->cancelled)
+		if (s3_cancelled(s))
 			return dp_seterr(e, DP_EIO, "%s: interrupted", g->outname);
 		pthread_mutex_lock(&g->mu);
 		int wfailed = g->wfailed;

@@ -307,16 +307,16 @@ static int mp_abort(putter *u, const char *upload_id, dp_err *e)
 	 * S3_ABORT_SECONDS, so that the grace period of whoever sent the
 	 * signal (docker stop's 10 s, Kubernetes' 30 s) still sees the message
 	 * naming an upload that could not be aborted */
-	sig_atomic_t was = u->s->cancelled;
+	int was = s3_cancelled(u->s);
 	double deadline = u->s->deadline;
-	u->s->cancelled = 0;
+	u->s->cleanup = 1;
 	if (was)
 		u->s->deadline = dp_now() + S3_ABORT_SECONDS;
 	int rc = dp_s3_abort_upload(u->s, u->bucket, u->key, upload_id, e);
 	if (rc == DP_ENOTFOUND)
 		rc = DP_OK; /* already gone */
 	u->s->deadline = deadline;
-	u->s->cancelled = u->s->cancelled || was;
+	u->s->cleanup = 0;
 	return rc;
 }
 
@@ -445,7 +445,7 @@ static int put_local(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, d
 	}
 	uint64_t total = 0;
 	for (;;) {
-		if (s->cancelled) {
+		if (s3_cancelled(s)) {
 			rc = dp_seterr(e, DP_EIO, "%s: interrupted", dst->key);
 			break;
 		}
@@ -557,7 +557,7 @@ static int wait_first_parts(putter *u, ubuf **first, ubuf **second, dp_err *e)
 	pthread_mutex_lock(&u->mu);
 	for (;;) {
 		*first = ready_part(u, 1);
-		if (u->rfailed || u->s->cancelled)
+		if (u->rfailed || s3_cancelled(u->s))
 			break;
 		if (*first && ((*first)->eof || (*second = ready_part(u, 2))))
 			break;
@@ -569,7 +569,7 @@ static int wait_first_parts(putter *u, ubuf **first, ubuf **second, dp_err *e)
 	}
 	pthread_mutex_unlock(&u->mu);
 	int rc = reader_failed(u, e);
-	if (rc == DP_OK && u->s->cancelled)
+	if (rc == DP_OK && s3_cancelled(u->s))
 		rc = dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
 	return rc;
 }
@@ -706,7 +706,7 @@ static int upload_parts(putter *u, dp_err *e)
 	double last_prog = dp_now();
 	u->next_send = 1;
 	for (;;) {
-		if (s->cancelled)
+		if (s3_cancelled(s))
 			return dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
 		int rc = reader_failed(u, e);
 		if (rc == DP_OK)
