@@ -33,7 +33,7 @@ for i in range(20000):
                       "label": {"int64": [i % 4]}}))
 PY
 tfr-cat --encode json rows.json -o big.tfr || exit 1
-for i in $(seq 3000); do echo "step=$i loss=0.$i"; done >big.log
+for i in $(seq 200000); do echo "step=$i loss=0.$i"; done >big.log
 dp-train --train big.tfr --decode-raw uint8 --input-shape 16 --model dense:4 --epochs 1 \
 	--batch-size 100 -q -o m.st >/dev/null || exit 1
 AB=$(pwd -P)

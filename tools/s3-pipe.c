@@ -70,7 +70,6 @@ static struct {
 static dp_s3 *S;
 static volatile sig_atomic_t caught;
 static volatile sig_atomic_t soft_cancel; /* a signal cancels (put to S3) */
-static int progress_on;
 
 /* ---- Messages and exits ------------------------------------------------------ */
 
@@ -146,21 +145,12 @@ static void fifo_break_all(int wait_ms)
 	}
 }
 
-/* cli.before_msg: a message starts on a clean line. */
-static void clear_progress(void)
-{
-	if (progress_on) {
-		fputs("\r\033[K", stderr);
-		progress_on = 0;
-	}
-}
-
 /* cli.on_fail: half-written outputs go, and a signal that cancelled an
  * upload (once the upload was aborted) kills s3-pipe as a shell expects. */
 static void on_fail(int code)
 {
 	(void)code;
-	clear_progress();
+	cli_progress_clear();
 	signals_blocked(1);
 	fifo_break_all(0);
 	signals_blocked(0);
@@ -357,8 +347,7 @@ static void on_progress(void *ctx, uint64_t bytes)
 	double dt = dp_now() - t_start;
 	human(bytes, b, sizeof b);
 	human(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, r, sizeof r);
-	fprintf(stderr, "\r%s: %s  %s/s\033[K", cli.prog, b, r);
-	progress_on = 1;
+	cli_progress("%s: %s  %s/s", cli.prog, b, r);
 }
 
 static void on_log(void *ctx, const char *line)
@@ -395,16 +384,7 @@ static void on_signal(int sig)
 
 static void install_signals(void)
 {
-	int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-		struct sigaction sa, old;
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-			continue;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_signal;
-		sigemptyset(&sa.sa_mask);
-		sigaction(sigs[i], &sa, NULL);
-	}
+	cli_catch_signals((const int[]){SIGINT, SIGTERM, SIGHUP, SIGQUIT}, 4, on_signal, 1);
 	/* SIGPIPE stays ignored: sockets may raise it in any thread (OpenSSL
 	 * writes without MSG_NOSIGNAL); a closed stdout is EPIPE, and ends
 	 * s3-pipe quietly with CLI_PIPE like every other program */
@@ -851,10 +831,8 @@ static void put_done(void *ctx, size_t i)
 	files_done++;
 	if (O.verbose)
 		cli_warn("uploaded %s to %s", v[i].file, v[i].dst);
-	else if (O.conf.progress) {
-		fprintf(stderr, "\r%s: %zu/%zu files\033[K", cli.prog, files_done, files_total);
-		progress_on = 1;
-	}
+	else if (O.conf.progress && cli_progress_due())
+		cli_progress("%s: %zu/%zu files", cli.prog, files_done, files_total);
 }
 
 /* Files and directories under the prefix url: refused whole, before
@@ -891,7 +869,7 @@ static void put_many(const char *url, char **args, int n)
 			die_err(&e);
 		if (caught)
 			cli_exit(CLI_FAIL); /* on_fail re-raises it */
-		clear_progress();
+		cli_progress_clear();
 		summary(&st);
 		free(f);
 	}
@@ -1477,7 +1455,6 @@ int main(int argc, char **argv)
 {
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
-	cli.before_msg = clear_progress;
 	cli.on_fail = on_fail;
 	dp_s3_conf_init(&O.conf);
 	int nargs;
@@ -1493,8 +1470,10 @@ int main(int argc, char **argv)
 		O.conf.verbose = O.verbose > 1;
 	}
 	if (!O.quiet && isatty(STDERR_FILENO) && O.cmd != C_LS && O.cmd != C_PRESIGN &&
-	    O.cmd != C_RM)
+	    O.cmd != C_RM) {
 		O.conf.progress = on_progress;
+		cli_progress_on(1);
+	}
 	install_signals();
 	dp_err e = {0};
 	S = dp_s3_new(&O.conf, &e);
@@ -1508,7 +1487,7 @@ int main(int argc, char **argv)
 	case C_PRESIGN: cmd_presign(args, nargs); break;
 	default: cmd_rm(args, nargs); break;
 	}
-	clear_progress();
+	cli_progress_clear();
 	dp_s3 *s = S;
 	S = NULL;
 	dp_s3_free(s);
