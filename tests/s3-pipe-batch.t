@@ -7,15 +7,7 @@
 # and 400 answers).
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/s3lib.sh"
-cd "$T" || exit 1
-
-if ! s3_start; then
-	echo "1..0 # SKIP $S3_WHY"
-	exit 0
-fi
-diag "radosgw at $RGW_URL"
-awsr s3api create-bucket --bucket batch >/dev/null 2>&1
-ok awsr s3api head-bucket --bucket batch "bucket made with aws"
+s3_setup batch
 
 keys_of() { s3-pipe ls -r "$1" 2>/dev/null | sed "s|.* $1||" | tr '\n' ' '; }
 

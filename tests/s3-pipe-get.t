@@ -7,14 +7,7 @@
 # DP_S3_GET_MODE forces the stream or the parts mode where a check needs one.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/s3lib.sh"
-cd "$T" || exit 1
-
-if ! s3_start; then
-	echo "1..0 # SKIP $S3_WHY"
-	exit 0
-fi
-diag "radosgw at $RGW_URL"
-awsr s3api create-bucket --bucket get >/dev/null 2>&1
+s3_setup get
 
 # ---- fixtures ----------------------------------------------------------------------------
 head -c 22000000 /dev/urandom >big.bin

@@ -6,16 +6,7 @@
 # mid-body and answer 503 SlowDown.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/s3lib.sh"
-cd "$T" || exit 1
-
-if ! s3_start; then
-	echo "1..0 # SKIP $S3_WHY"
-	exit 0
-fi
-diag "radosgw at $RGW_URL"
-awsr s3api create-bucket --bucket dpt >/dev/null 2>&1
-awsr s3api create-bucket --bucket dpt-pub >/dev/null 2>&1
-ok awsr s3api head-bucket --bucket dpt "buckets made with aws"
+s3_setup dpt dpt-pub
 
 # ---- fixtures -------------------------------------------------------------------------
 head -c 1000 /dev/urandom >small.bin

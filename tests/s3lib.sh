@@ -4,6 +4,9 @@
 #                                     file; export the AWS_* settings of its first
 #                                     user; stopped (SIGKILL) when the test exits,
 #                                     pass or fail
+#   s3_setup BUCKET...                in $T: s3_start, or skip the whole file
+#                                     with the reason; then the buckets, made
+#                                     with aws (one check that the first is)
 #   awsr ARGS...                      Debian's aws CLI against that server
 #   s3_proxy ARGS...                  start tests/s3-faults.py in front of it;
 #                                     sets PROXY_URL, PROXY_LOG; s3_proxy_stop
@@ -74,4 +77,18 @@ s3_proxy_stop() {
 		wait "$_s3_proxy_pid" 2>/dev/null
 		_s3_proxy_pid=
 	fi
+}
+
+s3_setup() {
+	cd "$T" || exit 1
+	if ! s3_start; then
+		echo "1..0 # SKIP $S3_WHY"
+		exit 0
+	fi
+	diag "radosgw at $RGW_URL"
+	local b
+	for b in "$@"; do
+		awsr s3api create-bucket --bucket "$b" >/dev/null 2>&1
+	done
+	[ $# = 0 ] || ok awsr s3api head-bucket --bucket "$1" "bucket $1 made with aws"
 }
