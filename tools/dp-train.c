@@ -373,6 +373,21 @@ static void push(const char ***v, size_t *n, const char *s)
 	(*v)[(*n)++] = s;
 }
 
+/* --checkpoint-every N (updates) or Ne (epochs). */
+static void parse_ckpt_every(const char *arg)
+{
+	size_t l = strlen(arg);
+	char buf[32];
+	dp_err e;
+	O.ckpt_epochs = l > 1 && l < sizeof buf && arg[l - 1] == 'e';
+	snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), arg);
+	if (dp_parse_count("--checkpoint-every", buf, 1, UINT64_MAX / 2, &O.ckpt_every, &e) < 0)
+		/* the value as given, its e included */
+		usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a whole number "
+			    "from 1",
+			    arg);
+}
+
 static void parse_args(int argc, char **argv)
 {
 	int c;
@@ -460,19 +475,7 @@ static void parse_args(int argc, char **argv)
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
 			break;
-		case O_CKPT_EVERY: {
-			size_t l = strlen(optarg);
-			char buf[32];
-			dp_err e;
-			O.ckpt_epochs = l > 1 && l < sizeof buf && optarg[l - 1] == 'e';
-			snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), optarg);
-			if (dp_parse_count("--checkpoint-every", buf, 1, UINT64_MAX / 2, &O.ckpt_every,
-					   &e) < 0) /* the value as given, its e included */
-				usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a "
-					    "whole number from 1",
-					    optarg);
-			break;
-		}
+		case O_CKPT_EVERY: parse_ckpt_every(optarg); break;
 		case O_CKPT: O.ckpt = optarg; break;
 		case O_RESUME: O.resume = optarg; break;
 		case O_INIT: O.init = optarg; break;
