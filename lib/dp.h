@@ -99,6 +99,11 @@ typedef struct dp_out {
  * for a name known only at the end (tfr-shard's {nshards}); o->path
  * becomes a copy of path.  Outputs written in place keep theirs. */
 DP_EXPORT int dp_out_retarget(dp_out *o, const char *path, dp_err *e);
+/* An anonymous temporary file in dir (NULL: $TMPDIR, else /tmp), for
+ * reading and writing: O_TMPFILE where the file system has it, else a name
+ * unlinked at once with signals held off in between, so that no name is
+ * ever left behind.  Returns the descriptor or a negative status. */
+DP_EXPORT int dp_tmpfile(const char *dir, dp_err *e);
 /* Check before the work that dp_out_open(path) can succeed: the
  * destination's directory exists and is writable, and the destination is
  * not a directory.  Creates nothing.  Returns 0 or a status naming path. */

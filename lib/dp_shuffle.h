@@ -52,11 +52,6 @@ DP_EXPORT int dp_shuffle_next(dp_shuffle *s, const uint8_t **p, size_t *len, dp_
 DP_EXPORT void dp_shuffle_stats_get(const dp_shuffle *s, dp_shuffle_stats *st);
 DP_EXPORT void dp_shuffle_free(dp_shuffle *s);
 
-/* An anonymous temporary file in dir (NULL: $TMPDIR, else /tmp), for
- * reading and writing: O_TMPFILE where the file system has it, else a name
- * unlinked at once with signals held off in between, so that no name is
- * ever left behind.  Returns the descriptor or a negative status. */
-DP_EXPORT int dp_tmpfile(const char *dir, dp_err *e);
 
 typedef struct dp_window dp_window;
 
@@ -70,7 +65,6 @@ DP_EXPORT int dp_window_push(dp_window *w, const void *p, size_t len, const uint
 /* After the last push: the items left, one per call (1), then 0. */
 DP_EXPORT int dp_window_drain(dp_window *w, const uint8_t **out, size_t *outlen);
 DP_EXPORT void dp_window_free(dp_window *w);
-
 
 #ifdef __cplusplus
 }

@@ -330,23 +330,13 @@ static void help(void)
 
 static double t_start;
 
-static void human(uint64_t n, char *buf, size_t len)
-{
-	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)n;
-	int i = 0;
-	while (v >= 1024 && i < 4)
-		v /= 1024, i++;
-	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
-
 static void on_progress(void *ctx, uint64_t bytes)
 {
 	(void)ctx;
 	char b[32], r[32];
 	double dt = dp_now() - t_start;
-	human(bytes, b, sizeof b);
-	human(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, r, sizeof r);
+	dp_fmt_size(bytes, b, sizeof b);
+	dp_fmt_size(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, r, sizeof r);
 	cli_progress("%s: %s  %s/s", cli.prog, b, r);
 }
 

@@ -228,6 +228,41 @@ void dp_out_install_signal_cleanup(void)
 	}
 }
 
+int dp_tmpfile(const char *dir, dp_err *e)
+{
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	if (!dir || !*dir)
+		dir = "/tmp";
+#ifdef O_TMPFILE
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return dp_syserr(e, "%s: cannot create a temporary file", dir);
+#endif
+	/* No O_TMPFILE here: a name, unlinked at once, with the signals that
+	 * would end the process held off in between. */
+	size_t n = strlen(dir) + 32;
+	char *path = malloc(n);
+	if (!path)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	snprintf(path, n, "%s/.dp-tmp.XXXXXX", dir);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int tfd = mkostemp(path, O_CLOEXEC);
+	int saved = errno;
+	if (tfd >= 0)
+		unlink(path);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	free(path);
+	errno = saved;
+	if (tfd < 0)
+		return dp_syserr(e, "%s: cannot create a temporary file", dir);
+	return tfd;
+}
+
 /* N when p names a descriptor of this process: /dev/stdout (1),
  * /dev/stderr (2), /dev/stdin (0), /dev/fd/N, /proc/self/fd/N,
  * /proc/PID/fd/N for our own PID; else -1. */

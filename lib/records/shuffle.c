@@ -131,41 +131,6 @@ dp_shuffle *dp_shuffle_new(uint64_t seed, uint64_t memory, const char *tmpdir, d
 
 /* ---- spill files ------------------------------------------------------- */
 
-int dp_tmpfile(const char *dir, dp_err *e)
-{
-	if (!dir || !*dir)
-		dir = getenv("TMPDIR");
-	if (!dir || !*dir)
-		dir = "/tmp";
-#ifdef O_TMPFILE
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd >= 0)
-		return fd;
-	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-		return dp_syserr(e, "%s: cannot create a temporary file", dir);
-#endif
-	/* No O_TMPFILE here: a name, unlinked at once, with the signals that
-	 * would end the process held off in between. */
-	size_t n = strlen(dir) + 32;
-	char *path = malloc(n);
-	if (!path)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	snprintf(path, n, "%s/.dp-tmp.XXXXXX", dir);
-	sigset_t all, old;
-	sigfillset(&all);
-	sigprocmask(SIG_BLOCK, &all, &old);
-	int tfd = mkostemp(path, O_CLOEXEC);
-	int saved = errno;
-	if (tfd >= 0)
-		unlink(path);
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	free(path);
-	errno = saved;
-	if (tfd < 0)
-		return dp_syserr(e, "%s: cannot create a temporary file", dir);
-	return tfd;
-}
-
 static int spill_file(dp_shuffle *s, dp_err *e)
 {
 	return dp_tmpfile(s->tmpdir, e);
