@@ -7,7 +7,7 @@
 # and 400 answers).
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/s3lib.sh"
-s3_setup batch
+s3_setup batch near
 
 keys_of() { s3-pipe ls -r "$1" 2>/dev/null | sed "s|.* $1||" | tr '\n' ' '; }
 
@@ -110,5 +110,20 @@ for how in 301 400; do
 	s3_proxy_stop
 done
 is "$(s3-pipe get s3://batch/far/y)" "put" "the object put through the redirect"
+
+# Two buckets in two regions in one command: each request goes to its own
+# bucket's region, learnt once; the other bucket keeps the configured one.
+printf 'near\n' | s3-pipe put s3://near/n
+s3_proxy --bucket-region batch=eu-test-9
+run s3-pipe -v --endpoint-url "$PROXY_URL" --region us-east-1 get s3://batch/far/x s3://near/n \
+	s3://batch/far/x s3://near/n s3://batch/far/y
+is "$rc:$(tr '\n' ' ' <<<"$out")" "0:far near far near put " \
+	"get across two buckets of two regions, alternating"
+unlike "$err" "retry=" "... a redirect is no failure: nothing retried"
+is "$(grep -c ' /near/.* region ' "$PROXY_LOG")" 0 "... the near bucket never sent elsewhere"
+like "$(grep ' region ' "$PROXY_LOG")" '/batch/far/' "... the far one was"
+run s3-pipe --endpoint-url "$PROXY_URL" --region us-east-1 ls s3://near/n s3://batch/far/x s3://near/n
+is "$rc:$(grep -c ' /near/.* region ' "$PROXY_LOG")" 0:0 "ls across them as well"
+s3_proxy_stop
 
 done_testing

@@ -880,15 +880,16 @@ char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires,
 		path = NULL;
 		goto oom;
 	}
-	if ((vhost ? asprintf(&host, "%s.%s", l->bucket, s->host) : asprintf(&host, "%s", s->host)) <
-	    0) {
+	const char *region, *bhost;
+	s3_where(s, l->bucket, &region, &bhost);
+	if ((vhost ? asprintf(&host, "%s.%s", l->bucket, bhost) : asprintf(&host, "%s", bhost)) < 0) {
 		host = NULL;
 		goto oom;
 	}
 	char date[17];
 	dp_amz_date(time(NULL), date);
 	dp_sigv4_req r = {
-		.method = method, .path = path, .amz_date = date, .region = s->region,
+		.method = method, .path = path, .amz_date = date, .region = region,
 		.service = "s3", .key_id = s->key_id, .secret = s->secret,
 	};
 	q = dp_sigv4_presign(&r, host, s->token, expires, NULL, 0);
