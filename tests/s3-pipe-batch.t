@@ -79,6 +79,20 @@ is "$(s3-pipe ls -r s3://batch/lots/ 2>/dev/null | wc -l)" 0 "... all gone"
 for k in 'sp/a&b<c>' "sp/q'uo\"te" $'sp/new\nline' $'sp/cr\rx' $'sp/ctl\x01x' 'sp/é'; do
 	printf 'x\n' | s3-pipe put "s3://batch/$k"
 done
+run s3-pipe ls -r s3://batch/sp/
+is "$rc:$(wc -l <<<"$out")" "0:6" "ls: one line per key, a newline or CR in a key included"
+is "$(grep -c " \$'s3://batch/sp/new\\\\nline'\$" <<<"$out")" 1 \
+	"... a name with a control character in the shell's \$'...' form"
+is "$(grep -c " \$'s3://batch/sp/ctl\\\\x01x'\$" <<<"$out")" 1 "... \\xHH for one with no letter escape"
+is "$(grep -c " s3://batch/sp/q'uo\"te\$" <<<"$out")" 1 "... other names as they are"
+n=0
+while read -r _ _ _ u; do
+	case $u in "\$'"*) eval "u=$u" ;; esac
+	[ "$(s3-pipe get "$u")" = x ] && n=$((n + 1))
+done <<<"$out"
+is "$n" 6 "... and each printed name (\$'...' read as the shell reads it) gets its object"
+run s3-pipe rm --dryrun -r s3://batch/sp/
+is "$(grep -c "^(dryrun) delete: \$'s3://batch/sp/cr\\\\rx'\$" <<<"$out")" 1 "rm --dryrun prints names the same way"
 run s3-pipe -vv rm -r s3://batch/sp/
 is "$rc" 0 "rm -r of keys with & < > quotes, newline, CR, a control character: 0"
 is "$(echo "$err" | grep -c 'op=DELETE url=s3://batch/sp/ctl')" 1 "... the control character's key by a DELETE of its own"

@@ -223,6 +223,38 @@ static char *url_arg(const char *s)
 	return cli_strdup(s);
 }
 
+/* name as printed on a line of output: as it is, unless it holds a control
+ * character (a newline in a key would split the line) or starts with "$'";
+ * then in the shell's $'...' form, so that each line is one name and the
+ * name, pasted into a shell, is the argument that addresses it.  Freed by
+ * the caller. */
+static char *shown(const char *name)
+{
+	const unsigned char *p = (const unsigned char *)name;
+	while (*p && *p >= 0x20 && *p != 0x7f)
+		p++;
+	if (!*p && strncmp(name, "$'", 2) != 0) /* (a local name could start so) */
+		return cli_strdup(name);
+	static const char esc[] = "abtnvfr"; /* \a (7) to \r (13) */
+	dp_buf b = DP_BUF_INIT;
+	dp_buf_addstr(&b, "$'");
+	for (p = (const unsigned char *)name; *p; p++) {
+		if (*p >= 7 && *p <= 13)
+			dp_buf_printf(&b, "\\%c", esc[*p - 7]);
+		else if (*p < 0x20 || *p == 0x7f)
+			dp_buf_printf(&b, "\\x%02x", *p);
+		else if (*p == '\\' || *p == '\'')
+			dp_buf_printf(&b, "\\%c", *p);
+		else
+			dp_buf_add(&b, p, 1);
+	}
+	dp_buf_addstr(&b, "'");
+	char *r = dp_buf_take(&b);
+	if (!r)
+		cli_die("out of memory");
+	return r;
+}
+
 /* One line of output (ls, presign, --dryrun). */
 static void out_line(const char *s)
 {
@@ -724,10 +756,13 @@ static void put_one(const char *url, const char *file)
 	}
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) upload: %s to %s", file ? file : "-", url) < 0)
+		char *f = shown(file ? file : "-"), *u = shown(url);
+		if (asprintf(&line, "(dryrun) upload: %s to %s", f, u) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(f);
+		free(u);
 		if (fd != STDIN_FILENO)
 			close(fd);
 		dp_loc_free(&dst);
@@ -907,6 +942,17 @@ static void cmd_put(char **args, int n)
 	free(url);
 }
 
+/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
+static char *name_of(int kind, const char *bucket, const char *key)
+{
+	char *u = NULL;
+	if (kind == DP_LOC_FILE)
+		return cli_strdup(key);
+	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
+		cli_die("out of memory");
+	return u;
+}
+
 /* ---- ls ------------------------------------------------------------------------------------- */
 
 typedef struct lsctx {
@@ -977,15 +1023,20 @@ static int ls_cb(void *ctx, const dp_obj *o)
 		free(s);
 		json_decref(j);
 	} else {
-		char line[8192];
+		char *line = NULL, *name = shown(url);
 		utc(o->mtime, t, sizeof t, 0);
+		int rc;
 		if (o->prefix && o->kind == DP_LOC_S3 && !*o->key)
-			snprintf(line, sizeof line, "%s %s", t, url);
+			rc = asprintf(&line, "%s %s", t, name);
 		else if (o->prefix)
-			snprintf(line, sizeof line, "%19s %12s %s", "", "PRE", url);
+			rc = asprintf(&line, "%19s %12s %s", "", "PRE", name);
 		else
-			snprintf(line, sizeof line, "%s %12" PRIu64 " %s", t, o->size, url);
+			rc = asprintf(&line, "%s %12" PRIu64 " %s", t, o->size, name);
+		if (rc < 0)
+			cli_die("out of memory");
 		out_line(line);
+		free(line);
+		free(name);
 	}
 	free(url);
 	return 0;
@@ -1010,9 +1061,13 @@ static int up_cb(void *ctx, const char *bucket, const char *key, const char *id,
 		json_decref(j);
 	} else {
 		utc(init, t, sizeof t, 0);
-		char line[8192];
-		snprintf(line, sizeof line, "%s %s s3://%s/%s", t, id, bucket, key);
+		char *line = NULL, *name = name_of(DP_LOC_S3, bucket, key), *sh = shown(name);
+		if (asprintf(&line, "%s %s %s", t, id, sh) < 0)
+			cli_die("out of memory");
 		out_line(line);
+		free(line);
+		free(sh);
+		free(name);
 	}
 	return 0;
 }
@@ -1050,27 +1105,18 @@ static void cmd_ls(char **urls, int n)
 
 /* ---- rm, presign ------------------------------------------------------------------------------ */
 
-/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
-static char *name_of(int kind, const char *bucket, const char *key)
-{
-	char *u = NULL;
-	if (kind == DP_LOC_FILE)
-		return cli_strdup(key);
-	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
-		cli_die("out of memory");
-	return u;
-}
-
 /* Remove one object or file (--dryrun: say what would be removed). */
 static void rm_one(int kind, const char *bucket, const char *key)
 {
 	char *name = name_of(kind, bucket, key);
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) delete: %s", name) < 0)
+		char *sh = shown(name);
+		if (asprintf(&line, "(dryrun) delete: %s", sh) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(sh);
 	} else {
 		dp_err e = {0};
 		dp_loc l = {.kind = kind, .bucket = (char *)bucket, .key = (char *)key};
@@ -1207,10 +1253,13 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 		return 0;
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) abort upload: %s of s3://%s/%s", id, bucket, key) < 0)
+		char *name = name_of(DP_LOC_S3, bucket, key), *sh = shown(name);
+		if (asprintf(&line, "(dryrun) abort upload: %s of %s", id, sh) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(sh);
+		free(name);
 		return 0;
 	}
 	dp_err e = {0};
