@@ -1,6 +1,6 @@
 #!/bin/bash
 # s3-pipe against radosgw (tests/rgw): what an aws CLI user reaches for
-# (issue 13).  rm -r in DeleteObjects requests of 1,000 keys with the keys
+# (issue 13).  Folder markers on request; rm -r in DeleteObjects requests of 1,000 keys with the keys
 # S3 refuses reported, put of a directory and of many files at once,
 # --include/--exclude with aws's rule (checked against aws itself), get -r,
 # and a bucket found in another region (tests/s3-faults.py plays S3's 301
@@ -30,6 +30,29 @@ run s3-pipe put s3://batch/clash/ tree other
 is "$rc" 2 "two directories with one relative path: 2"
 like "$err" "tree/c/w.tfrecord and other/c/w.tfrecord would both be s3://batch/clash/c/w.tfrecord|other/c/w.tfrecord and tree/c/w.tfrecord would both" \
 	"... naming both files"
+
+# folder markers, when asked: an empty object KEY/ for the prefix and each directory
+run s3-pipe put s3://batch/mk/
+is "$rc" 2 "put of stdin to a prefix: 2"
+like "$err" "--dir-markers" "... the message names --dir-markers"
+run s3-pipe put --dir-markers s3://batch/mk/
+is "$rc:$out" "0:" "put --dir-markers PREFIX/: 0"
+is "$(awsr s3api head-object --bucket batch --key mk/ --query ContentLength 2>/dev/null)" 0 \
+	"... aws sees the empty object mk/"
+cp -r tree mtree && mkdir -p mtree/empty/deeper
+run s3-pipe put --dir-markers --dryrun s3://batch/mt/ mtree
+is "$(grep -c '^(dryrun) make folder: ' <<<"$out")" 6 "--dryrun: the 6 folders it would make"
+is "$(s3-pipe ls -r s3://batch/mt/ 2>/dev/null | wc -l)" 0 "... and makes nothing"
+run s3-pipe put --dir-markers s3://batch/mt/ mtree
+is "$rc" 0 "put --dir-markers of a directory: 0"
+is "$(s3-pipe ls -r --json s3://batch/mt/ | sed -n 's/.*"key":"mt\/\([^"]*\/\)","url".*"size":0.*/\1/p' | tr '\n' ' ')" \
+	"a/ a/b/ c/ empty/ empty/deeper/ " "... a marker for every directory, empty ones too"
+is "$(s3-pipe ls s3://batch/mt | sed 's/.* //')" "s3://batch/mt/" "... and for the prefix"
+is "$(s3-pipe get s3://batch/mt/ | sort | tr '\n' ' ')" "a/b/z.tfrecord a/y.txt c/skip.tmp c/w.tfrecord x.txt " \
+	"get of the prefix skips the markers"
+run s3-pipe put --dir-markers --exclude '*' --include '*.txt' s3://batch/mf/ mtree
+is "$(s3-pipe ls -r s3://batch/mf/ | sed 's|.* s3://batch/||' | tr '\n' ' ')" "mf/ mf/a/ mf/a/y.txt mf/x.txt " \
+	"with filters: markers for the directories of the files kept"
 
 # several files in flight: the proxy holds each request 0.3 s and counts
 mkdir many
