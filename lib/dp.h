@@ -232,6 +232,15 @@ DP_EXPORT int dp_parse_count(const char *opt, const char *s, uint64_t min, uint6
 /* Monotonic time in seconds. */
 DP_EXPORT double dp_now(void);
 
+/* 16-bit floats (lib/common/half.c): IEEE binary16 ("fp16", "F16") and
+ * bfloat16 (the top half of a float32), n values at a time.  To 16 bits:
+ * rounded to nearest, ties to even, as PyTorch's and numpy's casts; a value
+ * past fp16's range becomes infinity; NaN stays NaN.  Back: exact. */
+DP_EXPORT void dp_f32_to_f16(uint16_t *dst, const float *src, size_t n);
+DP_EXPORT void dp_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+DP_EXPORT void dp_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+DP_EXPORT void dp_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+
 
 #ifdef __cplusplus
 }
