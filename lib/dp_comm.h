@@ -71,9 +71,32 @@ DP_EXPORT const char *dp_comm_desc(const dp_comm *c);
  * for it forever. */
 DP_EXPORT void dp_comm_abort(dp_comm *c, int code) __attribute__((noreturn));
 
+/* How gradients travel on the wire.  Sums are made in float32 whatever
+ * the wire carries, in a fixed order, so every worker gets the same bits:
+ * DP_WIRE_BF16 rounds each message to bfloat16 (float32's range: nothing
+ * overflows); DP_WIRE_F16 to float16 after scaling each message of at
+ * most 64K values by a power of two chosen from its largest magnitude, so
+ * that no finite value overflows and small ones keep fp16's 11 bits. */
+enum { DP_WIRE_F32 = 0, DP_WIRE_BF16 = 1, DP_WIRE_F16 = 2 };
+/* The gradient sum: a ring over all workers (the fewest bytes each);
+ * hierarchical: summed within each host first (MPI over shared memory),
+ * a ring between one leader per host, then shared back within the host
+ * (cross-host bytes 2 (h-1)/h of the gradient per host instead of the
+ * flat ring's more); MPI: the library's own reduce-scatter and
+ * allgather (vendor-tuned algorithms; float32 wire only). */
+enum { DP_ALLREDUCE_RING = 0, DP_ALLREDUCE_HIER = 1, DP_ALLREDUCE_MPI = 2 };
+/* "f32", "bf16", "f16" (also "fp32", "fp16", "float32"...) -> DP_WIRE_*,
+ * "ring", "hierarchical", "mpi" -> DP_ALLREDUCE_*; -1 for anything else. */
+DP_EXPORT int dp_comm_wire_parse(const char *s);
+DP_EXPORT const char *dp_comm_wire_name(int wire);
+DP_EXPORT int dp_comm_algo_parse(const char *s);
+DP_EXPORT const char *dp_comm_algo_name(int algo);
+
 /* How gradients travel and how long a wait may last; call before the
  * first step, with the same values on every rank. */
 typedef struct dp_comm_conf {
+	int wire;            /* DP_WIRE_* (default float32) */
+	int algo;            /* DP_ALLREDUCE_* (default ring) */
 	int overlap;         /* reduce buckets during the backward pass (default 1) */
 	size_t bucket_bytes; /* a bucket is sent once it holds this much (default 1 MiB) */
 	double stall_warn;   /* seconds in one collective before a report (default 60; 0 never) */
@@ -122,6 +145,9 @@ typedef struct dp_comm_stats {
 	double step_time;  /* grads_begin to the end of grads_wait */
 	double wait_time;  /* blocked in grads_wait: communication not hidden */
 	double busy_time;  /* a gradient allreduce in flight (hidden or not) */
+	uint64_t wire_bytes;  /* bytes this worker sent for gradients */
+	uint64_t cross_bytes; /* of them, to a worker on another host */
+	int hosts;            /* hosts of the job (by MPI's shared-memory split) */
 } dp_comm_stats;
 DP_EXPORT void dp_comm_stats_get(const dp_comm *c, dp_comm_stats *st);
 

@@ -61,7 +61,7 @@ enum {
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
-	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_LAST
+	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -119,6 +119,8 @@ static const struct option longopts[] = {
 	{"warmup-epochs", required_argument, 0, O_WARMUP_EPOCHS},
 	{"no-overlap", no_argument, 0, O_NO_OVERLAP},
 	{"bucket-size", required_argument, 0, O_BUCKET},
+	{"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
+	{"allreduce", required_argument, 0, O_ALLREDUCE},
 	{"log-all-ranks", no_argument, 0, O_LOG_ALL},
 	{"timeline", required_argument, 0, O_TIMELINE},
 	{"stall-timeout", required_argument, 0, O_STALL},
@@ -166,6 +168,7 @@ static struct {
 	double warmup_epochs;
 	int overlap;
 	uint64_t bucket;
+	int wire, algo; /* --grad-dtype, --allreduce (DP_WIRE_*, DP_ALLREDUCE_*) */
 	int log_all;
 	const char *timeline;
 	double stall, stall_abort;
@@ -287,6 +290,11 @@ static void help(void)
 	       "                           call, not in buckets during it\n"
 	       "      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
 	       "                           (default 1M)\n"
+	       "      --grad-dtype T       gradients on the wire: fp32 (default), bf16 or fp16\n"
+	       "                           (half the bytes; summed in fp32, the same on every rank)\n"
+	       "      --allreduce A        ring (default), hierarchical (within each host first,\n"
+	       "                           then a ring of one rank per host) or mpi (the MPI\n"
+	       "                           library's collectives)\n"
 	       "      --log-all-ranks      every rank also logs its own lines, with rank=R\n"
 	       "      --timeline FILE      a Chrome trace (chrome://tracing, Perfetto) of compute,\n"
 	       "                           allreduce and waits per rank; {rank}: a file each\n"
@@ -502,6 +510,14 @@ static void parse_args(int argc, char **argv)
 		case O_NO_OVERLAP: O.overlap = 0; break;
 		case O_BUCKET:
 			O.bucket = cli_size("--bucket-size", optarg, 1, 1ull << 40);
+			break;
+		case O_GRAD_DTYPE:
+			if ((O.wire = dp_comm_wire_parse(optarg)) < 0)
+				usage_error("--grad-dtype '%s': want fp32, bf16 or fp16", optarg);
+			break;
+		case O_ALLREDUCE:
+			if ((O.algo = dp_comm_algo_parse(optarg)) < 0)
+				usage_error("--allreduce '%s': want ring, hierarchical or mpi", optarg);
 			break;
 		case O_LOG_ALL: O.log_all = 1; break;
 		case O_TIMELINE: O.timeline = optarg; break;
@@ -1068,7 +1084,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\nprecision=%s\n"
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
 		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
-		"\ntimeline=%s\n",
+		"\ntimeline=%s\ngrad_dtype=%s\nallreduce=%s\n",
 		dp_version(), dp_backend_default()->name, O.model ? O.model : "(none)",
 		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
 		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
@@ -1085,7 +1101,8 @@ static char *settings_text(const dp_optim_conf *oc)
 						    : "per-rank",
 		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
 		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered");
+		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered",
+		dp_comm_wire_name(O.wire), dp_comm_algo_name(O.algo));
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1276,6 +1293,8 @@ static void join_job(void)
 	dp_comm_conf_defaults(&cc);
 	cc.overlap = O.overlap;
 	cc.bucket_bytes = (size_t)O.bucket;
+	cc.wire = O.wire;
+	cc.algo = O.algo;
 	cc.stall_warn = O.stall;
 	cc.stall_abort = O.stall_abort;
 	cc.report = stall_report;
@@ -1815,6 +1834,12 @@ static void comm_report(void)
 	     (double)cs.bytes / steps / 1048576.0, 1e3 * cs.busy_time / steps,
 	     100 * cs.busy_time / steps / it, 1e3 * it, 1e3 * cs.wait_time / steps,
 	     100 * cs.wait_time / steps / it);
+	if (SIZE > 1)
+		note("communication: %.2f MiB sent a step by rank %d (%s wire, %s allreduce), %.2f MiB of "
+		     "it to another host; %d host%s",
+		     (double)cs.wire_bytes / steps / 1048576.0, RANK, dp_comm_wire_name(O.wire),
+		     dp_comm_algo_name(O.algo), (double)cs.cross_bytes / steps / 1048576.0, cs.hosts,
+		     cs.hosts == 1 ? "" : "s");
 }
 
 /* The final checkpoint, the ranks checked against each other, the

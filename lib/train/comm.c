@@ -94,10 +94,55 @@ void comm_report(dp_comm *c, const char *fmt, ...)
 	c->conf.report(c->conf.report_ctx, msg);
 }
 
+int dp_comm_wire_parse(const char *s)
+{
+	static const char *const names[][4] = {
+		{"f32", "fp32", "float32", "float"},
+		{"bf16", "bfloat16", "", ""},
+		{"f16", "fp16", "float16", "half"},
+	};
+	for (int w = 0; w < 3; w++)
+		for (int k = 0; k < 4; k++)
+			if (*names[w][k] && !strcmp(s, names[w][k]))
+				return w;
+	return -1;
+}
+
+const char *dp_comm_wire_name(int wire)
+{
+	return wire == DP_WIRE_BF16 ? "bf16" : wire == DP_WIRE_F16 ? "fp16" : "fp32";
+}
+
+int dp_comm_algo_parse(const char *s)
+{
+	if (!strcmp(s, "ring"))
+		return DP_ALLREDUCE_RING;
+	if (!strcmp(s, "hierarchical") || !strcmp(s, "hier"))
+		return DP_ALLREDUCE_HIER;
+	if (!strcmp(s, "mpi"))
+		return DP_ALLREDUCE_MPI;
+	return -1;
+}
+
+const char *dp_comm_algo_name(int algo)
+{
+	return algo == DP_ALLREDUCE_HIER ? "hierarchical" : algo == DP_ALLREDUCE_MPI ? "mpi" : "ring";
+}
+
 int dp_comm_configure(dp_comm *c, const dp_comm_conf *conf, dp_err *e)
 {
 	if (conf->stall_warn < 0 || conf->stall_abort < 0)
 		return dp_seterr(e, DP_EARG, "comm: negative stall time");
+	if (conf->wire < DP_WIRE_F32 || conf->wire > DP_WIRE_F16 || conf->algo < DP_ALLREDUCE_RING ||
+	    conf->algo > DP_ALLREDUCE_MPI)
+		return dp_seterr(e, DP_EARG, "comm: no such wire format or algorithm");
+	if (conf->algo == DP_ALLREDUCE_MPI && conf->wire != DP_WIRE_F32)
+		return dp_seterr(e, DP_EARG, "the MPI allreduce carries float32 only (%s needs the "
+				 "ring or the hierarchical allreduce)", dp_comm_wire_name(conf->wire));
+	if (c->nccl && (conf->wire != DP_WIRE_F32 || conf->algo != DP_ALLREDUCE_RING))
+		return dp_seterr(e, DP_EARG, "gradients go GPU to GPU through NCCL, which picks its "
+				 "own algorithm and sends float32: no %s %s allreduce there",
+				 dp_comm_wire_name(conf->wire), dp_comm_algo_name(conf->algo));
 	if (c->in_step)
 		return dp_seterr(e, DP_EARG, "comm: configure inside a step");
 	c->conf = *conf;

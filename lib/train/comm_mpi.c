@@ -32,6 +32,7 @@
 #include "comm_impl.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
@@ -70,6 +71,15 @@ struct comm_mpi {
 	dp_err err;
 	float *tmp; /* the chunk being received (ring_allreduce) */
 	size_t tcap;
+	unsigned char *wire[2]; /* 16-bit messages out and in (ring_allreduce) */
+	size_t wcap[2];
+	MPI_Request *rq; /* a ring step's requests */
+	size_t rqcap;
+	/* hosts, by MPI's shared-memory split: this host's ranks (local), one
+	 * leader per host (leaders; MPI_COMM_NULL elsewhere) */
+	MPI_Comm local, leaders;
+	int lrank, lsize, nhosts;
+	int *host_of; /* world rank -> host index */
 };
 
 static int mpierr(int code, const char *what, dp_err *e)
@@ -236,6 +246,54 @@ static int wait_all(dp_comm *c, MPI_Request *r, int n, uint64_t seq, const char 
 
 /* ---- open, close ---------------------------------------------------------------- */
 
+/* Which ranks share a host: MPI's shared-memory split (or, with the
+ * setting DP_COMM_HOST_RANKS=K, every K consecutive ranks: hosts emulated
+ * on one machine); the host of a rank is numbered by the lowest world rank
+ * on it.  At open, every rank. */
+static int find_hosts(dp_comm *c, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	int rc;
+	const char *hr = dp_setting("DP_COMM_HOST_RANKS");
+	char *end = NULL;
+	long per = hr ? strtol(hr, &end, 10) : 0;
+	if (hr && (per < 1 || per > INT_MAX || *end))
+		return dp_seterr(e, DP_EARG,
+				 "DP_COMM_HOST_RANKS '%s': want a number of ranks, 1 or more", hr);
+	if (per)
+		rc = MPI_Comm_split(m->world, c->rank / (int)per, c->rank, &m->local);
+	else
+		rc = MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+					 &m->local);
+	if (rc != MPI_SUCCESS)
+		return mpierr(rc, "MPI_Comm_split_type", e);
+	MPI_Comm_rank(m->local, &m->lrank);
+	MPI_Comm_size(m->local, &m->lsize);
+	int lowest = c->rank;
+	if ((rc = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, m->local)) != MPI_SUCCESS)
+		return mpierr(rc, "hosts", e);
+	if (!(m->host_of = malloc((size_t)c->size * sizeof *m->host_of)))
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	if ((rc = MPI_Allgather(&lowest, 1, MPI_INT, m->host_of, 1, MPI_INT, m->world)) != MPI_SUCCESS)
+		return mpierr(rc, "hosts", e);
+	/* lowest ranks -> 0, 1, 2... in order */
+	m->nhosts = 0;
+	for (int r = 0; r < c->size; r++)
+		if (m->host_of[r] == r)
+			m->nhosts++;
+	for (int r = 0; r < c->size; r++) {
+		int k = 0;
+		for (int q = 0; q < m->host_of[r]; q++)
+			k += m->host_of[q] == q;
+		m->host_of[r] = k;
+	}
+	if ((rc = MPI_Comm_split(m->world, m->lrank == 0 ? 0 : MPI_UNDEFINED, c->rank,
+				 &m->leaders)) != MPI_SUCCESS)
+		return mpierr(rc, "MPI_Comm_split", e);
+	c->st.hosts = m->nhosts;
+	return DP_OK;
+}
+
 int comm_mpi_open(dp_comm *c, dp_err *e)
 {
 	int inited = 0, prov = 0, rc;
@@ -248,6 +306,7 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 	if (!m)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->mpi = m;
+	m->world = m->ctl = m->local = m->leaders = MPI_COMM_NULL;
 	m->thread_ok = prov >= MPI_THREAD_SERIALIZED;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
@@ -263,6 +322,8 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	for (int r = 0; r < c->size; r++)
 		m->heard[r] = -1;
+	if ((rc = find_hosts(c, e)) < 0)
+		return rc;
 	char v[MPI_MAX_LIBRARY_VERSION_STRING];
 	int vl = 0;
 	MPI_Get_library_version(v, &vl);
@@ -300,6 +361,10 @@ void comm_mpi_close(dp_comm *c)
 		}
 		listen_ctl(c);
 	}
+	if (m->local != MPI_COMM_NULL)
+		MPI_Comm_free(&m->local);
+	if (m->leaders != MPI_COMM_NULL)
+		MPI_Comm_free(&m->leaders);
 	if (m->world != MPI_COMM_NULL)
 		MPI_Comm_free(&m->world);
 	if (m->ctl != MPI_COMM_NULL)
@@ -314,6 +379,10 @@ void comm_mpi_close(dp_comm *c)
 	free(m->heard);
 	free(m->q);
 	free(m->tmp);
+	free(m->wire[0]);
+	free(m->wire[1]);
+	free(m->rq);
+	free(m->host_of);
 	free(m);
 	c->mpi = NULL;
 }
@@ -430,56 +499,268 @@ out:
 
 /* ---- gradients ----------------------------------------------------------------------- */
 
-/* Sum n floats in place over the ranks: a ring (reduce-scatter, then
+/* ---- the wire: float32, or 16-bit messages ---- */
+
+#define SEG 65536 /* values a message at most: several in flight per ring step */
+
+/* Bytes of a message of len values. */
+static size_t msg_bytes(int wire, size_t len)
+{
+	return wire == DP_WIRE_F32 ? 4 * len : wire == DP_WIRE_BF16 ? 2 * len : 4 + 2 * len;
+}
+
+/* x[0..len) as a message at out.  fp16: a float32 power-of-two scale,
+ * then x / scale as float16, the scale chosen so that the largest finite
+ * magnitude lands in [16384, 32768]: nothing finite overflows (fp16's
+ * largest is 65504), and small gradients keep their bits instead of
+ * flushing to zero.  Infinities and NaNs stay what they are. */
+static void encode(int wire, const float *x, size_t len, unsigned char *out, float *scratch)
+{
+	if (wire == DP_WIRE_BF16) {
+		dp_f32_to_bf16((uint16_t *)out, x, len);
+		return;
+	}
+	float big = 0;
+	for (size_t i = 0; i < len; i++) {
+		float a = fabsf(x[i]);
+		if (a > big && a <= FLT_MAX)
+			big = a;
+	}
+	int ex = 0;
+	if (big > 0) {
+		frexpf(big, &ex); /* big = f * 2^ex, f in [0.5, 1) */
+		ex -= 15;         /* big / 2^ex in [16384, 32768) */
+	}
+	float scale = ldexpf(1.0f, ex), inv = ldexpf(1.0f, -ex);
+	memcpy(out, &scale, 4);
+	for (size_t i = 0; i < len; i++)
+		scratch[i] = x[i] * inv;
+	dp_f32_to_f16((uint16_t *)(out + 4), scratch, len);
+}
+
+/* A message of len values back to float32 at x. */
+static void decode(int wire, const unsigned char *in, size_t len, float *x)
+{
+	if (wire == DP_WIRE_BF16) {
+		dp_bf16_to_f32(x, (const uint16_t *)in, len);
+		return;
+	}
+	float scale;
+	memcpy(&scale, in, 4);
+	dp_f16_to_f32(x, (const uint16_t *)(in + 4), len);
+	for (size_t i = 0; i < len; i++)
+		x[i] *= scale;
+}
+
+static int grow(void **p, size_t *cap, size_t want, dp_err *e)
+{
+	if (want <= *cap)
+		return DP_OK;
+	void *q = realloc(*p, want);
+	if (!q)
+		return dp_seterr(e, DP_ENOMEM, "out of memory for %zu bytes", want);
+	*p = q;
+	*cap = want;
+	return DP_OK;
+}
+
+/* Where the gradient sums go over one communicator: the world, or the
+ * hosts' leaders. */
+typedef struct ring {
+	MPI_Comm comm;
+	int r, p;
+	int cross; /* the right neighbour is on another host */
+} ring;
+
+/* Sum n floats in place over the ranks of g: a ring (reduce-scatter, then
  * allgather) over point-to-point messages, polled like every wait.
  * Rank r's chunk k travels r -> r+1 -> ... and is added in that fixed
  * order; each chunk's sum is made on one rank and copied to the others,
  * so the result is bit-identical on every rank and from run to run.
  * Each rank sends and receives 2 (p-1)/p of the buffer, the least any
  * allreduce can (Open MPI's non-blocking allreduce of one buffer in place
- * goes through a binomial tree, 1.5 to 2.5 times slower here). */
-static int ring_allreduce(dp_comm *c, float *buf, size_t n, const char *what, dp_err *e)
+ * goes through a binomial tree, 1.5 to 2.5 times slower here).
+ *
+ * A step's chunk goes as messages of SEG values, all posted at once: the
+ * link carries the next while the last is added.  With a 16-bit wire the
+ * partial sums are rounded to it at every hop and added in float32; the
+ * rank that completes a chunk rounds its own copy the same way, and the
+ * allgather forwards the messages as received, so every rank decodes the
+ * same bytes. */
+static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, const char *what,
+			  dp_err *e)
 {
 	struct comm_mpi *m = c->mpi;
-	int p = c->size, r = c->rank, right = (r + 1) % p, left = (r + p - 1) % p;
+	int p = g->p, r = g->r, right = (r + 1) % p, left = (r + p - 1) % p, wire = c->conf.wire;
+	if (p < 2)
+		return DP_OK;
 	if (n / (size_t)p + 1 > INT_MAX)
 		return dp_seterr(e, DP_ELIMIT, "%s: %zu floats: too many for one allreduce", what, n);
-	size_t most = n / (size_t)p + 1;
-	if (most > m->tcap) {
-		float *t = realloc(m->tmp, most * sizeof *t);
-		if (!t)
-			return dp_seterr(e, DP_ENOMEM, "out of memory for %zu floats", most);
-		m->tmp = t;
-		m->tcap = most;
-	}
+	size_t most = n / (size_t)p + 1, nseg = (most + SEG - 1) / SEG;
+	size_t wmost = msg_bytes(wire, most) + 4 * nseg;
+	int rc;
+	if ((rc = grow((void **)&m->tmp, &m->tcap, (most > SEG ? most : SEG) * sizeof(float), e)) < 0 ||
+	    (rc = grow((void **)&m->rq, &m->rqcap, 2 * nseg * sizeof(MPI_Request), e)) < 0 ||
+	    (wire != DP_WIRE_F32 && ((rc = grow((void **)&m->wire[0], &m->wcap[0], wmost, e)) < 0 ||
+				     (rc = grow((void **)&m->wire[1], &m->wcap[1], wmost, e)) < 0)))
+		return rc;
 #define OFF(k) (n * (size_t)(k) / (size_t)p)
-#define LEN(k) ((int)(OFF((k) + 1) - OFF(k)))
-	uint64_t seq = m->seq++;
+#define LEN(k) (OFF((k) + 1) - OFF(k))
+	uint64_t seq = m->seq++, sent = 0;
 	int tag = (int)(seq & 0x7fff);
+	int out = 0; /* wire[out]: the message going out in an allgather step */
 	for (int s = 0; s < 2 * (p - 1); s++) {
 		int rs = s < p - 1; /* reduce-scatter, then allgather */
 		int t = rs ? s : s - (p - 1);
 		int ks = ((rs ? r - t : r + 1 - t) % p + p) % p; /* the chunk sent */
 		int kr = ((rs ? r - t - 1 : r - t) % p + p) % p; /* the chunk received */
-		MPI_Request q[2];
-		float *into = rs ? m->tmp : buf + OFF(kr);
-		int rc = MPI_Irecv(into, LEN(kr), MPI_FLOAT, left, tag, m->world, &q[0]);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Isend(buf + OFF(ks), LEN(ks), MPI_FLOAT, right, tag, m->world, &q[1]);
-		if (rc != MPI_SUCCESS)
-			return mpierr(rc, what, e);
-		if ((rc = wait_all(c, q, 2, seq, what, e)) < 0)
+		size_t ls = LEN(ks), lr = LEN(kr);
+		float *sx = buf + OFF(ks), *rx = buf + OFF(kr);
+		unsigned char *win = wire == DP_WIRE_F32 ? NULL : m->wire[!out];
+		unsigned char *wout = wire == DP_WIRE_F32 ? NULL : m->wire[out];
+		int nr = 0, ns = 0;
+		/* receives, then sends, every message of the step */
+		for (size_t o = 0, at = 0; o < lr; o += SEG) {
+			size_t len = lr - o < SEG ? lr - o : SEG, b = msg_bytes(wire, len);
+			void *into = wire != DP_WIRE_F32 ? (void *)(win + at)
+				     : rs			? (void *)((float *)m->tmp + o)
+								: (void *)(rx + o);
+			if ((rc = MPI_Irecv(into, (int)b, MPI_BYTE, left, tag, g->comm, &m->rq[nr++])) !=
+			    MPI_SUCCESS)
+				return mpierr(rc, what, e);
+			at += b;
+		}
+		if (rs && wire != DP_WIRE_F32) {
+			/* this step's partial sums, rounded for the wire */
+			for (size_t o = 0, at = 0; o < ls; o += SEG) {
+				size_t len = ls - o < SEG ? ls - o : SEG;
+				encode(wire, sx + o, len, wout + at, m->tmp);
+				at += msg_bytes(wire, len);
+			}
+		}
+		for (size_t o = 0, at = 0; o < ls; o += SEG) {
+			size_t len = ls - o < SEG ? ls - o : SEG, b = msg_bytes(wire, len);
+			const void *from = wire == DP_WIRE_F32 ? (const void *)(sx + o) : (const void *)(wout + at);
+			if ((rc = MPI_Isend(from, (int)b, MPI_BYTE, right, tag, g->comm,
+					    &m->rq[nr + ns++])) != MPI_SUCCESS)
+				return mpierr(rc, what, e);
+			at += b;
+			sent += b;
+		}
+		/* each message as it lands: added (reduce-scatter) or decoded */
+		for (size_t o = 0, at = 0, j = 0; o < lr; o += SEG, j++) {
+			size_t len = lr - o < SEG ? lr - o : SEG;
+			if ((rc = wait_all(c, &m->rq[j], 1, seq, what, e)) < 0)
+				return rc;
+			float *d = rx + o;
+			if (rs) {
+				/* in the fp32 wire, the float32 scratch is where it landed */
+				float *a = (float *)m->tmp + (wire == DP_WIRE_F32 ? o : 0);
+				if (wire != DP_WIRE_F32)
+					decode(wire, win + at, len, a);
+				for (size_t i = 0; i < len; i++)
+					d[i] = a[i] + d[i];
+			} else if (wire != DP_WIRE_F32) {
+				decode(wire, win + at, len, d);
+			}
+			at += msg_bytes(wire, len);
+		}
+		if ((rc = wait_all(c, m->rq + nr, ns, seq, what, e)) < 0)
 			return rc;
-		if (rs) {
-			float *d = buf + OFF(kr);
-			const float *a = m->tmp;
-			for (int i = 0, len = LEN(kr); i < len; i++)
-				d[i] = a[i] + d[i];
+		if (wire != DP_WIRE_F32 && s == p - 2) {
+			/* chunk kr is complete here: round it as the others
+			 * will see it, and send those bytes on */
+			for (size_t o = 0, at = 0; o < lr; o += SEG) {
+				size_t len = lr - o < SEG ? lr - o : SEG;
+				encode(wire, rx + o, len, m->wire[0] + at, m->tmp);
+				decode(wire, m->wire[0] + at, len, rx + o);
+				at += msg_bytes(wire, len);
+			}
+			out = 0;
+		} else if (!rs) {
+			out = !out; /* what came in goes out next */
 		}
 	}
 #undef OFF
 #undef LEN
+	pthread_mutex_lock(&c->smu);
+	c->st.wire_bytes += sent;
+	if (g->cross)
+		c->st.cross_bytes += sent;
+	pthread_mutex_unlock(&c->smu);
 	return DP_OK;
+}
+
+/* Sum over the hosts' leaders' ring, after a sum within each host and
+ * before a broadcast back: hierarchical. */
+static int hier_allreduce(dp_comm *c, float *buf, size_t n, const char *what, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	int rc = DP_OK;
+	for (size_t o = 0; o < n && rc == DP_OK; o += CHUNK) {
+		int k = (int)(n - o < CHUNK ? n - o : CHUNK);
+		MPI_Request q;
+		int mr = MPI_Ireduce(m->lrank == 0 ? MPI_IN_PLACE : buf + o, buf + o, k, MPI_FLOAT,
+				     MPI_SUM, 0, m->local, &q);
+		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, m->seq++, what, e);
+	}
+	if (rc == DP_OK && m->leaders != MPI_COMM_NULL) {
+		ring g = {m->leaders, 0, m->nhosts, 1};
+		MPI_Comm_rank(m->leaders, &g.r);
+		rc = ring_allreduce(c, &g, buf, n, what, e);
+	} else if (rc == DP_OK) {
+		m->seq++; /* as the leaders' ring does */
+	}
+	for (size_t o = 0; o < n && rc == DP_OK; o += CHUNK) {
+		int k = (int)(n - o < CHUNK ? n - o : CHUNK);
+		MPI_Request q;
+		int mr = MPI_Ibcast(buf + o, k, MPI_FLOAT, 0, m->local, &q);
+		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, m->seq++, what, e);
+	}
+	if (rc == DP_OK && m->lrank != 0) {
+		pthread_mutex_lock(&c->smu);
+		c->st.wire_bytes += n * sizeof(float); /* to the leader, within the host */
+		pthread_mutex_unlock(&c->smu);
+	}
+	return rc;
+}
+
+/* The MPI library's reduce-scatter and allgather: each chunk summed on
+ * one rank, so every rank still gets the same bits. */
+static int mpi_allreduce(dp_comm *c, float *buf, size_t n, const char *what, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	int p = c->size, r = c->rank, rc;
+	if (n / (size_t)p + 1 > INT_MAX)
+		return dp_seterr(e, DP_ELIMIT, "%s: %zu floats: too many for one allreduce", what, n);
+	int *cnt = malloc(2 * (size_t)p * sizeof *cnt);
+	if (!cnt)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	int *dsp = cnt + p;
+	for (int k = 0; k < p; k++) {
+		dsp[k] = (int)(n * (size_t)k / (size_t)p);
+		cnt[k] = (int)(n * (size_t)(k + 1) / (size_t)p) - dsp[k];
+	}
+	uint64_t seq = m->seq++;
+	MPI_Request q;
+	if ((rc = grow((void **)&m->tmp, &m->tcap, ((size_t)cnt[r] + 1) * sizeof(float), e)) == DP_OK) {
+		int mr = MPI_Ireduce_scatter(buf, m->tmp, cnt, MPI_FLOAT, MPI_SUM, m->world, &q);
+		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, seq, what, e);
+	}
+	if (rc == DP_OK) {
+		memcpy(buf + dsp[r], m->tmp, (size_t)cnt[r] * sizeof(float));
+		int mr = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dsp, MPI_FLOAT,
+					 m->world, &q);
+		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, seq, what, e);
+	}
+	free(cnt);
+	if (rc == DP_OK) {
+		uint64_t b = (uint64_t)(2 * (n - n / (size_t)p) * sizeof(float)); /* nominal */
+		pthread_mutex_lock(&c->smu);
+		c->st.wire_bytes += b;
+		pthread_mutex_unlock(&c->smu);
+	}
+	return rc;
 }
 
 static void busy_add(dp_comm *c, double t0, double t1)
@@ -492,8 +773,20 @@ static void busy_add(dp_comm *c, double t0, double t1)
 /* Sum one bucket, timed; on the thread tid. */
 static int reduce_job(dp_comm *c, const job *j, int tid, dp_err *e)
 {
+	struct comm_mpi *m = c->mpi;
 	double t0 = dp_now();
-	int rc = ring_allreduce(c, j->buf + j->lo, j->hi - j->lo, "gradients", e);
+	float *buf = j->buf + j->lo;
+	size_t n = j->hi - j->lo;
+	int rc;
+	if (c->conf.algo == DP_ALLREDUCE_MPI) {
+		rc = mpi_allreduce(c, buf, n, "gradients", e);
+	} else if (c->conf.algo == DP_ALLREDUCE_HIER && m->nhosts > 1 && m->nhosts < c->size) {
+		rc = hier_allreduce(c, buf, n, "gradients", e);
+	} else {
+		int r = c->rank, p = c->size;
+		ring g = {m->world, r, p, m->host_of[(r + 1) % p] != m->host_of[r]};
+		rc = ring_allreduce(c, &g, buf, n, "gradients", e);
+	}
 	double t1 = dp_now();
 	dp_comm_event(c, "allreduce", tid, t0, t1);
 	busy_add(c, t0, t1);

@@ -10,7 +10,9 @@
 #include "dp_comm.h"
 #include "tap.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -59,6 +61,82 @@ static void test_grads(dp_comm *c)
 	if (size > 1)
 		ok(st.calls > st.steps, "stats: buckets make several calls a step (%llu)",
 		   (unsigned long long)st.calls);
+}
+
+static uint64_t fnv(const void *p, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+	return h;
+}
+
+/* Every algorithm and wire format: the same bits on every rank, float32
+ * exact, 16-bit within its rounding (a relative 2^-8 a hop for bfloat16,
+ * 2^-11 for fp16), fp16 neither overflowing on large values nor flushing
+ * small ones, and the bytes sent counted. */
+static void test_wire(dp_comm *c)
+{
+	dp_err e;
+	static const size_t ns[] = {1, 7, 100003, 300001};
+	static const double scales[] = {1, 1e9, 1e-9};
+	for (int algo = 0; algo < 3; algo++)
+		for (int wire = 0; wire < 3; wire++) {
+			dp_comm_conf cc;
+			dp_comm_conf_defaults(&cc);
+			cc.algo = algo;
+			cc.wire = wire;
+			cc.overlap = 0;
+			int rc = dp_comm_configure(c, &cc, &e);
+			if (algo == DP_ALLREDUCE_MPI && wire != DP_WIRE_F32) {
+				ok(rc == DP_EARG && strstr(e.msg, "float32 only"),
+				   "mpi allreduce with %s: refused", dp_comm_wire_name(wire));
+				continue;
+			}
+			dp_comm_stats st0, st1;
+			dp_comm_stats_get(c, &st0);
+			for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+				for (size_t sc = 0; sc < (wire == DP_WIRE_F16 ? 3u : 1u); sc++) {
+					size_t n = ns[k];
+					double scale = scales[sc];
+					float *g = malloc(n * sizeof *g);
+					for (size_t i = 0; i < n; i++)
+						g[i] = (float)(scale * val(rank, i));
+					rc = dp_comm_grads_begin(c, g, n, &e);
+					if (rc == 0)
+						rc = dp_comm_grads_ready(c, 0, n, &e);
+					if (rc == 0)
+						rc = dp_comm_grads_wait(c, &e);
+					double worst = 0, tol = wire == DP_WIRE_F32 ? 0
+							      : wire == DP_WIRE_BF16 ? size * 0.0079
+										     : size * 0.001;
+					for (size_t i = 0; i < n; i++) {
+						double want = scale * (sumr + size * 0.5 * (double)(i % 1000));
+						double err = fabs(g[i] - want) / want;
+						if (!(err <= worst))
+							worst = err; /* (NaN included) */
+					}
+					uint64_t h = fnv(g, n * sizeof *g), *all = calloc((size_t)size, sizeof *all);
+					int same = dp_comm_allgather(c, &h, all, sizeof h, &e) == 0;
+					for (int r = 0; same && r < size; r++)
+						same = all[r] == h;
+					ok(rc == 0 && same && worst <= tol,
+					   "%s %s, %zu floats x %g: the same bits on every rank, relative error "
+					   "%.2g (at most %.2g)%s%s", dp_comm_algo_name(algo),
+					   dp_comm_wire_name(wire), n, scale, worst, tol, rc ? ": " : "",
+					   rc ? e.msg : "");
+					free(all);
+					free(g);
+				}
+			dp_comm_stats_get(c, &st1);
+			if (size > 1)
+				ok(st1.wire_bytes > st0.wire_bytes, "%s %s: bytes sent counted (%llu)",
+				   dp_comm_algo_name(algo), dp_comm_wire_name(wire),
+				   (unsigned long long)(st1.wire_bytes - st0.wire_bytes));
+		}
+	dp_comm_conf cc;
+	dp_comm_conf_defaults(&cc);
+	ok(dp_comm_configure(c, &cc, &e) == 0, "back to the default ring");
 }
 
 /* Protocol errors: ranges out of order, a wait too early. */
@@ -154,6 +232,7 @@ static int test_timeline(dp_comm *c)
 int main(void)
 {
 	dp_err e;
+	dp_settings_from_env(); /* DP_COMM_HOST_RANKS: hosts emulated */
 	dp_comm *c = dp_comm_open(NULL, NULL, &e);
 	if (!c) {
 		printf("# %s\n", e.msg);
@@ -167,6 +246,10 @@ int main(void)
 	for (int r = 0; r < size; r++)
 		sumr += (float)(r + 1);
 	test_grads(c);
+	test_wire(c);
+	dp_comm_stats st;
+	dp_comm_stats_get(c, &st);
+	printf("# hosts: %d\n", st.hosts);
 	test_protocol(c);
 	test_collectives(c);
 	test_settings(c);
