@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "sagemaker.h"
 #include "dp.h"
 #include "dp_backend.h"
 #include "dp_ckpt.h"
@@ -293,6 +294,12 @@ static void help(void)
 	       "      --stall-timeout S    report ranks that keep the others waiting S seconds\n"
 	       "                           (default 60; 0: never)\n"
 	       "      --stall-abort S      end the job after waiting S seconds (default: never)\n"
+	       "\n"
+	       "      --sagemaker[=ROOT]   run as a SageMaker training job: options from the\n"
+	       "                           hyperparameters, records from the channels, the model\n"
+	       "                           to ROOT/model, a failure's reason to ROOT/output/failure\n"
+	       "                           (ROOT: /opt/ml; see SAGEMAKER in dp-train(1)); so does\n"
+	       "                           the lone argument train\n"
 	       "      --help               this list\n"
 	       "      --version            the version\n"
 	       "\n"
@@ -1874,6 +1881,7 @@ int main(int argc, char **argv)
 		dp_rank_size(&r, &z);
 		set_rank(r, z);
 	}
+	sm_train_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
 	parse_args(argc, argv);
 	if (O.resume && O.init)
 		usage_error("--resume and --init exclude each other");
