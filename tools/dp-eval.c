@@ -1252,5 +1252,5 @@ int main(int argc, char **argv)
 	apply_gates();
 	land_outputs();
 	write_reports();
-	return finish();
+	cli_exit(finish()); /* a failure by way of cli_exit: cli.failure_file */
 }

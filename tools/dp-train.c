@@ -1910,5 +1910,5 @@ int main(int argc, char **argv)
 	}
 
 	finish();
-	return close_all();
+	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */
 }
