@@ -158,6 +158,29 @@ if have_mpirun; then
 else
 	skip "no mpirun"; skip "no mpirun"; skip "no mpirun"
 fi
+# two hosts as mpirun's ranks see them (both on this machine: a stand-in for
+# algo-1 and algo-2, each rank reading the same tree)
+if have_mpirun; then
+	H=(env SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-1)
+	run "${H[@]}" timeout 120 mpirun "${MPI_OPTS[@]}" -np 2 dp-train --sagemaker="$R"
+	is "$rc" 0 "two hosts under mpirun, FullyReplicated: exit 0"
+	like "$err" "training data shared: rank r takes the r-th slice" "... the ranks split the records"
+	cp "$R/input/config/inputdataconfig.json" ic.keep
+	sed -i 's/"FullyReplicated", "RecordWrapperType"/"ShardedByS3Key", "RecordWrapperType"/' \
+		"$R/input/config/inputdataconfig.json"
+	run "${H[@]}" timeout 120 mpirun "${MPI_OPTS[@]}" -np 2 dp-train --sagemaker="$R"
+	is "$rc" 0 "two hosts, ShardedByS3Key: exit 0"
+	like "$err" "training data per rank" "... each host's share is its rank's (--no-shard-data)"
+	run "${H[@]}" timeout 120 mpirun "${MPI_OPTS[@]}" -np 4 dp-train --sagemaker="$R"
+	isnt "$rc" 0 "... with 4 ranks on 2 hosts: refused"
+	like "$err" "^dp-train: channel 'train' is ShardedByS3Key: each host has its own share: run one rank a host, not 4 ranks on 2 hosts" \
+		"... said why, once"
+	is "$(grep -c ShardedByS3Key <<<"$err")" 1 "... by rank 0 alone"
+	cp ic.keep "$R/input/config/inputdataconfig.json"
+	rm -f "$R/output/failure"
+else
+	for i in 1 2 3 4 5 6 7; do skip "no mpirun"; done
+fi
 run "$EX/entrypoint" dp-train --version
 like "$rc:$out" "^0:dp-train \(dptools\)" "entrypoint COMMAND: runs it"
 
