@@ -52,6 +52,32 @@ run timeout 120 dp-train --train-cmd 'cat d/train/a.tfr d/train/b.tfr' --val-cmd
 is "$rc" 0 "the same run from files"
 same_file "$R/model/model.safetensors" direct.st "Pipe mode trains on the streamed records: the same checkpoint"
 
+# a restart: the checkpoint of epoch 1 in ROOT/checkpoints; the new
+# container's FIFOs start again from train_0, which is epoch 2's
+serve() { # epochs: s3-pipe fifo for both channels, in the background
+	timeout 120 s3-pipe fifo --dir "$R/input/data" --channel train --epochs "$1" s3://smp/train/ 2>>fifo-t.err &
+	ft=$!
+	timeout 120 s3-pipe fifo --dir "$R/input/data" --channel validation --epochs "$1" s3://smp/val/ 2>>fifo-v.err &
+	fv=$!
+}
+mkdir -p "$R/checkpoints"
+serve 2
+run timeout 120 dp-train --sagemaker="$R"
+wait $ft $fv
+is "$rc" 0 "Pipe mode with ROOT/checkpoints: exit 0"
+cp "$R/checkpoints/checkpoint.safetensors" epoch1.st
+serve 2
+run timeout 120 dp-train --sagemaker="$R" --epochs 3
+wait $ft
+is "$?:$rc" "0:0" "the restart (3 epochs) resumes and reads the new FIFOs train_0 and train_1"
+wait $fv
+like "$err" "resuming $R/checkpoints/checkpoint.safetensors at epoch 2, step 13" "... at epoch 2"
+run timeout 120 dp-train --resume epoch1.st --train-cmd 'cat d/train/a.tfr d/train/b.tfr' \
+	--val-cmd 'cat d/val/v.tfr' --epochs 3 -o direct3.st
+is "$rc" 0 "the same resume from files"
+same_file "$R/model/model.safetensors" direct3.st "... the same checkpoint"
+rm -rf "$R/checkpoints"
+
 # a FIFO is one a host: two ranks of one host cannot share it
 run env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 dp-train --sagemaker="$R"
 like "$rc:$err" "^2:dp-train: channel '(train|validation)' in Pipe mode: its FIFOs are one a host: run one rank a host, not 2 ranks on 1 host" \

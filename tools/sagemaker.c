@@ -40,6 +40,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -366,20 +367,21 @@ static void user_args(args *user, int argc, char **argv)
 
 /* A channel's records as dp-train's option opt ("train", "val"). */
 static void add_channel(args *a, const char *root, const char *name, const char *mode,
-			const char *wrap, const char *opt)
+			const char *wrap, const char *opt, uint64_t first)
 {
 	if (!strcmp(mode, "Pipe")) {
 		if (wrap && strcmp(wrap, "None"))
 			cli_usage_error("channel '%s': RecordWrapperType %s: dp-train reads TFRecord "
 					"files as they are: want None",
 					name, wrap);
-		/* the FIFO of epoch N (from 0) appears when SageMaker opens it:
+		/* the FIFO of the container's Nth epoch (from 0: a resumed run's
+		 * first is 0 too) appears when SageMaker is ready to serve it:
 		 * waited for up to 5 minutes */
 		char *q = sh_quote(fmt("%s/input/data/%s", root, name));
 		add(a,
-		    "--%s-cmd=p=%s_$(({epoch} - 1)); i=0; while [ ! -p \"$p\" ] && [ $i -lt 3000 ]; "
-		    "do sleep 0.1; i=$((i + 1)); done; exec cat -- \"$p\"",
-		    opt, q);
+		    "--%s-cmd=p=%s_$(({epoch} - %" PRIu64 ")); i=0; while [ ! -p \"$p\" ] && "
+		    "[ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done; exec cat -- \"$p\"",
+		    opt, q, first + 1);
 		free(q);
 		return;
 	}
@@ -414,7 +416,8 @@ static const char *channel_opt(const char *name)
 }
 
 /* The channels of inputdataconfig.json (or the folders of input/data). */
-static void train_channels(args *d, const args *given, const char *root, int hosts, int size)
+static void train_channels(args *d, const args *given, const char *root, int hosts, int size,
+			   uint64_t first)
 {
 	char *conf = fmt("%s/input/config/inputdataconfig.json", root);
 	json_t *cfg = load(conf, 0);
@@ -463,10 +466,41 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 						name, size, hosts);
 			add(d, "--no-shard-data"); /* the shares are the hosts' */
 		}
-		add_channel(d, root, name, mode, wrap, opt);
+		add_channel(d, root, name, mode, wrap, opt, first);
 	}
 	json_decref(cfg);
 	free(conf);
+}
+
+/* ROOT/checkpoints, when it exists: --checkpoint there, and --resume from
+ * it when a checkpoint is there (a restarted job), in place of --init.
+ * Returns the epoch (from 0) the run resumes at: 0 when it does not. */
+static uint64_t resume_from(args *d, args *h, const args *given, const char *root)
+{
+	char *ckd = fmt("%s/checkpoints", root), *ck = fmt("%s/checkpoint.safetensors", ckd);
+	uint64_t first = 0;
+	if (is_dir(ckd) && !gave(given, "checkpoint")) {
+		add(d, "--checkpoint=%s", ck);
+		if (exists(ck) && !gave(given, "resume")) {
+			dp_err e;
+			dp_train_state ts;
+			dp_st *st = dp_st_open(ck, &e);
+			if (!st || dp_ckpt_train_state(st, &ts, &e) < 0)
+				cli_die("%s", e.msg);
+			dp_st_close(st);
+			first = ts.epoch;
+			add(d, "--resume=%s", ck);
+			size_t j = 0; /* (not freed: `given` still points at them) */
+			for (size_t i = 0; i < h->n; i++)
+				if (strncmp(h->v[i], "--init=", 7))
+					h->v[j++] = h->v[i];
+			h->n = j;
+			h->v[j] = NULL;
+		}
+	}
+	free(ck);
+	free(ckd);
+	return first;
 }
 
 int sm_train_args(int *argc, char ***argv, const struct option *opts)
@@ -499,15 +533,15 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	dp_rank_size(&rank, &size);
 	if (hosts > 1 && !dp_comm_launched())
 		cli_usage_error("a job of %d hosts (%s): dp-train --sagemaker must run under mpirun, "
-				"started on the first host with at least one rank a host (as "
-				"examples/sagemaker/entrypoint does)",
+				"started on the first host and reaching every host, one rank a host "
+				"or more (SAGEMAKER in dp-train(1))",
 				hosts, hosts_text);
 	if (hosts > 1 && size < hosts)
 		cli_usage_error("a job of %d hosts (%s) run by %d rank%s: want one rank a host or more",
 				hosts, hosts_text, size, size == 1 ? "" : "s");
 	const char *gpus = env("SM_NUM_GPUS");
 	if (gpus && atoi(gpus) > 1 && size == 1 && rank == 0)
-		cli_warn("note: %s GPUs (SM_NUM_GPUS), one used: run under mpirun -np %s to use "
+		cli_warn("%s GPUs (SM_NUM_GPUS), one used: run under mpirun -np %s to use "
 			 "them all (examples/sagemaker/entrypoint does)",
 			 gpus, gpus);
 
@@ -516,29 +550,15 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	for (args *p = &h; p; p = p == &h ? &u : NULL)
 		for (size_t i = 0; i < p->n; i++)
 			push(&given, p->v[i]);
-	train_channels(&d, &given, root, hosts, size);
+	uint64_t first = resume_from(&d, &h, &given, root);
+	train_channels(&d, &given, root, hosts, size, first);
 	if (!gave(&given, "output")) {
 		const char *md = env("SM_MODEL_DIR");
-		add(&d, "--output=%s/model.safetensors", md ? md : fmt("%s/model", root));
-	}
-	char *ckd = fmt("%s/checkpoints", root);
-	if (is_dir(ckd) && !gave(&given, "checkpoint")) {
-		char *ck = fmt("%s/checkpoint.safetensors", ckd);
-		add(&d, "--checkpoint=%s", ck);
-		if (exists(ck) && !gave(&given, "resume")) {
-			add(&d, "--resume=%s", ck); /* a job restarted: go on where it was */
-			size_t j = 0; /* a restart resumes, not --init */
-			for (size_t i = 0; i < h.n; i++)
-				if (strncmp(h.v[i], "--init=", 7))
-					h.v[j++] = h.v[i];
-				else
-					free(h.v[i]);
-			h.n = j;
-		}
-		free(ck);
+		char *mdir = md ? cli_strdup(md) : fmt("%s/model", root);
+		add(&d, "--output=%s/model.safetensors", mdir);
+		free(mdir);
 	}
 	free(given.v);
-	free(ckd);
 	free(rcf);
 	free(hpf);
 	free(outdata);
@@ -550,7 +570,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 
 /* The first regular member of tar file path (gzip or not) whose name ends
  * in .safetensors, in an anonymous temporary file: "/proc/self/fd/N". */
-static char *tar_member(const char *path)
+static char *tar_member(const char *path, int quiet)
 {
 	gzFile z = gzopen(path, "rb");
 	unsigned char h[512];
@@ -604,7 +624,8 @@ static char *tar_member(const char *path)
 				size -= want;
 			}
 			gzclose(z);
-			cli_warn("note: %s: the model is its member %s", path, name);
+			if (!quiet)
+				cli_warn("%s: the model is its member %s", path, name);
 			return fmt("/proc/self/fd/%d", fd);
 		}
 		if (gzseek(z, (z_off_t)((size + 511) / 512 * 512), SEEK_CUR) < 0)
@@ -617,7 +638,7 @@ static char *tar_member(const char *path)
 
 /* The checkpoint in processing/input/model: a .safetensors file, else the
  * member of a .tar.gz. */
-static char *eval_model(const char *dir)
+static char *eval_model(const char *dir, int quiet)
 {
 	args files = {0};
 	char *st = NULL, *tgz = NULL;
@@ -644,7 +665,7 @@ static char *eval_model(const char *dir)
 	}
 	if (!tgz)
 		cli_die("%s: no .safetensors file and no model.tar.gz", dir);
-	char *m = tar_member(tgz);
+	char *m = tar_member(tgz, quiet);
 	free(tgz);
 	return m;
 }
@@ -669,7 +690,10 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 	char *in = fmt("%s/processing/input", root);
 	if (!gave(&u, "model")) {
 		char *md = fmt("%s/model", in);
-		add(&d, "--model=%s", eval_model(md));
+		int quiet = gave(&u, "quiet");
+		for (size_t i = 0; i < u.n; i++)
+			quiet |= u.v[i][0] == '-' && u.v[i][1] != '-' && strchr(u.v[i], 'q');
+		add(&d, "--model=%s", eval_model(md, quiet));
 		free(md);
 	}
 	if (!gave(&u, "data") && !gave(&u, "data-cmd")) {
