@@ -353,8 +353,10 @@ static void hand_back(int *argc, char ***argv, args *derived, args *hps, args *u
 	free(derived->v);
 	free(hps->v);
 	free(user->v);
+	static char **keep; /* the program's for as long as it runs (reachable) */
+	keep = out.v;
 	*argc = (int)out.n;
-	*argv = out.v; /* the program's, for as long as it runs */
+	*argv = keep;
 }
 
 static void user_args(args *user, int argc, char **argv)
@@ -377,7 +379,8 @@ static void add_channel(args *a, const char *root, const char *name, const char 
 		/* the FIFO of the container's Nth epoch (from 0: a resumed run's
 		 * first is 0 too) appears when SageMaker is ready to serve it:
 		 * waited for up to 5 minutes */
-		char *q = sh_quote(fmt("%s/input/data/%s", root, name));
+		char *fifo = fmt("%s/input/data/%s", root, name), *q = sh_quote(fifo);
+		free(fifo);
 		add(a,
 		    "--%s-cmd=p=%s_$(({epoch} - %" PRIu64 ")); i=0; while [ ! -p \"$p\" ] && "
 		    "[ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done; exec cat -- \"$p\"",
@@ -490,10 +493,12 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 			dp_st_close(st);
 			first = ts.epoch;
 			add(d, "--resume=%s", ck);
-			size_t j = 0; /* (not freed: `given` still points at them) */
+			size_t j = 0;
 			for (size_t i = 0; i < h->n; i++)
 				if (strncmp(h->v[i], "--init=", 7))
 					h->v[j++] = h->v[i];
+				else
+					free(h->v[i]);
 			h->n = j;
 			h->v[j] = NULL;
 		}
@@ -549,7 +554,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	args given = {0};
 	for (args *p = &h; p; p = p == &h ? &u : NULL)
 		for (size_t i = 0; i < p->n; i++)
-			push(&given, p->v[i]);
+			push(&given, cli_strdup(p->v[i]));
 	uint64_t first = resume_from(&d, &h, &given, root);
 	train_channels(&d, &given, root, hosts, size, first);
 	if (!gave(&given, "output")) {
@@ -558,6 +563,8 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 		add(&d, "--output=%s/model.safetensors", mdir);
 		free(mdir);
 	}
+	for (size_t i = 0; i < given.n; i++)
+		free(given.v[i]);
 	free(given.v);
 	free(rcf);
 	free(hpf);
@@ -693,7 +700,9 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 		int quiet = gave(&u, "quiet");
 		for (size_t i = 0; i < u.n; i++)
 			quiet |= u.v[i][0] == '-' && u.v[i][1] != '-' && strchr(u.v[i], 'q');
-		add(&d, "--model=%s", eval_model(md, quiet));
+		char *m = eval_model(md, quiet);
+		add(&d, "--model=%s", m);
+		free(m);
 		free(md);
 	}
 	if (!gave(&u, "data") && !gave(&u, "data-cmd")) {
