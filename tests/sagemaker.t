@@ -75,6 +75,11 @@ is "$rc" 0 "SM_MODEL_DIR and SM_HPS: exit 0"
 ok test -s alt-model/model.safetensors "SM_MODEL_DIR: the model there"
 is "$(grep -c '^epoch=1 .*lr=0.5 ' <<<"$out"):$(grep -c '^epoch=2' <<<"$out")" "1:0" \
 	"SM_HPS instead of the file (numbers as JSON numbers too)"
+run env SM_HPS='{"model":"dense:5","input-shape":"12","timeline":"trace.json","log":"/dev/null"}' \
+	timeout 120 dp-train --sagemaker="$R"
+is "$rc:$out" "0:" "an absolute log name stays as it is"
+ok $PY -c 'import json, sys; json.load(open(sys.argv[1]))' "$R/output/data/trace.json" \
+	"a relative timeline name goes under ROOT/output/data"
 mkdir -p other/x
 cp "$R/input/data/train/a.tfr" other/x/only.tfr
 run env SM_CHANNEL_TRAIN="$T/other" timeout 120 dp-train --sagemaker="$R" --epochs 1 -q
