@@ -683,6 +683,9 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 	(void)opts;
 	if (!take_mode(argc, *argv, 0, &root))
 		return 0;
+	char *od = fmt("%s/output", root);
+	mkdir(od, 0777); /* where the message goes: made when missing, if it can be */
+	free(od);
 	cli.failure_file = fmt("%s/output/message", root);
 	cli_job_says();
 	args d = {0}, h = {0}, u = {0};
