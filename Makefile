@@ -70,8 +70,10 @@ LIB_HDR := $(wildcard lib/dp*.h)
 LIB_PRIV_HDR := $(wildcard lib/*/*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
-TOOLS := $(filter-out cli,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
+TOOLS := $(filter-out cli sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
 CLI_OBJ := $(O)/tools/cli.o
+# tools/sagemaker.c: the SageMaker container contract, dp-train's and dp-eval's.
+SM_OBJ := $(O)/tools/sagemaker.o
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
@@ -211,9 +213,16 @@ $(CLI_OBJ): tools/cli.c tools/cli.h $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
+$(SM_OBJ): tools/sagemaker.c tools/sagemaker.h tools/cli.h $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+$(O)/bin/dp-train $(O)/bin/dp-eval: TOOL_OBJ := $(SM_OBJ)
+$(O)/bin/dp-train $(O)/bin/dp-eval: $(SM_OBJ) tools/sagemaker.h
+
 $(O)/bin/%: tools/%.c $(CLI_OBJ) tools/cli.h $(O)/libdp.a $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS)
 
 # Unit tests link the static library, so they reach private functions too
 # (through lib/COMPONENT/*.h), and protobuf-c's generated reference parser.
@@ -241,9 +250,9 @@ $(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backe
 	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
 # dp-train on the emulated backend: tests/cuda-emu.t runs it, under mpirun too
 TEST_PROGS += $(O)/tests/dp-train-cudaemu
-$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(CLI_OBJ) $(O)/tests/cudaemu/backend_cuda.o \
+$(O)/tests/dp-train-cudaemu: tools/dp-train.c $(CLI_OBJ) $(SM_OBJ) $(O)/tests/cudaemu/backend_cuda.o \
 		$(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LIB_HDR)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< $(CLI_OBJ) \
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"dp-train"' $(LDFLAGS) -o $@ $< $(CLI_OBJ) $(SM_OBJ) \
 	  $(O)/tests/cudaemu/backend_cuda.o $(O)/tests/cudaemu/backend.o $(O)/libdp.a $(LINK_LIBS) -lstdc++
 endif
 

@@ -38,4 +38,6 @@ like_text "$(cat out.3)" $'passed\n0\\.[0-9]+$' "example 3: --check, then the ac
 like_text "$(cat out.4)" $'^\\{"file":"test.tfrecord","record":0,"label":9,.*\n[0-9]+\n\\{"image":' \
 	"example 4: a prediction, the count right, a wrong record's input"
 like "$(cat out.5)" "gate samples>=1000: 1000 passed" "example 5: four workers"
+like "$(cat out.6)" "^0\.[0-9]+$" "example 6: a SageMaker processing job's evaluation.json"
+ok test ! -e pj/output/message "... and no failure message"
 done_testing

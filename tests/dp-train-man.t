@@ -48,6 +48,7 @@ ok test "$n" -ge 8 "found the examples ($n)"
 ok test -s mlp.safetensors "the first example wrote mlp.safetensors"
 like "$(cat ex-2.out)" "total 1199882 parameters" "the --summary example prints the parameter count"
 ok test -s tuned.safetensors "the fine-tuning example wrote its checkpoint"
+ok test -s ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
 ok test -s dist.safetensors "the mpirun example wrote its checkpoint"
 ok $PY -c 'import json; t = json.load(open("trace.json")); assert {e["pid"] for e in t} == {0, 1, 2, 3}' \
 	"the mpirun example wrote a trace of 4 ranks"

@@ -23,6 +23,10 @@ __attribute__((constructor)) static void cli_settings(void)
 	dp_settings_from_env();
 }
 
+/* The last message printed, for cli.failure_file (SageMaker reads the
+ * first 1 KiB of its failure file). */
+static char last_msg[1024];
+
 void cli_vwarn(const char *fmt, va_list ap)
 {
 	if (cli.quiet)
@@ -30,12 +34,41 @@ void cli_vwarn(const char *fmt, va_list ap)
 	cli_progress_clear();
 	if (cli.before_msg)
 		cli.before_msg();
-	if (cli.rank >= 0)
-		fprintf(stderr, "%s: rank %d: ", cli.prog, cli.rank);
-	else
-		fprintf(stderr, "%s: ", cli.prog);
+	int n = cli.rank >= 0 ? snprintf(last_msg, sizeof last_msg, "%s: rank %d: ", cli.prog, cli.rank)
+			      : snprintf(last_msg, sizeof last_msg, "%s: ", cli.prog);
+	fputs(last_msg, stderr);
+	va_list aq;
+	va_copy(aq, ap);
+	if (n >= 0 && (size_t)n < sizeof last_msg)
+		vsnprintf(last_msg + n, sizeof last_msg - (size_t)n, fmt, aq);
+	va_end(aq);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
+}
+
+/* cli.failure_file: the last message, whole or not at all. */
+static void write_failure(void)
+{
+	dp_out o;
+	dp_err e;
+	size_t n = strlen(last_msg);
+	if (!cli.failure_file || cli.quiet || !n)
+		return;
+	if (n == sizeof last_msg - 1) /* cut short: not inside a UTF-8 character */
+		while (n > 1 && ((unsigned char)last_msg[n - 1] & 0xc0) == 0x80)
+			n--;
+	last_msg[n < sizeof last_msg - 1 ? n : n - 1] = '\n';
+	n += n < sizeof last_msg - 1;
+	if (dp_out_open(&o, cli.failure_file, &e) < 0)
+		goto fail;
+	if (dp_write_all(o.fd, last_msg, n, cli.failure_file, &e) < 0) {
+		dp_out_abort(&o);
+		goto fail;
+	}
+	if (dp_out_commit(&o, &e) == 0)
+		return;
+fail:
+	fprintf(stderr, "%s: %s\n", cli.prog, e.msg);
 }
 
 void cli_warn(const char *fmt, ...)
@@ -50,6 +83,8 @@ void cli_exit(int code)
 {
 	if (code > 0) {
 		fflush(stderr);
+		if (code != CLI_PIPE)
+			write_failure();
 		if (cli.on_fail)
 			cli.on_fail(code);
 		else

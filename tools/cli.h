@@ -41,6 +41,12 @@ struct cli {
 	 * end an MPI job.  May not return (it exits itself).  When NULL,
 	 * dp_out_cleanup() removes the temporary outputs. */
 	void (*on_fail)(int code);
+	/* When set: a failure (an exit with a code > 0) also writes its
+	 * message, the last one printed, to this file, whole (dp_out), as
+	 * SageMaker reads a job's failure reason from /opt/ml/output/failure
+	 * (tools/sagemaker.h sets it).  Processes that print nothing
+	 * (cli.quiet) write nothing. */
+	const char *failure_file;
 };
 extern struct cli cli;
 

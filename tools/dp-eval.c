@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "sagemaker.h"
 #include "dp.h"
 #include "dp_backend.h"
 #include "dp_ckpt.h"
@@ -152,6 +153,10 @@ static void help(void)
 	       "                           before, instead of evaluating a model\n"
 	       "\n"
 	       "  -q, --quiet              no report on stdout, no progress\n"
+	       "      --sagemaker[=ROOT]   run as a SageMaker processing job: the model from\n"
+	       "                           ROOT/processing/input/model, records from .../test, the\n"
+	       "                           JSON to ROOT/processing/evaluation/evaluation.json\n"
+	       "                           (ROOT: /opt/ml; see SAGEMAKER in dp-eval(1))\n"
 	       "      --help               this list\n"
 	       "      --version            the version\n"
 	       "\n"
@@ -1224,6 +1229,7 @@ int main(int argc, char **argv)
 		RANK = r;
 		cli_set_rank(r, 1); /* rank 0 speaks for the job; no "rank N: " yet */
 	}
+	sm_eval_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
 	parse_args(argc, argv);
 	if (O.check) {
 		if (O.model || O.ndata || O.data_cmd || O.json || O.pred)
@@ -1246,5 +1252,5 @@ int main(int argc, char **argv)
 	apply_gates();
 	land_outputs();
 	write_reports();
-	return finish();
+	cli_exit(finish()); /* a failure by way of cli_exit: cli.failure_file */
 }

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "sagemaker.h"
 #include "dp.h"
 #include "dp_backend.h"
 #include "dp_ckpt.h"
@@ -301,6 +302,12 @@ static void help(void)
 	       "      --stall-timeout S    report ranks that keep the others waiting S seconds\n"
 	       "                           (default 60; 0: never)\n"
 	       "      --stall-abort S      end the job after waiting S seconds (default: never)\n"
+	       "\n"
+	       "      --sagemaker[=ROOT]   run as a SageMaker training job: options from the\n"
+	       "                           hyperparameters, records from the channels, the model\n"
+	       "                           to ROOT/model, a failure's reason to ROOT/output/failure\n"
+	       "                           (ROOT: /opt/ml; see SAGEMAKER in dp-train(1)); so does\n"
+	       "                           the lone argument train\n"
 	       "      --help               this list\n"
 	       "      --version            the version\n"
 	       "\n"
@@ -1899,6 +1906,7 @@ int main(int argc, char **argv)
 		dp_rank_size(&r, &z);
 		set_rank(r, z);
 	}
+	sm_train_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
 	parse_args(argc, argv);
 	if (O.resume && O.init)
 		usage_error("--resume and --init exclude each other");
@@ -1927,5 +1935,5 @@ int main(int argc, char **argv)
 	}
 
 	finish();
-	return close_all();
+	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */
 }

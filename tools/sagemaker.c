@@ -1,0 +1,736 @@
+/*
+ * sagemaker.c - the SageMaker container contract for dp-train and dp-eval:
+ * see sagemaker.h, and SAGEMAKER in dp-train(1) and dp-eval(1).
+ *
+ * A training job (under ROOT, /opt/ml):
+ *   input/config/hyperparameters.json  every value a string (some
+ *                           JSON-quoted): each key an option of dp-train
+ *                           ('_' or '-'), sagemaker_* keys ignored; SM_HPS
+ *                           (the training toolkit's) instead when set
+ *   input/config/inputdataconfig.json  the channels and their
+ *                           TrainingInputMode (File, FastFile, Pipe) and
+ *                           S3DistributionType; without it, the folders of
+ *                           input/data are File-mode channels
+ *   input/config/resourceconfig.json   hosts, current_host (SM_HOSTS,
+ *                           SM_CURRENT_HOST)
+ *   input/data/CHANNEL/...  File mode: every file below, in name order
+ *                           (SM_CHANNEL_<NAME> instead when set)
+ *   input/data/CHANNEL_N    Pipe mode: the FIFO of epoch N, from 0
+ *   model/                  the final checkpoint (SM_MODEL_DIR)
+ *   checkpoints/            when it exists: the checkpoint of each epoch,
+ *                           resumed from when it is there at the start
+ *   output/failure          the failure's message
+ *   output/data/            relative log and timeline names (SM_OUTPUT_DATA_DIR)
+ * A processing job (dp-eval):
+ *   processing/input/model/ a .safetensors file, or a model.tar.gz (a
+ *                           training job's) holding one
+ *   processing/input/test/  the records (or processing/input/data/)
+ *   processing/evaluation/evaluation.json  the metrics JSON
+ *   config/resourceconfig.json  one instance
+ *   output/message          the failure's message
+ * Limits: a tar member is found by its ustar or GNU long name (not a pax
+ * "path" record); hyperparameters give each option one value.
+ */
+#define _GNU_SOURCE
+#include "sagemaker.h"
+#include "cli.h"
+#include "dp.h"
+#include "dp_ckpt.h"
+#include "dp_comm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* ---- a growing argv, NULL-terminated -------------------------------------- */
+
+typedef struct args {
+	char **v;
+	size_t n, cap;
+} args;
+
+static char *vfmt(const char *fmt, va_list ap)
+{
+	char *s;
+	if (vasprintf(&s, fmt, ap) < 0)
+		cli_die("out of memory");
+	return s;
+}
+
+static char * __attribute__((format(printf, 1, 2))) fmt(const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	char *s = vfmt(f, ap);
+	va_end(ap);
+	return s;
+}
+
+static void push(args *a, char *s)
+{
+	cli_grow(&a->v, &a->cap, a->n + 2, sizeof *a->v);
+	a->v[a->n++] = s;
+	a->v[a->n] = NULL;
+}
+
+static void __attribute__((format(printf, 2, 3))) add(args *a, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	push(a, vfmt(f, ap));
+	va_end(ap);
+}
+
+/* Whether a gives option --name (as "--name", "--name=V"; -o for output). */
+static int gave(const args *a, const char *name)
+{
+	size_t l = strlen(name);
+	for (size_t i = 0; i < a->n; i++) {
+		const char *s = a->v[i];
+		if (!strncmp(s, "--", 2) && !strncmp(s + 2, name, l) && (!s[2 + l] || s[2 + l] == '='))
+			return 1;
+		if (!strcmp(name, "output") && !strncmp(s, "-o", 2))
+			return 1;
+	}
+	return 0;
+}
+
+/* ---- files and the environment -------------------------------------------- */
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int exists(const char *p)
+{
+	return access(p, F_OK) == 0;
+}
+
+/* A JSON file of the job (NULL when it is not there and not required). */
+static json_t *load(const char *file, int required)
+{
+	json_error_t je;
+	if (!required && !exists(file) && errno == ENOENT)
+		return NULL;
+	json_t *j = json_load_file(file, 0, &je);
+	if (!j)
+		cli_die("%s: line %d: %s", file, je.line, je.text);
+	return j;
+}
+
+/* A JSON environment variable (SM_HPS, SM_HOSTS), or NULL. */
+static json_t *env_json(const char *var)
+{
+	json_error_t je;
+	const char *s = env(var);
+	if (!s)
+		return NULL;
+	json_t *j = json_loads(s, JSON_DECODE_ANY, &je);
+	if (!j)
+		cli_die("$%s: not JSON: %s", var, je.text);
+	return j;
+}
+
+/* s in single quotes for sh -c. */
+static char *sh_quote(const char *s)
+{
+	dp_buf b = DP_BUF_INIT;
+	dp_buf_addstr(&b, "'");
+	for (; *s; s++)
+		dp_buf_addstr(&b, *s == '\'' ? "'\\''" : (char[]){*s, 0});
+	dp_buf_addstr(&b, "'");
+	char *r = dp_buf_take(&b);
+	if (!r)
+		cli_die("out of memory");
+	return r;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/* Every file below dir (not those whose name begins with '.'), in name
+ * order, folders in place, added as --opt=PATH; their number. */
+static size_t add_files(args *a, const char *opt, const char *dir)
+{
+	struct dirent **ents;
+	int n = scandir(dir, &ents, NULL, by_name);
+	size_t count = 0;
+	if (n < 0)
+		cli_die("%s: %s", dir, strerror(errno));
+	for (int i = 0; i < n; i++) {
+		char *p = fmt("%s/%s", dir, ents[i]->d_name);
+		struct stat st;
+		if (ents[i]->d_name[0] != '.' && stat(p, &st) == 0) {
+			if (S_ISDIR(st.st_mode))
+				count += add_files(a, opt, p);
+			else if (S_ISREG(st.st_mode))
+				add(a, "--%s=%s", opt, p), count++;
+		}
+		free(p);
+		free(ents[i]);
+	}
+	free(ents);
+	return count;
+}
+
+/* ---- hyperparameters ------------------------------------------------------- */
+
+/* A hyperparameter's value as text: SageMaker passes strings, which the
+ * Python SDK JSON-quotes ("\"dense:10\""): a string that is a JSON string
+ * is that string; numbers and true/false (from other clients) their text. */
+static char *hp_text(const char *src, const char *key, json_t *v)
+{
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		size_t l = strlen(s);
+		if (l >= 2 && s[0] == '"' && s[l - 1] == '"') {
+			json_t *in = json_loads(s, JSON_DECODE_ANY, NULL);
+			if (json_is_string(in)) {
+				char *r = cli_strdup(json_string_value(in));
+				json_decref(in);
+				return r;
+			}
+			json_decref(in);
+		}
+		return cli_strdup(s);
+	}
+	if (json_is_integer(v))
+		return fmt("%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	if (json_is_real(v)) {
+		char b[40];
+		return cli_strdup(dp_fmt_double(json_real_value(v), b, sizeof b));
+	}
+	if (json_is_boolean(v))
+		return cli_strdup(json_is_true(v) ? "true" : "false");
+	cli_usage_error("%s: hyperparameter '%s': want a string, a number or true/false", src, key);
+}
+
+/* The hyperparameters (a JSON object, from src) as options of tool,
+ * added to a.  A switch (an option without a value) is given by true
+ * (True, 1) and left out by false (False, 0).  Relative names given to
+ * the options of path_keys are put under outdir. */
+static void add_hps(args *a, const struct option *opts, const char *tool, const char *src,
+		    json_t *hps, const char *const *path_keys, const char *outdir)
+{
+	const char *key;
+	json_t *v;
+	if (!json_is_object(hps))
+		cli_usage_error("%s: want a JSON object of hyperparameters", src);
+	json_object_foreach(hps, key, v) {
+		if (!strncmp(key, "sagemaker_", 10) || !strcmp(key, "_tuning_objective_metric"))
+			continue; /* SageMaker's own, and its tuner's */
+		char name[64];
+		snprintf(name, sizeof name, "%s", key);
+		for (char *p = name; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		const struct option *o = opts;
+		while (o->name && strcmp(o->name, name))
+			o++;
+		if (!o->name || strlen(key) >= sizeof name || !strcmp(name, "help") ||
+		    !strcmp(name, "version"))
+			cli_usage_error("%s: hyperparameter '%s': not an option of %s (%s --help lists "
+					"them; sagemaker_* keys are ignored)",
+					src, key, tool, tool);
+		char *val = hp_text(src, key, v);
+		if (o->has_arg == no_argument) {
+			if (!strcmp(val, "true") || !strcmp(val, "True") || !strcmp(val, "1"))
+				add(a, "--%s", name);
+			else if (strcmp(val, "false") && strcmp(val, "False") && strcmp(val, "0"))
+				cli_usage_error("%s: hyperparameter '%s' is '%s': --%s is a switch: "
+						"want true or false",
+						src, key, val, name);
+		} else {
+			int rel = 0;
+			for (int i = 0; path_keys && path_keys[i]; i++)
+				rel |= !strcmp(name, path_keys[i]) && val[0] && val[0] != '/' &&
+				       strcmp(val, "-");
+			if (rel)
+				add(a, "--%s=%s/%s", name, outdir, val);
+			else
+				add(a, "--%s=%s", name, val);
+		}
+		free(val);
+	}
+}
+
+/* ---- the mode, the root, the hosts ----------------------------------------- */
+
+/* Take --sagemaker[=ROOT] out of argv (and, for dp-train, SageMaker's
+ * word "train"): whether SageMaker mode is asked for. */
+static int take_mode(int *argc, char **argv, int train_word, const char **root)
+{
+	int on = 0, j = 1;
+	*root = NULL;
+	for (int i = 1; i < *argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			while (i < *argc)
+				argv[j++] = argv[i++];
+			break;
+		}
+		if (!strcmp(argv[i], "--sagemaker"))
+			on = 1;
+		else if (!strncmp(argv[i], "--sagemaker=", 12))
+			on = 1, *root = argv[i] + 12;
+		else
+			argv[j++] = argv[i];
+	}
+	if (train_word && j >= 2 && !strcmp(argv[1], "train") && (on || j == 2)) {
+		on = 1; /* `docker run IMAGE train` with ENTRYPOINT dp-train [--sagemaker] */
+		memmove(argv + 1, argv + 2, (size_t)(j - 2) * sizeof *argv);
+		j--;
+	}
+	if (!on)
+		return 0;
+	*argc = j;
+	argv[j] = NULL;
+	if (!*root)
+		*root = dp_setting("DP_SAGEMAKER_ROOT");
+	if (!*root || !**root)
+		*root = "/opt/ml";
+	return 1;
+}
+
+/* The number of hosts of the job (resourceconfig.json, or SM_HOSTS and
+ * SM_CURRENT_HOST); 1 when it says none.  hosts_text: "algo-1, algo-2". */
+static int job_hosts(const char *conf, char *hosts_text, size_t len)
+{
+	json_t *rc = load(conf, 0), *hosts = env_json("SM_HOSTS");
+	const char *cur = env("SM_CURRENT_HOST");
+	if (!hosts && rc)
+		hosts = json_incref(json_object_get(rc, "hosts"));
+	if (!cur && rc)
+		cur = json_string_value(json_object_get(rc, "current_host"));
+	int n = 0, found = 0;
+	size_t i;
+	json_t *h;
+	hosts_text[0] = 0;
+	if (hosts && !json_is_array(hosts))
+		cli_die("%s: \"hosts\" is not a list", env("SM_HOSTS") ? "$SM_HOSTS" : conf);
+	json_array_foreach(hosts, i, h) {
+		const char *s = json_string_value(h);
+		if (!s)
+			cli_die("%s: a host that is not a string", env("SM_HOSTS") ? "$SM_HOSTS" : conf);
+		size_t l = strlen(hosts_text);
+		snprintf(hosts_text + l, len - l, "%s%s", n ? ", " : "", s);
+		found |= cur && !strcmp(cur, s);
+		n++;
+	}
+	if (n && cur && !found)
+		cli_die("%s: current host '%s' is not one of the hosts (%s)", conf, cur, hosts_text);
+	json_decref(hosts);
+	json_decref(rc);
+	return n ? n : 1;
+}
+
+/* The argv given back: argv[0], the job's options (derived), the
+ * hyperparameters' (hps), the command line's (user). */
+static void hand_back(int *argc, char ***argv, args *derived, args *hps, args *user)
+{
+	args out = {0};
+	push(&out, (*argv)[0]);
+	for (args *p = derived; p; p = p == derived ? hps : p == hps ? user : NULL)
+		for (size_t i = 0; i < p->n; i++)
+			push(&out, p->v[i]);
+	free(derived->v);
+	free(hps->v);
+	free(user->v);
+	static char **keep; /* the program's for as long as it runs (reachable) */
+	keep = out.v;
+	*argc = (int)out.n;
+	*argv = keep;
+}
+
+static void user_args(args *user, int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		push(user, argv[i]);
+}
+
+/* ---- dp-train: a training job ---------------------------------------------- */
+
+/* A channel's records as dp-train's option opt ("train", "val"). */
+static void add_channel(args *a, const char *root, const char *name, const char *mode,
+			const char *wrap, const char *opt, uint64_t first)
+{
+	if (!strcmp(mode, "Pipe")) {
+		if (wrap && strcmp(wrap, "None"))
+			cli_usage_error("channel '%s': RecordWrapperType %s: dp-train reads TFRecord "
+					"files as they are: want None",
+					name, wrap);
+		/* the FIFO of the container's Nth epoch (from 0: a resumed run's
+		 * first is 0 too) appears when SageMaker is ready to serve it:
+		 * waited for up to 5 minutes */
+		char *fifo = fmt("%s/input/data/%s", root, name), *q = sh_quote(fifo);
+		free(fifo);
+		add(a,
+		    "--%s-cmd=p=%s_$(({epoch} - %" PRIu64 ")); i=0; while [ ! -p \"$p\" ] && "
+		    "[ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done; exec cat -- \"$p\"",
+		    opt, q, first + 1);
+		free(q);
+		return;
+	}
+	if (strcmp(mode, "File") && strcmp(mode, "FastFile"))
+		cli_usage_error("channel '%s': TrainingInputMode '%s': want File, FastFile or Pipe",
+				name, mode);
+	char var[128], *dir;
+	int l = snprintf(var, sizeof var, "SM_CHANNEL_%s", name);
+	for (int i = 11; i < l && i < (int)sizeof var; i++)
+		var[i] = (char)(var[i] == '-' ? '_' : var[i] >= 'a' && var[i] <= 'z' ? var[i] - 32 : var[i]);
+	dir = env(var) ? cli_strdup(env(var)) : fmt("%s/input/data/%s", root, name);
+	if (!is_dir(dir))
+		cli_die("channel '%s': %s: not a folder", name, dir);
+	if (!add_files(a, opt, dir))
+		cli_die("channel '%s': no files in %s", name, dir);
+	free(dir);
+}
+
+/* Which of dp-train's inputs a channel is: "train", "val", "" (test:
+ * dp-eval's); anything else is refused. */
+static const char *channel_opt(const char *name)
+{
+	if (!strcmp(name, "train") || !strcmp(name, "training"))
+		return "train";
+	if (!strcmp(name, "validation") || !strcmp(name, "val"))
+		return "val";
+	if (!strcmp(name, "test"))
+		return "";
+	cli_usage_error("channel '%s': dp-train reads the channels train (or training) and "
+			"validation (or val); test is left to dp-eval",
+			name);
+}
+
+/* The channels of inputdataconfig.json (or the folders of input/data). */
+static void train_channels(args *d, const args *given, const char *root, int hosts, int size,
+			   uint64_t first)
+{
+	char *conf = fmt("%s/input/config/inputdataconfig.json", root);
+	json_t *cfg = load(conf, 0);
+	if (!cfg) { /* the folders of input/data, File mode */
+		cfg = json_object();
+		char *dd = fmt("%s/input/data", root);
+		DIR *dir = opendir(dd);
+		struct dirent *de;
+		while (dir && (de = readdir(dir)))
+			if (de->d_name[0] != '.') {
+				char *p = fmt("%s/%s", dd, de->d_name);
+				if (is_dir(p))
+					json_object_set_new(cfg, de->d_name, json_object());
+				free(p);
+			}
+		if (dir)
+			closedir(dir);
+		free(dd);
+	}
+	if (!json_is_object(cfg))
+		cli_die("%s: want a JSON object of channels", conf);
+	const char *name, *seen[2] = {NULL, NULL};
+	json_t *c;
+	json_object_foreach(cfg, name, c) {
+		const char *opt = channel_opt(name);
+		const char *mode = json_string_value(json_object_get(c, "TrainingInputMode"));
+		const char *dist = json_string_value(json_object_get(c, "S3DistributionType"));
+		const char *wrap = json_string_value(json_object_get(c, "RecordWrapperType"));
+		int v = !strcmp(opt, "val");
+		if (!*opt)
+			continue;
+		if (seen[v])
+			cli_usage_error("channels '%s' and '%s': give one", seen[v], name);
+		seen[v] = name;
+		if (gave(given, opt) || gave(given, v ? "val-cmd" : "train-cmd"))
+			continue; /* the hyperparameters or the command line name the data */
+		mode = mode ? mode : "File";
+		if (!strcmp(mode, "Pipe") && size > hosts)
+			cli_usage_error("channel '%s' in Pipe mode: its FIFOs are one a host: run one "
+					"rank a host, not %d ranks on %d host%s",
+					name, size, hosts, hosts == 1 ? "" : "s");
+		if (!v && dist && !strcmp(dist, "ShardedByS3Key") && hosts > 1) {
+			if (size != hosts)
+				cli_usage_error("channel '%s' is ShardedByS3Key: each host has its own "
+						"share: run one rank a host, not %d ranks on %d hosts",
+						name, size, hosts);
+			add(d, "--no-shard-data"); /* the shares are the hosts' */
+		}
+		add_channel(d, root, name, mode, wrap, opt, first);
+	}
+	json_decref(cfg);
+	free(conf);
+}
+
+/* ROOT/checkpoints, when it exists: --checkpoint there, and --resume from
+ * it when a checkpoint is there (a restarted job), in place of --init.
+ * Returns the epoch (from 0) the run resumes at: 0 when it does not. */
+static uint64_t resume_from(args *d, args *h, const args *given, const char *root)
+{
+	char *ckd = fmt("%s/checkpoints", root), *ck = fmt("%s/checkpoint.safetensors", ckd);
+	uint64_t first = 0;
+	if (is_dir(ckd) && !gave(given, "checkpoint")) {
+		add(d, "--checkpoint=%s", ck);
+		if (exists(ck) && !gave(given, "resume")) {
+			dp_err e;
+			dp_train_state ts;
+			dp_st *st = dp_st_open(ck, &e);
+			if (!st || dp_ckpt_train_state(st, &ts, &e) < 0)
+				cli_die("%s", e.msg);
+			dp_st_close(st);
+			first = ts.epoch;
+			add(d, "--resume=%s", ck);
+			size_t j = 0;
+			for (size_t i = 0; i < h->n; i++)
+				if (strncmp(h->v[i], "--init=", 7))
+					h->v[j++] = h->v[i];
+				else
+					free(h->v[i]);
+			h->n = j;
+			h->v[j] = NULL;
+		}
+	}
+	free(ck);
+	free(ckd);
+	return first;
+}
+
+int sm_train_args(int *argc, char ***argv, const struct option *opts)
+{
+	const char *root;
+	if (!take_mode(argc, *argv, 1, &root))
+		return 0;
+	cli.failure_file = fmt("%s/output/failure", root);
+	cli_job_says(); /* what goes wrong here goes wrong on every rank */
+	args d = {0}, h = {0}, u = {0};
+	user_args(&u, *argc, *argv);
+
+	/* the hyperparameters: SM_HPS, else the file */
+	char *hpf = fmt("%s/input/config/hyperparameters.json", root);
+	json_t *hps = env_json("SM_HPS");
+	const char *src = hps ? "$SM_HPS" : hpf;
+	if (!hps)
+		hps = load(hpf, 0);
+	static const char *const path_keys[] = {"log", "timeline", NULL};
+	char *outdata = env("SM_OUTPUT_DATA_DIR") ? cli_strdup(env("SM_OUTPUT_DATA_DIR"))
+						   : fmt("%s/output/data", root);
+	if (hps)
+		add_hps(&h, opts, "dp-train", src, hps, path_keys, outdata);
+	json_decref(hps);
+
+	/* the hosts and ranks */
+	char hosts_text[1024];
+	char *rcf = fmt("%s/input/config/resourceconfig.json", root);
+	int hosts = job_hosts(rcf, hosts_text, sizeof hosts_text), rank = -1, size = -1;
+	dp_rank_size(&rank, &size);
+	if (hosts > 1 && !dp_comm_launched())
+		cli_usage_error("a job of %d hosts (%s): dp-train --sagemaker must run under mpirun, "
+				"started on the first host and reaching every host, one rank a host "
+				"or more (SAGEMAKER in dp-train(1))",
+				hosts, hosts_text);
+	if (hosts > 1 && size < hosts)
+		cli_usage_error("a job of %d hosts (%s) run by %d rank%s: want one rank a host or more",
+				hosts, hosts_text, size, size == 1 ? "" : "s");
+	const char *gpus = env("SM_NUM_GPUS");
+	if (gpus && atoi(gpus) > 1 && size == 1 && rank == 0)
+		cli_warn("%s GPUs (SM_NUM_GPUS), one used: run under mpirun -np %s to use "
+			 "them all (examples/sagemaker/entrypoint does)",
+			 gpus, gpus);
+
+	/* the data, the model, the checkpoints: where the rest says nothing */
+	args given = {0};
+	for (args *p = &h; p; p = p == &h ? &u : NULL)
+		for (size_t i = 0; i < p->n; i++)
+			push(&given, cli_strdup(p->v[i]));
+	uint64_t first = resume_from(&d, &h, &given, root);
+	train_channels(&d, &given, root, hosts, size, first);
+	if (!gave(&given, "output")) {
+		const char *md = env("SM_MODEL_DIR");
+		char *mdir = md ? cli_strdup(md) : fmt("%s/model", root);
+		add(&d, "--output=%s/model.safetensors", mdir);
+		free(mdir);
+	}
+	for (size_t i = 0; i < given.n; i++)
+		free(given.v[i]);
+	free(given.v);
+	free(rcf);
+	free(hpf);
+	free(outdata);
+	hand_back(argc, argv, &d, &h, &u);
+	return 1;
+}
+
+/* ---- dp-eval: a processing job --------------------------------------------- */
+
+/* The first regular member of tar file path (gzip or not) whose name ends
+ * in .safetensors, in an anonymous temporary file: "/proc/self/fd/N". */
+static char *tar_member(const char *path, int quiet)
+{
+	gzFile z = gzopen(path, "rb");
+	unsigned char h[512];
+	char name[4096] = "", longname[4096] = "";
+	if (!z)
+		cli_die("%s: %s", path, strerror(errno ? errno : ENOMEM));
+	for (;;) {
+		int got = gzread(z, h, sizeof h), zero = 1;
+		if (got != (int)sizeof h)
+			break;
+		for (int i = 0; i < 512 && zero; i++)
+			zero = !h[i];
+		if (zero)
+			break;
+		char sz[13];
+		memcpy(sz, h + 124, 12);
+		sz[12] = 0;
+		char *end;
+		unsigned long long size = strtoull(sz, &end, 8);
+		if (h[124] & 0x80)
+			cli_die("%s: a member too large for this reader", path);
+		if (longname[0])
+			snprintf(name, sizeof name, "%s", longname);
+		else if (!memcmp(h + 257, "ustar", 5) && h[345])
+			snprintf(name, sizeof name, "%.155s/%.100s", (char *)h + 345, (char *)h + 0);
+		else
+			snprintf(name, sizeof name, "%.100s", (char *)h);
+		longname[0] = 0;
+		size_t nl = strlen(name);
+		int type = h[156];
+		if (type == 'L' && size < sizeof longname) { /* GNU: the next member's name */
+			if (gzread(z, longname, (unsigned)size) != (int)size)
+				break;
+			longname[size] = 0;
+			if (gzseek(z, (z_off_t)((512 - size % 512) % 512), SEEK_CUR) < 0)
+				break;
+			continue;
+		}
+		if ((type == '0' || type == 0) && nl > 12 && !strcmp(name + nl - 12, ".safetensors")) {
+			dp_err e;
+			int fd = dp_tmpfile(NULL, &e);
+			if (fd < 0)
+				cli_die("%s: %s", path, e.msg);
+			char buf[65536];
+			while (size > 0) {
+				unsigned want = size < sizeof buf ? (unsigned)size : (unsigned)sizeof buf;
+				if (gzread(z, buf, want) != (int)want)
+					cli_die("%s: %s: cut short", path, name);
+				if (dp_write_all(fd, buf, want, "temporary file", &e) < 0)
+					cli_die("%s", e.msg);
+				size -= want;
+			}
+			gzclose(z);
+			if (!quiet)
+				cli_warn("%s: the model is its member %s", path, name);
+			return fmt("/proc/self/fd/%d", fd);
+		}
+		if (gzseek(z, (z_off_t)((size + 511) / 512 * 512), SEEK_CUR) < 0)
+			break;
+	}
+	int err;
+	const char *msg = gzerror(z, &err);
+	cli_die("%s: %s", path, err ? msg : "no member named *.safetensors (want a dp-train checkpoint)");
+}
+
+/* The checkpoint in processing/input/model: a .safetensors file, else the
+ * member of a .tar.gz. */
+static char *eval_model(const char *dir, int quiet)
+{
+	args files = {0};
+	char *st = NULL, *tgz = NULL;
+	if (!is_dir(dir))
+		cli_die("%s: not a folder (the processing input of the model)", dir);
+	add_files(&files, "", dir);
+	for (size_t i = 0; i < files.n; i++) {
+		const char *p = files.v[i] + 3, *dot = strrchr(p, '.');
+		size_t l = strlen(p);
+		if (dot && !strcmp(dot, ".safetensors")) {
+			if (st)
+				cli_die("%s: two checkpoints (%s, %s): give --model", dir, st, p);
+			st = cli_strdup(p);
+		} else if (!tgz && ((l > 7 && !strcmp(p + l - 7, ".tar.gz")) || (dot && !strcmp(dot, ".tgz")) ||
+				    (dot && !strcmp(dot, ".tar")))) {
+			tgz = cli_strdup(p);
+		}
+		free(files.v[i]);
+	}
+	free(files.v);
+	if (st) {
+		free(tgz);
+		return st;
+	}
+	if (!tgz)
+		cli_die("%s: no .safetensors file and no model.tar.gz", dir);
+	char *m = tar_member(tgz, quiet);
+	free(tgz);
+	return m;
+}
+
+int sm_eval_args(int *argc, char ***argv, const struct option *opts)
+{
+	const char *root;
+	(void)opts;
+	if (!take_mode(argc, *argv, 0, &root))
+		return 0;
+	char *od = fmt("%s/output", root);
+	mkdir(od, 0777); /* where the message goes: made when missing, if it can be */
+	free(od);
+	cli.failure_file = fmt("%s/output/message", root);
+	cli_job_says();
+	args d = {0}, h = {0}, u = {0};
+	user_args(&u, *argc, *argv);
+	char hosts_text[1024];
+	char *rcf = fmt("%s/config/resourceconfig.json", root);
+	int hosts = job_hosts(rcf, hosts_text, sizeof hosts_text);
+	if (hosts > 1 && !dp_comm_launched())
+		cli_usage_error("a processing job of %d instances (%s): dp-eval --sagemaker evaluates "
+				"on one (InstanceCount 1), or under mpirun",
+				hosts, hosts_text);
+	char *in = fmt("%s/processing/input", root);
+	if (!gave(&u, "model")) {
+		char *md = fmt("%s/model", in);
+		int quiet = gave(&u, "quiet");
+		for (size_t i = 0; i < u.n; i++)
+			quiet |= u.v[i][0] == '-' && u.v[i][1] != '-' && strchr(u.v[i], 'q');
+		char *m = eval_model(md, quiet);
+		add(&d, "--model=%s", m);
+		free(m);
+		free(md);
+	}
+	if (!gave(&u, "data") && !gave(&u, "data-cmd")) {
+		char *td = fmt("%s/test", in);
+		if (!is_dir(td)) {
+			free(td);
+			td = fmt("%s/data", in);
+		}
+		if (!is_dir(td))
+			cli_die("%s/test: not a folder (the processing input of the records; or "
+				"%s/data)",
+				in, in);
+		if (!add_files(&d, "data", td))
+			cli_die("%s: no files", td);
+		free(td);
+	}
+	if (!gave(&u, "json")) {
+		char *ed = fmt("%s/processing/evaluation", root);
+		if (mkdir(ed, 0777) < 0 && errno != EEXIST)
+			cli_die("%s: %s", ed, strerror(errno));
+		add(&d, "--json=%s/evaluation.json", ed);
+		free(ed);
+	}
+	free(in);
+	free(rcf);
+	hand_back(argc, argv, &d, &h, &u);
+	return 1;
+}
