@@ -30,8 +30,11 @@ for rate in 1gbit 10gbit; do
 	cluster_shape $rate || exit 1
 	gbit=${rate%gbit}
 	for n in 2 4; do
-		for cfg in "fp32 ring" "fp32 mpi" "bf16 ring"; do
-			line=$(cluster_mpirun -np $n -H "$(hosts $n)" "$T/allreduce" 32 8 $cfg 2>&1 | grep '^size=')
+		for cfg in "fp32 ring" "fp32 mpi" "bf16 ring" "fp32 ring small"; do
+			set -- $cfg
+			mib=32
+			[ $# = 3 ] && mib=0.0625 # latency: the alpha of the model
+			line=$(cluster_mpirun -np $n -H "$(hosts $n)" "$T/allreduce" $mib 8 $1 $2 2>&1 | grep '^size=')
 			bus=$(sed -n 's/.*busbw_gbit=\([0-9.]*\).*/\1/p' <<<"$line")
 			echo "link=$rate $line link_fraction=$(awk -v b="${bus:-0}" -v g="$gbit" 'BEGIN { printf "%.2f", b / g }')"
 		done
