@@ -135,6 +135,10 @@ run c AWS_EC2_METADATA_DISABLED=false AWS_EC2_METADATA_SERVICE_ENDPOINT=http://1
 	s3-pipe get s3://creds/web.bin
 like "$rc:$err" "^4:s3-pipe: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile in .*, or use --no-sign-request \\(instance metadata http://127.0.0.1:1/: token: " \
 	"nothing anywhere, no instance metadata service: the usual advice, and why IMDS gave none"
+run c s3-pipe whoami s3://creds/
+is "$rc" 2 "whoami takes no URL: usage"
+run c AWS_CONTAINER_CREDENTIALS_FULL_URI="$URL_real/container/v1" s3-pipe --no-sign-request whoami
+like "$rc:$out" "^0:provider=none key_id=- expires=never " "whoami --no-sign-request: none, nothing fetched"
 c s3-pipe get data.bin >local.got
 is "$?" 0 "local files: no provider contacted (none here would answer)"
 

@@ -1124,14 +1124,18 @@ static int pick_container(dp_s3 *s, const char *rel, const char *full)
 	return DP_OK;
 }
 
+/* The environment's name, else the profile's key (botocore's config chain). */
+static const char *setting(const s3_profile *p, const char *name, const char *key)
+{
+	const char *v = env(name);
+	return v ? v : s3_profile_get(p, S3_IN_ANY, key);
+}
+
 static int pick_imds(dp_s3 *s, const s3_profile *p)
 {
-	const char *ep = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-	if (!ep)
-		ep = s3_profile_get(p, S3_IN_ANY, "ec2_metadata_service_endpoint");
-	const char *mode = env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
-	if (!mode)
-		mode = s3_profile_get(p, S3_IN_ANY, "ec2_metadata_service_endpoint_mode");
+	const char *ep = setting(p, "AWS_EC2_METADATA_SERVICE_ENDPOINT", "ec2_metadata_service_endpoint");
+	const char *mode = setting(p, "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
+				   "ec2_metadata_service_endpoint_mode");
 	if (!ep)
 		ep = mode && strcasecmp(mode, "ipv6") == 0 ? IMDS_URL6 : IMDS_URL;
 	s3_creds *c = creds_new(s, K_IMDS, "iam-role", "instance metadata");
@@ -1140,18 +1144,12 @@ static int pick_imds(dp_s3 *s, const s3_profile *p)
 			c->url = NULL;
 		return DP_ENOMEM;
 	}
-	const char *t = env("AWS_METADATA_SERVICE_TIMEOUT");
-	if (!t)
-		t = s3_profile_get(p, S3_IN_ANY, "metadata_service_timeout");
-	const char *na = env("AWS_METADATA_SERVICE_NUM_ATTEMPTS");
-	if (!na)
-		na = s3_profile_get(p, S3_IN_ANY, "metadata_service_num_attempts");
+	const char *t = setting(p, "AWS_METADATA_SERVICE_TIMEOUT", "metadata_service_timeout");
+	const char *na = setting(p, "AWS_METADATA_SERVICE_NUM_ATTEMPTS",
+				 "metadata_service_num_attempts");
 	c->timeout = t && atof(t) > 0 ? atof(t) : 1;
 	c->attempts = na && atoi(na) > 0 ? atoi(na) : 1;
-	const char *v1 = env("AWS_EC2_METADATA_V1_DISABLED");
-	if (!v1)
-		v1 = s3_profile_get(p, S3_IN_ANY, "ec2_metadata_v1_disabled");
-	c->v1_disabled = is_true(v1);
+	c->v1_disabled = is_true(setting(p, "AWS_EC2_METADATA_V1_DISABLED", "ec2_metadata_v1_disabled"));
 	c->want_region = s->region_default;
 	snprintf(c->what, sizeof c->what, "instance metadata %s", c->url);
 	if (p->named || p->have_cred || p->have_conf)
