@@ -80,6 +80,12 @@ unlike "$(cat real.log)" "refused" "container: no request refused"
 c AWS_CONTAINER_CREDENTIALS_FULL_URI="$URL_real/container/v1" \
 	AWS_CONTAINER_AUTHORIZATION_TOKEN="Bearer file-token" s3-pipe get s3://creds/container.bin >tok.got
 same_file tok.got data.bin "container: AWS_CONTAINER_AUTHORIZATION_TOKEN when there is no token file"
+: >real.log
+mkdir -p many && for i in 1 2 3 4 5 6; do printf 'file %s\n' $i >many/f$i; done
+c AWS_CONTAINER_CREDENTIALS_FULL_URI="$URL_real/container/v1" AWS_CONTAINER_AUTHORIZATION_TOKEN="Bearer file-token" \
+	s3-pipe put -j 3 s3://creds/many/ many
+is "$?" 0 "container: a put of six files by three workers"
+is "$(grep -c '^GET /container/v1' real.log)" 1 "... that share one fetch of the credentials"
 
 cat >proc.sh <<EOF
 #!/bin/sh
