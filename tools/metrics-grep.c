@@ -12,19 +12,23 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "dp_events.h"
 #include "dp_lines.h"
 #include "dp_metrics.h"
 #include "dp_plot.h"
+#include "dp_record.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -518,6 +522,102 @@ static void process_line(struct source *src, const char *line, size_t len)
 	}
 }
 
+/* ---- TensorBoard event files ------------------------------------------------ */
+
+/* 1 when path ("-": stdin) is a regular file that starts as an event file
+ * does (dp_events_detect); read without moving its offset. */
+static int is_event_file(const char *path)
+{
+	int own = strcmp(path, "-") != 0;
+	int fd = own ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
+	struct stat st;
+	uint8_t head[4096];
+	ssize_t n = -1;
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		off_t at = own ? 0 : lseek(fd, 0, SEEK_CUR);
+		n = at < 0 ? -1 : pread(fd, head, sizeof head, at);
+	}
+	if (own && fd >= 0)
+		close(fd);
+	return n > 0 && dp_events_detect(head, (size_t)n);
+}
+
+/* A tag as a logfmt key: bytes other than [A-Za-z0-9_.:/@-] become '_'. */
+static void put_key(dp_buf *b, const char *tag, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			 strchr("_.:/@-", c);
+		dp_buf_add(b, ok && c ? &c : "_", 1);
+	}
+}
+
+/* A value as text: a float32 with the fewest digits that read back to it
+ * (0.41, not 0.4099999964237213), a double as dp_number_format does. */
+static void put_value(dp_buf *b, const dp_event_scalar *v)
+{
+	char t[DP_NUMBER_BUF];
+	size_t n = dp_number_format(t, v->value);
+	for (int p = 1; v->single && isfinite(v->value) && p <= 9; p++) {
+		snprintf(t, sizeof t, "%.*g", p, v->value);
+		if (strtof(t, NULL) == (float)v->value) { /* "30", not "3e+01" */
+			n = dp_number_format(t, strtod(t, NULL));
+			break;
+		}
+	}
+	dp_buf_add(b, t, n);
+}
+
+/* Read an event file: each event with scalars is matched as the logfmt
+ * line `step=S TAG=VALUE...`, so -m, --definitions and --logfmt all apply. */
+static void read_events(struct source *s, const char *path)
+{
+	dp_err e;
+	dp_reader *r = dp_reader_open_path(path, NULL, &e);
+	if (!r) {
+		cli_warn("%s", e.msg);
+		G.failed = 1;
+		return;
+	}
+	dp_event ev = DP_EVENT_INIT;
+	dp_buf line = DP_BUF_INIT;
+	dp_record rec;
+	int rc = 0;
+	while (!G.out_broken && !stop_sig && (rc = dp_reader_next(r, &rec, &e)) > 0) {
+		if (dp_event_parse(&ev, rec.data, rec.len, &e) < 0) {
+			if (e.code == DP_ENOMEM)
+				cli_die("out of memory");
+			cli_warn("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", s->name, rec.index,
+				 rec.offset, e.msg);
+			G.failed = 1;
+			break;
+		}
+		if (!ev.nscalars)
+			continue;
+		dp_buf_reset(&line);
+		dp_buf_printf(&line, "step=%" PRId64, ev.step);
+		for (size_t i = 0; i < ev.nscalars; i++) {
+			dp_buf_add(&line, " ", 1);
+			put_key(&line, ev.scalars[i].tag, ev.scalars[i].tag_len);
+			dp_buf_add(&line, "=", 1);
+			put_value(&line, &ev.scalars[i]);
+		}
+		if (line.err)
+			cli_die("out of memory");
+		process_line(s, line.p, line.len);
+		if (G.follow || line.len > OUT_FLUSH_AT)
+			out_flush();
+	}
+	if (rc < 0) {
+		cli_warn("%s", e.msg);
+		G.failed = 1;
+	}
+	dp_buf_free(&line);
+	dp_event_free(&ev);
+	dp_reader_close(r);
+}
+
 static void notice_events(struct source *src)
 {
 	unsigned ev = dp_lines_events(src->r);
@@ -922,6 +1022,10 @@ static int read_sources(struct source *src, char **files, int nfiles)
 		struct source *s = &src[nsrc];
 		dp_err e;
 		s->name = strcmp(path, "-") == 0 ? "stdin" : path;
+		if (is_event_file(path)) { /* read whole, now, even when following */
+			read_events(s, path);
+			continue;
+		}
 		s->r = dp_lines_open(path, flags, G.max_line, &e);
 		if (!s->r) {
 			cli_warn("%s", e.msg);
