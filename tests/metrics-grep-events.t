@@ -38,6 +38,20 @@ like "$out" '"name":"samples_per_sec"' "no key list: every scalar is a metric"
 run metrics-grep < "$ev"
 is "$rc" 0 "stdin redirected from an event file: recognised"
 like "$out" "val_loss	" "... its values"
+run metrics-grep $KEYS --last --min --max --mean --count - < <(cat "$ev")
+is "$out" "$want" "an event file on a pipe: recognised, the same summaries"
+mkfifo fifo
+cat "$ev" > fifo &
+run metrics-grep $KEYS --last --min --max --mean --count fifo
+is "$out" "$want" "... and on a named FIFO"
+wait
+cat train.log > fifo &
+run metrics-grep $KEYS --last --min --max --mean --count fifo
+is "$out" "$want" "a log on a FIFO is still read as a log"
+wait
+run metrics-grep --logfmt=loss < <(printf 'lo'; sleep 0.3; printf 'ss=3\n')
+is "$out" "name	value	step	epoch	rank
+loss	3			" "a log whose first bytes come slowly: read whole"
 run metrics-grep --logfmt=loss,val_loss --plot loss.svg "$ev"
 is "$rc" 0 "--plot from an event file: exit 0"
 like "$(cat loss.svg)" "val_loss" "... a chart with val_loss"

@@ -479,6 +479,7 @@ static int write_plot(void)
 
 struct source {
 	dp_lines *r; /* NULL once closed */
+	int fd;      /* a FIFO opened here (to look at its first bytes), or -1 */
 	const char *name;
 	int done;
 	unsigned long long binary, nlong; /* lines skipped: NUL bytes, too long */
@@ -492,6 +493,9 @@ static void close_source(struct source *s)
 	s->nlong = dp_lines_long(s->r);
 	dp_lines_close(s->r);
 	s->r = NULL;
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
 }
 
 static void process_line(struct source *src, const char *line, size_t len)
@@ -529,8 +533,10 @@ static void process_line(struct source *src, const char *line, size_t len)
 static int is_event_file(const char *path)
 {
 	int own = strcmp(path, "-") != 0;
-	int fd = own ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
 	struct stat st;
+	if (own && (stat(path, &st) < 0 || !S_ISREG(st.st_mode)))
+		return 0; /* opening a FIFO here would take its writer's first bytes */
+	int fd = own ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
 	uint8_t head[4096];
 	ssize_t n = -1;
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -571,10 +577,9 @@ static void put_value(dp_buf *b, const dp_event_scalar *v)
 
 /* Read an event file: each event with scalars is matched as the logfmt
  * line `step=S TAG=VALUE...`, so -m, --definitions and --logfmt all apply. */
-static void read_events(struct source *s, const char *path)
+static void read_events(struct source *s, dp_reader *r)
 {
 	dp_err e;
-	dp_reader *r = dp_reader_open_path(path, NULL, &e);
 	if (!r) {
 		cli_warn("%s", e.msg);
 		G.failed = 1;
@@ -616,6 +621,124 @@ static void read_events(struct source *s, const char *path)
 	dp_buf_free(&line);
 	dp_event_free(&ev);
 	dp_reader_close(r);
+}
+
+/* The first bytes of a pipe, read no further than an event file's first
+ * record: the head of an event file, or the start of a text to give back
+ * to the line reader. */
+struct head {
+	uint8_t b[4096];
+	size_t n;
+};
+
+/* Read until h holds want bytes, or the input ends: 0, or -1 (errno). */
+static int head_fill(int fd, struct head *h, size_t want)
+{
+	while (h->n < want) {
+		ssize_t r = read(fd, h->b + h->n, want - h->n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -1 : 0;
+		h->n += (size_t)r;
+	}
+	return 0;
+}
+
+/* 1 when the pipe fd starts as an event file, 0 when not, -1 on a read
+ * error.  A text is known by its third byte (an event file's first record
+ * is shorter than 64 KiB: that byte of its length is 0), so a log is never
+ * held up waiting for bytes that may not come yet. */
+static int sniff_pipe(int fd, struct head *h)
+{
+	h->n = 0;
+	if (isatty(fd))
+		return 0;
+	if (head_fill(fd, h, 3) < 0)
+		return -1;
+	if (h->n < 3 || h->b[2])
+		return 0;
+	if (head_fill(fd, h, DP_TFR_HEADER) < 0)
+		return -1;
+	uint64_t len;
+	uint32_t crc;
+	memcpy(&len, h->b, 8);
+	memcpy(&crc, h->b + 8, 4);
+	if (h->n < DP_TFR_HEADER || dp_crc_mask(dp_crc32c(0, h->b, 8)) != crc ||
+	    len > sizeof h->b - DP_TFR_HEADER - DP_TFR_FOOTER)
+		return 0;
+	if (head_fill(fd, h, DP_TFR_HEADER + (size_t)len + DP_TFR_FOOTER) < 0)
+		return -1;
+	return dp_events_detect(h->b, h->n);
+}
+
+/* An event file on a pipe: its head and the rest, read into memory. */
+static void read_events_pipe(struct source *s, int fd, const struct head *h)
+{
+	dp_buf all;
+	dp_buf_init(&all, 0);
+	dp_buf_add(&all, h->b, h->n);
+	for (;;) {
+		if (dp_buf_reserve(&all, 1 << 16) < 0)
+			cli_die("out of memory");
+		ssize_t r = read(fd, all.p + all.len, 1 << 16);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			cli_warn("%s: %s", s->name, strerror(errno));
+			G.failed = 1;
+			break;
+		}
+		if (r == 0)
+			break;
+		all.len += (size_t)r;
+	}
+	dp_err e;
+	read_events(s, dp_reader_open_mem(all.p, all.len, s->name, NULL, &e));
+	dp_buf_free(&all);
+}
+
+/* Open path as s: an event file is read now (1); a log gets its line
+ * reader (0); -1 after a message. */
+static int open_source(struct source *s, const char *path, unsigned flags)
+{
+	dp_err e;
+	int std = strcmp(path, "-") == 0;
+	struct stat st;
+	s->fd = -1;
+	s->name = std ? "stdin" : path;
+	if (is_event_file(path)) { /* read whole, now, even when following */
+		read_events(s, dp_reader_open_path(path, NULL, &e));
+		return 1;
+	}
+	int fd = std ? STDIN_FILENO : -1;
+	if (!std && stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) /* a named pipe: look at it */
+		fd = s->fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct head h = {.n = 0};
+	if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+		int ev = sniff_pipe(fd, &h);
+		if (ev < 0) {
+			cli_warn("%s: %s", s->name, strerror(errno));
+			G.failed = 1;
+			return 1;
+		}
+		if (ev) {
+			read_events_pipe(s, fd, &h);
+			return 1;
+		}
+	}
+	s->r = fd >= 0 ? dp_lines_fdopen(fd, s->name, flags, G.max_line, &e)
+		       : dp_lines_open(path, flags, G.max_line, &e);
+	if (s->r && h.n && dp_lines_unread(s->r, h.b, h.n, &e) < 0) {
+		dp_lines_close(s->r);
+		s->r = NULL;
+	}
+	if (!s->r) {
+		cli_warn("%s", e.msg);
+		G.failed = 1;
+		return -1;
+	}
+	return 0;
 }
 
 static void notice_events(struct source *src)
@@ -1020,16 +1143,9 @@ static int read_sources(struct source *src, char **files, int nfiles)
 	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
 		const char *path = nfiles ? files[i] : "-";
 		struct source *s = &src[nsrc];
-		dp_err e;
-		s->name = strcmp(path, "-") == 0 ? "stdin" : path;
-		if (is_event_file(path)) { /* read whole, now, even when following */
-			read_events(s, path);
-			continue;
-		}
-		s->r = dp_lines_open(path, flags, G.max_line, &e);
-		if (!s->r) {
-			cli_warn("%s", e.msg);
-			G.failed = 1;
+		if (open_source(s, path, flags) != 0) {
+			if (s->fd >= 0)
+				close(s->fd);
 			continue;
 		}
 		nsrc++;
