@@ -6,13 +6,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
-cd "$T"
-MK="$PY $DP_SRC/tests/mkexamples.py"
-$MK small.tfr random --n 100 --shape 1x8x8 --classes 4 --seed 1
-$MK val.tfr random --n 30 --shape 1x8x8 --classes 4 --seed 2
-protoc --python_out="$T" -I"$DP_SRC/tests/data/tensorboard" "$DP_SRC/tests/data/tensorboard/events.proto" || exit 1
-export PYTHONPATH="$T:$DP_SRC/tests"
-dump() { $PY "$DP_SRC/tests/tb_events.py" dump "$1"; }
+. "$DP_SRC/tests/tblib.sh"
 BASE=(--train small.tfr --val val.tfr --model dense:16,relu,dense:4 --input-shape 64 --batch-size 16
 	--prefetch 0 -q --log-every 3)
 
@@ -23,7 +17,7 @@ files=(tb/events.out.tfevents.*)
 is "${#files[@]}" 1 "one event file"
 like "${files[0]}" "^tb/events\.out\.tfevents\.[0-9]{10}\.$(hostname)$" "named events.out.tfevents.TIME.HOST"
 ev=${files[0]}
-run dump "$ev"
+run tb_dump "$ev"
 is "$rc" 0 "python3-protobuf decodes every record (CRCs checked)"
 printf '%s\n' "$out" >events.jsonl
 run tfr-cat --verify "$ev"
@@ -69,14 +63,14 @@ new=$(ls tb/events.* | grep -vxF "$ev")
 run $PY -c '
 import json, sys
 evs = [json.loads(l) for l in sys.stdin]
-print(evs[0].get("file_version"), min(e["step"] for e in evs[1:]))' < <(dump "$new")
+print(evs[0].get("file_version"), min(e["step"] for e in evs[1:]))' < <(tb_dump "$new")
 first=$(sed -n 's/.*step=\([0-9]*\).*/\1/p' train3.log | head -1)
 is "$out" "brain.Event:2 $first" "... starting with its own file_version, at the resumed steps"
 
 # ---- histograms ---------------------------------------------------------------
 run dp-train "${BASE[@]}" --epochs 2 --tensorboard tbh --tensorboard-histograms -o h.st
 is "$rc" 0 "--tensorboard-histograms: exit 0"
-run $PY - <<'PY' <(dump tbh/events.*)
+run $PY - <<'PY' <(tb_dump tbh/events.*)
 import json, sys
 evs = [json.loads(l) for l in open(sys.argv[1])]
 hs = [e for e in evs if any(isinstance(v, dict) for v in e.get("values", {}).values())]
@@ -145,7 +139,7 @@ if have_mpirun; then
 	is "$rc" 0 "mpirun -np 2: exit 0"
 	is "$(cat mpi-ran | tr '\n' ' ')" "1 0 2 0 " "mpirun -np 2: --on-epoch runs on rank 0 alone, once an epoch"
 	is "$(ls tbm | wc -l)" 1 "mpirun -np 2: one event file (rank 0's)"
-	run dump tbm/events.*
+	run tb_dump tbm/events.*
 	is "$rc" 0 "... which decodes"
 else
 	skip "no mpirun"

@@ -6,12 +6,7 @@
 # its scalars, every other summary left out; damage is reported.
 . "${DP_SRC:-.}/tests/lib.sh"
 
-cd "$T"
-MK="$PY $DP_SRC/tests/mkexamples.py"
-$MK small.tfr random --n 100 --shape 1x8x8 --classes 4 --seed 1
-$MK val.tfr random --n 30 --shape 1x8x8 --classes 4 --seed 2
-protoc --python_out="$T" -I"$DP_SRC/tests/data/tensorboard" "$DP_SRC/tests/data/tensorboard/events.proto" || exit 1
-export PYTHONPATH="$T:$DP_SRC/tests"
+. "$DP_SRC/tests/tblib.sh"
 
 run dp-train --train small.tfr --val val.tfr --model dense:16,relu,dense:4 --input-shape 64 \
 	--batch-size 16 --prefetch 0 -q --log-every 2 --epochs 3 --tensorboard tb --log train.log
