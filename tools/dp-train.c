@@ -404,6 +404,18 @@ static void parse_ckpt_every(const char *arg)
 			    arg);
 }
 
+/* --on-epoch CMD: its placeholders known. */
+static void parse_on_epoch(const char *arg)
+{
+	dp_err e;
+	const char *vars[] = {"epoch", "1", "checkpoint", "", "tensorboard", "", NULL};
+	char *x = dp_expand_strict(arg, vars, &e);
+	if (!x)
+		usage_error("--on-epoch: %s", e.msg);
+	free(x);
+	O.on_epoch = arg;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	int c;
@@ -525,16 +537,7 @@ static void parse_args(int argc, char **argv)
 		case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", optarg, 0, 1e7); break;
 		case O_TENSORBOARD: O.tensorboard = optarg; break;
 		case O_TB_HIST: O.tb_hist = 1; break;
-		case O_ON_EPOCH: {
-			dp_err xe;
-			const char *vars[] = {"epoch", "1", "checkpoint", "", "tensorboard", "", NULL};
-			char *x = dp_expand_strict(optarg, vars, &xe);
-			if (!x)
-				usage_error("--on-epoch: %s", xe.msg);
-			free(x);
-			O.on_epoch = optarg;
-			break;
-		}
+		case O_ON_EPOCH: parse_on_epoch(optarg); break;
 		case O_ON_EPOCH_FAIL: O.on_epoch_fail = 1; break;
 		case O_HELP: /* once per job under mpirun */
 			if (RANK == 0)
