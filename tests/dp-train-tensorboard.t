@@ -141,6 +141,9 @@ if have_mpirun; then
 	is "$(ls tbm | wc -l)" 1 "mpirun -np 2: one event file (rank 0's)"
 	run tb_dump tbm/events.*
 	is "$rc" 0 "... which decodes"
+	run mpi 2 dp-train "${BASE[@]}" --epochs 3 --on-epoch 'exit 4' --on-epoch-fail
+	isnt "$rc" 0 "mpirun -np 2, --on-epoch-fail: the job fails"
+	like "$err" "dp-train: rank 0: --on-epoch: epoch 1: command exited with status 4; stopping" "... rank 0 says why"
 else
 	skip "no mpirun"
 fi
