@@ -53,6 +53,25 @@ like "$(cat loss.svg)" "val_loss" "... a chart with val_loss"
 run metrics-grep --logfmt=val_loss --count train.log "$ev"
 like "$out" "val_loss	6" "a log and an event file in one run"
 
+# -f: an event file followed as it grows, a record cut in two waiting for
+# its second half; the same rows as reading it whole
+run metrics-grep --logfmt=loss,val_loss --no-header "$ev"
+want=$out
+size=$(stat -c %s "$ev")
+head -c $((size / 2)) "$ev" > live.ev
+metrics-grep -f --logfmt=loss,val_loss --no-header live.ev > follow.out 2> follow.err &
+mg=$!
+for i in $(seq 100); do [ -s follow.out ] && break; sleep 0.1; done
+ok test -s follow.out "-f: the values of the first half come out"
+tail -c +$((size / 2 + 1)) "$ev" >> live.ev
+n=$(wc -l <<<"$want")
+for i in $(seq 100); do [ "$(wc -l < follow.out)" -ge "$n" ] && break; sleep 0.1; done
+kill -TERM $mg
+wait $mg
+is "$?" 0 "-f on an event file: ends on SIGTERM with status 0"
+is "$(cat follow.out)" "$want" "... with every value, the record cut in two read once whole"
+is "$(cat follow.err)" "" "... and nothing to say"
+
 # ---- PyTorch's and TensorFlow 2's forms -------------------------------------------
 $PY "$DP_SRC/tests/tb_events.py" torch torch.ev || exit 1
 run metrics-grep torch.ev

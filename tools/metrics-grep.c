@@ -480,6 +480,8 @@ static int write_plot(void)
 struct source {
 	dp_lines *r; /* NULL once closed */
 	int fd;      /* a FIFO opened here (to look at its first bytes), or -1 */
+	int evfd;    /* an event file followed (-f), or -1 */
+	off_t evpos; /* ... read up to there */
 	const char *name;
 	int done;
 	unsigned long long binary, nlong; /* lines skipped: NUL bytes, too long */
@@ -488,6 +490,9 @@ struct source {
 /* Close s's file (its count of long lines kept for the report). */
 static void close_source(struct source *s)
 {
+	if (s->evfd >= 0)
+		close(s->evfd);
+	s->evfd = -1;
 	if (!s->r)
 		return;
 	s->nlong = dp_lines_long(s->r);
@@ -575,27 +580,25 @@ static void put_value(dp_buf *b, const dp_event_scalar *v)
 	dp_buf_add(b, t, n);
 }
 
-/* Read an event file: each event with scalars is matched as the logfmt
- * line `step=S TAG=VALUE...`, so -m, --definitions and --logfmt all apply. */
-static void read_events(struct source *s, dp_reader *r)
+/* The records of r, each event with scalars matched as the logfmt line
+ * `step=S TAG=VALUE...` (so -m, --definitions and --logfmt all apply).
+ * Returns the reader's last status (0 at the end, < 0 with e set) and sets
+ * *good to the byte just past the last whole record. */
+static int read_records(struct source *s, dp_reader *r, uint64_t *good, dp_err *e)
 {
-	dp_err e;
-	if (!r) {
-		cli_warn("%s", e.msg);
-		G.failed = 1;
-		return;
-	}
 	dp_event ev = DP_EVENT_INIT;
 	dp_buf line = DP_BUF_INIT;
 	dp_record rec;
 	int rc = 0;
-	while (!G.out_broken && !stop_sig && (rc = dp_reader_next(r, &rec, &e)) > 0) {
-		if (dp_event_parse(&ev, rec.data, rec.len, &e) < 0) {
-			if (e.code == DP_ENOMEM)
+	*good = 0;
+	while (!G.out_broken && !stop_sig && (rc = dp_reader_next(r, &rec, e)) > 0) {
+		*good = rec.offset + rec.frame_len;
+		if (dp_event_parse(&ev, rec.data, rec.len, e) < 0) {
+			if (e->code == DP_ENOMEM)
 				cli_die("out of memory");
-			cli_warn("%s: record %" PRIu64 " at byte %" PRIu64 ": %s", s->name, rec.index,
-				 rec.offset, e.msg);
-			G.failed = 1;
+			dp_preferr(e, "%s: record %" PRIu64 " at byte %" PRIu64, dp_reader_name(r),
+				   rec.index, rec.offset);
+			rc = DP_EDATA;
 			break;
 		}
 		if (!ev.nscalars)
@@ -614,13 +617,55 @@ static void read_events(struct source *s, dp_reader *r)
 		if (G.follow || line.len > OUT_FLUSH_AT)
 			out_flush();
 	}
-	if (rc < 0) {
-		cli_warn("%s", e.msg);
-		G.failed = 1;
-	}
 	dp_buf_free(&line);
 	dp_event_free(&ev);
+	return rc;
+}
+
+/* Read a whole event file (r NULL: e says why it could not be opened). */
+static void read_events(struct source *s, dp_reader *r, dp_err *e)
+{
+	uint64_t good;
+	if (!r || read_records(s, r, &good, e) < 0) {
+		cli_warn("%s", e->msg);
+		G.failed = 1;
+	}
 	dp_reader_close(r);
+}
+
+/* Following an event file: the records added since the last look.  A
+ * record still being written (the file ends inside it) waits for the next
+ * look; a damaged one ends the file's following.  Returns DP_LINES_WAIT,
+ * or DP_LINES_END after a message. */
+static int events_more(struct source *s, int *progressed)
+{
+	struct stat st;
+	if (fstat(s->evfd, &st) < 0 || st.st_size <= s->evpos)
+		return DP_LINES_WAIT;
+	size_t n = (size_t)(st.st_size - s->evpos);
+	uint8_t *buf = cli_malloc(n);
+	ssize_t got = pread(s->evfd, buf, n, s->evpos);
+	char name[512];
+	snprintf(name, sizeof name, "%s (from byte %lld)", s->name, (long long)s->evpos);
+	dp_err e;
+	int rc = DP_LINES_WAIT;
+	uint64_t good = 0;
+	dp_reader *r = got > 0 ? dp_reader_open_mem(buf, (size_t)got, name, NULL, &e) : NULL;
+	if (r && read_records(s, r, &good, &e) < 0) {
+		uint64_t len = 0, left = (uint64_t)got - good;
+		if (left >= DP_TFR_HEADER)
+			memcpy(&len, buf + good, 8);
+		if (left >= DP_TFR_HEADER && len <= left - DP_TFR_HEADER - DP_TFR_FOOTER) {
+			cli_warn("%s", e.msg); /* a whole record, damaged */
+			G.failed = 1;
+			rc = DP_LINES_END;
+		}
+	}
+	dp_reader_close(r);
+	free(buf);
+	*progressed |= good > 0;
+	s->evpos += (off_t)good;
+	return rc;
 }
 
 /* The first bytes of a pipe, read no further than an event file's first
@@ -694,7 +739,7 @@ static void read_events_pipe(struct source *s, int fd, const struct head *h)
 		all.len += (size_t)r;
 	}
 	dp_err e;
-	read_events(s, dp_reader_open_mem(all.p, all.len, s->name, NULL, &e));
+	read_events(s, dp_reader_open_mem(all.p, all.len, s->name, NULL, &e), &e);
 	dp_buf_free(&all);
 }
 
@@ -705,10 +750,19 @@ static int open_source(struct source *s, const char *path, unsigned flags)
 	dp_err e;
 	int std = strcmp(path, "-") == 0;
 	struct stat st;
-	s->fd = -1;
+	s->fd = s->evfd = -1;
 	s->name = std ? "stdin" : path;
-	if (is_event_file(path)) { /* read whole, now, even when following */
-		read_events(s, dp_reader_open_path(path, NULL, &e));
+	if (is_event_file(path) && G.follow) { /* read as it grows */
+		s->evpos = std ? lseek(STDIN_FILENO, 0, SEEK_CUR) : 0;
+		s->evfd = std ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+		if (s->evfd >= 0 && s->evpos >= 0)
+			return 0;
+		cli_warn("%s: %s", s->name, strerror(errno));
+		G.failed = 1;
+		return -1;
+	}
+	if (is_event_file(path)) { /* read whole, now */
+		read_events(s, dp_reader_open_path(path, NULL, &e), &e);
 		return 1;
 	}
 	int fd = std ? STDIN_FILENO : -1;
@@ -743,6 +797,8 @@ static int open_source(struct source *s, const char *path, unsigned flags)
 
 static void notice_events(struct source *src)
 {
+	if (!src->r)
+		return; /* an event file */
 	unsigned ev = dp_lines_events(src->r);
 	const char *name = src->name;
 	if (ev & DP_LINES_TRUNCATED)
@@ -760,6 +816,8 @@ static void notice_events(struct source *src)
  * *progressed set when a line was read. */
 static int read_batch(struct source *s, int *progressed)
 {
+	if (s->evfd >= 0)
+		return events_more(s, progressed);
 	int rc = DP_LINES_WAIT;
 	for (int k = 0; k < 100000 && !G.out_broken; k++) {
 		const char *line;
@@ -799,7 +857,7 @@ static void run(struct source *src, int n)
 			if (rc == DP_LINES_END || rc < 0) {
 				s->done = 1;
 				live--;
-			} else if (rc == DP_LINES_WAIT && dp_lines_fd(s->r) >= 0) {
+			} else if (rc == DP_LINES_WAIT && s->r && dp_lines_fd(s->r) >= 0) {
 				pfd[npfd++] = (struct pollfd){dp_lines_fd(s->r), POLLIN, 0};
 			}
 		}
