@@ -67,6 +67,13 @@ print(evs[0].get("file_version"), min(e["step"] for e in evs[1:]))' < <(tb_dump 
 first=$(sed -n 's/.*step=\([0-9]*\).*/\1/p' train3.log | head -1)
 is "$out" "brain.Event:2 $first" "... starting with its own file_version, at the resumed steps"
 
+# a directory that cannot be: said before training, exit 1
+touch plain
+run dp-train "${BASE[@]}" --tensorboard plain/tb -o never.st
+is "$rc" 1 "--tensorboard under a file: exit 1"
+like "$err" "^dp-train: --tensorboard: plain/tb: Not a directory" "... named"
+ok test ! -e never.st "... before training (no checkpoint)"
+
 # ---- histograms ---------------------------------------------------------------
 run dp-train "${BASE[@]}" --epochs 2 --tensorboard tbh --tensorboard-histograms -o h.st
 is "$rc" 0 "--tensorboard-histograms: exit 0"
