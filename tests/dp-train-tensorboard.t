@@ -67,6 +67,10 @@ print(evs[0].get("file_version"), min(e["step"] for e in evs[1:]))' < <(tb_dump 
 first=$(sed -n 's/.*step=\([0-9]*\).*/\1/p' train3.log | head -1)
 is "$out" "brain.Event:2 $first" "... starting with its own file_version, at the resumed steps"
 
+run dp-train "${BASE[@]}" --tensorboard-histograms
+is "$rc:$(head -1 <<<"$err")" "2:dp-train: --tensorboard-histograms goes with --tensorboard DIR" "--tensorboard-histograms alone: usage error"
+run dp-train "${BASE[@]}" --on-epoch-fail
+is "$rc:$(head -1 <<<"$err")" "2:dp-train: --on-epoch-fail goes with --on-epoch CMD" "--on-epoch-fail alone: usage error"
 # a directory that cannot be: said before training, exit 1
 touch plain
 run dp-train "${BASE[@]}" --tensorboard plain/tb -o never.st
