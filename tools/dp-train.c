@@ -552,9 +552,10 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		usage_error("unexpected argument '%s' (records are given with --train)", argv[optind]);
-	if ((O.tb_hist && !O.tensorboard) || (O.on_epoch_fail && !O.on_epoch))
-		usage_error("%s", O.tb_hist && !O.tensorboard ? "--tensorboard-histograms goes with --tensorboard DIR"
-							      : "--on-epoch-fail goes with --on-epoch CMD");
+	if (O.tb_hist && !O.tensorboard)
+		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
+	if (O.on_epoch_fail && !O.on_epoch)
+		usage_error("--on-epoch-fail goes with --on-epoch CMD");
 	dp_optim_defaults(&O.opt, dp_optim_parse(optname));
 	O.opt.momentum = momentum;
 	O.opt.dampening = dampening;
