@@ -570,10 +570,13 @@ static void put_value(dp_buf *b, const dp_event_scalar *v)
 {
 	char t[DP_NUMBER_BUF];
 	size_t n = dp_number_format(t, v->value);
-	for (int p = 1; v->single && isfinite(v->value) && p <= 9; p++) {
+	/* Any decimal of 6 digits or fewer reads back to its float (FLT_DIG):
+	 * when the 6-digit form reads back, no shorter one differs from it
+	 * but for the trailing zeros %g drops. */
+	for (int p = 6; v->single && isfinite(v->value) && p <= 9; p++) {
 		snprintf(t, sizeof t, "%.*g", p, v->value);
-		if (strtof(t, NULL) == (float)v->value) { /* "30", not "3e+01" */
-			n = dp_number_format(t, strtod(t, NULL));
+		if (strtof(t, NULL) == (float)v->value) {
+			n = strlen(t);
 			break;
 		}
 	}
