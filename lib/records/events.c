@@ -359,7 +359,7 @@ static int take_vals(struct vals *l, const field *f, int fixed, const char **why
 
 /* The number of elements of a TensorShapeProto { repeated Dim dim = 2 {
  * int64 size = 1 } }: -1 when unknown or not a count (a negative size,
- * unknown_rank), capped at 2. */
+ * unknown_rank), capped at 2; -2 when malformed. */
 static int64_t shape_elems(const uint8_t *p, size_t len, const char **why)
 {
 	const uint8_t *end = p + len;
@@ -367,18 +367,19 @@ static int64_t shape_elems(const uint8_t *p, size_t len, const char **why)
 	int64_t n = 1;
 	int r;
 	while ((r = rd_field(&p, end, &f, why)) > 0) {
+		if ((f.num == 3 && f.wt != WT_VARINT) || (f.num == 2 && f.wt != WT_LEN))
+			goto bad_type;
 		if (f.num == 3) {
-			WANT(f, WT_VARINT);
 			if (f.v)
 				n = -1;
 		} else if (f.num == 2) {
-			WANT(f, WT_LEN);
 			const uint8_t *q = f.data, *qe = q + f.len;
 			field g;
 			int64_t size = 0;
 			while ((r = rd_field(&q, qe, &g, why)) > 0)
 				if (g.num == 1) {
-					WANT(g, WT_VARINT);
+					if (g.wt != WT_VARINT)
+						goto bad_type;
 					size = (int64_t)g.v;
 				}
 			if (r < 0)
@@ -392,6 +393,9 @@ static int64_t shape_elems(const uint8_t *p, size_t len, const char **why)
 		}
 	}
 	return r < 0 ? -2 : n;
+bad_type:
+	*why = "a known field with the wrong wire type";
+	return -2;
 }
 
 enum {
