@@ -26,6 +26,7 @@
 #include "dp_comm.h"
 #include "dp_data.h"
 #include "dp_eval.h"
+#include "dp_events.h"
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
@@ -62,7 +63,8 @@ enum {
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
-	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE, O_LAST
+	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
+	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -126,6 +128,10 @@ static const struct option longopts[] = {
 	{"timeline", required_argument, 0, O_TIMELINE},
 	{"stall-timeout", required_argument, 0, O_STALL},
 	{"stall-abort", required_argument, 0, O_STALL_ABORT},
+	{"tensorboard", required_argument, 0, O_TENSORBOARD},
+	{"tensorboard-histograms", no_argument, 0, O_TB_HIST},
+	{"on-epoch", required_argument, 0, O_ON_EPOCH},
+	{"on-epoch-fail", no_argument, 0, O_ON_EPOCH_FAIL},
 	{"help", no_argument, 0, O_HELP},
 	{"version", no_argument, 0, O_VERSION},
 	{0, 0, 0, 0},
@@ -173,6 +179,8 @@ static struct {
 	int log_all;
 	const char *timeline;
 	double stall, stall_abort;
+	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
+	int tb_hist, on_epoch_fail;
 	char given[O_LAST]; /* options given on the command line */
 } O = {
 	.shard = -1,
@@ -275,6 +283,14 @@ static void help(void)
 	       "      --log-every N        a training line every N updates (default 100)\n"
 	       "      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
 	       "  -q, --quiet              no progress bar, no notes on stderr\n"
+	       "      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
+	       "                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
+	       "      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
+	       "      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
+	       "                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
+	       "                           are filled in shell-quoted (also $DP_EPOCH,\n"
+	       "                           $DP_CHECKPOINT, $DP_TENSORBOARD); a failure is reported\n"
+	       "      --on-epoch-fail      a failing --on-epoch command ends the run (exit 1)\n"
 	       "\n"
 	       "Data parallelism (under mpirun; see DISTRIBUTED in dp-train(1)):\n"
 	       "      --shard-data         every rank takes a disjoint share of the training and\n"
@@ -401,6 +417,18 @@ static void parse_ckpt_every(const char *arg)
 		usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a whole number "
 			    "from 1",
 			    arg);
+}
+
+/* --on-epoch CMD: its placeholders known. */
+static void parse_on_epoch(const char *arg)
+{
+	dp_err e;
+	const char *vars[] = {"epoch", "1", "checkpoint", "", "tensorboard", "", NULL};
+	char *x = dp_expand_strict(arg, vars, &e);
+	if (!x)
+		usage_error("--on-epoch: %s", e.msg);
+	free(x);
+	O.on_epoch = arg;
 }
 
 static void parse_args(int argc, char **argv)
@@ -530,6 +558,10 @@ static void parse_args(int argc, char **argv)
 		case O_TIMELINE: O.timeline = optarg; break;
 		case O_STALL: O.stall = cli_real("--stall-timeout", optarg, 0, 1e7); break;
 		case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", optarg, 0, 1e7); break;
+		case O_TENSORBOARD: O.tensorboard = optarg; break;
+		case O_TB_HIST: O.tb_hist = 1; break;
+		case O_ON_EPOCH: parse_on_epoch(optarg); break;
+		case O_ON_EPOCH_FAIL: O.on_epoch_fail = 1; break;
 		case O_HELP: /* once per job under mpirun */
 			if (RANK == 0)
 				help();
@@ -543,6 +575,10 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		usage_error("unexpected argument '%s' (records are given with --train)", argv[optind]);
+	if (O.tb_hist && !O.tensorboard)
+		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
+	if (O.on_epoch_fail && !O.on_epoch)
+		usage_error("--on-epoch-fail goes with --on-epoch CMD");
 	dp_optim_defaults(&O.opt, dp_optim_parse(optname));
 	O.opt.momentum = momentum;
 	O.opt.dampening = dampening;
@@ -695,6 +731,44 @@ static void settings_from(const dp_st *ck)
 		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
 }
 
+/* ---- TensorBoard (rank 0) ------------------------------------------------------ */
+
+static dp_events *TB; /* --tensorboard's event file */
+
+static void tb_open(void)
+{
+	dp_err e;
+	if (O.tensorboard && RANK == 0 && !(TB = dp_events_create(O.tensorboard, &e)))
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+/* The numbers of a job's log line as one event at its step. */
+static void tb_line(const char *const *keys, const char *const *vals, int n)
+{
+	int64_t step = 0;
+	for (int i = 0; TB && i < n; i++) {
+		char *end;
+		double v = strtod(vals[i], &end);
+		if (*end || end == vals[i])
+			continue; /* not a number */
+		if (!strcmp(keys[i], "step"))
+			step = (int64_t)v;
+		else if (strcmp(keys[i], "epoch"))
+			dp_summary_scalar(dp_events_summary(TB), keys[i], (float)v);
+	}
+	dp_err e;
+	if (TB && dp_events_write(TB, step, 0, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+static void tb_close(void)
+{
+	dp_err e;
+	if (dp_events_close(TB, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+	TB = NULL;
+}
+
 /* ---- logs ---------------------------------------------------------------------- */
 
 static FILE *logfp;
@@ -725,6 +799,8 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 	}
 	fputs(O.json ? "}\n" : "\n", logfp);
 	log_flush();
+	if (!own)
+		tb_line(keys, vals, n);
 }
 
 typedef struct meter {
@@ -1825,6 +1901,82 @@ static void end_epoch(uint64_t epoch)
 		save(R.ckpt_path, &R.ts);
 }
 
+/* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
+
+/* --tensorboard-histograms: the weights and the last step's gradients of
+ * each trainable tensor. */
+static void tb_histograms(void)
+{
+	dp_bectx *ctx;
+	const dp_backend *be = dp_model_backend(M, &ctx);
+	size_t np = dp_model_nparams(M);
+	float *w = cli_malloc(2 * np * sizeof *w + 1);
+	be->download(ctx, w, dp_model_params(M), np * sizeof *w);
+	be->download(ctx, w + np, dp_model_grads(M), np * sizeof *w);
+	for (int i = 0; i < dp_model_ntensors(M); i++) {
+		dp_tensor_info t;
+		char tag[80];
+		dp_model_tensor(M, i, &t);
+		if (t.role != DP_TENSOR_PARAM)
+			continue;
+		snprintf(tag, sizeof tag, "weights/%s", t.name);
+		dp_summary_histogram(dp_events_summary(TB), tag, w + t.off, t.count, 30);
+		snprintf(tag, sizeof tag, "gradients/%s", t.name);
+		dp_summary_histogram(dp_events_summary(TB), tag, w + np + t.off, t.count, 30);
+	}
+	free(w);
+	dp_err e;
+	if (dp_events_write(TB, (int64_t)R.ts.step, 0, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+/* --on-epoch CMD, its placeholders filled in shell-quoted, the training
+ * waiting for it. */
+static void run_on_epoch(uint64_t epoch)
+{
+	char eb[24];
+	snprintf(eb, sizeof eb, "%" PRIu64, epoch);
+	const char *ck = last_ckpt ? last_ckpt : "", *tb = O.tensorboard ? O.tensorboard : "";
+	dp_buf b[5] = {DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT};
+	dp_shell_quote(&b[0], ck);
+	dp_shell_quote(&b[1], tb);
+	dp_buf_printf(&b[2], "DP_EPOCH=%s", eb);
+	dp_buf_printf(&b[3], "DP_CHECKPOINT=%s", ck);
+	dp_buf_printf(&b[4], "DP_TENSORBOARD=%s", tb);
+	for (int i = 0; i < 5; i++)
+		if (b[i].err)
+			cli_die("out of memory");
+	const char *vars[] = {"epoch", eb, "checkpoint", b[0].p, "tensorboard", b[1].p, NULL};
+	const char *env[] = {b[2].p, b[3].p, b[4].p, NULL};
+	char *cmd = cli_expand(O.on_epoch, vars);
+	cli_progress_clear();
+	fflush(stdout);
+	dp_err e;
+	if (dp_shell_run(cmd, env, STDERR_FILENO, NULL, &e) < 0) {
+		if (O.on_epoch_fail)
+			cli_die("--on-epoch: epoch %" PRIu64 ": command %s; stopping (--on-epoch-fail)",
+				epoch, e.msg);
+		cli_warn("--on-epoch: epoch %" PRIu64 ": command %s", epoch, e.msg);
+	}
+	free(cmd);
+	for (int i = 0; i < 5; i++)
+		dp_buf_free(&b[i]);
+}
+
+/* After epoch (from 1) ended and its checkpoint and events are written:
+ * once an epoch, rank 0 alone (the others wait at their next collective). */
+static void after_epoch(uint64_t epoch)
+{
+	static uint64_t done;
+	if (RANK != 0 || epoch == done)
+		return;
+	done = epoch;
+	if (TB && O.tb_hist)
+		tb_histograms();
+	if (O.on_epoch)
+		run_on_epoch(epoch);
+}
+
 /* ---- finish ------------------------------------------------------------------------------ */
 
 /* How the gradients' allreduce went, over the steps of the run. */
@@ -1926,14 +2078,19 @@ int main(int argc, char **argv)
 	setup_data();
 	check_outputs_not_inputs();
 	open_log();
+	tb_open();
 
 	/* the epochs */
 	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {
 		if (train_epoch(epoch))
 			break; /* --max-steps */
 		end_epoch(epoch);
+		if (epoch + 1 < O.epochs)
+			after_epoch(epoch + 1);
 	}
 
 	finish();
+	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
+	tb_close();
 	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */
 }
