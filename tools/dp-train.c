@@ -1609,6 +1609,9 @@ static void setup_data(void)
 			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
 			     "(more with --epochs)",
 			     dp_st_name(R.ck), O.epochs, R.ts.step);
+		else if (O.resume && O.max_steps && R.ts.step >= O.max_steps)
+			note("%s: at step %" PRIu64 " already (--max-steps %" PRIu64 "): nothing to train",
+			     dp_st_name(R.ck), R.ts.step, O.max_steps);
 		else if (O.resume)
 			note("resuming %s at epoch %" PRIu64 ", step %" PRIu64, dp_st_name(R.ck),
 			     R.ts.epoch + 1, R.ts.step);
@@ -1742,6 +1745,10 @@ static int train_epoch(uint64_t epoch)
 	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0;
 	int out = 0, stopped = 0; /* out: this rank's data is over */
 	for (;;) {
+		if (O.max_steps && R.ts.step >= O.max_steps) {
+			stopped = 1; /* before the step: a resumed run already there does none */
+			break;
+		}
 		step s = next_step(&out);
 		if (!s.gn)
 			break; /* the epoch is over everywhere */
@@ -1765,10 +1772,6 @@ static int train_epoch(uint64_t epoch)
 		if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
 			save(R.ckpt_path, &R.ts);
 		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
-		if (O.max_steps && R.ts.step >= O.max_steps) {
-			stopped = 1;
-			break;
-		}
 	}
 	if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
 		note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
