@@ -66,6 +66,8 @@ DP_EXPORT int dp_comm_rank(const dp_comm *c);
 DP_EXPORT int dp_comm_size(const dp_comm *c);
 /* "single process", "Open MPI v4.1.4, 4 ranks", ... */
 DP_EXPORT const char *dp_comm_desc(const dp_comm *c);
+/* The MPI library and its version ("Open MPI v4.1.4"); "none" in a job of one. */
+DP_EXPORT const char *dp_comm_library(const dp_comm *c);
 /* End every process of the job with exit status code (MPI_Abort; a
  * single process exits).  For a failure on one rank: its peers would wait
  * for it forever. */

@@ -1050,8 +1050,9 @@ static dp_st *open_ckpt(const char *path)
 
 /* What every rank must agree on, one setting a line: dp_comm_check_same
  * compares them at the start, so that ranks started with different
- * options (mpirun's MPMD syntax, another dp-train on one host) are told
- * apart before they train out of step. */
+ * options (mpirun's MPMD syntax, another dp-train on one host) or builds
+ * are told apart before they train out of step.  dp-train(1) lists the
+ * options (tests/dp-train-mpi-settings.t tries each). */
 static char *settings_text(const dp_optim_conf *oc)
 {
 	char *t = NULL;
@@ -1059,17 +1060,19 @@ static char *settings_text(const dp_optim_conf *oc)
 	FILE *f = open_memstream(&t, &len);
 	if (!f)
 		cli_die("out of memory");
-	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40];
+	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40], sc[40];
 	fprintf(f,
-		"version=%s\nbackend=%s\nmodel=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
+		"build=%s\nbackend=%s\nmpi=%s\nresume=%d\ninit=%d\nsummary=%d\nscale=%s\n"
+		"model=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
 		"\nepochs=%" PRIu64 "\nmax_steps=%" PRIu64 "\noptimizer=%s\nlr=%s\nmomentum=%s\n"
 		"dampening=%s\nnesterov=%d\nbetas=%s,%s\neps=%s\nweight_decay=%s\nlr_schedule=%s\n"
 		"warmup=%" PRIu64 "\nwarmup_epochs=%s\nscale_lr=%d\nseed=%" PRIu64
 		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\nprecision=%s\n"
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
-		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
+		"\ncheckpoint_every=%" PRIu64 "%s\ncheckpoint=%d\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
 		"\ntimeline=%s\n",
-		dp_version(), dp_backend_default()->name, O.model ? O.model : "(none)",
+		dp_build(), dp_backend_default()->name, dp_comm_library(COMM), !!O.resume, !!O.init,
+		O.summary, dp_fmt_double(O.scale, sc, sizeof sc), O.model ? O.model : "(none)",
 		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
 		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
 		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
@@ -1084,7 +1087,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		: shared(O.val, O.nval, O.val_cmd) ? "shared"
 						    : "per-rank",
 		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
-		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
+		O.ckpt_epochs ? "e" : "", O.ckpt != NULL, O.output != NULL, O.overlap, O.bucket,
 		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered");
 	if (fclose(f) != 0)
 		cli_die("out of memory");
@@ -1884,8 +1887,10 @@ int main(int argc, char **argv)
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the log, the weights, the data */
 	join_job();
+	check_same_settings(); /* as given: before the first collective of a checkpoint */
 	start_from_checkpoint();
-	check_same_settings();
+	if (R.ck)
+		check_same_settings(); /* as completed from it */
 	make_model();
 	if (O.summary)
 		return show_summary();

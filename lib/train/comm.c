@@ -47,6 +47,7 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	c->host = !be || !strcmp(be->name, "cpu");
 	c->size = 1;
 	snprintf(c->desc, sizeof c->desc, "single process");
+	snprintf(c->lib, sizeof c->lib, "none");
 	dp_comm_conf_defaults(&c->conf);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->tmu, NULL);
@@ -74,6 +75,7 @@ void dp_comm_close(dp_comm *c)
 int dp_comm_rank(const dp_comm *c) { return c->rank; }
 int dp_comm_size(const dp_comm *c) { return c->size; }
 const char *dp_comm_desc(const dp_comm *c) { return c->desc; }
+const char *dp_comm_library(const dp_comm *c) { return c->lib; }
 
 void dp_comm_abort(dp_comm *c, int code)
 {
