@@ -246,6 +246,22 @@ like "$err" "Open MPI v[0-9.]+, 1 rank;" "DP_COMM=mpi: an MPI singleton without 
 same_file sing.st one.st "the singleton trains as a plain run"
 run mpirun "${MPI_OPTS[@]}" -H localhost,localhost -np 2 dp-train --train all.tfr "${P[@]}" --epochs 1
 is "$rc" 0 "the multi-host syntax (-H host,host) on one host"
+# a launcher that started several processes, and a job of one: refused with the fix
+# (tests/slurm.t does it with a real srun)
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 dp-train --train all.tfr "${P[@]}" --epochs 1 -o x.st
+is "$rc" 1 "srun -n 2 without MPI (its variables): refused"
+like "$err" "^dp-train: srun started 2 tasks but none of them joined an MPI job: use srun --mpi=pmix \(see DISTRIBUTED in dp-train\(1\)\)$" \
+	"... says how to start it"
+ok test ! -e x.st "... before writing anything"
+run env PMI_SIZE=2 PMI_RANK=0 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 1 "a PMI launcher of 2 that Open MPI does not speak (MPI sees 1): refused"
+like "$err" "the launcher \(PMI_SIZE\) started 2 processes but MPI sees 1" "... says so"
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 DP_COMM=single dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "DP_COMM=single: independent jobs on purpose"
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 SLURM_NTASKS=2 mpirun "${MPI_OPTS[@]}" -np 1 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "mpirun -np 1 inside a step of 2 tasks: mpirun's count is the one trusted"
+run env SLURM_NTASKS=4 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "a batch script's own process (SLURM_NTASKS, no step): trains"
 
 # ---- the README's example, under mpirun -np 4, = one process with its global batch ----------
 mkdir readme && cd readme
