@@ -25,12 +25,14 @@ EMU="$DP_BUILD/tests/dp-train-cudaemu"
 # option | the setting's key in the message | rank 0's arguments | rank 1's
 # (--train all.tfr is added to both unless a side names its data)
 ROWS=$(cat <<'EOF'
+--accumulate|accumulate||--accumulate 2
 --batch-size|batch_size|--batch-size 16|--batch-size 8
 --beta1|betas|--optimizer adam|--optimizer adam --beta1 0.8
 --beta2|betas|--optimizer adam|--optimizer adam --beta2 0.99
 --bucket-size|bucket_size||--bucket-size 64K
 --checkpoint|checkpoint||--checkpoint ck.st
 --checkpoint-every|checkpoint_every|-o a.st --checkpoint-every 2|-o a.st --checkpoint-every 3
+--clip-norm|clip_norm||--clip-norm 1
 --dampening|dampening||--dampening 0.5
 --decode-raw|decode_raw||--decode-raw uint8
 --epochs|epochs||--epochs 2
