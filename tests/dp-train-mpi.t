@@ -245,6 +245,13 @@ ok $PY compare.py one.log acc2.log "2 ranks x 2 micro-batches of 12: the loss cu
 d=$(maxdiff one.st acc2.st)
 ok small "$d" "... and its weights ($d)"
 like "$err" "communication: 1.0 allreduce call a step" "... one gradient allreduce an update"
+# --last-batch drop: the last update, short of micro-batches, is dropped as batch 48's is
+run dp-train --train all.tfr "${COMMON[@]}" --batch-size 48 --last-batch drop -o drop1.st --log drop1.log
+run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --batch-size 12 --accumulate 2 --last-batch drop \
+	-o drop2.st --log drop2.log
+ok $PY compare.py drop1.log drop2.log "--last-batch drop with --accumulate: the loss curve of batch 48's"
+d=$(maxdiff drop1.st drop2.st)
+ok small "$d" "... and its weights ($d)"
 # the global batch kept: resumed by another number of ranks
 run dp-train --train all.tfr "${COMMON[@]}" --batch-size 24 --accumulate 2 --max-steps 7 -o acch.st
 run mpi 2 dp-train --train all.tfr --resume acch.st --accumulate 1 -o accr.st

@@ -893,7 +893,8 @@ static struct {
 	uint64_t iters;           /* ... and their number */
 	dp_eval *val;             /* validation metrics (with VD) */
 	float *acc;               /* (dev) --accumulate: the gradients of the update so far, */
-	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples */
+	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples, */
+	meter pend;               /* this rank's loss and samples in them */
 } R;
 
 /* ---- the model's summary, the data ------------------------------------------------ */
@@ -1730,6 +1731,13 @@ static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 		     epoch + 1, R.ts.step + 1, what);
 }
 
+/* The update in progress is no more (done, or dropped at an epoch's end). */
+static void drop_micro(void)
+{
+	R.micro = R.micro_gn = 0;
+	memset(&R.pend, 0, sizeof R.pend);
+}
+
 /* The backward hook of an update's last micro-batch: each range of its
  * gradients plus those accumulated (--accumulate), then to the allreduce. */
 static int acc_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
@@ -1766,9 +1774,9 @@ static int train_step(uint64_t epoch, const step *s, int last)
 	dp_comm_event(COMM, "forward", 1, s->t2, t3);
 	if (!isfinite(st[0]))
 		diverged(epoch, st[0]);
-	R.mt.loss += st[0];
-	R.mt.correct += st[1];
-	R.mt.samples += s->n;
+	R.pend.loss += st[0];
+	R.pend.correct += st[1];
+	R.pend.samples += s->n;
 	R.micro_gn += s->gn;
 	if (!last) { /* into the sum, no allreduce */
 		if (s->n && dp_model_backward(M, b->n, NULL, NULL, &e) < 0)
@@ -1802,8 +1810,11 @@ static int train_step(uint64_t epoch, const step *s, int last)
 	R.iters++;
 	R.ts.step++;
 	R.ts.epoch_step++;
+	R.mt.loss += R.pend.loss;
+	R.mt.correct += R.pend.correct;
+	R.mt.samples += R.pend.samples;
 	R.mt.steps++;
-	R.micro = R.micro_gn = 0;
+	drop_micro();
 	return 1;
 }
 
@@ -1848,7 +1859,7 @@ static int train_epoch(uint64_t epoch)
 			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
 			     " samples) dropped (--last-batch drop)",
 			     epoch + 1, s.gn, G);
-			R.micro = R.micro_gn = 0; /* with the update it belongs to */
+			drop_micro(); /* with the update it belongs to */
 			break;
 		}
 		short_steps += s.gn < G;
@@ -1856,7 +1867,7 @@ static int train_epoch(uint64_t epoch)
 			after_update(epoch);
 	}
 	if (R.micro && O.drop_last) { /* an update of fewer micro-batches at the end */
-		R.micro = R.micro_gn = 0;
+		drop_micro();
 	} else if (R.micro) {
 		step s = {.first_out = -1, .t0 = dp_now()};
 		s.t2 = s.t0;
