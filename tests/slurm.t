@@ -149,7 +149,7 @@ long() {
 		--log-every 10 --log "$T/long.log" --checkpoint-every 20 --checkpoint "$T/ck.st" \
 		-o "$T/never.st" >long.out 2>long.err </dev/null &
 	job=$!
-	for i in $(seq 300); do
+	for i in $(seq 600); do # 60 s: the job before may still be completing
 		[ -s ck.st ] && return 0
 		sleep 0.1
 	done
@@ -164,7 +164,7 @@ tasks() {
 }
 idle() {
 	local i
-	for i in $(seq 100); do
+	for i in $(seq 300); do
 		[ -z "$(in_ns squeue -h 2>/dev/null)" ] && [ -z "$(tasks dp-train)" ] && return 0
 		sleep 0.1
 	done
