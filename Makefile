@@ -181,6 +181,9 @@ $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
 
+# The build's identity (dp_build) names its compiler flags.
+$(O)/lib/train/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
+
 # The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c).
 $(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
