@@ -327,13 +327,14 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
 	rm -f $(addprefix $(DESTDIR)$(BASHCOMPDIR)/,$(TOOLS))
 
-## dist: dptools-VERSION.tar.gz, the committed tree (git archive of HEAD)
+## dist: dptools-VERSION.tar.gz of the committed tree (git archive of HEAD), in DISTDIR=.
+DISTDIR ?= .
 dist:
-	git archive --prefix=$(DIST)/ -o $(DIST).tar.gz HEAD
+	git archive --prefix=$(DIST)/ -o $(DISTDIR)/$(DIST).tar.gz HEAD
 
-## distcheck: make dist, then build it and run the full make check from the tarball
+## distcheck: make dist, then build the tarball and run its full make check
 distcheck: dist
-	scripts/distcheck $(DIST).tar.gz full
+	scripts/distcheck $(DISTDIR)/$(DIST).tar.gz full
 
 ## deb: the Debian packages dptools, libdp0, libdp-dev (dpkg-buildpackage) in debs/
 deb:
