@@ -38,7 +38,7 @@ for p in $PROGS; do
 done
 
 # comp LINE: complete at the end of LINE as readline would; prints the
-# candidates, sorted, one a line.
+# candidates, sorted, one a line (readline shows a name on PATH twice once).
 comp() {
 	local line=$1 w words=() cur= i c
 	COMP_LINE=$line
@@ -63,7 +63,7 @@ comp() {
 	COMP_CWORD=$((${#words[@]} - 1))
 	COMPREPLY=()
 	_dptools "${words[0]}" "${words[COMP_CWORD]}" "${words[COMP_CWORD - 1]}"
-	[ ${#COMPREPLY[@]} = 0 ] || printf '%s\n' "${COMPREPLY[@]}" | sort
+	[ ${#COMPREPLY[@]} = 0 ] || printf '%s\n' "${COMPREPLY[@]}" | sort -u
 }
 nl=$'\n'
 
