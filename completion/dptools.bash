@@ -112,6 +112,8 @@ _dptools_help() {
 		for (i = 1; i <= n; i++) { v = V[order[i]]; gsub(/\|/, " ", v); print "o", order[i], K[order[i]], v }
 		for (o in alias) print "a", o, alias[o]
 	}')
+	# no --help (not installed yet?): ask again next time
+	[[ -n ${_dptools_opts[$exe]} ]] || unset "_dptools_opts[$exe]"
 }
 
 # _dptools_reply WORD...: the candidates (whole shell words) as readline
@@ -120,7 +122,7 @@ _dptools_help() {
 _dptools_reply() {
 	local i pre w
 	for ((i = ${#_dptools_cur}; i > 0; i--)); do
-		[[ $COMP_WORDBREAKS == *"${_dptools_cur:$((i - 1)):1}"* ]] && break
+		[[ ${COMP_WORDBREAKS-} == *"${_dptools_cur:$((i - 1)):1}"* ]] && break
 	done
 	pre=${_dptools_cur:0:$i}
 	COMPREPLY=()
