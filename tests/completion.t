@@ -6,7 +6,8 @@
 # file and directory names after the options that take them, s3:// words
 # left alone; every option each program's --help names is offered, and
 # the values the completion knows from --help's prose are still there.
-# The same function under zsh's bashcompinit.
+# Then TAB in an interactive bash (tests/readline.py), and the function
+# under zsh's bashcompinit.
 . "${DP_SRC:-.}/tests/lib.sh"
 
 PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep"
@@ -127,6 +128,25 @@ for k in "${!_dptools_prose[@]}"; do
 	done
 	is "${para:+found}$missing" "found" "$p $o --help still names ${_dptools_prose[$k]}"
 done
+
+# Through readline itself: TAB in an interactive bash, the completion
+# loaded by bash-completion from the install above.  Without it, s3://us
+# would become s3://usr/ (bash-completion's fallback: file names of //us).
+run timeout 120 "$PY" "$DP_SRC/tests/readline.py" \
+	". $BC; export XDG_DATA_DIRS='$XDG_DATA_DIRS' BASH_COMPLETION_USER_DIR='$T/none'; cd '$T'" \
+	"tfr-cat --compr" "tfr-cat --compress=g" "s3-pipe pres" "dp-train --log-format j" \
+	"s3-pipe get s3://us" "s3-pipe get s3://b/x --no-v" "dp-eval --model mo" "tfr-shard --tmpdir mn" \
+	"s3-pipe put s3://b/ file://$T/mod"
+is "$out" "tfr-cat --compress
+tfr-cat --compress=gzip
+s3-pipe presign
+dp-train --log-format json
+s3-pipe get s3://us
+s3-pipe get s3://b/x --no-verify
+dp-eval --model model.safetensors
+tfr-shard --tmpdir mnist/
+s3-pipe put s3://b/ file://$T/model.safetensors" "TAB in bash: option, value after =, command, value, s3:// alone, files, file://"
+[ -z "$err" ] || diag "$err"
 
 # zsh, through bashcompinit (README): the same function, whole words.
 if command -v zsh >/dev/null; then
