@@ -4,7 +4,7 @@
 #   make check                build and run every test (TAP, under prove)
 #   make help                 list the targets
 #
-# Variables: PREFIX DESTDIR BINDIR LIBDIR INCLUDEDIR MANDIR BASHCOMPDIR (install),
+# Variables: PREFIX DESTDIR BINDIR LIBDIR INCLUDEDIR MANDIR BASHCOMPDIR ZSHCOMPDIR (install),
 # BACKEND=cpu|cuda (the dp-train/dp-eval math), O (build directory),
 # CC CFLAGS CPPFLAGS LDFLAGS, T (tests to run, e.g. T=tests/tfr-cat.t).
 # BACKEND=cuda also reads CUDA_HOME (default /usr/local/cuda, else the
@@ -25,6 +25,8 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 # PREFIX is its own prefix (/usr), else PREFIX/share/bash-completion/completions
 # (it searches /usr/local/share by default, and XDG_DATA_DIRS).
 BASHCOMPDIR ?= $(or $(if $(filter $(PREFIX),$(shell pkg-config --variable=prefix bash-completion 2>/dev/null)),$(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null)),$(PREFIX)/share/bash-completion/completions)
+# zsh's: on its default fpath, Debian's for packages under /usr.
+ZSHCOMPDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 BACKEND ?= cpu
 
 ifeq ($(BACKEND),cpu)
@@ -157,8 +159,10 @@ PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
 # bash completion: one file for every program, which reads its options from
-# the program's --help (completion/dptools.bash says why).
+# the program's --help (completion/dptools.bash says why); zsh's _dptools is
+# the same through bashcompinit.
 COMPLETION := $(O)/completion/dptools
+ZSH_COMPLETION := $(O)/completion/_dptools
 DIST := dptools-$(VERSION)
 
 .PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help \
@@ -166,11 +170,15 @@ DIST := dptools-$(VERSION)
 .DELETE_ON_ERROR:
 
 ## all: build libdp (libdp.a, libdp.so, libdp.pc), the programs, man pages, completion
-all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc $(MAN_OUT) $(COMPLETION)
+all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc $(MAN_OUT) $(COMPLETION) $(ZSH_COMPLETION)
 
 $(COMPLETION): completion/dptools.bash Makefile
 	@mkdir -p $(@D)
 	sed 's/@PROGRAMS@/$(TOOLS)/g' $< > $@
+
+$(ZSH_COMPLETION): $(COMPLETION)
+	{ echo '#compdef $(TOOLS)'; echo 'autoload -U +X bashcompinit && bashcompinit'; \
+	  cat $<; echo '_bash_complete -F _dptools "$$@"'; } > $@
 
 $(O)/man/%: man/% Makefile
 	@mkdir -p $(@D)
@@ -298,11 +306,11 @@ learn: all
 demo: all
 	$(TEST_ENV) examples/demo
 
-## install: install programs, library, headers, pkg-config file, man pages, bash completion
+## install: install programs, library, headers, pkg-config file, man pages, bash and zsh completion
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(INCLUDEDIR)/dptools $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
-	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(BASHCOMPDIR)
+	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(O)/libdp.a $(DESTDIR)$(LIBDIR)
 	install -m 755 $(O)/$(SO) $(DESTDIR)$(LIBDIR)
@@ -313,6 +321,7 @@ install: all
 	$(foreach s,1 3 5 7,$(if $(MAN$(s)),install -m 644 $(patsubst man/%,$(O)/man/%,$(MAN$(s))) $(DESTDIR)$(MANDIR)/man$(s);))
 	install -m 644 $(COMPLETION) $(DESTDIR)$(BASHCOMPDIR)/$(firstword $(TOOLS))
 	$(foreach p,$(wordlist 2,$(words $(TOOLS)),$(TOOLS)),ln -sf $(firstword $(TOOLS)) $(DESTDIR)$(BASHCOMPDIR)/$(p);)
+	install -m 644 $(ZSH_COMPLETION) $(DESTDIR)$(ZSHCOMPDIR)
 
 ## uninstall: remove what install put in place
 uninstall:
@@ -325,7 +334,7 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
-	rm -f $(addprefix $(DESTDIR)$(BASHCOMPDIR)/,$(TOOLS))
+	rm -f $(addprefix $(DESTDIR)$(BASHCOMPDIR)/,$(TOOLS)) $(DESTDIR)$(ZSHCOMPDIR)/_dptools
 
 ## dist: dptools-VERSION.tar.gz of the committed tree (git archive of HEAD), in DISTDIR=.
 DISTDIR ?= .

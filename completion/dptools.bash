@@ -3,8 +3,8 @@
 # Installed (make install) into bash-completion's completions directory as
 # one file per program (the others symbolic links to it), which
 # bash-completion loads the first time each program is completed; or
-# source it from ~/.bashrc.  zsh: autoload -U bashcompinit && bashcompinit,
-# then source this file.
+# source it from ~/.bashrc.  zsh runs it through bashcompinit: make
+# install puts it there as _dptools (Makefile: ZSH_COMPLETION).
 #
 # The options are not listed here: they are read from the program's own
 # --help (once per shell and program path), so the completion always

@@ -6,8 +6,7 @@
 # file and directory names after the options that take them, s3:// words
 # left alone; every option each program's --help names is offered, and
 # the values the completion knows from --help's prose are still there.
-# Then TAB in an interactive bash (tests/readline.py), and the function
-# under zsh's bashcompinit.
+# Then TAB in an interactive bash and zsh (tests/readline.py).
 . "${DP_SRC:-.}/tests/lib.sh"
 
 PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep"
@@ -132,7 +131,7 @@ done
 # Through readline itself: TAB in an interactive bash, the completion
 # loaded by bash-completion from the install above.  Without it, s3://us
 # would become s3://usr/ (bash-completion's fallback: file names of //us).
-run timeout 120 "$PY" "$DP_SRC/tests/readline.py" \
+run timeout 120 "$PY" "$DP_SRC/tests/readline.py" bash \
 	". $BC; export XDG_DATA_DIRS='$XDG_DATA_DIRS' BASH_COMPLETION_USER_DIR='$T/none'; cd '$T'" \
 	"tfr-cat --compr" "tfr-cat --compress=g" "s3-pipe pres" "dp-train --log-format j" \
 	"s3-pipe get s3://us" "s3-pipe get s3://b/x --no-v" "dp-eval --model mo" "tfr-shard --tmpdir mn" \
@@ -148,21 +147,21 @@ tfr-shard --tmpdir mnist/
 s3-pipe put s3://b/ file://$T/model.safetensors" "TAB in bash: option, value after =, command, value, s3:// alone, files, file://"
 [ -z "$err" ] || diag "$err"
 
-# zsh, through bashcompinit (README): the same function, whole words.
+# zsh: _dptools where make install puts it (ZSHCOMPDIR) found by compinit
+# on fpath, TAB pressed in an interactive zsh.
 if command -v zsh >/dev/null; then
-	cat >"$T/z.zsh" <<EOF
-autoload -U +X compinit && compinit -u -d "$T/zcompdump"
-autoload -U +X bashcompinit && bashcompinit
-source "$C/tfr-cat"
-t() { emulate -L sh; COMP_LINE=\$1; COMP_POINT=\${#1}; _dptools \${1%% *}; echo "\${COMPREPLY[*]}"; }
-t "tfr-cat --compress=g"
-t "s3-pipe "
-t "s3-pipe get s3://b"
-t "dp-eval --model mo"
-EOF
-	run timeout 60 zsh -f "$T/z.zsh"
-	is "$out" "--compress=gzip${nl}get put ls fifo presign rm$nl${nl}model.safetensors" \
-		"under zsh's bashcompinit: values, commands, s3:// alone, file names"
+	Z="$T/root/usr/share/zsh/vendor-completions"
+	ok test -f "$Z/_dptools" "zsh's _dptools installed (PREFIX=/usr: vendor-completions)"
+	run timeout 120 "$PY" "$DP_SRC/tests/readline.py" zsh \
+		"fpath=('$Z' \$fpath); autoload -U compinit; compinit -u -d '$T/zcompdump'; cd '$T'" \
+		"tfr-cat --compr" "tfr-cat --compress=g" "s3-pipe pres" "s3-pipe get s3://us" \
+		"dp-eval --model mo" "dp-train --log-format j"
+	is "$out" "tfr-cat --compress
+tfr-cat --compress=gzip
+s3-pipe presign
+s3-pipe get s3://us
+dp-eval --model model.safetensors
+dp-train --log-format json" "TAB in zsh: option, value after =, command, s3:// alone, files, value"
 	[ -z "$err" ] || diag "$err"
 else
 	skip "zsh not installed (scripts/deps --test): zsh not checked"

@@ -30,6 +30,7 @@ for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep; do
 	like "$f" "usr/share/man/man1/$p\.1\.gz" "dptools: man1/$p.1"
 	like "$f" "usr/share/bash-completion/completions/$p($'\n'|\$)" "dptools: bash completion for $p"
 done
+like "$f" "usr/share/zsh/vendor-completions/_dptools" "dptools: zsh completion"
 like "$f" "usr/share/man/man5/tfrecord\.5\.gz" "dptools: man5 pages"
 like "$f" "usr/share/man/man7/dptools\.7\.gz" "dptools: man7/dptools.7"
 like "$f" "usr/share/doc/dptools/examples/pipeline\.mk" "dptools: examples"

@@ -1,19 +1,25 @@
-# tests/readline.py SETUP LINE... - completion as a user meets it: an
-# interactive bash in a pseudo-terminal runs SETUP (shell commands), then
-# for each LINE: types it, presses TAB once, and runs the line readline
-# completed as printf's arguments.  Prints each completed LINE's words,
-# space-separated, one LINE a line.  Each wait is bounded (60 s).
+# tests/readline.py bash|zsh SETUP LINE... - completion as a user meets
+# it: an interactive bash (readline) or zsh (zle) in a pseudo-terminal runs
+# SETUP (shell commands), then for each LINE: types it, presses TAB once,
+# and runs the line as completed as printf's arguments.  Prints each
+# completed LINE's words, space-separated, one LINE a line.  Each wait is
+# bounded (60 s).
 import os
 import pty
 import select
 import sys
 import time
 
-setup, lines = sys.argv[1], sys.argv[2:]
+shell, setup, lines = sys.argv[1], sys.argv[2], sys.argv[3:]
+if shell == "bash":
+    setup = "bind 'set bell-style none'; bind 'set enable-bracketed-paste off'; " + setup
+    argv, term = ["bash", "--norc", "--noprofile", "-i"], "dumb"
+else:  # zle is off on a dumb terminal
+    argv, term = ["zsh", "-f", "-i"], "xterm"
 pid, fd = pty.fork()
 if pid == 0:
-    os.environ.update(TERM="dumb", INPUTRC="/dev/null", HISTFILE="/dev/null")
-    os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+    os.environ.update(TERM=term, INPUTRC="/dev/null", HISTFILE="/dev/null")
+    os.execvp(argv[0], argv)
 buf = b""
 
 
@@ -32,16 +38,15 @@ def upto(marker):
 
 
 # The prompt is written so that its echo is not the prompt itself.
-os.write(fd, b"bind 'set bell-style none'; bind 'set enable-bracketed-paste off'; "
-         + setup.encode() + b"; PS1='RE''ADY> '\n")
+os.write(fd, setup.encode() + b"; PS1='RE''ADY> '\n")
 upto(b"READY> ")
 for line in lines:
     # TAB, then ^A (line start) printf ... ^E (line end): the words as typed
     # and completed, each in W<...>
     os.write(fd, line.encode() + b"\t\x01printf 'W<%s>' \x05; echo DO''NE\n")
-    out = upto(b"DONE").decode(errors="replace")
+    out = upto(b"DONE\r\n").decode(errors="replace")
     upto(b"READY> ")
-    words = out[out.rfind("\n") + 1:]
+    words = out[out.rfind("\n", 0, len(out) - 2) + 1:]
     print(" ".join(w.split(">")[0] for w in words.split("W<")[1:]))
 os.write(fd, b"exit\n")
 os.waitpid(pid, 0)
