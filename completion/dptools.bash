@@ -11,12 +11,12 @@
 # offers what the program that will run accepts, whatever its version, and
 # cannot fall behind the options a new release adds.  From --help it takes
 # each option, and the kind of its argument from the name written after it:
-#   a|b|c                  those values       (--log-format logfmt|json)
-#   FILE PATH CHECKPOINT TEMPLATE NAME.ext, an option named *dir
-#                          file (directory) names
-#   CMD                    a command name
-#   any other NAME         nothing (a number, a size, a spec: typed by hand)
-#   --opt=word, repeated   those words        (tfr-cat --encode=json ...)
+#   a|b|c                    those values (--log-format logfmt|json)
+#   FILE PATH CHECKPOINT TEMPLATE NAME.ext, *FILE, *PATH    file names
+#   DIR, *DIR, or an option named *dir                      directories
+#   CMD                      a command name
+#   any other NAME           nothing (a number, a size, a spec: typed)
+#   --opt=word, repeated     those words (tfr-cat --encode=json ...)
 # and s3-pipe's commands from its "Commands:" section.  Values that --help
 # writes in prose ("sgd, adam (default) or adamw") are in _dptools_prose;
 # tests/completion.t checks that each is still in its option's --help.
@@ -65,8 +65,8 @@ _dptools_help() {
 	# the argument names after them, one blank away.
 	function kind(opt, arg) {
 		if (arg ~ /^[a-z0-9]+(\|[a-z0-9]+)+$/) return "values"
-		if (opt ~ /dir$/) return "dir"
-		if (arg ~ /^(FILE|PATH|CHECKPOINT|TEMPLATE)$/ || arg ~ /^[A-Z]+\.[a-z]+$/) return "file"
+		if (opt ~ /dir$/ || arg ~ /^[A-Z_]*DIR$/) return "dir"
+		if (arg ~ /^[A-Z_]*(FILE|PATH)$/ || arg ~ /^(CHECKPOINT|TEMPLATE)$/ || arg ~ /^[A-Z]+\.[a-z]+$/) return "file"
 		if (arg == "CMD") return "cmd"
 		return "arg"
 	}
