@@ -349,7 +349,7 @@ distcheck: dist
 deb:
 	scripts/deb debs
 
-## clean: remove build directories (O=DIR: that one only)
+## clean: remove build directories, the dist tarball and debs/ (O=DIR: that build only)
 clean:
 	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz \
 	  $(DIST).tar.gz debs)
