@@ -198,6 +198,12 @@ DP_EXPORT int dp_s3_put(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname
  * DP_ENOTFOUND for files; S3 itself reports success. */
 DP_EXPORT int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e);
 
+/* The "folder marker" of an S3 prefix: an empty object whose key (ending
+ * in '/') is the prefix, as the S3 console's "Create folder" makes; for a
+ * local location, the directory (its parent must exist; one that exists
+ * already is fine). */
+DP_EXPORT int dp_s3_mkdir(dp_s3 *s, const dp_loc *l, dp_err *e);
+
 /* Delete every object of objs (S3 objects and local files alike): the S3
  * keys of one bucket in DeleteObjects requests of up to 1,000 keys (a key
  * XML cannot carry, or a store without DeleteObjects: one DELETE each),

@@ -21,10 +21,11 @@ signatures still hold) to the upstream server, injecting faults:
                     connection: a store whose connections are slow
   --list-size TEXT  in every ListObjectsV2 answer, write each <Size> as TEXT
                     (a crafted listing: "-5", "1e3", "")
-  --bucket-region R a bucket that lives in region R: a request signed for
+  --bucket-region R buckets that live in region R: a request signed for
                     another region is answered 301 PermanentRedirect with
                     x-amz-bucket-region: R (--region-400: 400
-                    AuthorizationHeaderMalformed with <Region>R</Region>)
+                    AuthorizationHeaderMalformed with <Region>R</Region>);
+                    BUCKET=R: only that bucket (path-style), repeatable
   --refuse-delete S a DeleteObjects answer also reports, as refused with
                     AccessDenied, every key of the request that contains S
                     (the objects are deleted all the same)
@@ -101,23 +102,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          b'</Code><Message>Please reduce your request rate.</Message></Error>')
             return
         q = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query, keep_blank_values=True)
-        if a.bucket_region:
+        region = None
+        for br in a.bucket_region or []:
+            b, _, r = br.rpartition("=")
+            if not b or urllib.parse.urlsplit(target).path.split("/")[1] == b:
+                region = r
+        if region:
             import re
             m = re.search(r"Credential=[^/]+/[0-9]+/([^/]+)/", self.headers.get("Authorization", ""))
-            if m and m.group(1) != a.bucket_region:
+            if m and m.group(1) != region:
                 st.note("%s %s region %s" % (self.command, target, m.group(1)))
                 if a.region_400:
                     self.send_response(400)
                     if self.command == "HEAD":  # no body: S3 names the region in a header
-                        self.send_header("x-amz-bucket-region", a.bucket_region)
+                        self.send_header("x-amz-bucket-region", region)
                     body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>'
                             b'AuthorizationHeaderMalformed</Code><Message>the region \'' +
                             m.group(1).encode() + b'\' is wrong; expecting \'' +
-                            a.bucket_region.encode() + b'\'</Message><Region>' +
-                            a.bucket_region.encode() + b'</Region></Error>')
+                            region.encode() + b'\'</Message><Region>' +
+                            region.encode() + b'</Region></Error>')
                 else:
                     self.send_response(301)
-                    self.send_header("x-amz-bucket-region", a.bucket_region)
+                    self.send_header("x-amz-bucket-region", region)
                     body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PermanentRedirect'
                             b'</Code><Message>The bucket you are attempting to access must be '
                             b'addressed using the specified endpoint.</Message></Error>')
@@ -228,7 +234,7 @@ def main():
     p.add_argument("--corrupt-get", type=int, default=0)
     p.add_argument("--rate", type=int, default=0)
     p.add_argument("--list-size")
-    p.add_argument("--bucket-region")
+    p.add_argument("--bucket-region", action="append")
     p.add_argument("--refuse-delete")
     p.add_argument("--delay", type=float, default=0)
     p.add_argument("--region-400", action="store_true")

@@ -1,13 +1,13 @@
 #!/bin/bash
 # s3-pipe against radosgw (tests/rgw): what an aws CLI user reaches for
-# (issue 13).  rm -r in DeleteObjects requests of 1,000 keys with the keys
+# (issue 13).  Folder markers on request; rm -r in DeleteObjects requests of 1,000 keys with the keys
 # S3 refuses reported, put of a directory and of many files at once,
 # --include/--exclude with aws's rule (checked against aws itself), get -r,
 # and a bucket found in another region (tests/s3-faults.py plays S3's 301
 # and 400 answers).
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/s3lib.sh"
-s3_setup batch
+s3_setup batch near
 
 keys_of() { s3-pipe ls -r "$1" 2>/dev/null | sed "s|.* $1||" | tr '\n' ' '; }
 
@@ -30,6 +30,29 @@ run s3-pipe put s3://batch/clash/ tree other
 is "$rc" 2 "two directories with one relative path: 2"
 like "$err" "tree/c/w.tfrecord and other/c/w.tfrecord would both be s3://batch/clash/c/w.tfrecord|other/c/w.tfrecord and tree/c/w.tfrecord would both" \
 	"... naming both files"
+
+# folder markers, when asked: an empty object KEY/ for the prefix and each directory
+run s3-pipe put s3://batch/mk/
+is "$rc" 2 "put of stdin to a prefix: 2"
+like "$err" "--dir-markers" "... the message names --dir-markers"
+run s3-pipe put --dir-markers s3://batch/mk/
+is "$rc:$out" "0:" "put --dir-markers PREFIX/: 0"
+is "$(awsr s3api head-object --bucket batch --key mk/ --query ContentLength 2>/dev/null)" 0 \
+	"... aws sees the empty object mk/"
+cp -r tree mtree && mkdir -p mtree/empty/deeper
+run s3-pipe put --dir-markers --dryrun s3://batch/mt/ mtree
+is "$(grep -c '^(dryrun) make folder: ' <<<"$out")" 6 "--dryrun: the 6 folders it would make"
+is "$(s3-pipe ls -r s3://batch/mt/ 2>/dev/null | wc -l)" 0 "... and makes nothing"
+run s3-pipe put --dir-markers s3://batch/mt/ mtree
+is "$rc" 0 "put --dir-markers of a directory: 0"
+is "$(s3-pipe ls -r --json s3://batch/mt/ | sed -n 's/.*"key":"mt\/\([^"]*\/\)","url".*"size":0.*/\1/p' | tr '\n' ' ')" \
+	"a/ a/b/ c/ empty/ empty/deeper/ " "... a marker for every directory, empty ones too"
+is "$(s3-pipe ls s3://batch/mt | sed 's/.* //')" "s3://batch/mt/" "... and for the prefix"
+is "$(s3-pipe get s3://batch/mt/ | sort | tr '\n' ' ')" "a/b/z.tfrecord a/y.txt c/skip.tmp c/w.tfrecord x.txt " \
+	"get of the prefix skips the markers"
+run s3-pipe put --dir-markers --exclude '*' --include '*.txt' s3://batch/mf/ mtree
+is "$(s3-pipe ls -r s3://batch/mf/ | sed 's|.* s3://batch/||' | tr '\n' ' ')" "mf/ mf/a/ mf/a/y.txt mf/x.txt " \
+	"with filters: markers for the directories of the files kept"
 
 # several files in flight: the proxy holds each request 0.3 s and counts
 mkdir many
@@ -79,6 +102,20 @@ is "$(s3-pipe ls -r s3://batch/lots/ 2>/dev/null | wc -l)" 0 "... all gone"
 for k in 'sp/a&b<c>' "sp/q'uo\"te" $'sp/new\nline' $'sp/cr\rx' $'sp/ctl\x01x' 'sp/é'; do
 	printf 'x\n' | s3-pipe put "s3://batch/$k"
 done
+run s3-pipe ls -r s3://batch/sp/
+is "$rc:$(wc -l <<<"$out")" "0:6" "ls: one line per key, a newline or CR in a key included"
+is "$(grep -c " \$'s3://batch/sp/new\\\\nline'\$" <<<"$out")" 1 \
+	"... a name with a control character in the shell's \$'...' form"
+is "$(grep -c " \$'s3://batch/sp/ctl\\\\x01x'\$" <<<"$out")" 1 "... \\xHH for one with no letter escape"
+is "$(grep -c " s3://batch/sp/q'uo\"te\$" <<<"$out")" 1 "... other names as they are"
+n=0
+while read -r _ _ _ u; do
+	case $u in "\$'"*) eval "u=$u" ;; esac
+	[ "$(s3-pipe get "$u")" = x ] && n=$((n + 1))
+done <<<"$out"
+is "$n" 6 "... and each printed name (\$'...' read as the shell reads it) gets its object"
+run s3-pipe rm --dryrun -r s3://batch/sp/
+is "$(grep -c "^(dryrun) delete: \$'s3://batch/sp/cr\\\\rx'\$" <<<"$out")" 1 "rm --dryrun prints names the same way"
 run s3-pipe -vv rm -r s3://batch/sp/
 is "$rc" 0 "rm -r of keys with & < > quotes, newline, CR, a control character: 0"
 is "$(echo "$err" | grep -c 'op=DELETE url=s3://batch/sp/ctl')" 1 "... the control character's key by a DELETE of its own"
@@ -110,5 +147,20 @@ for how in 301 400; do
 	s3_proxy_stop
 done
 is "$(s3-pipe get s3://batch/far/y)" "put" "the object put through the redirect"
+
+# Two buckets in two regions in one command: each request goes to its own
+# bucket's region, learnt once; the other bucket keeps the configured one.
+printf 'near\n' | s3-pipe put s3://near/n
+s3_proxy --bucket-region batch=eu-test-9
+run s3-pipe -v --endpoint-url "$PROXY_URL" --region us-east-1 get s3://batch/far/x s3://near/n \
+	s3://batch/far/x s3://near/n s3://batch/far/y
+is "$rc:$(tr '\n' ' ' <<<"$out")" "0:far near far near put " \
+	"get across two buckets of two regions, alternating"
+unlike "$err" "retry=" "... a redirect is no failure: nothing retried"
+is "$(grep -c ' /near/.* region ' "$PROXY_LOG")" 0 "... the near bucket never sent elsewhere"
+like "$(grep ' region ' "$PROXY_LOG")" '/batch/far/' "... the far one was"
+run s3-pipe --endpoint-url "$PROXY_URL" --region us-east-1 ls s3://near/n s3://batch/far/x s3://near/n
+is "$rc:$(grep -c ' /near/.* region ' "$PROXY_LOG")" 0:0 "ls across them as well"
+s3_proxy_stop
 
 done_testing

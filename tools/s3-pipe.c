@@ -54,7 +54,7 @@ static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign
 static struct {
 	int cmd;
 	const char *output, *range, *shard, *channel, *dir, *method;
-	int shuffle, manifest, recursive, json, uploads, quiet, verbose, dryrun, expand;
+	int shuffle, manifest, recursive, json, uploads, quiet, verbose, dryrun, expand, markers;
 	uint64_t seed, epoch, epochs;
 	uint64_t shard_i, shard_n; /* --shard I/N */
 	long expires;
@@ -223,6 +223,38 @@ static char *url_arg(const char *s)
 	return cli_strdup(s);
 }
 
+/* name as printed on a line of output: as it is, unless it holds a control
+ * character (a newline in a key would split the line) or starts with "$'";
+ * then in the shell's $'...' form, so that each line is one name and the
+ * name, pasted into a shell, is the argument that addresses it.  Freed by
+ * the caller. */
+static char *shown(const char *name)
+{
+	const unsigned char *p = (const unsigned char *)name;
+	while (*p && *p >= 0x20 && *p != 0x7f)
+		p++;
+	if (!*p && strncmp(name, "$'", 2) != 0) /* (a local name could start so) */
+		return cli_strdup(name);
+	static const char esc[] = "abtnvfr"; /* \a (7) to \r (13) */
+	dp_buf b = DP_BUF_INIT;
+	dp_buf_addstr(&b, "$'");
+	for (p = (const unsigned char *)name; *p; p++) {
+		if (*p >= 7 && *p <= 13)
+			dp_buf_printf(&b, "\\%c", esc[*p - 7]);
+		else if (*p < 0x20 || *p == 0x7f)
+			dp_buf_printf(&b, "\\x%02x", *p);
+		else if (*p == '\\' || *p == '\'')
+			dp_buf_printf(&b, "\\%c", *p);
+		else
+			dp_buf_add(&b, p, 1);
+	}
+	dp_buf_addstr(&b, "'");
+	char *r = dp_buf_take(&b);
+	if (!r)
+		cli_die("out of memory");
+	return r;
+}
+
 /* One line of output (ls, presign, --dryrun). */
 static void out_line(const char *s)
 {
@@ -291,6 +323,9 @@ static void help(void)
 "      --page-size=N   ls: keys per listing request (default 1000)\n"
 "      --uploads       ls: multipart uploads in progress; rm: abort them\n"
 "      --dryrun        rm, put: print what would be done, do nothing\n"
+"      --dir-markers   put: also make the folder marker (an empty object KEY/)\n"
+"                      of the prefix and of every directory put (empty ones\n"
+"                      too); put PREFIX/ alone: only its marker\n"
 "      --include=PAT, --exclude=PAT  (get, put, ls, rm, fifo) keep or drop the\n"
 "                      names under a URL or directory that match PAT (fnmatch:\n"
 "                      '*' crosses '/'); in order, the last that matches wins\n"
@@ -724,10 +759,13 @@ static void put_one(const char *url, const char *file)
 	}
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) upload: %s to %s", file ? file : "-", url) < 0)
+		char *f = shown(file ? file : "-"), *u = shown(url);
+		if (asprintf(&line, "(dryrun) upload: %s to %s", f, u) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(f);
+		free(u);
 		if (fd != STDIN_FILENO)
 			close(fd);
 		dp_loc_free(&dst);
@@ -756,7 +794,67 @@ typedef struct upload {
 typedef struct uplist {
 	upload *v;
 	size_t n, cap;
+	char **dirs; /* --dir-markers: the folder markers to make */
+	size_t ndirs, dcap;
 } uplist;
+
+/* Make the folder marker url (a prefix ending in '/'; --dryrun: say so). */
+static void put_marker(const char *url)
+{
+	dp_err e = {0};
+	dp_loc l;
+	if (dp_loc_parse(url, &l, &e) < 0)
+		die_err(&e);
+	if (O.dryrun) {
+		char *line = NULL, *sh = shown(url);
+		if (asprintf(&line, "(dryrun) make folder: %s", sh) < 0)
+			cli_die("out of memory");
+		out_line(line);
+		free(line);
+		free(sh);
+	} else {
+		if (dp_s3_mkdir(S, &l, &e) < 0)
+			die_err(&e);
+		if (O.verbose)
+			cli_warn("made folder %s", url);
+	}
+	dp_loc_free(&l);
+}
+
+static void dir_add(uplist *l, const char *prefix, const char *rel)
+{
+	cli_grow(&l->dirs, &l->dcap, l->ndirs + 1, sizeof *l->dirs);
+	if (asprintf(&l->dirs[l->ndirs++], "%s%s", prefix, rel) < 0)
+		cli_die("out of memory");
+}
+
+typedef struct dirwalk {
+	uplist *l;
+	const char *prefix, *base;
+	int depth;
+} dirwalk;
+
+/* --dir-markers: a marker for each directory under the one listed (empty
+ * ones too), one level a listing, as deep as the file walk goes. */
+static int dirs_cb(void *ctx, const dp_obj *o)
+{
+	dirwalk *w = ctx;
+	if (!o->prefix)
+		return 0;
+	const char *rel = rel_name(o->key, w->base);
+	if (!filtered_in(rel))
+		return 0;
+	dir_add(w->l, w->prefix, rel);
+	if (w->depth >= 64)
+		cli_die("%s: directories nested too deep", o->key);
+	dp_err e = {0};
+	dp_loc d = {.kind = DP_LOC_FILE, .key = o->key};
+	w->depth++;
+	if (dp_s3_list(S, &d, 0, 0, dirs_cb, w, &e) < 0)
+		die_err(&e);
+	w->depth--;
+	return 0;
+}
 
 static void up_add(uplist *l, const char *file, const char *prefix, const char *name)
 {
@@ -796,6 +894,12 @@ static void add_arg(uplist *l, const char *prefix, const char *arg)
 		walkctx w = {l, prefix, base};
 		if (dp_s3_list(S, &d, 1, 0, walk_cb, &w, &e) < 0)
 			die_err(&e);
+		if (O.markers) {
+			dirwalk dw = {l, prefix, base, 0};
+			dp_loc top = {.kind = DP_LOC_FILE, .key = base};
+			if (dp_s3_list(S, &top, 0, 0, dirs_cb, &dw, &e) < 0)
+				die_err(&e);
+		}
 		free(base);
 		return;
 	}
@@ -805,6 +909,11 @@ static void add_arg(uplist *l, const char *prefix, const char *arg)
 		cli_usage_error("put: %s: not a file name", arg);
 	if (filtered_in(name))
 		up_add(l, arg, prefix, name);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int upload_cmp(const void *a, const void *b)
@@ -863,6 +972,26 @@ static void put_many(const char *url, char **args, int n)
 		summary(&st);
 		free(f);
 	}
+	if (O.markers) {
+		/* the directories of the files put, whatever the filters said
+		 * of the directories themselves */
+		size_t ul = strlen(url);
+		for (size_t i = 0; i < l.n; i++)
+			for (const char *p = l.v[i].dst + ul; (p = strchr(p, '/')); p++) {
+				cli_grow(&l.dirs, &l.dcap, l.ndirs + 1, sizeof *l.dirs);
+				if (asprintf(&l.dirs[l.ndirs++], "%.*s", (int)(p + 1 - l.v[i].dst),
+					     l.v[i].dst) < 0)
+					cli_die("out of memory");
+			}
+		put_marker(url);
+		qsort(l.dirs, l.ndirs, sizeof *l.dirs, str_cmp);
+		for (size_t i = 0; i < l.ndirs; i++)
+			if (!i || strcmp(l.dirs[i - 1], l.dirs[i]))
+				put_marker(l.dirs[i]);
+	}
+	for (size_t i = 0; i < l.ndirs; i++)
+		free(l.dirs[i]);
+	free(l.dirs);
 	for (size_t i = 0; i < l.n; i++) {
 		free(l.v[i].file);
 		free(l.v[i].dst);
@@ -883,9 +1012,12 @@ static void cmd_put(char **args, int n)
 	char *url = url_arg(args[0]);
 	size_t ul = strlen(url);
 	int prefix = ul && url[ul - 1] == '/';
-	if (n == 1) {
+	if (n == 1 && prefix && O.markers) {
+		put_marker(url);
+	} else if (n == 1) {
 		if (prefix)
-			cli_usage_error("put: %s ends in '/': name the object to write stdin to", url);
+			cli_usage_error("put: %s ends in '/': name the object to write stdin to "
+					"(or --dir-markers for its folder marker)", url);
 		put_one(url, NULL);
 	} else if (n == 2 && !prefix && !is_dir(args[1])) {
 		const char *name = strrchr(args[1], '/');
@@ -905,6 +1037,17 @@ static void cmd_put(char **args, int n)
 		put_many(url, args + 1, n - 1);
 	}
 	free(url);
+}
+
+/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
+static char *name_of(int kind, const char *bucket, const char *key)
+{
+	char *u = NULL;
+	if (kind == DP_LOC_FILE)
+		return cli_strdup(key);
+	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
+		cli_die("out of memory");
+	return u;
 }
 
 /* ---- ls ------------------------------------------------------------------------------------- */
@@ -977,15 +1120,20 @@ static int ls_cb(void *ctx, const dp_obj *o)
 		free(s);
 		json_decref(j);
 	} else {
-		char line[8192];
+		char *line = NULL, *name = shown(url);
 		utc(o->mtime, t, sizeof t, 0);
+		int rc;
 		if (o->prefix && o->kind == DP_LOC_S3 && !*o->key)
-			snprintf(line, sizeof line, "%s %s", t, url);
+			rc = asprintf(&line, "%s %s", t, name);
 		else if (o->prefix)
-			snprintf(line, sizeof line, "%19s %12s %s", "", "PRE", url);
+			rc = asprintf(&line, "%19s %12s %s", "", "PRE", name);
 		else
-			snprintf(line, sizeof line, "%s %12" PRIu64 " %s", t, o->size, url);
+			rc = asprintf(&line, "%s %12" PRIu64 " %s", t, o->size, name);
+		if (rc < 0)
+			cli_die("out of memory");
 		out_line(line);
+		free(line);
+		free(name);
 	}
 	free(url);
 	return 0;
@@ -1010,9 +1158,13 @@ static int up_cb(void *ctx, const char *bucket, const char *key, const char *id,
 		json_decref(j);
 	} else {
 		utc(init, t, sizeof t, 0);
-		char line[8192];
-		snprintf(line, sizeof line, "%s %s s3://%s/%s", t, id, bucket, key);
+		char *line = NULL, *name = name_of(DP_LOC_S3, bucket, key), *sh = shown(name);
+		if (asprintf(&line, "%s %s %s", t, id, sh) < 0)
+			cli_die("out of memory");
 		out_line(line);
+		free(line);
+		free(sh);
+		free(name);
 	}
 	return 0;
 }
@@ -1050,27 +1202,18 @@ static void cmd_ls(char **urls, int n)
 
 /* ---- rm, presign ------------------------------------------------------------------------------ */
 
-/* "s3://bucket/key" or the local path of o, for messages and --dryrun. */
-static char *name_of(int kind, const char *bucket, const char *key)
-{
-	char *u = NULL;
-	if (kind == DP_LOC_FILE)
-		return cli_strdup(key);
-	if (asprintf(&u, "s3://%s/%s", bucket, key) < 0)
-		cli_die("out of memory");
-	return u;
-}
-
 /* Remove one object or file (--dryrun: say what would be removed). */
 static void rm_one(int kind, const char *bucket, const char *key)
 {
 	char *name = name_of(kind, bucket, key);
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) delete: %s", name) < 0)
+		char *sh = shown(name);
+		if (asprintf(&line, "(dryrun) delete: %s", sh) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(sh);
 	} else {
 		dp_err e = {0};
 		dp_loc l = {.kind = kind, .bucket = (char *)bucket, .key = (char *)key};
@@ -1207,10 +1350,13 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 		return 0;
 	if (O.dryrun) {
 		char *line = NULL;
-		if (asprintf(&line, "(dryrun) abort upload: %s of s3://%s/%s", id, bucket, key) < 0)
+		char *name = name_of(DP_LOC_S3, bucket, key), *sh = shown(name);
+		if (asprintf(&line, "(dryrun) abort upload: %s of %s", id, sh) < 0)
 			cli_die("out of memory");
 		out_line(line);
 		free(line);
+		free(sh);
+		free(name);
 		return 0;
 	}
 	dp_err e = {0};
@@ -1283,7 +1429,7 @@ enum {
 	OPT_RANGE = 256, OPT_SHARD, OPT_SHUFFLE, OPT_SEED, OPT_EPOCH, OPT_EPOCHS, OPT_CHANNEL,
 	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
 	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
-	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_EXPAND, OPT_INCLUDE, OPT_EXCLUDE,
+	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_DIR_MARKERS, OPT_EXPAND, OPT_INCLUDE, OPT_EXCLUDE,
 };
 
 #define B(c) (1u << (c))
@@ -1315,6 +1461,7 @@ static const struct {
 	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
 	{OPT_METHOD, B(C_PRESIGN), "--method"},
 	{OPT_DRYRUN, B(C_PUT) | B(C_RM), "--dryrun"},
+	{OPT_DIR_MARKERS, B(C_PUT), "--dir-markers"},
 	{OPT_EXPAND, ALL & ~B(C_RM), "--expand"},
 };
 
@@ -1352,6 +1499,7 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_EXPIRES: O.expires = (long)cli_count("--expires", v, 1, 604800); break;
 	case OPT_METHOD: O.method = v; break;
 	case OPT_DRYRUN: O.dryrun = 1; break;
+	case OPT_DIR_MARKERS: O.markers = 1; break;
 	case OPT_EXPAND: O.expand = 1; break;
 	case OPT_INCLUDE: add_filter(1, v); break;
 	case OPT_EXCLUDE: add_filter(0, v); break;
@@ -1395,6 +1543,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"expires", required_argument, NULL, OPT_EXPIRES},
 		{"method", required_argument, NULL, OPT_METHOD},
 		{"dryrun", no_argument, NULL, OPT_DRYRUN},
+		{"dir-markers", no_argument, NULL, OPT_DIR_MARKERS},
 		{"expand", no_argument, NULL, OPT_EXPAND},
 		{"include", required_argument, NULL, OPT_INCLUDE},
 		{"exclude", required_argument, NULL, OPT_EXCLUDE},

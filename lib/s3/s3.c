@@ -94,6 +94,12 @@ void dp_s3_free(dp_s3 *s)
 	free(s->host);
 	free(s->base_path);
 	free(s->region);
+	for (size_t i = 0; i < s->nbreg; i++) {
+		free(s->breg[i].bucket);
+		free(s->breg[i].region);
+		free(s->breg[i].host);
+	}
+	free(s->breg);
 	free(s->profile);
 	free(s->key_id);
 	wipe(s->secret);
@@ -322,10 +328,12 @@ static int call_url(dp_s3 *s, s3_call *c, req *r)
 	}
 	if (!(r->query = dp_sigv4_query(c->q, c->nq)))
 		return -1;
+	const char *region, *host;
+	s3_where(s, c->bucket, &region, &host);
 	if (vhost)
-		rc = asprintf(&r->host, "%s.%s", c->bucket, s->host);
+		rc = asprintf(&r->host, "%s.%s", c->bucket, host);
 	else
-		rc = asprintf(&r->host, "%s", s->host);
+		rc = asprintf(&r->host, "%s", host);
 	if (rc < 0) {
 		r->host = NULL;
 		return -1;
@@ -353,6 +361,9 @@ static int call_headers(dp_s3 *s, s3_call *c, req *r)
 		if (add_hdr(c, c->h[i].name, c->h[i].value) < 0)
 			return -1;
 	if (!s->anonymous) {
+		const char *region, *host;
+		s3_where(s, c->bucket, &region, &host);
+		snprintf(c->signed_for, sizeof c->signed_for, "%s", region);
 		dp_sigv4_kv hd[12];
 		size_t nh = 0;
 		hd[nh++] = (dp_sigv4_kv){"host", r->host};
@@ -364,7 +375,7 @@ static int call_headers(dp_s3 *s, s3_call *c, req *r)
 			hd[nh++] = c->h[i];
 		dp_sigv4_req sr = {
 			.method = c->method, .path = r->path, .query = r->query, .hdrs = hd,
-			.nhdrs = nh, .payload_hash = r->sha, .amz_date = r->date, .region = s->region,
+			.nhdrs = nh, .payload_hash = r->sha, .amz_date = r->date, .region = region,
 			.service = "s3", .key_id = s->key_id, .secret = s->secret,
 		};
 		char *auth = dp_sigv4_authorization(&sr);
@@ -519,12 +530,13 @@ static int retryable_curl(CURLcode cc)
 
 /* A bucket in another region: S3 answers 301 PermanentRedirect (or 400
  * AuthorizationHeaderMalformed) and names the region in
- * x-amz-bucket-region (or <Region> in the error).  The client goes there,
- * for this request and the later ones, as the aws CLI does: returns 1
- * when the request is to be sent again. */
+ * x-amz-bucket-region (or <Region> in the error).  Requests for that
+ * bucket go there from now on, as the aws CLI's do (other buckets keep
+ * theirs): returns 1 when the request is to be sent again. */
 static int follow_region(dp_s3 *s, s3_call *c)
 {
-	if ((c->status != 301 && c->status != 400) || s->redirects >= 3)
+	if ((c->status != 301 && c->status != 400) || c->redirected >= 2 || s->redirects >= 64 ||
+	    !c->bucket || !*c->bucket)
 		return 0;
 	char region[64] = "";
 	if (c->region_hdr[0]) {
@@ -534,15 +546,17 @@ static int follow_region(dp_s3 *s, s3_call *c)
 		if (a && b && b - a - 8 < (long)sizeof region)
 			snprintf(region, sizeof region, "%.*s", (int)(b - a - 8), a + 8);
 	}
-	if (!region[0] || !strcmp(region, s->region))
+	if (!region[0] || !strcmp(region, c->signed_for))
 		return 0;
 	if (c->status == 400 && !c->region_hdr[0] && strcmp(c->code, "AuthorizationHeaderMalformed"))
 		return 0; /* another 400 (a HEAD's has no body, only the header) */
-	char *u = s3_obj_url(c->bucket, c->key);
-	if (s3_set_region(s, region) != DP_OK) {
-		free(u);
+	/* (learnt already when a request sent beside this one came back first) */
+	const char *now, *host;
+	s3_where(s, c->bucket, &now, &host);
+	if (strcmp(region, now) && s3_learn_region(s, c->bucket, region) != DP_OK)
 		return 0;
-	}
+	char *u = s3_obj_url(c->bucket, c->key);
+	c->redirected++;
 	s->redirects++;
 	s3_log(s, "op=%s url=%s status=%ld region=%s: the bucket's region, signing for it",
 	       c->method, u ? u : "s3", c->status, region);
@@ -578,7 +592,7 @@ int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc)
 		return S3_OK;
 	s3x_error(c->resp.p, c->resp.len, c->code, sizeof c->code, c->message, sizeof c->message);
 	if (follow_region(s, c))
-		return S3_RETRY;
+		return S3_AGAIN;
 	if (c->status >= 500 || c->status == 429 || strcmp(c->code, "SlowDown") == 0 ||
 	    strcmp(c->code, "RequestTimeout") == 0 || strcmp(c->code, "InternalError") == 0)
 		return S3_RETRY;
@@ -688,7 +702,9 @@ int s3_call_error(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 		rc = dp_seterr(e, s3_code_status("", c->status), "%s: HTTP %ld%s%s%s", what, c->status,
 			       *reason ? " (" : "", reason, *reason ? ")" : "");
 	}
-	if (c->region_hdr[0] && s->region && strcmp(c->region_hdr, s->region) != 0 && e &&
+	const char *used, *host;
+	s3_where(s, c->bucket, &used, &host);
+	if (c->region_hdr[0] && used && strcmp(c->region_hdr, used) != 0 && e &&
 	    strlen(e->msg) + 80 < sizeof e->msg)
 		snprintf(e->msg + strlen(e->msg), sizeof e->msg - strlen(e->msg),
 			 " (the bucket is in %s: set AWS_REGION or --region)", c->region_hdr);
@@ -728,10 +744,9 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 			rc = dp_seterr(e, DP_EIO, "%s: interrupted", what);
 			break;
 		}
-		int redirects = s->redirects;
 		int k = s3_call_finish(s, c, s->easy, cc);
 		log_call(s, c, k, what);
-		if (s->redirects != redirects) {
+		if (k == S3_AGAIN) {
 			attempt--; /* sent on to the bucket's region: not a failure */
 			continue;
 		}

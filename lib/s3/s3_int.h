@@ -46,6 +46,12 @@ struct dp_s3 {
 	/* set while an upload is aborted: cancellation does not stop that */
 	int cleanup;
 	int redirects; /* times a request was sent on to its bucket's region */
+	/* buckets that S3 said live outside region: signed for theirs and, on
+	 * AWS's own endpoint, sent to their region's host (s3_where) */
+	struct s3_breg {
+		char *bucket, *region, *host;
+	} *breg;
+	size_t nbreg;
 	/* > 0: requests end by this time (dp_now()): a clean-up after a
 	 * signal gets a few seconds, not a full set of retries */
 	double deadline;
@@ -63,10 +69,13 @@ static inline int s3_cancelled(const dp_s3 *s)
 
 /* Read the environment and files into s (s3conf.c). */
 int s3_conf_load(dp_s3 *s, dp_err *e);
-/* Sign for region from now on (a bucket's region, learnt from S3), and on
- * AWS's own endpoint go to that region's host.  DP_EARG for a name that is
+/* Learn that bucket lives in region (S3 said so): its requests are signed
+ * for that region from now on and, on AWS's own endpoint, go to that
+ * region's host; other buckets keep theirs.  DP_EARG for a name that is
  * no region. */
-int s3_set_region(dp_s3 *s, const char *region);
+int s3_learn_region(dp_s3 *s, const char *bucket, const char *region);
+/* The region to sign for and the host (host[:port]) for bucket. */
+void s3_where(const dp_s3 *s, const char *bucket, const char **region, const char **host);
 /* DP_OK when S3 requests can be made, else the credential error. */
 int s3_ready(dp_s3 *s, dp_err *e);
 /* Virtual-hosted addressing for this bucket? */
@@ -90,7 +99,9 @@ void s3_url_decode(char *s);
 
 /* ---- One request (s3.c) ---------------------------------------------------------- */
 
-enum { S3_OK = 0, S3_RETRY = 1, S3_FAIL = 2 };
+/* S3_AGAIN: sent on to the bucket's region; send it again at once (no
+ * failure, no backoff) */
+enum { S3_OK = 0, S3_RETRY = 1, S3_FAIL = 2, S3_AGAIN = 3 };
 enum { S3_STOP_NONE = 0, S3_STOP_STALL, S3_STOP_CANCEL, S3_STOP_DEADLINE };
 
 typedef struct s3_call {
@@ -123,6 +134,8 @@ typedef struct s3_call {
 	 * transfer back for a slow reader (time paused is not a stall) */
 	int paused;
 	int stopped;     /* S3_STOP_*: why the watchdog ended the transfer */
+	int redirected;  /* times S3 sent this request to its bucket's region */
+	char signed_for[48]; /* the region its last attempt was signed for */
 	uint64_t prog_bytes;
 	double prog_t;
 	/* internal */
@@ -143,7 +156,7 @@ const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz);
  * signature, options.  Clears the previous answer. */
 int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e);
 /* After the transfer of c finished with cc: the answer's class (S3_OK,
- * S3_RETRY, S3_FAIL).  Reads the error body. */
+ * S3_RETRY, S3_FAIL, S3_AGAIN).  Reads the error body. */
 int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc);
 /* The failure of c as a dp_err: status from the S3 code or HTTP status,
  * "s3://b/k: Code: Message".  what overrides the object named. */

@@ -327,13 +327,16 @@ static int pick_credentials(dp_s3 *s, const profile *p)
 	return DP_OK;
 }
 
-/* AWS's endpoint for s->region.  Its partitions: China's regions live
- * under amazonaws.com.cn. */
+/* AWS's host for a region.  Its partitions: China's regions live under
+ * amazonaws.com.cn. */
+#define AWS_HOST "s3.%s.amazonaws.com%s"
+#define AWS_HOST_ARGS(region) (region), strncmp((region), "cn-", 3) == 0 ? ".cn" : ""
+
+/* AWS's endpoint for s->region. */
 static int aws_endpoint(dp_s3 *s, dp_err *e)
 {
 	char aws[256];
-	snprintf(aws, sizeof aws, "https://s3.%s.amazonaws.com%s", s->region,
-		 strncmp(s->region, "cn-", 3) == 0 ? ".cn" : "");
+	snprintf(aws, sizeof aws, "https://" AWS_HOST, AWS_HOST_ARGS(s->region));
 	return parse_endpoint(s, aws, e);
 }
 
@@ -361,23 +364,50 @@ static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
 	return aws_endpoint(s, e);
 }
 
-int s3_set_region(dp_s3 *s, const char *region)
+int s3_learn_region(dp_s3 *s, const char *bucket, const char *region)
 {
 	size_t n = strlen(region);
 	if (n == 0 || n > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
 		return DP_EARG;
-	char *r = strdup(region);
-	if (!r)
+	struct s3_breg *b = NULL;
+	for (size_t i = 0; i < s->nbreg && !b; i++)
+		if (!strcmp(s->breg[i].bucket, bucket))
+			b = &s->breg[i];
+	if (!b) {
+		struct s3_breg *v = realloc(s->breg, (s->nbreg + 1) * sizeof *v);
+		if (!v)
+			return DP_ENOMEM;
+		s->breg = v;
+		b = &v[s->nbreg];
+		*b = (struct s3_breg){strdup(bucket), NULL, NULL};
+		if (!b->bucket)
+			return DP_ENOMEM;
+		s->nbreg++;
+	}
+	char *r = strdup(region), *h = NULL;
+	if (r && !s->custom_endpoint && asprintf(&h, AWS_HOST, AWS_HOST_ARGS(region)) < 0)
+		h = NULL;
+	if (!r || (!s->custom_endpoint && !h)) {
+		free(r);
 		return DP_ENOMEM;
-	free(s->region);
-	s->region = r;
-	if (s->custom_endpoint)
-		return DP_OK; /* the store's own host: only the signature's region */
-	free(s->scheme);
-	free(s->host);
-	free(s->base_path);
-	s->scheme = s->host = s->base_path = NULL;
-	return aws_endpoint(s, NULL) < 0 ? DP_ENOMEM : DP_OK;
+	}
+	free(b->region);
+	free(b->host);
+	b->region = r;
+	b->host = h; /* NULL: the store's own host, only the signature's region */
+	return DP_OK;
+}
+
+void s3_where(const dp_s3 *s, const char *bucket, const char **region, const char **host)
+{
+	*region = s->region;
+	*host = s->host;
+	for (size_t i = 0; bucket && i < s->nbreg; i++)
+		if (!strcmp(s->breg[i].bucket, bucket)) {
+			*region = s->breg[i].region;
+			if (s->breg[i].host)
+				*host = s->breg[i].host;
+		}
 }
 
 int s3_conf_load(dp_s3 *s, dp_err *e)

@@ -880,6 +880,11 @@ static int finish_xfer(getter *g, xfer *x, CURLcode cc, dp_err *e)
 		maybe_free(g, x);
 		return DP_OK;
 	}
+	if (k == S3_AGAIN) { /* to the bucket's region, at once */
+		x->retry_at = dp_now();
+		s3_call_clean(c);
+		return DP_OK;
+	}
 	if (k == S3_RETRY && x->attempts < g->s->conf.retries) {
 		x->attempts++;
 		double w = s3_backoff(g->s, x->attempts);
@@ -1022,6 +1027,11 @@ static int finish_head(getter *g, hslot *h, CURLcode cc, dp_err *e)
 		h->busy = 0;
 		give_handle(g, h->h);
 		h->h = NULL;
+		return DP_OK;
+	}
+	if (k == S3_AGAIN) { /* to the bucket's region, at once */
+		h->retry_at = dp_now();
+		s3_call_clean(&h->call);
 		return DP_OK;
 	}
 	if (k == S3_RETRY && h->attempts < g->s->conf.retries) {

@@ -836,6 +836,26 @@ int dp_s3_rm(dp_s3 *s, const dp_loc *l, dp_err *e)
 	return rc;
 }
 
+int dp_s3_mkdir(dp_s3 *s, const dp_loc *l, dp_err *e)
+{
+	size_t n = strlen(l->key);
+	if (l->kind == DP_LOC_FILE) {
+		if (mkdir(l->key, 0777) < 0 && errno != EEXIST)
+			return dp_syserr(e, "%s", l->key);
+		struct stat st;
+		if (stat(l->key, &st) < 0 || !S_ISDIR(st.st_mode))
+			return dp_seterr(e, DP_EARG, "%s: exists and is no directory", l->key);
+		return DP_OK;
+	}
+	if (!*l->bucket || !n || l->key[n - 1] != '/')
+		return dp_seterr(e, DP_EARG, "s3://%s/%s: a folder marker's key ends in '/'", l->bucket,
+				 l->key);
+	s3_call c = {.method = "PUT", .bucket = l->bucket, .key = l->key, .body = "", .body_len = 0};
+	int rc = s3_perform(s, &c, NULL, e);
+	s3_call_clean(&c);
+	return rc;
+}
+
 char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires, dp_err *e)
 {
 	if (l->kind == DP_LOC_FILE) {
@@ -880,15 +900,16 @@ char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires,
 		path = NULL;
 		goto oom;
 	}
-	if ((vhost ? asprintf(&host, "%s.%s", l->bucket, s->host) : asprintf(&host, "%s", s->host)) <
-	    0) {
+	const char *region, *bhost;
+	s3_where(s, l->bucket, &region, &bhost);
+	if ((vhost ? asprintf(&host, "%s.%s", l->bucket, bhost) : asprintf(&host, "%s", bhost)) < 0) {
 		host = NULL;
 		goto oom;
 	}
 	char date[17];
 	dp_amz_date(time(NULL), date);
 	dp_sigv4_req r = {
-		.method = method, .path = path, .amz_date = date, .region = s->region,
+		.method = method, .path = path, .amz_date = date, .region = region,
 		.service = "s3", .key_id = s->key_id, .secret = s->secret,
 	};
 	q = dp_sigv4_presign(&r, host, s->token, expires, NULL, 0);

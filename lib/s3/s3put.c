@@ -641,6 +641,11 @@ static int part_done(putter *u, ubuf *b, CURLcode cc, dp_err *e)
 		release(u, b);
 		return DP_OK;
 	}
+	if (k == S3_AGAIN) { /* to the bucket's region, at once */
+		b->retry_at = dp_now();
+		s3_call_clean(&b->call);
+		return DP_OK;
+	}
 	if (k == S3_RETRY && b->attempts < s->conf.retries) {
 		b->attempts++;
 		double w = s3_backoff(s, b->attempts);
