@@ -14,7 +14,8 @@
 #                           direction of each link carries at most RATE
 #   cluster_mpirun ARGS...  mpirun on host c with Open MPI's daemons started
 #                           on the hosts of -H by the agent below, TCP
-#                           between them (btl tcp,self; oob and btl only on
+#                           between them (btl tcp,self, or $CL_BTL such as
+#                           tcp,vader,self; oob and btl only on
 #                           the cluster's subnet), killed after
 #                           DP_MPI_TIMEOUT seconds (120)
 #   cluster_pids H [COMM]   the processes on host H (named COMM)
@@ -123,7 +124,7 @@ cluster_shape() {
 cluster_mpirun() {
 	ip netns exec "$CL_ID-c" timeout "${DP_MPI_TIMEOUT:-120}" mpirun \
 		--mca plm_rsh_agent "$T/cluster/agent" --mca plm_rsh_no_tree_spawn 1 \
-		--mca btl tcp,self --mca btl_tcp_if_include "$CL_SUBNET" \
+		--mca btl "${CL_BTL:-tcp,self}" --mca btl_tcp_if_include "$CL_SUBNET" \
 		--mca oob_tcp_if_include "$CL_SUBNET" --bind-to none "$@"
 }
 
