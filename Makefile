@@ -4,7 +4,7 @@
 #   make check                build and run every test (TAP, under prove)
 #   make help                 list the targets
 #
-# Variables: PREFIX DESTDIR BINDIR LIBDIR INCLUDEDIR MANDIR (install),
+# Variables: PREFIX DESTDIR BINDIR LIBDIR INCLUDEDIR MANDIR BASHCOMPDIR ZSHCOMPDIR (install),
 # BACKEND=cpu|cuda (the dp-train/dp-eval math), O (build directory),
 # CC CFLAGS CPPFLAGS LDFLAGS, T (tests to run, e.g. T=tests/tfr-cat.t).
 # BACKEND=cuda also reads CUDA_HOME (default /usr/local/cuda, else the
@@ -21,6 +21,12 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+# Where bash-completion loads completions from: its completionsdir when
+# PREFIX is its own prefix (/usr), else PREFIX/share/bash-completion/completions
+# (it searches /usr/local/share by default, and XDG_DATA_DIRS).
+BASHCOMPDIR ?= $(or $(if $(filter $(PREFIX),$(shell pkg-config --variable=prefix bash-completion 2>/dev/null)),$(shell pkg-config --variable=completionsdir bash-completion 2>/dev/null)),$(PREFIX)/share/bash-completion/completions)
+# zsh's: on its default fpath, Debian's for packages under /usr.
+ZSHCOMPDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 BACKEND ?= cpu
 
 ifeq ($(BACKEND),cpu)
@@ -47,7 +53,7 @@ PROVE ?= prove
 LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
 PKGS := $(LIB_PKGS) libprotobuf-c
 # Targets that need no compiler skip the check (make clean, make help).
-NODEPS_GOALS := clean help uninstall
+NODEPS_GOALS := clean help uninstall dist
 ifneq ($(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
 PKG_MISSING := $(shell for p in $(PKGS); do pkg-config --exists $$p || echo $$p; done)
 ifneq ($(PKG_MISSING),)
@@ -83,11 +89,12 @@ MAN1 := $(wildcard man/man1/*.1)
 MAN5 := $(wildcard man/man5/*.5)
 MAN7 := $(wildcard man/man7/*.7)
 MAN3 := $(wildcard man/man3/*.3)
-# Man pages as installed: @VERSION@ and @DATE@ (of the last commit, or
-# SOURCE_DATE_EPOCH) filled in.
+# Man pages as installed: @VERSION@ and @DATE@ (SOURCE_DATE_EPOCH, else the
+# last commit's: from git, or in a make dist tarball from scripts/commit-date,
+# which git archive fills in) filled in.
 MAN_SRC := $(MAN1) $(MAN3) $(MAN5) $(MAN7)
 MAN_OUT := $(patsubst man/%,$(O)/man/%,$(MAN_SRC))
-MAN_DATE := $(shell { [ -n "$$SOURCE_DATE_EPOCH" ] && date -u -d "@$$SOURCE_DATE_EPOCH" +%F; } || git log -1 --format=%cs 2>/dev/null || date -u +%F)
+MAN_DATE := $(shell { [ -n "$$SOURCE_DATE_EPOCH" ] && date -u -d "@$$SOURCE_DATE_EPOCH" +%F; } || git log -1 --format=%cs 2>/dev/null || grep -x '[0-9-]*' scripts/commit-date || date -u +%F)
 
 ALL_CPPFLAGS := -Ilib $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) -DDP_VERSION='"$(VERSION)"' $(CPPFLAGS)
 ALL_CFLAGS := $(DP_CFLAGS) $(CFLAGS)
@@ -153,12 +160,27 @@ endif
 PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
+# bash completion: one file for every program, which reads its options from
+# the program's --help (completion/dptools.bash says why); zsh's _dptools is
+# the same through bashcompinit.
+COMPLETION := $(O)/completion/dptools
+ZSH_COMPLETION := $(O)/completion/_dptools
+DIST := dptools-$(VERSION)
 
-.PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help
+.PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help \
+	dist distcheck deb
 .DELETE_ON_ERROR:
 
-## all: build libdp (libdp.a, libdp.so, libdp.pc), the programs and man pages
-all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc $(MAN_OUT)
+## all: build libdp (libdp.a, libdp.so, libdp.pc), the programs, man pages, completion
+all: $(BINS) $(O)/libdp.a $(O)/$(SO) $(O)/libdp.pc $(MAN_OUT) $(COMPLETION) $(ZSH_COMPLETION)
+
+$(COMPLETION): completion/dptools.bash Makefile
+	@mkdir -p $(@D)
+	sed 's/@PROGRAMS@/$(TOOLS)/g' $< > $@
+
+$(ZSH_COMPLETION): $(COMPLETION)
+	{ echo '#compdef $(TOOLS)'; echo 'autoload -U +X bashcompinit && bashcompinit'; \
+	  cat $<; echo '_bash_complete -F _dptools "$$@"'; } > $@
 
 $(O)/man/%: man/% Makefile
 	@mkdir -p $(@D)
@@ -180,6 +202,9 @@ $(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
 $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
+
+# The build's identity (dp_build) names its compiler flags.
+$(O)/lib/train/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
 
 # The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c).
 $(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
@@ -293,11 +318,11 @@ learn: all
 demo: all
 	$(TEST_ENV) examples/demo
 
-## install: install programs, library, headers, pkg-config file and man pages
+## install: install programs, library, headers, pkg-config file, man pages, bash and zsh completion
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
 	  $(DESTDIR)$(INCLUDEDIR)/dptools $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 \
-	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(O)/libdp.a $(DESTDIR)$(LIBDIR)
 	install -m 755 $(O)/$(SO) $(DESTDIR)$(LIBDIR)
@@ -306,6 +331,9 @@ install: all
 	$(PCFILE) > $(DESTDIR)$(PKGCONFIGDIR)/libdp.pc
 	install -m 644 $(LIB_HDR) $(DESTDIR)$(INCLUDEDIR)/dptools
 	$(foreach s,1 3 5 7,$(if $(MAN$(s)),install -m 644 $(patsubst man/%,$(O)/man/%,$(MAN$(s))) $(DESTDIR)$(MANDIR)/man$(s);))
+	install -m 644 $(COMPLETION) $(DESTDIR)$(BASHCOMPDIR)/$(firstword $(TOOLS))
+	$(foreach p,$(wordlist 2,$(words $(TOOLS)),$(TOOLS)),ln -sf $(firstword $(TOOLS)) $(DESTDIR)$(BASHCOMPDIR)/$(p);)
+	install -m 644 $(ZSH_COMPLETION) $(DESTDIR)$(ZSHCOMPDIR)
 
 ## uninstall: remove what install put in place
 uninstall:
@@ -318,10 +346,25 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(MAN3))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) \
 	  $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
+	rm -f $(addprefix $(DESTDIR)$(BASHCOMPDIR)/,$(TOOLS)) $(DESTDIR)$(ZSHCOMPDIR)/_dptools
 
-## clean: remove build directories (O=DIR: that one only)
+## dist: dptools-VERSION.tar.gz of the committed tree (git archive of HEAD), in DISTDIR=.
+DISTDIR ?= .
+dist:
+	git archive --prefix=$(DIST)/ -o $(DISTDIR)/$(DIST).tar.gz HEAD
+
+## distcheck: make dist, then build the tarball and run its full make check
+distcheck: dist
+	scripts/distcheck $(DISTDIR)/$(DIST).tar.gz full
+
+## deb: the Debian packages dptools, libdp0, libdp-dev (dpkg-buildpackage) in debs/
+deb:
+	scripts/deb debs
+
+## clean: remove build directories, the dist tarball and debs/ (O=DIR: that build only)
 clean:
-	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz)
+	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz \
+	  $(DIST).tar.gz debs)
 
 ## help: list the targets
 help:

@@ -174,6 +174,20 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 
+/* ---- Shell commands ----------------------------------------------------
+ * dp_shell_quote appends s to b as one word of the POSIX shell: in single
+ * quotes, each ' written '\''.  dp_shell_run runs `/bin/sh -c cmd` and
+ * waits for it: stdin from /dev/null, stdout on out_fd (-1: ours), env a
+ * NULL-terminated list of "NAME=VALUE" added to the environment (may be
+ * NULL).  The command gets SIGTERM if the calling thread dies first
+ * (PR_SET_PDEATHSIG), so a program killed while it waits leaves none
+ * behind.  Returns 0 when it exited 0; otherwise DP_EIO with "exited with
+ * status N" or "killed by signal N (NAME)" in e, and *status the exit
+ * status (128 + N for a signal; may be NULL). */
+DP_EXPORT int dp_shell_quote(dp_buf *b, const char *s);
+DP_EXPORT int dp_shell_run(const char *cmd, const char *const *env, int out_fd, int *status,
+			   dp_err *e);
+
 /* ---- Settings ----------------------------------------------------------
  * libdp reads no environment variable behind its caller's back.  The
  * overrides meant for tests, benchmarks and the curious (DP_BACKEND,

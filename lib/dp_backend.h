@@ -217,6 +217,11 @@ DP_EXPORT extern const dp_backend dp_backend_cpu;
 DP_EXPORT const dp_backend *dp_backend_default(void);
 /* A backend by name ("cpu", "cuda"), or NULL when not built in. */
 DP_EXPORT const dp_backend *dp_backend_find(const char *name);
+/* What this build is, one line, the same in two processes only when they
+ * run the same build: "dptools 0.1.0; gcc 12.2.0; CFLAGS -O2 -g; backends
+ * cpu (OpenBLAS 0.3.21)" (the BLAS and CUDA runtime versions are those of
+ * the libraries loaded). */
+DP_EXPORT const char *dp_build(void);
 
 
 #ifdef __cplusplus

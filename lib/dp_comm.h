@@ -58,7 +58,11 @@ typedef struct dp_comm dp_comm;
 DP_EXPORT int dp_comm_launched(void);
 
 /* Join the job (single process: rank 0 of 1).  be/ctx: the backend that
- * owns the buffers passed in later.  Under MPI this initialises MPI. */
+ * owns the buffers passed in later.  Under MPI this initialises MPI.
+ * Fails (DP_EARG, the fix in the message) when the launcher says it
+ * started several processes (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * SLURM_STEP_NUM_TASKS) but the job has one: plain `srun -n 2`, or a PMI
+ * the MPI library does not speak; unless DP_COMM=single. */
 DP_EXPORT dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e);
 /* Leave the job (MPI_Finalize): a collective, every rank calls it. */
 DP_EXPORT void dp_comm_close(dp_comm *c);
@@ -66,6 +70,8 @@ DP_EXPORT int dp_comm_rank(const dp_comm *c);
 DP_EXPORT int dp_comm_size(const dp_comm *c);
 /* "single process", "Open MPI v4.1.4, 4 ranks", ... */
 DP_EXPORT const char *dp_comm_desc(const dp_comm *c);
+/* The MPI library and its version ("Open MPI v4.1.4"); "none" in a job of one. */
+DP_EXPORT const char *dp_comm_library(const dp_comm *c);
 /* End every process of the job with exit status code (MPI_Abort; a
  * single process exits).  For a failure on one rank: its peers would wait
  * for it forever. */

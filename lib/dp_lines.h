@@ -61,6 +61,11 @@ DP_EXPORT dp_lines *dp_lines_open(const char *path, unsigned flags, size_t max_l
  * rotation (there is no name to look at). */
 DP_EXPORT dp_lines *dp_lines_fdopen(int fd, const char *name, unsigned flags, size_t max_line, dp_err *e);
 
+/* Give back n bytes its caller read from the descriptor before opening
+ * the reader on it (to look at them): they are read first.  Only before
+ * the first dp_lines_next, and n at most 64 KiB.  Returns 0 or DP_EARG. */
+DP_EXPORT int dp_lines_unread(dp_lines *r, const void *p, size_t n, dp_err *e);
+
 /* The next line: DP_LINES_LINE, DP_LINES_WAIT, DP_LINES_END, or a negative
  * status on a read error.  The line stays valid until the next call. */
 DP_EXPORT int dp_lines_next(dp_lines *r, const char **line, size_t *len, dp_err *e);

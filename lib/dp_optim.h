@@ -66,6 +66,18 @@ DP_EXPORT int dp_optim_nstates(const dp_optim *o);
 DP_EXPORT const char *dp_optim_state_name(const dp_optim *o, int j);
 DP_EXPORT float *dp_optim_state(dp_optim *o, int j);
 
+/* ---- gradients between the backward pass and the update -----------------
+ * acc += g, n floats (dev) of backend be: gradient accumulation.  Exact
+ * (the SGD kernel at rate -1, which every backend has). */
+DP_EXPORT void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *g,
+			    size_t n);
+/* PyTorch's clip_grad_norm_: the L2 norm of g (dev, n floats), summed in
+ * double in index order (the same on every rank of a job holding the same
+ * g); when it exceeds max_norm, g is multiplied by max_norm / (norm + 1e-6).
+ * Returns the norm before clipping, -1 when out of memory (g unchanged). */
+DP_EXPORT double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n,
+			       double max_norm);
+
 /* ---- learning-rate schedules ---------------------------------------------
  *   constant           lr
  *   step:N[:G]         lr * G^floor(epoch / N)        (G 0.1 by default)

@@ -133,10 +133,20 @@ typedef struct dp_s3_info {
 	char region[64];
 	char profile[128];
 	char cred_source[64]; /* "environment", "shared credentials file", ..., "none" */
-	char key_id[128];     /* the access key id, "" when anonymous */
+	char method[32];      /* the same as botocore names it: "env", "iam-role"...,
+				 "" when none or anonymous */
+	char key_id[128];     /* the access key id, "" when anonymous or not
+				 fetched yet (dp_s3_credentials) */
+	int64_t expires;      /* when temporary credentials expire (seconds since
+				 the epoch), 0 when they do not */
 	int path_style;       /* addressing when a bucket allows both */
 } dp_s3_info;
 DP_EXPORT void dp_s3_get_info(dp_s3 *s, dp_s3_info *i);
+/* Fetch the credentials now, from a provider that fetches them (STS, a
+ * process, the container or instance metadata endpoint), as the first
+ * request otherwise does; or refresh them when they are about to expire.
+ * DP_EDENIED when none are found; the message names the provider. */
+DP_EXPORT int dp_s3_credentials(dp_s3 *s, dp_err *e);
 
 /* ---- Operations ------------------------------------------------------------ */
 

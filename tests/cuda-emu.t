@@ -45,4 +45,10 @@ is "$(hashes two.log two.ranks | cut -d' ' -f2 | sort -u | wc -l)" 1 \
 	"both ranks end with identical weights and optimizer state"
 ok curve_close two.log emu.log 1e-4 "the loss curve of one process with the same global batch (1e-4)"
 ok close two.st emu.st 1e-4 "and its weights"
+# --accumulate (the micro-batches' sum in device memory) and --clip-norm
+# (the norm read back to the host): the CPU backend's result
+run env DP_BACKEND=cpu "$EMU" "${COMMON[@]}" --batch-size 32 --clip-norm 0.05 -q -o cpuclip.st
+run mpi 2 "$EMU" "${COMMON[@]}" --batch-size 8 --accumulate 2 --clip-norm 0.05 -q -o accclip.st
+is "$rc" 0 "2 ranks x --accumulate 2 x 8 with --clip-norm on the emulated GPU backend"
+ok close accclip.st cpuclip.st 1e-5 "= one CPU process of batch 32 with --clip-norm"
 done_testing

@@ -6,7 +6,8 @@
 # shards, validation combined exactly (the same lines under 1, 2 and 3 ranks
 # as dp-eval's figures), --scale-lr/--warmup-epochs, logs of
 # rank 0 and of every rank, the timeline, resume with the same and another
-# number of ranks, and ranks started with different settings.
+# number of ranks, --accumulate (= the batch it multiplies, resume across
+# rank counts), --clip-norm, and ranks started with different settings.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
@@ -231,6 +232,44 @@ like "$err" "saved by 2 ranks, resumed by 4 with the same global batch \(24\)" "
 d=$(maxdiff full.st r4.st)
 ok small "$d" "and ends where the 2-rank run does ($d)"
 
+# ---- --accumulate, --clip-norm ---------------------------------------------------------------
+# N micro-batches an update, one allreduce: the global batch is ranks x N x batch
+run dp-train --train all.tfr --val val.tfr "${COMMON[@]}" --batch-size 24 --accumulate 2 -o acc1.st --log acc1.log
+is "$rc" 0 "--accumulate 2 trains"
+like "$err" "global batch 48 \(2 micro-batches of 1 x 24\)" "... says what the global batch is"
+ok $PY compare.py one.log acc1.log "1 process, 2 micro-batches of 24: the loss curve of batch 48"
+d=$(maxdiff one.st acc1.st)
+ok small "$d" "... and its weights ($d)"
+run mpi 2 dp-train --train all.tfr --val val.tfr "${COMMON[@]}" --batch-size 12 --accumulate 2 -o acc2.st --log acc2.log
+ok $PY compare.py one.log acc2.log "2 ranks x 2 micro-batches of 12: the loss curve of batch 48"
+d=$(maxdiff one.st acc2.st)
+ok small "$d" "... and its weights ($d)"
+like "$err" "communication: 1.0 allreduce call a step" "... one gradient allreduce an update"
+# --last-batch drop: the last update, short of micro-batches, is dropped as batch 48's is
+run dp-train --train all.tfr "${COMMON[@]}" --batch-size 48 --last-batch drop -o drop1.st --log drop1.log
+run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --batch-size 12 --accumulate 2 --last-batch drop \
+	-o drop2.st --log drop2.log
+ok $PY compare.py drop1.log drop2.log "--last-batch drop with --accumulate: the loss curve of batch 48's"
+d=$(maxdiff drop1.st drop2.st)
+ok small "$d" "... and its weights ($d)"
+# the global batch kept: resumed by another number of ranks
+run dp-train --train all.tfr "${COMMON[@]}" --batch-size 24 --accumulate 2 --max-steps 7 -o acch.st
+run mpi 2 dp-train --train all.tfr --resume acch.st --accumulate 1 -o accr.st
+is "$rc" 0 "saved by 1 rank x 2 micro-batches, resumed by 2 ranks x 1"
+like "$err" "saved by 1 rank, resumed by 2 with the same global batch \(48\)" "... says so"
+d=$(maxdiff acc1.st accr.st)
+ok small "$d" "... and ends where the run without a break does ($d)"
+run mpi 2 dp-train --train all.tfr --resume acch.st -q -o accx.st
+is "$rc" 1 "resumed by 2 ranks with its 2 micro-batches (global batch 96): refused"
+like "$err" "resume it with 1 rank, or with --accumulate 1 to keep the global batch" "... says how"
+# clipping: the norm of the summed gradient, the same on every rank
+run dp-train --train all.tfr "${COMMON[@]}" --batch-size 48 --clip-norm 0.05 -o clip1.st
+not_ok cmp -s clip1.st one.st "--clip-norm 0.05 clips"
+run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --batch-size 24 --clip-norm 0.05 -o clip2.st
+d=$(maxdiff clip1.st clip2.st)
+ok small "$d" "--clip-norm: 2 ranks = 1 process ($d)"
+like "$err" "all 2 ranks hold the same weights" "... every rank bit-identical"
+
 # ---- settings, launchers -----------------------------------------------------------------------
 run mpirun "${MPI_OPTS[@]}" -np 1 dp-train --train all.tfr --model dense:8,relu,dense:4 \
 	--input-shape 64 : -np 1 dp-train --train all.tfr --model dense:16,relu,dense:4 --input-shape 64
@@ -246,6 +285,22 @@ like "$err" "Open MPI v[0-9.]+, 1 rank;" "DP_COMM=mpi: an MPI singleton without 
 same_file sing.st one.st "the singleton trains as a plain run"
 run mpirun "${MPI_OPTS[@]}" -H localhost,localhost -np 2 dp-train --train all.tfr "${P[@]}" --epochs 1
 is "$rc" 0 "the multi-host syntax (-H host,host) on one host"
+# a launcher that started several processes, and a job of one: refused with the fix
+# (tests/slurm.t does it with a real srun)
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 dp-train --train all.tfr "${P[@]}" --epochs 1 -o x.st
+is "$rc" 1 "srun -n 2 without MPI (its variables): refused"
+like "$err" "^dp-train: srun started 2 tasks but none of them joined an MPI job: use srun --mpi=pmix \(see DISTRIBUTED in dp-train\(1\)\)$" \
+	"... says how to start it"
+ok test ! -e x.st "... before writing anything"
+run env PMI_SIZE=2 PMI_RANK=0 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 1 "a PMI launcher of 2 that Open MPI does not speak (MPI sees 1): refused"
+like "$err" "the launcher \(PMI_SIZE\) started 2 processes but MPI sees 1" "... says so"
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 DP_COMM=single dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "DP_COMM=single: independent jobs on purpose"
+run env SLURM_STEP_NUM_TASKS=2 SLURM_STEP_ID=0 SLURM_NTASKS=2 mpirun "${MPI_OPTS[@]}" -np 1 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "mpirun -np 1 inside a step of 2 tasks: mpirun's count is the one trusted"
+run env SLURM_NTASKS=4 dp-train --train all.tfr "${P[@]}" --epochs 1
+is "$rc" 0 "a batch script's own process (SLURM_NTASKS, no step): trains"
 
 # ---- the README's example, under mpirun -np 4, = one process with its global batch ----------
 mkdir readme && cd readme

@@ -4,8 +4,9 @@
 # given with --init), three updates on the same batches give the same
 # weights within float32 rounding, for dense, conv, maxpool, avgpool,
 # strided and padded conv, batchnorm and MSE models with SGD (momentum,
-# Nesterov, weight decay), Adam and AdamW.  Checkpoints load into the
-# equivalent torch.nn.Sequential with load_state_dict(strict=True).
+# Nesterov, weight decay), Adam and AdamW, and --clip-norm (torch's
+# clip_grad_norm_).  Checkpoints load into the equivalent
+# torch.nn.Sequential with load_state_dict(strict=True).
 . "${DP_SRC:-.}/tests/lib.sh"
 
 REF="$PY $DP_SRC/tests/torch_ref.py"
@@ -38,6 +39,8 @@ vec 12 dense:16,tanh,dense:8,sigmoid,dense:5 xent $ADAM
 vec 12 dense:16,relu,dense:5,softmax xent $ADAMW
 img 2x8x8 conv:4:3,relu,flatten,dense:5 xent $SGD
 img 2x8x8 conv:4:3,relu,flatten,dense:5 xent $ADAM
+img 2x8x8 conv:4:3,relu,flatten,dense:5 xent --optimizer sgd --lr 0.5 --clip-norm 0.05
+vec 12 dense:16,relu,dense:5 xent $ADAMW --clip-norm 0.02
 img 2x8x8 conv:6:3:same,relu,maxpool:2,flatten,dense:5 xent $SGD
 img 2x8x8 conv:6:3:same,relu,maxpool:2,flatten,dense:5 xent $ADAM
 img 2x8x8 conv:4:3:2:1,sigmoid,avgpool:2,flatten,dense:5 xent $ADAMW
@@ -79,6 +82,11 @@ while IFS= read -r line; do
 	esac
 done < step.log
 is "$i" "$(wc -l < cases.txt)" "every case compared"
+# the clipping clipped: without it the weights differ
+n=$(grep -n -- '--clip-norm 0.05' cases.txt | cut -d: -f1)
+dp-train --init "init-$n.st" --train img.tfr --shuffle-buffer 0 --batch-size 8 --max-steps 3 \
+	--prefetch 0 -q --optimizer sgd --lr 0.5 -o noclip.st >/dev/null 2>&1
+not_ok cmp -s noclip.st "out-$n.st" "--clip-norm 0.05 changed the updates (the norm was above it)"
 
 # checkpoints written by dp-train load into torch.nn.Sequential, strictly
 $PY "$DP_SRC/tests/mkexamples.py" mnist.tfr random --n 64 --shape 1x28x28 --kind uint8

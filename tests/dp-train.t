@@ -146,6 +146,17 @@ is "$rc" 0 "stopped at --max-steps"
 run dp-train --train small.tfr --resume half.st --prefetch 0 -q -o resumed.st
 is "$rc" 0 "resumed with settings from the checkpoint"
 same_file full.st resumed.st "resume: bit-identical to the uninterrupted run"
+# re-submitting a job that stopped at --max-steps: no update, the same bytes
+cp half.st again.st
+for i in 1 2; do
+	run dp-train --train small.tfr --resume again.st --max-steps 10 -o again.st
+	is "$rc" 0 "--resume of a checkpoint at --max-steps (run $i): exit 0"
+	same_file again.st half.st "... no update: the same checkpoint, byte for byte (run $i)"
+done
+like "$err" "again.st: at step 10 already \(--max-steps 10\): nothing to train" "... says so"
+run dp-train --train small.tfr --resume half.st --max-steps 12 -q -o more.st
+is "$($PY -c 'import json,struct,sys; f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]; print(json.loads(f.read(n))["__metadata__"]["step"])' more.st)" 12 \
+	"--max-steps 12 from step 10: two updates"
 run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --max-steps 7 -o edge.st
 run dp-train --train small.tfr --resume edge.st -q -o resumed2.st
 same_file full.st resumed2.st "resume from an epoch boundary: bit-identical"

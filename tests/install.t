@@ -21,6 +21,10 @@ ok test -f "$root/opt/dp/include/dptools/dp_record.h" "public headers installed"
 is "$(cd "$root/opt/dp/include/dptools" && ls | grep -v '^dp.*\.h$')" "" "... and only the public dp*.h"
 ok test -f "$root/opt/dp/lib/pkgconfig/libdp.pc" "pkg-config file installed"
 ok test -f "$root/opt/dp/man/man3/libdp.3" "man3/libdp.3 installed"
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep; do
+	ok test -f "$root/opt/dp/share/bash-completion/completions/$p" "bash completion for $p installed under PREFIX/share"
+done
+ok test -f "$root/opt/dp/share/zsh/site-functions/_dptools" "zsh completion installed under PREFIX/share/zsh"
 run objdump -p "$root/opt/dp/lib/libdp.so.$V"
 like "$out" "SONAME +libdp\.so\.0" "shared library has the soname libdp.so.0"
 unlike "$out" "NEEDED +libprotobuf-c" "libdp.so does not need protobuf-c (only the tests use its parser)"

@@ -22,7 +22,7 @@ cd "$DP_SRC" || exit 1
 comp_of() {
 	case $1 in
 	dp.h | dp_rng.h | dp_hash.h) echo common ;;
-	dp_record.h | dp_example.h | dp_encode.h | dp_shard.h | dp_shuffle.h) echo records ;;
+	dp_record.h | dp_example.h | dp_encode.h | dp_shard.h | dp_shuffle.h | dp_events.h) echo records ;;
 	dp_s3.h) echo s3 ;;
 	dp_backend.h | dp_nn.h | dp_optim.h | dp_comm.h | dp_data.h | dp_ckpt.h | dp_eval.h) echo train ;;
 	dp_metrics.h | dp_lines.h | dp_plot.h) echo metrics ;;

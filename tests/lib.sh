@@ -17,6 +17,12 @@ case ":$PATH:" in *":$DP_BUILD/bin:"*) ;; *) PATH="$DP_BUILD/bin:$PATH" ;; esac
 export LC_ALL=C
 # Open MPI refuses root unless told; tests set it themselves.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# no test reaches the machine's own cloud credentials: no instance metadata
+# service, container endpoint or web identity but those a test starts
+export AWS_EC2_METADATA_DISABLED=true
+unset AWS_CONTAINER_CREDENTIALS_RELATIVE_URI AWS_CONTAINER_CREDENTIALS_FULL_URI \
+	AWS_CONTAINER_AUTHORIZATION_TOKEN AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE \
+	AWS_WEB_IDENTITY_TOKEN_FILE AWS_ROLE_ARN AWS_ROLE_SESSION_NAME
 # A build with AddressSanitizer (make asan): Open MPI does not free all it
 # allocates at MPI_Finalize, and frees some from components it has already
 # unloaded; full stacks let the suppressions find the library.  Harmless for

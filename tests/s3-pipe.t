@@ -48,7 +48,7 @@ like "$err" "unknown command 'frob'" "unknown command named"
 run s3-pipe get --frob d/b
 is "$rc" 2 "unknown option: 2"
 is "$err" "s3-pipe: unknown option '--frob'
-usage: s3-pipe get|put|ls|fifo|presign|rm [OPTION]... URL...   (s3-pipe --help lists every option)" \
+usage: s3-pipe get|put|ls|fifo|presign|rm|whoami [OPTION]... URL...   (s3-pipe --help lists every option)" \
 	"unknown option: the one wording, then the usage line"
 run s3-pipe get -x d/b
 like "$err" "^s3-pipe: unknown option '-x'" "unknown short option named"

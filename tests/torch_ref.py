@@ -185,6 +185,7 @@ def main(argv=None):
         ap.add_argument("--momentum", type=float, default=0); ap.add_argument("--nesterov", action="store_true")
         ap.add_argument("--weight-decay", type=float, default=None)
         ap.add_argument("--loss", default="xent")
+        ap.add_argument("--clip-norm", type=float, default=None)
         ap.add_argument("--rtol", type=float, default=1e-4); ap.add_argument("--atol", type=float, default=None)
         a = ap.parse_args(argv[2:])
         if a.atol is None:  # float32 rounding of the update itself: a fraction of lr
@@ -212,6 +213,8 @@ def main(argv=None):
             out = body(xb)
             l = lossf(out, yb.long() if a.loss == "xent" else yb.float().reshape(out.shape))
             l.backward()
+            if a.clip_norm:
+                nn.utils.clip_grad_norm_(m.parameters(), a.clip_norm)
             opt.step()
         got, _ = load_checkpoint(a.out)
         want = {k: v.detach().numpy() for k, v in m.state_dict().items()}

@@ -26,6 +26,7 @@
 #include "dp_comm.h"
 #include "dp_data.h"
 #include "dp_eval.h"
+#include "dp_events.h"
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
@@ -62,7 +63,8 @@ enum {
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
-	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE, O_LAST
+	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
+	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -126,6 +128,12 @@ static const struct option longopts[] = {
 	{"timeline", required_argument, 0, O_TIMELINE},
 	{"stall-timeout", required_argument, 0, O_STALL},
 	{"stall-abort", required_argument, 0, O_STALL_ABORT},
+	{"tensorboard", required_argument, 0, O_TENSORBOARD},
+	{"tensorboard-histograms", no_argument, 0, O_TB_HIST},
+	{"on-epoch", required_argument, 0, O_ON_EPOCH},
+	{"on-epoch-fail", no_argument, 0, O_ON_EPOCH_FAIL},
+	{"accumulate", required_argument, 0, O_ACCUMULATE},
+	{"clip-norm", required_argument, 0, O_CLIP_NORM},
 	{"help", no_argument, 0, O_HELP},
 	{"version", no_argument, 0, O_VERSION},
 	{0, 0, 0, 0},
@@ -173,10 +181,15 @@ static struct {
 	int log_all;
 	const char *timeline;
 	double stall, stall_abort;
+	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
+	int tb_hist, on_epoch_fail;
+	uint64_t accumulate; /* micro-batches an update */
+	double clip_norm;    /* 0: none */
 	char given[O_LAST]; /* options given on the command line */
 } O = {
 	.shard = -1,
 	.overlap = 1,
+	.accumulate = 1,
 	.bucket = 1u << 20,
 	.stall = 60,
 	.feature = "image",
@@ -275,6 +288,14 @@ static void help(void)
 	       "      --log-every N        a training line every N updates (default 100)\n"
 	       "      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
 	       "  -q, --quiet              no progress bar, no notes on stderr\n"
+	       "      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
+	       "                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
+	       "      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
+	       "      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
+	       "                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
+	       "                           are filled in shell-quoted (also $DP_EPOCH,\n"
+	       "                           $DP_CHECKPOINT, $DP_TENSORBOARD); a failure is reported\n"
+	       "      --on-epoch-fail      a failing --on-epoch command ends the run (exit 1)\n"
 	       "\n"
 	       "Data parallelism (under mpirun; see DISTRIBUTED in dp-train(1)):\n"
 	       "      --shard-data         every rank takes a disjoint share of the training and\n"
@@ -287,6 +308,10 @@ static void help(void)
 	       "      --scale-lr           multiply --lr by the number of ranks\n"
 	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
 	       "                           first E epochs\n"
+	       "      --accumulate N       N micro-batches of --batch-size an update, their\n"
+	       "                           gradients summed before one allreduce (default 1)\n"
+	       "      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
+	       "                           most X (PyTorch's clip_grad_norm_)\n"
 	       "      --no-overlap         reduce the gradients after the backward pass, in one\n"
 	       "                           call, not in buckets during it\n"
 	       "      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
@@ -365,6 +390,12 @@ static void end_job(int code)
 			struct timespec ts = {0, 100000000};
 			nanosleep(&ts, NULL);
 		}
+		/* the message is in the pipe to mpirun's daemon; the abort kills
+		 * the job at once, and under load mpirun then sometimes drops
+		 * what it had not forwarded yet: give it a moment */
+		struct timespec ts = {0, 300000000};
+		fflush(stderr);
+		nanosleep(&ts, NULL);
 		dp_comm_abort(COMM, code);
 	}
 }
@@ -401,6 +432,18 @@ static void parse_ckpt_every(const char *arg)
 		usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a whole number "
 			    "from 1",
 			    arg);
+}
+
+/* --on-epoch CMD: its placeholders known. */
+static void parse_on_epoch(const char *arg)
+{
+	dp_err e;
+	const char *vars[] = {"epoch", "1", "checkpoint", "", "tensorboard", "", NULL};
+	char *x = dp_expand_strict(arg, vars, &e);
+	if (!x)
+		usage_error("--on-epoch: %s", e.msg);
+	free(x);
+	O.on_epoch = arg;
 }
 
 static void parse_args(int argc, char **argv)
@@ -515,6 +558,8 @@ static void parse_args(int argc, char **argv)
 		case O_SCALE_LR: O.scale_lr = 1; break;
 		case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", optarg, 0, 1e6); break;
 		case O_NO_OVERLAP: O.overlap = 0; break;
+		case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", optarg, 1, 1u << 16); break;
+		case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", optarg, 1e-30, 1e30); break;
 		case O_BUCKET:
 			O.bucket = cli_size("--bucket-size", optarg, 1, 1ull << 40);
 			break;
@@ -530,6 +575,10 @@ static void parse_args(int argc, char **argv)
 		case O_TIMELINE: O.timeline = optarg; break;
 		case O_STALL: O.stall = cli_real("--stall-timeout", optarg, 0, 1e7); break;
 		case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", optarg, 0, 1e7); break;
+		case O_TENSORBOARD: O.tensorboard = optarg; break;
+		case O_TB_HIST: O.tb_hist = 1; break;
+		case O_ON_EPOCH: parse_on_epoch(optarg); break;
+		case O_ON_EPOCH_FAIL: O.on_epoch_fail = 1; break;
 		case O_HELP: /* once per job under mpirun */
 			if (RANK == 0)
 				help();
@@ -543,6 +592,10 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		usage_error("unexpected argument '%s' (records are given with --train)", argv[optind]);
+	if (O.tb_hist && !O.tensorboard)
+		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
+	if (O.on_epoch_fail && !O.on_epoch)
+		usage_error("--on-epoch-fail goes with --on-epoch CMD");
 	dp_optim_defaults(&O.opt, dp_optim_parse(optname));
 	O.opt.momentum = momentum;
 	O.opt.dampening = dampening;
@@ -648,6 +701,10 @@ static void settings_from(const dp_st *ck)
 		O.drop_last = !strcmp(v, "drop");
 	if ((v = from_ckpt(ck, O_BATCH, "batch_size")))
 		O.batch = meta_count(ck, "batch_size", v, 1, 1u << 20);
+	if ((v = from_ckpt(ck, O_ACCUMULATE, "accumulate")))
+		O.accumulate = meta_count(ck, "accumulate", v, 1, 1u << 16);
+	if ((v = from_ckpt(ck, O_CLIP_NORM, "clip_norm")))
+		O.clip_norm = meta_real(ck, "clip_norm", v, 0, 1e30);
 	if ((v = from_ckpt(ck, O_EPOCHS, "epochs")))
 		O.epochs = meta_count(ck, "epochs", v, 1, 1u << 30);
 	if ((v = from_ckpt(ck, O_SEED, "seed")))
@@ -695,6 +752,44 @@ static void settings_from(const dp_st *ck)
 		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
 }
 
+/* ---- TensorBoard (rank 0) ------------------------------------------------------ */
+
+static dp_events *TB; /* --tensorboard's event file */
+
+static void tb_open(void)
+{
+	dp_err e;
+	if (O.tensorboard && RANK == 0 && !(TB = dp_events_create(O.tensorboard, &e)))
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+/* The numbers of a job's log line as one event at its step. */
+static void tb_line(const char *const *keys, const char *const *vals, int n)
+{
+	int64_t step = 0;
+	for (int i = 0; TB && i < n; i++) {
+		char *end;
+		double v = strtod(vals[i], &end);
+		if (*end || end == vals[i])
+			continue; /* not a number */
+		if (!strcmp(keys[i], "step"))
+			step = (int64_t)v;
+		else if (strcmp(keys[i], "epoch"))
+			dp_summary_scalar(dp_events_summary(TB), keys[i], (float)v);
+	}
+	dp_err e;
+	if (TB && dp_events_write(TB, step, 0, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+static void tb_close(void)
+{
+	dp_err e;
+	if (dp_events_close(TB, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+	TB = NULL;
+}
+
 /* ---- logs ---------------------------------------------------------------------- */
 
 static FILE *logfp;
@@ -725,6 +820,8 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 	}
 	fputs(O.json ? "}\n" : "\n", logfp);
 	log_flush();
+	if (!own)
+		tb_line(keys, vals, n);
 }
 
 typedef struct meter {
@@ -826,7 +923,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	char producer[64];
 	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
-		web[40];
+		web[40], acb[24], cnb[40];
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
 	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
@@ -842,6 +939,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	snprintf(epb, sizeof epb, "%" PRIu64, O.epochs);
 	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
 	snprintf(rb, sizeof rb, "%d", SIZE);
+	snprintf(acb, sizeof acb, "%" PRIu64, O.accumulate);
 	const char *meta[] = {
 		"ranks", rb,
 		"scale_lr", O.scale_lr ? "true" : "false",
@@ -850,6 +948,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"lr_schedule", dp_sched_format(&sc, schb, sizeof schb),
 		"warmup", wb,
 		"batch_size", bb,
+		"accumulate", acb,
+		"clip_norm", dp_fmt_double(O.clip_norm, cnb, sizeof cnb),
 		"epochs", epb,
 		"feature", O.feature,
 		"label", O.label,
@@ -897,6 +997,9 @@ static struct {
 	double iter_time;         /* seconds of the steps, ... */
 	uint64_t iters;           /* ... and their number */
 	dp_eval *val;             /* validation metrics (with VD) */
+	float *acc;               /* (dev) --accumulate: the gradients of the update so far, */
+	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples, */
+	meter pend;               /* this rank's loss and samples in them */
 } R;
 
 /* ---- the model's summary, the data ------------------------------------------------ */
@@ -1073,8 +1176,9 @@ static dp_st *open_ckpt(const char *path)
 
 /* What every rank must agree on, one setting a line: dp_comm_check_same
  * compares them at the start, so that ranks started with different
- * options (mpirun's MPMD syntax, another dp-train on one host) are told
- * apart before they train out of step. */
+ * options (mpirun's MPMD syntax, another dp-train on one host) or builds
+ * are told apart before they train out of step.  dp-train(1) lists the
+ * options (tests/dp-train-mpi-settings.t tries each). */
 static char *settings_text(const dp_optim_conf *oc)
 {
 	char *t = NULL;
@@ -1082,17 +1186,19 @@ static char *settings_text(const dp_optim_conf *oc)
 	FILE *f = open_memstream(&t, &len);
 	if (!f)
 		cli_die("out of memory");
-	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40];
+	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40], sc[40], cn[40];
 	fprintf(f,
-		"version=%s\nbackend=%s\nmodel=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
+		"build=%s\nbackend=%s\nmpi=%s\nresume=%d\ninit=%d\nsummary=%d\nscale=%s\n"
+		"model=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
 		"\nepochs=%" PRIu64 "\nmax_steps=%" PRIu64 "\noptimizer=%s\nlr=%s\nmomentum=%s\n"
 		"dampening=%s\nnesterov=%d\nbetas=%s,%s\neps=%s\nweight_decay=%s\nlr_schedule=%s\n"
 		"warmup=%" PRIu64 "\nwarmup_epochs=%s\nscale_lr=%d\nseed=%" PRIu64
 		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\nprecision=%s\n"
 		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
-		"\ncheckpoint_every=%" PRIu64 "%s\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
-		"\ntimeline=%s\ngrad_dtype=%s\nallreduce=%s\n",
-		dp_version(), dp_backend_default()->name, O.model ? O.model : "(none)",
+		"\ncheckpoint_every=%" PRIu64 "%s\ncheckpoint=%d\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
+		"\ntimeline=%s\naccumulate=%" PRIu64 "\nclip_norm=%s\ngrad_dtype=%s\nallreduce=%s\n",
+		dp_build(), dp_backend_default()->name, dp_comm_library(COMM), !!O.resume, !!O.init,
+		O.summary, dp_fmt_double(O.scale, sc, sizeof sc), O.model ? O.model : "(none)",
 		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
 		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
 		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
@@ -1107,9 +1213,10 @@ static char *settings_text(const dp_optim_conf *oc)
 		: shared(O.val, O.nval, O.val_cmd) ? "shared"
 						    : "per-rank",
 		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
-		O.ckpt_epochs ? "e" : "", O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered",
-		dp_comm_wire_name(O.wire), dp_comm_algo_name(O.algo));
+		O.ckpt_epochs ? "e" : "", O.ckpt != NULL, O.output != NULL, O.overlap, O.bucket,
+		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered", O.accumulate,
+		dp_fmt_double(O.clip_norm, cn, sizeof cn), dp_comm_wire_name(O.wire),
+		dp_comm_algo_name(O.algo));
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1143,7 +1250,7 @@ static uint64_t count_steps(dp_data *td)
 	for (int r = 1; r < SIZE; r++)
 		steps = use_min ? (all[r] < steps ? all[r] : steps) : (all[r] > steps ? all[r] : steps);
 	free(all);
-	return steps;
+	return O.drop_last ? steps / O.accumulate : (steps + O.accumulate - 1) / O.accumulate;
 }
 
 /* The learning rate of update `step`: the schedule over --lr (times the
@@ -1159,14 +1266,18 @@ static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_
 	return lr;
 }
 
-/* The gradients of a rank without samples in a step: zeros, reported
- * layer by layer as a backward pass would, so that every rank makes the
- * same allreduce calls. */
+/* The gradients of a rank without samples in a step: zeros (or those of
+ * the update's micro-batches before, --accumulate), reported layer by
+ * layer as a backward pass would, so that every rank makes the same
+ * allreduce calls. */
 static int zero_grads(dp_err *e)
 {
 	dp_bectx *ctx;
 	const dp_backend *be = dp_model_backend(M, &ctx);
-	be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
+	if (R.micro)
+		be->copy(ctx, dp_model_grads(M), R.acc, dp_model_nparams(M) * sizeof(float));
+	else
+		be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
 	for (int i = dp_model_nlayers(M) - 1; i >= 0; i--) {
 		dp_layer_info li;
 		dp_model_layer(M, i, &li);
@@ -1550,21 +1661,25 @@ static void open_log(void)
  * was). */
 static void check_resume_ranks(dp_st *ck, int ck_ranks)
 {
-	const char *cb = dp_st_meta(ck, "batch_size");
+	const char *cb = dp_st_meta(ck, "batch_size"), *ca = dp_st_meta(ck, "accumulate");
 	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb, 1, 1u << 20) : O.batch;
-	uint64_t g0 = ckb * (uint64_t)ck_ranks, g1 = O.batch * (uint64_t)SIZE;
+	uint64_t cka = ca ? meta_count(ck, "accumulate", ca, 1, 1u << 16) : 1, N = O.accumulate;
+	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = O.batch * N * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if (ck_ranks == SIZE || R.ts.epoch >= O.epochs)
+	if ((ck_ranks == SIZE && cka == N) || R.ts.epoch >= O.epochs)
 		return;
 	if (g0 != g1 || !split) {
 		char hint[160] = "";
-		if (split && g0 % (uint64_t)SIZE == 0)
+		if (split && g0 % (SIZE * O.batch) == 0 && N != g0 / (SIZE * O.batch))
+			snprintf(hint, sizeof hint, ", or with --accumulate %" PRIu64 " to keep the global batch",
+				 g0 / (SIZE * O.batch));
+		else if (split && g0 % (SIZE * N) == 0)
 			snprintf(hint, sizeof hint,
 				 ", or with --batch-size %" PRIu64 " to keep the global batch",
-				 g0 / (uint64_t)SIZE);
+				 g0 / (SIZE * N));
 		die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64 " (global batch %" PRIu64
 			   "); this run has %d x %" PRIu64 " = %" PRIu64 "%s: resume it with %d rank%s%s",
-			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb, g0, SIZE, O.batch, g1,
+			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, SIZE, O.batch * N, g1,
 			split ? "" : " and its data is per rank ({rank})", ck_ranks,
 			ck_ranks == 1 ? "" : "s", hint);
 	}
@@ -1596,6 +1711,8 @@ static void setup_model(void)
 		cli_die_err(CLI_FAIL, &e);
 	if (!(OPT = dp_optim_new(&O.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
 		cli_die_err(CLI_FAIL, &e);
+	if (O.accumulate > 1 && !(R.acc = R.be->alloc(R.ctx, dp_model_nparams(M) * sizeof(float))))
+		cli_die("--accumulate: out of memory for the gradients' sum");
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
 	if (R.ck) {
 		if (dp_ckpt_load_weights(R.ck, M, &e) < 0)
@@ -1625,16 +1742,25 @@ static void setup_data(void)
 	}
 	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
 	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
-	if (SIZE > 1)
-		note("global batch %" PRIu64 " (%d x %" PRIu64 "); training data %s%s", O.batch * SIZE,
-		     SIZE, O.batch,
-		     tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
+	char how[80]; /* what a global batch is made of */
+	if (O.accumulate > 1)
+		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, O.accumulate,
+			 SIZE, O.batch);
+	else
+		snprintf(how, sizeof how, "%d x %" PRIu64, SIZE, O.batch);
+	if (SIZE > 1 || O.accumulate > 1)
+		note("global batch %" PRIu64 " (%s)%s%s%s", O.batch * O.accumulate * SIZE, how,
+		     SIZE > 1 ? "; training data " : "",
+		     SIZE == 1 ? "" : tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
 		     O.overlap ? "" : "; gradients reduced after the backward pass (--no-overlap)");
 	if (R.ck) {
 		if (O.resume && R.ts.epoch >= O.epochs)
 			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
 			     "(more with --epochs)",
 			     dp_st_name(R.ck), O.epochs, R.ts.step);
+		else if (O.resume && O.max_steps && R.ts.step >= O.max_steps)
+			note("%s: at step %" PRIu64 " already (--max-steps %" PRIu64 "): nothing to train",
+			     dp_st_name(R.ck), R.ts.step, O.max_steps);
 		else if (O.resume)
 			note("resuming %s at epoch %" PRIu64 ", step %" PRIu64, dp_st_name(R.ck),
 			     R.ts.epoch + 1, R.ts.step);
@@ -1713,46 +1839,101 @@ static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 		     epoch + 1, R.ts.step + 1, what);
 }
 
-/* One update: forward and loss (scaled by the job's samples), backward
- * with the gradients summed over the ranks as they come (a rank without
- * samples adds zeros), the optimizer step. */
-static void train_step(uint64_t epoch, const step *s)
+/* The update in progress is no more (done, or dropped at an epoch's end). */
+static void drop_micro(void)
+{
+	R.micro = R.micro_gn = 0;
+	memset(&R.pend, 0, sizeof R.pend);
+}
+
+/* The backward hook of an update's last micro-batch: each range of its
+ * gradients plus those accumulated (--accumulate), then to the allreduce. */
+static int acc_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
+{
+	if (R.micro)
+		dp_grads_add(R.be, R.ctx, dp_model_grads(M) + off, R.acc + off, count);
+	return dp_comm_hook(c, layer, off, count, e);
+}
+
+/* One micro-batch: forward and loss (scaled by the job's samples of the
+ * update: known in advance but at an epoch's end, where the sum is scaled
+ * after), backward.  The last of an update (each one without --accumulate)
+ * has its gradients, with those accumulated, summed over the ranks as
+ * they come (a rank without samples adds zeros), clipped, and makes the
+ * optimizer step: 1 then.  s->gn 0: the update of what was accumulated. */
+static int train_step(uint64_t epoch, const step *s, int last)
 {
 	dp_err e;
 	const dp_batch *b = s->b;
+	float *g = dp_model_grads(M);
+	size_t np = dp_model_nparams(M);
+	uint64_t N = O.accumulate, G = N * O.batch * (uint64_t)SIZE;
 	__atomic_store_n(&cur_step, R.ts.step, __ATOMIC_RELAXED);
 	R.lr = rate(&R.sched, epoch, R.ts.step, R.ramp);
 	double st[2] = {0, 0};
 	if (s->n) {
-		dp_pass pass = {1, O.seed, R.ts.step, (uint64_t)RANK * O.batch};
+		dp_pass pass = {1, O.seed, R.ts.step, (R.micro * (uint64_t)SIZE + (uint64_t)RANK) * O.batch};
 		const void *y = R.xent ? (const void *)b->y : b->t;
 		if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
-		    dp_model_loss(M, y, b->n, 1.0f / (float)s->gn, 1, st, &e) < 0)
+		    dp_model_loss(M, y, b->n, 1.0f / (float)(N == 1 ? s->gn : G), 1, st, &e) < 0)
 			cli_die("train: %s", e.msg);
 	}
 	double t3 = dp_now();
 	dp_comm_event(COMM, "forward", 1, s->t2, t3);
 	if (!isfinite(st[0]))
 		diverged(epoch, st[0]);
-	if (dp_comm_grads_begin(COMM, dp_model_grads(M), dp_model_nparams(M), &e) < 0 ||
-	    (s->n ? dp_model_backward(M, b->n, dp_comm_hook, COMM, &e) : zero_grads(&e)) < 0)
+	R.pend.loss += st[0];
+	R.pend.correct += st[1];
+	R.pend.samples += s->n;
+	R.micro_gn += s->gn;
+	if (!last) { /* into the sum, no allreduce */
+		if (s->n && dp_model_backward(M, b->n, NULL, NULL, &e) < 0)
+			cli_die("train: %s", e.msg);
+		if (!R.micro && s->n)
+			R.be->copy(R.ctx, R.acc, g, np * sizeof *g);
+		else if (!R.micro)
+			R.be->fill(R.ctx, R.acc, 0, np);
+		else if (s->n)
+			dp_grads_add(R.be, R.ctx, R.acc, g, np);
+		R.micro++;
+		dp_comm_event(COMM, "backward", 1, t3, dp_now());
+		return 0;
+	}
+	if (dp_comm_grads_begin(COMM, g, np, &e) < 0 ||
+	    (s->n ? dp_model_backward(M, b->n, acc_hook, COMM, &e) : zero_grads(&e)) < 0)
 		cli_die("train: %s", e.msg);
 	double t4 = dp_now();
 	dp_comm_event(COMM, "backward", 1, t3, t4);
 	if (dp_comm_grads_wait(COMM, &e) < 0)
 		cli_die("train: %s", e.msg);
 	double t5 = dp_now();
-	dp_optim_step(OPT, dp_model_params(M), dp_model_grads(M), R.lr);
+	if (N > 1 && R.micro_gn != G) /* a short update: the mean over its samples */
+		R.be->scale(R.ctx, g, (float)((double)G / (double)R.micro_gn), np);
+	if (O.clip_norm > 0 && dp_grads_clip(R.be, R.ctx, g, np, O.clip_norm) < 0)
+		cli_die("--clip-norm: out of memory");
+	dp_optim_step(OPT, dp_model_params(M), g, R.lr);
 	double t6 = dp_now();
 	dp_comm_event(COMM, "update", 1, t5, t6);
 	R.iter_time += t6 - s->t0;
 	R.iters++;
 	R.ts.step++;
 	R.ts.epoch_step++;
-	R.mt.loss += st[0];
-	R.mt.correct += st[1];
-	R.mt.samples += s->n;
+	R.mt.loss += R.pend.loss;
+	R.mt.correct += R.pend.correct;
+	R.mt.samples += R.pend.samples;
 	R.mt.steps++;
+	drop_micro();
+	return 1;
+}
+
+/* After an update: the training line, the checkpoint, the progress bar. */
+static void after_update(uint64_t epoch)
+{
+	if (R.ts.step % O.log_every == 0)
+		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
+		save(R.ckpt_path, &R.ts);
+	bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 }
 
 /* The updates of one epoch (the rest of it, when resuming), its training
@@ -1763,11 +1944,15 @@ static int train_epoch(uint64_t epoch)
 	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
 	R.ts.epoch = epoch;
 	R.ts.epoch_step = skip;
-	if (dp_data_epoch(TD, epoch, skip, &e) < 0)
+	if (dp_data_epoch(TD, epoch, skip * O.accumulate, &e) < 0)
 		cli_die("train: %s", e.msg);
-	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0;
+	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
 	int out = 0, stopped = 0; /* out: this rank's data is over */
 	for (;;) {
+		if (O.max_steps && R.ts.step >= O.max_steps) {
+			stopped = 1; /* before the step: a resumed run already there does none */
+			break;
+		}
 		step s = next_step(&out);
 		if (!s.gn)
 			break; /* the epoch is over everywhere */
@@ -1782,19 +1967,20 @@ static int train_epoch(uint64_t epoch)
 			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
 			     " samples) dropped (--last-batch drop)",
 			     epoch + 1, s.gn, G);
+			drop_micro(); /* with the update it belongs to */
 			break;
 		}
 		short_steps += s.gn < G;
-		train_step(epoch, &s);
-		if (R.ts.step % O.log_every == 0)
-			log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
-		if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
-			save(R.ckpt_path, &R.ts);
-		bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
-		if (O.max_steps && R.ts.step >= O.max_steps) {
-			stopped = 1;
-			break;
-		}
+		if (train_step(epoch, &s, R.micro + 1 == O.accumulate))
+			after_update(epoch);
+	}
+	if (R.micro && O.drop_last) { /* an update of fewer micro-batches at the end */
+		drop_micro();
+	} else if (R.micro) {
+		step s = {.first_out = -1, .t0 = dp_now()};
+		s.t2 = s.t0;
+		train_step(epoch, &s, 1);
+		after_update(epoch);
 	}
 	if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
 		note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
@@ -1823,6 +2009,82 @@ static void end_epoch(uint64_t epoch)
 	R.ts.epoch_step = 0;
 	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && epoch + 1 < O.epochs)
 		save(R.ckpt_path, &R.ts);
+}
+
+/* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
+
+/* --tensorboard-histograms: the weights and the last step's gradients of
+ * each trainable tensor. */
+static void tb_histograms(void)
+{
+	dp_bectx *ctx;
+	const dp_backend *be = dp_model_backend(M, &ctx);
+	size_t np = dp_model_nparams(M);
+	float *w = cli_malloc(2 * np * sizeof *w + 1);
+	be->download(ctx, w, dp_model_params(M), np * sizeof *w);
+	be->download(ctx, w + np, dp_model_grads(M), np * sizeof *w);
+	for (int i = 0; i < dp_model_ntensors(M); i++) {
+		dp_tensor_info t;
+		char tag[80];
+		dp_model_tensor(M, i, &t);
+		if (t.role != DP_TENSOR_PARAM)
+			continue;
+		snprintf(tag, sizeof tag, "weights/%s", t.name);
+		dp_summary_histogram(dp_events_summary(TB), tag, w + t.off, t.count, 30);
+		snprintf(tag, sizeof tag, "gradients/%s", t.name);
+		dp_summary_histogram(dp_events_summary(TB), tag, w + np + t.off, t.count, 30);
+	}
+	free(w);
+	dp_err e;
+	if (dp_events_write(TB, (int64_t)R.ts.step, 0, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
+/* --on-epoch CMD, its placeholders filled in shell-quoted, the training
+ * waiting for it. */
+static void run_on_epoch(uint64_t epoch)
+{
+	char eb[24];
+	snprintf(eb, sizeof eb, "%" PRIu64, epoch);
+	const char *ck = last_ckpt ? last_ckpt : "", *tb = O.tensorboard ? O.tensorboard : "";
+	dp_buf b[5] = {DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT};
+	dp_shell_quote(&b[0], ck);
+	dp_shell_quote(&b[1], tb);
+	dp_buf_printf(&b[2], "DP_EPOCH=%s", eb);
+	dp_buf_printf(&b[3], "DP_CHECKPOINT=%s", ck);
+	dp_buf_printf(&b[4], "DP_TENSORBOARD=%s", tb);
+	for (int i = 0; i < 5; i++)
+		if (b[i].err)
+			cli_die("out of memory");
+	const char *vars[] = {"epoch", eb, "checkpoint", b[0].p, "tensorboard", b[1].p, NULL};
+	const char *env[] = {b[2].p, b[3].p, b[4].p, NULL};
+	char *cmd = cli_expand(O.on_epoch, vars);
+	cli_progress_clear();
+	fflush(stdout);
+	dp_err e;
+	if (dp_shell_run(cmd, env, STDERR_FILENO, NULL, &e) < 0) {
+		if (O.on_epoch_fail)
+			cli_die("--on-epoch: epoch %" PRIu64 ": command %s; stopping (--on-epoch-fail)",
+				epoch, e.msg);
+		cli_warn("--on-epoch: epoch %" PRIu64 ": command %s", epoch, e.msg);
+	}
+	free(cmd);
+	for (int i = 0; i < 5; i++)
+		dp_buf_free(&b[i]);
+}
+
+/* After epoch (from 1) ended and its checkpoint and events are written:
+ * once an epoch, rank 0 alone (the others wait at their next collective). */
+static void after_epoch(uint64_t epoch)
+{
+	static uint64_t done;
+	if (RANK != 0 || epoch == done)
+		return;
+	done = epoch;
+	if (TB && O.tb_hist)
+		tb_histograms();
+	if (O.on_epoch)
+		run_on_epoch(epoch);
 }
 
 /* ---- finish ------------------------------------------------------------------------------ */
@@ -1875,6 +2137,8 @@ static void finish(void)
 static int close_all(void)
 {
 	free(R.counts);
+	if (R.acc)
+		R.be->free(R.ctx, R.acc);
 	dp_eval_free(R.val);
 	dp_data_close(TD);
 	dp_data_close(VD);
@@ -1914,8 +2178,10 @@ int main(int argc, char **argv)
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the log, the weights, the data */
 	join_job();
+	check_same_settings(); /* as given: before the first collective of a checkpoint */
 	start_from_checkpoint();
-	check_same_settings();
+	if (R.ck)
+		check_same_settings(); /* as completed from it */
 	make_model();
 	if (O.summary)
 		return show_summary();
@@ -1926,14 +2192,19 @@ int main(int argc, char **argv)
 	setup_data();
 	check_outputs_not_inputs();
 	open_log();
+	tb_open();
 
 	/* the epochs */
 	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {
 		if (train_epoch(epoch))
 			break; /* --max-steps */
 		end_epoch(epoch);
+		if (epoch + 1 < O.epochs)
+			after_epoch(epoch + 1);
 	}
 
 	finish();
+	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
+	tb_close();
 	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */
 }

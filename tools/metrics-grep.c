@@ -12,19 +12,23 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "dp_events.h"
 #include "dp_lines.h"
 #include "dp_metrics.h"
 #include "dp_plot.h"
+#include "dp_record.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef DP_PROG
@@ -475,6 +479,9 @@ static int write_plot(void)
 
 struct source {
 	dp_lines *r; /* NULL once closed */
+	int fd;      /* a FIFO opened here (to look at its first bytes), or -1 */
+	int evfd;    /* an event file followed (-f), or -1 */
+	off_t evpos; /* ... read up to there */
 	const char *name;
 	int done;
 	unsigned long long binary, nlong; /* lines skipped: NUL bytes, too long */
@@ -483,11 +490,17 @@ struct source {
 /* Close s's file (its count of long lines kept for the report). */
 static void close_source(struct source *s)
 {
+	if (s->evfd >= 0)
+		close(s->evfd);
+	s->evfd = -1;
 	if (!s->r)
 		return;
 	s->nlong = dp_lines_long(s->r);
 	dp_lines_close(s->r);
 	s->r = NULL;
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
 }
 
 static void process_line(struct source *src, const char *line, size_t len)
@@ -518,8 +531,277 @@ static void process_line(struct source *src, const char *line, size_t len)
 	}
 }
 
+/* ---- TensorBoard event files ------------------------------------------------ */
+
+/* 1 when path ("-": stdin) is a regular file that starts as an event file
+ * does (dp_events_detect); read without moving its offset. */
+static int is_event_file(const char *path)
+{
+	int own = strcmp(path, "-") != 0;
+	struct stat st;
+	if (own && (stat(path, &st) < 0 || !S_ISREG(st.st_mode)))
+		return 0; /* opening a FIFO here would take its writer's first bytes */
+	int fd = own ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
+	uint8_t head[4096];
+	ssize_t n = -1;
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		off_t at = own ? 0 : lseek(fd, 0, SEEK_CUR);
+		n = at < 0 ? -1 : pread(fd, head, sizeof head, at);
+	}
+	if (own && fd >= 0)
+		close(fd);
+	return n > 0 && dp_events_detect(head, (size_t)n);
+}
+
+/* A tag as a logfmt key: bytes other than [A-Za-z0-9_.:/@-] become '_'. */
+static void put_key(dp_buf *b, const char *tag, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			 strchr("_.:/@-", c);
+		dp_buf_add(b, ok && c ? &c : "_", 1);
+	}
+}
+
+/* A value as text: a float32 with the fewest digits that read back to it
+ * (0.41, not 0.4099999964237213), a double as dp_number_format does. */
+static void put_value(dp_buf *b, const dp_event_scalar *v)
+{
+	char t[DP_NUMBER_BUF];
+	size_t n = dp_number_format(t, v->value);
+	/* Any decimal of 6 digits or fewer reads back to its float (FLT_DIG):
+	 * when the 6-digit form reads back, no shorter one differs from it
+	 * but for the trailing zeros %g drops. */
+	for (int p = 6; v->single && isfinite(v->value) && p <= 9; p++) {
+		snprintf(t, sizeof t, "%.*g", p, v->value);
+		if (strtof(t, NULL) == (float)v->value) {
+			n = strlen(t);
+			break;
+		}
+	}
+	dp_buf_add(b, t, n);
+}
+
+/* The records of r, each event with scalars matched as the logfmt line
+ * `step=S TAG=VALUE...` (so -m, --definitions and --logfmt all apply).
+ * Returns the reader's last status (0 at the end, < 0 with e set) and sets
+ * *good to the byte just past the last whole record. */
+static int read_records(struct source *s, dp_reader *r, uint64_t *good, dp_err *e)
+{
+	dp_event ev = DP_EVENT_INIT;
+	dp_buf line = DP_BUF_INIT;
+	dp_record rec;
+	int rc = 0;
+	*good = 0;
+	while (!G.out_broken && !stop_sig && (rc = dp_reader_next(r, &rec, e)) > 0) {
+		*good = rec.offset + rec.frame_len;
+		if (dp_event_parse(&ev, rec.data, rec.len, e) < 0) {
+			if (e->code == DP_ENOMEM)
+				cli_die("out of memory");
+			dp_preferr(e, "%s: record %" PRIu64 " at byte %" PRIu64, dp_reader_name(r),
+				   rec.index, rec.offset);
+			rc = DP_EDATA;
+			break;
+		}
+		if (!ev.nscalars)
+			continue;
+		dp_buf_reset(&line);
+		dp_buf_printf(&line, "step=%" PRId64, ev.step);
+		for (size_t i = 0; i < ev.nscalars; i++) {
+			dp_buf_add(&line, " ", 1);
+			put_key(&line, ev.scalars[i].tag, ev.scalars[i].tag_len);
+			dp_buf_add(&line, "=", 1);
+			put_value(&line, &ev.scalars[i]);
+		}
+		if (line.err)
+			cli_die("out of memory");
+		process_line(s, line.p, line.len);
+		if (G.follow || line.len > OUT_FLUSH_AT)
+			out_flush();
+	}
+	dp_buf_free(&line);
+	dp_event_free(&ev);
+	return rc;
+}
+
+/* Read a whole event file (r NULL: e says why it could not be opened). */
+static void read_events(struct source *s, dp_reader *r, dp_err *e)
+{
+	uint64_t good;
+	if (!r || read_records(s, r, &good, e) < 0) {
+		cli_warn("%s", e->msg);
+		G.failed = 1;
+	}
+	dp_reader_close(r);
+}
+
+/* Following an event file: the records added since the last look.  A
+ * record still being written (the file ends inside it) waits for the next
+ * look; a damaged one ends the file's following.  Returns DP_LINES_WAIT,
+ * or DP_LINES_END after a message. */
+static int events_more(struct source *s, int *progressed)
+{
+	struct stat st;
+	if (fstat(s->evfd, &st) < 0 || st.st_size <= s->evpos)
+		return DP_LINES_WAIT;
+	size_t n = (size_t)(st.st_size - s->evpos);
+	uint8_t *buf = cli_malloc(n);
+	ssize_t got = pread(s->evfd, buf, n, s->evpos);
+	char name[512];
+	snprintf(name, sizeof name, "%s (from byte %lld)", s->name, (long long)s->evpos);
+	dp_err e;
+	int rc = DP_LINES_WAIT;
+	uint64_t good = 0;
+	dp_reader *r = got > 0 ? dp_reader_open_mem(buf, (size_t)got, name, NULL, &e) : NULL;
+	if (r && read_records(s, r, &good, &e) < 0) {
+		uint64_t len = 0, left = (uint64_t)got - good;
+		if (left >= DP_TFR_HEADER)
+			memcpy(&len, buf + good, 8);
+		if (left >= DP_TFR_HEADER && len <= left - DP_TFR_HEADER - DP_TFR_FOOTER) {
+			cli_warn("%s", e.msg); /* a whole record, damaged */
+			G.failed = 1;
+			rc = DP_LINES_END;
+		}
+	}
+	dp_reader_close(r);
+	free(buf);
+	*progressed |= good > 0;
+	s->evpos += (off_t)good;
+	return rc;
+}
+
+/* The first bytes of a pipe, read no further than an event file's first
+ * record: the head of an event file, or the start of a text to give back
+ * to the line reader. */
+struct head {
+	uint8_t b[4096];
+	size_t n;
+};
+
+/* Read until h holds want bytes, or the input ends: 0, or -1 (errno). */
+static int head_fill(int fd, struct head *h, size_t want)
+{
+	while (h->n < want) {
+		ssize_t r = read(fd, h->b + h->n, want - h->n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -1 : 0;
+		h->n += (size_t)r;
+	}
+	return 0;
+}
+
+/* 1 when the pipe fd starts as an event file, 0 when not, -1 on a read
+ * error.  A text is known by its third byte (an event file's first record
+ * is shorter than 64 KiB: that byte of its length is 0), so a log is never
+ * held up waiting for bytes that may not come yet. */
+static int sniff_pipe(int fd, struct head *h)
+{
+	h->n = 0;
+	if (isatty(fd))
+		return 0;
+	if (head_fill(fd, h, 3) < 0)
+		return -1;
+	if (h->n < 3 || h->b[2])
+		return 0;
+	if (head_fill(fd, h, DP_TFR_HEADER) < 0)
+		return -1;
+	uint64_t len;
+	uint32_t crc;
+	memcpy(&len, h->b, 8);
+	memcpy(&crc, h->b + 8, 4);
+	if (h->n < DP_TFR_HEADER || dp_crc_mask(dp_crc32c(0, h->b, 8)) != crc ||
+	    len > sizeof h->b - DP_TFR_HEADER - DP_TFR_FOOTER)
+		return 0;
+	if (head_fill(fd, h, DP_TFR_HEADER + (size_t)len + DP_TFR_FOOTER) < 0)
+		return -1;
+	return dp_events_detect(h->b, h->n);
+}
+
+/* An event file on a pipe: its head and the rest, read into memory. */
+static void read_events_pipe(struct source *s, int fd, const struct head *h)
+{
+	dp_buf all;
+	dp_buf_init(&all, 0);
+	dp_buf_add(&all, h->b, h->n);
+	for (;;) {
+		if (dp_buf_reserve(&all, 1 << 16) < 0)
+			cli_die("out of memory");
+		ssize_t r = read(fd, all.p + all.len, 1 << 16);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			cli_warn("%s: %s", s->name, strerror(errno));
+			G.failed = 1;
+			break;
+		}
+		if (r == 0)
+			break;
+		all.len += (size_t)r;
+	}
+	dp_err e;
+	read_events(s, dp_reader_open_mem(all.p, all.len, s->name, NULL, &e), &e);
+	dp_buf_free(&all);
+}
+
+/* Open path as s: an event file is read now (1); a log gets its line
+ * reader (0); -1 after a message. */
+static int open_source(struct source *s, const char *path, unsigned flags)
+{
+	dp_err e;
+	int std = strcmp(path, "-") == 0;
+	struct stat st;
+	s->fd = s->evfd = -1;
+	s->name = std ? "stdin" : path;
+	if (is_event_file(path) && G.follow) { /* read as it grows */
+		s->evpos = std ? lseek(STDIN_FILENO, 0, SEEK_CUR) : 0;
+		s->evfd = std ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+		if (s->evfd >= 0 && s->evpos >= 0)
+			return 0;
+		cli_warn("%s: %s", s->name, strerror(errno));
+		G.failed = 1;
+		return -1;
+	}
+	if (is_event_file(path)) { /* read whole, now */
+		read_events(s, dp_reader_open_path(path, NULL, &e), &e);
+		return 1;
+	}
+	int fd = std ? STDIN_FILENO : -1;
+	if (!std && stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) /* a named pipe: look at it */
+		fd = s->fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct head h = {.n = 0};
+	if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+		int ev = sniff_pipe(fd, &h);
+		if (ev < 0) {
+			cli_warn("%s: %s", s->name, strerror(errno));
+			G.failed = 1;
+			return 1;
+		}
+		if (ev) {
+			read_events_pipe(s, fd, &h);
+			return 1;
+		}
+	}
+	s->r = fd >= 0 ? dp_lines_fdopen(fd, s->name, flags, G.max_line, &e)
+		       : dp_lines_open(path, flags, G.max_line, &e);
+	if (s->r && h.n && dp_lines_unread(s->r, h.b, h.n, &e) < 0) {
+		dp_lines_close(s->r);
+		s->r = NULL;
+	}
+	if (!s->r) {
+		cli_warn("%s", e.msg);
+		G.failed = 1;
+		return -1;
+	}
+	return 0;
+}
+
 static void notice_events(struct source *src)
 {
+	if (!src->r)
+		return; /* an event file */
 	unsigned ev = dp_lines_events(src->r);
 	const char *name = src->name;
 	if (ev & DP_LINES_TRUNCATED)
@@ -537,6 +819,8 @@ static void notice_events(struct source *src)
  * *progressed set when a line was read. */
 static int read_batch(struct source *s, int *progressed)
 {
+	if (s->evfd >= 0)
+		return events_more(s, progressed);
 	int rc = DP_LINES_WAIT;
 	for (int k = 0; k < 100000 && !G.out_broken; k++) {
 		const char *line;
@@ -576,7 +860,7 @@ static void run(struct source *src, int n)
 			if (rc == DP_LINES_END || rc < 0) {
 				s->done = 1;
 				live--;
-			} else if (rc == DP_LINES_WAIT && dp_lines_fd(s->r) >= 0) {
+			} else if (rc == DP_LINES_WAIT && s->r && dp_lines_fd(s->r) >= 0) {
 				pfd[npfd++] = (struct pollfd){dp_lines_fd(s->r), POLLIN, 0};
 			}
 		}
@@ -920,12 +1204,9 @@ static int read_sources(struct source *src, char **files, int nfiles)
 	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
 		const char *path = nfiles ? files[i] : "-";
 		struct source *s = &src[nsrc];
-		dp_err e;
-		s->name = strcmp(path, "-") == 0 ? "stdin" : path;
-		s->r = dp_lines_open(path, flags, G.max_line, &e);
-		if (!s->r) {
-			cli_warn("%s", e.msg);
-			G.failed = 1;
+		if (open_source(s, path, flags) != 0) {
+			if (s->fd >= 0)
+				close(s->fd);
 			continue;
 		}
 		nsrc++;

@@ -7,6 +7,7 @@
  *   s3-pipe fifo --dir D URL...   SageMaker Pipe mode: D/<channel>_<epoch> FIFOs
  *   s3-pipe presign URL           a presigned URL
  *   s3-pipe rm URL...             delete objects (and abandoned uploads)
+ *   s3-pipe whoami                which credentials, region and endpoint it uses
  *
  * URLs are s3://bucket/key, file:///path or plain paths.  Options may come
  * before or after the command and the URLs.  The work is done by libdp's
@@ -47,8 +48,8 @@ enum {
 	S3P_TRANSFER = 5, /* the network or the server failed, retries exhausted */
 };
 
-enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM };
-static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign", "rm"};
+enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM, C_WHOAMI };
+static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign", "rm", "whoami"};
 
 /* The command line. */
 static struct {
@@ -266,7 +267,7 @@ static void out_line(const char *s)
 }
 
 static const char usage_line[] =
-	"usage: s3-pipe get|put|ls|fifo|presign|rm [OPTION]... URL...   (s3-pipe --help lists "
+	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
 
 static void help(void)
@@ -293,6 +294,8 @@ static void help(void)
 "  rm URL...           delete objects (-r: everything under a \"directory\":\n"
 "                      s3://b/a means s3://b/a/, never s3://b/ab; in requests\n"
 "                      of 1000 keys)\n"
+"  whoami              print the credentials' provider and key id (never the\n"
+"                      secret), when they expire, the region and the endpoint\n"
 "\n"
 "Placeholders: {rank} and {size} are filled in -o, --dir and --shard (from\n"
 "OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*; else 0 and 1), and in URLs only\n"
@@ -354,8 +357,10 @@ static void help(void)
 "  -h, --help          this help\n"
 "  -V, --version       version\n"
 "\n"
-"Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or a\n"
-"profile in ~/.aws/credentials or ~/.aws/config; never on the command line.\n"
+"Credentials, as the AWS SDKs find them: the environment (AWS_ACCESS_KEY_ID...),\n"
+"a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE), the profile in\n"
+"~/.aws/credentials, its credential_process, ~/.aws/config, the container\n"
+"endpoint, the EC2 instance metadata service; never on the command line.\n"
 "Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
 "5 transfer failed (network or server, after retries), 141 reader gone.\n"
 "See s3-pipe(1).\n");
@@ -1423,6 +1428,31 @@ static void cmd_presign(char **urls, int n)
 	free(url);
 }
 
+/* What the client signs with, fetched now: one logfmt line, no secret. */
+static void cmd_whoami(int n)
+{
+	if (n != 0)
+		cli_usage_error("whoami: no URL");
+	dp_err e = {0};
+	if (dp_s3_credentials(S, &e) < 0)
+		die_err(&e);
+	dp_s3_info i;
+	dp_s3_get_info(S, &i);
+	char exp[32] = "never";
+	if (i.expires) {
+		time_t t = (time_t)i.expires;
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	char line[2048];
+	snprintf(line, sizeof line,
+		 "provider=%s key_id=%s expires=%s profile=%s region=%s endpoint=%s",
+		 i.method[0] ? i.method : "none", i.key_id[0] ? i.key_id : "-", exp, i.profile,
+		 i.region, i.endpoint);
+	out_line(line);
+}
+
 /* ---- Command line -------------------------------------------------------------------------- */
 
 enum {
@@ -1574,11 +1604,12 @@ static char **parse_args(int argc, char **argv, int *nargs)
 	char **args = argv + optind;
 	if (optind >= argc)
 		cli_usage_error("no command");
-	for (int k = 1; k <= C_RM; k++)
+	for (int k = 1; k <= C_WHOAMI; k++)
 		if (!strcmp(args[0], cmd_names[k]))
 			O.cmd = k;
 	if (!O.cmd)
-		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm)", args[0]);
+		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm, whoami)",
+				args[0]);
 	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
 			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
@@ -1599,7 +1630,7 @@ int main(int argc, char **argv)
 	int nargs;
 	char **args = parse_args(argc, argv, &nargs);
 	guard_std();
-	if (O.cmd == C_LS || O.cmd == C_PRESIGN || O.dryrun)
+	if (O.cmd == C_LS || O.cmd == C_PRESIGN || O.cmd == C_WHOAMI || O.dryrun)
 		stdout_ok();
 	if (O.shard) /* checked before any request */
 		cli_part("--shard", O.shard, NULL, &O.shard_i, &O.shard_n);
@@ -1609,7 +1640,7 @@ int main(int argc, char **argv)
 		O.conf.verbose = O.verbose > 1;
 	}
 	if (!O.quiet && isatty(STDERR_FILENO) && O.cmd != C_LS && O.cmd != C_PRESIGN &&
-	    O.cmd != C_RM) {
+	    O.cmd != C_RM && O.cmd != C_WHOAMI) {
 		O.conf.progress = on_progress;
 		cli_progress_on(1);
 	}
@@ -1624,6 +1655,7 @@ int main(int argc, char **argv)
 	case C_LS: cmd_ls(args, nargs); break;
 	case C_FIFO: cmd_fifo(args, nargs); break;
 	case C_PRESIGN: cmd_presign(args, nargs); break;
+	case C_WHOAMI: cmd_whoami(nargs); break;
 	default: cmd_rm(args, nargs); break;
 	}
 	cli_progress_clear();

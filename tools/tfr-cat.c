@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "dp.h"
 #include "dp_encode.h"
+#include "dp_events.h"
 #include "dp_example.h"
 #include "dp_record.h"
 
@@ -64,6 +65,8 @@ typedef struct scol {
 
 static struct {
 	int mode, need_parse;
+	int events; /* --verify: this file is TensorBoard events, not Examples */
+	dp_event ev;
 	dp_out out;
 	int out_open; /* out holds a temporary to commit or remove */
 	int fd;
@@ -310,7 +313,8 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 		S.skip_left--;
 		return 0;
 	}
-	if (S.need_parse && dp_example_parse(&S.ex, data, len, &e) < 0) {
+	if (S.need_parse && (S.events ? dp_event_parse(&S.ev, data, len, &e)
+			       : dp_example_parse(&S.ex, data, len, &e)) < 0) {
 		char where[64] = "";
 		if (e.code == DP_ENOMEM)
 			cli_die("out of memory");
@@ -365,6 +369,7 @@ static void read_tfrecords(const char *path)
 	dp_record rec;
 	int rc;
 	S.files++;
+	S.events = 0;
 	while ((rc = dp_reader_next(r, &rec, &e)) != 0) {
 		if (rc == DP_REC_SKIPPED) {
 			cli_warn("%s", e.msg);
@@ -383,6 +388,8 @@ static void read_tfrecords(const char *path)
 			}
 			cli_die_err(CLI_FAIL, &e);
 		}
+		if (rec.index == 0) /* an event file is verified as Events */
+			S.events = O.verify && dp_events_detect(rec.frame, rec.frame_len);
 		if (put_record(rec.data, rec.len, rec.frame, rec.frame_len, dp_reader_name(r), rec.index,
 			       rec.offset))
 			break;
@@ -434,7 +441,8 @@ static void help(void)
 	       "  -j, --json[=compact|proto]  one JSON object per Example per line: the compact\n"
 	       "                         form of tfrecord(5), or protobuf's JSON mapping\n"
 	       "  -c, --count            print the number of records\n"
-	       "      --verify           also parse every record as an Example; print a summary\n"
+	       "      --verify           also parse every record as an Example (as an Event in\n"
+	       "                         TensorBoard event files); print a summary\n"
 	       "                         (records= bytes= files= corrupt=) or, with -c, the count\n"
 	       "      --schema           print each feature's kind, how many records have it,\n"
 	       "                         and the fewest/most values (and bytes per value) seen\n"
@@ -661,6 +669,7 @@ int main(int argc, char **argv)
 			return CLI_FAIL;
 	}
 	dp_example_free(&S.ex);
+	dp_event_free(&S.ev);
 	dp_buf_free(&S.ob);
 	free(O.types);
 	return CLI_OK;

@@ -130,6 +130,16 @@ dp_lines *dp_lines_open(const char *path, unsigned flags, size_t max_line, dp_er
 	return r;
 }
 
+int dp_lines_unread(dp_lines *r, const void *p, size_t n, dp_err *e)
+{
+	if (r->end || r->nlines || r->eof || n > 65536 || n > r->cap - 1)
+		return dp_seterr(e, DP_EARG, "%s: bytes given back after reading began", r->name);
+	memcpy(r->buf, p, n);
+	r->end = n;
+	r->pos += (off_t)n;
+	return DP_OK;
+}
+
 void dp_lines_close(dp_lines *r)
 {
 	if (!r)

@@ -101,6 +101,7 @@ void dp_s3_free(dp_s3 *s)
 	}
 	free(s->breg);
 	free(s->profile);
+	s3_creds_release(s);
 	free(s->key_id);
 	wipe(s->secret);
 	wipe(s->token);
@@ -495,6 +496,12 @@ int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
 	c->stopped = S3_STOP_NONE;
 	c->prog_bytes = 0;
 	c->prog_t = c->t0;
+	if (s->cr && !s->anonymous) {
+		/* temporary credentials: fresh ones before these expire */
+		int rc = s3_creds_current(s, e);
+		if (rc < 0)
+			return rc;
+	}
 	req r = {0};
 	int rc = call_url(s, c, &r) < 0 || call_headers(s, c, &r) < 0
 			 ? dp_seterr(e, DP_ENOMEM, "out of memory")

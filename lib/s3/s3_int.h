@@ -2,6 +2,9 @@
  * s3_int.h - what libdp's S3 files share among themselves (not installed).
  *
  *   s3conf.c  settings: environment, config and credentials files
+ *   creds.c   the credential chain; the providers that fetch (STS web
+ *             identity, credential_process, container endpoint, instance
+ *             metadata) and the refresh of temporary credentials
  *   s3xml.c   the XML answers, read with expat
  *   s3.c      one request: URL, signature, libcurl options, response
  *             headers, S3 errors, retries; the simple operations
@@ -23,6 +26,37 @@
 
 /* ---- Settings --------------------------------------------------------------- */
 
+/* One section of an INI file, nested keys flattened to "parent.key". */
+typedef struct s3_ini {
+	char **k, **v;
+	size_t n;
+} s3_ini;
+
+/* The profile's sections of the shared credentials and config files. */
+typedef struct s3_profile {
+	const char *name; /* "default" unless named */
+	int named;        /* by conf or AWS_PROFILE */
+	int by_conf;      /* by conf (--profile) */
+	char *cred_path, *conf_path;
+	s3_ini cred, conf;
+	int have_cred, have_conf; /* the section was found */
+} s3_profile;
+
+/* A key of the profile: from the credentials file (S3_IN_CRED), the config
+ * file (S3_IN_CONF), or either, the credentials file's winning (S3_IN_ANY,
+ * as botocore merges them).  NULL when absent. */
+enum { S3_IN_CRED = 1, S3_IN_CONF = 2, S3_IN_ANY = 3 };
+const char *s3_profile_get(const s3_profile *p, int where, const char *key);
+
+/* The credentials a provider hands out (creds.c). */
+typedef struct s3_cval {
+	char *key_id, *secret, *token; /* token NULL or "" when none */
+	int64_t expires;               /* seconds since the epoch; 0: never */
+} s3_cval;
+void s3_cval_free(s3_cval *v);
+
+typedef struct s3_creds s3_creds; /* a fetching provider's state (creds.c) */
+
 struct dp_s3 {
 	dp_s3_conf conf;
 	/* endpoint */
@@ -36,6 +70,10 @@ struct dp_s3 {
 	char *key_id, *secret, *token;
 	int anonymous;
 	char cred_source[64];
+	char cred_method[32]; /* botocore's name of the provider */
+	s3_creds *cr;         /* a provider that fetches (shared with workers), or NULL */
+	unsigned cred_gen;    /* the generation of cr's credentials copied here */
+	int region_default;   /* nothing named a region: us-east-1, or IMDS's */
 	dp_err cred_err; /* set when no credentials were found */
 	int cred_failed;
 	char *ca_bundle;
@@ -74,12 +112,46 @@ int s3_conf_load(dp_s3 *s, dp_err *e);
  * region's host; other buckets keep theirs.  DP_EARG for a name that is
  * no region. */
 int s3_learn_region(dp_s3 *s, const char *bucket, const char *region);
+/* The region of every bucket not learnt otherwise (the client's default,
+ * e.g. from the instance metadata), and on AWS's endpoint its host. */
+int s3_set_region(dp_s3 *s, const char *region);
 /* The region to sign for and the host (host[:port]) for bucket. */
 void s3_where(const dp_s3 *s, const char *bucket, const char **region, const char **host);
-/* DP_OK when S3 requests can be made, else the credential error. */
+/* DP_OK when S3 requests can be made, else the credential error; fetches
+ * or refreshes the credentials of a provider that fetches (creds.c). */
 int s3_ready(dp_s3 *s, dp_err *e);
 /* Virtual-hosted addressing for this bucket? */
 int s3_virtual_host(const dp_s3 *s, const char *bucket);
+
+/* ---- Credentials (creds.c) ---------------------------------------------------- */
+
+/* Walk the chain (s3-pipe(1) CREDENTIALS) for s, whose region is known:
+ * static keys are set now, a fetching provider is only prepared (s->cr).
+ * Fails only for lack of memory; no credentials is s->cred_err. */
+int s3_creds_pick(dp_s3 *s, const s3_profile *p);
+/* Credentials fit to sign with now in s->key_id...: fetched the first time,
+ * refreshed in the advisory window (failure: the old ones kept, logged) and
+ * in the mandatory one (failure: an error). */
+int s3_creds_current(dp_s3 *s, dp_err *e);
+/* dst signs with src's provider from now on (a worker of src). */
+void s3_creds_share(dp_s3 *dst, dp_s3 *src);
+void s3_creds_release(dp_s3 *s);
+/* When the credentials s signs with expire (seconds since the epoch), 0
+ * when they do not (or are not fetched yet). */
+int64_t s3_creds_expires(const dp_s3 *s);
+/* The parsers of what providers answer (fuzzed: tests/fuzz/creds.c).
+ * kind: S3_CJ_PROCESS (credential_process: Version 1), S3_CJ_CONTAINER,
+ * S3_CJ_IMDS (Code "Success" when present; Token and Expiration required). */
+enum { S3_CJ_PROCESS, S3_CJ_CONTAINER, S3_CJ_IMDS };
+int s3_creds_parse_json(const char *doc, size_t len, int kind, s3_cval *v, dp_err *e);
+/* STS's AssumeRoleWithWebIdentityResponse (or its ErrorResponse: DP_EDENIED
+ * "Code: Message"). */
+int s3_creds_parse_sts(const char *doc, size_t len, s3_cval *v, dp_err *e);
+/* Split a command line as Python's shlex.split does (botocore runs
+ * credential_process so): NULL-terminated, malloc'd; NULL on a dangling
+ * quote or escape. */
+char **s3_shell_split(const char *cmd);
+void s3_argv_free(char **argv);
 
 /* ---- XML (s3xml.c) ------------------------------------------------------------ */
 
@@ -92,7 +164,9 @@ int s3x_parse(const char *doc, size_t len, s3x_cb cb, void *ctx, dp_err *e);
  * doc is such an error. */
 int s3x_error(const char *doc, size_t len, char *code, size_t codelen, char *msg,
 	      size_t msglen);
-/* "2013-05-24T00:00:00.000Z" -> seconds since the epoch; -1 if malformed. */
+/* "2013-05-24T00:00:00.000Z" (any fraction; "Z", "+HH:MM" or "-HH:MM", or
+ * no zone: UTC) or an HTTP date -> seconds since the epoch; -1 if
+ * malformed. */
 int64_t s3_parse_time(const char *s);
 /* Decode %XX (and '+' as space) in place: keys with encoding-type=url. */
 void s3_url_decode(char *s);

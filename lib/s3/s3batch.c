@@ -364,8 +364,10 @@ static void *put_worker(void *arg)
 	conf.progress = NULL; /* the caller's: one thread's running total */
 	dp_err e = {0};
 	dp_s3 *c = dp_s3_new(&conf, &e);
-	if (c)
+	if (c) {
 		c->parent = p->s;
+		s3_creds_share(c, p->s); /* one provider, one refresh, for all */
+	}
 	dp_s3_stats st = {0};
 	for (;;) {
 		pthread_mutex_lock(&p->mu);

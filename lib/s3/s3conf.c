@@ -1,18 +1,17 @@
 /*
  * s3conf.c - the S3 client's settings, found the way the AWS CLI finds them.
  *
- * Credentials, first found wins:
- *   --no-sign-request                anonymous
- *   an explicit profile (conf)       that profile in the credentials, then config file
- *   AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN)
- *   AWS_PROFILE, else "default"      in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials),
- *                                    then AWS_CONFIG_FILE (~/.aws/config, "[profile NAME]")
- * Region: conf, AWS_REGION, AWS_DEFAULT_REGION, the profile's region, us-east-1.
+ * Credentials: the chain of creds.c (s3-pipe(1) CREDENTIALS), over the
+ * profile read here: AWS_PROFILE, else "default", in
+ * AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then AWS_CONFIG_FILE
+ * (~/.aws/config, "[profile NAME]").
+ * Region: conf, AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else
+ * us-east-1 (or, with credentials from the instance metadata service, the
+ * instance's region: creds.c).
  * Endpoint: conf, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
  * "s3 = endpoint_url" or endpoint_url (all but conf ignored when
  * AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), else https://s3.REGION.amazonaws.com.
  * Addressing: conf, the profile's "s3 = addressing_style", else auto.
- * Instance and container metadata credentials are not looked up.
  */
 #define _GNU_SOURCE
 #include "s3_int.h"
@@ -23,11 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One section of an INI file, nested keys flattened to "parent.key". */
-typedef struct ini {
-	char **k, **v;
-	size_t n;
-} ini;
+typedef s3_ini ini;
 
 static void ini_free(ini *s)
 {
@@ -223,15 +218,13 @@ static int parse_endpoint(dp_s3 *s, const char *url, dp_err *e)
 	return DP_OK;
 }
 
-/* The profile's sections of the shared credentials and config files. */
-typedef struct profile {
-	const char *name; /* "default" unless named */
-	int named;        /* by conf or AWS_PROFILE */
-	int by_conf;    /* by conf (--profile) */
-	char *cred_path, *conf_path;
-	ini cred, conf;
-	int have_cred, have_conf; /* the section was found */
-} profile;
+typedef s3_profile profile;
+
+const char *s3_profile_get(const s3_profile *p, int where, const char *key)
+{
+	const char *v = where & S3_IN_CRED ? ini_get(&p->cred, key) : NULL;
+	return v ? v : where & S3_IN_CONF ? ini_get(&p->conf, key) : NULL;
+}
 
 static int profile_read(dp_s3 *s, profile *p)
 {
@@ -267,64 +260,6 @@ static void profile_free(profile *p)
 	ini_free(&p->conf);
 	free(p->cred_path);
 	free(p->conf_path);
-}
-
-/* The credentials, first found wins (see the top of this file); none found
- * is an error kept for the first S3 request (s->cred_err). */
-static int pick_credentials(dp_s3 *s, const profile *p)
-{
-	const char *ek = env("AWS_ACCESS_KEY_ID"), *es = env("AWS_SECRET_ACCESS_KEY");
-	const char *ck = ini_get(&p->cred, "aws_access_key_id");
-	const char *cs = ini_get(&p->cred, "aws_secret_access_key");
-	const char *ct = ini_get(&p->cred, "aws_session_token");
-	const char *fk = ini_get(&p->conf, "aws_access_key_id");
-	const char *fs = ini_get(&p->conf, "aws_secret_access_key");
-	const char *ft = ini_get(&p->conf, "aws_session_token");
-	const char *source;
-	if (s->conf.no_sign) {
-		s->anonymous = 1;
-		source = "none (--no-sign-request)";
-	} else if (!p->by_conf && (!ek != !es)) {
-		/* half a key pair: refused, as aws refuses it, rather than
-		 * signing with the profile's (some other identity's) keys */
-		s->cred_failed = 1;
-		source = "none";
-		dp_seterr(&s->cred_err, DP_EDENIED,
-			  "partial credentials in the environment: %s is set but %s is not",
-			  ek ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-			  ek ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-	} else if (!p->by_conf && ek && es) {
-		if (set_str(&s->key_id, ek) < 0 || set_str(&s->secret, es) < 0 ||
-		    set_str(&s->token, env("AWS_SESSION_TOKEN")) < 0)
-			return DP_ENOMEM;
-		source = "environment";
-	} else if (ck && cs) {
-		if (set_str(&s->key_id, ck) < 0 || set_str(&s->secret, cs) < 0 ||
-		    set_str(&s->token, ct) < 0)
-			return DP_ENOMEM;
-		source = "shared credentials file";
-	} else if (fk && fs) {
-		if (set_str(&s->key_id, fk) < 0 || set_str(&s->secret, fs) < 0 ||
-		    set_str(&s->token, ft) < 0)
-			return DP_ENOMEM;
-		source = "config file";
-	} else {
-		s->cred_failed = 1;
-		source = "none";
-		if (p->named && !p->have_cred && !p->have_conf)
-			dp_seterr(&s->cred_err, DP_EDENIED, "profile '%s' not found in %s or %s",
-				  p->name, p->cred_path, p->conf_path);
-		else if (p->named || p->have_cred || p->have_conf)
-			dp_seterr(&s->cred_err, DP_EDENIED,
-				  "profile '%s' has no aws_access_key_id and aws_secret_access_key",
-				  p->name);
-		else
-			dp_seterr(&s->cred_err, DP_EDENIED,
-				  "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-				  "a profile in %s, or use --no-sign-request", p->cred_path);
-	}
-	snprintf(s->cred_source, sizeof s->cred_source, "%s", source);
-	return DP_OK;
 }
 
 /* AWS's host for a region.  Its partitions: China's regions live under
@@ -364,10 +299,34 @@ static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
 	return aws_endpoint(s, e);
 }
 
-int s3_learn_region(dp_s3 *s, const char *bucket, const char *region)
+/* A region name: lower-case letters, digits and '-'. */
+static int region_ok(const char *region)
 {
 	size_t n = strlen(region);
-	if (n == 0 || n > 40 || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+	return n > 0 && n <= 40 && strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+int s3_set_region(dp_s3 *s, const char *region)
+{
+	if (!region_ok(region))
+		return DP_EARG;
+	char *r = strdup(region);
+	if (!r)
+		return DP_ENOMEM;
+	free(s->region);
+	s->region = r;
+	if (s->custom_endpoint)
+		return DP_OK; /* the store's own host: only the signature's region */
+	free(s->scheme);
+	free(s->host);
+	free(s->base_path);
+	s->scheme = s->host = s->base_path = NULL;
+	return aws_endpoint(s, NULL) < 0 ? DP_ENOMEM : DP_OK;
+}
+
+int s3_learn_region(dp_s3 *s, const char *bucket, const char *region)
+{
+	if (!region_ok(region))
 		return DP_EARG;
 	struct s3_breg *b = NULL;
 	for (size_t i = 0; i < s->nbreg && !b; i++)
@@ -415,18 +374,20 @@ int s3_conf_load(dp_s3 *s, dp_err *e)
 	const dp_s3_conf *c = &s->conf;
 	profile p = {0};
 	int rc = profile_read(s, &p);
-	if (rc == DP_OK)
-		rc = pick_credentials(s, &p);
 	/* region */
 	const char *region = c->region && *c->region ? c->region : env("AWS_REGION");
 	if (!region)
 		region = env("AWS_DEFAULT_REGION");
 	if (!region)
 		region = ini_get(&p.conf, "region");
-	if (!region)
+	if (!region) {
 		region = "us-east-1";
+		s->region_default = 1;
+	}
 	if (rc == DP_OK && set_str(&s->region, region) < 0)
 		rc = DP_ENOMEM;
+	if (rc == DP_OK)
+		rc = s3_creds_pick(s, &p);
 	if (rc == DP_ENOMEM)
 		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
 	else if (rc == DP_OK)
@@ -452,7 +413,7 @@ int s3_ready(dp_s3 *s, dp_err *e)
 			*e = s->cred_err;
 		return s->cred_err.code;
 	}
-	return DP_OK;
+	return s->cr ? s3_creds_current(s, e) : DP_OK;
 }
 
 /* A bucket name usable as a DNS label (and, over https, without dots, which
@@ -493,6 +454,8 @@ void dp_s3_get_info(dp_s3 *s, dp_s3_info *i)
 	snprintf(i->region, sizeof i->region, "%s", s->region);
 	snprintf(i->profile, sizeof i->profile, "%s", s->profile ? s->profile : "");
 	snprintf(i->cred_source, sizeof i->cred_source, "%s", s->cred_source);
+	snprintf(i->method, sizeof i->method, "%s", s->cred_method);
 	snprintf(i->key_id, sizeof i->key_id, "%s", s->key_id ? s->key_id : "");
+	i->expires = s3_creds_expires(s);
 	i->path_style = !s3_virtual_host(s, "bucket");
 }

@@ -171,11 +171,23 @@ int64_t s3_parse_time(const char *s)
 {
 	struct tm tm = {0};
 	const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end)
+	if (!end) {
 		end = strptime(s, "%a, %d %b %Y %H:%M:%S", &tm); /* Last-Modified */
-	if (!end)
-		return -1;
-	return (int64_t)timegm(&tm);
+		return end ? (int64_t)timegm(&tm) : -1;
+	}
+	int64_t t = (int64_t)timegm(&tm);
+	if (*end == '.')
+		for (end++; isdigit((unsigned char)*end); end++)
+			;
+	if ((*end == '+' || *end == '-') && isdigit((unsigned char)end[1]) &&
+	    isdigit((unsigned char)end[2]) && end[3] == ':' && isdigit((unsigned char)end[4]) &&
+	    isdigit((unsigned char)end[5])) {
+		/* an offset from UTC: the time is that much ahead of UTC */
+		int off = ((end[1] - '0') * 10 + end[2] - '0') * 3600 +
+			  ((end[4] - '0') * 10 + end[5] - '0') * 60;
+		t += *end == '+' ? -off : off;
+	}
+	return t;
 }
 
 static int hexv(char c)

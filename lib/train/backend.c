@@ -1,5 +1,6 @@
 /*
- * backend.c - which math backends this build has (see dp_backend.h).
+ * backend.c - which math backends this build has, and what the build is
+ * (see dp_backend.h).
  */
 #include "dp_backend.h"
 
@@ -9,6 +10,13 @@
 
 #ifdef DP_BACKEND_cuda
 extern const dp_backend dp_backend_cuda;
+/* cuda_runtime_api.h, which is C++ here; weak: absent in the emulated runtime of the tests */
+int cudaRuntimeGetVersion(int *version) __attribute__((weak));
+#endif
+char *openblas_get_config(void); /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Haswell ..." */
+
+#ifndef DP_BUILD_CFLAGS
+#define DP_BUILD_CFLAGS "?"
 #endif
 
 static const dp_backend *const backends[] = {
@@ -24,6 +32,34 @@ const dp_backend *dp_backend_find(const char *name)
 		if (strcmp(backends[i]->name, name) == 0)
 			return backends[i];
 	return NULL;
+}
+
+const char *dp_build(void)
+{
+	static char id[256];
+	if (id[0])
+		return id;
+	/* the BLAS library's name and version, without the kernels it chose
+	 * for this CPU (ranks on different CPUs run the same build) */
+	const char *cfg = openblas_get_config();
+	int n = 0, sp = 0;
+	while (cfg && cfg[n] && n < 64 && !(cfg[n] == ' ' && ++sp == 2))
+		n++;
+	char cuda[48] = "";
+#ifdef DP_BACKEND_cuda
+	int rt = 0;
+	if (cudaRuntimeGetVersion)
+		cudaRuntimeGetVersion(&rt);
+	snprintf(cuda, sizeof cuda, "cuda (CUDA runtime %d.%d), ", rt / 1000, rt % 1000 / 10);
+#endif
+	snprintf(id, sizeof id, "dptools %s; %s %s; CFLAGS %s; backends %scpu (%.*s)", dp_version(),
+#ifdef __clang__
+		 "clang",
+#else
+		 "gcc",
+#endif
+		 __VERSION__, DP_BUILD_CFLAGS, cuda, n, cfg ? cfg : "");
+	return id;
 }
 
 /* DP_BACKEND names a backend this build lacks: open() says so. */

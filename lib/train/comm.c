@@ -27,6 +27,46 @@ int dp_comm_launched(void)
 	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
 }
 
+/* How many processes the launcher of this one started, by its own
+ * variables (0: none known), and its name.  mpirun's count is trusted
+ * first: under mpirun inside a Slurm job the SLURM_ variables count
+ * mpirun's daemons, not the ranks. */
+static long launched_tasks(const char **who)
+{
+	static const char *const vars[][2] = {
+		{"OMPI_COMM_WORLD_SIZE", "mpirun"},
+		{"PMI_SIZE", "the launcher (PMI_SIZE)"},
+		{"SLURM_STEP_NUM_TASKS", "srun"}, /* a step's tasks; not set in a batch script */
+	};
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i][0]);
+		if (!v || !*v)
+			continue;
+		*who = getenv("SLURM_STEP_ID") && i > 0 ? "srun" : vars[i][1];
+		return strtol(v, NULL, 10);
+	}
+	return 0;
+}
+
+/* A job of one whose launcher started several: the tasks would each train
+ * alone, racing for the same outputs.  DP_COMM=single says that is meant. */
+static int check_alone(dp_comm *c, dp_err *e)
+{
+	const char *who = "", *v = dp_setting("DP_COMM");
+	long n = launched_tasks(&who);
+	if (c->size > 1 || n <= 1 || (v && (!strcmp(v, "single") || !strcmp(v, "none"))))
+		return DP_OK;
+	const char *fix = !strcmp(who, "srun")
+				  ? "use srun --mpi=pmix"
+			  : !strcmp(who, "mpirun")
+				  ? "this program was built with another MPI library than this mpirun's"
+				  : "start it with the mpirun of its MPI library, or srun --mpi=pmix";
+	return dp_seterr(e, DP_EARG,
+			 "%s started %ld %s but %s: %s (see DISTRIBUTED in dp-train(1))",
+			 who, n, strcmp(who, "srun") ? "processes" : "tasks",
+			 c->mpi ? "MPI sees 1" : "none of them joined an MPI job", fix);
+}
+
 void dp_comm_conf_defaults(dp_comm_conf *conf)
 {
 	memset(conf, 0, sizeof *conf);
@@ -47,10 +87,12 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	c->host = !be || !strcmp(be->name, "cpu");
 	c->size = 1;
 	snprintf(c->desc, sizeof c->desc, "single process");
+	snprintf(c->lib, sizeof c->lib, "none");
 	dp_comm_conf_defaults(&c->conf);
 	pthread_mutex_init(&c->smu, NULL);
 	pthread_mutex_init(&c->tmu, NULL);
-	if (dp_comm_launched() && (comm_mpi_open(c, e) < 0 || comm_nccl_open(c, e) < 0)) {
+	if ((dp_comm_launched() && (comm_mpi_open(c, e) < 0 || comm_nccl_open(c, e) < 0)) ||
+	    check_alone(c, e) < 0) {
 		dp_comm_close(c);
 		return NULL;
 	}
@@ -74,6 +116,7 @@ void dp_comm_close(dp_comm *c)
 int dp_comm_rank(const dp_comm *c) { return c->rank; }
 int dp_comm_size(const dp_comm *c) { return c->size; }
 const char *dp_comm_desc(const dp_comm *c) { return c->desc; }
+const char *dp_comm_library(const dp_comm *c) { return c->lib; }
 
 void dp_comm_abort(dp_comm *c, int code)
 {

@@ -28,6 +28,7 @@ struct dp_comm {
 	int rank, size;
 	int host; /* backend memory is host memory: no staging */
 	char desc[160];
+	char lib[104]; /* the MPI library */
 	dp_comm_conf conf;
 	/* the gradient step in progress */
 	float *grads;  /* (dev) */
@@ -56,7 +57,7 @@ void comm_report(dp_comm *c, const char *fmt, ...) __attribute__((format(printf,
 /* ---- comm_mpi.c ---- */
 enum { COMM_F32 = 1, COMM_F64 = 2, COMM_BYTE = 3 };
 
-/* MPI_Init_thread; sets c->rank, c->size, c->desc. */
+/* MPI_Init_thread; sets c->rank, c->size, c->desc, c->lib. */
 int comm_mpi_open(dp_comm *c, dp_err *e);
 void comm_mpi_close(dp_comm *c);
 void comm_mpi_abort(dp_comm *c, int code) __attribute__((noreturn));

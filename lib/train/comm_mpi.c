@@ -328,6 +328,7 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 	int vl = 0;
 	MPI_Get_library_version(v, &vl);
 	v[strcspn(v, ",\n")] = 0;
+	snprintf(c->lib, sizeof c->lib, "%.100s", v);
 	snprintf(c->desc, sizeof c->desc, "%.100s, %d rank%s", v, c->size, c->size == 1 ? "" : "s");
 	return comm_mpi_configure(c, e);
 }

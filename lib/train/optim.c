@@ -138,6 +138,34 @@ void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr)
 	o->be->adam(o->ctx, o->n, params, grads, o->state[0], o->state[1], &a);
 }
 
+/* ---- gradients ------------------------------------------------------------ */
+
+void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *g, size_t n)
+{
+	dp_sgd_args a = {-1.0f, 0, 0, 0, 0, 0}; /* p -= -1 * g */
+	be->sgd(ctx, n, acc, g, NULL, &a);
+}
+
+double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double max_norm)
+{
+	const float *h = g;
+	float *tmp = NULL;
+	if (strcmp(be->name, "cpu")) { /* device memory: read it on the host */
+		if (!(tmp = malloc(n * sizeof *tmp)))
+			return -1;
+		be->download(ctx, tmp, g, n * sizeof *tmp);
+		h = tmp;
+	}
+	double ss = 0;
+	for (size_t i = 0; i < n; i++)
+		ss += (double)h[i] * h[i];
+	free(tmp);
+	double norm = sqrt(ss), coef = max_norm / (norm + 1e-6);
+	if (coef < 1)
+		be->scale(ctx, g, (float)coef, n);
+	return norm;
+}
+
 /* ---- schedules ------------------------------------------------------------ */
 
 static int num(const char *s, double *v)

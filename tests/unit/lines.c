@@ -135,6 +135,20 @@ static void pipes(void)
 	is_int(dp_lines_next(r, &line, &n, &e), DP_LINES_END, "end");
 	dp_lines_close(r);
 	close(fds[0]);
+
+	/* bytes read before the reader was opened, given back */
+	if (pipe(fds) < 0 || write(fds[1], "c\nd", 3) != 3)
+		return;
+	close(fds[1]);
+	r = dp_lines_fdopen(fds[0], "pipe", 0, 100, &e);
+	is_int(dp_lines_unread(r, "ab", 2, &e), 0, "dp_lines_unread before reading");
+	rc = dp_lines_next(r, &line, &n, &e);
+	ok(rc == DP_LINES_LINE && n == 3 && memcmp(line, "abc", 3) == 0, "given back bytes come first");
+	is_int(dp_lines_unread(r, "x", 1, &e), DP_EARG, "dp_lines_unread after reading: refused");
+	rc = dp_lines_next(r, &line, &n, &e);
+	ok(rc == DP_LINES_LINE && n == 1 && line[0] == 'd', "then the rest");
+	dp_lines_close(r);
+	close(fds[0]);
 }
 
 /* Read what is there now: lines joined with '|', until WAIT. */

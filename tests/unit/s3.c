@@ -201,6 +201,50 @@ static void xml(void)
 	is_int(s3_parse_time("2013-05-24T00:00:00.000Z"), 1369353600, "ISO time");
 	is_int(s3_parse_time("Fri, 24 May 2013 00:00:00 GMT"), 1369353600, "HTTP time");
 	is_int(s3_parse_time("yesterday"), -1, "a bad time");
+	is_int(s3_parse_time("2013-05-24T00:00:00Z"), 1369353600, "ISO time without a fraction");
+	is_int(s3_parse_time("2013-05-24T02:30:00+02:30"), 1369353600, "ISO time ahead of UTC");
+	is_int(s3_parse_time("2013-05-23T23:00:00.5-01:00"), 1369353600, "ISO time behind UTC");
+}
+
+static void creds_parsers(void)
+{
+	s3_cval v;
+	dp_err e;
+	const char *p1 = "{\"Version\": 1, \"AccessKeyId\": \"AK\", \"SecretAccessKey\": \"S\","
+			 " \"SessionToken\": \"T\", \"Expiration\": \"2013-05-24T00:00:00Z\"}";
+	is_int(s3_creds_parse_json(p1, strlen(p1), S3_CJ_PROCESS, &v, &e), 0, "process JSON");
+	ok(v.key_id && !strcmp(v.key_id, "AK") && !strcmp(v.secret, "S") && !strcmp(v.token, "T"),
+	   "... its keys and token");
+	is_int(v.expires, 1369353600, "... its Expiration");
+	s3_cval_free(&v);
+	const char *p2 = "{\"Version\": 2, \"AccessKeyId\": \"AK\", \"SecretAccessKey\": \"S\"}";
+	is_int(s3_creds_parse_json(p2, strlen(p2), S3_CJ_PROCESS, &v, &e), DP_EDATA, "Version 2 refused");
+	like(e.msg, "Version is not 1", "... saying so");
+	const char *p3 = "{\"Code\": \"Success\", \"AccessKeyId\": \"AK\", \"SecretAccessKey\": \"S\"}";
+	is_int(s3_creds_parse_json(p3, strlen(p3), S3_CJ_IMDS, &v, &e), DP_EDATA,
+	       "IMDS: Token and Expiration required");
+	is_int(s3_creds_parse_json(p3, strlen(p3), S3_CJ_CONTAINER, &v, &e), 0,
+	       "container: static keys accepted");
+	is_int(v.expires, 0, "... that do not expire");
+	s3_cval_free(&v);
+	const char *x1 = "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+			 "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIA1</AccessKeyId>"
+			 "<SecretAccessKey>sec</SecretAccessKey><SessionToken>tok</SessionToken>"
+			 "<Expiration>2013-05-24T00:00:00Z</Expiration></Credentials>"
+			 "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
+	is_int(s3_creds_parse_sts(x1, strlen(x1), &v, &e), 0, "STS answer");
+	ok(v.key_id && !strcmp(v.key_id, "ASIA1") && !strcmp(v.token, "tok") && v.expires == 1369353600,
+	   "... its credentials");
+	s3_cval_free(&v);
+	const char *x2 = "<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
+			 "<Message>bad\njwt</Message></Error></ErrorResponse>";
+	is_int(s3_creds_parse_sts(x2, strlen(x2), &v, &e), DP_EDENIED, "STS error");
+	is_str(e.msg, "InvalidIdentityToken: bad jwt", "... its code and message, one line");
+	char **a = s3_shell_split("  /bin/echo 'a b' \"c \\\" d\" e\\ f ");
+	ok(a && !strcmp(a[0], "/bin/echo") && !strcmp(a[1], "a b") && !strcmp(a[2], "c \" d") &&
+	   !strcmp(a[3], "e f") && !a[4], "a command split as shlex.split does");
+	s3_argv_free(a);
+	ok(!s3_shell_split("echo 'open"), "... a dangling quote refused");
 }
 
 static char tmpdir[] = "/tmp/dps3unit.XXXXXX";
@@ -222,6 +266,13 @@ static void clear_env(void)
 			   NULL};
 	for (int i = 0; v[i]; i++)
 		unsetenv(v[i]);
+	/* nothing fetched from a provider a test did not start */
+	const char *f[] = {"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+			   "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+			   "AWS_CONTAINER_CREDENTIALS_FULL_URI", NULL};
+	for (int i = 0; f[i]; i++)
+		unsetenv(f[i]);
+	setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
 }
 
 static dp_s3 *client(const dp_s3_conf *c0, dp_s3_info *info, dp_err *e)
@@ -361,6 +412,7 @@ int main(void)
 	ranges();
 	shuffle_shard();
 	xml();
+	creds_parsers();
 	settings();
 	return done_testing();
 }

@@ -1,0 +1,115 @@
+/*
+ * dp_events.h - TensorBoard event files: write them, read their scalars.
+ *
+ * An event file is a TFRecord stream (dp_record.h, no compression) of
+ * tensorflow.Event messages, named events.out.tfevents.<unix time>.<host>,
+ * the first event carrying file_version "brain.Event:2".  The messages,
+ * from the published event.proto, summary.proto and tensor.proto:
+ *   Event        { double wall_time = 1; int64 step = 2; oneof { string
+ *                  file_version = 3; ...; Summary summary = 5; ... } }
+ *   Summary      { repeated Value value = 1 }
+ *   Value        { string tag = 1; SummaryMetadata metadata = 9; oneof {
+ *                  float simple_value = 2; HistogramProto histo = 5;
+ *                  TensorProto tensor = 8; ... } }
+ *   HistogramProto { double min = 1, max = 2, num = 3, sum = 4,
+ *                  sum_squares = 5; repeated double bucket_limit = 6,
+ *                  bucket = 7 (packed) }
+ *   TensorProto  { DataType dtype = 1; TensorShapeProto tensor_shape = 2;
+ *                  bytes tensor_content = 4; repeated (packed) half_val = 13,
+ *                  float_val = 5, double_val = 6, int_val = 7, int64_val = 10 }
+ *   SummaryMetadata { PluginData plugin_data = 1 { string plugin_name = 1 } }
+ *
+ * The writer (dp-train --tensorboard) writes scalars as simple_value, as
+ * TensorFlow 1 and PyTorch's SummaryWriter do; the reader also takes the
+ * tensor form of TensorFlow 2 and of PyTorch's new_style scalars: a tensor
+ * of one number (float, double, half, bfloat16, integers) whose metadata,
+ * when present, names the "scalars" plugin.
+ *
+ * Event files are written as they go (TensorBoard reads them while they
+ * grow): each dp_events_write appends one record and hands it to the
+ * kernel.  A run cut short leaves a file whose last record may be partial;
+ * readers stop there.
+ */
+#ifndef DP_EVENTS_H
+#define DP_EVENTS_H
+
+#include "dp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DP_EVENTS_VERSION "brain.Event:2"
+
+/* ---- Encoding ----------------------------------------------------------- */
+
+/* Append to summary (the body of a Summary message) a Value of tag with
+ * simple_value v. */
+DP_EXPORT int dp_summary_scalar(dp_buf *summary, const char *tag, float v);
+/* Append a Value of tag with a HistogramProto of the n values x: min, max,
+ * count, sum, sum of squares, and `buckets` equal-width buckets from min
+ * to max (bucket_limit: their right edges).  NaN values are left out. */
+DP_EXPORT int dp_summary_histogram(dp_buf *summary, const char *tag, const float *x, size_t n,
+				   int buckets);
+/* Append an Event to out: wall_time, step, and file_version (when not
+ * NULL) or the summary (when not NULL). */
+DP_EXPORT int dp_event_encode(dp_buf *out, double wall_time, int64_t step, const char *file_version,
+			      const dp_buf *summary);
+
+/* ---- Writing a file ----------------------------------------------------- */
+
+typedef struct dp_events dp_events;
+
+/* Create dir (and its parents) when missing, and in it a new event file
+ * events.out.tfevents.<unix time>.<host> (".1", ".2"... appended when that
+ * name is taken), holding the file_version event.  Never replaces a file. */
+DP_EXPORT dp_events *dp_events_create(const char *dir, dp_err *e);
+DP_EXPORT const char *dp_events_path(const dp_events *w);
+/* The Summary of the next event: add values with dp_summary_*. */
+DP_EXPORT dp_buf *dp_events_summary(dp_events *w);
+/* Append the summary built since the last write as one Event at step and
+ * wall_time (seconds since the epoch; 0: now), and push it to the file.
+ * Nothing is written when the summary is empty. */
+DP_EXPORT int dp_events_write(dp_events *w, int64_t step, double wall_time, dp_err *e);
+/* Close the file (NULL: nothing); returns the first error of the close. */
+DP_EXPORT int dp_events_close(dp_events *w, dp_err *e);
+
+/* ---- Reading ------------------------------------------------------------ */
+
+typedef struct dp_event_scalar {
+	const char *tag; /* into the record: valid while it is */
+	size_t tag_len;
+	double value;
+	int single;      /* the value was a float32 (simple_value, DT_FLOAT...) */
+} dp_event_scalar;
+
+typedef struct dp_event {
+	double wall_time;
+	int64_t step;
+	const char *file_version; /* NULL when the event has none */
+	size_t file_version_len;
+	dp_event_scalar *scalars; /* the summary's scalar values */
+	size_t nscalars;
+	size_t nother;            /* its other values: histograms, images... */
+	size_t cap;               /* (the array's room, reused event to event) */
+} dp_event;
+
+#define DP_EVENT_INIT {0, 0, NULL, 0, NULL, 0, 0, 0}
+
+/* Decode the Event in buf[0..len) into ev (which may hold an earlier
+ * event: its array is reused).  Fields not listed above are skipped;
+ * malformed wire data is DP_EDATA with the reason.  The tags point into
+ * buf. */
+DP_EXPORT int dp_event_parse(dp_event *ev, const void *buf, size_t len, dp_err *e);
+DP_EXPORT void dp_event_free(dp_event *ev);
+
+/* 1 when the first bytes of a stream, head[0..len), are an event file's:
+ * a whole TFRecord frame, both CRCs right, holding an Event whose
+ * file_version starts with "brain.Event:".  0 otherwise (give at least the
+ * first 4096 bytes, or the whole stream when shorter). */
+DP_EXPORT int dp_events_detect(const void *head, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
