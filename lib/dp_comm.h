@@ -85,11 +85,12 @@ DP_EXPORT void dp_comm_abort(dp_comm *c, int code) __attribute__((noreturn));
  * that no finite value overflows and small ones keep fp16's 11 bits. */
 enum { DP_WIRE_F32 = 0, DP_WIRE_BF16 = 1, DP_WIRE_F16 = 2 };
 /* The gradient sum: a ring over all workers (the fewest bytes each);
- * hierarchical: summed within each host first (MPI over shared memory),
- * a ring between one leader per host, then shared back within the host
- * (cross-host bytes 2 (h-1)/h of the gradient per host instead of the
- * flat ring's more); MPI: the library's own reduce-scatter and
- * allgather (vendor-tuned algorithms; float32 wire only). */
+ * hierarchical: a reduce-scatter within each host, rings between the
+ * hosts' ranks of the same local index (one part each), an allgather
+ * within each host (cross-host bytes 2 (h-1)/h of the gradient per host
+ * instead of the flat ring's more; hosts of equal size, else the ring);
+ * MPI: the library's own reduce-scatter and allgather (vendor-tuned
+ * algorithms; float32 wire only). */
 enum { DP_ALLREDUCE_RING = 0, DP_ALLREDUCE_HIER = 1, DP_ALLREDUCE_MPI = 2 };
 /* "f32", "bf16", "f16" (also "fp32", "fp16", "float32"...) -> DP_WIRE_*,
  * "ring", "hierarchical", "mpi" -> DP_ALLREDUCE_*; -1 for anything else. */

@@ -22,8 +22,8 @@ for np in 2 3; do
 done
 like "$out" "# hosts: 1" "one host found (MPI's shared-memory split)"
 # hosts emulated: every 2 ranks one "host", so the hierarchical allreduce
-# runs its local sums, the leaders' ring and the broadcast (2 x 2, and
-# 2 + 1: hosts of unequal sizes)
+# runs its reduce-scatter within hosts, rings across, allgather (2 x 2, and
+# 2 + 1: hosts of unequal sizes, where it falls back to the ring)
 for np in 4 3; do
 	DP_COMM_HOST_RANKS=2 run mpi $np -x DP_COMM_HOST_RANKS "$DP_BUILD/tests/comm"
 	is "$rc" 0 "$np ranks, 2 a host: every rank passes"

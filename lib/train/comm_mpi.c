@@ -75,10 +75,11 @@ struct comm_mpi {
 	size_t wcap[2];
 	MPI_Request *rq; /* a ring step's requests */
 	size_t rqcap;
-	/* hosts, by MPI's shared-memory split: this host's ranks (local), one
-	 * leader per host (leaders; MPI_COMM_NULL elsewhere) */
-	MPI_Comm local, leaders;
+	/* hosts, by MPI's shared-memory split: this host's ranks (local), the
+	 * ranks of this local index on every host (cross) */
+	MPI_Comm local, cross;
 	int lrank, lsize, nhosts;
+	int hier_ok; /* several hosts, each with the same number (> 1) of ranks */
 	int *host_of; /* world rank -> host index */
 };
 
@@ -287,9 +288,13 @@ static int find_hosts(dp_comm *c, dp_err *e)
 			k += m->host_of[q] == q;
 		m->host_of[r] = k;
 	}
-	if ((rc = MPI_Comm_split(m->world, m->lrank == 0 ? 0 : MPI_UNDEFINED, c->rank,
-				 &m->leaders)) != MPI_SUCCESS)
+	if ((rc = MPI_Comm_split(m->world, m->lrank, c->rank, &m->cross)) != MPI_SUCCESS)
 		return mpierr(rc, "MPI_Comm_split", e);
+	int most = m->lsize, least = m->lsize;
+	if ((rc = MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, m->world)) != MPI_SUCCESS ||
+	    (rc = MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT, MPI_MIN, m->world)) != MPI_SUCCESS)
+		return mpierr(rc, "hosts", e);
+	m->hier_ok = m->nhosts > 1 && most == least && most > 1;
 	c->st.hosts = m->nhosts;
 	return DP_OK;
 }
@@ -306,7 +311,7 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 	if (!m)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->mpi = m;
-	m->world = m->ctl = m->local = m->leaders = MPI_COMM_NULL;
+	m->world = m->ctl = m->local = m->cross = MPI_COMM_NULL;
 	m->thread_ok = prov >= MPI_THREAD_SERIALIZED;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
@@ -364,8 +369,8 @@ void comm_mpi_close(dp_comm *c)
 	}
 	if (m->local != MPI_COMM_NULL)
 		MPI_Comm_free(&m->local);
-	if (m->leaders != MPI_COMM_NULL)
-		MPI_Comm_free(&m->leaders);
+	if (m->cross != MPI_COMM_NULL)
+		MPI_Comm_free(&m->cross);
 	if (m->world != MPI_COMM_NULL)
 		MPI_Comm_free(&m->world);
 	if (m->ctl != MPI_COMM_NULL)
@@ -587,12 +592,18 @@ typedef struct ring {
  * partial sums are rounded to it at every hop and added in float32; the
  * rank that completes a chunk rounds its own copy the same way, and the
  * allgather forwards the messages as received, so every rank decodes the
- * same bytes. */
-static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, const char *what,
-			  dp_err *e)
+ * same bytes.
+ *
+ * phases: RING_RS alone leaves rank r holding the whole sum of chunk
+ * (r+1) % p (the rest partial); RING_AG alone starts from there (float32
+ * wire only: the 16-bit allgather sends what the reduce-scatter encoded). */
+enum { RING_RS = 1, RING_AG = 2, RING_ALL = 3 };
+
+static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int wire, int phases,
+			  const char *what, dp_err *e)
 {
 	struct comm_mpi *m = c->mpi;
-	int p = g->p, r = g->r, right = (r + 1) % p, left = (r + p - 1) % p, wire = c->conf.wire;
+	int p = g->p, r = g->r, right = (r + 1) % p, left = (r + p - 1) % p;
 	if (p < 2)
 		return DP_OK;
 	if (n / (size_t)p + 1 > INT_MAX)
@@ -612,6 +623,8 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, const
 	int out = 0; /* wire[out]: the message going out in an allgather step */
 	for (int s = 0; s < 2 * (p - 1); s++) {
 		int rs = s < p - 1; /* reduce-scatter, then allgather */
+		if (!(phases & (rs ? RING_RS : RING_AG)))
+			continue;
 		int t = rs ? s : s - (p - 1);
 		int ks = ((rs ? r - t : r + 1 - t) % p + p) % p; /* the chunk sent */
 		int kr = ((rs ? r - t - 1 : r - t) % p + p) % p; /* the chunk received */
@@ -692,37 +705,25 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, const
 	return DP_OK;
 }
 
-/* Sum over the hosts' leaders' ring, after a sum within each host and
- * before a broadcast back: hierarchical. */
+/* Hierarchical (Horovod's, NCCL's): a reduce-scatter within each host
+ * (shared memory, float32) leaves local rank i with the host's sum of
+ * chunk i+1; the ranks of the same local index on every host then sum
+ * that chunk between the hosts, L rings side by side (the wire's format
+ * here), and an allgather within each host shares the chunks back.  A
+ * host sends 2 (h-1)/h of the gradient across, spread over its L ranks.
+ * Every host must hold the same number of ranks (hier_ok). */
 static int hier_allreduce(dp_comm *c, float *buf, size_t n, const char *what, dp_err *e)
 {
 	struct comm_mpi *m = c->mpi;
-	int rc = DP_OK;
-	for (size_t o = 0; o < n && rc == DP_OK; o += CHUNK) {
-		int k = (int)(n - o < CHUNK ? n - o : CHUNK);
-		MPI_Request q;
-		int mr = MPI_Ireduce(m->lrank == 0 ? MPI_IN_PLACE : buf + o, buf + o, k, MPI_FLOAT,
-				     MPI_SUM, 0, m->local, &q);
-		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, m->seq++, what, e);
-	}
-	if (rc == DP_OK && m->leaders != MPI_COMM_NULL) {
-		ring g = {m->leaders, 0, m->nhosts, 1};
-		MPI_Comm_rank(m->leaders, &g.r);
-		rc = ring_allreduce(c, &g, buf, n, what, e);
-	} else if (rc == DP_OK) {
-		m->seq++; /* as the leaders' ring does */
-	}
-	for (size_t o = 0; o < n && rc == DP_OK; o += CHUNK) {
-		int k = (int)(n - o < CHUNK ? n - o : CHUNK);
-		MPI_Request q;
-		int mr = MPI_Ibcast(buf + o, k, MPI_FLOAT, 0, m->local, &q);
-		rc = mr != MPI_SUCCESS ? mpierr(mr, what, e) : wait_all(c, &q, 1, m->seq++, what, e);
-	}
-	if (rc == DP_OK && m->lrank != 0) {
-		pthread_mutex_lock(&c->smu);
-		c->st.wire_bytes += n * sizeof(float); /* to the leader, within the host */
-		pthread_mutex_unlock(&c->smu);
-	}
+	int L = m->lsize, k = (m->lrank + 1) % L;
+	size_t lo = n * (size_t)k / (size_t)L, hi = n * (size_t)(k + 1) / (size_t)L;
+	ring local = {m->local, m->lrank, L, 0}, cross = {m->cross, 0, m->nhosts, 1};
+	MPI_Comm_rank(m->cross, &cross.r);
+	int rc = ring_allreduce(c, &local, buf, n, DP_WIRE_F32, RING_RS, what, e);
+	if (rc == DP_OK)
+		rc = ring_allreduce(c, &cross, buf + lo, hi - lo, c->conf.wire, RING_ALL, what, e);
+	if (rc == DP_OK)
+		rc = ring_allreduce(c, &local, buf, n, DP_WIRE_F32, RING_AG, what, e);
 	return rc;
 }
 
@@ -781,12 +782,12 @@ static int reduce_job(dp_comm *c, const job *j, int tid, dp_err *e)
 	int rc;
 	if (c->conf.algo == DP_ALLREDUCE_MPI) {
 		rc = mpi_allreduce(c, buf, n, "gradients", e);
-	} else if (c->conf.algo == DP_ALLREDUCE_HIER && m->nhosts > 1 && m->nhosts < c->size) {
+	} else if (c->conf.algo == DP_ALLREDUCE_HIER && m->hier_ok) {
 		rc = hier_allreduce(c, buf, n, "gradients", e);
 	} else {
 		int r = c->rank, p = c->size;
 		ring g = {m->world, r, p, m->host_of[(r + 1) % p] != m->host_of[r]};
-		rc = ring_allreduce(c, &g, buf, n, "gradients", e);
+		rc = ring_allreduce(c, &g, buf, n, c->conf.wire, RING_ALL, "gradients", e);
 	}
 	double t1 = dp_now();
 	dp_comm_event(c, "allreduce", tid, t0, t1);
