@@ -149,4 +149,26 @@ run dp-train --resume r1.st --train vec.tfr --prefetch 0 -q -o r2.st
 is "$rc" 0 "--resume of a fine-tuning run"
 ok $CHK mlp.st r2.st =0.weight =0.bias ~2.weight "--resume: still frozen"
 
+# under mpirun: the settings compared across ranks; np=2 = np=1 at the same global batch
+. "$DP_SRC/tests/mpi.sh"
+if have_mpirun; then
+	run timeout 120 mpirun "${MPI_OPTS[@]}" -np 1 dp-train --train vec.tfr --model "$MLP" --input-shape 12 \
+		--freeze 0 : -np 1 dp-train --train vec.tfr --model "$MLP" --input-shape 12 --freeze 2
+	is "$rc" 2 "ranks started with different --freeze: exit 2"
+	like "$err" "settings differ between ranks: rank 1 has 'freeze=2' where rank 0 has 'freeze=0'" "...named"
+	FT=(--init mlp.st --model "$MLP" --input-shape 12 --train vec.tfr --shuffle-buffer 0 --prefetch 0 -q
+		--max-steps 3 --freeze 0 --reset 4 --lr-mult 2=3 --label-smoothing 0.1 --optimizer sgd --momentum 0.9)
+	run mpi 2 dp-train "${FT[@]}" --batch-size 4 -o np2.st
+	is "$rc" 0 "a fine-tuning run under mpirun -np 2"
+	dp-train "${FT[@]}" --batch-size 8 -o np1.st
+	ok $CHK mlp.st np2.st =0.weight =0.bias ~2.weight "... frozen bit for bit"
+	ok $PY -c "import sys; sys.path.insert(0, '$DP_SRC/tests'); from torch_ref import load_checkpoint
+import numpy as np
+a, _ = load_checkpoint('np1.st'); b, _ = load_checkpoint('np2.st')
+sys.exit(not all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a if k[0].isdigit()))" \
+		"... the weights of np=1 at the same global batch"
+else
+	skip "mpirun is not installed (openmpi-bin)"
+fi
+
 done_testing

@@ -1124,7 +1124,7 @@ int dp_model_set_label_smoothing(dp_model *m, double s, dp_err *e)
 	return DP_OK;
 }
 
-/* Does item (len bytes, without its =VALUE) select tensor t? */
+/* Does item (without its =VALUE) select tensor t? */
 static int item_selects(const dp_model *m, const char *item, const dp_tensor_info *t)
 {
 	const char *dot = strrchr(t->name, '.');
