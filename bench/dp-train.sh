@@ -5,11 +5,17 @@
 #
 # dp-train runs end to end on a TFRecord file of float records, with
 # --prefetch 0 so that reading and decoding share its single thread (PyTorch
-# reuses one tensor in memory); its rate is the median of its own log lines
-# after the first.  PyTorch's is measured as ../shared/peers/torch_peer.py
-# does (5 warm-up steps, then a timed loop).  Each side runs ROUNDS times,
-# alternating; medians and the ratio are printed, with the fraction of the
-# OpenBLAS SGEMM ceiling (measured here, one thread) that dp-train reaches.
+# reuses one tensor in memory).  PyTorch runs 5 warm-up steps, then a timed
+# loop, under OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 as
+# well as torch.set_num_threads(1) (Debian's torch ignores the latter for
+# its OpenBLAS calls: 140% CPU without them).  Both rates are computed the
+# same way: total samples / total time, warm-up excluded (dp-train: the
+# samples and time of its log intervals after the first, which holds the
+# warm-up; not a median of intervals).  Each side's CPU use is printed
+# (process CPU time / wall time: 100% is one core).  Each side runs ROUNDS
+# times, alternating; medians and the ratio are printed, with the fraction
+# of the OpenBLAS SGEMM ceiling (measured here, one thread) that dp-train
+# reaches.
 #
 # Memory: peak RSS of dp-train (/usr/bin/time -f %M) streaming the MLP's
 # data from stdin for 2 epochs (the second from the file cache), for a
@@ -51,44 +57,52 @@ y = torch.randint(0, 10, (B,)); opt = torch.optim.Adam(m.parameters(), 1e-3); lo
 def step():
     opt.zero_grad(); lossf(m(x), y).backward(); opt.step()
 for _ in range(5): step()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in range(nb): step()
-print(f"{nb * B / (time.perf_counter() - t):.0f}")
+t, c = time.perf_counter() - t, time.process_time() - c
+print(f"{nb * B / t:.0f} {100 * c / t:.0f}")
 PYEOF
 
 CNN='conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,dense:128,relu,dropout:0.5,dense:10'
 
-# dp-train's samples/s: the median of its log lines after the first
+# dp-train's samples/s: total samples / total time of its log intervals
+# after the first (each interval's samples from its steps, its time from
+# its rate), and its CPU use over the whole run (/usr/bin/time)
 ours() { # data model shape log-every
-	$DP_TRAIN --train "$1" --model "$2" --input-shape "$3" --batch-size 128 --optimizer adam \
-		--lr 0.001 --threads 1 --prefetch 0 --shuffle-buffer 0 --log-every "$4" -q |
-		sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' | sed 1d | sort -n |
-		awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+	/usr/bin/time -f %P -o "$T/cpu" $DP_TRAIN --train "$1" --model "$2" --input-shape "$3" \
+		--batch-size 128 --optimizer adam --lr 0.001 --threads 1 --prefetch 0 \
+		--shuffle-buffer 0 --log-every "$4" -q |
+		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9]*\).*/\1 \2/p' |
+		awk 'NR > 1 { n = ($1 - last) * 128; s += n; t += n / $2 }
+			{ last = $1 } END { printf "%.0f\n", s / t }'
+	cat "$T/cpu"
 }
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "load average before: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) cores (above 1: other work ran beside these figures)"
 "$T/sgemm" > "$T/sgemm.txt"
 cat "$T/sgemm.txt"
 ceil=$(sed 's/.*=//' "$T/sgemm.txt" | sort -n | tail -1) # the best of the shapes
 
+peer() { OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $PY "$T/peer.py" "$@"; }
 for model in mlp cnn; do
-	a= b=
+	a= b= ca= cb=
 	for r in $(seq "$ROUNDS"); do
 		if [ $model = mlp ]; then
-			a="$a $(ours "$T/mlp.tfrecord" dense:128,relu,dense:10 784 20)"
-			b="$b $($PY "$T/peer.py" mlp 200)"
+			set -- $(ours "$T/mlp.tfrecord" dense:128,relu,dense:10 784 20) $(peer mlp 200)
 		else
-			a="$a $(ours "$T/cnn.tfrecord" "$CNN" 1x28x28 3)"
-			b="$b $($PY "$T/peer.py" cnn 12)"
+			set -- $(ours "$T/cnn.tfrecord" "$CNN" 1x28x28 3) $(peer cnn 12)
 		fi
+		a="$a $1" ca="$ca $2" b="$b $3" cb="$cb $4%"
 	done
 	ma=$(echo "$a" | median) mb=$(echo "$b" | median)
 	flops=$([ $model = mlp ] && echo 409088 || echo 71906816)
-	awk -v m=$model -v a="$ma" -v b="$mb" -v f=$flops -v c="$ceil" -v ra="$a" -v rb="$b" 'BEGIN {
+	awk -v m=$model -v a="$ma" -v b="$mb" -v f=$flops -v c="$ceil" -v ra="$a" -v rb="$b" \
+		-v ca="$ca" -v cb="$cb" 'BEGIN {
 		g = a * f / 1e9
-		printf "%s: dp-train %d samples/s (runs:%s), PyTorch %d samples/s (runs:%s), ratio %.2fx\n", m, a, ra, b, rb, a / b
+		printf "%s: dp-train %d samples/s (runs:%s; CPU%s), PyTorch %d samples/s (runs:%s; CPU%s), ratio %.2fx\n", m, a, ra, ca, b, rb, cb, a / b
 		printf "%s: dp-train %.1f GFLOP/s effective (direct-algorithm FLOPs) = %.0f%% of the SGEMM ceiling (%.1f GFLOP/s)\n", m, g, 100 * g / c, c
 	}'
 done

@@ -189,9 +189,11 @@ typedef struct dp_backend {
 	 * int32, checked by the caller to lie in [0, k)).  stats (dev, 2
 	 * doubles) receives the summed loss and the number of correct argmax
 	 * predictions.  When dlogits is not NULL it receives
-	 * (softmax - onehot) * scale. */
+	 * (softmax - target) * scale.  With label smoothing s the target is
+	 * (1 - s) onehot + s / k and the loss its cross-entropy (PyTorch's
+	 * CrossEntropyLoss(label_smoothing=s)); s = 0: the plain one-hot. */
 	void (*xent)(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
-		     float scale, float *dlogits, double *stats);
+		     float smooth, float scale, float *dlogits, double *stats);
 	/* Mean squared error of pred (n, k) against target (n, k): stats[0]
 	 * receives the sum over samples of each sample's mean of squares,
 	 * stats[1] zero; dpred = 2 (pred - target) / k * scale. */

@@ -16,7 +16,8 @@
  *                  (num_batches_tracked: I64), PyTorch's layouts and names;
  *   "optimizer.{tensor}.{state}"  optimizer state with the layout of
  *                  {tensor}: exp_avg, exp_avg_sq (adam, adamw),
- *                  momentum_buffer (sgd with momentum);
+ *                  momentum_buffer (sgd with momentum); none for the
+ *                  tensors frozen (dp_optim_set_tensors);
  *   "rng.state"    U64 [4]: seed, step, epoch, epoch_step: the whole state
  *                  of dp-train's counter-based generators (dp_rng.h);
  *   __metadata__   format "dp-train/1", model, input_shape, loss, step,
@@ -103,8 +104,16 @@ DP_EXPORT int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_
 /* The model a checkpoint describes (unbound; from its metadata). */
 DP_EXPORT dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e);
 /* Load weights and running statistics into m (bound), checking that
- * every tensor is there with the model's dtype and shape. */
+ * every tensor is there with the model's dtype and shape, and that the
+ * file holds no other (besides the optimizer state and rng.state). */
 DP_EXPORT int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e);
+/* Fine-tuning (--init): the same, from a dp-train checkpoint or a plain
+ * PyTorch state_dict (no metadata: every tensor must be the model's),
+ * except the tensors that `reset` selects (dp_model_select; NULL: none),
+ * which keep the values m has (dp_model_init's) and may be missing from
+ * the file or have other shapes there.  The first tensor that differs is
+ * named: one the model lacks, one missing, or one of another shape. */
+DP_EXPORT int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e);
 /* Load optimizer state (same kind of optimizer) and its step count. */
 DP_EXPORT int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e);
 /* The training state (rng.state and metadata, checked to agree). */

@@ -135,6 +135,24 @@ DP_EXPORT void dp_model_tensor(const dp_model *m, int i, dp_tensor_info *out);
 /* The int64 counter behind a DP_TENSOR_COUNTER tensor (by layer). */
 DP_EXPORT int64_t *dp_model_counter(dp_model *m, int layer);
 
+/* ---- fine-tuning ------------------------------------------------------------
+ * Tensors selected by name, for --reset, --freeze, --lr-mult, --no-decay:
+ * PATTERNS is a comma-separated list of items, each one of
+ *   bias      every tensor named *.bias
+ *   bn        every tensor of a batchnorm layer
+ *   1d        every trainable tensor of one dimension (biases, batchnorm's)
+ *   PATTERN   an fnmatch(3) pattern over the name or over a prefix of it
+ *             that ends before a '.': "3" selects "3.weight" and
+ *             "3.bias", "layer1*" every tensor whose name begins so
+ * and may end in =VALUE, which is skipped here (--lr-mult's multipliers).
+ * sel (dp_model_ntensors ints) receives for each tensor 1 + the index of
+ * the first item that selects it, or 0.  DP_EARG naming an item that
+ * selects no tensor (a typo, most likely). */
+DP_EXPORT int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e);
+/* Label smoothing s (0 <= s <= 1, cross-entropy only): the loss and its
+ * gradient are PyTorch's CrossEntropyLoss(label_smoothing=s). */
+DP_EXPORT int dp_model_set_label_smoothing(dp_model *m, double s, dp_err *e);
+
 /* ---- bound to a backend -------------------------------------------------
  * Allocate parameters, gradients, activations for batches of up to
  * max_batch samples on backend be (instance ctx, which must outlive m). */

@@ -11,7 +11,7 @@
  *          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  *   adamw  p *= 1 - lr wd, then adam without the wd term
  * Weight decay applies to every parameter, biases included (as PyTorch's
- * default parameter groups do).
+ * default parameter groups do), unless dp_optim_set_tensors says otherwise.
  *
  * State lives on the backend in buffers with the parameters' layout, one
  * per kind of state: "momentum_buffer" (sgd with momentum), "exp_avg" and
@@ -22,6 +22,7 @@
 
 #include "dp.h"
 #include "dp_backend.h"
+#include "dp_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +61,18 @@ DP_EXPORT void dp_optim_step(dp_optim *o, float *params, const float *grads, dou
 /* Updates done so far (t above); settable when state is loaded. */
 DP_EXPORT uint64_t dp_optim_steps(const dp_optim *o);
 DP_EXPORT void dp_optim_set_steps(dp_optim *o, uint64_t t);
+
+/* Fine-tuning: settings per tensor of model m (the parameters o updates),
+ * as PyTorch's parameter groups.  freeze: the tensors selected
+ * (dp_model_select) are not updated and keep no optimizer state (zeros,
+ * left out of checkpoints), as parameters with requires_grad=False;
+ * no_decay: those selected get weight decay 0; lr_mult "PATTERN=X,...":
+ * the first item that selects a tensor multiplies its learning rate by
+ * X (>= 0; 1 when none does).  NULL: none.  DP_EARG with a message. */
+DP_EXPORT int dp_optim_set_tensors(dp_optim *o, const dp_model *m, const char *freeze,
+				   const char *no_decay, const char *lr_mult, dp_err *e);
+/* 1 when the parameter at offset off is frozen. */
+DP_EXPORT int dp_optim_frozen(const dp_optim *o, size_t off);
 
 /* The state buffers: count, name ("exp_avg", ...), (dev) floats. */
 DP_EXPORT int dp_optim_nstates(const dp_optim *o);

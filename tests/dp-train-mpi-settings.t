@@ -39,24 +39,29 @@ ROWS=$(cat <<'EOF'
 --epochs|epochs||--epochs 2
 --eps|eps|--optimizer adam|--optimizer adam --eps 1e-6
 --feature|feature||--feature img
+--freeze|freeze|--init x.st|--init x.st --freeze 0
 --grad-dtype|grad_dtype||--grad-dtype bf16
 --init|init||--init x.st
 --input-shape|input_shape||--input-shape 1x8x8
 --label|label||--label y
+--label-smoothing|label_smoothing||--label-smoothing 0.1
 --last-batch|last_batch||--last-batch drop
 --log-every|log_every||--log-every 5
 --loss|loss||--loss mse
 --lr|lr||--lr 0.5
+--lr-mult|lr_mult||--lr-mult '0*=0.5'
 --lr-schedule|lr_schedule||--lr-schedule cosine
 --max-steps|max_steps||--max-steps 3
 --model|model||--model dense:16,relu,dense:4
 --momentum|momentum||--momentum 0.9
 --nesterov|nesterov|--momentum 0.9|--momentum 0.9 --nesterov
+--no-decay|no_decay||--no-decay bias
 --no-overlap|overlap||--no-overlap
 --no-shard-data|train||--no-shard-data
 --optimizer|optimizer||--optimizer sgd
 --output|output||--output out.st
 --precision|precision||--precision tf32
+--reset|reset|--init x.st|--init x.st --reset 2
 --resume|resume||--resume x.st
 --scale|scale|--scale 1/255|--scale 1
 --scale-lr|scale_lr||--scale-lr

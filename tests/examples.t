@@ -128,4 +128,16 @@ want=0
 case "$out" in *FAILED*) want=1 ;; esac
 is "$rc" "$want" "... exit status 1 exactly when a gate failed"
 
+# ---- fine-tuning (examples/finetune.sh), on 6000 images: both accuracies printed
+run timeout $HANG env PRE_LIMIT=6000 PRE_EPOCHS=1 FT_EPOCHS=3 FT_DIR="$T/ft" THREADS=1 "$EX/finetune.sh"
+is "$rc" 0 "examples/finetune.sh runs"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
+like "$out" "first task \(classes 0-4, [0-9]+ images, 1 epochs\): test accuracy 0\.[4-9]" \
+	"the first task learnt (above 40%: chance is 20%)"
+like "$out" "fine-tuned \(convolutions frozen, head reset\): 0\.[4-9]" "the fine-tuned model learnt the second"
+like "$out" "from scratch: +0\.[0-9]+" "... and the one from scratch is reported beside it"
+is "$(tfr-cat -c "$T/ft/few-b.tfrecord") $(tfr-cat -c "$T/ft/test-b.tfrecord")" "1000 5000" \
+	"... from 1000 images of the other five classes, tested on their 5000"
+is "$(tfr-cat -j "$T/ft/test-b.tfrecord" | grep -c '"label":{"int64":\[[0-4]\]}')" 5000 "... relabelled 0-4"
+
 done_testing

@@ -7,6 +7,13 @@
   torch_ref.py step INIT OUT DATA.npz --optimizer O --lr X --batch B --steps K [...]
                                             train K steps in torch from INIT on DATA's
                                             batches in order; compare with dp-train's OUT
+                                            [--model SPEC --shape S] (INIT a plain state_dict)
+                                            [--freeze P] [--no-decay P] [--lr-mult P=X,...]
+                                            [--label-smoothing X] (as dp-train's, as param groups)
+  torch_ref.py plain SPEC SHAPE SEED OUT      torch's initial weights as a plain state_dict
+                                            (safetensors without __metadata__)
+  torch_ref.py loss CKPT DATA.npz N [--model SPEC --shape S] [--label-smoothing X]
+                                            print the mean loss of the first N samples
   torch_ref.py same-weights A B             exit 0 if A and B hold bit-identical weights
   torch_ref.py finite CKPT                   exit 0 if every float tensor is finite
   torch_ref.py batch FILE                    run the commands of FILE, one per line (torch
@@ -38,7 +45,7 @@ def load_checkpoint(path):
 
 
 def save_checkpoint(path, tensors, meta):
-    header, blobs, off = {"__metadata__": meta}, [], 0
+    header, blobs, off = ({"__metadata__": meta} if meta is not None else {}), [], 0
     for name, a in tensors.items():
         a = np.array(a, order="C")
         dt = {"float32": "F32", "int64": "I64"}[str(a.dtype)]
@@ -118,6 +125,44 @@ def sequential(spec, shape):
     return nn.Sequential(*mods)
 
 
+def selects(item, name, mod, ndim):
+    """dp_model_select's items (dp_nn.h): bias, bn, 1d, or fnmatch over the name or a prefix."""
+    import fnmatch, torch.nn as nn
+    if item == "bias":
+        return name.endswith(".bias")
+    if item == "bn":
+        return isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d))
+    if item == "1d":
+        return ndim == 1
+    parts = name.split(".")
+    return any(fnmatch.fnmatchcase(".".join(parts[:i]), item) for i in range(1, len(parts) + 1))
+
+
+def first_item(patterns, name, mod, ndim):
+    """Index of the first item of patterns selecting the parameter, or -1."""
+    for i, item in enumerate((patterns or "").split(",") if patterns else []):
+        if selects(item.split("=")[0], name, mod, ndim):
+            return i
+    return -1
+
+
+def param_groups(m, a):
+    """PyTorch parameter groups for dp-train's --freeze, --no-decay, --lr-mult."""
+    groups = []
+    mults = [float(x.split("=")[1]) for x in a.lr_mult.split(",")] if a.lr_mult else []
+    for name, p in m.named_parameters():
+        mod = m[int(name.split(".")[0])]
+        if first_item(a.freeze, name, mod, p.dim()) >= 0:
+            p.requires_grad_(False)
+            continue
+        k = first_item(a.lr_mult, name, mod, p.dim())
+        g = {"params": [p], "lr": a.lr * (mults[k] if k >= 0 else 1.0)}
+        if first_item(a.no_decay, name, mod, p.dim()) >= 0:
+            g["weight_decay"] = 0.0
+        groups.append(g)
+    return groups
+
+
 def state_of(tensors):
     import torch
     return {k: torch.from_numpy(v.copy()) for k, v in tensors.items() if k[0].isdigit()}
@@ -168,6 +213,28 @@ def main(argv=None):
         save_checkpoint(out, t, {"format": "dp-train/1", "model": spec, "input_shape": shape,
                                  "loss": loss})
         return
+    if cmd == "plain":
+        spec, shape, seed, out = argv[2:6]
+        torch.manual_seed(int(seed))
+        m = sequential(spec, parse_shape(shape))
+        save_checkpoint(out, {k: v.detach().numpy() for k, v in m.state_dict().items()}, None)
+        return
+    if cmd == "loss":
+        import argparse
+        ap = argparse.ArgumentParser()
+        ap.add_argument("ckpt"); ap.add_argument("data"); ap.add_argument("n", type=int)
+        ap.add_argument("--model"); ap.add_argument("--shape")
+        ap.add_argument("--label-smoothing", type=float, default=0.0)
+        a = ap.parse_args(argv[2:])
+        tensors, meta = load_checkpoint(a.ckpt)
+        m = sequential(a.model or meta["model"], parse_shape(a.shape or meta["input_shape"]))
+        m.load_state_dict(state_of(tensors), strict=True)
+        m.train()
+        z = np.load(a.data)
+        out = m(torch.from_numpy(z["x"][:a.n].astype(np.float32)))
+        l = nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)(out, torch.from_numpy(z["y"][:a.n]).long())
+        print(f"{l.item():.9g}")
+        return
     if cmd == "load":
         tensors, meta = load_checkpoint(argv[2])
         m = sequential(meta["model"], parse_shape(meta["input_shape"]))
@@ -187,26 +254,30 @@ def main(argv=None):
         ap.add_argument("--loss", default="xent")
         ap.add_argument("--clip-norm", type=float, default=None)
         ap.add_argument("--rtol", type=float, default=1e-4); ap.add_argument("--atol", type=float, default=None)
+        ap.add_argument("--model"); ap.add_argument("--shape")
+        ap.add_argument("--freeze"); ap.add_argument("--no-decay"); ap.add_argument("--lr-mult")
+        ap.add_argument("--label-smoothing", type=float, default=0.0)
         a = ap.parse_args(argv[2:])
         if a.atol is None:  # float32 rounding of the update itself: a fraction of lr
             a.atol = max(1e-6, 1e-3 * a.lr)
         tensors, meta = load_checkpoint(a.init)
-        m = sequential(meta["model"], parse_shape(meta["input_shape"]))
+        m = sequential(a.model or meta["model"], parse_shape(a.shape or meta["input_shape"]))
         m.load_state_dict(state_of(tensors), strict=True)
         m.train()
         wd = a.weight_decay
+        params = param_groups(m, a)
         if a.optimizer == "sgd":
-            opt = torch.optim.SGD(m.parameters(), a.lr, momentum=a.momentum, nesterov=a.nesterov,
+            opt = torch.optim.SGD(params, a.lr, momentum=a.momentum, nesterov=a.nesterov,
                                   weight_decay=wd or 0)
         elif a.optimizer == "adam":
-            opt = torch.optim.Adam(m.parameters(), a.lr, weight_decay=wd or 0)
+            opt = torch.optim.Adam(params, a.lr, weight_decay=wd or 0)
         else:
-            opt = torch.optim.AdamW(m.parameters(), a.lr, weight_decay=0.01 if wd is None else wd)
+            opt = torch.optim.AdamW(params, a.lr, weight_decay=0.01 if wd is None else wd)
         z = np.load(a.data)
         x = torch.from_numpy(z["x"].astype(np.float32))
         y = torch.from_numpy(z["y"])
         body = m[:-1] if isinstance(m[-1], nn.Softmax) else m
-        lossf = nn.CrossEntropyLoss() if a.loss == "xent" else nn.MSELoss()
+        lossf = nn.CrossEntropyLoss(label_smoothing=a.label_smoothing) if a.loss == "xent" else nn.MSELoss()
         for s in range(a.steps):
             xb, yb = x[s * a.batch:(s + 1) * a.batch], y[s * a.batch:(s + 1) * a.batch]
             opt.zero_grad()

@@ -64,7 +64,8 @@ enum {
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
-	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM, O_LAST
+	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
+	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -108,6 +109,11 @@ static const struct option longopts[] = {
 	{"checkpoint", required_argument, 0, O_CKPT},
 	{"resume", required_argument, 0, O_RESUME},
 	{"init", required_argument, 0, O_INIT},
+	{"reset", required_argument, 0, O_RESET},
+	{"freeze", required_argument, 0, O_FREEZE},
+	{"lr-mult", required_argument, 0, O_LR_MULT},
+	{"no-decay", required_argument, 0, O_NO_DECAY},
+	{"label-smoothing", required_argument, 0, O_SMOOTH},
 	{"output", required_argument, 0, 'o'},
 	{"log-format", required_argument, 0, O_LOG_FORMAT},
 	{"log", required_argument, 0, O_LOG},
@@ -165,6 +171,8 @@ static struct {
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
+	const char *reset, *freeze, *lr_mult, *no_decay; /* fine-tuning: patterns */
+	double smooth;                                  /* --label-smoothing */
 	int json;
 	const char *log;
 	uint64_t log_every;
@@ -280,7 +288,16 @@ static void help(void)
 	       "                           {epoch} are filled in\n"
 	       "      --resume PATH        continue a run from a checkpoint: weights, optimizer,\n"
 	       "                           position in the data; settings not given are taken from it\n"
-	       "      --init PATH          start from a checkpoint's weights (fine-tuning)\n"
+	       "      --init PATH          start from a checkpoint's weights (fine-tuning), or\n"
+	       "                           from a PyTorch state_dict with --model, --input-shape\n"
+	       "\n"
+	       "Fine-tuning (PATTERNS: fnmatch patterns of tensor names or layers, comma-\n"
+	       "separated: 3, 3.weight, 4*; bias, bn, 1d: every bias, batchnorm, 1-D tensor):\n"
+	       "      --reset PATTERNS     re-initialise those tensors after --init\n"
+	       "      --freeze PATTERNS    keep those parameters fixed\n"
+	       "      --lr-mult 'PAT=X,...'  their learning rate times X (the first match)\n"
+	       "      --no-decay PATTERNS  no weight decay for those (e.g. bias,bn)\n"
+	       "      --label-smoothing X  cross-entropy against (1-X) one-hot + X/classes\n"
 	       "\n"
 	       "Logs:\n"
 	       "      --log-format logfmt|json  training log lines (default logfmt)\n"
@@ -537,6 +554,11 @@ static void parse_args(int argc, char **argv)
 		case O_CKPT: O.ckpt = optarg; break;
 		case O_RESUME: O.resume = optarg; break;
 		case O_INIT: O.init = optarg; break;
+		case O_RESET: O.reset = optarg; break;
+		case O_FREEZE: O.freeze = optarg; break;
+		case O_LR_MULT: O.lr_mult = optarg; break;
+		case O_NO_DECAY: O.no_decay = optarg; break;
+		case O_SMOOTH: O.smooth = cli_real("--label-smoothing", optarg, 0, 1); break;
 		case 'o': O.output = optarg; break;
 		case O_LOG_FORMAT:
 			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
@@ -750,6 +772,14 @@ static void settings_from(const dp_st *ck)
 		O.scale_lr = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
 		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
+	if ((v = from_ckpt(ck, O_FREEZE, "freeze")))
+		O.freeze = v;
+	if ((v = from_ckpt(ck, O_LR_MULT, "lr_mult")))
+		O.lr_mult = v;
+	if ((v = from_ckpt(ck, O_NO_DECAY, "no_decay")))
+		O.no_decay = v;
+	if ((v = from_ckpt(ck, O_SMOOTH, "label_smoothing")))
+		O.smooth = meta_real(ck, "label_smoothing", v, 0, 1);
 }
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
@@ -915,6 +945,9 @@ static void average_buffers(void)
 	dp_comm_event(COMM, "average", 1, t, dp_now());
 }
 
+/* A pattern option's value (none: ""), for the settings and metadata. */
+static const char *opt_text(const char *v) { return v && *v ? v : ""; }
+
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
 static void save(const char *tmpl, const dp_train_state *ts)
 {
@@ -923,7 +956,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	char producer[64];
 	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
-		web[40], acb[24], cnb[40];
+		web[40], acb[24], cnb[40], smb[40];
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
 	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
@@ -959,6 +992,10 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"last_batch", O.drop_last ? "drop" : "keep",
 		"precision", dp_precision_name(O.precision),
 		"producer", producer,
+		"freeze", opt_text(O.freeze),
+		"lr_mult", opt_text(O.lr_mult),
+		"no_decay", opt_text(O.no_decay),
+		"label_smoothing", dp_fmt_double(O.smooth, smb, sizeof smb),
 		NULL,
 	};
 	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
@@ -1217,6 +1254,9 @@ static char *settings_text(const dp_optim_conf *oc)
 		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered", O.accumulate,
 		dp_fmt_double(O.clip_norm, cn, sizeof cn), dp_comm_wire_name(O.wire),
 		dp_comm_algo_name(O.algo));
+	fprintf(f, "reset=%s\nfreeze=%s\nlr_mult=%s\nno_decay=%s\nlabel_smoothing=%s\n",
+		opt_text(O.reset), opt_text(O.freeze), opt_text(O.lr_mult),
+		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1431,6 +1471,9 @@ static void start_from_checkpoint(void)
 	if (O.resume) {
 		settings_from(R.ck);
 	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
+		if (!dp_st_meta(R.ck, "model"))
+			usage_error("--init %s: no dp-train metadata (a PyTorch state_dict?): give the "
+				    "model with --model and --input-shape", O.init);
 		O.model = from_ckpt(R.ck, O_MODEL, "model");
 		O.input_shape = from_ckpt(R.ck, O_INPUT_SHAPE, "input_shape");
 		const char *l = from_ckpt(R.ck, O_LOSS, "loss");
@@ -1481,8 +1524,8 @@ static int show_summary(void)
 static void check_ckpt_model(void)
 {
 	dp_err e;
-	if (!R.ck)
-		return;
+	if (!R.ck || (O.init && (O.reset || !dp_st_meta(R.ck, "model"))))
+		return; /* a state_dict, or a new head: dp_ckpt_load_init checks tensor by tensor */
 	dp_model *cm = dp_ckpt_model(R.ck, &e);
 	if (!cm)
 		die_all(1, "%s", e.msg);
@@ -1713,14 +1756,25 @@ static void setup_model(void)
 		cli_die_err(CLI_FAIL, &e);
 	if (O.accumulate > 1 && !(R.acc = R.be->alloc(R.ctx, dp_model_nparams(M) * sizeof(float))))
 		cli_die("--accumulate: out of memory for the gradients' sum");
+	const char **pats[] = {&O.freeze, &O.no_decay, &O.lr_mult}; /* "" in metadata: none */
+	for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++)
+		if (*pats[i] && !**pats[i])
+			*pats[i] = NULL;
+	if ((O.freeze || O.no_decay || O.lr_mult) &&
+	    dp_optim_set_tensors(OPT, M, O.freeze, O.no_decay, O.lr_mult, &e) < 0)
+		bad_setting(from_meta[O_FREEZE] || from_meta[O_LR_MULT] || from_meta[O_NO_DECAY],
+			    "--freeze, --lr-mult, --no-decay: %s", e.msg);
+	if (dp_model_set_label_smoothing(M, O.smooth, &e) < 0)
+		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
-	if (R.ck) {
+	if (!R.ck || O.init) /* --init: what --reset leaves */
+		dp_model_init(M, O.seed);
+	if (O.init && dp_ckpt_load_init(R.ck, M, O.reset, &e) < 0)
+		die_all(e.code == DP_EARG ? 2 : 1, "%s%s", e.code == DP_EARG ? "--reset: " : "", e.msg);
+	if (O.resume) {
 		if (dp_ckpt_load_weights(R.ck, M, &e) < 0)
 			die_all(1, "%s", e.msg);
-		if (O.resume)
-			resume_state(R.ck);
-	} else {
-		dp_model_init(M, O.seed);
+		resume_state(R.ck);
 	}
 	/* every worker starts from worker 0's weights and running statistics */
 	if (dp_comm_bcast(COMM, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
@@ -2174,6 +2228,8 @@ int main(int argc, char **argv)
 	parse_args(argc, argv);
 	if (O.resume && O.init)
 		usage_error("--resume and --init exclude each other");
+	if (O.reset && !O.init)
+		usage_error("--reset needs --init (the weights it leaves out)");
 
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the log, the weights, the data */

@@ -943,7 +943,7 @@ static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, cons
 /* ---- losses ------------------------------------------------------------- */
 
 static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
-		     float scale, float *dlogits, double *stats)
+		     float smooth, float scale, float *dlogits, double *stats)
 {
 	double loss = 0, correct = 0;
 	for (int i = 0; i < n; i++) {
@@ -961,12 +961,25 @@ static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int
 		double lse = m + log(s);
 		int y = labels[i];
 		loss += lse - z[y];
+		if (smooth != 0) { /* (1 - s)(lse - z_y) + s/k sum_j (lse - z_j) */
+			double zs = 0;
+			for (int j = 0; j < k; j++)
+				zs += z[j];
+			loss += smooth * ((double)z[y] - zs / k);
+		}
 		correct += arg == y;
 		if (dlogits) {
 			float *d = dlogits + (size_t)i * k;
 			for (int j = 0; j < k; j++)
 				d[j] = (float)(exp((double)z[j] - lse)) * scale;
-			d[y] -= scale;
+			if (smooth != 0) {
+				float u = smooth / (float)k * scale;
+				for (int j = 0; j < k; j++)
+					d[j] -= u;
+				d[y] -= (1 - smooth) * scale;
+			} else {
+				d[y] -= scale;
+			}
 		}
 	}
 	stats[0] = loss;

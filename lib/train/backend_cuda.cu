@@ -523,7 +523,7 @@ __global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, cons
 
 /* ---- losses: a thread per sample, then a fixed-order sum ----------------- */
 
-__global__ void k_xent(int n, int k, const float *logits, const int32_t *labels, float scale,
+__global__ void k_xent(int n, int k, const float *logits, const int32_t *labels, float smooth, float scale,
 		       float *dlogits, double *rows)
 {
 	FOR_EACH(i, (size_t)n) {
@@ -541,12 +541,25 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *labels,
 		double lse = m + log(s);
 		int y = labels[i];
 		rows[i] = lse - z[y];
+		if (smooth != 0) { /* (1 - s)(lse - z_y) + s/k sum_j (lse - z_j) */
+			double zs = 0;
+			for (int j = 0; j < k; j++)
+				zs += z[j];
+			rows[i] += smooth * ((double)z[y] - zs / k);
+		}
 		rows[n + i] = arg == y;
 		if (dlogits) {
 			float *d = dlogits + i * k;
 			for (int j = 0; j < k; j++)
 				d[j] = (float)(exp((double)z[j] - lse)) * scale;
-			d[y] -= scale;
+			if (smooth != 0) {
+				float u = smooth / (float)k * scale;
+				for (int j = 0; j < k; j++)
+					d[j] -= u;
+				d[y] -= (1 - smooth) * scale;
+			} else {
+				d[y] -= scale;
+			}
 		}
 	}
 }
@@ -1282,14 +1295,14 @@ static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 /* ---- losses ------------------------------------------------------------------------ */
 
 static void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_t *labels,
-		    float scale, float *dlogits, double *stats)
+		    float smooth, float scale, float *dlogits, double *stats)
 {
 	use(c);
 	double *rows = (double *)scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
 	if (!rows)
 		return;
 	if (n > 0) {
-		LAUNCH(k_xent, grid((size_t)n), THREADS, c->s, n, k, logits, labels, scale, dlogits, rows);
+		LAUNCH(k_xent, grid((size_t)n), THREADS, c->s, n, k, logits, labels, smooth, scale, dlogits, rows);
 		LAUNCHED(c, "cross-entropy");
 	}
 	LAUNCH(k_sum_rows, 1, THREADS, c->s, n, rows, stats);

@@ -613,7 +613,7 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
 			dp_model_tensor(m, i, &t);
-			if (t.role != DP_TENSOR_PARAM)
+			if (t.role != DP_TENSOR_PARAM || dp_optim_frozen(o, t.off))
 				continue;
 			char name[128];
 			optim_tensor_name(name, sizeof name, &t, o, j);
@@ -694,35 +694,62 @@ static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, in
 
 int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e)
 {
+	return dp_ckpt_load_init(ck, m, NULL, e);
+}
+
+/* A tensor of the file that is not the model's: with dp-train's metadata,
+ * the optimizer state and rng.state are not; in a plain state_dict every
+ * tensor is the model's. */
+static int model_tensor_name(const dp_st *ck, const char *n)
+{
+	return !dp_st_meta(ck, "format") ||
+	       (strncmp(n, "optimizer.", 10) != 0 && strcmp(n, "rng.state") != 0);
+}
+
+int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e)
+{
 	dp_bectx *ctx;
 	const dp_backend *be = dp_model_backend(m, &ctx);
 	if (!be)
 		return dp_seterr(e, DP_EARG, "model not bound");
 	size_t np = dp_model_nparams(m), nb = dp_model_nbuffers(m);
 	int nt = dp_model_ntensors(m), rc = DP_OK;
-	/* a model tensor name the model does not have means another model */
+	int *skip = calloc((size_t)nt + 1, sizeof *skip);
+	float *host = malloc((np + nb + 1) * sizeof(float));
+	if (!skip || !host) {
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = dp_model_select(m, reset, skip, e)) < 0)
+		goto out;
+	/* a tensor the model does not have means another model */
 	for (int i = 0; i < dp_st_count(ck); i++) {
 		const char *n = dp_st_at(ck, i)->name;
-		if (n[0] < '0' || n[0] > '9')
-			continue;
-		int found = 0;
+		int found = !model_tensor_name(ck, n);
 		for (int j = 0; j < nt && !found; j++) {
 			dp_tensor_info t;
 			dp_model_tensor(m, j, &t);
 			found = !strcmp(t.name, n);
 		}
-		if (!found)
-			return dp_seterr(e, DP_EDATA,
-					 "%s: tensor '%s' is not in the model (a checkpoint of another "
-					 "model?)",
-					 dp_st_name(ck), n);
+		if (!found) {
+			rc = dp_seterr(e, DP_EDATA,
+				       "%s: tensor '%s' is not in the model (a checkpoint of another "
+				       "model?)",
+				       dp_st_name(ck), n);
+			goto out;
+		}
 	}
-	float *host = malloc((np + nb + 1) * sizeof(float));
-	if (!host)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	/* the model's tensors as they are (what --reset leaves), then the file's */
+	be->download(ctx, host, dp_model_params(m), np * sizeof(float));
+	if (nb)
+		be->download(ctx, host + np, dp_model_buffers(m), nb * sizeof(float));
+	if ((rc = be->sync(ctx, e)) < 0)
+		goto out;
 	for (int i = 0; i < nt; i++) {
 		dp_tensor_info t;
 		dp_model_tensor(m, i, &t);
+		if (skip[i])
+			continue;
 		int dt = t.role == DP_TENSOR_COUNTER ? DP_DT_I64 : DP_DT_F32;
 		const dp_st_tensor *s = want(ck, t.name, dt, t.ndim, t.shape, e);
 		if (!s) {
@@ -744,6 +771,7 @@ int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e)
 	if (nb)
 		be->upload(ctx, dp_model_buffers(m), host + np, nb * sizeof(float));
 out:
+	free(skip);
 	free(host);
 	return rc;
 }
@@ -787,7 +815,7 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
 			dp_model_tensor(m, i, &t);
-			if (t.role != DP_TENSOR_PARAM)
+			if (t.role != DP_TENSOR_PARAM || dp_optim_frozen(o, t.off))
 				continue;
 			char name[128];
 			optim_tensor_name(name, sizeof name, &t, o, j);

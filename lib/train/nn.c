@@ -20,6 +20,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ struct dp_model {
 	char *spec;
 	dp_shape in;
 	int loss;
+	float smooth; /* label smoothing (xent) */
 	layer *l;
 	int n;
 	size_t nparams, nbuffers;
@@ -1008,7 +1010,7 @@ int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_gr
 				return dp_seterr(e, DP_EDATA, "sample %zu: label %d out of range 0..%d",
 						 i, lab[i], k - 1);
 		const void *dl = be->stage(m->ctx, m->ybuf, y, n * sizeof(int32_t));
-		be->xent(m->ctx, (int)n, k, m->out, dl, scale, dout, m->stats);
+		be->xent(m->ctx, (int)n, k, m->out, dl, m->smooth, scale, dout, m->stats);
 	} else {
 		const void *dt = be->stage(m->ctx, m->ybuf, y, n * (size_t)k * sizeof(float));
 		be->mse(m->ctx, (int)n, k, m->out, dt, scale, dout, m->stats);
@@ -1108,4 +1110,76 @@ int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *
 	}
 	m->be->download(m->ctx, out, src, n * k * sizeof(float));
 	return m->be->sync(m->ctx, e);
+}
+
+/* ---- fine-tuning: tensors by name ------------------------------------------- */
+
+int dp_model_set_label_smoothing(dp_model *m, double s, dp_err *e)
+{
+	if (!(s >= 0 && s <= 1))
+		return dp_seterr(e, DP_EARG, "label smoothing %g: want 0 <= s <= 1", s);
+	if (s > 0 && m->loss != DP_LOSS_XENT)
+		return dp_seterr(e, DP_EARG, "label smoothing needs the cross-entropy loss");
+	m->smooth = (float)s;
+	return DP_OK;
+}
+
+/* Does item (without its =VALUE) select tensor t? */
+static int item_selects(const dp_model *m, const char *item, const dp_tensor_info *t)
+{
+	const char *dot = strrchr(t->name, '.');
+	if (!strcmp(item, "bias"))
+		return dot && !strcmp(dot, ".bias");
+	if (!strcmp(item, "bn"))
+		return m->l[t->layer].kind == DP_LAYER_BATCHNORM;
+	if (!strcmp(item, "1d"))
+		return t->role == DP_TENSOR_PARAM && t->ndim == 1;
+	char pre[sizeof t->name];
+	for (size_t n = 0; t->name[n]; n++) /* "3" of "3.weight", "layer1" of "layer1.0.x" */
+		if (t->name[n] == '.') {
+			memcpy(pre, t->name, n);
+			pre[n] = 0;
+			if (fnmatch(item, pre, 0) == 0)
+				return 1;
+		}
+	return fnmatch(item, t->name, 0) == 0;
+}
+
+int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e)
+{
+	int nt = dp_model_ntensors(m);
+	for (int i = 0; i < nt; i++)
+		sel[i] = 0;
+	if (!patterns)
+		return DP_OK;
+	int k = 0;
+	for (const char *p = patterns;; k++) {
+		const char *end = strchr(p, ','), *eq;
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		char item[128];
+		eq = memchr(p, '=', len);
+		size_t il = eq ? (size_t)(eq - p) : len;
+		if (!il || il >= sizeof item)
+			return dp_seterr(e, DP_EARG, "'%s': item %d is %s", patterns, k + 1,
+					 il ? "too long" : "empty");
+		memcpy(item, p, il);
+		item[il] = 0;
+		int any = 0;
+		for (int i = 0; i < nt; i++) {
+			dp_tensor_info t;
+			dp_model_tensor(m, i, &t);
+			if (item_selects(m, item, &t)) {
+				any = 1;
+				if (!sel[i])
+					sel[i] = k + 1;
+			}
+		}
+		if (!any)
+			return dp_seterr(e, DP_EARG, "'%s' selects no tensor of the model (names: "
+					 "0.weight, 0.bias, ...: see --summary)", item);
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return DP_OK;
 }

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "dp_optim.h"
+#include "dp_nn.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,6 +21,12 @@ struct dp_optim {
 	uint64_t t;
 	int nstates;
 	float *state[2];
+	struct seg { /* fine-tuning: runs of tensors with the same settings */
+		size_t off, count;
+		double lr_mult;
+		int decay, frozen;
+	} *seg;
+	int nseg;
 };
 
 int dp_optim_parse(const char *s)
@@ -101,6 +108,7 @@ void dp_optim_free(dp_optim *o)
 	for (int j = 0; j < 2; j++)
 		if (o->state[j])
 			o->be->free(o->ctx, o->state[j]);
+	free(o->seg);
 	free(o);
 }
 
@@ -117,13 +125,16 @@ const char *dp_optim_state_name(const dp_optim *o, int j)
 	return j == 0 ? "exp_avg" : j == 1 ? "exp_avg_sq" : NULL;
 }
 
-void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr)
+/* The update of n parameters from off with learning rate lr and weight
+ * decay wd (the state at the same offset). */
+static void update(dp_optim *o, size_t off, size_t n, float *params, const float *grads, double lr,
+		   double wd)
 {
-	o->t++;
+	float *s0 = o->state[0] ? o->state[0] + off : NULL, *s1 = o->state[1] ? o->state[1] + off : NULL;
 	if (o->c.kind == DP_OPTIM_SGD) {
-		dp_sgd_args a = {(float)lr, (float)o->c.momentum, (float)o->c.dampening,
-				 (float)o->c.weight_decay, o->c.nesterov, o->t == 1};
-		o->be->sgd(o->ctx, o->n, params, grads, o->state[0], &a);
+		dp_sgd_args a = {(float)lr, (float)o->c.momentum, (float)o->c.dampening, (float)wd,
+				 o->c.nesterov, o->t == 1};
+		o->be->sgd(o->ctx, n, params + off, grads + off, s0, &a);
 		return;
 	}
 	double bc1 = 1 - pow(o->c.beta1, (double)o->t), bc2 = 1 - pow(o->c.beta2, (double)o->t);
@@ -131,11 +142,101 @@ void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr)
 			  (float)o->c.beta1,
 			  (float)o->c.beta2,
 			  (float)o->c.eps,
-			  (float)o->c.weight_decay,
+			  (float)wd,
 			  o->c.kind == DP_OPTIM_ADAMW,
 			  (float)(lr / bc1),
 			  (float)sqrt(bc2)};
-	o->be->adam(o->ctx, o->n, params, grads, o->state[0], o->state[1], &a);
+	o->be->adam(o->ctx, n, params + off, grads + off, s0, s1, &a);
+}
+
+void dp_optim_step(dp_optim *o, float *params, const float *grads, double lr)
+{
+	o->t++;
+	if (!o->seg) {
+		update(o, 0, o->n, params, grads, lr, o->c.weight_decay);
+		return;
+	}
+	for (int i = 0; i < o->nseg; i++) {
+		const struct seg *g = &o->seg[i];
+		if (!g->frozen)
+			update(o, g->off, g->count, params, grads, lr * g->lr_mult,
+			       g->decay ? o->c.weight_decay : 0);
+	}
+}
+
+/* ---- fine-tuning ----------------------------------------------------------- */
+
+int dp_optim_set_tensors(dp_optim *o, const dp_model *m, const char *freeze,
+			 const char *no_decay, const char *lr_mult, dp_err *e)
+{
+	int nt = dp_model_ntensors(m), rc = DP_OK;
+	int *fz = calloc((size_t)nt + 1, sizeof *fz), *nd = calloc((size_t)nt + 1, sizeof *nd),
+	    *lm = calloc((size_t)nt + 1, sizeof *lm);
+	double *mult = NULL;
+	struct seg *seg = calloc((size_t)nt + 1, sizeof *seg);
+	if (!fz || !nd || !lm || !seg) {
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = dp_model_select(m, freeze, fz, e)) < 0 ||
+	    (rc = dp_model_select(m, no_decay, nd, e)) < 0 ||
+	    (rc = dp_model_select(m, lr_mult, lm, e)) < 0)
+		goto out;
+	int nm = 0; /* the multipliers, item by item */
+	for (const char *p = lr_mult; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+		nm++;
+	if (!(mult = calloc((size_t)nm + 1, sizeof *mult))) {
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+		goto out;
+	}
+	int k = 0;
+	for (const char *p = lr_mult; p; p = strchr(p, ','), p = p ? p + 1 : NULL, k++) {
+		const char *eq = strchr(p, '='), *end = strchr(p, ',');
+		char *stop;
+		if (eq && (!end || eq < end)) {
+			errno = 0;
+			mult[k] = strtod(eq + 1, &stop);
+		}
+		if (!eq || (end && eq > end) || stop == eq + 1 || (*stop && *stop != ',') || errno ||
+		    !(mult[k] >= 0) || !isfinite(mult[k])) {
+			rc = dp_seterr(e, DP_EARG, "'%.*s': want PATTERN=MULTIPLIER (a number >= 0)",
+				       (int)(end ? end - p : (long)strlen(p)), p);
+			goto out;
+		}
+	}
+	int ns = 0;
+	for (int i = 0; i < nt; i++) {
+		dp_tensor_info t;
+		dp_model_tensor(m, i, &t);
+		if (t.role != DP_TENSOR_PARAM)
+			continue;
+		struct seg g = {t.off, t.count, lm[i] ? mult[lm[i] - 1] : 1.0, !nd[i], fz[i] != 0};
+		struct seg *l = ns ? &seg[ns - 1] : NULL;
+		if (l && l->off + l->count == g.off && l->lr_mult == g.lr_mult && l->decay == g.decay &&
+		    l->frozen == g.frozen)
+			l->count += g.count;
+		else
+			seg[ns++] = g;
+	}
+	free(o->seg);
+	o->seg = seg;
+	o->nseg = ns;
+	seg = NULL;
+out:
+	free(fz);
+	free(nd);
+	free(lm);
+	free(mult);
+	free(seg);
+	return rc;
+}
+
+int dp_optim_frozen(const dp_optim *o, size_t off)
+{
+	for (int i = 0; i < o->nseg; i++)
+		if (off >= o->seg[i].off && off < o->seg[i].off + o->seg[i].count)
+			return o->seg[i].frozen;
+	return 0;
 }
 
 /* ---- gradients ------------------------------------------------------------ */

@@ -445,8 +445,8 @@ static void t_losses(int n, int k)
 	int32_t *glab = up(gc, lab, n * 4);
 	double *gstats = G->alloc(gc, 16);
 	char what[96];
-	C->xent(cc, n, k, z, lab, 1.0f / n, d, st);
-	G->xent(gc, n, k, gz, glab, 1.0f / n, gd, gstats);
+	C->xent(cc, n, k, z, lab, 0, 1.0f / n, d, st);
+	G->xent(gc, n, k, gz, glab, 0, 1.0f / n, gd, gstats);
 	G->download(gc, gst, gstats, 16);
 	float *hd = down(gc, gd, zn);
 	snprintf(what, sizeof what, "xent %dx%d: loss sum", n, k);
@@ -455,7 +455,16 @@ static void t_losses(int n, int k)
 	is_int((long long)gst[1], (long long)st[1], "%s", what);
 	snprintf(what, sizeof what, "xent %dx%d: dlogits", n, k);
 	near(hd, d, zn, 1e-6, what);
-	G->xent(gc, n, k, gz, glab, 1.0f, NULL, gstats); /* no gradient: stats only */
+	C->xent(cc, n, k, z, lab, 0.1f, 1.0f / n, d, st); /* label smoothing */
+	G->xent(gc, n, k, gz, glab, 0.1f, 1.0f / n, gd, gstats);
+	G->download(gc, gst, gstats, 16);
+	free(hd);
+	hd = down(gc, gd, zn);
+	ok(fabs(gst[0] - st[0]) <= 1e-9 * fabs(st[0]), "xent %dx%d, smoothing 0.1: loss sum", n, k);
+	snprintf(what, sizeof what, "xent %dx%d, smoothing 0.1: dlogits", n, k);
+	near(hd, d, zn, 1e-6, what);
+	C->xent(cc, n, k, z, lab, 0, 1.0f / n, d, st);
+	G->xent(gc, n, k, gz, glab, 0, 1.0f, NULL, gstats); /* no gradient: stats only */
 	G->download(gc, gst, gstats, 16);
 	ok(fabs(gst[0] - st[0]) <= 1e-9 * fabs(st[0]), "xent without dlogits: the same loss");
 	C->mse(cc, n, k, z, t, 0.5f, d, st);
