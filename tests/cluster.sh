@@ -11,7 +11,13 @@
 #                           those namespaces
 #   cluster_shape RATE      a token bucket (tc tbf, RATE as tc writes it:
 #                           1gbit, 100mbit) on every host's eth0: each
-#                           direction of each link carries at most RATE
+#                           direction of each link carries at most RATE,
+#                           with a queue of $CL_QUEUE (5ms: 625 KB at
+#                           1 Gbit/s, a switch port's buffer).  A deep
+#                           queue (100ms) halves full-duplex TCP: the ACKs
+#                           of one direction wait behind the other's data
+#                           (a 2-host ring reached 48% of the link with
+#                           100ms, 92% with 5ms)
 #   cluster_mpirun ARGS...  mpirun on host c with Open MPI's daemons started
 #                           on the hosts of -H by the agent below, TCP
 #                           between them (btl tcp,self, or $CL_BTL such as
@@ -116,7 +122,8 @@ EOF
 cluster_shape() {
 	local h
 	for h in c $(seq -f 'h%g' 1 "$CL_N"); do
-		tc -n "$CL_ID-$h" qdisc replace dev eth0 root tbf rate "$1" burst 256kb latency 100ms ||
+		tc -n "$CL_ID-$h" qdisc replace dev eth0 root tbf rate "$1" burst 256kb \
+			latency "${CL_QUEUE:-5ms}" ||
 			return 1
 	done
 }
