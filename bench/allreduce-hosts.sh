@@ -36,7 +36,8 @@ for rate in 1gbit 10gbit; do
 			[ $# = 3 ] && mib=0.0625 # latency: the alpha of the model
 			line=$(cluster_mpirun -np $n -H "$(hosts $n)" "$T/allreduce" $mib 8 $1 $2 2>&1 | grep '^size=')
 			bus=$(sed -n 's/.*busbw_gbit=\([0-9.]*\).*/\1/p' <<<"$line")
-			echo "link=$rate $line link_fraction=$(awk -v b="${bus:-0}" -v g="$gbit" 'BEGIN { printf "%.2f", b / g }')"
+			echo "link=$rate $line link_fraction=$(awk -v b="${bus:-0}" -v g="$gbit" 'BEGIN { printf "%.2f", b / g }')" |
+				tee -a "$T/fig"
 		done
 	done
 done
@@ -64,6 +65,30 @@ for dt in fp32 bf16; do
 	echo "dp-train mlp1024 hosts=2 batch=128/rank wire=$dt samples_per_sec=$(awk -v a="$s1" -v b="$s3" 'BEGIN { printf "%.0f", 2 * 4096 / (b - a) }')" \
 		"$(grep -o 'in flight.*hidden by the backward pass' "$T/train.err")"
 done
+# compute of a step on one rank (the scaling model's input): dp-train's
+# log interval for the MLP and the seed CNN, torchvision's resnet50 at 224
+for m in "mlp flatten,dense:1024,relu,dense:1024,relu,dense:10" \
+	"cnn conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,dense:128,relu,dropout:0.5,dense:10"; do
+	set -- $m
+	dp-train --train "$T/mlp.tfr" --input-shape 1x28x28 --model "$2" --batch-size 128 --epochs 1 \
+		--threads 1 --log-every 8 --shuffle-buffer 1 --log "$T/c.log" 2>/dev/null
+	sps=$(sed -n 's/.*samples_per_sec=\([0-9.]*\).*/\1/p' "$T/c.log" | tail -n +2 | sort -n |
+		awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+	echo "compute $1 $(awk -v s="$sps" 'BEGIN { printf "%.4f", 128 / s }') (1 thread, batch 128)" |
+		tee -a "$T/fig"
+done
+(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $PY - <<'PYEOF'
+import time, torch, torchvision
+torch.set_num_threads(1)
+m = torchvision.models.resnet50(weights=None)
+x = torch.randn(8, 3, 224, 224); y = torch.randint(0, 1000, (8,))
+f = torch.nn.CrossEntropyLoss()
+for i in range(3):
+    t = time.perf_counter(); f(m(x), y).backward(); t = time.perf_counter() - t
+# a step of batch 32 on one thread, from batch 8
+print(f"compute resnet50 {4 * t:.3f} (1 thread, batch 32, torchvision)")
+PYEOF
+) | tee -a "$T/fig"
 addr=$CL_NET.1
 for i in 1 2; do
 	ip netns exec "$CL_ID-h$i" env RANK=$((i - 1)) WORLD_SIZE=2 MASTER_ADDR=$addr MASTER_PORT=29533 \
@@ -72,3 +97,6 @@ for i in 1 2; do
 done
 wait
 cat "$T/ddp-1.out" | grep samples_per_sec
+echo "== the scaling model (bench/scaling-model.py) fitted to these figures:"
+$PY bench/scaling-model.py "$T/fig"
+

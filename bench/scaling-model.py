@@ -21,25 +21,31 @@ its time:
     tree (MPI's recursive doubling, for latency): 2 log2(p) alpha + 2 log2(p) n / B
 
 and says from what scale the flat ring stops being the right default.  The
-compute times of a step are those measured on this machine (one rank, batch 128),
-given below; alpha at other link speeds is kept (latency does not scale with rate),
-B_eff is the measured fraction of the link rate times the new rate.
+compute time of a step of each model comes from the same output (lines
+"compute MODEL SECONDS", measured by bench/allreduce-hosts.sh on one rank of this
+machine: dp-train for the CNN and the MLP, torchvision's resnet50 for ResNet-50);
+alpha is kept at other link speeds (latency does not scale with rate), B_eff is the
+measured fraction of the link rate times the new rate.
 """
 import math
 import re
 import sys
 
-MODELS = {  # gradient bytes, compute seconds a step (forward + backward), backward share
-    "seed CNN (1.2M)": (1_199_882 * 4, 0.060, 0.6),
-    "MLP 784-1024-1024-10 (1.9M)": (1_863_690 * 4, 0.012, 0.6),
-    "ResNet-50 (25.6M)": (25_557_032 * 4, 0.90, 0.65),
+MODELS = {  # name in the output: label, gradient bytes, backward share of a step
+    "cnn": ("seed CNN (1.2M)", 1_199_882 * 4, 0.6),
+    "mlp": ("MLP 784-1024-1024-10 (1.9M)", 1_863_690 * 4, 0.6),
+    "resnet50": ("ResNet-50 (25.6M)", 25_557_032 * 4, 0.65),
 }
 SHM = 10e9 * 8  # bits/s within a host
 
 
 def parse(path):
-    pts = []
+    pts, compute = [], {}
     for line in open(path):
+        if line.startswith("compute "):
+            _, name, sec = line.split()[:3]
+            compute[name] = float(sec)
+            continue
         if not line.startswith("link=1gbit size="):
             continue
         kv = dict(x.split("=", 1) for x in line.split() if "=" in x)
@@ -47,7 +53,7 @@ def parse(path):
             continue
         mib = float(kv["size"].rstrip("MiB"))
         pts.append((int(kv["ranks"]), mib * 1048576, float(kv["sec"])))
-    return pts
+    return pts, compute
 
 
 def fit(pts):
@@ -77,7 +83,7 @@ def eff(compute, back, t):
 
 
 def main():
-    pts = parse(sys.argv[1])
+    pts, compute = parse(sys.argv[1])
     alpha, b1 = fit(pts)
     frac = b1 / 1e9
     print(f"fit (2 hosts, 1 Gbit/s): alpha = {alpha * 1e6:.0f} us a ring step, "
@@ -91,15 +97,17 @@ def main():
     for link in (10, 25, 100):
         bw = frac * link * 1e9
         print(f"-- {link} Gbit/s")
-        for name, (n, compute, back) in MODELS.items():
+        for key, (name, n, back) in MODELS.items():
+            if key not in compute:
+                continue
             row = []
             switch = None
             for p in (8, 16, 64, 256, 1024):
-                e = [eff(compute, back, f(n, p, alpha, bw)) for f in (ring, hier, tree)]
+                e = [eff(compute[key], back, f(n, p, alpha, bw)) for f in (ring, hier, tree)]
                 row.append(f"{p}: {e[0]:.2f}/{e[1]:.2f}/{e[2]:.2f}")
                 if switch is None and max(e[1], e[2]) > e[0] + 0.01:
                     switch = p
-            print(f"   {name}: " + "  ".join(row) +
+            print(f"   {name}, {compute[key] * 1e3:.0f} ms a step: " + "  ".join(row) +
                   (f"   flat ring no longer best from {switch} ranks" if switch else ""))
 
 
