@@ -9,8 +9,9 @@
  *             samples keep their high byte, gray is repeated into RGB, RGB
  *             to gray is Pillow's ITU-R 601-2 luma (L = R*299/1000 +
  *             G*587/1000 + B*114/1000), for JPEG too: the pixels are
- *             Pillow's Image.open(f).convert(mode).  Pixels are as stored: EXIF orientation is not applied
- *             (as Pillow's Image.open and tf.io.decode_jpeg).  Truncated
+ *             Pillow's Image.open(f).convert(mode).  Pixels are as
+ *             stored: EXIF orientation is not applied (as Pillow's
+ *             Image.open and tf.io.decode_jpeg).  Truncated
  *             or corrupt data is an error (libjpeg's warnings included),
  *             with the decoder's own reason; so is a header of 0 pixels or
  *             of more than max_pixels (decompression bombs).
@@ -37,6 +38,7 @@
 #define DP_IMAGE_H
 
 #include "dp.h"
+#include "dp_example.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +122,46 @@ DP_EXPORT int dp_image_transform(dp_image_dec *x, const void *p, size_t n, const
 DP_EXPORT int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h, int c,
 				double x0, double y0, double x1, double y1, uint32_t ow, uint32_t oh,
 				int antialias, float *out, dp_err *e);
+
+/* ---- Image records ------------------------------------------------------
+ *
+ * The layout of TensorFlow's image scripts (build_image_data.py) and TFDS,
+ * tfrecord(5): image/encoded (the file's bytes), image/format ("JPEG",
+ * "PNG"), image/height, image/width, image/channels (as stored),
+ * image/class/label (classes numbered from 0 in sorted name order),
+ * image/class/text, image/filename. */
+
+/* A set of image files to encode: a folder with one subfolder per class
+ * (torchvision's ImageFolder, Keras' image_dataset_from_directory: the
+ * .jpg, .jpeg and .png files under each, recursively, in byte order of
+ * names; image/filename is the path under the folder), or a list file of
+ * PATH,LABEL or PATH<TAB>LABEL lines (a header line with the label
+ * "label" skipped, # comments; relative paths from the list's folder;
+ * labels that are all numbers are the class numbers, names are numbered
+ * in sorted order).  NULL on failure. */
+typedef struct dp_image_set dp_image_set;
+DP_EXPORT dp_image_set *dp_image_set_open(const char *path, dp_err *e);
+DP_EXPORT size_t dp_image_set_size(const dp_image_set *s);
+/* The classes, by number. */
+DP_EXPORT size_t dp_image_set_nclasses(const dp_image_set *s);
+DP_EXPORT const char *dp_image_set_class(const dp_image_set *s, size_t i);
+/* The next image's Example: 1 with *rec, *len (valid until the next call)
+ * and *file (its path, for messages), 0 at the end, or an error naming
+ * the file (DP_EDATA for an unreadable header: the set has moved past it,
+ * the caller may go on). */
+DP_EXPORT int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len,
+				const char **file, dp_err *e);
+DP_EXPORT void dp_image_set_close(dp_image_set *s);
+
+/* The image of a parsed record: its feature `feature` (NULL:
+ * "image/encoded"), one bytes value.  *name: a relative path to save it
+ * under, from image/filename when that is one (no "..", not absolute),
+ * else "INDEX.jpg" or "INDEX.png" from the record's index; it is
+ * written into buf (len bytes).  DP_EDATA when there is no such bytes
+ * feature. */
+DP_EXPORT int dp_image_of_record(const dp_example *ex, const char *feature, uint64_t index,
+				 const uint8_t **data, size_t *n, char *buf, size_t len,
+				 dp_err *e);
 
 #ifdef __cplusplus
 }

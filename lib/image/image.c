@@ -154,8 +154,8 @@ int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e)
 		info->channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
 		return DP_OK;
 	}
-	return dp_seterr(e, DP_EDATA, "not a JPEG or PNG file (it starts %s)",
-			 n < 2 ? "short" : "otherwise");
+	return dp_seterr(e, DP_EDATA, "not a JPEG or PNG file (%s)",
+			 n < 8 ? "too short" : "no JPEG or PNG signature at its start");
 }
 
 /* ---- decode ------------------------------------------------------------------ */
