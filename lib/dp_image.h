@@ -106,6 +106,26 @@ typedef struct dp_image_tf {
 	int hwc;                 /* output (h, w, c); else (c, h, w) */
 } dp_image_tf;
 
+/* Defaults: no crop, antialias and DCT scaling on, mean 0, std 1. */
+DP_EXPORT void dp_image_tf_init(dp_image_tf *t);
+/* One option of dp-train's and dp-eval's command line (the long name
+ * without dashes), into t:
+ *   mean M[,M,M], std S[,S,S]  per channel (one value: all channels)
+ *   augment LIST   random-resized-crop, scale=MIN:MAX, ratio=MIN:MAX,
+ *                  crop-pad=N, flip, none (replaces earlier ones)
+ *   resize N       evaluation: shorter side to N, then the center crop
+ *   max-pixels N   the pixel limit
+ * DP_EARG with e saying "--mean 'x': ...". */
+DP_EXPORT int dp_image_opt(dp_image_tf *t, const char *name, const char *value, dp_err *e);
+/* t's options as one line "mean=...;std=...;augment=...;resize=N" (for a
+ * checkpoint's metadata), and that line back.  DP_ELIMIT: buf too small. */
+DP_EXPORT int dp_image_spec(const dp_image_tf *t, char *buf, size_t len);
+DP_EXPORT int dp_image_spec_parse(dp_image_tf *t, const char *spec, dp_err *e);
+/* The evaluation transform of a training one: no flip, no padding crop;
+ * resize + center crop when training used random-resized-crop or a
+ * resize was given, else the whole image resized. */
+DP_EXPORT void dp_image_tf_eval(const dp_image_tf *train, dp_image_tf *ev);
+
 /* Check t: DP_EARG with e saying what is wrong. */
 DP_EXPORT int dp_image_tf_check(const dp_image_tf *t, dp_err *e);
 
