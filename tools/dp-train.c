@@ -987,6 +987,10 @@ static void input_opts(dp_data_opts *o, const dp_shape *in, int train)
 	if ((O.decode == DP_DECODE_IMAGE || O.hwc) && in->rank == 1)
 		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
 			    O.hwc ? "--layout hwc" : "--decode image");
+	if (train && in->rank == 3 && in->c > 4 && in->w <= 4)
+		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
+		     "is --input-shape %dx%dx%d --layout hwc", in->c, in->h, in->w, in->c, in->h,
+		     in->w, in->w, in->c, in->h);
 	o->hwc = O.hwc;
 	if (train)
 		o->image = O.img;
