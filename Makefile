@@ -180,8 +180,10 @@ $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
 
-# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c).
+# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c),
 $(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# and so are the image resampler's (lib/image/transform.c)
+$(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@
