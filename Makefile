@@ -45,7 +45,7 @@ PROVE ?= prove
 # PNG decoding (lib/image).
 # libdp's own; protobuf-c only for the tests,
 # whose reference parser is generated from lib/records/example.proto.
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg spng
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng
 PKGS := $(LIB_PKGS) libprotobuf-c
 # Targets that need no compiler skip the check (make clean, make help).
 NODEPS_GOALS := clean help uninstall

@@ -9,14 +9,23 @@
  * transparency, asked for gray), then reduced to the channels wanted.
  * The pixel limit is checked on the header, before any pixel buffer is
  * allocated.
+ *
+ * A region of a JPEG (dp_image_jpeg_region, for crops) goes through
+ * libjpeg-turbo's libjpeg API instead, which TurboJPEG 2.1 does not
+ * expose: only the columns of the region are transformed and color
+ * converted (jpeg_crop_scanline), the rows above it are only
+ * entropy-decoded (jpeg_skip_scanlines), and those below it not read.
  */
 #include "dp_image.h"
 #include "image_int.h"
 
+#include <setjmp.h>
 #include <spng.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 
 int dp_image_format_of(const void *p, size_t n)
 {
@@ -166,6 +175,36 @@ static inline uint8_t luma(const uint8_t *s)
 	return (uint8_t)((s[0] * 19595u + s[1] * 38470u + s[2] * 7471u + 0x8000u) >> 16);
 }
 
+/* Decoded pixels (np of them, pc samples each: 1 gray, 3 RGB, 4 CMYK as
+ * libjpeg gives it) to ch channels, in place. */
+static void convert(uint8_t *px, size_t np, int pc, int ch)
+{
+	if (pc == 3 && ch == 1) {
+		for (size_t i = 0; i < np; i++)
+			px[i] = luma(px + 3 * i);
+	} else if (pc == 4) {
+		/* Pillow's CMYK -> RGB, r = (255 - K) - (255 - K) * C / 255 in
+		 * its rounding; libjpeg gives Adobe's inverted samples (255 - C) */
+		uint8_t *d = px;
+		for (size_t i = 0; i < np; i++) {
+			const uint8_t *s = px + 4 * i;
+			unsigned nk = s[3], rgb[3];
+			for (int j = 0; j < 3; j++) {
+				unsigned t = (255u - s[j]) * nk + 128;
+				rgb[j] = nk - (((t >> 8) + t) >> 8);
+			}
+			if (ch == 1) {
+				uint8_t v[3] = {(uint8_t)rgb[0], (uint8_t)rgb[1], (uint8_t)rgb[2]};
+				d[i] = luma(v);
+			} else {
+				d[3 * i] = (uint8_t)rgb[0];
+				d[3 * i + 1] = (uint8_t)rgb[1];
+				d[3 * i + 2] = (uint8_t)rgb[2];
+			}
+		}
+	}
+}
+
 static int decode_jpeg(dp_image_dec *x, const void *p, size_t n, int ch, int den,
 		       uint64_t max_pixels, uint32_t *ow, uint32_t *oh, dp_err *e)
 {
@@ -189,32 +228,7 @@ static int decode_jpeg(dp_image_dec *x, const void *p, size_t n, int ch, int den
 	if (tjDecompress2(x->tj, p, (unsigned long)n, x->px, sw, 0, sh, pf,
 			  TJFLAG_STOPONWARNING) < 0)
 		return dp_seterr(e, DP_EDATA, "JPEG: %s", tjGetErrorStr2(x->tj));
-	if (pf == TJPF_RGB && ch == 1) {
-		size_t np = (size_t)sw * sh;
-		for (size_t i = 0; i < np; i++)
-			x->px[i] = luma(x->px + 3 * i);
-	} else if (cmyk) {
-		/* Pillow's CMYK -> RGB, r = (255 - K) - (255 - K) * C / 255 in
-		 * its rounding; libjpeg gives Adobe's inverted samples (255 - C) */
-		size_t np = (size_t)sw * sh;
-		uint8_t *d = x->px;
-		for (size_t i = 0; i < np; i++) {
-			const uint8_t *s = x->px + 4 * i;
-			unsigned nk = s[3], rgb[3];
-			for (int j = 0; j < 3; j++) {
-				unsigned t = (255u - s[j]) * nk + 128;
-				rgb[j] = nk - (((t >> 8) + t) >> 8);
-			}
-			if (ch == 1) {
-				uint8_t v[3] = {(uint8_t)rgb[0], (uint8_t)rgb[1], (uint8_t)rgb[2]};
-				d[i] = luma(v);
-			} else {
-				d[3 * i] = (uint8_t)rgb[0];
-				d[3 * i + 1] = (uint8_t)rgb[1];
-				d[3 * i + 2] = (uint8_t)rgb[2];
-			}
-		}
-	}
+	convert(x->px, (size_t)sw * sh, pf == TJPF_CMYK ? 4 : pf == TJPF_RGB ? 3 : 1, ch);
 	*ow = (uint32_t)sw;
 	*oh = (uint32_t)sh;
 	return DP_OK;
@@ -265,6 +279,82 @@ static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t
 out:
 	spng_ctx_free(ctx);
 	return rc;
+}
+
+/* libjpeg's errors, and its warnings (corrupt data it would fill with
+ * gray), end the decode with its message. */
+struct jerr {
+	struct jpeg_error_mgr pub;
+	jmp_buf jb;
+	char msg[JMSG_LENGTH_MAX];
+};
+
+static void j_error_exit(j_common_ptr c)
+{
+	struct jerr *je = (struct jerr *)(void *)c->err;
+	(*c->err->format_message)(c, je->msg);
+	longjmp(je->jb, 1);
+}
+
+static void j_emit(j_common_ptr c, int level)
+{
+	if (level < 0)
+		j_error_exit(c);
+}
+
+int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int den,
+			 uint64_t max_pixels, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1,
+			 uint32_t *ox, uint32_t *oy, uint32_t *w, uint32_t *h, dp_err *e)
+{
+	struct jpeg_decompress_struct ci;
+	struct jerr je;
+	ci.err = jpeg_std_error(&je.pub);
+	je.pub.error_exit = j_error_exit;
+	je.pub.emit_message = j_emit;
+	volatile int rc = DP_OK;
+	if (setjmp(je.jb)) {
+		jpeg_destroy_decompress(&ci);
+		return rc < 0 ? rc : dp_seterr(e, DP_EDATA, "JPEG: %s", je.msg);
+	}
+	jpeg_create_decompress(&ci);
+	jpeg_mem_src(&ci, p, (unsigned long)n);
+	jpeg_read_header(&ci, TRUE);
+	if ((rc = check_size(ci.image_width, ci.image_height, max_pixels, e)) < 0)
+		longjmp(je.jb, 1);
+	int cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
+	ci.out_color_space = cmyk ? JCS_CMYK
+			     : ch == 1 && ci.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE
+									      : JCS_RGB;
+	ci.scale_num = 1;
+	ci.scale_denom = (unsigned)(den == 2 || den == 4 || den == 8 ? den : 1);
+	jpeg_start_decompress(&ci);
+	uint32_t xe = x1 < ci.output_width ? x1 : ci.output_width;
+	uint32_t ye = y1 < ci.output_height ? y1 : ci.output_height;
+	if (x0 >= xe || y0 >= ye) {
+		rc = dp_seterr(e, DP_EARG, "JPEG: empty region");
+		longjmp(je.jb, 1);
+	}
+	JDIMENSION xoff = x0, cw = xe - x0;
+	if (cw < ci.output_width)
+		jpeg_crop_scanline(&ci, &xoff, &cw);
+	int pc = ci.output_components;
+	if (dp_image_grow((void **)&x->px, &x->pxcap, (size_t)cw * (ye - y0) * pc) < 0) {
+		rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", cw, ye - y0);
+		longjmp(je.jb, 1);
+	}
+	if (y0)
+		jpeg_skip_scanlines(&ci, y0);
+	while (ci.output_scanline < ye) {
+		JSAMPROW row = x->px + (size_t)(ci.output_scanline - y0) * cw * pc;
+		jpeg_read_scanlines(&ci, &row, 1);
+	}
+	jpeg_destroy_decompress(&ci);
+	convert(x->px, (size_t)cw * (ye - y0), pc, ch);
+	*ox = xoff;
+	*oy = y0;
+	*w = cw;
+	*h = ye - y0;
+	return DP_OK;
 }
 
 int dp_image_decode(dp_image_dec *x, const void *p, size_t n, int channels, int scale_den,

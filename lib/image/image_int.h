@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dp_image.h"
+
 struct dp_image_dec {
 	void *tj;              /* TurboJPEG handle, made on first use */
 	uint8_t *px;           /* the decoded image (h, w, c) */
@@ -21,6 +23,14 @@ struct dp_image_dec {
 	int *bx, *by;          /* (first input index, taps) per output column / row */
 	size_t bxcap, bycap;
 };
+
+/* Decode the rows [y0, y1) and at least the columns [x0, x1) (of the
+ * image at 1/den scale) of a JPEG into x->px: (*h, *w, ch) pixels whose
+ * top-left is (*ox, *oy) of the scaled image.  Errors as dp_image_decode;
+ * damage below the region is not seen. */
+int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int den,
+			 uint64_t max_pixels, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1,
+			 uint32_t *ox, uint32_t *oy, uint32_t *w, uint32_t *h, dp_err *e);
 
 /* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
 int dp_image_grow(void **p, size_t *cap, size_t n);

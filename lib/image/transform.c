@@ -68,8 +68,16 @@ static int coeffs(size_t in_size, double in0, double in1, uint32_t out_size, int
  * one vector multiply-add (GCC's and Clang's vector extension). */
 typedef float v4f __attribute__((vector_size(16)));
 
+/* Where resample3 writes: (oh, ow, 3) as they are, or, given a pack,
+ * (3, oh, ow) normalised and maybe flipped (the transform's last step
+ * folded in, when there is no padding crop). */
+typedef struct pack {
+	float mul[3], add[3];
+	int flip;
+} pack;
+
 static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, int r1, int ksx,
-		     int ksy, uint32_t ow, uint32_t oh, float *out, dp_err *e)
+		     int ksy, uint32_t ow, uint32_t oh, float *out, const pack *pk, dp_err *e)
 {
 	int c0 = x->bx[0], c1 = 0; /* the input columns the taps read */
 	for (uint32_t i = 0; i < ow; i++) {
@@ -110,6 +118,19 @@ static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, in
 			for (uint32_t j = 0; j < ow; j++)
 				rowf[j] += kr * t[j];
 		}
+		if (pk) {
+			size_t plane = (size_t)oh * ow;
+			for (int ch = 0; ch < 3; ch++) {
+				float *o = out + ch * plane + (size_t)i * ow, m = pk->mul[ch], a = pk->add[ch];
+				if (pk->flip)
+					for (uint32_t j = 0; j < ow; j++)
+						o[ow - 1 - j] = rowf[j][ch] * m + a;
+				else
+					for (uint32_t j = 0; j < ow; j++)
+						o[j] = rowf[j][ch] * m + a;
+			}
+			continue;
+		}
 		float *o = out + (size_t)i * ow * 3;
 		for (uint32_t j = 0; j < ow; j++) {
 			o[3 * j] = rowf[j][0];
@@ -120,12 +141,12 @@ static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, in
 	return DP_OK;
 }
 
-int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h, int c,
-		      double x0, double y0, double x1, double y1, uint32_t ow, uint32_t oh,
-		      int antialias, float *out, dp_err *e)
+static int resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h, int c, double x0,
+		    double y0, double x1, double y1, uint32_t ow, uint32_t oh, int antialias, float *out,
+		    const pack *pk, dp_err *e)
 {
 	/* the whole image at its own size: the pixels themselves */
-	if (x0 == 0 && y0 == 0 && x1 == w && y1 == h && ow == w && oh == h) {
+	if (!pk && x0 == 0 && y0 == 0 && x1 == w && y1 == h && ow == w && oh == h) {
 		size_t n = (size_t)w * h * c;
 		for (size_t i = 0; i < n; i++)
 			out[i] = src[i];
@@ -146,7 +167,7 @@ int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t 
 	if (r1 <= r0)
 		r1 = r0 + 1;
 	if (c == 3)
-		return resample3(x, src, w, r0, r1, ksx, ksy, ow, oh, out, e);
+		return resample3(x, src, w, r0, r1, ksx, ksy, ow, oh, out, pk, e);
 	size_t rowlen = (size_t)ow * c;
 	if (dp_image_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * rowlen * sizeof(float)) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
@@ -182,6 +203,13 @@ int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t 
 		}
 	}
 	return DP_OK;
+}
+
+int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h, int c,
+		      double x0, double y0, double x1, double y1, uint32_t ow, uint32_t oh,
+		      int antialias, float *out, dp_err *e)
+{
+	return resample(x, src, w, h, c, x0, y0, x1, y1, ow, oh, antialias, out, NULL, e);
 }
 
 int dp_image_tf_check(const dp_image_tf *t, dp_err *e)
@@ -302,32 +330,48 @@ int dp_image_transform(dp_image_dec *x, const void *p, size_t n, const dp_image_
 	if (t->dct && dp_image_format_of(p, n) == DP_IMAGE_JPEG)
 		while (den < 8 && box[2] / (2 * den) >= t->width && box[3] / (2 * den) >= t->height)
 			den *= 2;
-	const uint8_t *px;
-	uint32_t w, h;
-	if ((rc = dp_image_decode(x, p, n, t->channels, den, t->max_pixels, &px, &w, &h, e)) < 0)
-		return rc;
-	double fx = (double)w / W0, fy = (double)h / H0;
 	uint32_t ow = t->width, oh = t->height;
 	int c = t->channels;
-	size_t need = (size_t)ow * oh * c * sizeof(float);
-	if (dp_image_grow((void **)&x->f1, &x->f1cap, need) < 0)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	if ((rc = dp_image_resample(x, px, w, h, c, box[0] * fx, box[1] * fy, (box[0] + box[2]) * fx,
-				    (box[1] + box[3]) * fy, ow, oh, t->antialias, x->f1, e)) < 0)
+	/* the box in the decoded image's pixels; a JPEG crop decoded alone,
+	 * with a margin of the filter's reach (so that the same taps fall in) */
+	uint32_t sw = (W0 + den - 1) / den, sh = (H0 + den - 1) / den, w, h, rx = 0, ry = 0;
+	double fx = (double)sw / W0, fy = (double)sh / H0;
+	double b0 = box[0] * fx, b1 = box[1] * fy, b2 = (box[0] + box[2]) * fx, b3 = (box[1] + box[3]) * fy;
+	const uint8_t *px;
+	if (t->crop != DP_CROP_NONE && dp_image_format_of(p, n) == DP_IMAGE_JPEG) {
+		double mx = ceil((b2 - b0) / ow) + 1, my = ceil((b3 - b1) / oh) + 1;
+		uint32_t x0 = b0 - mx > 0 ? (uint32_t)(b0 - mx) : 0;
+		uint32_t y0 = b1 - my > 0 ? (uint32_t)(b1 - my) : 0;
+		uint32_t x1 = (uint32_t)fmin(sw, ceil(b2 + mx)), y1 = (uint32_t)fmin(sh, ceil(b3 + my));
+		if ((rc = dp_image_jpeg_region(x, p, n, c, den, t->max_pixels, x0, y0, x1, y1, &rx, &ry,
+					       &w, &h, e)) < 0)
+			return rc;
+		px = x->px;
+	} else if ((rc = dp_image_decode(x, p, n, c, den, t->max_pixels, &px, &w, &h, e)) < 0) {
 		return rc;
-	/* padding crop, flip, normalisation */
+	}
+	/* the draws after the crop's: the padding crop's offsets, the flip */
 	long ox = 0, oy = 0;
 	if (t->pad) {
 		oy = (long)dp_rng_below(&r, 2 * (uint64_t)t->pad + 1) - t->pad;
 		ox = (long)dp_rng_below(&r, 2 * (uint64_t)t->pad + 1) - t->pad;
 	}
-	int flip = t->flip && dp_rng_unit(dp_rng_next(&r)) < 0.5f;
-	float mul[3], add[3], sc = t->scale ? t->scale : 1;
+	pack pk = {.flip = t->flip && dp_rng_unit(dp_rng_next(&r)) < 0.5f};
+	float sc = t->scale ? t->scale : 1, *mul = pk.mul, *add = pk.add;
 	for (int ch = 0; ch < c; ch++) {
 		float sd = t->std[ch] ? t->std[ch] : 1;
 		mul[ch] = sc / sd;
 		add[ch] = -t->mean[ch] / sd;
 	}
+	double bx0 = b0 - rx, by0 = b1 - ry, bx1 = b2 - rx, by1 = b3 - ry;
+	if (c == 3 && !t->pad && !t->hwc) /* straight into the output */
+		return resample(x, px, w, h, c, bx0, by0, bx1, by1, ow, oh, t->antialias, out, &pk, e);
+	size_t need = (size_t)ow * oh * c * sizeof(float);
+	if (dp_image_grow((void **)&x->f1, &x->f1cap, need) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	if ((rc = resample(x, px, w, h, c, bx0, by0, bx1, by1, ow, oh, t->antialias, x->f1, NULL, e)) < 0)
+		return rc;
+	int flip = pk.flip;
 	/* out(y, x) = resized(y + oy, (flip ? ow - 1 - x : x) + ox), 0 outside;
 	 * a row at a time, the columns that fall inside first */
 	for (uint32_t y = 0; y < oh; y++) {
