@@ -160,6 +160,12 @@ DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
 DP_EXPORT int dp_data_reads(const dp_data *d, const char *path);
 DP_EXPORT void dp_data_close(dp_data *d);
 
+/* dp-train's and dp-eval's options of the input beside the images'
+ * (dp_image_opt): name "layout" (chw or hwc) into *hwc, "decode-threads"
+ * (0 to 256) into *threads.  DP_EARG with e saying "--layout 'x': ...". */
+DP_EXPORT int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads,
+			  dp_err *e);
+
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
  * non-zero number; DP_ELIMIT if outside float32's range (inputs are
  * float32: larger than FLT_MAX, or so small it rounds to 0); e says

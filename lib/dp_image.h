@@ -22,7 +22,10 @@
  *             antialias=False)).  Computed in float, not rounded to 8 bits
  *             between the two passes.  A JPEG at least twice as large as
  *             the region needed is decoded at 1/2, 1/4 or 1/8 scale by the
- *             DCT first (Pillow's draft mode, DALI), when dct is set.
+ *             DCT first (Pillow's draft mode, DALI), when dct is set; of a
+ *             JPEG crop only the region is decoded (its columns, and its
+ *             rows: damage below the region goes unseen), as DALI's and
+ *             tf.image.decode_and_crop_jpeg's.
  *   augment   RandomResizedCrop as torchvision's (area from scale, log-
  *             uniform aspect ratio from ratio, 10 tries, then a center
  *             crop at the nearest allowed ratio), random crop after zero

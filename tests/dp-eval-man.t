@@ -29,14 +29,7 @@ tfr-shard -q -n 2 -o 'data/test-{shard}-of-{nshards}.tfrecord' test.tfrecord
 dp-train --train train.tfrecord --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
 	--model flatten,dense:128,relu,dense:10 --batch-size 64 --epochs 2 -q -o model.safetensors > /dev/null
 # the image example's model and records (python3-pil makes the photos)
-$PY - <<'EOF' || exit 1
-import os
-from PIL import Image
-for c, color in (("cat", (200, 120, 40)), ("dog", (40, 90, 200))):
-    os.makedirs(f"photos/{c}", exist_ok=True)
-    for i in range(6):
-        Image.new("RGB", (40 + i, 30), tuple(v - 10 * i for v in color)).save(f"photos/{c}/{i}.jpg")
-EOF
+$PY "$DP_SRC/tests/mkphotos.py" photos 6 || exit 1
 tfr-cat --encode images --classes-out classes.txt photos > photos.tfrecord
 dp-train --train photos.tfrecord --decode image --input-shape 3x16x16 --scale 1/255 \
 	--augment random-resized-crop,flip --model flatten,dense:2 --epochs 2 -q \

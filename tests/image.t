@@ -260,16 +260,6 @@ with open("sub-images", "wb") as f:
 with open("sub-labels", "wb") as f:
     f.write(struct.pack(">II", 0x801, n)); f.write(y[order].tobytes())
 EOF
-cat > maxdiff.py <<'EOF'
-import sys
-sys.path.insert(0, sys.argv[3])
-import numpy as np
-from torch_ref import load_checkpoint
-a, _ = load_checkpoint(sys.argv[1]); b, _ = load_checkpoint(sys.argv[2])
-assert a.keys() == b.keys()
-print(max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))))
-          for k in a if a[k].dtype.kind == "f"))
-EOF
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 	$PY fm.py 300 || exit 1
 	tfr-cat --encode images --classes-out fm-classes png > fm-png.tfr &&
@@ -280,7 +270,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 	is "$rc" 0 "dp-train --decode image trains on PNG records $err"
 	run timeout 120 dp-train --train fm-raw.tfr --decode-raw uint8 "${FM[@]}" -o raw.st
 	is "$rc" 0 "... and --decode-raw on the same pixels"
-	is "$($PY maxdiff.py png.st raw.st "$DP_SRC/tests")" 0.0 "the same weights, to the bit"
+	is "$($PY "$DP_SRC/tests/maxdiff.py" png.st raw.st)" 0.0 "the same weights, to the bit"
 	run timeout 60 dp-eval --model png.st --data fm-png.tfr --classes @fm-classes
 	is "$rc" 0 "dp-eval reads the image settings from the checkpoint"
 	like "$out" "samples=300 " "... every image"
@@ -335,7 +325,7 @@ tfr-cat --encode json chw.json > chw.tfr && tfr-cat --encode json hwc.json > hwc
 L=(--model flatten,dense:2 --feature x --seed 1 --batch-size 4 --epochs 2 -q)
 dp-train --train chw.tfr --input-shape 3x2x3 "${L[@]}" -o chw.st &&
 	dp-train --train hwc.tfr --input-shape 3x2x3 --layout hwc "${L[@]}" -o hwc.st
-is "$($PY maxdiff.py chw.st hwc.st "$DP_SRC/tests")" 0.0 "--layout hwc: channels-last arrays train as their C x H x W copies"
+is "$($PY "$DP_SRC/tests/maxdiff.py" chw.st hwc.st)" 0.0 "--layout hwc: channels-last arrays train as their C x H x W copies"
 run dp-train --train hwc.tfr --input-shape 2x3x3 "${L[@]}" -o x.st
 is "$rc" 1 "an input shape given channels-last, against the record's own dims, fails"
 like "$err" "the record says 2x3 pixels of 3 channels, but the input shape 2x3x3 is C x H x W: give --input-shape 3x2x3 --layout hwc" \

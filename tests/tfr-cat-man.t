@@ -20,14 +20,7 @@ tfr-cat --skip 2 train.tfrecord >part-1.tfrecord
 cp "$FIX/tfr-cat/data.csv" data.csv
 { cat train.tfrecord; printf 'damage'; cat train.tfrecord; } >damaged.tfrecord
 # a folder of photos in two class folders (the image examples)
-$PY - <<'EOF' || exit 1
-import os
-from PIL import Image
-for c, color in (("cat", (200, 120, 40)), ("dog", (40, 90, 200))):
-    os.makedirs(f"photos/{c}", exist_ok=True)
-    for i in range(2):
-        Image.new("RGB", (40 + i, 30), color).save(f"photos/{c}/{i}.jpg")
-EOF
+$PY "$DP_SRC/tests/mkphotos.py" photos 2 || exit 1
 
 # the examples: .EX to .EE, roff escapes undone, one block at a time
 extract() { # page -> blocks separated by a line "#--"

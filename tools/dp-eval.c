@@ -229,12 +229,9 @@ static void parse_args(int argc, char **argv)
 			break;
 		}
 		case O_LAYOUT:
-			if (strcmp(optarg, "chw") && strcmp(optarg, "hwc"))
-				usage_error("--layout '%s': want chw or hwc", optarg);
-			O.hwc = !strcmp(optarg, "hwc");
-			break;
 		case O_DECODE_THREADS:
-			O.decode_threads = (unsigned)cli_count("--decode-threads", optarg, 0, 256);
+			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &e) < 0)
+				usage_error("%s", e.msg);
 			break;
 		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case O_MODEL: O.model = optarg; break;

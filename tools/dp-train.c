@@ -435,12 +435,9 @@ static void parse_args(int argc, char **argv)
 				usage_error("%s", ie.msg);
 			break;
 		case O_LAYOUT:
-			if (strcmp(optarg, "chw") && strcmp(optarg, "hwc"))
-				usage_error("--layout '%s': want chw or hwc", optarg);
-			O.hwc = !strcmp(optarg, "hwc");
-			break;
 		case O_DECODE_THREADS:
-			O.decode_threads = (unsigned)cli_count("--decode-threads", optarg, 0, 256);
+			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &ie) < 0)
+				usage_error("%s", ie.msg);
 			break;
 		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case O_TRAIN: push(&O.train, &O.ntrain, optarg); break;

@@ -173,6 +173,24 @@ int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e)
 	return DP_OK;
 }
 
+int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads, dp_err *e)
+{
+	if (!strcmp(name, "layout")) {
+		if (strcmp(value, "chw") && strcmp(value, "hwc"))
+			return dp_seterr(e, DP_EARG, "--layout '%s': want chw or hwc", value);
+		*hwc = !strcmp(value, "hwc");
+		return DP_OK;
+	}
+	if (!strcmp(name, "decode-threads")) {
+		uint64_t n;
+		int rc = dp_parse_count("--decode-threads", value, 0, 256, &n, e);
+		if (rc == DP_OK)
+			*threads = (unsigned)n;
+		return rc;
+	}
+	return dp_seterr(e, DP_EARG, "unknown input option '%s'", name);
+}
+
 /* ---- sources --------------------------------------------------------------- */
 
 static int add_source(dp_data *d, int kind, const char *path, const char *name, dp_err *e)
