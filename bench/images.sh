@@ -10,11 +10,12 @@
 #     ToTensor, Normalize) through a DataLoader of 2 workers, batch 64, one
 #     warm-up pass, then timed passes; and vs the ceiling: a loop over
 #     tjDecompress2 to RGB at full size on 2 threads (bench/images.c).
-#  2. dp-train samples/s (median of its log lines after the first), a
-#     model cheap enough that the input decides (flatten,dense:10 at
-#     3x64x64), on image records (random-resized-crop,flip) with 0, 1, 2
-#     decode threads, against raw uint8 records of the same images already
-#     resized to 64x64.
+#  2. dp-train samples/s (median of its log lines after the first) on
+#     image records (random-resized-crop,flip) with 0, 1, 2 decode threads,
+#     against raw uint8 records of the same images already resized to
+#     64x64, for two models at 3x64x64: one cheap enough that the input
+#     decides (flatten,dense:10), and a small CNN that costs about what
+#     decoding does (conv:16:3:2,relu,maxpool:2,flatten,dense:10).
 #  3. peak RSS (/usr/bin/time) of dp-train reading an image shard of
 #     IMAGES_SHARD_MB MiB (default 1024) and one a quarter that size, one
 #     epoch, shuffle buffer 1000, 2 decode threads: the buffer holds
@@ -108,29 +109,32 @@ awk -v a="$ma" -v b="$mb" -v c="$mc" -v ra="$a" -v rb="$b" -v rc="$c" -v ca="$mc
 # ---- 2. dp-train on image vs raw records ------------------------------------------
 tfr-cat --encode images "$T/jpg" > "$T/img.tfrecord"
 tfr-cat --encode json "$T/raw.json" > "$T/raw.tfrecord"
-rate() { # records extra-options...
-	f=$1
-	shift
-	$DP_TRAIN --train "$f" --model flatten,dense:10 --input-shape 3x64x64 --scale 1/255 \
+rate() { # records model extra-options...
+	f=$1 m=$2
+	shift 2
+	$DP_TRAIN --train "$f" --model "$m" --input-shape 3x64x64 --scale 1/255 \
 		--batch-size 32 --epochs 3 --shuffle-buffer 256 --log-every 4 -q "$@" |
 		sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' | sed 1d | sort -n |
 		awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
-raw= i0= i1= i2=
-for r in $(seq "$ROUNDS"); do
-	raw="$raw $(rate "$T/raw.tfrecord" --decode-raw uint8)"
-	i0="$i0 $(rate "$T/img.tfrecord" --decode image --augment random-resized-crop,flip)"
-	i1="$i1 $(rate "$T/img.tfrecord" --decode image --augment random-resized-crop,flip --decode-threads 1)"
-	i2="$i2 $(rate "$T/img.tfrecord" --decode image --augment random-resized-crop,flip --decode-threads 2)"
+AUG="--decode image --augment random-resized-crop,flip"
+for model in flatten,dense:10 conv:16:3:2,relu,maxpool:2,flatten,dense:10; do
+	raw= i0= i1= i2=
+	for r in $(seq "$ROUNDS"); do
+		raw="$raw $(rate "$T/raw.tfrecord" $model --decode-raw uint8)"
+		i0="$i0 $(rate "$T/img.tfrecord" $model $AUG)"
+		i1="$i1 $(rate "$T/img.tfrecord" $model $AUG --decode-threads 1)"
+		i2="$i2 $(rate "$T/img.tfrecord" $model $AUG --decode-threads 2)"
+	done
+	mr=$(echo "$raw" | median)
+	echo "dp-train $model, raw uint8 records (3x64x64): $mr samples/s (runs:$raw)"
+	for k in 0 1 2; do
+		eval "v=\$i$k"
+		m=$(echo "$v" | median)
+		awk -v k=$k -v m="$m" -v r="$mr" -v runs="$v" 'BEGIN {
+			printf "    image records, %d decode threads: %d samples/s (runs:%s) = %.2fx raw\n", k, m, runs, m / r }'
+	done
 done
-mr=$(echo "$raw" | median)
-for k in 0 1 2; do
-	eval "v=\$i$k"
-	m=$(echo "$v" | median)
-	awk -v k=$k -v m="$m" -v r="$mr" -v runs="$v" 'BEGIN {
-		printf "dp-train image records, %d decode threads: %d samples/s (runs:%s) = %.2fx raw\n", k, m, runs, m / r }'
-done
-echo "dp-train raw uint8 records (3x64x64):     $mr samples/s (runs:$raw)"
 
 # ---- 3. memory on a large image shard -------------------------------------------------
 if [ -x /usr/bin/time ]; then

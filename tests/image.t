@@ -298,6 +298,10 @@ same_file t0.st t1.st "1 decode thread: the same batches, the same checkpoint"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --decode-threads 3 --prefetch 0 \
 	-o t3.st
 same_file t0.st t3.st "3 decode threads and no reader thread: the same"
+run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --epochs 1 -o half.st
+run timeout 60 dp-train --train aug.tfr --resume half.st --epochs 3 -q --skip-corrupt -o resumed.st
+is "$rc" 0 "a run with images resumes (its image settings from the checkpoint) $err"
+is "$($PY "$DP_SRC/tests/maxdiff.py" t0.st resumed.st)" 0.0 "... and ends where the straight run does"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --seed 6 -o t6.st
 not_ok cmp -s t0.st t6.st "another seed: other crops"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG0[@]}" -o bad.st
