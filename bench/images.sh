@@ -14,8 +14,8 @@
 #     image records (random-resized-crop,flip) with 0, 1, 2 decode threads,
 #     against raw uint8 records of the same images already resized to
 #     64x64, for two models at 3x64x64: one cheap enough that the input
-#     decides (flatten,dense:10), and a small CNN that costs about what
-#     decoding does (conv:16:3:2,relu,maxpool:2,flatten,dense:10).
+#     decides (flatten,dense:10), and a CNN that costs more than decoding
+#     (conv:32:3,relu,conv:32:3,relu,maxpool:2,flatten,dense:10).
 #  3. peak RSS (/usr/bin/time) of dp-train reading an image shard of
 #     IMAGES_SHARD_MB MiB (default 1024) and one a quarter that size, one
 #     epoch, shuffle buffer 1000, 2 decode threads: the buffer holds
@@ -118,7 +118,7 @@ rate() { # records model extra-options...
 		awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 AUG="--decode image --augment random-resized-crop,flip"
-for model in flatten,dense:10 conv:16:3:2,relu,maxpool:2,flatten,dense:10; do
+for model in flatten,dense:10 conv:32:3,relu,conv:32:3,relu,maxpool:2,flatten,dense:10; do
 	raw= i0= i1= i2=
 	for r in $(seq "$ROUNDS"); do
 		raw="$raw $(rate "$T/raw.tfrecord" $model --decode-raw uint8)"
