@@ -16,7 +16,8 @@ struct dp_image_dec {
 	size_t pxcap;
 	float *tmp;            /* resampling: the horizontal pass */
 	size_t tmpcap;
-	float *f1, *f2;        /* the resampled image; spare */
+	float *f1, *f2;        /* the resampled image (before a padding crop); one
+				  row of (r, g, b, 0) pixels (resample3) */
 	size_t f1cap, f2cap;
 	float *kx, *ky;        /* filter weights per output column / row */
 	size_t kxcap, kycap;
