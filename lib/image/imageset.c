@@ -80,37 +80,6 @@ static int no_dots(const struct dirent *d)
 	return d->d_name[0] != '.';
 }
 
-/* The image files under dir (name: its path relative to the top),
- * recursively, in byte order of their names, as torchvision's ImageFolder
- * finds them. */
-static int walk(dp_image_set *s, const char *dir, const char *rel, size_t cls, int depth,
-		dp_err *e)
-{
-	struct dirent **ents;
-	int n = scandir(dir, &ents, no_dots, by_name);
-	if (n < 0)
-		return dp_syserr(e, "%s", dir);
-	int rc = DP_OK;
-	for (int i = 0; i < n; i++) {
-		char *p = NULL, *r = NULL;
-		struct stat st;
-		if (rc == DP_OK && (asprintf(&p, "%s/%s", dir, ents[i]->d_name) < 0 ||
-				    asprintf(&r, "%s%s%s", rel, *rel ? "/" : "", ents[i]->d_name) < 0))
-			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		if (rc == DP_OK && stat(p, &st) < 0)
-			rc = dp_syserr(e, "%s", p);
-		if (rc == DP_OK && S_ISDIR(st.st_mode) && depth < 32)
-			rc = walk(s, p, r, cls, depth + 1, e);
-		else if (rc == DP_OK && S_ISREG(st.st_mode) && is_image_name(ents[i]->d_name))
-			rc = add_item(s, p, r, cls, e);
-		free(p);
-		free(r);
-		free(ents[i]);
-	}
-	free(ents);
-	return rc;
-}
-
 static int add_class(dp_image_set *s, const char *name, dp_err *e)
 {
 	char **c = realloc(s->cls, (s->ncls + 1) * sizeof *c);
@@ -123,7 +92,12 @@ static int add_class(dp_image_set *s, const char *name, dp_err *e)
 	return DP_OK;
 }
 
-static int open_dir(dp_image_set *s, const char *dir, dp_err *e)
+/* The image files under dir, in byte order of their names, as
+ * torchvision's ImageFolder finds them: at depth 0 each folder is a class
+ * (files beside them are not images of any), below it every image file,
+ * recursively, is one of class cls, named by its path under the top (rel). */
+static int walk(dp_image_set *s, const char *dir, const char *rel, size_t cls, int depth,
+		dp_err *e)
 {
 	struct dirent **ents;
 	int n = scandir(dir, &ents, no_dots, by_name);
@@ -131,19 +105,33 @@ static int open_dir(dp_image_set *s, const char *dir, dp_err *e)
 		return dp_syserr(e, "%s", dir);
 	int rc = DP_OK;
 	for (int i = 0; i < n; i++) {
-		char *p = NULL;
+		const char *name = ents[i]->d_name;
+		char *p = NULL, *r = NULL;
 		struct stat st;
-		if (rc == DP_OK && asprintf(&p, "%s/%s", dir, ents[i]->d_name) < 0)
+		if (rc == DP_OK && (asprintf(&p, "%s/%s", dir, name) < 0 ||
+				    asprintf(&r, "%s%s%s", rel, *rel ? "/" : "", name) < 0))
 			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		if (rc == DP_OK && stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-			rc = add_class(s, ents[i]->d_name, e);
-			if (rc == DP_OK)
-				rc = walk(s, p, ents[i]->d_name, s->ncls - 1, 0, e);
+		if (rc == DP_OK && stat(p, &st) < 0)
+			rc = dp_syserr(e, "%s", p);
+		if (rc == DP_OK && S_ISDIR(st.st_mode) && depth == 0) {
+			if ((rc = add_class(s, name, e)) == DP_OK)
+				rc = walk(s, p, r, s->ncls - 1, 1, e);
+		} else if (rc == DP_OK && S_ISDIR(st.st_mode) && depth < 32) {
+			rc = walk(s, p, r, cls, depth + 1, e);
+		} else if (rc == DP_OK && S_ISREG(st.st_mode) && depth > 0 && is_image_name(name)) {
+			rc = add_item(s, p, r, cls, e);
 		}
 		free(p);
+		free(r);
 		free(ents[i]);
 	}
 	free(ents);
+	return rc;
+}
+
+static int open_dir(dp_image_set *s, const char *dir, dp_err *e)
+{
+	int rc = walk(s, dir, "", 0, 0, e);
 	if (rc == DP_OK && !s->ncls)
 		rc = dp_seterr(e, DP_EDATA, "%s: no class folders in it (want DIR/CLASS/IMAGE)", dir);
 	return rc;
