@@ -35,9 +35,14 @@ static uint8_t *slurp(const char *path, size_t *n)
 	return p;
 }
 
+static uint8_t *p;     /* the file */
+static dp_image_dec *x;
+
 static int fail(const char *path, dp_err *e)
 {
 	fprintf(stderr, "imgtool: %s: %s\n", path, e->msg);
+	dp_image_dec_free(x);
+	free(p);
 	return e->code == DP_ELIMIT ? 3 : 1;
 }
 
@@ -48,9 +53,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t n;
-	uint8_t *p = slurp(argv[2], &n);
+	p = slurp(argv[2], &n);
 	dp_err e;
-	dp_image_dec *x = dp_image_dec_new();
+	x = dp_image_dec_new();
 	const char *cmd = argv[1];
 	if (!strcmp(cmd, "probe")) {
 		dp_image_info in;
@@ -78,8 +83,10 @@ int main(int argc, char **argv)
 			b[i] = atof(argv[7 + i]);
 		float *out = malloc((size_t)ow * oh * c * sizeof *out);
 		if (dp_image_resample(x, px, w, h, c, b[0], b[1], b[2], b[3], ow, oh, atoi(argv[6]), out,
-				      &e) < 0)
+				      &e) < 0) {
+			free(out);
 			return fail(argv[2], &e);
+		}
 		fwrite(out, sizeof *out, (size_t)ow * oh * c, stdout);
 		free(out);
 	} else if (!strcmp(cmd, "transform") && argc >= 10) {
@@ -97,8 +104,10 @@ int main(int argc, char **argv)
 			return fail(argv[2], &e);
 		size_t m = (size_t)t.channels * t.height * t.width;
 		float *out = malloc(m * sizeof *out);
-		if (dp_image_transform(x, p, n, &t, strtoull(argv[9], NULL, 10), out, &e) < 0)
+		if (dp_image_transform(x, p, n, &t, strtoull(argv[9], NULL, 10), out, &e) < 0) {
+			free(out);
 			return fail(argv[2], &e);
+		}
 		fwrite(out, sizeof *out, m, stdout);
 		free(out);
 	} else {
