@@ -47,10 +47,11 @@ DP_CFLAGS := -std=gnu11 -fPIC -pthread $(WARN)
 PROVE ?= prove
 
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
-# ompi-c: Open MPI (dp-train's collectives).
+# ompi-c: Open MPI (dp-train's collectives); libturbojpeg and spng: JPEG and
+# PNG decoding (lib/image).
 # libdp's own; protobuf-c only for the tests,
 # whose reference parser is generated from lib/records/example.proto.
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng
 PKGS := $(LIB_PKGS) libprotobuf-c
 # Targets that need no compiler skip the check (make clean, make help).
 NODEPS_GOALS := clean help uninstall dist
@@ -66,8 +67,8 @@ endif
 PROTOC_C ?= protoc-c
 
 # ---- sources -------------------------------------------------------------
-# lib/ is one folder per component (records, s3, train, metrics, over
-# common), the public headers at its top, private ones beside their code.
+# lib/ is one folder per component (records, image, s3, train, metrics,
+# over common), the public headers at its top, private ones beside their code.
 GEN := $(O)/gen
 LIB_SRC := $(wildcard lib/*/*.c)
 LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
@@ -206,8 +207,10 @@ $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 # The build's identity (dp_build) names its compiler flags.
 $(O)/lib/train/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
 
-# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c).
+# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c),
 $(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# and so are the image resampler's (lib/image/transform.c)
+$(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@
@@ -254,6 +257,12 @@ $(O)/bin/%: tools/%.c $(CLI_OBJ) tools/cli.h $(O)/libdp.a $(LIB_HDR)
 $(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(PB_OBJ) $(LIB_HDR) $(LIB_PRIV_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
+
+# Test programs: libdp's functions driven from the shell tests.
+TEST_PROGS += $(O)/tests/imgtool
+$(O)/tests/%: tests/progs/%.c $(O)/libdp.a $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
 
 # The CUDA backend's own code run on the CPU through an emulation of the
 # CUDA runtime and cuBLAS (tests/cudaemu), against the CPU backend, so that

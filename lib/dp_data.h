@@ -13,9 +13,13 @@
  *             read that cache.
  *   records   parsed in place (dp_example_parse, zero-copy); the input
  *             feature is a float_list, an int64_list, or bytes of raw
- *             little-endian uint8/float32/float64 (decode); it is
- *             multiplied by scale and must hold exactly in_size finite
- *             values; the label is one int64 class in [0, nclass) or
+ *             little-endian uint8/float32/float64 (decode; channels-last
+ *             arrays transposed to C, H, W with hwc), or a JPEG or PNG
+ *             image (DP_DECODE_IMAGE: decoded, resized, augmented and
+ *             normalised by dp_image_transform, with a seed of its own
+ *             per (seed, epoch, source, record), so its augmentation
+ *             is the same whatever the threads); it is multiplied by
+ *             scale and must hold exactly in_size finite values; the label is one int64 class in [0, nclass) or
  *             label_size floats.  Any other record is an error naming the
  *             source, the record index and its byte offset.
  *   shuffle   a buffer of `shuffle` records, as tf.data's shuffle(): each
@@ -25,9 +29,15 @@
  *             generator is a function of (seed, epoch) only.
  *   batches   of `batch` samples; the last, partial one kept or dropped
  *             (drop_last).  A reader thread prepares up to `prefetch`
- *             batches ahead (0: everything in the caller's thread).
- * Memory is bounded by the shuffle buffer, the batches in flight and the
- * stream cache, never by the dataset.  An epoch restarted with the same
+ *             batches ahead (0: everything in the caller's thread).  With
+ *             decode_threads N, the records of a batch are copied aside
+ *             and decoded by N threads and the reader together.
+ *   damage    a record that cannot be decoded is an error naming the
+ *             source, record and byte offset; with skip_corrupt an image
+ *             that does not decode is passed to on_skip and replaced by
+ *             the next record instead.
+ * Memory is bounded by the shuffle buffer (of encoded records), the
+ * batches in flight and the stream cache, never by the dataset.  An epoch restarted with the same
  * seed yields the same batches in the same order, so a resumed run skips
  * the batches it already trained on and continues exactly.
  */
@@ -35,14 +45,17 @@
 #define DP_DATA_H
 
 #include "dp.h"
+#include "dp_image.h"
 #include "dp_record.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum dp_decode { DP_DECODE_NONE = 0, DP_DECODE_UINT8, DP_DECODE_FLOAT32, DP_DECODE_FLOAT64 };
-/* "uint8", "float32", "float64" ("none"); -1 for anything else. */
+enum dp_decode {
+	DP_DECODE_NONE = 0, DP_DECODE_UINT8, DP_DECODE_FLOAT32, DP_DECODE_FLOAT64, DP_DECODE_IMAGE
+};
+/* "uint8", "float32", "float64", "image" ("none"); -1 for anything else. */
 DP_EXPORT int dp_decode_parse(const char *s);
 DP_EXPORT const char *dp_decode_name(int d);
 
@@ -83,6 +96,17 @@ typedef struct dp_data_opts {
 	 * environment (dp_rank_size). */
 	int rank, size;
 	int origins;               /* batches carry each sample's source and record */
+	/* The input shape (C, H, W), 0s when a plain length: needed for hwc
+	 * and images. */
+	size_t shape[3];
+	int hwc;                   /* raw bytes are (H, W, C): transposed */
+	dp_image_tf image;         /* DP_DECODE_IMAGE: channels, height and width
+				      0 take shape's; scale from `scale` */
+	unsigned decode_threads;   /* threads decoding beside the reader; 0: none */
+	int skip_corrupt;          /* images that do not decode are skipped */
+	/* Called (in the reader's thread) with each skipped image's error. */
+	void (*on_skip)(void *ctx, const dp_err *e);
+	void *skip_ctx;
 	dp_reader_opts rec;
 	/* Memory for batches (host), e.g. a backend's host_alloc; NULL: malloc. */
 	void *(*alloc)(void *ctx, size_t bytes);
@@ -108,6 +132,9 @@ typedef struct dp_data_stats {
 	uint64_t dropped;     /* samples of a partial last batch dropped */
 	uint64_t not_in_shard; /* records left to other shards */
 	uint64_t cached_bytes; /* bytes of streams kept for later epochs */
+	uint64_t corrupt;     /* images skipped (skip_corrupt) */
+	double wait_s;        /* time dp_data_next waited for batches (or,
+				 without a reader thread, spent making them) */
 } dp_data_stats;
 
 typedef struct dp_data dp_data;
@@ -132,6 +159,12 @@ DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
  * an output that would replace an input. */
 DP_EXPORT int dp_data_reads(const dp_data *d, const char *path);
 DP_EXPORT void dp_data_close(dp_data *d);
+
+/* dp-train's and dp-eval's options of the input beside the images'
+ * (dp_image_opt): name "layout" (chw or hwc) into *hwc, "decode-threads"
+ * (0 to 256) into *threads.  DP_EARG with e saying "--layout 'x': ...". */
+DP_EXPORT int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads,
+			  dp_err *e);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
  * non-zero number; DP_ELIMIT if outside float32's range (inputs are

@@ -93,7 +93,7 @@ static inline uint64_t dp_rng_below(dp_rng *r, uint64_t n)
 }
 
 /* Purposes, mixed into keys so that streams never overlap. */
-enum { DP_RNG_INIT = 1, DP_RNG_DROPOUT = 2, DP_RNG_SHUFFLE = 3, DP_RNG_FILES = 4 };
+enum { DP_RNG_INIT = 1, DP_RNG_DROPOUT = 2, DP_RNG_SHUFFLE = 3, DP_RNG_FILES = 4, DP_RNG_AUGMENT = 5 };
 
 
 #ifdef __cplusplus

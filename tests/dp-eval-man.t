@@ -28,6 +28,12 @@ tfr-cat --encode idx -n 1000 "$D/t10k-images-idx3-ubyte.gz" "$D/t10k-labels-idx1
 tfr-shard -q -n 2 -o 'data/test-{shard}-of-{nshards}.tfrecord' test.tfrecord
 dp-train --train train.tfrecord --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
 	--model flatten,dense:128,relu,dense:10 --batch-size 64 --epochs 2 -q -o model.safetensors > /dev/null
+# the image example's model and records (python3-pil makes the photos)
+$PY "$DP_SRC/tests/mkphotos.py" photos 6 || exit 1
+tfr-cat --encode images --classes-out classes.txt photos > photos.tfrecord
+dp-train --train photos.tfrecord --decode image --input-shape 3x16x16 --scale 1/255 \
+	--augment random-resized-crop,flip --model flatten,dense:2 --epochs 2 -q \
+	-o photos.safetensors > /dev/null
 man_examples "$PAGE" ../examples
 run_examples ../examples
 ok test "$n" -ge 6 "the page has examples ($n)"
@@ -37,7 +43,9 @@ like "$(cat out.2)" "gate recall\[Trouser\]>=0.8: 0\.[0-9]+ passed" "example 2: 
 like_text "$(cat out.3)" $'passed\n0\\.[0-9]+$' "example 3: --check, then the accuracy read by sed"
 like_text "$(cat out.4)" $'^\\{"file":"test.tfrecord","record":0,"label":9,.*\n[0-9]+\n\\{"image":' \
 	"example 4: a prediction, the count right, a wrong record's input"
-like "$(cat out.5)" "gate samples>=1000: 1000 passed" "example 5: four workers"
-like "$(cat out.6)" "^0\.[0-9]+$" "example 6: a SageMaker processing job's evaluation.json"
+like "$(cat out.5)" "photos.safetensors: 12 samples from photos.tfrecord" "example 5: an image model"
+like "$(cat out.5)" "        cat  " "... its classes named by --classes @classes.txt"
+like "$(cat out.6)" "gate samples>=1000: 1000 passed" "example 6: four workers"
+like "$(cat out.7)" "^0\.[0-9]+$" "example 7: a SageMaker processing job's evaluation.json"
 ok test ! -e pj/output/message "... and no failure message"
 done_testing

@@ -30,6 +30,7 @@ $MK data/train-1.tfrecord random --n 64 --shape 1x28x28 --kind uint8 --seed 4
 for r in 0 1 2 3; do
 	$MK data/train-$r-of-4.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed $((10 + r))
 done
+$PY "$DP_SRC/tests/mkphotos.py" photos 8 || exit 1 # the image example's
 . "$DP_SRC/tests/mpi.sh" # mpirun as the MPI tests run it: -np 4 on two cores, unbound
 examples "$MAN1" > ex1.txt
 n=0

@@ -36,18 +36,7 @@ for x, y in zip(a, b):
             assert abs(float(x[k]) - float(y[k])) <= 1e-4 * abs(float(x[k])), (k, x, y)
     assert x.get("val_samples") == y.get("val_samples"), (x, y)
 EOF
-# maxdiff.py A B: the largest difference between the tensors of two checkpoints
-cat > maxdiff.py <<'EOF'
-import sys
-sys.path.insert(0, sys.argv[3])
-import numpy as np
-from torch_ref import load_checkpoint
-a, _ = load_checkpoint(sys.argv[1]); b, _ = load_checkpoint(sys.argv[2])
-assert a.keys() == b.keys()
-print(max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))))
-          for k in a if a[k].dtype.kind == "f"))
-EOF
-maxdiff() { $PY "$T/maxdiff.py" "$1" "$2" "$DP_SRC/tests"; }
+maxdiff() { $PY "$DP_SRC/tests/maxdiff.py" "$1" "$2"; } # the largest difference of two checkpoints
 small() { awk -v d="$1" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 1e-5) }'; } # a number below 1e-5
 hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
 

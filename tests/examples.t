@@ -100,6 +100,13 @@ is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" "test.tfrecord train-00000-of
 	"... one shard"
 is "$(tfr-cat -c "$W/data/train-00000-of-00001.tfrecord")" 2500 "... of every training record (LIMIT=2500)"
 
+# ---- Fashion-MNIST as PNG and JPEG files
+run timeout $HANG env FASHION_N=300 EPOCHS=1 FASHION_DIR="$T/fimg" "$EX/fashion-images.sh"
+is "$rc" 0 "examples/fashion-images.sh"
+like_text "$out" $'^raw: test accuracy 0\\.[0-9]+ after 1 epochs\npng: test accuracy 0\\.[0-9]+ .*\njpg: test accuracy 0\\.[0-9]+ ' \
+	"... the raw, PNG and JPEG models' test accuracies"
+is "$(tfr-cat -c "$T/fimg/jpg-train.tfrecord")" 300 "... one image record per JPEG file"
+
 # ---- the sweep
 run timeout $HANG env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="$MPIRUN" "${SHORT[@]}" MIN_ACCURACY=0.5 \
 	"$EX/sweep.sh" sw

@@ -19,6 +19,8 @@ tfr-cat -n 2 train.tfrecord >part-0.tfrecord
 tfr-cat --skip 2 train.tfrecord >part-1.tfrecord
 cp "$FIX/tfr-cat/data.csv" data.csv
 { cat train.tfrecord; printf 'damage'; cat train.tfrecord; } >damaged.tfrecord
+# a folder of photos in two class folders (the image examples)
+$PY "$DP_SRC/tests/mkphotos.py" photos 2 || exit 1
 
 # the examples: .EX to .EE, roff escapes undone, one block at a time
 extract() { # page -> blocks separated by a line "#--"

@@ -48,7 +48,8 @@ enum { EVAL_GATE_FAILED = 3 }; /* a --require gate failed */
 enum {
 	O_MODEL = 256, O_DATA, O_DATA_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE, O_BATCH,
 	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
-	O_GPU, O_PRECISION, O_HELP, O_VERSION
+	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
+	O_SKIP_CORRUPT
 };
 
 static const struct option longopts[] = {
@@ -58,6 +59,14 @@ static const struct option longopts[] = {
 	{"feature", required_argument, 0, O_FEATURE},
 	{"label", required_argument, 0, O_LABEL},
 	{"decode-raw", required_argument, 0, O_DECODE},
+	{"decode", required_argument, 0, O_DECODE},
+	{"mean", required_argument, 0, O_IMAGE},
+	{"std", required_argument, 0, O_IMAGE},
+	{"resize", required_argument, 0, O_IMAGE},
+	{"max-pixels", required_argument, 0, O_IMAGE},
+	{"layout", required_argument, 0, O_LAYOUT},
+	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
+	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
 	{"scale", required_argument, 0, O_SCALE},
 	{"batch-size", required_argument, 0, O_BATCH},
 	{"top-k", required_argument, 0, O_TOPK},
@@ -96,7 +105,13 @@ static struct {
 	size_t ngates;
 	int threads, gpu, precision;
 	int quiet;
+	/* images: --mean, --std, --resize, --max-pixels over the checkpoint's */
+	char *img_opts;
+	int hwc; /* -1: the checkpoint's */
+	unsigned decode_threads;
+	int skip_corrupt;
 } O = {
+	.hwc = -1,
 	.decode = -1,
 	.batch = 256,
 	.topk = -1,
@@ -126,6 +141,13 @@ static void help(void)
 	       "      --decode-raw TYPE    bytes as raw uint8, float32, float64, or none\n"
 	       "                           (default: the checkpoint's)\n"
 	       "      --scale X            multiply inputs by X (default: the checkpoint's)\n"
+	       "      --layout chw|hwc     raw arrays' layout (default: the checkpoint's)\n"
+	       "      --decode image       JPEG/PNG records (default: the checkpoint's), resized\n"
+	       "                           (or --resize N then center-cropped) to the input shape\n"
+	       "      --mean M[,M,M], --std S[,S,S], --resize N, --max-pixels N\n"
+	       "                           image settings (default: the checkpoint's)\n"
+	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	       "      --skip-corrupt       skip (and count) images that do not decode\n"
 	       "      --batch-size N       samples per forward pass (default 256)\n"
 	       "      --threads N          math threads (default 1)\n"
 	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
@@ -197,8 +219,26 @@ static void parse_args(int argc, char **argv)
 	dp_err e;
 	cli_job_says(); /* what goes wrong here goes wrong on every worker */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":q", longopts, NULL)) != -1) {
+	int li = 0;
+	while ((c = getopt_long(argc, argv, ":q", longopts, &li)) != -1) {
 		switch (c) {
+		case O_IMAGE: { /* checked now, applied over the checkpoint's later */
+			dp_image_tf t;
+			dp_image_tf_init(&t);
+			if (dp_image_opt(&t, longopts[li].name, optarg, &e) < 0)
+				usage_error("%s", e.msg);
+			size_t old = O.img_opts ? strlen(O.img_opts) : 0;
+			O.img_opts = cli_realloc(O.img_opts, old + strlen(longopts[li].name) +
+								 strlen(optarg) + 3);
+			sprintf(O.img_opts + old, "%s%s=%s", old ? ";" : "", longopts[li].name, optarg);
+			break;
+		}
+		case O_LAYOUT:
+		case O_DECODE_THREADS:
+			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &e) < 0)
+				usage_error("%s", e.msg);
+			break;
+		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case O_MODEL: O.model = optarg; break;
 		case O_DATA: push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
@@ -207,8 +247,8 @@ static void parse_args(int argc, char **argv)
 		case O_DECODE:
 			O.decode = dp_decode_parse(optarg);
 			if (O.decode < 0)
-				usage_error("--decode-raw '%s': want uint8, float32, float64 or none",
-					    optarg);
+				usage_error("--decode-raw '%s': want uint8, float32, float64, none "
+					    "(or image)", optarg);
 			break;
 		case O_SCALE: {
 			dp_err se;
@@ -859,6 +899,8 @@ static struct {
 	/* how the data is read: the options, else the checkpoint, else dp-train's defaults */
 	const char *feature, *label, *scale_text;
 	int decode;
+	dp_image_tf img; /* --decode image: the evaluation transform */
+	int hwc;
 	double scale;
 	dp_data *d;
 	dp_eval *ev;
@@ -998,6 +1040,21 @@ static void load_model(void)
 			cli_die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
 				O.model, s);
 	}
+	/* images: the checkpoint's settings, then the command line's */
+	dp_image_tf t;
+	dp_image_tf_init(&t);
+	const char *spec = dp_st_meta(R.ck, "image");
+	if (spec && dp_image_spec_parse(&t, spec, &e) < 0)
+		cli_die("%s: metadata: %s", O.model, e.msg);
+	if (O.img_opts && dp_image_spec_parse(&t, O.img_opts, &e) < 0)
+		cli_die("%s", e.msg);
+	dp_image_tf_eval(&t, &R.img);
+	const char *lay = dp_st_meta(R.ck, "layout");
+	R.hwc = O.hwc >= 0 ? O.hwc : lay && !strcmp(lay, "hwc");
+	if (R.decode == DP_DECODE_IMAGE && !O.feature && !dp_st_meta(R.ck, "feature"))
+		R.feature = "image/encoded";
+	if (R.decode == DP_DECODE_IMAGE && !O.label && !dp_st_meta(R.ck, "label"))
+		R.label = "image/class/label";
 	R.scale = O.scale;
 	R.scale_text = O.scale_text;
 	if (!R.scale_text) {
@@ -1043,6 +1100,12 @@ static void make_metrics(void)
 	free(oo);
 }
 
+/* A skipped image (--skip-corrupt), from the reader thread. */
+static void skip_warn(void *ctx, const dp_err *e)
+{
+	cli_warn("%s; skipped", e->msg);
+}
+
 /* The records, in order; worker r takes blocks r, r + size, ... of
  * --batch-size records (unless the data is its own), so that every batch
  * is one the single process would have seen. */
@@ -1075,6 +1138,16 @@ static void open_data(void)
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
+	dp_shape in = dp_model_input(R.m);
+	o.shape[0] = (size_t)in.c, o.shape[1] = (size_t)in.h, o.shape[2] = (size_t)in.w;
+	if ((R.decode == DP_DECODE_IMAGE || R.hwc) && in.rank == 1)
+		cli_die("%s: its input is a length (%zu), not C x H x W: no images or --layout hwc",
+			O.model, dp_model_in_size(R.m));
+	o.hwc = R.hwc;
+	o.image = R.img;
+	o.decode_threads = O.decode_threads;
+	o.skip_corrupt = O.skip_corrupt;
+	o.on_skip = skip_warn;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);
 }

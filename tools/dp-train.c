@@ -65,7 +65,8 @@ enum {
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
-	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_LAST
+	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -76,6 +77,15 @@ static const struct option longopts[] = {
 	{"feature", required_argument, 0, O_FEATURE},
 	{"label", required_argument, 0, O_LABEL},
 	{"decode-raw", required_argument, 0, O_DECODE},
+	{"decode", required_argument, 0, O_DECODE},
+	{"mean", required_argument, 0, O_IMAGE},
+	{"std", required_argument, 0, O_IMAGE},
+	{"augment", required_argument, 0, O_IMAGE},
+	{"resize", required_argument, 0, O_IMAGE},
+	{"max-pixels", required_argument, 0, O_IMAGE},
+	{"layout", required_argument, 0, O_LAYOUT},
+	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
+	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
 	{"scale", required_argument, 0, O_SCALE},
 	{"shuffle-buffer", required_argument, 0, O_SHUFFLE},
 	{"last-batch", required_argument, 0, O_LAST_BATCH},
@@ -153,6 +163,9 @@ static struct {
 	int decode;
 	double scale;
 	const char *scale_text;
+	dp_image_tf img; /* --decode image: --mean, --std, --augment, --resize */
+	int hwc, skip_corrupt;
+	unsigned decode_threads;
 	uint64_t shuffle;
 	int drop_last;
 	int cache;
@@ -202,6 +215,7 @@ static struct {
 	.stall = 60,
 	.feature = "image",
 	.label = "label",
+	.img = {.antialias = 1, .dct = 1, .std = {1, 1, 1}},
 	.scale = 1,
 	.shuffle = 10000,
 	.prefetch = 2,
@@ -236,6 +250,19 @@ static void help(void)
 	       "      --label NAME         the label feature (default label): an int64 class\n"
 	       "                           (xent) or floats of the output size (mse)\n"
 	       "      --decode-raw TYPE    read a bytes feature as raw uint8, float32 or float64\n"
+	       "      --layout chw|hwc     raw arrays are C x H x W (default) or channels-last\n"
+	       "      --decode image       the feature is a JPEG or PNG file (tfrecord(5); with\n"
+	       "                           --feature image/encoded --label image/class/label),\n"
+	       "                           decoded and resized to the input shape's C x H x W\n"
+	       "      --mean M[,M,M]       per channel, subtracted after --scale (default 0)\n"
+	       "      --std S[,S,S]        per channel, divided by after --mean (default 1)\n"
+	       "      --augment LIST       training images: random-resized-crop (scale=MIN:MAX,\n"
+	       "                           ratio=MIN:MAX), crop-pad=N, flip, none\n"
+	       "      --resize N           validation images: shorter side to N, then the\n"
+	       "                           center crop (default with random-resized-crop: H/0.875)\n"
+	       "      --max-pixels N       larger images are refused (default 89478485)\n"
+	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	       "      --skip-corrupt       skip (and count) images that do not decode\n"
 	       "      --scale X            multiply inputs by X (0.5, 1/255, 1e-3)\n"
 	       "      --shuffle-buffer N   shuffle through a buffer of N records (default 10000;\n"
 	       "                           0: keep the order)\n"
@@ -472,10 +499,22 @@ static void parse_args(int argc, char **argv)
 	const char *optname = "adam";
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":o:q", longopts, NULL)) != -1) {
+	int li = 0;
+	dp_err ie;
+	while ((c = getopt_long(argc, argv, ":o:q", longopts, &li)) != -1) {
 		if (c >= 0 && c < O_LAST)
 			O.given[c] = 1;
 		switch (c) {
+		case O_IMAGE:
+			if (dp_image_opt(&O.img, longopts[li].name, optarg, &ie) < 0)
+				usage_error("%s", ie.msg);
+			break;
+		case O_LAYOUT:
+		case O_DECODE_THREADS:
+			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &ie) < 0)
+				usage_error("%s", ie.msg);
+			break;
+		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case O_TRAIN: push(&O.train, &O.ntrain, optarg); break;
 		case O_TRAIN_CMD: O.train_cmd = optarg; break;
 		case O_VAL: push(&O.val, &O.nval, optarg); break;
@@ -485,7 +524,8 @@ static void parse_args(int argc, char **argv)
 		case O_DECODE:
 			O.decode = dp_decode_parse(optarg);
 			if (O.decode < 0)
-				usage_error("--decode-raw '%s': want uint8, float32 or float64", optarg);
+				usage_error("--decode-raw '%s': want uint8, float32 or float64 (or image)",
+					    optarg);
 			break;
 		case O_SCALE: {
 			dp_err se;
@@ -629,6 +669,10 @@ static void parse_args(int argc, char **argv)
 		O.opt.weight_decay = wd;
 	if (!O.given[O_LR])
 		O.lr = O.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+	if (O.decode == DP_DECODE_IMAGE && !O.given[O_FEATURE]) /* tfrecord(5)'s names */
+		O.feature = "image/encoded";
+	if (O.decode == DP_DECODE_IMAGE && !O.given[O_LABEL])
+		O.label = "image/class/label";
 	cli_set_rank(RANK, SIZE);
 }
 /* ---- settings from a checkpoint when resuming ------------------------------ */
@@ -711,6 +755,11 @@ static void settings_from(const dp_st *ck)
 		O.label = v;
 	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
 		die_all(1, "%s: metadata: unknown decode_raw '%s'", dp_st_name(ck), v);
+	dp_err ie;
+	if ((v = from_ckpt(ck, O_IMAGE, "image")) && dp_image_spec_parse(&O.img, v, &ie) < 0)
+		die_all(1, "%s: metadata: %s", dp_st_name(ck), ie.msg);
+	if ((v = from_ckpt(ck, O_LAYOUT, "layout")))
+		O.hwc = !strcmp(v, "hwc");
 	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
 		dp_err se;
 		if (dp_parse_scale("scale", v, &O.scale, &se) < 0)
@@ -956,7 +1005,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	char producer[64];
 	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
-		web[40], acb[24], cnb[40], smb[40];
+		web[40], acb[24], cnb[40], smb[40], imgb[512];
+	dp_image_spec(&O.img, imgb, sizeof imgb);
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
 	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
@@ -987,6 +1037,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"feature", O.feature,
 		"label", O.label,
 		"decode_raw", dp_decode_name(O.decode),
+		"image", O.decode == DP_DECODE_IMAGE ? imgb : "",
+		"layout", O.hwc ? "hwc" : "chw",
 		"scale", O.scale_text ? O.scale_text : dp_fmt_double(O.scale, scb, sizeof scb),
 		"shuffle_buffer", shb,
 		"last_batch", O.drop_last ? "drop" : "keep",
@@ -1080,6 +1132,35 @@ static int shared(const char *const *paths, size_t n, const char *cmd)
 	return SIZE > 1 && (O.shard >= 0 ? O.shard : !per_rank(paths, n, cmd));
 }
 
+/* A skipped image (--skip-corrupt), from a reader thread. */
+static void skip_warn(void *ctx, const dp_err *e)
+{
+	cli_warn("%s; skipped", e->msg);
+}
+
+/* --decode image, --layout, --decode-threads, --skip-corrupt. */
+static void input_opts(dp_data_opts *o, const dp_shape *in, int train)
+{
+	o->shape[0] = (size_t)in->c;
+	o->shape[1] = (size_t)in->h;
+	o->shape[2] = (size_t)in->w;
+	if ((O.decode == DP_DECODE_IMAGE || O.hwc) && in->rank == 1)
+		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
+			    O.hwc ? "--layout hwc" : "--decode image");
+	if (train && in->rank == 3 && in->c > 4 && in->w <= 4)
+		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
+		     "is --input-shape %dx%dx%d --layout hwc", in->c, in->h, in->w, in->c, in->h,
+		     in->w, in->w, in->c, in->h);
+	o->hwc = O.hwc;
+	if (train)
+		o->image = O.img;
+	else
+		dp_image_tf_eval(&O.img, &o->image);
+	o->decode_threads = O.decode_threads;
+	o->skip_corrupt = O.skip_corrupt;
+	o->on_skip = skip_warn;
+}
+
 static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, int train)
 {
 	dp_data_opts o = {0};
@@ -1116,6 +1197,7 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
+	input_opts(&o, &R.in, train);
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
 	if (!d)
@@ -2002,6 +2084,7 @@ static int train_epoch(uint64_t epoch)
 		cli_die("train: %s", e.msg);
 	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
 	int out = 0, stopped = 0; /* out: this rank's data is over */
+	double t0 = dp_now();
 	for (;;) {
 		if (O.max_steps && R.ts.step >= O.max_steps) {
 			stopped = 1; /* before the step: a resumed run already there does none */
@@ -2043,6 +2126,14 @@ static int train_epoch(uint64_t epoch)
 		     epoch + 1, short_steps, G);
 	if (R.mt.steps)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+	dp_data_stats ds;
+	dp_data_stats_get(TD, &ds);
+	double dt = dp_now() - t0;
+	if (O.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
+		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %" PRIu64
+		     " image%s skipped as corrupt",
+		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, ds.corrupt,
+		     ds.corrupt == 1 ? "" : "s");
 	return stopped;
 }
 

@@ -20,6 +20,7 @@
 #include "dp_encode.h"
 #include "dp_events.h"
 #include "dp_example.h"
+#include "dp_image.h"
 #include "dp_record.h"
 
 #include <errno.h>
@@ -37,7 +38,8 @@
 #define DP_PROG "tfr-cat"
 #endif
 
-enum { OUT_RECORDS, OUT_JSON, OUT_COUNT, OUT_SCHEMA, OUT_VERIFY };
+enum { OUT_RECORDS, OUT_JSON, OUT_COUNT, OUT_SCHEMA, OUT_VERIFY, OUT_IMAGES };
+enum { ENC_IMAGES = 100 }; /* --encode=images: beside dp_enc_format's */
 enum { JS_COMPACT = 1, JS_PROTO = 2 };
 
 /* The command line. */
@@ -45,7 +47,7 @@ static struct {
 	int json, count, schema, verify, skip_corrupt;
 	int comp, level;
 	uint64_t head, skip, max_record;
-	const char *output;
+	const char *output, *classes_out, *images_dir;
 	char *types;
 	dp_enc_opts enc; /* --encode (format 0: none) and its options */
 } O = {
@@ -288,6 +290,37 @@ static void schema_print(void)
 	}
 }
 
+/* ---- --decode-images ------------------------------------------------------ */
+
+/* The image of the record in S.ex as a file under --decode-images DIR:
+ * its image/filename (or INDEX.jpg), written whole, never over a file. */
+static void save_image(const char *src, uint64_t idx, uint64_t off)
+{
+	dp_err e;
+	const uint8_t *p;
+	size_t n;
+	char name[1100], where[64] = "";
+	if (off != UINT64_MAX)
+		snprintf(where, sizeof where, " at byte %" PRIu64, off);
+	if (dp_image_of_record(&S.ex, NULL, S.emitted, &p, &n, name, sizeof name, &e) < 0)
+		cli_die("%s: record %" PRIu64 "%s: %s", src, idx, where, e.msg);
+	char *path = cli_malloc(strlen(O.images_dir) + strlen(name) + 2);
+	sprintf(path, "%s/%s", O.images_dir, name);
+	for (char *s = path + strlen(O.images_dir) + 1; (s = strchr(s, '/')); s++) {
+		*s = 0; /* the folders of image/filename */
+		if (mkdir(path, 0777) < 0 && errno != EEXIST)
+			cli_die("%s: %s", path, strerror(errno));
+		*s = '/';
+	}
+	if (access(path, F_OK) == 0)
+		cli_die("%s: exists (record %" PRIu64 " of %s%s would replace it)", path, idx, src, where);
+	dp_out o;
+	if (dp_out_open(&o, path, &e) < 0 || dp_write_all(o.fd, p, n, path, &e) < 0 ||
+	    dp_out_commit(&o, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	free(path);
+}
+
 /* ---- The record sink ----------------------------------------------------- */
 
 static void run_flush(void *unused)
@@ -346,6 +379,9 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 		break;
 	case OUT_SCHEMA:
 		schema_add(&S.ex);
+		break;
+	case OUT_IMAGES:
+		save_image(src, idx, off);
 		break;
 	}
 	if (++S.emitted >= O.head)
@@ -428,6 +464,46 @@ static void encode_file(const char *path, const char *labels)
 	dp_encoder_close(x);
 }
 
+/* The Examples of a folder of class folders, or of a PATH,LABEL list;
+ * the class names to --classes-out, one a line. */
+static void encode_images(const char *path)
+{
+	dp_err e;
+	dp_image_set *set = dp_image_set_open(path, &e);
+	if (!set)
+		cli_die_err(CLI_FAIL, &e);
+	if (O.classes_out) {
+		dp_out o;
+		dp_buf b = DP_BUF_INIT;
+		for (size_t i = 0; i < dp_image_set_nclasses(set); i++)
+			dp_buf_printf(&b, "%s\n", dp_image_set_class(set, i));
+		if (b.err)
+			cli_die("out of memory");
+		if (dp_out_open(&o, O.classes_out, &e) < 0 ||
+		    dp_write_all(o.fd, b.p, b.len, O.classes_out, &e) < 0 || dp_out_commit(&o, &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
+		dp_buf_free(&b);
+	}
+	const uint8_t *p;
+	size_t n;
+	const char *file;
+	int rc;
+	uint64_t i = 0;
+	while (!S.stop && (rc = dp_image_set_next(set, &p, &n, &file, &e)) != 0) {
+		S.files++;
+		if (rc == DP_EDATA && O.skip_corrupt) {
+			cli_warn("%s; skipped", e.msg);
+			S.corrupt++;
+			continue;
+		}
+		if (rc < 0)
+			cli_die_err(CLI_FAIL, &e);
+		S.bytes += n + DP_TFR_HEADER + DP_TFR_FOOTER;
+		put_record(p, n, NULL, 0, file, i++, UINT64_MAX);
+	}
+	dp_image_set_close(set);
+}
+
 /* ---- Command line ------------------------------------------------------------ */
 
 static void help(void)
@@ -456,6 +532,8 @@ static void help(void)
 	       "      --skip-corrupt     go on past damaged records (and invalid Examples),\n"
 	       "                         warning once per damaged region\n"
 	       "      --max-record=SIZE  longest record accepted (default 256M)\n"
+	       "      --decode-images=DIR  write each record's image/encoded to a file under\n"
+	       "                         DIR named by its image/filename (or INDEX.jpg)\n"
 	       "      --allow-empty      an input with no records is not an error\n"
 	       "\n"
 	       "Encoding Examples (--encode=FORMAT reads FORMAT instead of TFRecords):\n"
@@ -463,6 +541,10 @@ static void help(void)
 	       "      --encode=json=proto  JSON lines in protobuf's JSON mapping (--json=proto)\n"
 	       "      --encode=csv       CSV with a header row (RFC 4180)\n"
 	       "      --encode=idx       IDX (MNIST) files: tfr-cat --encode=idx IMAGES LABELS\n"
+	       "      --encode=images    JPEG/PNG files: DIR with one folder per class, or a\n"
+	       "                         PATH,LABEL list; one image record each (tfrecord(5))\n"
+	       "      --classes-out=FILE  --encode=images: the class names, one a line, in\n"
+	       "                         label order (dp-eval --classes @FILE)\n"
 	       "      --types=SPEC       CSV column types: PATTERN=TYPE,... with TYPE bytes,\n"
 	       "                         float, int64 or skip, TYPE[] for a list cell; PATTERN\n"
 	       "                         a shell glob; first match wins; default bytes\n"
@@ -496,7 +578,9 @@ static int parse_encode(const char *s)
 		return DP_ENC_CSV;
 	if (!strcmp(s, "idx"))
 		return DP_ENC_IDX;
-	cli_usage_error("--encode: '%s' is not json, json=proto, csv or idx", s);
+	if (!strcmp(s, "images"))
+		return ENC_IMAGES;
+	cli_usage_error("--encode: '%s' is not json, json=proto, csv, idx or images", s);
 }
 
 /* --types given again adds to the list. */
@@ -511,7 +595,8 @@ static void add_types(const char *s)
 
 enum {
 	OPT_SKIP = 256, OPT_VERIFY, OPT_SCHEMA, OPT_SKIP_CORRUPT, OPT_MAX_RECORD, OPT_ALLOW_EMPTY,
-	OPT_ENCODE, OPT_TYPES, OPT_LIST_SEP, OPT_IMAGE, OPT_LABEL, OPT_LEVEL
+	OPT_ENCODE, OPT_TYPES, OPT_LIST_SEP, OPT_IMAGE, OPT_LABEL, OPT_LEVEL, OPT_CLASSES_OUT,
+	OPT_DECODE_IMAGES
 };
 
 /* The options into O; returns the index of the first file argument. */
@@ -536,6 +621,8 @@ static int parse_options(int argc, char **argv)
 		{"list-sep", required_argument, NULL, OPT_LIST_SEP},
 		{"image-feature", required_argument, NULL, OPT_IMAGE},
 		{"label-feature", required_argument, NULL, OPT_LABEL},
+		{"classes-out", required_argument, NULL, OPT_CLASSES_OUT},
+		{"decode-images", required_argument, NULL, OPT_DECODE_IMAGES},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0, 0, 0, 0},
@@ -573,6 +660,8 @@ static int parse_options(int argc, char **argv)
 		case OPT_LIST_SEP: O.enc.list_sep = parse_char("--list-sep", optarg); break;
 		case OPT_IMAGE: O.enc.image_name = optarg; break;
 		case OPT_LABEL: O.enc.label_name = optarg; break;
+		case OPT_CLASSES_OUT: O.classes_out = optarg; break;
+		case OPT_DECODE_IMAGES: O.images_dir = optarg; break;
 		case 'h':
 			help();
 			cli_exit_stdout();
@@ -588,14 +677,23 @@ static void check_options(int nfiles)
 {
 	dp_err e;
 	const dp_enc_opts *x = &O.enc;
-	int modes = (O.json != 0) + O.count + O.schema;
+	int modes = (O.json != 0) + O.count + O.schema + (O.images_dir != NULL);
 	if (modes > 1)
-		cli_usage_error("choose one of -j, -c and --schema");
+		cli_usage_error("choose one of -j, -c, --schema and --decode-images");
 	if (O.json && O.verify)
 		cli_usage_error("-j already checks every Example: drop --verify");
 	S.mode = O.json ? OUT_JSON : O.count ? OUT_COUNT : O.schema ? OUT_SCHEMA
-		 : O.verify ? OUT_VERIFY : OUT_RECORDS;
-	S.need_parse = O.json || O.schema || O.verify;
+		 : O.images_dir ? OUT_IMAGES : O.verify ? OUT_VERIFY : OUT_RECORDS;
+	S.need_parse = O.json || O.schema || O.verify || O.images_dir;
+	if (O.classes_out && x->format != ENC_IMAGES)
+		cli_usage_error("--classes-out goes with --encode=images");
+	if (x->format == ENC_IMAGES && nfiles != 1)
+		cli_usage_error("--encode=images takes one folder or list (its classes are numbered together)");
+	if (O.images_dir) {
+		struct stat st;
+		if (stat(O.images_dir, &st) < 0 || !S_ISDIR(st.st_mode))
+			cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
+	}
 	if (S.mode != OUT_RECORDS && (O.comp != DP_COMP_NONE || O.level >= 0))
 		cli_usage_error("-z and --level apply to record output only");
 	if (x->format != DP_ENC_CSV && (O.types || x->delim != ',' || x->list_sep != ' '))
@@ -634,7 +732,7 @@ static void print_result(void)
 int main(int argc, char **argv)
 {
 	cli.prog = DP_PROG;
-	cli.usage = "usage: tfr-cat [-cj] [-n N] [-z gzip|zlib] [-o FILE] [--encode json|csv|idx] [FILE]...\n";
+	cli.usage = "usage: tfr-cat [-cj] [-n N] [-z gzip|zlib] [-o FILE] [--encode json|csv|idx|images] [FILE]...\n";
 	cli.on_fail = abort_output;
 	int first = parse_options(argc, argv);
 	check_options(argc - first);
@@ -654,7 +752,9 @@ int main(int argc, char **argv)
 			encode_file(files[0], files[1]);
 	} else {
 		for (; *files && !S.stop; files++) {
-			if (O.enc.format)
+			if (O.enc.format == ENC_IMAGES)
+				encode_images(*files);
+			else if (O.enc.format)
 				encode_file(*files, NULL);
 			else
 				read_tfrecords(*files);

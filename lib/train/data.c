@@ -7,6 +7,13 @@
  * decoded straight from the reader's buffer (no shuffle) or from the
  * buffer slot that holds them (shuffle), into the batch: one copy.
  *
+ * With decode threads, the producer copies the records of a batch aside
+ * (the stage) instead, and the pool and the producer decode them together
+ * into the batch, each sample into its own place; images skipped as
+ * corrupt leave holes that are closed up and filled by the next records.
+ * Every decoder (the producer's and each thread's) owns its parse and
+ * image state (struct worker).
+ *
  * The reader thread hands batches over through a ring of prefetch + 1
  * slots; the consumer's current batch is the slot it took last, released
  * by its next call.  Stopping an epoch early wakes a thread waiting for a
@@ -54,6 +61,19 @@ typedef struct slot {
 	uint64_t index, offset;
 } slot;
 
+/* One decoder's state. */
+typedef struct worker {
+	dp_data *d;
+	dp_example ex;
+	int64_t *iscratch; /* in_size doubles */
+	float *tmp;        /* in_size floats: hwc transposition */
+	dp_image_dec *img;
+	pthread_t th;
+} worker;
+
+/* decode(): an image that did not decode (skippable), e set */
+#define BAD_IMAGE 2
+
 struct dp_data {
 	dp_data_opts o;
 	char *feature, *label, *cmd, *cache_dir;
@@ -72,8 +92,7 @@ struct dp_data {
 	slot *buf;
 	size_t nbuf;
 	dp_rng rng;
-	dp_example ex;
-	int64_t *iscratch;
+	worker *w;         /* decode_threads + 1; w[0] the producer's */
 	dp_data_stats st;  /* the producer's */
 	dp_data_stats pub; /* a copy for the consumer, under mu when threaded */
 	uint64_t batch_no;
@@ -89,6 +108,18 @@ struct dp_data {
 	int held;        /* slot the consumer holds, -1 none */
 	int done, status;
 	dp_err terr;
+	double wait_s;   /* the consumer's, under mu */
+	/* the decode pool: the stage of records, decoded into job_b at
+	 * job_base + k; workers take k from job_next */
+	slot *stage;
+	size_t nstage;
+	int pool_up, pool_stop;
+	pthread_mutex_t pmu;
+	pthread_cond_t pcv, pdone;
+	dp_batch *job_b;
+	size_t job_base, job_n, job_next, job_done;
+	int *job_rc;
+	dp_err *job_err;
 };
 
 int dp_decode_parse(const char *s)
@@ -101,6 +132,8 @@ int dp_decode_parse(const char *s)
 		return DP_DECODE_FLOAT64;
 	if (!strcmp(s, "none"))
 		return DP_DECODE_NONE;
+	if (!strcmp(s, "image"))
+		return DP_DECODE_IMAGE;
 	return -1;
 }
 
@@ -110,6 +143,7 @@ const char *dp_decode_name(int d)
 	case DP_DECODE_UINT8: return "uint8";
 	case DP_DECODE_FLOAT32: return "float32";
 	case DP_DECODE_FLOAT64: return "float64";
+	case DP_DECODE_IMAGE: return "image";
 	default: return "none";
 	}
 }
@@ -137,6 +171,24 @@ int dp_parse_scale(const char *opt, const char *s, double *out, dp_err *e)
 				 opt, s);
 	*out = a / b;
 	return DP_OK;
+}
+
+int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads, dp_err *e)
+{
+	if (!strcmp(name, "layout")) {
+		if (strcmp(value, "chw") && strcmp(value, "hwc"))
+			return dp_seterr(e, DP_EARG, "--layout '%s': want chw or hwc", value);
+		*hwc = !strcmp(value, "hwc");
+		return DP_OK;
+	}
+	if (!strcmp(name, "decode-threads")) {
+		uint64_t n;
+		int rc = dp_parse_count("--decode-threads", value, 0, 256, &n, e);
+		if (rc == DP_OK)
+			*threads = (unsigned)n;
+		return rc;
+	}
+	return dp_seterr(e, DP_EARG, "unknown input option '%s'", name);
 }
 
 /* ---- sources --------------------------------------------------------------- */
@@ -554,7 +606,7 @@ static int bytes_cat(const uint8_t *p, size_t len, void *c)
  * dp_decode; NONE: bytes are an error).  0, or -1 with a message in why
  * (a wrong size says what was found and what was expected: n, which is
  * `size_what`). */
-static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *what,
+static int decode_values(worker *w, const dp_feature *f, int raw, const char *what,
 			 const char *fname, float *out, size_t n, const char *size_what, char *why,
 			 size_t wl)
 {
@@ -574,9 +626,9 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 		if (f->kind == DP_KIND_FLOAT) {
 			dp_feature_floats(f, out, n);
 		} else {
-			dp_feature_int64s(f, d->iscratch, n);
+			dp_feature_int64s(f, w->iscratch, n);
 			for (size_t i = 0; i < n; i++)
-				out[i] = (float)d->iscratch[i];
+				out[i] = (float)w->iscratch[i];
 		}
 		return 0;
 	case DP_KIND_BYTES: {
@@ -591,7 +643,7 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 		if (f->count == 1) {
 			dp_feature_bytes0(f, &p, &len);
 		} else { /* several values: concatenated, through the scratch buffer */
-			struct bytes_ctx bc = {(uint8_t *)d->iscratch, 0, want};
+			struct bytes_ctx bc = {(uint8_t *)w->iscratch, 0, want};
 			dp_feature_bytes_each(f, bytes_cat, &bc);
 			p = bc.dst;
 			len = bc.n;
@@ -631,19 +683,102 @@ static int decode_values(dp_data *d, const dp_feature *f, int raw, const char *w
 	}
 }
 
-/* Decode record (data, len) into sample i of batch b. */
-static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint64_t index,
+/* The record's image in x: (C, H, W) floats.  BAD_IMAGE when it does not
+ * decode. */
+static int decode_image(worker *w, const dp_feature *fx, size_t src, uint64_t index,
+			uint64_t offset, float *x, dp_err *e)
+{
+	dp_data *d = w->d;
+	const uint8_t *p;
+	size_t len;
+	if (fx->kind != DP_KIND_BYTES || fx->count != 1 || dp_feature_bytes0(fx, &p, &len) != 1)
+		return rec_err(d, src, index, offset, e,
+			       "feature '%s' is a%s %s list of %zu values: --decode image wants one "
+			       "bytes value, the JPEG or PNG file",
+			       d->feature, fx->kind == DP_KIND_INT64 ? "n" : "",
+			       dp_kind_name(fx->kind), fx->count);
+	uint64_t seed = dp_rng_key(d->o.seed, 4,
+				   (uint64_t[]){DP_RNG_AUGMENT, d->epoch, src, index});
+	dp_err ie;
+	int rc = dp_image_transform(w->img, p, len, &d->o.image, seed, x, &ie);
+	if (rc == DP_ENOMEM)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	if (rc < 0) { /* named by its image/filename too, when it has one */
+		const dp_feature *fn = dp_example_get(&w->ex, "image/filename");
+		const uint8_t *np = NULL;
+		size_t nl = 0;
+		if (fn && fn->kind == DP_KIND_BYTES && dp_feature_bytes0(fn, &np, &nl) == 1 &&
+		    nl < 256 && dp_utf8_valid(np, nl))
+			rec_err(d, src, index, offset, e, "%.*s: %s", (int)nl, (const char *)np, ie.msg);
+		else
+			rec_err(d, src, index, offset, e, "feature '%s': %s", d->feature, ie.msg);
+		return BAD_IMAGE;
+	}
+	return DP_OK;
+}
+
+/* A raw array stored (H, W, C), in x, to (C, H, W). */
+static void to_chw(worker *w, float *x)
+{
+	size_t c = w->d->o.shape[0], hw = w->d->o.shape[1] * w->d->o.shape[2];
+	memcpy(w->tmp, x, c * hw * sizeof *x);
+	for (size_t i = 0; i < hw; i++)
+		for (size_t k = 0; k < c; k++)
+			x[k * hw + i] = w->tmp[i * c + k];
+}
+
+/* An int64 feature of one value, by either of two names; -1 if none. */
+static int64_t dim_of(const dp_example *ex, const char *a, const char *b)
+{
+	const dp_feature *f = dp_example_get(ex, a);
+	if (!f)
+		f = dp_example_get(ex, b);
+	int64_t v;
+	if (!f || f->kind != DP_KIND_INT64 || f->count != 1 || dp_feature_int64s(f, &v, 1) != 1)
+		return -1;
+	return v;
+}
+
+/* A raw record that says its height, width and channels (TensorFlow's
+ * image/height... or height, width, depth) where the input shape read as
+ * C x H x W disagrees but H x W x C agrees: the shape was given
+ * channels-last. */
+static int check_dims(worker *w, size_t src, uint64_t index, uint64_t offset, dp_err *e)
+{
+	dp_data *d = w->d;
+	const size_t *sh = d->o.shape;
+	int64_t h = dim_of(&w->ex, "image/height", "height");
+	int64_t wd = dim_of(&w->ex, "image/width", "width");
+	int64_t c = dim_of(&w->ex, "image/channels", "depth");
+	if (h < 0 || wd < 0 || c < 0 || !sh[0])
+		return DP_OK;
+	if ((size_t)c == sh[0] && (size_t)h == sh[1] && (size_t)wd == sh[2])
+		return DP_OK;
+	if ((size_t)h == sh[0] && (size_t)wd == sh[1] && (size_t)c == sh[2])
+		return rec_err(d, src, index, offset, e,
+			       "the record says %" PRId64 "x%" PRId64 " pixels of %" PRId64
+			       " channels, but the input shape %zux%zux%zu is C x H x W: give "
+			       "--input-shape %" PRId64 "x%" PRId64 "x%" PRId64 "%s",
+			       h, wd, c, sh[0], sh[1], sh[2], c, h, wd,
+			       d->o.hwc ? "" : " --layout hwc (if the bytes are channels-last)");
+	return DP_OK;
+}
+
+/* Decode record (data, len) into sample i of batch b with worker w.
+ * DP_OK, BAD_IMAGE (e set), or an error. */
+static int decode(worker *w, const uint8_t *data, size_t len, size_t src, uint64_t index,
 		  uint64_t offset, dp_batch *b, size_t i, dp_err *e)
 {
+	dp_data *d = w->d;
 	dp_err pe;
-	if (dp_example_parse(&d->ex, data, len, &pe) < 0)
+	if (dp_example_parse(&w->ex, data, len, &pe) < 0)
 		return pe.code == DP_ENOMEM ? dp_seterr(e, DP_ENOMEM, "out of memory")
 					    : rec_err(d, src, index, offset, e, "%s", pe.msg);
-	const dp_feature *fx = dp_example_get(&d->ex, d->feature);
-	const dp_feature *fy = dp_example_get(&d->ex, d->label);
+	const dp_feature *fx = dp_example_get(&w->ex, d->feature);
+	const dp_feature *fy = dp_example_get(&w->ex, d->label);
 	char why[512], names[256];
 	if (!fx || !fy) {
-		feature_names(&d->ex, names, sizeof names);
+		feature_names(&w->ex, names, sizeof names);
 		return rec_err(d, src, index, offset, e, "no %s '%s' (the record has: %s)",
 			       fx ? "label" : "feature", fx ? d->label : d->feature, names);
 	}
@@ -653,9 +788,19 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 		b->src[i] = (uint32_t)src;
 		b->rec[i] = index;
 	}
-	if (decode_values(d, fx, d->o.decode, "feature", d->feature, x, n,
+	int rc;
+	if (d->o.decode == DP_DECODE_IMAGE) {
+		if ((rc = decode_image(w, fx, src, index, offset, x, e)) != DP_OK)
+			return rc;
+		goto label;
+	}
+	if (index == 0 && (rc = check_dims(w, src, index, offset, e)) < 0)
+		return rc;
+	if (decode_values(w, fx, d->o.decode, "feature", d->feature, x, n,
 			  "the size of the input shape", why, sizeof why) < 0)
 		return rec_err(d, src, index, offset, e, "%s", why);
+	if (d->o.hwc)
+		to_chw(w, x);
 	for (size_t j = 0; j < n; j++)
 		if (!isfinite(x[j]))
 			return rec_err(d, src, index, offset, e, "feature '%s': value %zu is %s",
@@ -671,6 +816,7 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 					       d->feature, j, (double)x[j], d->o.scale);
 			x[j] = v;
 		}
+label:
 	if (d->o.label_kind == DP_LABEL_CLASS) {
 		int64_t v;
 		if (fy->kind == DP_KIND_INT64 && fy->count == 1) {
@@ -696,7 +842,7 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 	} else {
 		size_t k = d->o.label_size;
 		float *t = b->t + i * k;
-		if (decode_values(d, fy, DP_DECODE_NONE, "label", d->label, t, k,
+		if (decode_values(w, fy, DP_DECODE_NONE, "label", d->label, t, k,
 				  "the model's output size", why, sizeof why) < 0)
 			return rec_err(d, src, index, offset, e, "%s", why);
 		for (size_t j = 0; j < k; j++)
@@ -708,6 +854,36 @@ static int decode(dp_data *d, const uint8_t *data, size_t len, size_t src, uint6
 }
 
 /* ---- the producer ------------------------------------------------------------------ */
+
+static int slot_store(slot *s, const uint8_t *data, size_t len, size_t src, uint64_t index,
+		      uint64_t offset)
+{
+	if (len > s->cap) {
+		size_t nc = len + len / 4 + 64;
+		uint8_t *p = realloc(s->p, nc);
+		if (!p)
+			return DP_ENOMEM;
+		s->p = p;
+		s->cap = nc;
+	}
+	memcpy(s->p, data, len);
+	s->len = len;
+	s->src = src;
+	s->index = index;
+	s->offset = offset;
+	return DP_OK;
+}
+
+/* An image that did not decode (e): 0 when skipped, else its error. */
+static int skipped(dp_data *d, const dp_err *e)
+{
+	if (!d->o.skip_corrupt)
+		return e->code;
+	d->st.corrupt++;
+	if (d->o.on_skip)
+		d->o.on_skip(d->o.skip_ctx, e);
+	return 0;
+}
 
 /* Send one record to the batch (or past it, while skipping).  Returns 1
  * when the batch is full. */
@@ -729,28 +905,131 @@ static int emit(dp_data *d, const uint8_t *data, size_t len, size_t src, uint64_
 		}
 		return 0;
 	}
-	int rc = decode(d, data, len, src, index, offset, b, b->n, e);
+	if (d->stage) { /* for the pool */
+		if (slot_store(&d->stage[d->nstage], data, len, src, index, offset) < 0)
+			return dp_seterr(e, DP_ENOMEM, "out of memory for the decode stage");
+		d->nstage++;
+		return b->n + d->nstage == d->o.batch;
+	}
+	int rc = decode(&d->w[0], data, len, src, index, offset, b, b->n, e);
+	if (rc == BAD_IMAGE)
+		return skipped(d, e);
 	if (rc < 0)
 		return rc;
 	b->n++;
 	return b->n == d->o.batch;
 }
 
-static int slot_store(slot *s, const dp_record *r, size_t src)
+/* ---- the decode pool ------------------------------------------------------------ */
+
+/* Decode the staged records the pool has not taken yet.  Called with pmu
+ * held; returns with it held. */
+static void work(worker *w)
 {
-	if (r->len > s->cap) {
-		size_t nc = r->len + r->len / 4 + 64;
-		uint8_t *p = realloc(s->p, nc);
-		if (!p)
-			return DP_ENOMEM;
-		s->p = p;
-		s->cap = nc;
+	dp_data *d = w->d;
+	while (d->job_next < d->job_n) {
+		size_t k = d->job_next++;
+		pthread_mutex_unlock(&d->pmu);
+		const slot *s = &d->stage[k];
+		int rc = decode(w, s->p, s->len, s->src, s->index, s->offset, d->job_b,
+				d->job_base + k, &d->job_err[k]);
+		pthread_mutex_lock(&d->pmu);
+		d->job_rc[k] = rc;
+		if (++d->job_done == d->job_n)
+			pthread_cond_broadcast(&d->pdone);
 	}
-	memcpy(s->p, r->data, r->len);
-	s->len = r->len;
-	s->src = src;
-	s->index = r->index;
-	s->offset = r->offset;
+}
+
+static void *pool_thread(void *arg)
+{
+	worker *w = arg;
+	dp_data *d = w->d;
+	pthread_mutex_lock(&d->pmu);
+	while (!d->pool_stop) {
+		work(w);
+		pthread_cond_wait(&d->pcv, &d->pmu);
+	}
+	pthread_mutex_unlock(&d->pmu);
+	return NULL;
+}
+
+/* Decode the stage into b after its b->n samples, with the pool; close
+ * up the holes of skipped images.  The first error in stage order wins,
+ * so that it does not depend on the threads. */
+static int run_stage(dp_data *d, dp_batch *b, dp_err *e)
+{
+	size_t n = d->nstage, base = b->n;
+	if (!n)
+		return DP_OK;
+	pthread_mutex_lock(&d->pmu);
+	d->job_b = b;
+	d->job_base = base;
+	d->job_n = n;
+	d->job_next = d->job_done = 0;
+	pthread_cond_broadcast(&d->pcv);
+	work(&d->w[0]);
+	while (d->job_done < d->job_n)
+		pthread_cond_wait(&d->pdone, &d->pmu);
+	d->job_n = 0;
+	pthread_mutex_unlock(&d->pmu);
+	d->nstage = 0;
+	size_t in = d->o.in_size, k = d->o.label_size;
+	for (size_t j = 0; j < n; j++) {
+		int rc = d->job_rc[j];
+		if (rc == BAD_IMAGE && (rc = skipped(d, &d->job_err[j])) == 0)
+			continue;
+		if (rc < 0) {
+			if (e)
+				*e = d->job_err[j];
+			return rc;
+		}
+		size_t from = base + j, to = b->n++;
+		if (from == to)
+			continue;
+		memcpy(b->x + to * in, b->x + from * in, in * sizeof *b->x);
+		if (b->y)
+			b->y[to] = b->y[from];
+		if (b->t)
+			memcpy(b->t + to * k, b->t + from * k, k * sizeof *b->t);
+		if (b->src) {
+			b->src[to] = b->src[from];
+			b->rec[to] = b->rec[from];
+		}
+	}
+	return DP_OK;
+}
+
+static void pool_stop(dp_data *d)
+{
+	if (!d->pool_up)
+		return;
+	pthread_mutex_lock(&d->pmu);
+	d->pool_stop = 1;
+	pthread_cond_broadcast(&d->pcv);
+	pthread_mutex_unlock(&d->pmu);
+	for (unsigned i = 1; i <= d->o.decode_threads; i++)
+		if (d->w[i].th)
+			pthread_join(d->w[i].th, NULL);
+	pthread_mutex_destroy(&d->pmu);
+	pthread_cond_destroy(&d->pcv);
+	pthread_cond_destroy(&d->pdone);
+	d->pool_up = 0;
+}
+
+static int pool_start(dp_data *d, dp_err *e)
+{
+	pthread_mutex_init(&d->pmu, NULL);
+	pthread_cond_init(&d->pcv, NULL);
+	pthread_cond_init(&d->pdone, NULL);
+	d->pool_up = 1;
+	for (unsigned i = 1; i <= d->o.decode_threads; i++) {
+		int rc = dp_thread_create(&d->w[i].th, pool_thread, &d->w[i]);
+		if (rc) {
+			d->w[i].th = 0;
+			errno = rc;
+			return dp_syserr(e, "data: decode thread");
+		}
+	}
 	return DP_OK;
 }
 
@@ -778,14 +1057,14 @@ static int fill(dp_data *d, dp_batch *b, dp_err *e)
 				break;
 			rc = emit(d, r.data, r.len, d->rd_src, r.index, r.offset, b, e);
 		} else if (got && d->nbuf < cap) {
-			if (slot_store(&d->buf[d->nbuf], &r, d->rd_src) < 0)
+			if (slot_store(&d->buf[d->nbuf], r.data, r.len, d->rd_src, r.index, r.offset) < 0)
 				return dp_seterr(e, DP_ENOMEM, "out of memory for the shuffle buffer");
 			d->nbuf++;
 			continue;
 		} else if (got) {
 			slot *s = &d->buf[dp_rng_below(&d->rng, d->nbuf)];
 			rc = emit(d, s->p, s->len, s->src, s->index, s->offset, b, e);
-			if (rc >= 0 && slot_store(s, &r, d->rd_src) < 0)
+			if (rc >= 0 && slot_store(s, r.data, r.len, d->rd_src, r.index, r.offset) < 0)
 				return dp_seterr(e, DP_ENOMEM, "out of memory for the shuffle buffer");
 		} else if (d->nbuf) {
 			size_t j = (size_t)dp_rng_below(&d->rng, d->nbuf);
@@ -800,9 +1079,16 @@ static int fill(dp_data *d, dp_batch *b, dp_err *e)
 		}
 		if (rc < 0)
 			return rc;
+		if (rc == 1 && d->stage) {
+			if ((rc = run_stage(d, b, e)) < 0)
+				return rc;
+			rc = b->n == d->o.batch;
+		}
 		if (rc == 1)
 			goto full;
 	}
+	if (d->stage && (rc = run_stage(d, b, e)) < 0)
+		return rc;
 	if (b->n == 0)
 		return 0;
 	if (d->o.drop_last && b->n < d->o.batch) {
@@ -875,7 +1161,21 @@ void dp_data_close(dp_data *d)
 	if (!d)
 		return;
 	stop_thread(d);
+	pool_stop(d);
 	abandon_source(d, 0);
+	for (size_t i = 0; d->w && i <= d->o.decode_threads; i++) {
+		worker *w = &d->w[i];
+		dp_example_free(&w->ex);
+		free(w->iscratch);
+		free(w->tmp);
+		dp_image_dec_free(w->img);
+	}
+	free(d->w);
+	for (size_t i = 0; d->stage && i < d->o.batch; i++)
+		free(d->stage[i].p);
+	free(d->stage);
+	free(d->job_rc);
+	free(d->job_err);
 	for (size_t i = 0; i < d->nsrc; i++) {
 		source *s = &d->src[i];
 		if (s->cw)
@@ -907,8 +1207,6 @@ void dp_data_close(dp_data *d)
 	}
 	free(d->slots);
 	free(d->order);
-	free(d->iscratch);
-	dp_example_free(&d->ex);
 	if (d->threaded) {
 		pthread_mutex_destroy(&d->mu);
 		pthread_cond_destroy(&d->cv);
@@ -934,7 +1232,10 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	    (o->label_kind == DP_LABEL_VECTOR && o->label_size < 1) ||
 	    (o->label_kind != DP_LABEL_CLASS && o->label_kind != DP_LABEL_VECTOR) ||
 	    (!o->cmd && !o->ninputs) || (o->shard_count > 1 && o->shard_index >= o->shard_count) ||
-	    o->prefetch < 0 || o->prefetch > 64 || o->shuffle > (1u << 28)) {
+	    o->prefetch < 0 || o->prefetch > 64 || o->shuffle > (1u << 28) ||
+	    o->decode_threads > 256 ||
+	    ((o->hwc || o->decode == DP_DECODE_IMAGE) &&
+	     o->shape[0] * o->shape[1] * o->shape[2] != o->in_size)) {
 		dp_seterr(e, DP_EARG, "data: bad options");
 		return NULL;
 	}
@@ -952,10 +1253,36 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	d->label = strdup(o->label);
 	d->cmd = o->cmd ? strdup(o->cmd) : NULL;
 	d->cache_dir = strdup(td && *td ? td : "/tmp");
-	size_t isz = o->in_size > o->label_size ? o->in_size : o->label_size;
-	d->iscratch = malloc(isz * sizeof(double) + 8);
-	if (!d->feature || !d->label || (o->cmd && !d->cmd) || !d->cache_dir || !d->iscratch)
+	if (!d->feature || !d->label || (o->cmd && !d->cmd) || !d->cache_dir)
 		goto nomem;
+	if (o->decode == DP_DECODE_IMAGE) {
+		dp_image_tf *t = &d->o.image;
+		t->channels = (int)o->shape[0];
+		t->height = (uint32_t)o->shape[1];
+		t->width = (uint32_t)o->shape[2];
+		t->scale = (float)d->o.scale;
+		t->hwc = 0;
+		if (dp_image_tf_check(t, e) < 0)
+			goto fail;
+	}
+	size_t isz = o->in_size > o->label_size ? o->in_size : o->label_size;
+	if (!(d->w = calloc(o->decode_threads + 1, sizeof *d->w)))
+		goto nomem;
+	for (size_t i = 0; i <= o->decode_threads; i++) {
+		worker *w = &d->w[i];
+		w->d = d;
+		if (!(w->iscratch = malloc(isz * sizeof(double) + 8)) ||
+		    (o->hwc && !(w->tmp = malloc(o->in_size * sizeof(float)))) ||
+		    (o->decode == DP_DECODE_IMAGE && !(w->img = dp_image_dec_new())))
+			goto nomem;
+	}
+	if (o->decode_threads &&
+	    (!(d->stage = calloc(o->batch, sizeof *d->stage)) ||
+	     !(d->job_rc = calloc(o->batch, sizeof *d->job_rc)) ||
+	     !(d->job_err = calloc(o->batch, sizeof *d->job_err))))
+		goto nomem;
+	if (o->decode_threads && pool_start(d, e) < 0)
+		goto fail;
 	int rc = o->cmd ? add_source(d, SRC_CMD, "command", "command", e) : find_sources(d, e);
 	if (rc < 0)
 		goto fail;
@@ -1006,6 +1333,8 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 	d->rec_no = 0;
 	d->out_no = 0;
 	d->nbuf = 0;
+	d->nstage = 0;
+	d->wait_s = 0;
 	uint64_t cached = d->st.cached_bytes;
 	memset(&d->st, 0, sizeof d->st);
 	d->st.cached_bytes = cached;
@@ -1039,10 +1368,12 @@ int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 
 int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e)
 {
+	double t0 = dp_now();
 	if (!d->threaded) {
 		int rc = fill(d, &d->slots[0], e);
 		if (rc == 1)
 			*b = &d->slots[0];
+		d->wait_s += dp_now() - t0;
 		return rc;
 	}
 	if (!d->running)
@@ -1056,6 +1387,7 @@ int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e)
 	}
 	while (!d->count && !d->done)
 		pthread_cond_wait(&d->cv, &d->mu);
+	d->wait_s += dp_now() - t0;
 	int rc;
 	if (d->count) {
 		d->held = d->head;
@@ -1074,10 +1406,12 @@ void dp_data_stats_get(dp_data *d, dp_data_stats *s)
 {
 	if (!d->threaded) {
 		*s = d->st;
+		s->wait_s = d->wait_s;
 		return;
 	}
 	pthread_mutex_lock(&d->mu);
 	*s = d->pub;
+	s->wait_s = d->wait_s;
 	pthread_mutex_unlock(&d->mu);
 }
 

@@ -1,0 +1,39 @@
+/*
+ * image_int.h - the decoder's state, shared by image.c (decoding) and
+ * transform.c (resampling, augmentation).  Private to lib/image.
+ */
+#ifndef DP_IMAGE_INT_H
+#define DP_IMAGE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dp_image.h"
+
+struct dp_image_dec {
+	void *tj;              /* TurboJPEG handle, made on first use */
+	uint8_t *px;           /* the decoded image (h, w, c) */
+	size_t pxcap;
+	float *tmp;            /* resampling: the horizontal pass */
+	size_t tmpcap;
+	float *f1, *f2;        /* the resampled image (before a padding crop); one
+				  row of (r, g, b, 0) pixels (resample3) */
+	size_t f1cap, f2cap;
+	float *kx, *ky;        /* filter weights per output column / row */
+	size_t kxcap, kycap;
+	int *bx, *by;          /* (first input index, taps) per output column / row */
+	size_t bxcap, bycap;
+};
+
+/* Decode the rows [y0, y1) and at least the columns [x0, x1) (of the
+ * image at 1/den scale) of a JPEG into x->px: (*h, *w, ch) pixels whose
+ * top-left is (*ox, *oy) of the scaled image.  Errors as dp_image_decode;
+ * damage below the region is not seen. */
+int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int den,
+			 uint64_t max_pixels, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1,
+			 uint32_t *ox, uint32_t *oy, uint32_t *w, uint32_t *h, dp_err *e);
+
+/* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
+int dp_image_grow(void **p, size_t *cap, size_t n);
+
+#endif
