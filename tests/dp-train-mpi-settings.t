@@ -27,6 +27,7 @@ EMU="$DP_BUILD/tests/dp-train-cudaemu"
 ROWS=$(cat <<'EOF'
 --accumulate|accumulate||--accumulate 2
 --allreduce|allreduce||--allreduce mpi
+--augment|image|--decode image --input-shape 1x8x8|--decode image --augment flip --input-shape 1x8x8
 --batch-size|batch_size|--batch-size 16|--batch-size 8
 --beta1|betas|--optimizer adam|--optimizer adam --beta1 0.8
 --beta2|betas|--optimizer adam|--optimizer adam --beta2 0.99
@@ -45,6 +46,7 @@ ROWS=$(cat <<'EOF'
 --input-shape|input_shape||--input-shape 1x8x8
 --label|label||--label y
 --label-smoothing|label_smoothing||--label-smoothing 0.1
+--layout|layout|--decode-raw uint8 --input-shape 1x8x8|--decode-raw uint8 --layout hwc --input-shape 1x8x8
 --last-batch|last_batch||--last-batch drop
 --log-every|log_every||--log-every 5
 --loss|loss||--loss mse
@@ -52,6 +54,8 @@ ROWS=$(cat <<'EOF'
 --lr-mult|lr_mult||--lr-mult '0*=0.5'
 --lr-schedule|lr_schedule||--lr-schedule cosine
 --max-steps|max_steps||--max-steps 3
+--max-pixels|image|--decode image --input-shape 1x8x8|--decode image --max-pixels 1000 --input-shape 1x8x8
+--mean|image|--decode image --input-shape 1x8x8|--decode image --mean 0.5 --input-shape 1x8x8
 --model|model||--model dense:16,relu,dense:4
 --momentum|momentum||--momentum 0.9
 --nesterov|nesterov|--momentum 0.9|--momentum 0.9 --nesterov
@@ -62,12 +66,14 @@ ROWS=$(cat <<'EOF'
 --output|output||--output out.st
 --precision|precision||--precision tf32
 --reset|reset|--init x.st|--init x.st --reset 2
+--resize|image|--decode image --input-shape 1x8x8|--decode image --resize 10 --input-shape 1x8x8
 --resume|resume||--resume x.st
 --scale|scale|--scale 1/255|--scale 1
 --scale-lr|scale_lr||--scale-lr
 --seed|seed||--seed 9
 --shard-data|train|--train p-{rank}.tfr|--train p-{rank}.tfr --shard-data
 --shuffle-buffer|shuffle_buffer||--shuffle-buffer 7
+--std|image|--decode image --input-shape 1x8x8|--decode image --std 0.5 --input-shape 1x8x8
 --summary|summary||--summary
 --timeline|timeline||--timeline t.json
 --train|train|--train all.tfr|--train p-{rank}.tfr

@@ -1339,6 +1339,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	fprintf(f, "reset=%s\nfreeze=%s\nlr_mult=%s\nno_decay=%s\nlabel_smoothing=%s\n",
 		opt_text(O.reset), opt_text(O.freeze), opt_text(O.lr_mult),
 		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
+	char imgb[512];
+	dp_image_spec(&O.img, imgb, sizeof imgb);
+	fprintf(f, "image=%s\nlayout=%s\n", O.decode == DP_DECODE_IMAGE ? imgb : "", O.hwc ? "hwc" : "chw");
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
