@@ -12,12 +12,10 @@
 #   cluster_shape RATE      a token bucket (tc tbf, RATE as tc writes it:
 #                           1gbit, 100mbit) on every host's eth0: each
 #                           direction of each link carries at most RATE,
-#                           with a queue of $CL_QUEUE (5ms: 625 KB at
-#                           1 Gbit/s, a switch port's buffer).  A deep
-#                           queue (100ms) halves full-duplex TCP: the ACKs
-#                           of one direction wait behind the other's data
-#                           (a 2-host ring reached 48% of the link with
-#                           100ms, 92% with 5ms)
+#                           with a queue of $CL_QUEUE (default 5ms: 625 KB
+#                           at 1 Gbit/s, a switch port's buffer, where a
+#                           deep queue holds one direction's ACKs behind
+#                           the other's data)
 #   cluster_mpirun ARGS...  mpirun on host c with Open MPI's daemons started
 #                           on the hosts of -H by the agent below, TCP
 #                           between them (btl tcp,self, or $CL_BTL such as
