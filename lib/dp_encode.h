@@ -33,8 +33,13 @@
 extern "C" {
 #endif
 
-/* The two JSON forms. */
-enum dp_json_form { DP_JSON_COMPACT = 0, DP_JSON_PROTO = 1 };
+/* The two JSON forms; DP_JSON_BRIEF, or'ed in, writes a bytes value of
+ * more than DP_JSON_BRIEF_MAX bytes as the string "<12345 bytes, JPEG>"
+ * (JPEG and PNG named from their signatures) instead of its base64: for
+ * people at a terminal (an encoded image is thousands of characters), not
+ * for JSON to be read back. */
+enum dp_json_form { DP_JSON_COMPACT = 0, DP_JSON_PROTO = 1, DP_JSON_BRIEF = 0x100 };
+#define DP_JSON_BRIEF_MAX 64
 
 /* ---- Example -> JSON ----------------------------------------------------- */
 

@@ -214,6 +214,13 @@ EOF
 is "$(cat fields.txt)" "cat/a.jpg JPEG 75 100 3 0 cat
 cat/b.png PNG 75 100 1 0 cat
 dog/more/c.PNG PNG 75 100 3 1 dog" "the fields of tfrecord(5)'s image layout, from the headers"
+# -j at a terminal (script(1) gives it one): an image as its size and kind,
+# not thousands of base64 characters; short bytes values as they are
+tty_j=$(script -qec "tfr-cat -j photos.tfr" /dev/null </dev/null | tr -d '\r' | head -n 1)
+like "$tty_j" '"image/encoded":\{"bytes":\["<[0-9]+ bytes, JPEG>"\]\}' "-j at a terminal: an image as \"<N bytes, JPEG>\""
+like "$tty_j" '"image/format":\{"bytes":\["SlBFRw=="\]\}' "... short values in base64 as always"
+like "$(script -qec "tfr-cat -j --skip 2 photos.tfr" /dev/null </dev/null)" '"<[0-9]+ bytes, PNG>"' "... and a PNG as PNG"
+unlike "$(tfr-cat -j photos.tfr | head -n 1)" "bytes, JPEG>" "-j to a pipe: every byte, in base64"
 mkdir back
 run tfr-cat --decode-images back photos.tfr
 is "$rc" 0 "--decode-images writes the images out"

@@ -72,6 +72,7 @@ static struct {
 	dp_out out;
 	int out_open; /* out holds a temporary to commit or remove */
 	int fd;
+	int brief; /* -j to a terminal: long bytes values abbreviated */
 	const char *oname;
 	dp_writer *w;
 	dp_buf ob; /* text output, written in large blocks */
@@ -149,6 +150,7 @@ static void open_output(void)
 	if (fstat(S.fd, &st) == 0 && S_ISFIFO(st.st_mode))
 		fcntl(S.fd, F_SETPIPE_SZ, 1 << 20);
 #endif
+	S.brief = S.mode == OUT_JSON && isatty(S.fd) ? DP_JSON_BRIEF : 0;
 	if (S.mode == OUT_RECORDS) {
 		if (isatty(S.fd))
 			cli_die("refusing to write binary records to a terminal (redirect the output, or use -j, -c)");
@@ -372,7 +374,8 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 			cli_die_err(CLI_FAIL, &e);
 		break;
 	case OUT_JSON:
-		if (dp_example_json(&S.ob, &S.ex, O.json == JS_PROTO ? DP_JSON_PROTO : DP_JSON_COMPACT) < 0)
+		if (dp_example_json(&S.ob, &S.ex,
+				    (O.json == JS_PROTO ? DP_JSON_PROTO : DP_JSON_COMPACT) | S.brief) < 0)
 			cli_die("out of memory");
 		if (S.ob.len >= OB_FLUSH)
 			ob_flush();

@@ -237,8 +237,17 @@ static inline char *put_sep(char *o, int proto)
 struct b64_ctx {
 	dp_buf *b;
 	size_t i;
-	int proto;
+	int proto, brief;
 };
+
+/* DP_JSON_BRIEF's stand-in for a long bytes value: "<12345 bytes, JPEG>". */
+static int put_brief(dp_buf *b, const uint8_t *p, size_t len)
+{
+	const char *what = len >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff ? ", JPEG"
+			   : len >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)  ? ", PNG"
+										: "";
+	return dp_buf_printf(b, "\"<%zu bytes%s>\"", len, what) < 0 ? b->err : 0;
+}
 
 static int b64_value(const uint8_t *p, size_t len, void *ctx)
 {
@@ -249,6 +258,8 @@ static int b64_value(const uint8_t *p, size_t len, void *ctx)
 			return c->b->err;
 		wrote(c->b, put_sep(o, c->proto));
 	}
+	if (c->brief && len > DP_JSON_BRIEF_MAX)
+		return put_brief(c->b, p, len);
 	return put_b64(c->b, p, len);
 }
 
@@ -302,12 +313,12 @@ static int put_numbers(dp_buf *b, const dp_feature *f, int proto)
 }
 
 /* The values of f as a JSON array. */
-static int put_values(dp_buf *b, const dp_feature *f, int proto)
+static int put_values(dp_buf *b, const dp_feature *f, int proto, int brief)
 {
 	int rc;
 	PUT(b, "[");
 	if (f->kind == DP_KIND_BYTES) {
-		struct b64_ctx c = {b, 0, proto};
+		struct b64_ctx c = {b, 0, proto, brief};
 		rc = dp_feature_bytes_each(f, b64_value, &c);
 	} else {
 		rc = put_numbers(b, f, proto);
@@ -316,7 +327,7 @@ static int put_values(dp_buf *b, const dp_feature *f, int proto)
 }
 
 /* Compact: {"name":{"bytes":[...]},"label":{"int64":[3]},"none":{}} */
-static int json_compact(dp_buf *b, const dp_example *ex)
+static int json_compact(dp_buf *b, const dp_example *ex, int brief)
 {
 	static const char *const kinds[] = {"", "{\"bytes\":", "{\"float\":", "{\"int64\":"};
 	PUT(b, "{");
@@ -331,7 +342,7 @@ static int json_compact(dp_buf *b, const dp_example *ex)
 			continue;
 		}
 		put(b, kinds[f->kind], strlen(kinds[f->kind]));
-		int rc = put_values(b, f, 0);
+		int rc = put_values(b, f, 0, brief);
 		if (rc < 0)
 			return rc;
 		PUT(b, "}");
@@ -342,7 +353,7 @@ static int json_compact(dp_buf *b, const dp_example *ex)
 /* protobuf's JSON mapping, as json_format.MessageToJson(m, indent=None)
  * prints it: ", " and ": " separators, lowerCamelCase names, int64 as
  * strings, ASCII-only strings, empty lists and unset fields left out. */
-static int json_proto(dp_buf *b, const dp_example *ex)
+static int json_proto(dp_buf *b, const dp_example *ex, int brief)
 {
 	static const char *const kinds[] = {"", "{\"bytesList\": ", "{\"floatList\": ",
 					    "{\"int64List\": "};
@@ -367,7 +378,7 @@ static int json_proto(dp_buf *b, const dp_example *ex)
 			continue;
 		}
 		PUT(b, "{\"value\": ");
-		int rc = put_values(b, f, 1);
+		int rc = put_values(b, f, 1, brief);
 		if (rc < 0)
 			return rc;
 		PUT(b, "}}");
@@ -377,7 +388,9 @@ static int json_proto(dp_buf *b, const dp_example *ex)
 
 int dp_example_json(dp_buf *b, const dp_example *ex, int form)
 {
-	return form == DP_JSON_PROTO ? json_proto(b, ex) : json_compact(b, ex);
+	int brief = (form & DP_JSON_BRIEF) != 0;
+	form &= ~DP_JSON_BRIEF;
+	return form == DP_JSON_PROTO ? json_proto(b, ex, brief) : json_compact(b, ex, brief);
 }
 
 /* ---- Parsing --------------------------------------------------------------- */
