@@ -81,7 +81,7 @@ is "$(comp "s3-pipe get s3://b/k --sh")" "--shard$nl--shuffle" "options after th
 # values
 is "$(comp "dp-train --log-format ")" "json${nl}logfmt" "values: dp-train --log-format logfmt|json"
 is "$(comp "tfr-cat --compress=g")" "gzip" "values after =: only the part readline replaces"
-is "$(comp "tfr-cat --encode=")" "csv${nl}idx${nl}json${nl}json=proto" "values from --encode=FORMAT lines"
+is "$(comp "tfr-cat --encode=")" "csv${nl}idx${nl}images${nl}json${nl}json=proto" "values from --encode=FORMAT lines"
 is "$(comp "tfr-shard -z z")" "zlib" "values of a short option, from --help's prose (--compress)"
 is "$(comp "dp-train --optimizer a")" "adam${nl}adamw" "values from --help's prose: --optimizer"
 is "$(comp "s3-pipe --region ")" "" "an argument without fixed values: nothing, not file names"

@@ -6,6 +6,15 @@
 # through pkg-config and runs on libdp0's libdp.so.0.
 . "${DP_SRC:-.}/tests/lib.sh"
 
+# Build-Depends: every library package scripts/deps installs for the build
+# (the compiler, make and libc are build-essential's)
+bd=$(sed -n '/^Build-Depends:/,/^[A-Z]/p' "$DP_SRC/debian/control" | tr ',' '\n' |
+	sed -n 's/^[A-Za-z-]*: *//; s/^ *\([a-z0-9][a-z0-9.+-]*\).*/\1/p' | sort -u)
+missing=$(for p in $("$DP_SRC/scripts/deps" --list build); do
+	case $p in gcc | make | libc6-dev) ;; *) grep -qx "$p" <<<"$bd" || echo "$p" ;; esac
+done)
+is "$missing" "" "debian/control's Build-Depends name every package of scripts/deps --list build"
+
 for c in dpkg-buildpackage dh; do
 	if ! command -v $c >/dev/null; then
 		skip "$c not installed (dpkg-dev, debhelper: scripts/deps --test): packages not built"
