@@ -74,23 +74,7 @@ while read -r data shape spec args; do
 	echo "step $init out-$i.st $data.npz --model $spec --shape $shape --batch 8 --steps 3 $args"
 done < cases.txt > step.txt
 $REF batch step.txt > step.log 2>&1
-i=0
-diag=
-while IFS= read -r line; do
-	case "$line" in
-	"rc "*)
-		i=$((i + 1))
-		what="$(sed -n "${i}p" cases.txt | cut -d' ' -f3-)"
-		is "$(cat "rc-$i.txt")" 0 "dp-train runs: $what"
-		[ "$(cat "rc-$i.txt")" = 0 ] || cat "err-$i.txt"
-		is "${line#rc }" 0 "weights equal PyTorch's after 3 updates: $what"
-		[ "${line#rc }" = 0 ] || printf '%s\n' "$diag"
-		diag=
-		;;
-	*) diag="$diag$line"$'\n' ;;
-	esac
-done < step.log
-is "$i" "$(wc -l < cases.txt)" "every case compared"
+torch_step_results cases.txt step.log
 
 # frozen: bit for bit, no optimizer state; the others moved and have theirs
 cat > tensors.py <<'EOF'

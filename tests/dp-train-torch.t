@@ -66,22 +66,7 @@ while read -r data shape spec loss args; do
 	echo "step init-$i.st out-$i.st $data.npz --loss $loss --batch 8 --steps 3 $args"
 done < cases.txt > step.txt
 $REF batch step.txt > step.log 2>&1
-i=0
-diag=
-while IFS= read -r line; do
-	case "$line" in
-	"rc "*)
-		i=$((i + 1))
-		what="$(sed -n "${i}p" cases.txt | cut -d' ' -f3-)"
-		is "$(cat "rc-$i.txt")" 0 "dp-train runs: $what"
-		is "${line#rc }" 0 "weights equal PyTorch's after 3 updates: $what"
-		[ "${line#rc }" = 0 ] || printf '%s\n' "$diag"
-		diag=
-		;;
-	*) diag="$diag$line"$'\n' ;;
-	esac
-done < step.log
-is "$i" "$(wc -l < cases.txt)" "every case compared"
+torch_step_results cases.txt step.log
 # the clipping clipped: without it the weights differ
 n=$(grep -n -- '--clip-norm 0.05' cases.txt | cut -d: -f1)
 dp-train --init "init-$n.st" --train img.tfr --shuffle-buffer 0 --batch-size 8 --max-steps 3 \

@@ -160,3 +160,26 @@ done_testing() {
 	[ "$_tap_fail" = 0 ]
 	exit $?
 }
+
+# torch_step_results CASES LOG: the results of tests/torch_ref.py batch
+# (LOG: a case's diagnostics, then "rc N" for it) as tests: dp-train ran
+# (rc-I.txt, err-I.txt in the current directory) and its weights equal
+# PyTorch's; then that every line of CASES was compared.
+torch_step_results() {
+	local i=0 diag= line what
+	while IFS= read -r line; do
+		case "$line" in
+		"rc "*)
+			i=$((i + 1))
+			what="$(sed -n "${i}p" "$1" | cut -d' ' -f3-)"
+			is "$(cat "rc-$i.txt")" 0 "dp-train runs: $what"
+			[ "$(cat "rc-$i.txt")" = 0 ] || sed 's/^/#   /' "err-$i.txt"
+			is "${line#rc }" 0 "weights equal PyTorch's after 3 updates: $what"
+			[ "${line#rc }" = 0 ] || printf '%s\n' "$diag" | sed 's/^/#   /'
+			diag=
+			;;
+		*) diag="$diag$line"$'\n' ;;
+		esac
+	done < "$2"
+	is "$i" "$(wc -l < "$1")" "every case compared"
+}
