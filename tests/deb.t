@@ -85,7 +85,7 @@ int main(void)
 C
 run sh -c "PKG_CONFIG_PATH='$R/usr/lib/$M/pkgconfig' PKG_CONFIG_SYSROOT_DIR='$R' &&
 	export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR &&
-	cc -o '$T/use' '$T/use.c' \$(pkg-config --cflags --libs libdp)"
+	cc ${DP_CFLAGS:-} -o '$T/use' '$T/use.c' \$(pkg-config --cflags --libs libdp) ${DP_LDFLAGS:-}"
 is "$rc" 0 "a program builds against libdp-dev through pkg-config"
 [ "$rc" = 0 ] || diag "$err"
 run env LD_LIBRARY_PATH="$R/usr/lib/$M" "$T/use"

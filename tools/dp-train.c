@@ -437,7 +437,7 @@ static void end_job(int code)
 		/* the message is in the pipe to mpirun's daemon; the abort kills
 		 * the job at once, and under load mpirun then sometimes drops
 		 * what it had not forwarded yet: give it a moment */
-		struct timespec ts = {0, 300000000};
+		struct timespec ts = {1, 0};
 		fflush(stderr);
 		nanosleep(&ts, NULL);
 		dp_comm_abort(COMM, code);
