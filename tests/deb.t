@@ -58,7 +58,8 @@ like "$(dpkg-deb -f "$T/debs/libdp-dev_${V}_$A.deb" Depends)" "libdp0 \(= $V\)" 
 like "$(dpkg-deb -I "$T/debs/libdp0_${V}_$A.deb" shlibs)" "^libdp 0 libdp0" "libdp0: shlibs for soname libdp.so.0"
 
 if command -v lintian >/dev/null; then
-	run timeout 300 lintian --allow-root "$T/debs/dptools_${V}_$A.changes"
+	# (lintian leaves its MLDBM caches in TMPDIR: ours, removed with $T)
+	run env TMPDIR="$T" timeout 300 lintian --allow-root "$T/debs/dptools_${V}_$A.changes"
 	unlike "$out" "^E: " "lintian: no errors"
 	[ -z "$out" ] || diag "$out"
 else
