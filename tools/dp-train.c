@@ -490,6 +490,106 @@ static void parse_on_epoch(const char *arg)
 	O.on_epoch = arg;
 }
 
+/* The options of the input pipeline (c, getopt_long's, with longopts[li]
+ * its entry): 1 when c is one of them. */
+static int data_option(int c, const char *arg, int li)
+{
+	dp_err ie;
+	switch (c) {
+	case O_IMAGE:
+		if (dp_image_opt(&O.img, longopts[li].name, arg, &ie) < 0)
+			usage_error("%s", ie.msg);
+		break;
+	case O_LAYOUT:
+	case O_DECODE_THREADS:
+		if (dp_data_opt(longopts[li].name, arg, &O.hwc, &O.decode_threads, &ie) < 0)
+			usage_error("%s", ie.msg);
+		break;
+	case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+	case O_TRAIN: push(&O.train, &O.ntrain, arg); break;
+	case O_TRAIN_CMD: O.train_cmd = arg; break;
+	case O_VAL: push(&O.val, &O.nval, arg); break;
+	case O_VAL_CMD: O.val_cmd = arg; break;
+	case O_FEATURE: O.feature = arg; break;
+	case O_LABEL: O.label = arg; break;
+	case O_DECODE:
+		O.decode = dp_decode_parse(arg);
+		if (O.decode < 0)
+			usage_error("--decode-raw '%s': want uint8, float32 or float64 (or image)",
+				    arg);
+		break;
+	case O_SCALE: {
+		dp_err se;
+		if (dp_parse_scale("--scale", arg, &O.scale, &se) < 0)
+			usage_error("%s", se.msg);
+		O.scale_text = arg;
+		break;
+	}
+	case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", arg, 0, 1u << 28); break;
+	case O_LAST_BATCH:
+		if (strcmp(arg, "keep") && strcmp(arg, "drop"))
+			usage_error("--last-batch '%s': want keep or drop", arg);
+		O.drop_last = !strcmp(arg, "drop");
+		break;
+	case O_CACHE:
+		O.cache = !strcmp(arg, "file")     ? DP_CACHE_FILE
+			  : !strcmp(arg, "memory") ? DP_CACHE_MEMORY
+			  : !strcmp(arg, "none")   ? DP_CACHE_NONE
+						      : -1;
+		if (O.cache < 0)
+			usage_error("--cache '%s': want file, memory or none", arg);
+		break;
+	case O_CACHE_LIMIT:
+		if (dp_parse_size(arg, &O.cache_limit) < 0)
+			usage_error("--cache-limit '%s': want a size such as 512M or 8G", arg);
+		if (!O.cache_limit)
+			usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
+				    "keeps nothing)",
+				    arg);
+		break;
+	case O_CACHE_DIR: O.cache_dir = arg; break;
+	case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", arg, 0, 64); break;
+	default: return 0;
+	}
+	return 1;
+}
+
+/* The options of the data-parallel job: 1 when c is one of them. */
+static int dist_option(int c, const char *arg)
+{
+	switch (c) {
+	case O_SHARD_DATA: O.shard = 1; break;
+	case O_NO_SHARD_DATA: O.shard = 0; break;
+	case O_UNEVEN:
+		if (strcmp(arg, "join") && strcmp(arg, "drop"))
+			usage_error("--uneven '%s': want join or drop", arg);
+		O.uneven_drop = !strcmp(arg, "drop");
+		break;
+	case O_SCALE_LR: O.scale_lr = 1; break;
+	case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
+	case O_NO_OVERLAP: O.overlap = 0; break;
+	case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
+	case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
+	case O_BUCKET:
+		O.bucket = cli_size("--bucket-size", arg, 1, 1ull << 40);
+		break;
+	case O_GRAD_DTYPE:
+		if ((O.wire = dp_comm_wire_parse(arg)) < 0)
+			usage_error("--grad-dtype '%s': want fp32, bf16 or fp16", arg);
+		break;
+	case O_ALLREDUCE:
+		if ((O.algo = dp_comm_algo_parse(arg)) < 0)
+			usage_error("--allreduce '%s': want ring, hierarchical or mpi", arg);
+		break;
+	case O_LOG_ALL: O.log_all = 1; break;
+	case O_TIMELINE: O.timeline = arg; break;
+	case O_STALL: O.stall = cli_real("--stall-timeout", arg, 0, 1e7); break;
+	case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", arg, 0, 1e7); break;
+	default: return 0;
+	}
+	return 1;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	int c;
@@ -500,64 +600,10 @@ static void parse_args(int argc, char **argv)
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
 	opterr = 0;
 	int li = 0;
-	dp_err ie;
 	while ((c = getopt_long(argc, argv, ":o:q", longopts, &li)) != -1) {
 		if (c >= 0 && c < O_LAST)
 			O.given[c] = 1;
 		switch (c) {
-		case O_IMAGE:
-			if (dp_image_opt(&O.img, longopts[li].name, optarg, &ie) < 0)
-				usage_error("%s", ie.msg);
-			break;
-		case O_LAYOUT:
-		case O_DECODE_THREADS:
-			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &ie) < 0)
-				usage_error("%s", ie.msg);
-			break;
-		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
-		case O_TRAIN: push(&O.train, &O.ntrain, optarg); break;
-		case O_TRAIN_CMD: O.train_cmd = optarg; break;
-		case O_VAL: push(&O.val, &O.nval, optarg); break;
-		case O_VAL_CMD: O.val_cmd = optarg; break;
-		case O_FEATURE: O.feature = optarg; break;
-		case O_LABEL: O.label = optarg; break;
-		case O_DECODE:
-			O.decode = dp_decode_parse(optarg);
-			if (O.decode < 0)
-				usage_error("--decode-raw '%s': want uint8, float32 or float64 (or image)",
-					    optarg);
-			break;
-		case O_SCALE: {
-			dp_err se;
-			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
-				usage_error("%s", se.msg);
-			O.scale_text = optarg;
-			break;
-		}
-		case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", optarg, 0, 1u << 28); break;
-		case O_LAST_BATCH:
-			if (strcmp(optarg, "keep") && strcmp(optarg, "drop"))
-				usage_error("--last-batch '%s': want keep or drop", optarg);
-			O.drop_last = !strcmp(optarg, "drop");
-			break;
-		case O_CACHE:
-			O.cache = !strcmp(optarg, "file")     ? DP_CACHE_FILE
-				  : !strcmp(optarg, "memory") ? DP_CACHE_MEMORY
-				  : !strcmp(optarg, "none")   ? DP_CACHE_NONE
-							      : -1;
-			if (O.cache < 0)
-				usage_error("--cache '%s': want file, memory or none", optarg);
-			break;
-		case O_CACHE_LIMIT:
-			if (dp_parse_size(optarg, &O.cache_limit) < 0)
-				usage_error("--cache-limit '%s': want a size such as 512M or 8G", optarg);
-			if (!O.cache_limit)
-				usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
-					    "keeps nothing)",
-					    optarg);
-			break;
-		case O_CACHE_DIR: O.cache_dir = optarg; break;
-		case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", optarg, 0, 64); break;
 		case O_MODEL: O.model = optarg; break;
 		case O_INPUT_SHAPE: O.input_shape = optarg; break;
 		case O_LOSS:
@@ -610,33 +656,6 @@ static void parse_args(int argc, char **argv)
 		case O_PROGRESS: O.progress = 1; break;
 		case O_NO_PROGRESS: O.progress = 0; break;
 		case 'q': O.quiet = 1; break;
-		case O_SHARD_DATA: O.shard = 1; break;
-		case O_NO_SHARD_DATA: O.shard = 0; break;
-		case O_UNEVEN:
-			if (strcmp(optarg, "join") && strcmp(optarg, "drop"))
-				usage_error("--uneven '%s': want join or drop", optarg);
-			O.uneven_drop = !strcmp(optarg, "drop");
-			break;
-		case O_SCALE_LR: O.scale_lr = 1; break;
-		case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", optarg, 0, 1e6); break;
-		case O_NO_OVERLAP: O.overlap = 0; break;
-		case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", optarg, 1, 1u << 16); break;
-		case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", optarg, 1e-30, 1e30); break;
-		case O_BUCKET:
-			O.bucket = cli_size("--bucket-size", optarg, 1, 1ull << 40);
-			break;
-		case O_GRAD_DTYPE:
-			if ((O.wire = dp_comm_wire_parse(optarg)) < 0)
-				usage_error("--grad-dtype '%s': want fp32, bf16 or fp16", optarg);
-			break;
-		case O_ALLREDUCE:
-			if ((O.algo = dp_comm_algo_parse(optarg)) < 0)
-				usage_error("--allreduce '%s': want ring, hierarchical or mpi", optarg);
-			break;
-		case O_LOG_ALL: O.log_all = 1; break;
-		case O_TIMELINE: O.timeline = optarg; break;
-		case O_STALL: O.stall = cli_real("--stall-timeout", optarg, 0, 1e7); break;
-		case O_STALL_ABORT: O.stall_abort = cli_real("--stall-abort", optarg, 0, 1e7); break;
 		case O_TENSORBOARD: O.tensorboard = optarg; break;
 		case O_TB_HIST: O.tb_hist = 1; break;
 		case O_ON_EPOCH: parse_on_epoch(optarg); break;
@@ -649,7 +668,9 @@ static void parse_args(int argc, char **argv)
 			if (RANK == 0)
 				cli_version();
 			cli_exit_stdout();
-		default: cli_bad_option(c, argv);
+		default:
+			if (!data_option(c, optarg, li) && !dist_option(c, optarg))
+				cli_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)
