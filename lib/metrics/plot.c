@@ -645,11 +645,12 @@ static void svg_axes(dp_buf *b, const struct frame *f, const struct panel_y *a)
 static void add_point(dp_buf *b, int first, double x, double y)
 {
 	char t[128];
-	int n = snprintf(t, sizeof t, " %.1f,%.1f" + first, x, y);
+	const char *fmt = first ? "%.1f,%.1f" : " %.1f,%.1f";
+	int n = snprintf(t, sizeof t, fmt, x, y);
 	if (n >= 0 && (size_t)n < sizeof t)
 		dp_buf_add(b, t, (size_t)n);
 	else
-		dp_buf_printf(b, " %.1f,%.1f" + first, x, y);
+		dp_buf_printf(b, fmt, x, y);
 }
 
 /* Series i: a polyline, with a dot per point when it has few. */
