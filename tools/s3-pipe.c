@@ -266,6 +266,20 @@ static void out_line(const char *s)
 	}
 }
 
+/* --dryrun's line: "(dryrun) VERB: A" or "(dryrun) VERB: A SEP B", the
+ * names as shown() prints them. */
+static void dryrun(const char *verb, const char *a, const char *sep, const char *b)
+{
+	char *line = NULL, *sa = shown(a), *sb = b ? shown(b) : NULL;
+	if ((sb ? asprintf(&line, "(dryrun) %s: %s %s %s", verb, sa, sep, sb)
+		: asprintf(&line, "(dryrun) %s: %s", verb, sa)) < 0)
+		cli_die("out of memory");
+	out_line(line);
+	free(line);
+	free(sa);
+	free(sb);
+}
+
 static const char usage_line[] =
 	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
@@ -763,14 +777,7 @@ static void put_one(const char *url, const char *file)
 		name = file;
 	}
 	if (O.dryrun) {
-		char *line = NULL;
-		char *f = shown(file ? file : "-"), *u = shown(url);
-		if (asprintf(&line, "(dryrun) upload: %s to %s", f, u) < 0)
-			cli_die("out of memory");
-		out_line(line);
-		free(line);
-		free(f);
-		free(u);
+		dryrun("upload", file ? file : "-", "to", url);
 		if (fd != STDIN_FILENO)
 			close(fd);
 		dp_loc_free(&dst);
@@ -811,12 +818,7 @@ static void put_marker(const char *url)
 	if (dp_loc_parse(url, &l, &e) < 0)
 		die_err(&e);
 	if (O.dryrun) {
-		char *line = NULL, *sh = shown(url);
-		if (asprintf(&line, "(dryrun) make folder: %s", sh) < 0)
-			cli_die("out of memory");
-		out_line(line);
-		free(line);
-		free(sh);
+		dryrun("make folder", url, NULL, NULL);
 	} else {
 		if (dp_s3_mkdir(S, &l, &e) < 0)
 			die_err(&e);
@@ -1212,13 +1214,7 @@ static void rm_one(int kind, const char *bucket, const char *key)
 {
 	char *name = name_of(kind, bucket, key);
 	if (O.dryrun) {
-		char *line = NULL;
-		char *sh = shown(name);
-		if (asprintf(&line, "(dryrun) delete: %s", sh) < 0)
-			cli_die("out of memory");
-		out_line(line);
-		free(line);
-		free(sh);
+		dryrun("delete", name, NULL, NULL);
 	} else {
 		dp_err e = {0};
 		dp_loc l = {.kind = kind, .bucket = (char *)bucket, .key = (char *)key};
@@ -1354,13 +1350,8 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 	if (c->base && !filtered_in(rel_name(key, c->base)))
 		return 0;
 	if (O.dryrun) {
-		char *line = NULL;
-		char *name = name_of(DP_LOC_S3, bucket, key), *sh = shown(name);
-		if (asprintf(&line, "(dryrun) abort upload: %s of %s", id, sh) < 0)
-			cli_die("out of memory");
-		out_line(line);
-		free(line);
-		free(sh);
+		char *name = name_of(DP_LOC_S3, bucket, key);
+		dryrun("abort upload", id, "of", name);
 		free(name);
 		return 0;
 	}
