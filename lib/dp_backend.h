@@ -51,11 +51,15 @@ typedef struct dp_conv2d {
 	int kh, kw, sh, sw, ph, pw;
 } dp_conv2d;
 
-/* Geometry of a pooling window: (n, c, h, w) -> (n, c, oh, ow), no padding. */
+/* Geometry of a pooling window: (n, c, h, w) -> (n, c, oh, ow).  Max
+ * pooling may pad ph rows on top and pw columns on the left (PyTorch's
+ * MaxPool2d(padding=p); the bottom and right follow from oh, ow): padded
+ * positions count as -infinity, never chosen.  Average pooling: no padding. */
 typedef struct dp_pool2d {
 	int n, c, h, w;
 	int oh, ow;
 	int kh, kw, sh, sw;
+	int ph, pw;
 } dp_pool2d;
 
 /* Dropout masks: element j of sample s of a batch is kept when
@@ -73,6 +77,8 @@ typedef struct dp_dropout {
 typedef struct dp_bnorm {
 	int n, c, hw;
 	float eps, momentum; /* PyTorch's meaning: running = (1-m) running + m batch */
+	double count; /* values per channel over all ranks when sums are given; 0: n * hw */
+	int eval;     /* backward of an evaluation-mode forward (a frozen layer) */
 } dp_bnorm;
 
 /* One optimizer update of a flat range of parameters (see lib/dp_optim.h
@@ -157,8 +163,9 @@ typedef struct dp_backend {
 	void (*conv_bwd)(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
 			 void *ws);
-	/* maxpool: arg (n, c, oh, ow) receives the index in the (h, w) plane
-	 * of each window's maximum (the first one on ties, as PyTorch). */
+	/* maxpool: arg (n, c, oh, ow) receives the index in the unpadded
+	 * (h, w) plane of each window's maximum (the first one on ties, a NaN
+	 * as soon as one is met, as PyTorch). */
 	void (*maxpool_fwd)(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg);
 	void (*maxpool_bwd)(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
@@ -170,19 +177,45 @@ typedef struct dp_backend {
 	void (*act_fwd)(dp_bectx *ctx, int act, size_t n, const float *x, float *y);
 	void (*act_bwd)(dp_bectx *ctx, int act, size_t n, const float *y, const float *dy,
 			float *dx);
+	/* y = act(a + b) over n floats (a residual connection); y may be a or b. */
+	void (*add)(dp_bectx *ctx, size_t n, const float *a, const float *b, float *y, int act);
 	/* Dropout over n samples of d->per_sample elements; the backward pass
 	 * draws the same mask again from d. */
 	void (*dropout_fwd)(dp_bectx *ctx, const dp_dropout *d, int n, const float *x, float *y);
 	void (*dropout_bwd)(dp_bectx *ctx, const dp_dropout *d, int n, const float *dy, float *dx);
-	/* Batch normalisation.  Training: normalise with the batch statistics,
-	 * save mean and 1/sqrt(var + eps) per channel (save: 2c floats, dev),
-	 * update the running statistics (unbiased variance).  Inference
-	 * (train 0): use the running statistics. */
+	/* Batch normalisation of x (n, c, hw) per channel; save (dev, 2c
+	 * floats) holds the mean and 1/sqrt(var + eps) used, for the backward.
+	 *
+	 * bnorm_sums: sums (dev, 2c doubles) = per channel, the sum of x of
+	 * this batch, then the sum of x^2: summed over ranks and passed to
+	 * bnorm_fwd, they give synchronised (all-rank) statistics.
+	 *
+	 * bnorm_fwd, train && !sums: the batch statistics of this batch;
+	 * train && sums: mean = sums[c] / count, var = max(0, sums[C+c] /
+	 * count - mean^2), count = g->count.  Training saves (mean, 1/sqrt(var
+	 * + eps)) and updates the running statistics (the unbiased variance,
+	 * var * count / (count - 1)).  !train: the running statistics; save,
+	 * when not NULL, receives them as a training forward would (the
+	 * backward of a frozen layer reads it).
+	 *
+	 * bnorm_bwd_sums: sums (dev, 2c doubles) = per channel, sum dy, then
+	 * sum dy * xhat (xhat = (x - mean) * inv from save), to sum over ranks.
+	 *
+	 * bnorm_bwd: dgamma = sum dy * xhat, dbeta = sum dy over this batch.
+	 * dx (NULL: not computed) = gamma * inv * dy when g->eval (PyTorch's
+	 * gradient through an evaluation-mode layer); otherwise
+	 * gamma * inv * (dy - s1 / count - xhat * s2 / count) with (s1, s2)
+	 * the sums given (all ranks, count = g->count) or, sums NULL, this
+	 * batch's (count = n * hw). */
+	void (*bnorm_sums)(dp_bectx *ctx, const dp_bnorm *g, const float *x, double *sums);
 	void (*bnorm_fwd)(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
 			  const float *gamma, const float *beta, float *run_mean, float *run_var,
-			  float *save, float *y);
+			  const double *sums, float *save, float *y);
+	void (*bnorm_bwd_sums)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
+			       const float *dy, double *sums);
 	void (*bnorm_bwd)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
-			  const float *save, const float *dy, float *dx, float *dgamma, float *dbeta);
+			  const float *save, const double *sums, const float *dy, float *dx,
+			  float *dgamma, float *dbeta);
 
 	/* ---- losses ----
 	 * Softmax cross-entropy of logits (n, k) against class labels (n,

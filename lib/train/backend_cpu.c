@@ -131,9 +131,15 @@ HOT static void bias_act(float *y, size_t n, float b, int act)
 	}
 }
 
-/* y (rows, cols) = act(y + b) with b (cols): a dense layer's output. */
+/* y (rows, cols) = act(y + b) with b (cols): a dense layer's output.
+ * b NULL: no bias. */
 HOT static void bias_rows_act(float *y, size_t rows, size_t cols, const float *b, int act)
 {
+	if (!b) {
+		if (act)
+			bias_act(y, rows * cols, 0.0f, act);
+		return;
+	}
 	for (size_t r = 0; r < rows; r++) {
 		float *p = y + r * cols;
 		if (act == DP_ACT_RELU) {
@@ -222,6 +228,20 @@ static void cpu_act_bwd(dp_bectx *ctx, int act, size_t n, const float *y, const 
 	act_grad(act, y, dx, n);
 }
 
+HOT static void cpu_add(dp_bectx *ctx, size_t n, const float *a, const float *b, float *y, int act)
+{
+	if (act == DP_ACT_RELU) {
+		for (size_t i = 0; i < n; i++) {
+			float v = a[i] + b[i];
+			y[i] = v > 0.0f ? v : 0.0f;
+		}
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+	act_apply(act, y, n);
+}
+
 /* ---- dense ------------------------------------------------------------ */
 
 static void cpu_dense_fwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
@@ -237,8 +257,10 @@ static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x,
 			  const float *y, float *dy, float *dx, float *dw, float *db, int act)
 {
 	act_grad(act, y, dy, (size_t)n * out);
-	memset(db, 0, (size_t)out * sizeof *db);
-	add_rows(db, dy, (size_t)n, (size_t)out);
+	if (db) {
+		memset(db, 0, (size_t)out * sizeof *db);
+		add_rows(db, dy, (size_t)n, (size_t)out);
+	}
 	/* dw = dy^T x: (out, n) (n, in) */
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
 		    0.0f, dw, in);
@@ -664,9 +686,10 @@ static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 		}
 		/* y_n (k, ohw) = b + w (k, ckk) col (ckk, ohw): starting from the
 		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
-		fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
+		if (b)
+			fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
-			    cn, ohw, 1.0f, yn, ohw);
+			    cn, ohw, b ? 1.0f : 0.0f, yn, ohw);
 		if (act)
 			act_apply(act, yn, ys);
 	}
@@ -680,13 +703,14 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
 	int pointwise = conv_is_pointwise(g), wino_dx = dx && use_wino(ctx, g, 1);
 	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
-	for (int k = 0; k < g->k; k++)
-		db[k] = 0;
+	if (db)
+		memset(db, 0, (size_t)g->k * sizeof *db);
 	for (int s = 0; s < g->n; s++) {
 		const float *xn = x + s * xs;
 		float *dyn = dy + s * ys;
 		act_grad(act, y + s * ys, dyn, ys);
-		add_row_sums(db, dyn, (size_t)g->k, (size_t)ohw);
+		if (db)
+			add_row_sums(db, dyn, (size_t)g->k, (size_t)ohw);
 		const float *cn = xn;
 		if (!pointwise) {
 			im2col(g, xn, col);
@@ -756,11 +780,21 @@ HOT static void maxpool22(const dp_pool2d *g, const float *x, float *y, int32_t 
 	}
 }
 
+/* The window's rows (or columns) inside the image: [lo, hi) of the input
+ * for output position o (stride s, kernel k, padding p, input size in). */
+static inline void pool_range(int o, int s, int k, int p, int in, int *lo, int *hi)
+{
+	int a = o * s - p, b = a + k;
+	*lo = a < 0 ? 0 : a;
+	*hi = b > in ? in : b;
+}
+
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg)
 {
 	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ow <= POOL_ROW_MAX) {
+	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && !g->ph && !g->pw &&
+	    g->ow <= POOL_ROW_MAX) {
 		maxpool22(g, x, y, arg);
 		return;
 	}
@@ -770,12 +804,16 @@ static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, f
 		int32_t *ap = arg + pl * ohw;
 		for (int oy = 0; oy < g->oh; oy++)
 			for (int ox = 0; ox < g->ow; ox++) {
-				int y0 = oy * g->sh, x0 = ox * g->sw;
-				int best = y0 * g->w + x0;
-				float m = xp[best];
-				for (int i = 0; i < g->kh; i++)
-					for (int j = 0; j < g->kw; j++) {
-						int idx = (y0 + i) * g->w + x0 + j;
+				int y0, y1, x0, x1;
+				pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
+				pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
+				/* as PyTorch: from -infinity at the first position
+				 * inside the image (padding never wins) */
+				int best = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
+				float m = -INFINITY;
+				for (int i = y0; i < y1; i++)
+					for (int j = x0; j < x1; j++) {
+						int idx = i * g->w + j;
 						/* NaN propagates, as in PyTorch */
 						if (xp[idx] > m || isnan(xp[idx])) {
 							m = xp[idx];
@@ -798,7 +836,8 @@ static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, 
 		const int32_t *ap = arg + pl * ohw;
 		memset(dp, 0, hw * sizeof *dp); /* one plane: stays in L1 for the scatter */
 		for (size_t o = 0; o < ohw; o++)
-			dp[ap[o]] += dyp[o];
+			if (ap[o] >= 0) /* -1: a window of padding only */
+				dp[ap[o]] += dyp[o];
 	}
 }
 
@@ -866,76 +905,180 @@ static void cpu_dropout_bwd(dp_bectx *ctx, const dp_dropout *d, int n, const flo
 
 /* ---- batch normalisation ---------------------------------------------- */
 
+/* Values per channel that the statistics cover: g->count when the sums
+ * of all ranks are given, else this batch's n * hw. */
+static double bn_count(const dp_bnorm *g, const double *sums)
+{
+	return sums && g->count > 0 ? g->count : (double)g->n * g->hw;
+}
+
+/* *s += the sum of p[0, n) - mu, *s2 += the sum of its squares, in double
+ * with 8 running sums (vectorises; a fixed order). */
+HOT static void plane_sums(const float *p, size_t n, double mu, double *s, double *s2)
+{
+	double a[8] = {0}, b[8] = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			double v = (double)p[i + j] - mu;
+			a[j] += v;
+			b[j] += v * v;
+		}
+	double sa = 0, sb = 0;
+	for (int j = 0; j < 8; j++) {
+		sa += a[j];
+		sb += b[j];
+	}
+	for (; i < n; i++) {
+		double v = (double)p[i] - mu;
+		sa += v;
+		sb += v * v;
+	}
+	*s += sa;
+	*s2 += sb;
+}
+
+/* *s += the sum of dy, *sx += the sum of dy * xhat, xhat = (x - mean) inv. */
+HOT static void plane_grad_sums(const float *x, const float *dy, size_t n, float mean, float inv,
+				double *s, double *sx)
+{
+	double a[8] = {0}, b[8] = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			a[j] += dy[i + j];
+			b[j] += (double)dy[i + j] * ((x[i + j] - mean) * inv);
+		}
+	double sa = 0, sb = 0;
+	for (int j = 0; j < 8; j++) {
+		sa += a[j];
+		sb += b[j];
+	}
+	for (; i < n; i++) {
+		sa += dy[i];
+		sb += (double)dy[i] * ((x[i] - mean) * inv);
+	}
+	*s += sa;
+	*sx += sb;
+}
+
+/* y = x a + b over one plane. */
+HOT static void plane_affine(const float *x, float *y, size_t n, float a, float b)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i] * a + b;
+}
+
+/* dx = k (dy - mdy - (x - mean) inv mdyx) over one plane. */
+HOT static void plane_dx(const float *x, const float *dy, float *dx, size_t n, float k, float mdy,
+			 float mean, float inv, float mdyx)
+{
+	for (size_t i = 0; i < n; i++)
+		dx[i] = k * (dy[i] - mdy - (x[i] - mean) * inv * mdyx);
+}
+
+static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, double *sums)
+{
+	size_t cs = (size_t)g->c * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		double s = 0, s2 = 0;
+		for (int i = 0; i < g->n; i++)
+			plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, 0.0, &s, &s2);
+		sums[c] = s;
+		sums[g->c + c] = s2;
+	}
+}
+
 static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
 			  const float *gamma, const float *beta, float *run_mean, float *run_var,
-			  float *save, float *y)
+			  const double *sums, float *save, float *y)
 {
-	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	size_t cs = (size_t)g->c * g->hw;
+	double m = bn_count(g, sums);
 	for (int c = 0; c < g->c; c++) {
 		float mean, inv;
 		if (train) {
-			double s = 0, s2 = 0;
-			for (int i = 0; i < g->n; i++) {
-				const float *p = x + i * cs + (size_t)c * g->hw;
-				for (int j = 0; j < g->hw; j++)
-					s += p[j];
+			double mu, var;
+			if (sums) {
+				mu = sums[c] / m;
+				var = sums[g->c + c] / m - mu * mu;
+				var = var > 0 ? var : 0;
+			} else { /* two passes: the mean, then the squares about it */
+				double s = 0, s2 = 0, d = 0, d2 = 0;
+				for (int i = 0; i < g->n; i++)
+					plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, 0.0,
+						   &s, &s2);
+				mu = s / m;
+				for (int i = 0; i < g->n; i++)
+					plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, mu,
+						   &d, &d2);
+				var = d2 / m;
 			}
-			double mu = s / (double)m;
-			for (int i = 0; i < g->n; i++) {
-				const float *p = x + i * cs + (size_t)c * g->hw;
-				for (int j = 0; j < g->hw; j++)
-					s2 += ((double)p[j] - mu) * ((double)p[j] - mu);
-			}
-			double var = s2 / (double)m;
 			mean = (float)mu;
 			inv = (float)(1.0 / sqrt(var + g->eps));
-			save[c] = mean;
-			save[g->c + c] = inv;
-			double unb = m > 1 ? s2 / (double)(m - 1) : var;
+			double unb = m > 1 ? var * m / (m - 1) : var;
 			run_mean[c] = (1 - g->momentum) * run_mean[c] + g->momentum * mean;
 			run_var[c] = (1 - g->momentum) * run_var[c] + g->momentum * (float)unb;
 		} else {
 			mean = run_mean[c];
 			inv = 1.0f / sqrtf(run_var[c] + g->eps);
 		}
-		float a = gamma[c] * inv, bb = beta[c] - mean * a;
-		for (int i = 0; i < g->n; i++) {
-			const float *p = x + i * cs + (size_t)c * g->hw;
-			float *q = y + i * cs + (size_t)c * g->hw;
-			for (int j = 0; j < g->hw; j++)
-				q[j] = p[j] * a + bb;
+		if (save) {
+			save[c] = mean;
+			save[g->c + c] = inv;
 		}
+		float a = gamma[c] * inv, bb = beta[c] - mean * a;
+		for (int i = 0; i < g->n; i++)
+			plane_affine(x + i * cs + (size_t)c * g->hw, y + i * cs + (size_t)c * g->hw,
+				     (size_t)g->hw, a, bb);
+	}
+}
+
+static void cpu_bnorm_bwd_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
+			       const float *dy, double *sums)
+{
+	size_t cs = (size_t)g->c * g->hw;
+	for (int c = 0; c < g->c; c++) {
+		double sdy = 0, sdyx = 0;
+		for (int i = 0; i < g->n; i++) {
+			size_t at = i * cs + (size_t)c * g->hw;
+			plane_grad_sums(x + at, dy + at, (size_t)g->hw, save[c], save[g->c + c], &sdy,
+					&sdyx);
+		}
+		sums[c] = sdy;
+		sums[g->c + c] = sdyx;
 	}
 }
 
 static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
-			  const float *save, const float *dy, float *dx, float *dgamma, float *dbeta)
+			  const float *save, const double *sums, const float *dy, float *dx,
+			  float *dgamma, float *dbeta)
 {
-	size_t cs = (size_t)g->c * g->hw, m = (size_t)g->n * g->hw;
+	size_t cs = (size_t)g->c * g->hw;
+	double m = bn_count(g, sums);
 	for (int c = 0; c < g->c; c++) {
 		float mean = save[c], inv = save[g->c + c];
 		double sdy = 0, sdyx = 0;
 		for (int i = 0; i < g->n; i++) {
-			const float *p = x + i * cs + (size_t)c * g->hw;
-			const float *d = dy + i * cs + (size_t)c * g->hw;
-			for (int j = 0; j < g->hw; j++) {
-				sdy += d[j];
-				sdyx += (double)d[j] * ((p[j] - mean) * inv);
-			}
+			size_t at = i * cs + (size_t)c * g->hw;
+			plane_grad_sums(x + at, dy + at, (size_t)g->hw, mean, inv, &sdy, &sdyx);
 		}
 		dgamma[c] = (float)sdyx;
 		dbeta[c] = (float)sdy;
 		if (!dx)
 			continue;
-		/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
-		float k = gamma[c] * inv, mdy = (float)(sdy / (double)m),
-		      mdyx = (float)(sdyx / (double)m);
+		float k = gamma[c] * inv, mdy = 0, mdyx = 0;
+		if (!g->eval) { /* through the statistics: the batch's or all ranks' */
+			mdy = (float)((sums ? sums[c] : sdy) / m);
+			mdyx = (float)((sums ? sums[g->c + c] : sdyx) / m);
+		}
 		for (int i = 0; i < g->n; i++) {
-			const float *p = x + i * cs + (size_t)c * g->hw;
-			const float *d = dy + i * cs + (size_t)c * g->hw;
-			float *q = dx + i * cs + (size_t)c * g->hw;
-			for (int j = 0; j < g->hw; j++)
-				q[j] = k * (d[j] - mdy - (p[j] - mean) * inv * mdyx);
+			size_t at = i * cs + (size_t)c * g->hw;
+			if (g->eval) /* dx = gamma inv dy */
+				plane_affine(dy + at, dx + at, (size_t)g->hw, k, 0.0f);
+			else /* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
+				plane_dx(x + at, dy + at, dx + at, (size_t)g->hw, k, mdy, mean, inv,
+					 mdyx);
 		}
 	}
 }
@@ -1084,9 +1227,12 @@ const dp_backend dp_backend_cpu = {
 	.avgpool_bwd = cpu_avgpool_bwd,
 	.act_fwd = cpu_act_fwd,
 	.act_bwd = cpu_act_bwd,
+	.add = cpu_add,
 	.dropout_fwd = cpu_dropout_fwd,
 	.dropout_bwd = cpu_dropout_bwd,
+	.bnorm_sums = cpu_bnorm_sums,
 	.bnorm_fwd = cpu_bnorm_fwd,
+	.bnorm_bwd_sums = cpu_bnorm_bwd_sums,
 	.bnorm_bwd = cpu_bnorm_bwd,
 	.xent = cpu_xent,
 	.mse = cpu_mse,

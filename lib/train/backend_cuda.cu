@@ -225,6 +225,11 @@ __global__ void k_act_grad(const float *y, const float *dy, float *dx, size_t n,
 	FOR_EACH(i, n) dx[i] = act_g(act, y[i], dy[i]);
 }
 
+__global__ void k_add(const float *a, const float *b, float *y, size_t n, int act)
+{
+	FOR_EACH(i, n) y[i] = act_f(act, a[i] + b[i]);
+}
+
 /* out[j] = the sum of column j of x (rows, cols): 32 columns per block,
  * 8 partial sums per column in a fixed order. */
 __global__ void k_col_sums(const float *x, int rows, int cols, float *out)
@@ -353,11 +358,17 @@ __global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *ar
 		size_t pl = i / ohw;
 		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
 		const float *xp = x + pl * g.h * g.w;
-		int y0 = oy * g.sh, x0 = ox * g.sw, best = y0 * g.w + x0;
-		float m = xp[best];
-		for (int a = 0; a < g.kh; a++)
-			for (int b = 0; b < g.kw; b++) {
-				int idx = (y0 + a) * g.w + x0 + b;
+		/* the window inside the image; from -infinity at its first
+		 * position, as PyTorch (padding never wins) */
+		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+		y0 = y0 > 0 ? y0 : 0;
+		x0 = x0 > 0 ? x0 : 0;
+		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+		float m = -INFINITY;
+		for (int a = y0; a < y1; a++)
+			for (int b = x0; b < x1; b++) {
+				int idx = a * g.w + b;
 				float v = xp[idx];
 				if (v > m || isnan(v)) { /* NaN propagates, as in PyTorch */
 					m = v;
@@ -388,8 +399,8 @@ __global__ void k_maxpool_bwd(dp_pool2d g, const float *dy, const int32_t *arg, 
 		size_t pl = i / hw;
 		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
 		int ylo, yhi, xlo, xhi;
-		windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc = 0.0f;
 		for (int oy = ylo; oy <= yhi; oy++)
 			for (int ox = xlo; ox <= xhi; ox++) {
@@ -454,36 +465,71 @@ __device__ __forceinline__ size_t bn_at(const dp_bnorm &g, int c, size_t i)
 	return (s * g.c + c) * g.hw + j;
 }
 
-__global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *gamma,
-			    const float *beta, float *run_mean, float *run_var, float *save, float *y)
+/* Values per channel of the statistics: all ranks' (g.count) when sums
+ * are given, else this batch's. */
+__host__ __device__ __forceinline__ double bn_count(const dp_bnorm &g, const double *sums)
+{
+	return sums && g.count > 0 ? g.count : (double)g.n * g.hw;
+}
+
+__global__ void k_bnorm_sums(dp_bnorm g, const float *x, double *sums)
 {
 	int c = blockIdx.x;
 	size_t m = (size_t)g.n * g.hw;
+	double s = 0, s2 = 0;
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		double v = x[bn_at(g, c, i)];
+		s += v;
+		s2 += v * v;
+	}
+	s = block_sum(s);
+	s2 = block_sum(s2);
+	if (threadIdx.x == 0) {
+		sums[c] = s;
+		sums[g.c + c] = s2;
+	}
+}
+
+__global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *gamma,
+			    const float *beta, float *run_mean, float *run_var, const double *sums,
+			    float *save, float *y)
+{
+	int c = blockIdx.x;
+	size_t m = (size_t)g.n * g.hw;
+	double cnt = bn_count(g, sums);
 	float mean, inv;
 	if (train) {
-		double s = 0;
-		for (size_t i = threadIdx.x; i < m; i += THREADS)
-			s += x[bn_at(g, c, i)];
-		double mu = block_sum(s) / (double)m;
-		double s2 = 0;
-		for (size_t i = threadIdx.x; i < m; i += THREADS) {
-			double d = (double)x[bn_at(g, c, i)] - mu;
-			s2 += d * d;
+		double mu, var;
+		if (sums) {
+			mu = sums[c] / cnt;
+			var = sums[g.c + c] / cnt - mu * mu;
+			var = var > 0 ? var : 0;
+		} else {
+			double s = 0;
+			for (size_t i = threadIdx.x; i < m; i += THREADS)
+				s += x[bn_at(g, c, i)];
+			mu = block_sum(s) / cnt;
+			double s2 = 0;
+			for (size_t i = threadIdx.x; i < m; i += THREADS) {
+				double d = (double)x[bn_at(g, c, i)] - mu;
+				s2 += d * d;
+			}
+			var = block_sum(s2) / cnt;
 		}
-		s2 = block_sum(s2);
-		double var = s2 / (double)m;
 		mean = (float)mu;
 		inv = (float)(1.0 / sqrt(var + g.eps));
 		if (threadIdx.x == 0) {
-			save[c] = mean;
-			save[g.c + c] = inv;
-			double unb = m > 1 ? s2 / (double)(m - 1) : var;
+			double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
 			run_mean[c] = (1 - g.momentum) * run_mean[c] + g.momentum * mean;
 			run_var[c] = (1 - g.momentum) * run_var[c] + g.momentum * (float)unb;
 		}
 	} else {
 		mean = run_mean[c];
 		inv = 1.0f / sqrtf(run_var[c] + g.eps);
+	}
+	if (save && threadIdx.x == 0) {
+		save[c] = mean;
+		save[g.c + c] = inv;
 	}
 	float a = gamma[c] * inv, bb = beta[c] - mean * a;
 	for (size_t i = threadIdx.x; i < m; i += THREADS) {
@@ -492,29 +538,63 @@ __global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *
 	}
 }
 
+/* This batch's sum of dy and of dy * xhat over channel c (all threads). */
+__device__ void bn_grad_sums(const dp_bnorm &g, int c, const float *x, const float *save,
+			     const float *dy, double *sdy, double *sdyx)
+{
+	size_t m = (size_t)g.n * g.hw;
+	float mean = save[c], inv = save[g.c + c];
+	double s = 0, sx = 0;
+	for (size_t i = threadIdx.x; i < m; i += THREADS) {
+		size_t at = bn_at(g, c, i);
+		float d = dy[at];
+		s += d;
+		sx += (double)d * ((x[at] - mean) * inv);
+	}
+	*sdy = block_sum(s);
+	*sdyx = block_sum(sx);
+}
+
+__global__ void k_bnorm_bwd_sums(dp_bnorm g, const float *x, const float *save, const float *dy,
+				 double *sums)
+{
+	int c = blockIdx.x;
+	double sdy, sdyx;
+	bn_grad_sums(g, c, x, save, dy, &sdy, &sdyx);
+	if (threadIdx.x == 0) {
+		sums[c] = sdy;
+		sums[g.c + c] = sdyx;
+	}
+}
+
 __global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, const float *save,
-			    const float *dy, float *dx, float *dgamma, float *dbeta)
+			    const double *sums, const float *dy, float *dx, float *dgamma,
+			    float *dbeta)
 {
 	int c = blockIdx.x;
 	size_t m = (size_t)g.n * g.hw;
 	float mean = save[c], inv = save[g.c + c];
-	double sdy = 0, sdyx = 0;
-	for (size_t i = threadIdx.x; i < m; i += THREADS) {
-		size_t at = bn_at(g, c, i);
-		float d = dy[at];
-		sdy += d;
-		sdyx += (double)d * ((x[at] - mean) * inv);
-	}
-	sdy = block_sum(sdy);
-	sdyx = block_sum(sdyx);
+	double sdy, sdyx;
+	bn_grad_sums(g, c, x, save, dy, &sdy, &sdyx);
 	if (threadIdx.x == 0) {
 		dgamma[c] = (float)sdyx;
 		dbeta[c] = (float)sdy;
 	}
 	if (!dx)
 		return;
-	/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
-	float k = gamma[c] * inv, mdy = (float)(sdy / (double)m), mdyx = (float)(sdyx / (double)m);
+	float k = gamma[c] * inv;
+	if (g.eval) { /* dx = gamma inv dy: no path through the statistics */
+		for (size_t i = threadIdx.x; i < m; i += THREADS) {
+			size_t at = bn_at(g, c, i);
+			dx[at] = dy[at] * k + 0.0f;
+		}
+		return;
+	}
+	/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)), the means over
+	 * this batch or (sums) over all ranks */
+	double cnt = bn_count(g, sums);
+	float mdy = (float)((sums ? sums[c] : sdy) / cnt),
+	      mdyx = (float)((sums ? sums[g.c + c] : sdyx) / cnt);
 	for (size_t i = threadIdx.x; i < m; i += THREADS) {
 		size_t at = bn_at(g, c, i);
 		dx[at] = k * (dy[at] - mdy - (x[at] - mean) * inv * mdyx);
@@ -975,11 +1055,17 @@ static void to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
 
 /* ---- activations ----------------------------------------------------------- */
 
+/* b NULL: the activation alone. */
 static void bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, size_t inner,
 		     int act)
 {
-	if (!n)
+	if (!n || (!b && !act))
 		return;
+	if (!b) {
+		LAUNCH(k_act, grid(n), THREADS, c->s, y, y, n, act);
+		LAUNCHED(c, "activation");
+		return;
+	}
 	LAUNCH(k_bias_act, grid(n), THREADS, c->s, y, n, b, nb, inner, act);
 	LAUNCHED(c, "bias and activation");
 }
@@ -1009,6 +1095,15 @@ static void cu_act_bwd(dp_bectx *c, int act, size_t n, const float *y, const flo
 {
 	use(c);
 	act_grad(c, act, y, dy, dx, n);
+}
+
+static void cu_add(dp_bectx *c, size_t n, const float *a, const float *b, float *y, int act)
+{
+	if (!n)
+		return;
+	use(c);
+	LAUNCH(k_add, grid(n), THREADS, c->s, a, b, y, n, act);
+	LAUNCHED(c, "add");
 }
 
 /* ---- dense -------------------------------------------------------------------
@@ -1041,9 +1136,11 @@ static void cu_dense_bwd(dp_bectx *c, int n, int in, int out, const float *x, co
 {
 	use(c);
 	act_grad(c, act, y, dy, dy, (size_t)n * out);
-	dim3 tb(32, 8);
-	LAUNCH(k_col_sums, (out + 31) / 32, tb, c->s, dy, n, out, db);
-	LAUNCHED(c, "dense bias gradient");
+	if (db) {
+		dim3 tb(32, 8);
+		LAUNCH(k_col_sums, (out + 31) / 32, tb, c->s, dy, n, out, db);
+		LAUNCHED(c, "dense bias gradient");
+	}
 	bool lowp = c->prec == DP_PREC_BF16;
 	const void *X = x, *W = w, *D = dy;
 	if (lowp) {
@@ -1169,8 +1266,10 @@ static void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const f
 	void *col = base + p.col, *dyt = base + p.dyt;
 	float *dcol = (float *)(base + p.dcol);
 	act_grad(c, act, y, dy, dy, (size_t)g->n * g->k * p.ohw);
-	LAUNCH(k_chan_sums, g->k, THREADS, c->s, dy, g->n, g->k, (int)p.ohw, db);
-	LAUNCHED(c, "convolution bias gradient");
+	if (db) {
+		LAUNCH(k_chan_sums, g->k, THREADS, c->s, dy, g->n, g->k, (int)p.ohw, db);
+		LAUNCHED(c, "convolution bias gradient");
+	}
 	const void *W = w;
 	if (lowp && dx) {
 		to_bf16(c, w, (bf16 *)(base + p.wb), (size_t)g->k * p.ckk);
@@ -1270,25 +1369,45 @@ static void cu_dropout_bwd(dp_bectx *c, const dp_dropout *d, int n, const float 
 
 /* ---- batch normalisation -------------------------------------------------------- */
 
-static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x,
-			 const float *gamma, const float *beta, float *run_mean, float *run_var,
-			 float *save, float *y)
+static void cu_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, double *sums)
 {
 	if (g->c <= 0)
 		return;
 	use(c);
-	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, save,
-						 y);
+	LAUNCH(k_bnorm_sums, g->c, THREADS, c->s, *g, x, sums);
+	LAUNCHED(c, "batchnorm sums");
+}
+
+static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x,
+			 const float *gamma, const float *beta, float *run_mean, float *run_var,
+			 const double *sums, float *save, float *y)
+{
+	if (g->c <= 0)
+		return;
+	use(c);
+	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, sums,
+	       save, y);
 	LAUNCHED(c, "batchnorm");
 }
 
-static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
-			 const float *save, const float *dy, float *dx, float *dgamma, float *dbeta)
+static void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
+			      const float *dy, double *sums)
 {
 	if (g->c <= 0)
 		return;
 	use(c);
-	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, dy, dx, dgamma, dbeta);
+	LAUNCH(k_bnorm_bwd_sums, g->c, THREADS, c->s, *g, x, save, dy, sums);
+	LAUNCHED(c, "batchnorm gradient sums");
+}
+
+static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
+			 const float *save, const double *sums, const float *dy, float *dx,
+			 float *dgamma, float *dbeta)
+{
+	if (g->c <= 0)
+		return;
+	use(c);
+	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, sums, dy, dx, dgamma, dbeta);
 	LAUNCHED(c, "batchnorm gradient");
 }
 
@@ -1390,9 +1509,12 @@ static dp_backend make_backend(void)
 	b.avgpool_bwd = cu_avgpool_bwd;
 	b.act_fwd = cu_act_fwd;
 	b.act_bwd = cu_act_bwd;
+	b.add = cu_add;
 	b.dropout_fwd = cu_dropout_fwd;
 	b.dropout_bwd = cu_dropout_bwd;
+	b.bnorm_sums = cu_bnorm_sums;
 	b.bnorm_fwd = cu_bnorm_fwd;
+	b.bnorm_bwd_sums = cu_bnorm_bwd_sums;
 	b.bnorm_bwd = cu_bnorm_bwd;
 	b.xent = cu_xent;
 	b.mse = cu_mse;

@@ -974,7 +974,7 @@ int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp
 		case DP_LAYER_BATCHNORM: {
 			dp_bnorm g = bnorm_geom(L, n);
 			be->bnorm_fwd(c, &g, train, cur, m->params + L->woff, m->params + L->boff,
-				      m->bufs + L->roff, m->bufs + L->roff + L->in.c, L->aux, y);
+				      m->bufs + L->roff, m->bufs + L->roff + L->in.c, NULL, L->aux, y);
 			if (train)
 				L->tracked++;
 			break;
@@ -1060,7 +1060,7 @@ int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, 
 		}
 		case DP_LAYER_BATCHNORM: {
 			dp_bnorm g = bnorm_geom(L, n);
-			be->bnorm_bwd(c, &g, L->x, m->params + L->woff, L->aux, dy, dx,
+			be->bnorm_bwd(c, &g, L->x, m->params + L->woff, L->aux, NULL, dy, dx,
 				      m->grads + L->woff, m->grads + L->boff);
 			break;
 		}

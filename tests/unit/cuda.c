@@ -153,7 +153,9 @@ static void t_memory(void)
 
 /* ---- dense ------------------------------------------------------------------- */
 
-static void t_dense(dp_bectx *g, int n, int in, int out, int act, double tol, const char *tag)
+/* bias 0: b and db NULL (no bias) on both backends. */
+static void t_dense(dp_bectx *g, int n, int in, int out, int act, double tol, const char *tag,
+		    int bias)
 {
 	char what[160];
 	size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
@@ -161,29 +163,31 @@ static void t_dense(dp_bectx *g, int n, int in, int out, int act, double tol, co
 	float *y = malloc(yn * 4), *dx = malloc(xn * 4), *dw = malloc(wn * 4), *db = malloc(out * 4);
 	float *dyc = malloc(yn * 4);
 	memcpy(dyc, dy, yn * 4);
-	C->dense_fwd(cc, n, in, out, x, w, b, y, act);
-	C->dense_bwd(cc, n, in, out, x, w, y, dyc, dx, dw, db, act);
+	C->dense_fwd(cc, n, in, out, x, w, bias ? b : NULL, y, act);
+	C->dense_bwd(cc, n, in, out, x, w, y, dyc, dx, dw, bias ? db : NULL, act);
 
 	float *gx = up(g, x, xn * 4), *gw = up(g, w, wn * 4), *gb = up(g, b, out * 4),
 	      *gy = G->alloc(g, yn * 4), *gdy = up(g, dy, yn * 4), *gdx = G->alloc(g, xn * 4),
 	      *gdw = G->alloc(g, wn * 4), *gdb = G->alloc(g, out * 4);
-	G->dense_fwd(g, n, in, out, gx, gw, gb, gy, act);
+	G->dense_fwd(g, n, in, out, gx, gw, bias ? gb : NULL, gy, act);
 	float *hy = down(g, gy, yn);
-	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d forward", tag, n, in, out, act);
+	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d%s forward", tag, n, in, out, act,
+		 bias ? "" : " no bias");
 	near(hy, y, yn, tol, what);
 	/* backward from the CPU's forward output, so that relu's mask agrees */
 	G->upload(g, gy, y, yn * 4);
-	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, gdx, gdw, gdb, act);
+	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, gdx, gdw, bias ? gdb : NULL, act);
 	float *hdx = down(g, gdx, xn), *hdw = down(g, gdw, wn), *hdb = down(g, gdb, out);
 	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d dx", tag, n, in, out, act);
 	near(hdx, dx, xn, tol, what);
 	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d dw", tag, n, in, out, act);
 	near(hdw, dw, wn, tol, what);
 	snprintf(what, sizeof what, "%s dense %dx%d->%d act %d db", tag, n, in, out, act);
-	near(hdb, db, out, tol < 2e-5 ? 2e-5 : tol, what);
+	if (bias)
+		near(hdb, db, out, tol < 2e-5 ? 2e-5 : tol, what);
 	/* dx NULL: weights only */
 	G->upload(g, gdy, dy, yn * 4);
-	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, NULL, gdw, gdb, act);
+	G->dense_bwd(g, n, in, out, gx, gw, gy, gdy, NULL, gdw, bias ? gdb : NULL, act);
 	float *hdw2 = down(g, gdw, wn);
 	snprintf(what, sizeof what, "%s dense %dx%d->%d without dx: same dw", tag, n, in, out);
 	exact(hdw2, hdw, wn * 4, what);
@@ -198,12 +202,14 @@ static void t_dense(dp_bectx *g, int n, int in, int out, int act, double tol, co
 
 /* ---- convolution -------------------------------------------------------------- */
 
-static void t_conv(dp_bectx *g, dp_conv2d geo, int act, double tol, const char *tag)
+/* bias 0: b and db NULL (no bias) on both backends. */
+static void t_conv(dp_bectx *g, dp_conv2d geo, int act, double tol, const char *tag, int bias)
 {
-	char what[200], name[96];
+	char what[200], name[120];
 	dp_conv2d *q = &geo;
-	snprintf(name, sizeof name, "%s conv n%d c%d %dx%d k%d %dx%d s%dx%d p%dx%d act %d", tag, q->n,
-		 q->c, q->h, q->w, q->k, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, act);
+	snprintf(name, sizeof name, "%s conv n%d c%d %dx%d k%d %dx%d s%dx%d p%dx%d act %d%s", tag,
+		 q->n, q->c, q->h, q->w, q->k, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, act,
+		 bias ? "" : " no bias");
 	size_t xn = (size_t)q->n * q->c * q->h * q->w, wn = (size_t)q->k * q->c * q->kh * q->kw,
 	       yn = (size_t)q->n * q->k * q->oh * q->ow;
 	float *x = rnd(xn, 11), *w = rnd(wn, 12), *b = rnd((size_t)q->k, 13), *dy = rnd(yn, 14);
@@ -211,29 +217,30 @@ static void t_conv(dp_bectx *g, dp_conv2d geo, int act, double tol, const char *
 	float *dyc = malloc(yn * 4);
 	memcpy(dyc, dy, yn * 4);
 	void *cws = malloc(C->conv_ws(cc, q) + 64);
-	C->conv_fwd(cc, q, x, w, b, y, act, cws);
-	C->conv_bwd(cc, q, x, w, y, dyc, dx, dw, db, act, cws);
+	C->conv_fwd(cc, q, x, w, bias ? b : NULL, y, act, cws);
+	C->conv_bwd(cc, q, x, w, y, dyc, dx, dw, bias ? db : NULL, act, cws);
 
 	float *gx = up(g, x, xn * 4), *gw = up(g, w, wn * 4), *gb = up(g, b, q->k * 4),
 	      *gy = G->alloc(g, yn * 4), *gdy = up(g, dy, yn * 4), *gdx = G->alloc(g, xn * 4),
 	      *gdw = G->alloc(g, wn * 4), *gdb = G->alloc(g, q->k * 4);
 	void *gws = G->alloc(g, G->conv_ws(g, q));
-	G->conv_fwd(g, q, gx, gw, gb, gy, act, gws);
+	G->conv_fwd(g, q, gx, gw, bias ? gb : NULL, gy, act, gws);
 	float *hy = down(g, gy, yn);
 	snprintf(what, sizeof what, "%s forward", name);
 	near(hy, y, yn, tol, what);
 	G->upload(g, gy, y, yn * 4);
-	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, gdb, act, gws);
+	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, bias ? gdb : NULL, act, gws);
 	float *hdx = down(g, gdx, xn), *hdw = down(g, gdw, wn), *hdb = down(g, gdb, q->k);
 	snprintf(what, sizeof what, "%s dx", name);
 	near(hdx, dx, xn, tol, what);
 	snprintf(what, sizeof what, "%s dw", name);
 	near(hdw, dw, wn, tol, what);
 	snprintf(what, sizeof what, "%s db", name);
-	near(hdb, db, q->k, tol < 2e-5 ? 2e-5 : tol, what);
+	if (bias)
+		near(hdb, db, q->k, tol < 2e-5 ? 2e-5 : tol, what);
 	/* again: the same bits */
 	G->upload(g, gdy, dy, yn * 4);
-	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, gdb, act, gws);
+	G->conv_bwd(g, q, gx, gw, gy, gdy, gdx, gdw, bias ? gdb : NULL, act, gws);
 	float *hdx2 = down(g, gdx, xn), *hdw2 = down(g, gdw, wn);
 	snprintf(what, sizeof what, "%s backward twice", name);
 	ok(same(hdx, hdx2, xn * 4) && same(hdw, hdw2, wn * 4), "%s: the same bits", what);
@@ -259,12 +266,17 @@ static dp_conv2d conv_geo(int n, int c, int h, int w, int k, int kh, int kw, int
 static void t_pool(dp_pool2d q)
 {
 	char name[120];
-	snprintf(name, sizeof name, "pool n%d c%d %dx%d window %dx%d stride %dx%d", q.n, q.c, q.h, q.w,
-		 q.kh, q.kw, q.sh, q.sw);
+	snprintf(name, sizeof name, "pool n%d c%d %dx%d window %dx%d stride %dx%d pad %dx%d", q.n,
+		 q.c, q.h, q.w, q.kh, q.kw, q.sh, q.sw, q.ph, q.pw);
 	size_t xn = (size_t)q.n * q.c * q.h * q.w, yn = (size_t)q.n * q.c * q.oh * q.ow;
 	float *x = rnd(xn, 21), *dy = rnd(yn, 22), *y = malloc(yn * 4), *dx = malloc(xn * 4);
 	int32_t *arg = malloc(yn * 4);
 	x[3] = x[4]; /* a tie: the first one wins */
+	int padded = q.ph || q.pw;
+	if (padded) { /* NaN propagates; -infinity still beats the padding */
+		x[q.w + 1] = NAN;
+		x[0] = -INFINITY;
+	}
 	float *gx = up(gc, x, xn * 4), *gy = G->alloc(gc, yn * 4), *gdy = up(gc, dy, yn * 4),
 	      *gdx = G->alloc(gc, xn * 4);
 	int32_t *garg = G->alloc(gc, yn * 4);
@@ -280,6 +292,12 @@ static void t_pool(dp_pool2d q)
 	exact(harg, arg, yn * 4, what);
 	snprintf(what, sizeof what, "max%s backward", name);
 	exact(hdx, dx, xn * 4, what);
+	if (padded) { /* average pooling has no padding */
+		free(hy);
+		free(hdx);
+		hy = hdx = NULL;
+		goto out;
+	}
 	C->avgpool_fwd(cc, &q, x, y);
 	C->avgpool_bwd(cc, &q, dy, dx);
 	G->avgpool_fwd(gc, &q, gx, gy);
@@ -292,6 +310,7 @@ static void t_pool(dp_pool2d q)
 	exact(hy, y, yn * 4, what);
 	snprintf(what, sizeof what, "avg%s backward", name);
 	exact(hdx, dx, xn * 4, what);
+out:
 	check_sync(gc, "pooling");
 	G->free(gc, gx);
 	G->free(gc, gy);
@@ -374,56 +393,158 @@ static void t_elementwise(void)
 
 /* ---- batch normalisation ------------------------------------------------------ */
 
+/* Every batch-norm mode on backend B, host inputs to host outputs (o[i]
+ * malloc'ed, bn_len(i) floats): 0-6 training on this batch's statistics
+ * (y, save, running mean, running variance, dx, dgamma, dbeta); 7-13 the
+ * same with given sums (those of bnorm_sums over this batch counted twice,
+ * as two ranks with the same data); 14-15 inference (y, save); 16-18 the
+ * backward of a frozen (eval) layer (dx, dgamma, dbeta).  sums[0]
+ * receives bnorm_sums, sums[1] bnorm_bwd_sums (2c doubles each). */
+enum { BN_OUTS = 19 };
+static size_t bn_len(int i, size_t xn, int c)
+{
+	static const char kind[BN_OUTS + 1] = "xscc" "xcc" "xscc" "xcc" "xs" "xcc";
+	return kind[i] == 'x' ? xn : kind[i] == 's' ? 2 * (size_t)c : (size_t)c;
+}
+
+static void bn_run(const dp_backend *B, dp_bectx *k, dp_bnorm q, const float *x, const float *dy,
+		   const float *gam, const float *bet, float **o, double sums[2][64])
+{
+	int c = q.c;
+	size_t xn = (size_t)q.n * c * q.hw;
+	float *rv1 = malloc(c * 4);
+	for (int i = 0; i < c; i++)
+		rv1[i] = 1;
+	float *d[BN_OUTS];
+	for (int i = 0; i < BN_OUTS; i++)
+		d[i] = B->alloc(k, bn_len(i, xn, c) * 4);
+	float *gx = up(k, x, xn * 4), *gdy = B->alloc(k, xn * 4), *ggam = up(k, gam, c * 4),
+	      *gbet = up(k, bet, c * 4);
+	double *gs = B->alloc(k, 2 * c * 8), *gs2 = B->alloc(k, 2 * c * 8);
+	for (int r = 0; r < 2; r++) { /* running statistics from 0 and 1 */
+		B->fill(k, d[2 + 7 * r], 0, c);
+		B->upload(k, d[3 + 7 * r], rv1, c * 4);
+	}
+	B->bnorm_fwd(k, &q, 1, gx, ggam, gbet, d[2], d[3], NULL, d[1], d[0]);
+	B->upload(k, gdy, dy, xn * 4);
+	B->bnorm_bwd(k, &q, gx, ggam, d[1], NULL, gdy, d[4], d[5], d[6]);
+	/* given sums: two ranks with this batch each */
+	B->bnorm_sums(k, &q, gx, gs);
+	B->download(k, sums[0], gs, 2 * c * 8);
+	double twice[128];
+	for (int i = 0; i < 2 * c; i++)
+		twice[i] = 2 * sums[0][i];
+	B->upload(k, gs2, twice, 2 * c * 8);
+	dp_bnorm q2 = q;
+	q2.count = 2.0 * q.n * q.hw;
+	B->bnorm_fwd(k, &q2, 1, gx, ggam, gbet, d[9], d[10], gs2, d[8], d[7]);
+	B->bnorm_bwd_sums(k, &q2, gx, d[8], gdy, gs);
+	B->download(k, sums[1], gs, 2 * c * 8);
+	for (int i = 0; i < 2 * c; i++)
+		twice[i] = 2 * sums[1][i];
+	B->upload(k, gs2, twice, 2 * c * 8);
+	B->bnorm_bwd(k, &q2, gx, ggam, d[8], gs2, gdy, d[11], d[12], d[13]);
+	/* inference on the running statistics of the first forward, then
+	 * the backward of that forward as a frozen layer's */
+	B->bnorm_fwd(k, &q, 0, gx, ggam, gbet, d[2], d[3], NULL, d[15], d[14]);
+	dp_bnorm qe = q;
+	qe.eval = 1;
+	B->upload(k, gdy, dy, xn * 4);
+	B->bnorm_bwd(k, &qe, gx, ggam, d[15], NULL, gdy, d[16], d[17], d[18]);
+	for (int i = 0; i < BN_OUTS; i++) {
+		o[i] = malloc(bn_len(i, xn, c) * 4);
+		B->download(k, o[i], d[i], bn_len(i, xn, c) * 4);
+		B->free(k, d[i]);
+	}
+	void *f[] = {gx, gdy, ggam, gbet, gs, gs2};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		B->free(k, f[i]);
+	free(rv1);
+}
+
 static void t_bnorm(int n, int c, int hw)
 {
-	char name[64];
-	snprintf(name, sizeof name, "batchnorm n%d c%d hw%d", n, c, hw);
-	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f};
+	static const char *const what[BN_OUTS] = {
+		"training forward", "saved mean and 1/std", "running mean", "running variance",
+		"dx", "dgamma", "dbeta",
+		"forward, given sums", "saved, given sums", "running mean, given sums",
+		"running variance, given sums", "dx, given sums", "dgamma, given sums",
+		"dbeta, given sums", "inference forward", "inference: saved statistics",
+		"frozen layer dx", "frozen layer dgamma", "frozen layer dbeta"};
+	static const double tol[BN_OUTS] = {2e-5, 2e-6, 2e-6, 2e-6, 2e-5, 2e-5, 2e-5,
+					    2e-5, 2e-6, 2e-6, 2e-6, 2e-5, 2e-5, 2e-5,
+					    2e-6, 2e-6, 2e-6, 2e-5, 2e-5};
+	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0};
 	size_t xn = (size_t)n * c * hw;
 	float *x = rnd(xn, 41), *dy = rnd(xn, 42), *gam = rnd(c, 43), *bet = rnd(c, 44);
-	float *rm = calloc(c, 4), *rv = malloc(c * 4), *save = malloc(2 * c * 4), *y = malloc(xn * 4),
-	      *dx = malloc(xn * 4), *dg = malloc(c * 4), *dbt = malloc(c * 4);
-	for (int i = 0; i < c; i++)
-		rv[i] = 1;
 	for (size_t i = 0; i < xn; i++)
 		x[i] = 3 * x[i] + 0.5f;
-	float *gx = up(gc, x, xn * 4), *gdy = up(gc, dy, xn * 4), *ggam = up(gc, gam, c * 4),
-	      *gbet = up(gc, bet, c * 4), *grm = up(gc, rm, c * 4), *grv = up(gc, rv, c * 4),
-	      *gsave = G->alloc(gc, 2 * c * 4), *gy = G->alloc(gc, xn * 4), *gdx = G->alloc(gc, xn * 4),
-	      *gdg = G->alloc(gc, c * 4), *gdb = G->alloc(gc, c * 4);
-	C->bnorm_fwd(cc, &q, 1, x, gam, bet, rm, rv, save, y);
-	C->bnorm_bwd(cc, &q, x, gam, save, dy, dx, dg, dbt);
-	G->bnorm_fwd(gc, &q, 1, gx, ggam, gbet, grm, grv, gsave, gy);
-	G->bnorm_bwd(gc, &q, gx, ggam, gsave, gdy, gdx, gdg, gdb);
-	float *hy = down(gc, gy, xn), *hdx = down(gc, gdx, xn), *hdg = down(gc, gdg, c),
-	      *hdb = down(gc, gdb, c), *hrm = down(gc, grm, c), *hrv = down(gc, grv, c),
-	      *hs = down(gc, gsave, 2 * c);
-	char what[120];
-#define NEAR(a, b, k, t, s)                                   \
-	do {                                                  \
-		snprintf(what, sizeof what, "%s %s", name, s); \
-		near(a, b, k, t, what);                       \
-	} while (0)
-	NEAR(hy, y, xn, 2e-5, "training forward");
-	NEAR(hs, save, 2 * c, 2e-6, "saved mean and 1/std");
-	NEAR(hrm, rm, c, 2e-6, "running mean");
-	NEAR(hrv, rv, c, 2e-6, "running variance");
-	NEAR(hdx, dx, xn, 2e-5, "dx");
-	NEAR(hdg, dg, c, 2e-5, "dgamma");
-	NEAR(hdb, dbt, c, 2e-5, "dbeta");
-	/* inference, on the running statistics */
-	C->bnorm_fwd(cc, &q, 0, x, gam, bet, rm, rv, save, y);
-	G->upload(gc, grm, rm, c * 4);
-	G->upload(gc, grv, rv, c * 4);
-	G->bnorm_fwd(gc, &q, 0, gx, ggam, gbet, grm, grv, gsave, gy);
-	free(hy);
-	hy = down(gc, gy, xn);
-	NEAR(hy, y, xn, 2e-6, "inference forward");
+	float *co[BN_OUTS], *go[BN_OUTS];
+	double cs[2][64], gs[2][64];
+	bn_run(C, cc, q, x, dy, gam, bet, co, cs);
+	bn_run(G, gc, q, x, dy, gam, bet, go, gs);
+	char name[120];
+	for (int i = 0; i < BN_OUTS; i++) {
+		snprintf(name, sizeof name, "batchnorm n%d c%d hw%d %s", n, c, hw, what[i]);
+		near(go[i], co[i], bn_len(i, xn, c), tol[i], name);
+	}
+	for (int j = 0; j < 2; j++) {
+		double m = 0, s = 0;
+		for (int i = 0; i < 2 * c; i++) {
+			m = fmax(m, fabs(gs[j][i] - cs[j][i]));
+			s = fmax(s, fabs(cs[j][i]));
+		}
+		ok(m <= 1e-6 * fmax(s, 1e-30), "batchnorm n%d c%d hw%d %s sums: within 1e-6 (%.2e)",
+		   n, c, hw, j ? "gradient" : "forward", m / fmax(s, 1e-30));
+	}
+	/* the CPU's given-sums mode with twice the batch is its own batch mode */
+	snprintf(name, sizeof name, "batchnorm n%d c%d hw%d CPU: sums of 2 ranks = own batch", n, c,
+		 hw);
+	near(co[7], co[0], xn, 1e-5, name);
+	near(co[11], co[4], xn, 1e-5, name);
 	check_sync(gc, "batchnorm");
-	void *f[] = {gx, gdy, ggam, gbet, grm, grv, gsave, gy, gdx, gdg, gdb};
-	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-		G->free(gc, f[i]);
-	void *h[] = {x, dy, gam, bet, rm, rv, save, y, dx, dg, dbt, hy, hdx, hdg, hdb, hrm, hrv, hs};
+	for (int i = 0; i < BN_OUTS; i++) {
+		free(co[i]);
+		free(go[i]);
+	}
+	void *h[] = {x, dy, gam, bet};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* ---- residual connections: add ------------------------------------------------- */
+
+static void t_add(void)
+{
+	size_t n = 3001;
+	float *a = rnd(n, 51), *b = rnd(n, 52), *y = malloc(n * 4);
+	float *ga = up(gc, a, n * 4), *gb = up(gc, b, n * 4), *gy = G->alloc(gc, n * 4);
+	for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act++) {
+		char what[64];
+		C->add(cc, n, a, b, y, act);
+		G->add(gc, n, ga, gb, gy, act);
+		float *hy = down(gc, gy, n);
+		snprintf(what, sizeof what, "add act %d", act);
+		if (act == DP_ACT_TANH)
+			near(hy, y, n, 2e-6, what);
+		else
+			exact(hy, y, n * 4, what);
+		free(hy);
+	}
+	/* in place, y = a and y = b */
+	C->add(cc, n, a, b, y, DP_ACT_RELU);
+	G->add(gc, n, ga, gb, ga, DP_ACT_RELU);
+	float *h1 = down(gc, ga, n);
+	exact(h1, y, n * 4, "add relu in place of a");
+	G->upload(gc, ga, a, n * 4);
+	G->add(gc, n, ga, gb, gb, DP_ACT_RELU);
+	float *h2 = down(gc, gb, n);
+	exact(h2, y, n * 4, "add relu in place of b");
+	check_sync(gc, "add");
+	G->free(gc, ga);
+	G->free(gc, gb);
+	G->free(gc, gy);
+	void *h[] = {a, b, y, h1, h2};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
 		free(h[i]);
 }
@@ -642,8 +763,10 @@ int main(void)
 	t_memory();
 	t_elementwise();
 	for (int act = DP_ACT_NONE; act <= DP_ACT_SIGMOID; act++)
-		t_dense(gc, 5, 7, 3, act, 2e-5, "fp32");
-	t_dense(gc, 64, 300, 129, DP_ACT_RELU, 2e-5, "fp32");
+		t_dense(gc, 5, 7, 3, act, 2e-5, "fp32", 1);
+	t_dense(gc, 64, 300, 129, DP_ACT_RELU, 2e-5, "fp32", 1);
+	t_dense(gc, 9, 20, 6, DP_ACT_NONE, 2e-5, "fp32", 0);
+	t_dense(gc, 9, 20, 6, DP_ACT_RELU, 2e-5, "fp32", 0);
 	dp_conv2d convs[] = {
 		conv_geo(3, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0),  /* the seed CNN's first layer */
 		conv_geo(2, 32, 26, 26, 64, 3, 3, 1, 1, 0, 0), /* and its second */
@@ -654,22 +777,31 @@ int main(void)
 	};
 	for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
 		for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act += 2)
-			t_conv(gc, convs[i], act, 2e-5, "fp32");
+			t_conv(gc, convs[i], act, 2e-5, "fp32", 1);
+	/* without bias, as ResNet's convolutions (before a batch norm) */
+	t_conv(gc, conv_geo(2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1), DP_ACT_NONE, 2e-5, "fp32", 0);
+	t_conv(gc, conv_geo(2, 4, 8, 8, 6, 3, 3, 2, 2, 1, 1), DP_ACT_RELU, 2e-5, "fp32", 0);
+	t_conv(gc, conv_geo(3, 8, 5, 5, 4, 1, 1, 1, 1, 0, 0), DP_ACT_NONE, 2e-5, "fp32", 0);
 	/* a workspace for one or two samples at a time: the batch in chunks */
 	dp_setting_set("DP_CUDA_CONV_BUDGET", "200000");
 	dp_bectx *small;
 	if (ok(G->open(&small, &o, NULL, 0, &e) == DP_OK, "a second instance (small workspace)")) {
-		t_conv(small, conv_geo(5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, 2e-5, "chunked");
-		t_conv(small, conv_geo(7, 2, 9, 9, 3, 3, 3, 2, 2, 0, 0), DP_ACT_NONE, 2e-5, "chunked");
+		t_conv(small, conv_geo(5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, 2e-5, "chunked", 1);
+		t_conv(small, conv_geo(7, 2, 9, 9, 3, 3, 3, 2, 2, 0, 0), DP_ACT_NONE, 2e-5, "chunked", 1);
 		G->close(small);
 	}
 	dp_setting_set("DP_CUDA_CONV_BUDGET", NULL);
-	dp_pool2d pools[] = {{3, 4, 8, 8, 4, 4, 2, 2, 2, 2}, {2, 3, 7, 9, 3, 4, 3, 3, 2, 2},
-			     {2, 2, 6, 5, 2, 4, 3, 2, 2, 1}};
+	dp_pool2d pools[] = {{3, 4, 8, 8, 4, 4, 2, 2, 2, 2, 0, 0}, {2, 3, 7, 9, 3, 4, 3, 3, 2, 2, 0, 0},
+			     {2, 2, 6, 5, 2, 4, 3, 2, 2, 1, 0, 0},
+			     /* ResNet's stem MaxPool2d(3, 2, 1), even and odd sizes */
+			     {2, 3, 8, 8, 4, 4, 3, 3, 2, 2, 1, 1}, {2, 2, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1},
+			     {1, 2, 6, 6, 3, 3, 3, 2, 2, 2, 1, 0}};
 	for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
 		t_pool(pools[i]);
 	t_bnorm(8, 5, 9);
 	t_bnorm(33, 7, 1);
+	t_bnorm(4, 3, 300);
+	t_add();
 	t_losses(37, 10);
 	t_losses(300, 1000);
 	t_optim();
@@ -685,8 +817,8 @@ int main(void)
 			printf("ok %d # SKIP %s: %s\n", ++tap_n, pn, e.msg);
 			continue;
 		}
-		t_dense(lc, 64, 300, 129, DP_ACT_RELU, tols[i], pn);
-		t_conv(lc, conv_geo(4, 32, 13, 13, 64, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, tols[i], pn);
+		t_dense(lc, 64, 300, 129, DP_ACT_RELU, tols[i], pn, 1);
+		t_conv(lc, conv_geo(4, 32, 13, 13, 64, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, tols[i], pn, 1);
 		G->close(lc);
 	}
 
