@@ -164,8 +164,9 @@ typedef struct dp_backend {
 			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
 			 void *ws);
 	/* maxpool: arg (n, c, oh, ow) receives the index in the unpadded
-	 * (h, w) plane of each window's maximum (the first one on ties, a NaN
-	 * as soon as one is met, as PyTorch). */
+	 * (h, w) plane of each window's maximum (as PyTorch: the first one on
+	 * ties, a NaN over any number, the window's first position inside the
+	 * image when all of it is -infinity). */
 	void (*maxpool_fwd)(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg);
 	void (*maxpool_bwd)(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,

@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""tests/torchops_ref.py - PyTorch's results for tests/unit/torchops.c.
+
+Writes to stdout, little endian, a sequence of float32 arrays, each as u32
+count then the values, in the order below (the C side knows the shapes):
+
+  max pooling, MaxPool2d(3, 2, padding=1), for x (2, 3, 9, 8) with many
+  ties (values on a grid of 0.5), then x (1, 2, 8, 8) with a NaN and a
+  window of -infinity only:  x, dy, y, indices (as floats), dx
+  batch normalisation, BatchNorm2d(c, eps=1e-5, momentum=0.1), for x
+  (6, 3, 5, 5) then (10, 4, 1, 1):
+    training:    x, dy, gamma, beta, y, running mean, running variance
+                 (from 0 and 1), dx, dgamma, dbeta of the loss sum(y * dy)
+    evaluation:  running mean, running variance, y, dx, dgamma, dbeta
+"""
+import sys
+
+import numpy as np
+import torch
+
+torch.set_num_threads(1)
+out = sys.stdout.buffer
+rng = np.random.default_rng(15)
+
+
+def put(a):
+    a = np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+    out.write(np.uint32(a.size).tobytes())
+    out.write(a.tobytes())
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+for shape, special in (((2, 3, 9, 8), False), ((1, 2, 8, 8), True)):
+    x = f32(np.round(rng.uniform(-2, 2, shape) * 2) / 2)
+    if special:
+        x[0, 0, 3, 3] = np.nan
+        x[0, 1, 0:2, :] = -np.inf
+    oh, ow = (shape[2] + 2 - 3) // 2 + 1, (shape[3] + 2 - 3) // 2 + 1
+    dy = f32(rng.standard_normal((shape[0], shape[1], oh, ow)))
+    t = torch.tensor(x, requires_grad=True)
+    y, idx = torch.nn.functional.max_pool2d(t, 3, 2, 1, return_indices=True)
+    y.backward(torch.tensor(dy))
+    for a in (x, dy, y.detach().numpy(), idx.numpy().astype(np.float32), t.grad.numpy()):
+        put(a)
+
+for shape in ((6, 3, 5, 5), (10, 4, 1, 1)):
+    c = shape[1]
+    x = f32(rng.standard_normal(shape) * 3 + 0.5)
+    dy = f32(rng.standard_normal(shape))
+    gamma = f32(rng.uniform(0.5, 1.5, c))
+    beta = f32(rng.standard_normal(c))
+    bn = torch.nn.BatchNorm2d(c, eps=1e-5, momentum=0.1)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor(gamma))
+        bn.bias.copy_(torch.tensor(beta))
+    t = torch.tensor(x, requires_grad=True)
+    y = bn(t)
+    (y * torch.tensor(dy)).sum().backward()
+    for a in (x, dy, gamma, beta, y.detach(), bn.running_mean, bn.running_var, t.grad,
+              bn.weight.grad, bn.bias.grad):
+        put(a.numpy() if torch.is_tensor(a) else a)
+    rm = f32(rng.standard_normal(c))
+    rv = f32(rng.uniform(0.5, 2, c))
+    bn.eval()
+    bn.zero_grad()
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.tensor(rm))
+        bn.running_var.copy_(torch.tensor(rv))
+    t = torch.tensor(x, requires_grad=True)
+    y = bn(t)
+    (y * torch.tensor(dy)).sum().backward()
+    for a in (rm, rv, y.detach(), t.grad, bn.weight.grad, bn.bias.grad):
+        put(a.numpy() if torch.is_tensor(a) else a)
