@@ -1,26 +1,43 @@
 /*
- * dp_nn.h - models: a layer list from a spec, shapes, forward, backward.
+ * dp_nn.h - models: a graph of layers from a spec, shapes, forward, backward.
  *
- * A model is a Keras-Sequential-like list of layers written as a spec,
+ * A model is a Keras-Sequential-like list of items written as a spec,
  *     conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,
  *     dense:128,relu,dropout:0.5,dense:10
- * over an input of shape C x H x W (or a plain vector length).  Items
- * (see dp-train(1) for the full grammar):
- *     dense:N           fully connected, N outputs (alias linear)
- *     conv:F:K[:S][:same|valid|P]  F filters of K (or KxK2) with stride S
+ * over an input of shape C x H x W (or a plain vector length), in which
+ * an item may also be a block (see dp-train(1) for the full grammar):
+ *     dense:N[:bias=0]  fully connected, N outputs (alias linear)
+ *     conv:F:K[:S][:same|valid|P][:bias=0][:init=he]
+ *                       F filters of K (or KxK2) with stride S
  *                       (alias conv2d; also stride=S, padding=same|valid|P)
- *     maxpool:K[:S]     max over KxK windows, stride S (default K)
+ *     maxpool:K[:S[:P]] max over KxK windows, stride S (default K), padding P
  *     avgpool:K[:S]     mean over windows
+ *     gap               mean over each whole plane: C x 1 x 1 (PyTorch's
+ *                       AdaptiveAvgPool2d(1); alias avgpool:global)
  *     flatten           C x H x W -> C*H*W, in C, H, W order
  *     dropout:P         zero a fraction P while training (inverted scaling)
  *     relu, tanh, sigmoid
  *     batchnorm         per channel (after conv) or per feature (after dense)
  *     softmax           last item only, with the cross-entropy loss
- * Tensors follow PyTorch, so the equivalent torch.nn.Sequential (one
- * module per item, Flatten included) has the same state_dict names:
- * "{i}.weight" and "{i}.bias" for item i (from 0), dense weights
- * (out, in), conv weights (out, in, kh, kw), batchnorm also
- * "{i}.running_mean", "{i}.running_var", "{i}.num_batches_tracked".
+ *     res(ITEMS)        a residual block: ITEMS applied to the block's input,
+ *                       plus the input itself
+ *     res(ITEMS|SHORT)  ... plus SHORT applied to the input (a projection)
+ *     res(...):relu     an activation after the sum
+ *     seq(ITEMS)        a group of items (a name for them)
+ *     NAME=ITEM         any item or block under a name of its own
+ * or is a whole named architecture, torchvision's ImageNet ResNets
+ * "resnet18", "resnet34", "resnet50", "resnet101", "resnet152" and the
+ * CIFAR ones (He et al. 2015) "resnet20", "resnet32", "resnet44",
+ * "resnet56", "resnet110", each with ":CLASSES" (default 1000 and 10).
+ * Spaces, newlines and '#' comments to the end of a line may come between
+ * items.
+ * Tensors follow PyTorch: a tensor's name is the path of its item, names
+ * joined by '.' (an unnamed item is named by its index in its list, as in
+ * torch.nn.Sequential; a shortcut's items are under "downsample"), then
+ * "weight", "bias", and for batchnorm "running_mean", "running_var",
+ * "num_batches_tracked": "0.weight" for a plain list, "layer2.0.
+ * downsample.0.weight" for torchvision's resnet18.  Dense weights are
+ * (out, in), conv weights (out, in, kh, kw).
  *
  * Memory: once bound to a backend, all trainable parameters live in ONE
  * contiguous buffer and all their gradients in another of the same layout
@@ -57,7 +74,8 @@ enum dp_layer_kind {
 	DP_LAYER_TANH,
 	DP_LAYER_SIGMOID,
 	DP_LAYER_SOFTMAX,
-	DP_LAYER_BATCHNORM
+	DP_LAYER_BATCHNORM,
+	DP_LAYER_ADD /* the sum of a residual block (and its activation) */
 };
 
 enum dp_loss {
@@ -111,6 +129,10 @@ typedef struct dp_layer_info {
 	size_t nparams;        /* trainable floats of this layer */
 	size_t param_off;      /* where they start in the parameter buffer */
 	int fused;             /* an activation computed by the layer before it */
+	const char *name;      /* its path: "4", "layer1.0.conv1", "layer1.0" (an add) */
+	int depth;             /* the blocks it is in */
+	int src, src2;         /* the layers it reads; -1: the input (src2: an add's other) */
+	int frozen;            /* dp_model_freeze: every parameter fixed */
 } dp_layer_info;
 
 DP_EXPORT int dp_model_nlayers(const dp_model *m);
@@ -123,7 +145,7 @@ enum dp_tensor_role {
 	DP_TENSOR_COUNTER = 3 /* an int64 scalar kept on the host (num_batches_tracked) */
 };
 typedef struct dp_tensor_info {
-	char name[48]; /* "3.weight" */
+	char name[96]; /* "3.weight", "layer2.0.downsample.1.running_var" */
 	int layer, role;
 	int ndim;
 	int64_t shape[4];
@@ -149,6 +171,22 @@ DP_EXPORT int64_t *dp_model_counter(dp_model *m, int layer);
  * the first item that selects it, or 0.  DP_EARG naming an item that
  * selects no tensor (a typo, most likely). */
 DP_EXPORT int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e);
+/* Keep the parameters of the tensors PATTERNS selects fixed: a layer all of
+ * whose parameters are selected computes no weight gradients (they stay
+ * zero), the backward pass stops where no gradient is needed below, and
+ * a batchnorm layer runs in evaluation mode (running statistics, not
+ * updated), as torch's module.eval() on frozen layers.  NULL: none. */
+DP_EXPORT int dp_model_freeze(dp_model *m, const char *patterns, dp_err *e);
+/* Synchronised batch normalisation (--sync-bn): in training, each
+ * batchnorm layer's statistics are those of the batch over all workers.
+ * sum(ctx, v, n, e) must add v (host, n doubles) over all workers in
+ * place, every worker calling it in the same order (a collective).  NULL:
+ * each worker's own batch (the default). */
+typedef int (*dp_sum_fn)(void *ctx, double *v, size_t n, dp_err *e);
+DP_EXPORT void dp_model_set_sync(dp_model *m, dp_sum_fn sum, void *ctx);
+/* A worker without samples in a step calls this in place of forward,
+ * loss and backward, so that the others' sums complete. */
+DP_EXPORT int dp_model_sync_idle(dp_model *m, dp_err *e);
 /* Label smoothing s (0 <= s <= 1, cross-entropy only): the loss and its
  * gradient are PyTorch's CrossEntropyLoss(label_smoothing=s). */
 DP_EXPORT int dp_model_set_label_smoothing(dp_model *m, double s, dp_err *e);

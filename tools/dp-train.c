@@ -2194,7 +2194,7 @@ static void tb_histograms(void)
 	be->download(ctx, w + np, dp_model_grads(M), np * sizeof *w);
 	for (int i = 0; i < dp_model_ntensors(M); i++) {
 		dp_tensor_info t;
-		char tag[80];
+		char tag[128];
 		dp_model_tensor(M, i, &t);
 		if (t.role != DP_TENSOR_PARAM)
 			continue;
