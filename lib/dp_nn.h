@@ -109,6 +109,9 @@ typedef struct dp_model dp_model;
  * a vector of at least 2 classes). */
 DP_EXPORT dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e);
 DP_EXPORT void dp_model_free(dp_model *m);
+/* Is spec a named architecture?  0: no, 1: a bare name ("resnet18"), 2: a
+ * name with its classes ("resnet18:10"). */
+DP_EXPORT int dp_model_named(const char *spec);
 
 DP_EXPORT const char *dp_model_spec(const dp_model *m); /* the items as given, joined by ',' */
 DP_EXPORT dp_shape dp_model_input(const dp_model *m);
@@ -184,9 +187,6 @@ DP_EXPORT int dp_model_freeze(dp_model *m, const char *patterns, dp_err *e);
  * each worker's own batch (the default). */
 typedef int (*dp_sum_fn)(void *ctx, double *v, size_t n, dp_err *e);
 DP_EXPORT void dp_model_set_sync(dp_model *m, dp_sum_fn sum, void *ctx);
-/* A worker without samples in a step calls this in place of forward,
- * loss and backward, so that the others' sums complete. */
-DP_EXPORT int dp_model_sync_idle(dp_model *m, dp_err *e);
 /* Label smoothing s (0 <= s <= 1, cross-entropy only): the loss and its
  * gradient are PyTorch's CrossEntropyLoss(label_smoothing=s). */
 DP_EXPORT int dp_model_set_label_smoothing(dp_model *m, double s, dp_err *e);
@@ -243,6 +243,12 @@ typedef int (*dp_grad_hook)(void *ctx, int layer, size_t off, size_t count, dp_e
 /* Gradients of the loss of the last forward/loss into dp_model_grads().
  * hook may be NULL. */
 DP_EXPORT int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e);
+
+/* A worker without samples in a step calls this in place of forward,
+ * loss and backward: the sums of --sync-bn, and the hook for every layer
+ * with parameters, in the order a backward pass makes them (the gradient
+ * buffer is left as it is). */
+DP_EXPORT int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e);
 
 /* Inference on n samples: out (host, (n, out_size)) receives class
  * probabilities (xent: softmax of the logits) or the outputs (mse). */

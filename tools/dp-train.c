@@ -66,7 +66,7 @@ enum {
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_LAST
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_CLASSES, O_SYNC_BN, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -121,6 +121,8 @@ static const struct option longopts[] = {
 	{"init", required_argument, 0, O_INIT},
 	{"reset", required_argument, 0, O_RESET},
 	{"freeze", required_argument, 0, O_FREEZE},
+	{"classes", required_argument, 0, O_CLASSES},
+	{"sync-bn", no_argument, 0, O_SYNC_BN},
 	{"lr-mult", required_argument, 0, O_LR_MULT},
 	{"no-decay", required_argument, 0, O_NO_DECAY},
 	{"label-smoothing", required_argument, 0, O_SMOOTH},
@@ -185,6 +187,8 @@ static struct {
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
 	const char *reset, *freeze, *lr_mult, *no_decay; /* fine-tuning: patterns */
+	int classes;    /* --classes of a named model (0: its default) */
+	int sync_bn;    /* --sync-bn */
 	double smooth;                                  /* --label-smoothing */
 	int json;
 	const char *log;
@@ -277,9 +281,13 @@ static void help(void)
 	       "\n"
 	       "Model:\n"
 	       "      --model SPEC         layers, e.g. conv:32:3,relu,maxpool:2,flatten,dense:10\n"
-	       "                           (dense:N conv:F:K[:S][:same|valid|P] maxpool:K[:S]\n"
-	       "                           avgpool:K[:S] flatten dropout:P relu tanh sigmoid\n"
-	       "                           batchnorm softmax)\n"
+	       "                           (dense:N conv:F:K[:S][:same|valid|P][:bias=0]\n"
+	       "                           maxpool:K[:S[:P]] avgpool:K[:S] gap flatten dropout:P\n"
+	       "                           relu tanh sigmoid batchnorm softmax; blocks\n"
+	       "                           res(ITEMS[|SHORTCUT])[:relu] seq(ITEMS); NAME=ITEM),\n"
+	       "                           a named one (resnet18/34/50/101/152, resnet20/32/44/\n"
+	       "                           56/110), or @FILE: the spec from a file\n"
+	       "      --classes N          outputs of a named model (default 1000; resnet20...: 10)\n"
 	       "      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
 	       "      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
 	       "                           squared error on vectors\n"
@@ -325,6 +333,7 @@ static void help(void)
 	       "      --lr-mult 'PAT=X,...'  their learning rate times X (the first match)\n"
 	       "      --no-decay PATTERNS  no weight decay for those (e.g. bias,bn)\n"
 	       "      --label-smoothing X  cross-entropy against (1-X) one-hot + X/classes\n"
+	       "      --sync-bn            batchnorm statistics over the batch of all ranks\n"
 	       "\n"
 	       "Logs:\n"
 	       "      --log-format logfmt|json  training log lines (default logfmt)\n"
@@ -605,6 +614,8 @@ static void parse_args(int argc, char **argv)
 			O.given[c] = 1;
 		switch (c) {
 		case O_MODEL: O.model = optarg; break;
+		case O_CLASSES: O.classes = (int)cli_count("--classes", optarg, 2, 1 << 24); break;
+		case O_SYNC_BN: O.sync_bn = 1; break;
 		case O_INPUT_SHAPE: O.input_shape = optarg; break;
 		case O_LOSS:
 			if (!(O.loss = dp_loss_parse(optarg)))
@@ -850,6 +861,8 @@ static void settings_from(const dp_st *ck)
 		O.no_decay = v;
 	if ((v = from_ckpt(ck, O_SMOOTH, "label_smoothing")))
 		O.smooth = meta_real(ck, "label_smoothing", v, 0, 1);
+	if ((v = from_ckpt(ck, O_SYNC_BN, "sync_bn")))
+		O.sync_bn = !strcmp(v, "true");
 }
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
@@ -1069,6 +1082,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"lr_mult", opt_text(O.lr_mult),
 		"no_decay", opt_text(O.no_decay),
 		"label_smoothing", dp_fmt_double(O.smooth, smb, sizeof smb),
+		"sync_bn", O.sync_bn ? "true" : "false",
 		NULL,
 	};
 	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
@@ -1118,13 +1132,19 @@ static void summary(dp_model *m)
 {
 	char a[64], b[64];
 	dp_shape in = dp_model_input(m);
-	printf("%-5s  %-28s  %-12s  %10s\n", "layer", "item", "output", "params");
-	printf("%-5s  %-28s  %-12s  %10s\n", "", "input", dp_shape_format(&in, a, sizeof a), "");
+	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "layer", "name", "item", "output", "params");
+	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "", "", "input", dp_shape_format(&in, a, sizeof a),
+	       "");
 	for (int i = 0; i < dp_model_nlayers(m); i++) {
 		dp_layer_info li;
 		dp_model_layer(m, i, &li);
-		printf("%-5d  %-28s  %-12s  %10zu\n", i, li.text, dp_shape_format(&li.out, b, sizeof b),
-		       li.nparams);
+		char item[256];
+		/* an item is indented by the blocks it is in; a block's sum names
+		 * what it adds to its items' output */
+		snprintf(item, sizeof item, "%*s%s", 2 * li.depth, "", li.text);
+		printf("%-5d  %-24s  %-28s  %-12s  %10zu%s\n", i, li.name, item,
+		       dp_shape_format(&li.out, b, sizeof b), li.nparams,
+		       li.frozen ? "  frozen" : "");
 	}
 	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
 	       dp_loss_name(dp_model_loss_kind(m)));
@@ -1362,7 +1382,8 @@ static char *settings_text(const dp_optim_conf *oc)
 		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
 	char imgb[512];
 	dp_image_spec(&O.img, imgb, sizeof imgb);
-	fprintf(f, "image=%s\nlayout=%s\n", O.decode == DP_DECODE_IMAGE ? imgb : "", O.hwc ? "hwc" : "chw");
+	fprintf(f, "image=%s\nlayout=%s\nsync_bn=%d\n", O.decode == DP_DECODE_IMAGE ? imgb : "",
+		O.hwc ? "hwc" : "chw", O.sync_bn);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1424,16 +1445,7 @@ static int zero_grads(dp_err *e)
 		be->copy(ctx, dp_model_grads(M), R.acc, dp_model_nparams(M) * sizeof(float));
 	else
 		be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
-	for (int i = dp_model_nlayers(M) - 1; i >= 0; i--) {
-		dp_layer_info li;
-		dp_model_layer(M, i, &li);
-		if (li.nparams) {
-			int rc = dp_comm_grads_ready(COMM, li.param_off, li.nparams, e);
-			if (rc < 0)
-				return rc;
-		}
-	}
-	return DP_OK;
+	return dp_model_idle(M, dp_comm_hook, COMM, e); /* and --sync-bn's sums */
 }
 
 /* A hash of everything a rank trains (weights, running statistics,
@@ -1599,6 +1611,26 @@ static void check_same_settings(void)
 	free(stext);
 }
 
+/* --model @FILE: the spec in a file (newlines and # comments allowed). */
+static char *model_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		usage_error("--model @%s: %s", path, strerror(errno));
+	char *t = cli_malloc((1 << 20) + 1);
+	size_t len = fread(t, 1, 1 << 20, f);
+	int bad = ferror(f), more = !bad && fgetc(f) != EOF;
+	fclose(f);
+	if (bad)
+		usage_error("--model @%s: %s", path, strerror(errno));
+	if (more)
+		usage_error("--model @%s: larger than 1 MiB", path);
+	t[len] = 0;
+	if (strlen(t) != len)
+		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(t));
+	return t;
+}
+
 static void make_model(void)
 {
 	dp_err e;
@@ -1608,8 +1640,27 @@ static void make_model(void)
 		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
 	if (dp_shape_parse(O.input_shape, &R.in, &e) < 0)
 		bad_setting(from_meta[O_INPUT_SHAPE], "%s", e.msg);
-	if (!(M = dp_model_new(O.model, &R.in, O.loss, &e)))
+	char *spec = O.model[0] == '@' ? model_file(O.model + 1) : cli_strdup(O.model);
+	if (O.classes) {
+		int k = dp_model_named(spec);
+		if (!k)
+			usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
+				    "'%s' with dense:CLASSES", O.model);
+		char *t = NULL;
+		if (k == 1 && asprintf(&t, "%s:%d", spec, O.classes) < 0)
+			cli_die("out of memory");
+		if (k == 2 && atoi(strchr(spec, ':') + 1) != O.classes)
+			bad_setting(from_meta[O_MODEL], "--classes %d, but the model is %s", O.classes,
+				    spec);
+		if (t) {
+			free(spec);
+			spec = t;
+		}
+	}
+	if (!(M = dp_model_new(spec, &R.in, O.loss, &e)))
 		bad_setting(from_meta[O_MODEL], "%s", e.msg);
+	free(spec);
+	O.model = dp_model_spec(M); /* as parsed: one line, comments gone */
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
 }
 
@@ -1851,6 +1902,12 @@ static void resume_state(dp_st *ck)
 	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1);
 }
 
+/* --sync-bn: batchnorm sums over the ranks. */
+static int bn_sum(void *comm, double *v, size_t n, dp_err *e)
+{
+	return dp_comm_allreduce_sum(comm, v, n, e);
+}
+
 /* The model on the backend, the optimizer, the weights (the
  * checkpoint's, or fresh), the same on every rank. */
 static void setup_model(void)
@@ -1872,6 +1929,10 @@ static void setup_model(void)
 			    "--freeze, --lr-mult, --no-decay: %s", e.msg);
 	if (dp_model_set_label_smoothing(M, O.smooth, &e) < 0)
 		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
+	if (O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
+		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
+	if (O.sync_bn && SIZE > 1)
+		dp_model_set_sync(M, bn_sum, COMM);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
 	if (!R.ck || O.init) /* --init: what --reset leaves */
 		dp_model_init(M, O.seed);

@@ -239,6 +239,14 @@ int dp_comm_allreduce_sum(dp_comm *c, double *v, size_t n, dp_err *e)
 {
 	if (c->size == 1 || !n)
 		return DP_OK;
+	/* within a step (--sync-bn's sums in the backward pass) the buckets
+	 * handed to the communication thread go first: one thread in MPI at a
+	 * time, and the same order of collectives on every rank */
+	if (c->in_step && !c->nccl) {
+		int rc = comm_mpi_grads_drain(c, e);
+		if (rc < 0)
+			return rc;
+	}
 	return comm_mpi_allreduce_sum(c, v, n, COMM_F64, "sum", e);
 }
 

@@ -911,6 +911,16 @@ static int arch_spec(const char *spec, char **out, dp_err *e)
 	return 1;
 }
 
+int dp_model_named(const char *spec)
+{
+	char *t = NULL;
+	while (isspace((unsigned char)*spec))
+		spec++;
+	int rc = arch_spec(spec, &t, NULL);
+	free(t);
+	return rc == 1 ? (strchr(spec, ':') ? 2 : 1) : 0;
+}
+
 /* The activation kind an item relu, tanh or sigmoid computes. */
 static int act_of(int kind)
 {
@@ -1539,25 +1549,6 @@ int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp
 	return DP_OK;
 }
 
-int dp_model_sync_idle(dp_model *m, dp_err *e)
-{
-	if (!m->sync)
-		return DP_OK;
-	int rc;
-	for (int i = 0; i < m->n; i++) {
-		double zero = 0;
-		if (bn_synced(m, &m->l[i]) && (rc = sync_sums(m, NULL, 2 * m->l[i].in.c, &zero, e)) < 0)
-			return rc;
-	}
-	for (int i = m->n - 1; i >= 0; i--) {
-		layer *L = &m->l[i];
-		if (bn_synced(m, L) && L->needg && L->src >= 0 && m->l[L->src].needg &&
-		    (rc = sync_sums(m, NULL, 2 * L->in.c, NULL, e)) < 0)
-			return rc;
-	}
-	return DP_OK;
-}
-
 int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
 		  double stats[2], dp_err *e)
 {
@@ -1614,7 +1605,8 @@ static void deliver(dp_model *m, size_t n, int exec, int src, int t, uint64_t *b
 }
 
 /* The backward pass, last layer first (exec 0: only count the gradient
- * buffers it takes, which is returned).  Each layer's output gradient is
+ * buffers it takes, which is returned; exec 2: only the sums of --sync-bn
+ * and the hooks, as a worker without samples makes them).  Each layer's output gradient is
  * in buffer gslot[i]; a layer working in place hands its buffer down,
  * others write a fresh one; where two layers read one output (a residual
  * block's input) their gradients are added. */
@@ -1630,7 +1622,11 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 	for (int i = m->n - 1; i >= 0; i--) {
 		layer *L = &m->l[i];
 		int s = gs[i];
-		if (L->needg && s >= 0) {
+		if (exec == 2) {
+			if (bn_synced(m, L) && L->needg && L->src >= 0 && m->l[L->src].needg &&
+			    (rc = sync_sums(m, NULL, 2 * L->in.c, NULL, e)) < 0)
+				return rc;
+		} else if (L->needg && s >= 0) {
 			float *dy = exec ? m->gbuf[s] : NULL;
 			int want = L->src >= 0 && m->l[L->src].needg, t = -1;
 			int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
@@ -1726,6 +1722,17 @@ int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, 
 	int rc = walk(m, n, 1, hook, hook_ctx, e);
 	m->dout = NULL;
 	return rc;
+}
+
+int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e)
+{
+	int rc;
+	for (int i = 0; i < m->n && m->sync; i++) {
+		double zero = 0;
+		if (bn_synced(m, &m->l[i]) && (rc = sync_sums(m, NULL, 2 * m->l[i].in.c, &zero, e)) < 0)
+			return rc;
+	}
+	return walk(m, 0, 2, hook, hook_ctx, e);
 }
 
 int dp_model_predict(dp_model *m, const float *x, size_t n, float *out, dp_err *e)
