@@ -1382,7 +1382,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
 	char imgb[512];
 	dp_image_spec(&O.img, imgb, sizeof imgb);
-	fprintf(f, "image=%s\nlayout=%s\nsync_bn=%d\n", O.decode == DP_DECODE_IMAGE ? imgb : "",
+	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, O.decode == DP_DECODE_IMAGE ? imgb : "",
 		O.hwc ? "hwc" : "chw", O.sync_bn);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
@@ -2414,7 +2414,10 @@ int main(int argc, char **argv)
 	start_from_checkpoint();
 	if (R.ck)
 		check_same_settings(); /* as completed from it */
+	int from_file = O.model && O.model[0] == '@';
 	make_model();
+	if (from_file)
+		check_same_settings(); /* the spec read, not the file's name */
 	if (O.summary)
 		return show_summary();
 	check_ckpt_model();
