@@ -132,6 +132,9 @@ is "$out" "0 2=0.5 bias 0.1" "the settings are in the checkpoint's metadata"
 run dp-train --resume r1.st --train vec.tfr --prefetch 0 -q -o r2.st
 is "$rc" 0 "--resume of a fine-tuning run"
 ok $CHK mlp.st r2.st =0.weight =0.bias ~2.weight "--resume: still frozen"
+run dp-train --resume r1.st --train vec.tfr --prefetch 0 -q --freeze 2 -o r3.st
+is "$rc:$err" "0:" "--resume with other layers frozen: the unfrozen start from a fresh optimizer state"
+ok $CHK r1.st r3.st ~0.weight =2.weight "... the unfrozen move, the newly frozen stay"
 
 # under mpirun: the settings compared across ranks; np=2 = np=1 at the same global batch
 . "$DP_SRC/tests/mpi.sh"
