@@ -753,14 +753,18 @@ static inline void maxpool22_row(const float *r0, const float *r1, int w, int ow
 		d[ox] = r1[2 * ox + 1];
 	}
 	for (int ox = 0; ox < ow; ox++) {
+		/* v != v: a NaN wins, as in the general loop (and PyTorch) */
 		int32_t i = base + 2 * ox;
 		float m = a[ox];
-		i = b[ox] > m ? base + 2 * ox + 1 : i;
-		m = b[ox] > m ? b[ox] : m;
-		i = c[ox] > m ? base + 2 * ox + w : i;
-		m = c[ox] > m ? c[ox] : m;
-		i = d[ox] > m ? base + 2 * ox + w + 1 : i;
-		m = d[ox] > m ? d[ox] : m;
+		int tb = b[ox] > m || b[ox] != b[ox];
+		i = tb ? base + 2 * ox + 1 : i;
+		m = tb ? b[ox] : m;
+		int tc = c[ox] > m || c[ox] != c[ox];
+		i = tc ? base + 2 * ox + w : i;
+		m = tc ? c[ox] : m;
+		int td = d[ox] > m || d[ox] != d[ox];
+		i = td ? base + 2 * ox + w + 1 : i;
+		m = td ? d[ox] : m;
 		y[ox] = m;
 		arg[ox] = i;
 	}
