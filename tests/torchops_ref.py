@@ -49,6 +49,15 @@ for shape, k, p, special in (((2, 3, 9, 8), 3, 1, False), ((1, 2, 8, 8), 3, 1, T
     for a in (x, dy, y.detach().numpy(), idx.numpy().astype(np.float32), t.grad.numpy()):
         put(a)
 
+def through(bn, x, dy):
+    """y = bn(x), then the gradients of sum(y * dy): y, dx, dgamma, dbeta."""
+    bn.zero_grad()
+    t = torch.tensor(x, requires_grad=True)
+    y = bn(t)
+    (y * torch.tensor(dy)).sum().backward()
+    return [a.detach().numpy() for a in (y, t.grad, bn.weight.grad, bn.bias.grad)]
+
+
 for shape in ((6, 3, 5, 5), (10, 4, 1, 1)):
     c = shape[1]
     x = f32(rng.standard_normal(shape) * 3 + 0.5)
@@ -59,21 +68,15 @@ for shape in ((6, 3, 5, 5), (10, 4, 1, 1)):
     with torch.no_grad():
         bn.weight.copy_(torch.tensor(gamma))
         bn.bias.copy_(torch.tensor(beta))
-    t = torch.tensor(x, requires_grad=True)
-    y = bn(t)
-    (y * torch.tensor(dy)).sum().backward()
-    for a in (x, dy, gamma, beta, y.detach(), bn.running_mean, bn.running_var, t.grad,
-              bn.weight.grad, bn.bias.grad):
-        put(a.numpy() if torch.is_tensor(a) else a)
+    y, dx, dg, db = through(bn, x, dy)
+    for a in (x, dy, gamma, beta, y, bn.running_mean.numpy(), bn.running_var.numpy(), dx, dg,
+              db):
+        put(a)
     rm = f32(rng.standard_normal(c))
     rv = f32(rng.uniform(0.5, 2, c))
     bn.eval()
-    bn.zero_grad()
     with torch.no_grad():
         bn.running_mean.copy_(torch.tensor(rm))
         bn.running_var.copy_(torch.tensor(rv))
-    t = torch.tensor(x, requires_grad=True)
-    y = bn(t)
-    (y * torch.tensor(dy)).sum().backward()
-    for a in (rm, rv, y.detach(), t.grad, bn.weight.grad, bn.bias.grad):
-        put(a.numpy() if torch.is_tensor(a) else a)
+    for a in [rm, rv] + through(bn, x, dy):
+        put(a)
