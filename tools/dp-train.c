@@ -1667,6 +1667,9 @@ static void make_model(void)
 /* --summary: the layers, and the end of the run. */
 static int show_summary(void)
 {
+	dp_err e;
+	if (O.freeze && *O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
+		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
 	if (RANK == 0)
 		summary(M);
 	dp_model_free(M);
