@@ -1630,8 +1630,9 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			float *dy = exec ? m->gbuf[s] : NULL;
 			int want = L->src >= 0 && m->l[L->src].needg, t = -1;
 			int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
-			float *dw = m->grads + L->woff, *db = L->bn ? m->grads + L->boff : NULL;
-			const float *w = m->params + L->woff;
+			float *dw = exec ? m->grads + L->woff : NULL;
+			float *db = exec && L->bn ? m->grads + L->boff : NULL;
+			const float *w = exec ? m->params + L->woff : NULL;
 			switch (L->kind) {
 			case DP_LAYER_DENSE:
 			case DP_LAYER_CONV:
