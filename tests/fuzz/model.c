@@ -23,18 +23,6 @@
 
 static dp_bectx *ctx;
 
-/* Bytes a bound model would take, roughly, for a batch of 2. */
-static size_t model_bytes(const dp_model *m)
-{
-	size_t b = 4 * (2 * dp_model_nparams(m) + dp_model_nbuffers(m) + 2 * dp_model_in_size(m));
-	for (int i = 0; i < dp_model_nlayers(m); i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		b += 4 * 8 * dp_shape_size(&li.out);
-	}
-	return b;
-}
-
 struct hooks {
 	size_t end;
 	int ok;
@@ -118,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	dp_model *m2 = dp_model_new(dp_model_spec(m), &in, loss, &e);
 	CHECK(m2 && dp_model_same(m, m2), "'%s' does not build the same model again", dp_model_spec(m));
 	dp_model_free(m2);
-	if (model_bytes(m) < (8u << 20) && dp_model_bind(m, &dp_backend_cpu, ctx, 2, &e) == 0) {
+	if (fuzz_model_bytes(m) < (8u << 20) && dp_model_bind(m, &dp_backend_cpu, ctx, 2, &e) == 0) {
 		dp_model_init(m, 1);
 		step(m, loss);
 		/* frozen: tensors from the first half of the layers */
