@@ -2,7 +2,7 @@
 python3-torch, python3-torchvision; weights=None: nothing is downloaded).
 
 A MODEL is one of
-  tv18:CLASSES   torchvision.models.resnet18(weights=None, num_classes=CLASSES)
+  tvN:CLASSES    torchvision.models.resnetN(weights=None, num_classes=CLASSES), N 18, 34, 50
   r20            the CIFAR ResNet-20 of ../shared/peers/torch_resnet.py (the same class)
   SPEC           a dp-train model spec, built as the torch module tree whose names are
                  dp-train's: a list is a module whose children are its items, named by
@@ -25,6 +25,8 @@ A MODEL is one of
                                             torch's SGD (Nesterov) steps from INIT against
                                             dp-train's OUT (see below)
   resnet_ref.py same A B                    exit 0 if A and B hold bit-identical model tensors
+  resnet_ref.py close A B TOL                exit 0 if A's and B's model tensors differ by at
+                                            most TOL, their counters not at all
   resnet_ref.py frozen INIT OUT PATTERNS    PATTERNS' tensors (running statistics and
                                             counters included) bit-identical, the others not
   resnet_ref.py batch FILE                  run the commands of FILE (torch imports once);
@@ -144,9 +146,10 @@ def build(spec, shape):
 
 def make(model, shape):
     import torch.nn as nn
-    if model.startswith("tv18:"):
+    if model.startswith("tv"):  # tv18:10, tv34:10, tv50:10
         import torchvision
-        return torchvision.models.resnet18(weights=None, num_classes=int(model[5:]))
+        depth, classes = model[2:].split(":")
+        return getattr(torchvision.models, "resnet" + depth)(weights=None, num_classes=int(classes))
     if model == "r20":
         return resnet20(shape[0])
     m = build(model, shape)
@@ -210,11 +213,13 @@ def cmd_init(model, shape, seed, out):
     torch.manual_seed(int(seed))
     m = make(model, shape_of(shape))
     g = torch.Generator().manual_seed(int(seed) + 1)
+    # resnet50's 16 blocks add up in evaluation mode: smaller gammas keep its logits near 1
+    low, width = (0.2, 0.3) if model.startswith("tv50") else (0.5, 1.0)
     with torch.no_grad():
         for mod in m.modules():
             if is_bn(mod):
                 n = mod.num_features
-                mod.weight.copy_(0.5 + torch.rand(n, generator=g))
+                mod.weight.copy_(low + width * torch.rand(n, generator=g))
                 mod.bias.copy_(0.1 * torch.randn(n, generator=g))
                 mod.running_mean.copy_(0.1 * torch.randn(n, generator=g))
                 mod.running_var.copy_(0.5 + torch.rand(n, generator=g))
@@ -245,7 +250,8 @@ def cmd_step(argv):
     other side of a ReLU's 0, or the other element of a max pool first, which moves the
     gradients of the layers below by a percent with batchnorm over a few values; the data
     are chosen where neither torch nor dp-train does so; several steps are compared with
-    torch's in float32, whose trajectory float32's rounding steers).  One step: each gradient, from
+    torch's in float32, whose trajectory float32's rounding steers; --ref float32 where
+    torch float32 itself is far from float64).  One step: each gradient, from
     the weight change (w0 - w1 = lr (1 + momentum) (g + wd w0) for the first Nesterov
     step), within 1e-4 of the tensor's largest gradient element (per-element relative
     errors of elements near 0 mean nothing) plus the rounding of w1 (4 ulp of w0 over
@@ -259,6 +265,7 @@ def cmd_step(argv):
     ap.add_argument("--lr", type=float); ap.add_argument("--momentum", type=float)
     ap.add_argument("--weight-decay", type=float); ap.add_argument("--no-decay-bn-bias", action="store_true")
     ap.add_argument("--freeze", default="")
+    ap.add_argument("--ref", choices=("float32", "float64"))
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     z = np.load(a.data)
@@ -294,10 +301,11 @@ def cmd_step(argv):
         state = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
         return state, grads, {n: wd.get(id(p), 0.0) for n, p in m.named_parameters()}
 
-    want64, grads, wd = train(torch.float64)
+    want64, grads64, wd = train(torch.float64)
     want32, grads32, _ = train(torch.float32)
     # several steps follow float32's own trajectory: the reference is then torch float32's
-    want = want64 if a.steps == 1 else want32
+    ref = a.ref or ("float64" if a.steps == 1 else "float32")
+    want, grads = (want64, grads64) if ref == "float64" else (want32, grads32)
     init, _ = model_tensors(a.init)
     got, _ = model_tensors(a.out)
     if got.keys() != want.keys():
@@ -331,13 +339,13 @@ def cmd_step(argv):
                 print(f"# {k}: {int(g)}, torch's {int(w)}"); bad += 1
             continue
         d, ok = error(k, g, w, grads.get(k))
-        d32, _ = error(k, want32[k].astype(np.float32), want64[k], grads.get(k))
+        d32, _ = error(k, want32[k].astype(np.float32), want64[k], grads64.get(k))
         worst, worst32 = max(worst, (d, k)), max(worst32, (d32, k))
         if not ok:
             print(f"# {k}: {'gradient ' if a.steps == 1 and k in grads else ''}error {d:.3g} "
                   f"(torch float32's {d32:.3g})")
             bad += 1
-    print(f"# {len(want)} tensors against torch {'float64' if a.steps == 1 else 'float32'}, {bad} "
+    print(f"# {len(want)} tensors against torch {ref}, {bad} "
           f"differ; worst {worst[1]}: {worst[0]:.3g}; torch float32 against float64: worst "
           f"{worst32[1]}: {worst32[0]:.3g}")
     sys.exit(1 if bad else 0)
@@ -390,6 +398,16 @@ def main(argv):
         a, _ = model_tensors(argv[2])
         b, _ = model_tensors(argv[3])
         sys.exit(0 if a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a) else 1)
+    if cmd == "close":
+        a, _ = model_tensors(argv[2])
+        b, _ = model_tensors(argv[3])
+        tol = float(argv[4])
+        if a.keys() != b.keys():
+            sys.exit("# not the same tensors")
+        d = max(float(np.max(np.abs(a[k].astype(np.float64) - b[k]))) for k in a if a[k].dtype.kind == "f")
+        ints = all(a[k].tobytes() == b[k].tobytes() for k in a if a[k].dtype.kind != "f")
+        print(f"# max difference {d:.3g} over {len(a)} tensors; counters {'equal' if ints else 'differ'}")
+        sys.exit(0 if d <= tol and ints else 1)
     if cmd == "frozen":
         return cmd_frozen(*argv[2:5])
     raise SystemExit(f"resnet_ref: unknown command {cmd}")
