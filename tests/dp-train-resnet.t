@@ -74,6 +74,11 @@ pool=gap, flatten,
 fc=dense:5
 EOF
 GN=$(sed 's/#.*//' gn.txt | tr -d ' \n')
+# outputs read twice: an activation right after a layer whose output the
+# shortcut also reads (not in place, not fused), both sides of a block on
+# one input, a block's sum into a maxpool with padding, a conv bias before
+# batchnorm (its gradient 0)
+H='conv:4:3:1:1,bn,res(relu,conv:4:3:1:1,bn):relu,maxpool:3:2:1,res(relu,conv:4:3:1:1):tanh,res(bn|bn),relu,res(seq(tanh),sigmoid|relu),gap,flatten,dense:5'
 cat > init.txt <<EOF
 init tv18:10 3x64x64 1 r18.st
 init r20 1x28x28 2 r20.st
@@ -81,9 +86,10 @@ init tv34:10 3x64x64 1 r34.st
 init tv50:10 3x64x64 1 r50.st
 init $G 3x8x8 3 g.st
 init $GN 3x8x8 3 gn.st
+init $H 3x8x8 4 h.st
 EOF
 $REF batch init.txt > init.log 2>&1 || { cat init.log; exit 1; }
-is "$(grep -c '^rc 0$' init.log)" 6 "torch's initial weights, state_dicts saved plain"
+is "$(grep -c '^rc 0$' init.log)" 7 "torch's initial weights, state_dicts saved plain"
 like "$(head -c 40 r18.st | tail -c +9)" '^\{"conv1\.weight"' "r18.st is torchvision's state_dict, no __metadata__"
 
 R18=(--model resnet18 --classes 10 --input-shape 3x64x64)
@@ -181,6 +187,11 @@ ok $REF same sgn.st sgf.st "...the same model and training, bit for bit"
 run dp-train --model @gn.txt --input-shape 3x8x8 --summary
 like "$out" "^11 +down\.downsample\.0 +conv:16:1:2:bias=0 +16x4x4 +128$" "--summary: the shortcut's names"
 like "$out" "^8 +blk +\+ identity, relu +8x8x8 +0$" "--summary: a block's sum, its activation"
+run dp-train --init h.st --model "$H" --input-shape 3x8x8 --train g.tfr --batch-size 8 --max-steps 1 \
+	"${T1[@]}" "${SGD[@]}" --lr 1 -o sh.st
+is "$rc" 0 "a graph of outputs read twice: one step"
+[ "$rc" = 0 ] || diag "$err"
+dp-eval --model sh.st --data g.tfr --predictions ph.jsonl -q 2>/dev/null
 dp-eval --model sg.st --data g.tfr --predictions pg.jsonl -q 2>/dev/null
 dp-eval --model sgn.st --data g.tfr --predictions pgn.jsonl -q 2>/dev/null
 cat > graph.txt <<EOF
@@ -188,6 +199,8 @@ step $G 3x8x8 g.st sg.st g.npz --batch 8 --steps 3 --lr 0.05 $TSGD
 step $GN 3x8x8 gn.st sgn.st g.npz --batch 8 --steps 3 --lr 0.05 $TSGD
 predict $G 3x8x8 sg.st g.npz pg.jsonl
 predict $GN 3x8x8 sgn.st g.npz pgn.jsonl
+step $H 3x8x8 h.st sh.st g.npz --batch 8 --lr 1 $TSGD
+predict $H 3x8x8 sh.st g.npz ph.jsonl
 EOF
 $REF batch graph.txt > graph.log 2>&1
 results graph.log <<'EOF'
@@ -195,6 +208,8 @@ the graph: 3 steps = torch's module tree's (names 0, 3.0, 4.downsample.0, ...)
 the named graph: 3 steps = torch's (stem.c, blk.conv1, down.downsample.0, fc, ...)
 the graph's checkpoint loads into the module tree (strict); same probabilities
 the named graph's too
+outputs read twice: one step = torch's (gradients against float64)
+...its checkpoint loads into the module tree (strict); same probabilities
 EOF
 
 # 5. --sync-bn: np=2 at batch 4 = np=1 at batch 8; without it, not
