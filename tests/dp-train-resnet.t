@@ -232,6 +232,15 @@ else
 	d=$(maxdiff one.st two-local.st)
 	ok awk -v d="$d" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 > 1e-4) }' \
 		"without --sync-bn np=2 differs (max difference $d): the test can fail"
+	# a rank without samples in a step (32 records, 3 ranks of 4: the third
+	# step's 8 are ranks 0's and 1's): its running statistics must take the
+	# step's all-rank statistics too, as np=1's at batch 12
+	run mpi 3 dp-train "${S3[@]}" --batch-size 4 --sync-bn -o three.st
+	is "$rc" 0 "mpirun -np 3 --sync-bn, batch 4, a rank without samples in the last step"
+	dp-train "${S3[@]}" --batch-size 12 -o one12.st > /dev/null 2>&1
+	run $REF close one12.st three.st 1e-5
+	is "$rc" 0 "...weights and running statistics equal np=1's at batch 12 within 1e-5"
+	diag "$out"
 	# uneven shards: rank 1 has 4 records, rank 0 12: steps 2 and 3 without
 	# samples on rank 1, its batchnorm sums still go into the collectives
 	run mpi 2 dp-train --model "$S" --input-shape 1x12x12 --train 'part-{rank}.tfr' --batch-size 4 \
