@@ -43,8 +43,10 @@ data("d18.npz", 7, (4, 3, 64, 64), 10)
 data("d20.npz", 5, (24, 1, 28, 28), 10)
 data("g.npz", 6, (24, 3, 8, 8), 5)
 data("s.npz", 8, (32, 1, 12, 12), 5)
+z = np.load("d18.npz")
+np.savez("f.npz", x=z["x"], y=z["y"] % 5)
 '
-for d in d18 d20 g s; do $PY "$DP_SRC/tests/mkexamples.py" $d.tfr npz $d.npz; done
+for d in d18 d20 g s f; do $PY "$DP_SRC/tests/mkexamples.py" $d.tfr npz $d.npz; done
 $PY "$DP_SRC/tests/mkexamples.py" part-0.tfr random --n 12 --shape 1x12x12 --classes 5 --seed 3
 $PY "$DP_SRC/tests/mkexamples.py" part-1.tfr random --n 4 --shape 1x12x12 --classes 5 --seed 4
 
@@ -250,6 +252,20 @@ else
 	like "$err" "the ranks' data ran out at different steps: 2 steps had fewer than 8" \
 		"...the two steps were joined by the rank without samples"
 	ok $PY "$DP_SRC/tests/torch_ref.py" finite uneven.st "...finite weights"
+	# the issue's fine-tuning command, small: torchvision's weights, a new
+	# head, the stem and layer1 frozen, under mpirun; back into torchvision
+	run mpi 2 dp-train --model resnet18 --classes 5 --input-shape 3x64x64 --init r18.st --reset fc \
+		--freeze 'conv1,bn1,layer1*' --train f.tfr --batch-size 2 --max-steps 2 "${T1[@]}" \
+		"${SGD[@]}" --lr 0.01 --sync-bn -o ft.st
+	is "$rc" 0 "mpirun -np 2 dp-train --model resnet18 --classes 5 --init (10 classes) --reset fc --freeze ..."
+	[ "$rc" = 0 ] || diag "$err"
+	dp-eval --model ft.st --data f.tfr --predictions pft.jsonl -q 2>/dev/null
+	printf 'frozen r18.st ft.st conv1,bn1,layer1*\npredict tv18:5 3x64x64 ft.st f.npz pft.jsonl\n' > ft.txt
+	$REF batch ft.txt > ft.log 2>&1
+	results ft.log <<'EOF'
+...the frozen tensors are torchvision's to the bit, the others moved
+...the checkpoint loads into torchvision's resnet18(num_classes=5) (strict); same probabilities
+EOF
 fi
 
 # 6. --freeze on resnet20: frozen tensors and their running statistics

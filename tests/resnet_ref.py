@@ -384,6 +384,8 @@ def main(argv):
                     main(["resnet_ref.py"] + shlex.split(line)); rc = 0
                 except SystemExit as e:
                     rc = e.code or 0
+                except Exception as e:  # a missing file: this command fails, not the batch
+                    print(f"# {type(e).__name__}: {e}"); rc = 1
                 print(f"rc {rc}", flush=True)
         return
     if cmd == "check":
