@@ -279,14 +279,24 @@ is "$rc" 0 "resnet20 --freeze '$FZ': 3 steps"
 run dp-train --init r20.st "${R20[@]}" --train d20.tfr --batch-size 8 --max-steps 1 "${T1[@]}" \
 	"${SGD[@]}" --lr 1 --freeze "$FZ" -o fz1.st
 is "$rc" 0 "...and one step"
+# frozen in the middle (gradients through frozen layers, batchnorm in
+# evaluation mode) and every batchnorm frozen
+for f in 'layer2*' bn; do
+	dp-train --init r20.st "${R20[@]}" --train d20.tfr --batch-size 8 --max-steps 1 "${T1[@]}" \
+		"${SGD[@]}" --lr 1 --freeze "$f" -o "fz-$f.st" > /dev/null 2>&1
+done
 cat > fz.txt <<EOF
 frozen r20.st fz.st $FZ
 step r20 1x28x28 r20.st fz1.st d20.npz --batch 8 --lr 1 $TSGD --freeze $FZ
+step r20 1x28x28 r20.st fz-layer2*.st d20.npz --batch 8 --lr 1 $TSGD --freeze layer2*
+step r20 1x28x28 r20.st fz-bn.st d20.npz --batch 8 --lr 1 $TSGD --freeze bn
 EOF
 $REF batch fz.txt > fz.log 2>&1
 results fz.log <<'EOF'
 frozen tensors (weights, running statistics, counters) bit for bit unchanged, the others changed
 a frozen step = torch's (requires_grad=False, frozen batchnorm in eval mode): gradients, statistics
+--freeze 'layer2*' (gradients through frozen layers): one step = torch's
+--freeze bn (every batchnorm in evaluation mode): one step = torch's
 EOF
 grep '^# .* tensors' fz.log
 

@@ -279,10 +279,11 @@ def cmd_step(argv):
         decay, nodecay = [], []
         for mn, mod in m.named_modules():
             own = list(mod.named_parameters(recurse=False))
-            if own and a.freeze and is_bn(mod) and all(selected(f"{mn}.{pn}", a.freeze) for pn, _ in own):
+            if own and a.freeze and is_bn(mod) and all(selected(f"{mn}.{pn}", a.freeze, mod, p.dim())
+                                                       for pn, p in own):
                 mod.eval()  # a frozen batchnorm: its running statistics, not updated
             for pn, p in own:
-                if a.freeze and selected(f"{mn}.{pn}", a.freeze):
+                if a.freeze and selected(f"{mn}.{pn}", a.freeze, mod, p.dim()):
                     p.requires_grad_(False)
                     continue
                 (nodecay if a.no_decay_bn_bias and (is_bn(mod) or pn == "bias") else decay).append(p)
@@ -355,10 +356,17 @@ def cmd_step(argv):
     sys.exit(1 if bad else 0)
 
 
-def selected(name, patterns):
+def selected(name, patterns, mod=None, ndim=None):
+    """dp_model_select's items (dp_nn.h): bias, bn, 1d (given the module and the
+    tensor's dimensions), or an fnmatch pattern over the name or a prefix of it."""
     parts = name.split(".")
-    return any(fnmatch.fnmatchcase(".".join(parts[:i]), p)
-               for p in patterns.split(",") for i in range(1, len(parts) + 1))
+    for p in patterns.split(","):
+        if p == "bias" and name.endswith(".bias") or p == "bn" and mod is not None and is_bn(mod) \
+                or p == "1d" and ndim == 1:
+            return True
+        if any(fnmatch.fnmatchcase(".".join(parts[:i]), p) for i in range(1, len(parts) + 1)):
+            return True
+    return False
 
 
 def cmd_frozen(init, out, patterns):
