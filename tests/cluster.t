@@ -36,6 +36,8 @@ if ! cluster_start 2; then
 	done_testing
 fi
 ok cluster_shape 1gbit "links shaped: tbf 1 Gbit/s on every host"
+like "$(tc -n "$CL_ID-br" qdisc show dev v-h2)" "tbf .*rate 1Gbit" \
+	"... and on the switch's port toward each host (the other direction's queue)"
 run cluster_mpirun -H h1,h2 -np 2 hostname
 is "$(sort <<<"$out" | tr '\n' ' ')" "h1 h2 " "mpirun -H h1,h2 starts a process on each host"
 
