@@ -507,20 +507,25 @@ out:
 
 /* ---- the wire: float32, or 16-bit messages ---- */
 
-/* Bytes of a ring message at most.  A larger message goes by rendezvous
- * (Open MPI's eager limit over TCP is 64 KiB with its header): its
- * sender waits for the receiver's go-ahead, and between two hosts that
- * go-ahead travels on the one socket that also carries the receiver's
- * own data the other way, behind megabytes of it in the socket's send
- * buffer.  Each side then waits for the other in turn and the link is
- * used one direction at a time: 48% of it at 1 Gbit/s (bench/REPORT).
- * Eager messages go as soon as they are posted, both ways at once. */
-#define MSG_MAX 64000
+/* Bytes of a ring message at most.  Where the right neighbour is also the
+ * left one on another host (a ring of 2 hosts), 64,000: under Open MPI's
+ * eager limit over TCP (64 KiB with its header).  A larger message goes
+ * by rendezvous: its sender waits for the receiver's go-ahead, which
+ * travels on the one socket of the pair, behind megabytes of the
+ * receiver's own data in that socket's send buffer; each side then waits
+ * for the other in turn and the link carries one direction at a time
+ * (48% of 1 Gbit/s, bench/REPORT).  Eager messages go as soon as they
+ * are posted, both ways at once.  In a longer ring the go-ahead goes back
+ * to the left neighbour, on a socket that carries no data that way, and
+ * fewer, larger messages cost less of the CPU (an eager message is
+ * copied once more on arrival). */
+#define MSG_PAIR 64000
+#define MSG_RING 262144
 
 /* Values a message at most: several in flight per ring step. */
-static size_t seg_values(int wire)
+static size_t seg_values(int wire, size_t most)
 {
-	return wire == DP_WIRE_F32 ? MSG_MAX / 4 : wire == DP_WIRE_BF16 ? MSG_MAX / 2 : (MSG_MAX - 4) / 2;
+	return wire == DP_WIRE_F32 ? most / 4 : wire == DP_WIRE_BF16 ? most / 2 : (most - 4) / 2;
 }
 
 /* Bytes of a message of len values. */
@@ -601,8 +606,8 @@ typedef struct ring {
  * allreduce can (Open MPI's non-blocking allreduce of one buffer in place
  * goes through a binomial tree, 1.5 to 2.5 times slower here).
  *
- * A step's chunk goes as messages of MSG_MAX bytes at most, all posted at once: the
- * link carries the next while the last is added.  With a 16-bit wire the
+ * A step's chunk goes as messages of MSG_PAIR or MSG_RING bytes at most,
+ * all posted at once: the link carries the next while the last is added.  With a 16-bit wire the
  * partial sums are rounded to it at every hop and added in float32; the
  * rank that completes a chunk rounds its own copy the same way, and the
  * allgather forwards the messages as received, so every rank decodes the
@@ -622,7 +627,7 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		return DP_OK;
 	if (n / (size_t)p + 1 > INT_MAX)
 		return dp_seterr(e, DP_ELIMIT, "%s: %zu floats: too many for one allreduce", what, n);
-	size_t seg = seg_values(wire), most = n / (size_t)p + 1, nseg = (most + seg - 1) / seg;
+	size_t seg = seg_values(wire, left == right && g->cross ? MSG_PAIR : MSG_RING), most = n / (size_t)p + 1, nseg = (most + seg - 1) / seg;
 	size_t wmost = msg_bytes(wire, most) + 4 * nseg;
 	int rc;
 	if ((rc = grow((void **)&m->tmp, &m->tcap, (most > seg ? most : seg) * sizeof(float), e)) < 0 ||
