@@ -8,7 +8,8 @@
 #     1 and 10 Gbit/s: ring, mpi (Open MPI's own), ring with a bf16 wire;
 #   - 2 hosts x 2 ranks: flat ring against hierarchical, bytes across;
 #   - MLP 784-1024-1024-10 training, 2 hosts x 1 rank at 1 Gbit/s:
-#     dp-train (fp32, bf16) against PyTorch DDP (gloo), the same batch.
+#     dp-train (fp32, bf16) against PyTorch DDP (gloo), the same batch,
+#     alternated AH_REPS times (3); AH_ONLY=train: this part alone.
 # Needs root (network namespaces); says why and exits 0 where it cannot.
 # Everything is measured in this one run; the machine's other load shows
 # in the figures (run it on a quiet machine).
@@ -26,7 +27,9 @@ cc -O2 -Ilib -o "$T/allreduce" bench/allreduce.c -L"$DP_BUILD" -ldp -Wl,-rpath,"
 cluster_start 4 || { echo "allreduce-hosts: no cluster"; exit 1; }
 export CL_BTL=tcp,vader,self
 hosts() { local h=h1 i; for i in $(seq 2 "$1"); do h="$h,h$i"; done; echo "$h"; }
-for rate in 1gbit 10gbit; do
+# AH_ONLY=train: the training comparison alone (no allreduce figures, no model)
+[ "${AH_ONLY:-}" = train ] && rates= || rates="1gbit 10gbit"
+for rate in $rates; do
 	cluster_shape $rate || exit 1
 	gbit=${rate%gbit}
 	for n in 2 4; do
@@ -42,7 +45,7 @@ for rate in 1gbit 10gbit; do
 	done
 done
 cluster_shape 1gbit
-for algo in ring hierarchical; do
+for algo in ${rates:+ring hierarchical}; do
 	line=$(cluster_mpirun -np 4 -H h1:2,h2:2 "$T/allreduce" 32 8 fp32 $algo 2>&1 | grep '^size=')
 	echo "link=1gbit 2x2 $line"
 done
@@ -59,12 +62,28 @@ train() { # wire epochs: seconds of the whole run
 	t1=$(date +%s.%N)
 	awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
 }
-# total samples / total time of epochs 2 and 3: a 3-epoch run less a 1-epoch run
-for dt in fp32 bf16; do
-	s1=$(train $dt 1) s3=$(train $dt 3)
-	echo "dp-train mlp1024 hosts=2 batch=128/rank wire=$dt samples_per_sec=$(awk -v a="$s1" -v b="$s3" 'BEGIN { printf "%.0f", 2 * 4096 / (b - a) }')" \
-		"$(grep -o 'in flight.*hidden by the backward pass' "$T/train.err")"
+ddp() {
+	local i
+	for i in 1 2; do
+		ip netns exec "$CL_ID-h$i" env RANK=$((i - 1)) WORLD_SIZE=2 MASTER_ADDR=$CL_NET.1 \
+			MASTER_PORT=29533 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+			timeout 300 $PY bench/ddp_hosts.py 128 60 > "$T/ddp-$i.out" 2>&1 &
+	done
+	wait
+	grep samples_per_sec "$T/ddp-1.out"
+}
+# dp-train: total samples / total time of epochs 2 and 3 (a 3-epoch run
+# less a 1-epoch run); both sides alternated, AH_REPS times (3), as the
+# machine's other load comes and goes
+for rep in $(seq "${AH_REPS:-3}"); do
+	for dt in fp32 bf16; do
+		s1=$(train $dt 1) s3=$(train $dt 3)
+		echo "rep=$rep dp-train mlp1024 hosts=2 batch=128/rank wire=$dt samples_per_sec=$(awk -v a="$s1" -v b="$s3" 'BEGIN { printf "%.0f", 2 * 4096 / (b - a) }')" \
+			"$(grep -o 'in flight.*hidden by the backward pass' "$T/train.err")"
+	done
+	echo "rep=$rep $(ddp)"
 done
+[ -n "$rates" ] || exit 0
 # compute of a step on one rank (the scaling model's input): dp-train's
 # log interval for the MLP and the seed CNN, torchvision's resnet50 at 224
 for m in "mlp flatten,dense:1024,relu,dense:1024,relu,dense:10" \
@@ -89,14 +108,6 @@ for i in range(3):
 print(f"compute resnet50 {4 * t:.3f} (1 thread, batch 32, torchvision)")
 PYEOF
 ) | tee -a "$T/fig"
-addr=$CL_NET.1
-for i in 1 2; do
-	ip netns exec "$CL_ID-h$i" env RANK=$((i - 1)) WORLD_SIZE=2 MASTER_ADDR=$addr MASTER_PORT=29533 \
-		GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-		timeout 300 $PY bench/ddp_hosts.py 128 60 > "$T/ddp-$i.out" 2>&1 &
-done
-wait
-cat "$T/ddp-1.out" | grep samples_per_sec
 echo "== the scaling model (bench/scaling-model.py) fitted to these figures:"
 $PY bench/scaling-model.py "$T/fig"
 
