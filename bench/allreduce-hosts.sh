@@ -52,13 +52,13 @@ done
 
 # training: dp-train against DDP, 2 hosts x 1 rank, 1 Gbit/s
 $PY tests/mkexamples.py "$T/mlp.tfr" random --n 4096 --shape 1x28x28 --classes 10 --seed 1
-train() { # wire epochs: seconds of the whole run
+train() { # wire epochs [MPIRUN-ARGS [DP-TRAIN-ARGS]]: seconds of the whole run
 	local t0 t1
 	t0=$(date +%s.%N)
-	cluster_mpirun -np 2 -H h1,h2 dp-train --train "$T/mlp.tfr" --input-shape 1x28x28 \
+	cluster_mpirun ${3:--np 2 -H h1,h2} dp-train --train "$T/mlp.tfr" --input-shape 1x28x28 \
 		--model flatten,dense:1024,relu,dense:1024,relu,dense:10 --optimizer adam --lr 1e-3 \
 		--batch-size 128 --epochs "$2" --threads 1 --log-every 1000 --grad-dtype "$1" \
-		--shuffle-buffer 1 >/dev/null 2>"$T/train.err"
+		--shuffle-buffer 1 ${4:-} >/dev/null 2>"$T/train.err"
 	t1=$(date +%s.%N)
 	awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
 }
@@ -82,6 +82,16 @@ for rep in $(seq "${AH_REPS:-3}"); do
 			"$(grep -o 'in flight.*hidden by the backward pass' "$T/train.err")"
 	done
 	echo "rep=$rep $(ddp)"
+done
+# 2 hosts x 2 ranks (batch 64 a rank, the same global batch): flat ring
+# against hierarchical
+for rep in $(seq "${AH_REPS:-3}"); do
+	for algo in ring hierarchical; do
+		s1=$(train fp32 1 "-np 4 -H h1:2,h2:2" "--allreduce $algo --batch-size 64")
+		s3=$(train fp32 3 "-np 4 -H h1:2,h2:2" "--allreduce $algo --batch-size 64")
+		echo "rep=$rep dp-train mlp1024 hosts=2x2 batch=64/rank allreduce=$algo samples_per_sec=$(awk -v a="$s1" -v b="$s3" 'BEGIN { printf "%.0f", 2 * 4096 / (b - a) }')" \
+			"$(grep -o 'in flight.*hidden by the backward pass' "$T/train.err")"
+	done
 done
 [ -n "$rates" ] || exit 0
 # compute of a step on one rank (the scaling model's input): dp-train's
