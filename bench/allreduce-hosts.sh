@@ -13,19 +13,9 @@
 # Needs root (network namespaces); says why and exits 0 where it cannot.
 # Everything is measured in this one run; the machine's other load shows
 # in the figures (run it on a quiet machine).
-set -u
 cd "$(dirname "$0")/.."
-. tests/lib.sh
-. tests/mpi.sh
-. tests/cluster.sh
-why=$(cluster_skip_reason)
-if [ -n "$why" ]; then
-	echo "allreduce-hosts: skipped: $why"
-	exit 0
-fi
-cc -O2 -Ilib -o "$T/allreduce" bench/allreduce.c -L"$DP_BUILD" -ldp -Wl,-rpath,"$DP_BUILD" || exit 1
-cluster_start 4 || { echo "allreduce-hosts: no cluster"; exit 1; }
-export CL_BTL=tcp,vader,self
+BH_NAME=allreduce-hosts BH_N=4
+. bench/hosts.bash
 hosts() { local h=h1 i; for i in $(seq 2 "$1"); do h="$h,h$i"; done; echo "$h"; }
 # AH_ONLY=train: the training comparison alone (no allreduce figures, no model)
 [ "${AH_ONLY:-}" = train ] && rates= || rates="1gbit 10gbit"

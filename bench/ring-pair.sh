@@ -11,19 +11,9 @@
 #     run: both at once when the link carries both directions, one side
 #     at a time when the ring waits on rendezvous answers.
 # Needs root (network namespaces); says why and exits 0 where it cannot.
-set -u
 cd "$(dirname "$0")/.."
-. tests/lib.sh
-. tests/mpi.sh
-. tests/cluster.sh
-why=$(cluster_skip_reason)
-if [ -n "$why" ]; then
-	echo "ring-pair: skipped: $why"
-	exit 0
-fi
-cc -O2 -Ilib -o "$T/allreduce" bench/allreduce.c -L"$DP_BUILD" -ldp -Wl,-rpath,"$DP_BUILD" || exit 1
-cluster_start 2 || { echo "ring-pair: no cluster"; exit 1; }
-export CL_BTL=tcp,vader,self
+BH_NAME=ring-pair BH_N=2
+. bench/hosts.bash
 cluster_shape 1gbit || exit 1
 for ns in 1 2 1 2; do
 	ip netns exec "$CL_ID-h2" timeout 60 $PY bench/tcp_duplex.py server 5001 $ns &
