@@ -607,11 +607,11 @@ typedef struct ring {
  * goes through a binomial tree, 1.5 to 2.5 times slower here).
  *
  * A step's chunk goes as messages of MSG_PAIR or MSG_RING bytes at most,
- * all posted at once: the link carries the next while the last is added.  With a 16-bit wire the
- * partial sums are rounded to it at every hop and added in float32; the
- * rank that completes a chunk rounds its own copy the same way, and the
- * allgather forwards the messages as received, so every rank decodes the
- * same bytes.
+ * all posted at once: the link carries the next while the last is added.
+ * With a 16-bit wire the partial sums are rounded to it at every hop and
+ * added in float32; the rank that completes a chunk rounds its own copy
+ * the same way, and the allgather forwards the messages as received, so
+ * every rank decodes the same bytes.
  *
  * phases: RING_RS alone leaves rank r holding the whole sum of chunk
  * (r+1) % p (the rest partial); RING_AG alone starts from there (float32
@@ -627,7 +627,8 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		return DP_OK;
 	if (n / (size_t)p + 1 > INT_MAX)
 		return dp_seterr(e, DP_ELIMIT, "%s: %zu floats: too many for one allreduce", what, n);
-	size_t seg = seg_values(wire, left == right && g->cross ? MSG_PAIR : MSG_RING), most = n / (size_t)p + 1, nseg = (most + seg - 1) / seg;
+	size_t seg = seg_values(wire, left == right && g->cross ? MSG_PAIR : MSG_RING);
+	size_t most = n / (size_t)p + 1, nseg = (most + seg - 1) / seg;
 	size_t wmost = msg_bytes(wire, most) + 4 * nseg;
 	int rc;
 	if ((rc = grow((void **)&m->tmp, &m->tcap, (most > seg ? most : seg) * sizeof(float), e)) < 0 ||
