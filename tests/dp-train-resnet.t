@@ -14,9 +14,13 @@
 #     the torch module tree of the same names (resnet_ref.py's build), and
 #     --model @FILE (newlines, comments) is the same model;
 #  5. --sync-bn: mpirun -np 2 at batch b = one process at 2b; without it they
-#     differ; a rank without samples in a step does not hang;
+#     differ; np=3 with a rank without samples in the last step = one process
+#     too; uneven shards do not hang; the issue's fine-tuning command (--init
+#     of torchvision's weights, --reset fc, --freeze) under mpirun, back into
+#     torchvision;
 #  6. --freeze 'conv1,bn1,layer1*' on resnet20: those tensors and their
-#     running statistics bit for bit unchanged, the others moved, as torch's.
+#     running statistics bit for bit unchanged, the others moved; one step
+#     with it, with 'layer2*' and with bn frozen is torch's.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
