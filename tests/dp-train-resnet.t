@@ -20,7 +20,8 @@
 #     torchvision;
 #  6. --freeze 'conv1,bn1,layer1*' on resnet20: those tensors and their
 #     running statistics bit for bit unchanged, the others moved; one step
-#     with it, with 'layer2*' and with bn frozen is torch's.
+#     with it, with 'layer2*' and with bn frozen is torch's;
+#  7. the CUDA backend's code (emulated on the CPU): steps = torch's, --sync-bn.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
@@ -303,5 +304,38 @@ a frozen step = torch's (requires_grad=False, frozen batchnorm in eval mode): gr
 --freeze bn (every batchnorm in evaluation mode): one step = torch's
 EOF
 grep '^# .* tensors' fz.log
+
+# 7. the CUDA backend's code (tests/cudaemu's emulation on the CPU, built by
+#    make check): a resnet20 step, one with layer2 frozen, and the graph of
+#    outputs read twice, against torch; --sync-bn under mpirun = np=1
+EMU="$DP_BUILD/tests/dp-train-cudaemu"
+if [ ! -x "$EMU" ]; then
+	skip "no $EMU (built by make check in a CPU build)"
+else
+	E1=(--batch-size 8 --max-steps 1 "${T1[@]}" "${SGD[@]}" --lr 1)
+	"$EMU" --init r20.st "${R20[@]}" --train d20.tfr "${E1[@]}" -o e20.st > /dev/null 2>&1
+	"$EMU" --init r20.st "${R20[@]}" --train d20.tfr "${E1[@]}" --freeze 'layer2*' -o e20f.st \
+		> /dev/null 2>&1
+	"$EMU" --init h.st --model "$H" --input-shape 3x8x8 --train g.tfr "${E1[@]}" -o eh.st \
+		> /dev/null 2>&1
+	cat > emu.txt <<EOF
+step r20 1x28x28 r20.st e20.st d20.npz --batch 8 --lr 1 $TSGD
+step r20 1x28x28 r20.st e20f.st d20.npz --batch 8 --lr 1 $TSGD --freeze layer2*
+step $H 3x8x8 h.st eh.st g.npz --batch 8 --lr 1 $TSGD
+EOF
+	$REF batch emu.txt > emu.log 2>&1
+	results emu.log <<'EOF'
+CUDA code: resnet20 step = torch's (gradients against float64, statistics, counters)
+CUDA code: resnet20 step with layer2 frozen = torch's
+CUDA code: the graph of outputs read twice: one step = torch's
+EOF
+	if have_mpirun; then
+		run mpi 2 "$EMU" "${S3[@]}" --batch-size 4 --sync-bn -o emu-two.st
+		is "$rc" 0 "CUDA code: mpirun -np 2 --sync-bn"
+		run $REF close one.st emu-two.st 1e-5
+		is "$rc" 0 "CUDA code: --sync-bn np=2 = the CPU's np=1 within 1e-5"
+		diag "$out"
+	fi
+fi
 
 done_testing
