@@ -14,9 +14,14 @@
 #     the torch module tree of the same names (resnet_ref.py's build), and
 #     --model @FILE (newlines, comments) is the same model;
 #  5. --sync-bn: mpirun -np 2 at batch b = one process at 2b; without it they
-#     differ; a rank without samples in a step does not hang;
+#     differ; np=3 with a rank without samples in the last step = one process
+#     too; uneven shards do not hang; the issue's fine-tuning command (--init
+#     of torchvision's weights, --reset fc, --freeze) under mpirun, back into
+#     torchvision;
 #  6. --freeze 'conv1,bn1,layer1*' on resnet20: those tensors and their
-#     running statistics bit for bit unchanged, the others moved, as torch's.
+#     running statistics bit for bit unchanged, the others moved; one step
+#     with it, with 'layer2*' and with bn frozen is torch's;
+#  7. the CUDA backend's code (emulated on the CPU): steps = torch's, --sync-bn.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
@@ -50,11 +55,13 @@ for d in d18 d20 g s f; do $PY "$DP_SRC/tests/mkexamples.py" $d.tfr npz $d.npz; 
 $PY "$DP_SRC/tests/mkexamples.py" part-0.tfr random --n 12 --shape 1x12x12 --classes 5 --seed 3
 $PY "$DP_SRC/tests/mkexamples.py" part-1.tfr random --n 4 --shape 1x12x12 --classes 5 --seed 4
 
-# results FILE.log: a test for each line of standard input (its name), the
-# Nth passing when the Nth command of the batch that wrote FILE.log did;
-# else its diagnostics
+# results NAME: run the commands of NAME.txt (resnet_ref.py batch, into
+# NAME.log); a test for each line of standard input (its name), the Nth
+# passing when the Nth command did, else its diagnostics
 results() {
 	local n=0 what got
+	$REF batch "$1.txt" > "$1.log" 2>&1
+	set -- "$1.log"
 	while read -r what; do
 		n=$((n + 1))
 		got=$(awk -v n=$n '/^rc /{i++; if (i == n) print $2}' "$1")
@@ -118,8 +125,7 @@ is "$rc" 0 "--init of torchvision's resnet50 (bottlenecks) with --model resnet50
 [ "$rc" = 0 ] || diag "$err"
 dp-eval --model e50.st --data d18.tfr --predictions p50.jsonl -q 2>/dev/null
 printf 'same r50.st e50.st\npredict tv50:10 3x64x64 r50.st d18.npz p50.jsonl\n' > r50.txt
-$REF batch r50.txt > r50.log 2>&1
-results r50.log <<'EOF'
+results r50 <<'EOF'
 ...every tensor as torch saved it, bit for bit
 dp-eval's probabilities are torchvision's resnet50's (eval mode) within 1e-5
 EOF
@@ -163,8 +169,7 @@ predict tv18:10 3x64x64 s18.st d18.npz ps18.jsonl
 predict r20 1x28x28 s20.st d20.npz ps20.jsonl
 predict tv50:10 3x64x64 s50.st d18.npz ps50.jsonl
 EOF
-$REF batch step.txt > step.log 2>&1
-results step.log <<'EOF'
+results step <<'EOF'
 resnet18 step = torch's: gradients within 1e-4, running statistics within 1e-5, counters
 resnet20 step = the peer's ResNet20's: gradients within 1e-4, running statistics within 1e-5, counters
 resnet34 step = torch's: gradients within 1e-4, running statistics within 1e-5, counters
@@ -204,8 +209,7 @@ predict $GN 3x8x8 sgn.st g.npz pgn.jsonl
 step $H 3x8x8 h.st sh.st g.npz --batch 8 --lr 1 $TSGD
 predict $H 3x8x8 sh.st g.npz ph.jsonl
 EOF
-$REF batch graph.txt > graph.log 2>&1
-results graph.log <<'EOF'
+results graph <<'EOF'
 the graph: 3 steps = torch's module tree's (names 0, 3.0, 4.downsample.0, ...)
 the named graph: 3 steps = torch's (stem.c, blk.conv1, down.downsample.0, fc, ...)
 the graph's checkpoint loads into the module tree (strict); same probabilities
@@ -261,8 +265,7 @@ else
 	[ "$rc" = 0 ] || diag "$err"
 	dp-eval --model ft.st --data f.tfr --predictions pft.jsonl -q 2>/dev/null
 	printf 'frozen r18.st ft.st conv1,bn1,layer1*\npredict tv18:5 3x64x64 ft.st f.npz pft.jsonl\n' > ft.txt
-	$REF batch ft.txt > ft.log 2>&1
-	results ft.log <<'EOF'
+	results ft <<'EOF'
 ...the frozen tensors are torchvision's to the bit, the others moved
 ...the checkpoint loads into torchvision's resnet18(num_classes=5) (strict); same probabilities
 EOF
@@ -291,13 +294,44 @@ step r20 1x28x28 r20.st fz1.st d20.npz --batch 8 --lr 1 $TSGD --freeze $FZ
 step r20 1x28x28 r20.st fz-layer2*.st d20.npz --batch 8 --lr 1 $TSGD --freeze layer2*
 step r20 1x28x28 r20.st fz-bn.st d20.npz --batch 8 --lr 1 $TSGD --freeze bn
 EOF
-$REF batch fz.txt > fz.log 2>&1
-results fz.log <<'EOF'
+results fz <<'EOF'
 frozen tensors (weights, running statistics, counters) bit for bit unchanged, the others changed
 a frozen step = torch's (requires_grad=False, frozen batchnorm in eval mode): gradients, statistics
 --freeze 'layer2*' (gradients through frozen layers): one step = torch's
 --freeze bn (every batchnorm in evaluation mode): one step = torch's
 EOF
 grep '^# .* tensors' fz.log
+
+# 7. the CUDA backend's code (tests/cudaemu's emulation on the CPU, built by
+#    make check): a resnet20 step, one with layer2 frozen, and the graph of
+#    outputs read twice, against torch; --sync-bn under mpirun = np=1
+EMU="$DP_BUILD/tests/dp-train-cudaemu"
+if [ ! -x "$EMU" ]; then
+	skip "no $EMU (built by make check in a CPU build)"
+else
+	E1=(--batch-size 8 --max-steps 1 "${T1[@]}" "${SGD[@]}" --lr 1)
+	"$EMU" --init r20.st "${R20[@]}" --train d20.tfr "${E1[@]}" -o e20.st > /dev/null 2>&1
+	"$EMU" --init r20.st "${R20[@]}" --train d20.tfr "${E1[@]}" --freeze 'layer2*' -o e20f.st \
+		> /dev/null 2>&1
+	"$EMU" --init h.st --model "$H" --input-shape 3x8x8 --train g.tfr "${E1[@]}" -o eh.st \
+		> /dev/null 2>&1
+	cat > emu.txt <<EOF
+step r20 1x28x28 r20.st e20.st d20.npz --batch 8 --lr 1 $TSGD
+step r20 1x28x28 r20.st e20f.st d20.npz --batch 8 --lr 1 $TSGD --freeze layer2*
+step $H 3x8x8 h.st eh.st g.npz --batch 8 --lr 1 $TSGD
+EOF
+	results emu <<'EOF'
+CUDA code: resnet20 step = torch's (gradients against float64, statistics, counters)
+CUDA code: resnet20 step with layer2 frozen = torch's
+CUDA code: the graph of outputs read twice: one step = torch's
+EOF
+	if have_mpirun; then
+		run mpi 2 "$EMU" "${S3[@]}" --batch-size 4 --sync-bn -o emu-two.st
+		is "$rc" 0 "CUDA code: mpirun -np 2 --sync-bn"
+		run $REF close one.st emu-two.st 1e-5
+		is "$rc" 0 "CUDA code: --sync-bn np=2 = the CPU's np=1 within 1e-5"
+		diag "$out"
+	fi
+fi
 
 done_testing
