@@ -1132,18 +1132,24 @@ static void summary(dp_model *m)
 {
 	char a[64], b[64];
 	dp_shape in = dp_model_input(m);
-	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "layer", "name", "item", "output", "params");
-	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "", "", "input", dp_shape_format(&in, a, sizeof a),
-	       "");
-	for (int i = 0; i < dp_model_nlayers(m); i++) {
+	/* columns as wide as their longest entry: an item is indented by the
+	 * blocks it is in; a block's sum names what it adds to its items' output */
+	int wn = 5, wi = 5, n = dp_model_nlayers(m);
+	for (int i = 0; i < n; i++) {
 		dp_layer_info li;
 		dp_model_layer(m, i, &li);
-		char item[256];
-		/* an item is indented by the blocks it is in; a block's sum names
-		 * what it adds to its items' output */
-		snprintf(item, sizeof item, "%*s%s", 2 * li.depth, "", li.text);
-		printf("%-5d  %-24s  %-28s  %-12s  %10zu%s\n", i, li.name, item,
-		       dp_shape_format(&li.out, b, sizeof b), li.nparams,
+		int l1 = (int)strlen(li.name), l2 = 2 * li.depth + (int)strlen(li.text);
+		wn = l1 > wn ? l1 : wn;
+		wi = l2 > wi ? l2 : wi;
+	}
+	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "layer", wn, "name", wi, "item", "output", "params");
+	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "", wn, "", wi, "input",
+	       dp_shape_format(&in, a, sizeof a), "");
+	for (int i = 0; i < n; i++) {
+		dp_layer_info li;
+		dp_model_layer(m, i, &li);
+		printf("%-5d  %-*s  %*s%-*s  %-12s  %10zu%s\n", i, wn, li.name, 2 * li.depth, "",
+		       wi - 2 * li.depth, li.text, dp_shape_format(&li.out, b, sizeof b), li.nparams,
 		       li.frozen ? "  frozen" : "");
 	}
 	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
