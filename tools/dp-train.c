@@ -1124,6 +1124,7 @@ static struct {
 	float *acc;               /* (dev) --accumulate: the gradients of the update so far, */
 	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples, */
 	meter pend;               /* this rank's loss and samples in them */
+	size_t glo;               /* gradients below: of frozen layers, zero, not summed */
 } R;
 
 /* ---- the model's summary, the data ------------------------------------------------ */
@@ -1439,6 +1440,16 @@ static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_
 	return lr;
 }
 
+/* The backward hook: a range of gradients to the allreduce, but those of
+ * the frozen layers at the start of the model (zeros on every rank), and
+ * at offsets from R.glo. */
+static int comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
+{
+	if (off < R.glo)
+		return DP_OK;
+	return dp_comm_hook(c, layer, off - R.glo, count, e);
+}
+
 /* The gradients of a rank without samples in a step: zeros (or those of
  * the update's micro-batches before, --accumulate), reported layer by
  * layer as a backward pass would, so that every rank makes the same
@@ -1451,7 +1462,7 @@ static int zero_grads(dp_err *e)
 		be->copy(ctx, dp_model_grads(M), R.acc, dp_model_nparams(M) * sizeof(float));
 	else
 		be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
-	return dp_model_idle(M, dp_comm_hook, COMM, e); /* and --sync-bn's sums */
+	return dp_model_idle(M, comm_hook, COMM, e); /* and --sync-bn's sums */
 }
 
 /* A hash of everything a rank trains (weights, running statistics,
@@ -1940,6 +1951,16 @@ static void setup_model(void)
 		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
 	if (O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
 		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
+	for (int i = 0; O.freeze && i < dp_model_nlayers(M); i++) { /* a frozen start */
+		dp_layer_info li;
+		dp_model_layer(M, i, &li);
+		if (li.nparams && !li.frozen)
+			break;
+		if (li.nparams)
+			R.glo = li.param_off + li.nparams;
+	}
+	if (R.glo >= dp_model_nparams(M))
+		R.glo = 0;
 	if (O.sync_bn && SIZE > 1)
 		dp_model_set_sync(M, bn_sum, COMM);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
@@ -2082,7 +2103,7 @@ static int acc_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
 {
 	if (R.micro)
 		dp_grads_add(R.be, R.ctx, dp_model_grads(M) + off, R.acc + off, count);
-	return dp_comm_hook(c, layer, off, count, e);
+	return comm_hook(c, layer, off, count, e);
 }
 
 /* One micro-batch: forward and loss (scaled by the job's samples of the
@@ -2129,7 +2150,7 @@ static int train_step(uint64_t epoch, const step *s, int last)
 		dp_comm_event(COMM, "backward", 1, t3, dp_now());
 		return 0;
 	}
-	if (dp_comm_grads_begin(COMM, g, np, &e) < 0 ||
+	if (dp_comm_grads_begin(COMM, g + R.glo, np - R.glo, &e) < 0 ||
 	    (s->n ? dp_model_backward(M, b->n, acc_hook, COMM, &e) : zero_grads(&e)) < 0)
 		cli_die("train: %s", e.msg);
 	double t4 = dp_now();
