@@ -1886,8 +1886,14 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	uint64_t cka = ca ? meta_count(ck, "accumulate", ca, 1, 1u << 16) : 1, N = O.accumulate;
 	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = O.batch * N * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if ((ck_ranks == SIZE && cka == N) || R.ts.epoch >= O.epochs)
+	if ((ck_ranks == SIZE && cka == N && ckb == O.batch) || R.ts.epoch >= O.epochs)
 		return;
+	if (ck_ranks == SIZE && g0 != g1)
+		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
+			   "); this run's is %" PRIu64 ": the position in the data counts updates of "
+			   "%" PRIu64 ": resume it with --batch-size %" PRIu64 "%s",
+			dp_st_name(ck), g0, ck_ranks, ckb * cka, g1, g0, ckb,
+			cka > 1 ? " and its --accumulate" : "");
 	if (g0 != g1 || !split) {
 		char hint[160] = "";
 		if (split && g0 % (SIZE * O.batch) == 0 && N != g0 / (SIZE * O.batch))
