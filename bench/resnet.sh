@@ -9,8 +9,9 @@
 #      `mpirun -np 1`: target >= 1.8x
 #   4. where the time goes: each convolution shape of both networks through
 #      the CPU backend against plain cblas_sgemm of the same M, N, K
-#      (bench/convshapes.c), and dp-train's resnet18 profile by layer kind
-#      (perf, when installed) next to PyTorch's (torch.profiler)
+#      (bench/convshapes.c) and PyTorch's convolution of the same shape
+#      (oneDNN), and dp-train's resnet18 profile by layer kind (perf, when
+#      installed) next to PyTorch's (torch.profiler)
 #
 # The method is bench/dp-train.sh's: dp-train trains end to end on a
 # TFRecord file of random float records with --prefetch 0 (reading shares
@@ -102,6 +103,33 @@ t, c = time.perf_counter() - t, time.process_time() - c
 print(f"{nb * B / t:.1f} {100 * c / t:.0f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 PYEOF
 
+# PyTorch's convolutions (oneDNN) for bench/convshapes.c's shapes, in its
+# order: forward and backward ms a shape (best of ROUNDS; CPU time on one
+# thread, wall clock on more), then the total weighted by uses
+cat > "$T/shapes.py" <<'PYEOF'
+import sys, time, torch, torch.nn.functional as F
+net, threads, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+# uses, c, h, k, kernel, stride, pad
+r20 = [(1, 1, 28, 16, 3, 1, 1), (6, 16, 28, 16, 3, 1, 1), (1, 16, 28, 32, 3, 2, 1), (5, 32, 14, 32, 3, 1, 1),
+       (1, 16, 28, 32, 1, 2, 0), (1, 32, 14, 64, 3, 2, 1), (5, 64, 7, 64, 3, 1, 1), (1, 32, 14, 64, 1, 2, 0)]
+r18 = [(1, 3, 224, 64, 7, 2, 3), (4, 64, 56, 64, 3, 1, 1), (1, 64, 56, 128, 3, 2, 1), (3, 128, 28, 128, 3, 1, 1),
+       (1, 64, 56, 128, 1, 2, 0), (1, 128, 28, 256, 3, 2, 1), (3, 256, 14, 256, 3, 1, 1), (1, 128, 28, 256, 1, 2, 0),
+       (1, 256, 14, 512, 3, 2, 1), (3, 512, 7, 512, 3, 1, 1), (1, 256, 14, 512, 1, 2, 0)]
+clock = time.process_time if threads == 1 else time.perf_counter
+tot = 0
+for i, (uses, c, h, k, kk, s, p) in enumerate(r18 if net == "resnet18" else r20):
+    x = torch.randn(n, c, h, h, requires_grad=i > 0); w = torch.randn(k, c, kk, kk, requires_grad=True)
+    bf = bb = 1e9
+    for r in range(rounds + 1):
+        t0 = clock(); y = F.conv2d(x, w, None, s, p); t1 = clock()
+        y.backward(torch.ones_like(y)); t2 = clock()
+        if r: bf, bb = min(bf, t1 - t0), min(bb, t2 - t1)
+    print(f"{1e3 * bf:.2f} {1e3 * bb:.2f}")
+    tot += uses * (bf + bb)
+print(f"{1e3 * tot:.1f}")
+PYEOF
+
 # ours NP DATA MODEL SHAPE BATCH THREADS LOG_EVERY EPOCHS: "samples/s CPU%
 # peakRSS_KiB" (rank 0's log: the job's samples; CPU and RSS of mpirun's
 # tree for NP > 1, of dp-train for NP 1)
@@ -121,6 +149,18 @@ ours() {
 }
 peer() { # model threads batch steps
 	OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 $PY "$T/peer.py" "$@"
+}
+# shapes NET THREADS BATCH ROUNDS: convshapes' table with PyTorch's times
+# and the ratio (PyTorch's time / dp-train's: above 1, dp-train is faster)
+shapes() {
+	"$T/convshapes" "$@" > "$T/cs.txt"
+	OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 MKL_NUM_THREADS=$2 $PY "$T/shapes.py" "$@" > "$T/ps.txt"
+	awk 'NR == FNR { pf[FNR] = $1; pb[FNR] = $2; last = FNR; next }
+		FNR == 1 { print; next }
+		FNR == 2 { printf "%s %8s %8s %6s\n", $0, "torch_f", "torch_b", "ratio"; next }
+		/^all/ { printf "%s %17.1f %6.2fx\n", $0, pf[last], pf[last] / $(NF - 3); next }
+		{ i = FNR - 2; printf "%s %8.2f %8.2f %5.2fx\n", $0, pf[i], pb[i],
+			(pf[i] + pb[i]) / ($(NF - 4) + $(NF - 3)) }' "$T/ps.txt" "$T/cs.txt"
 }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
@@ -171,8 +211,8 @@ else
 	echo "resnet20 np=2 vs np=1: SKIP: mpirun is not installed"
 fi
 
-"$T/convshapes" resnet20 1 128 3
-"$T/convshapes" resnet18 2 32 2
+shapes resnet20 1 128 3
+shapes resnet18 2 32 2
 
 echo "PyTorch resnet18 step by kind (torch.profiler, self CPU time): $(peer resnet18 2 32 2 profile)"
 if command -v perf >/dev/null 2>&1 &&
