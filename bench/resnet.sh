@@ -173,14 +173,14 @@ compare() {
 	for r in $(seq "$ROUNDS"); do
 		set -- $(eval "$ours_cmd") $(eval "$peer_cmd")
 		a="$a $1" ca="$ca $2%" ma="$ma $3" b="$b $4" cb="$cb $5%" mb="$mb $6"
-		ra="$ra $(echo "$1 $2" | awk '{ printf "%.0f", $1 * 100 / $2 }')"
-		rb="$rb $(echo "$4 $5" | awk '{ printf "%.0f", $1 * 100 / $2 }')"
+		ra="$ra $(echo "$1 $2" | awk '{ printf "%.1f", $1 * 100 / $2 }')"
+		rb="$rb $(echo "$4 $5" | awk '{ printf "%.1f", $1 * 100 / $2 }')"
 	done
 	awk -v n="$cmp_name" -v a="$(echo "$a" | median)" -v b="$(echo "$b" | median)" \
 		-v pa="$(echo "$ra" | median)" -v pb="$(echo "$rb" | median)" -v ra="$a" -v rb="$b" \
 		-v ca="$ca" -v cb="$cb" 'BEGIN {
 		printf "%s: dp-train %.1f samples/s (runs:%s; CPU%s), PyTorch %.1f samples/s (runs:%s; CPU%s), ratio %.2fx\n", n, a, ra, ca, b, rb, cb, a / b
-		printf "%s: per CPU-second: dp-train %d, PyTorch %d samples, ratio %.2fx\n", n, pa, pb, pa / pb
+		printf "%s: per CPU-second: dp-train %.1f, PyTorch %.1f samples, ratio %.2fx\n", n, pa, pb, pa / pb
 	}'
 	echo "$ma" | median > "$T/rss-ours"
 	echo "$mb" | median > "$T/rss-peer"
