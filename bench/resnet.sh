@@ -167,7 +167,8 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "load average before: $(cut -d" " -f1-3 /proc/loadavg) on $(nproc) cores (above 1: other work ran beside these figures)"
 
-# compare NAME THREADS: runs $ours_cmd and $peer_cmd ROUNDS times, alternating
+# compare: runs $ours_cmd and $peer_cmd ROUNDS times, alternating, and prints
+# $cmp_name's medians; the median peak RSS of each side goes to $T/rss-*
 compare() {
 	a= b= ca= cb= ra= rb= ma= mb=
 	for r in $(seq "$ROUNDS"); do
