@@ -21,7 +21,8 @@
 # LEARN_DIR redoes nothing), LEARN_THREADS sets --threads (default 2; 1 a
 # rank for resnet20), LEARN_SEED --seed (default 0), LEARN_MODELS picks
 # the runs (default "mlp cnn resnet20"), LEARN_EPOCHS overrides every
-# run's epochs (the gates then still apply: a short run is a smoke test).
+# run's epochs (the gates then still apply: a short run is a smoke test);
+# LIMIT and TEST_LIMIT take the first images of each set (tests).
 set -eu
 THREADS=${LEARN_THREADS:-2}
 SEED=${LEARN_SEED:-0}
@@ -68,21 +69,23 @@ learn() { # name epochs threshold model
 	report "$1" "$2" "$3" "$t0" "$THREADS threads"
 }
 # Fashion-MNIST as PNG records, class folder by class folder (the shuffle
-# buffer holds the whole training set)
+# buffer holds the whole training set); LIMIT and TEST_LIMIT (as for
+# pipeline.mk) keep the first images of each set
 png_records() {
-	[ -s "$W/png/test.tfrecord" ] && return
+	[ -s "$W/png/test.tfrecord" ] && [ "$(cat "$W/png/limits" 2>/dev/null)" = "${LIMIT:-} ${TEST_LIMIT:-}" ] &&
+		return
 	rm -rf "$W/png"
-	/usr/bin/python3 - "$FASHION" "$W/png" <<'PYEOF'
+	/usr/bin/python3 - "$FASHION" "$W/png" "${LIMIT:-0}" "${TEST_LIMIT:-0}" <<'PYEOF'
 import gzip, os, sys
 import numpy as np
 from PIL import Image
 d, out = sys.argv[1], sys.argv[2]
-for part, name in (("train", "train"), ("test", "t10k")):
+for part, name, n in (("train", "train", int(sys.argv[3])), ("test", "t10k", int(sys.argv[4]))):
     with gzip.open(f"{d}/{name}-images-idx3-ubyte.gz") as f:
         f.read(16); x = np.frombuffer(f.read(), np.uint8).reshape(-1, 28, 28)
     with gzip.open(f"{d}/{name}-labels-idx1-ubyte.gz") as f:
         f.read(8); y = np.frombuffer(f.read(), np.uint8)
-    for i in range(len(y)):
+    for i in range(n or len(y)):
         p = f"{out}/{part}/{y[i]}"
         os.makedirs(p, exist_ok=True)
         Image.fromarray(x[i]).save(f"{p}/{i:05d}.png")
@@ -90,6 +93,7 @@ PYEOF
 	tfr-cat --encode images "$W/png/train" -o "$W/png/train.tfrecord"
 	tfr-cat --encode images "$W/png/test" -o "$W/png/test.tfrecord"
 	rm -rf "$W/png/train" "$W/png/test"
+	echo "${LIMIT:-} ${TEST_LIMIT:-}" > "$W/png/limits"
 }
 learn_resnet() { # name epochs threshold model
 	echo "== $1: $4, $2 epochs, $MPIRUN -np 2, 1 thread a rank"
