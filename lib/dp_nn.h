@@ -245,8 +245,9 @@ typedef int (*dp_grad_hook)(void *ctx, int layer, size_t off, size_t count, dp_e
 DP_EXPORT int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e);
 
 /* A worker without samples in a step calls this in place of forward,
- * loss and backward: the sums of --sync-bn, and the hook for every layer
- * with parameters, in the order a backward pass makes them (the gradient
+ * loss and backward: the sums of --sync-bn (and the running statistics
+ * they move, as on the other workers), and the hook for every layer with
+ * parameters, in the order a backward pass makes them (the gradient
  * buffer is left as it is). */
 DP_EXPORT int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e);
 

@@ -10,12 +10,13 @@
 #                           never touched, and the addresses exist only in
 #                           those namespaces
 #   cluster_shape RATE      a token bucket (tc tbf, RATE as tc writes it:
-#                           1gbit, 100mbit) on every host's eth0: each
-#                           direction of each link carries at most RATE,
-#                           with a queue of $CL_QUEUE (default 5ms: 625 KB
-#                           at 1 Gbit/s, a switch port's buffer, where a
-#                           deep queue holds one direction's ACKs behind
-#                           the other's data)
+#                           1gbit, 100mbit) on every host's eth0 (its NIC)
+#                           and on the bridge's port toward it (a switch
+#                           port; CL_SHAPE_PORTS=0: not there): each
+#                           direction of each link carries at most RATE
+#                           in a queue of its own, as on a full-duplex
+#                           switched link, of $CL_QUEUE (default 5ms: 625
+#                           KB at 1 Gbit/s, a switch port's buffer)
 #   cluster_mpirun ARGS...  mpirun on host c with Open MPI's daemons started
 #                           on the hosts of -H by the agent below, TCP
 #                           between them (btl tcp,self, or $CL_BTL such as
@@ -120,9 +121,17 @@ EOF
 cluster_shape() {
 	local h
 	for h in c $(seq -f 'h%g' 1 "$CL_N"); do
+		# the host's NIC (host -> switch) and the switch's port toward
+		# the host (switch -> host): a queue for each direction
 		tc -n "$CL_ID-$h" qdisc replace dev eth0 root tbf rate "$1" burst 256kb \
 			latency "${CL_QUEUE:-5ms}" ||
 			return 1
+		if [ "${CL_SHAPE_PORTS:-1}" = 0 ]; then
+			tc -n "$CL_ID-br" qdisc del dev "v-$h" root 2>/dev/null || true
+		else
+			tc -n "$CL_ID-br" qdisc replace dev "v-$h" root tbf rate "$1" burst 256kb \
+				latency "${CL_QUEUE:-5ms}" || return 1
+		fi
 	done
 }
 

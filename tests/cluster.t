@@ -36,6 +36,8 @@ if ! cluster_start 2; then
 	done_testing
 fi
 ok cluster_shape 1gbit "links shaped: tbf 1 Gbit/s on every host"
+like "$(tc -n "$CL_ID-br" qdisc show dev v-h2)" "tbf .*rate 1Gbit" \
+	"... and on the switch's port toward each host (the other direction's queue)"
 run cluster_mpirun -H h1,h2 -np 2 hostname
 is "$(sort <<<"$out" | tr '\n' ' ')" "h1 h2 " "mpirun -H h1,h2 starts a process on each host"
 
@@ -44,6 +46,7 @@ sent() { tc -n "$CL_ID-h2" -s qdisc show dev eth0 | sed -n 's/^ *Sent \([0-9]*\)
 s0=$(sent)
 run cluster_mpirun -H h1,h2 -np 2 dp-train --train "$T/all.tfr" "${COMMON[@]}" --batch-size 12 -o "$T/c2.st"
 is "$rc" 0 "2 hosts x 1 rank: trains"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 8 | sed 's/^/# /'
 same_file c2.st l2.st "2 hosts x 1 rank = mpirun -np 2 on one host, byte for byte"
 s1=$(sent)
 ok test $((s1 - s0)) -gt 10000 "... the gradients went through h2's shaped link ($((s1 - s0)) bytes)"
@@ -52,6 +55,7 @@ is "$(sort <<<"$out" | tr '\n' ' ')" "0 h1 1 h1 2 h2 3 h2 " "-H h1:2,h2:2: ranks
 run cluster_mpirun -H h1:2,h2:2 -np 4 --map-by slot dp-train --train "$T/all.tfr" "${COMMON[@]}" \
 	--batch-size 6 -o "$T/c4.st"
 is "$rc" 0 "2 hosts x 2 ranks: trains"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 8 | sed 's/^/# /'
 same_file c4.st l4.st "2 hosts x 2 ranks = mpirun -np 4 on one host, byte for byte"
 
 # ---- a host's own disk ------------------------------------------------------------------------

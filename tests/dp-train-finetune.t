@@ -132,6 +132,9 @@ is "$out" "0 2=0.5 bias 0.1" "the settings are in the checkpoint's metadata"
 run dp-train --resume r1.st --train vec.tfr --prefetch 0 -q -o r2.st
 is "$rc" 0 "--resume of a fine-tuning run"
 ok $CHK mlp.st r2.st =0.weight =0.bias ~2.weight "--resume: still frozen"
+run dp-train --resume r1.st --train vec.tfr --prefetch 0 -q --freeze 2 -o r3.st
+is "$rc:$err" "0:" "--resume with other layers frozen: the unfrozen start from a fresh optimizer state"
+ok $CHK r1.st r3.st ~0.weight =2.weight "... the unfrozen move, the newly frozen stay"
 
 # under mpirun: the settings compared across ranks; np=2 = np=1 at the same global batch
 . "$DP_SRC/tests/mpi.sh"
@@ -151,6 +154,15 @@ import numpy as np
 a, _ = load_checkpoint('np1.st'); b, _ = load_checkpoint('np2.st')
 sys.exit(not all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a if k[0].isdigit()))" \
 		"... the weights of np=1 at the same global batch"
+	# the frozen start of a model is left out of the allreduce (zeros everywhere)
+	BIG=(--model dense:4096,relu,dense:5 --input-shape 12 --train vec.tfr --prefetch 0 --max-steps 2)
+	sent() { sed -n 's/.*communication: \([0-9.]*\) MiB sent a step.*/\1/p' <<<"$err"; }
+	run mpi 2 dp-train "${BIG[@]}"
+	all=$(sent)
+	run mpi 2 dp-train "${BIG[@]}" --freeze 0
+	frz=$(sent)
+	ok awk "BEGIN { exit !($frz > 0 && $frz < $all / 3) }" \
+		"--freeze of the first layer: its gradients are not sent ($frz against ${all:-?} MiB a step)"
 else
 	skip "mpirun is not installed (openmpi-bin)"
 fi

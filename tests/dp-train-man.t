@@ -31,6 +31,20 @@ for r in 0 1 2 3; do
 	$MK data/train-$r-of-4.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed $((10 + r))
 done
 $PY "$DP_SRC/tests/mkphotos.py" photos 8 || exit 1 # the image example's
+# the fine-tuning example's torchvision weights (or, without torchvision, a
+# checkpoint of dp-train's own resnet18: --init takes either)
+cat > tv.py <<'EOF'
+import os, sys
+sys.path.insert(0, os.environ["DP_SRC"] + "/tests")
+import torch, torchvision
+from torch_ref import save_checkpoint
+torch.manual_seed(0)
+m = torchvision.models.resnet18()
+save_checkpoint("resnet18.safetensors", {k: v.numpy() for k, v in m.state_dict().items()}, None)
+EOF
+$PY tv.py 2>/dev/null || { $MK rgb.tfrecord random --n 4 --shape 3x32x32 --kind uint8 --seed 5 &&
+	dp-train --train rgb.tfrecord --decode-raw uint8 --model resnet18 --input-shape 3x32x32 \
+		-q --max-steps 1 -o resnet18.safetensors; }
 . "$DP_SRC/tests/mpi.sh" # mpirun as the MPI tests run it: -np 4 on two cores, unbound
 examples "$MAN1" > ex1.txt
 n=0
@@ -49,6 +63,8 @@ ok test "$n" -ge 8 "found the examples ($n)"
 ok test -s mlp.safetensors "the first example wrote mlp.safetensors"
 like "$(cat ex-2.out)" "total 1199882 parameters" "the --summary example prints the parameter count"
 ok test -s tuned.safetensors "the fine-tuning example wrote its checkpoint"
+ok test -s resnet18-photos.safetensors "the ResNet-18 example wrote its checkpoint"
+ok test -s resnet20.safetensors "the ResNet-20 example wrote its checkpoint"
 ok test -s ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
 ok test -s dist.safetensors "the mpirun example wrote its checkpoint"
 ok $PY -c 'import json; t = json.load(open("trace.json")); assert {e["pid"] for e in t} == {0, 1, 2, 3}' \

@@ -46,6 +46,8 @@ ROWS=$(cat <<'EOF'
 --input-shape|input_shape||--input-shape 1x8x8
 --label|label||--label y
 --label-smoothing|label_smoothing||--label-smoothing 0.1
+--sync-bn|sync_bn||--sync-bn
+--classes|classes|--model resnet20 --input-shape 1x8x8|--model resnet20 --classes 4 --input-shape 1x8x8
 --layout|layout|--decode-raw uint8 --input-shape 1x8x8|--decode-raw uint8 --layout hwc --input-shape 1x8x8
 --last-batch|last_batch||--last-batch drop
 --log-every|log_every||--log-every 5

@@ -186,6 +186,11 @@ run dp-train --train vec.tfr --init mse.st --model "$MLP" --input-shape 64 -q
 is "$rc" 1 "--init of a checkpoint of another loss: exit 1"
 is "$err" "dp-train: mse.st: a checkpoint of model '$MLP' over 64 trained with --loss mse, not xent (give --loss mse)" \
 	"... names the loss that differs"
+run dp-train --train small.tfr --resume half.st --batch-size 8 -o other.st
+is "$rc" 1 "resume with another --batch-size: exit 1 (the data's position counts updates)"
+like "$err" "half.st: saved by a run of global batch [0-9]+ \(1 x [0-9]+\); this run's is 8: .*resume it with --batch-size 16" \
+	"... saying which batch size resumes it"
+ok test ! -e other.st "... and writes nothing"
 run dp-train --train small.tfr --resume a.st --optimizer sgd
 like "$err" "holds adam state, not sgd's" "resume with another optimizer refused"
 head -c 3000 a.st > trunc.st

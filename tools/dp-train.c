@@ -1124,6 +1124,7 @@ static struct {
 	float *acc;               /* (dev) --accumulate: the gradients of the update so far, */
 	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples, */
 	meter pend;               /* this rank's loss and samples in them */
+	size_t glo;               /* gradients below: of frozen layers, zero, not summed */
 } R;
 
 /* ---- the model's summary, the data ------------------------------------------------ */
@@ -1132,18 +1133,24 @@ static void summary(dp_model *m)
 {
 	char a[64], b[64];
 	dp_shape in = dp_model_input(m);
-	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "layer", "name", "item", "output", "params");
-	printf("%-5s  %-24s  %-28s  %-12s  %10s\n", "", "", "input", dp_shape_format(&in, a, sizeof a),
-	       "");
-	for (int i = 0; i < dp_model_nlayers(m); i++) {
+	/* columns as wide as their longest entry: an item is indented by the
+	 * blocks it is in; a block's sum names what it adds to its items' output */
+	int wn = 5, wi = 5, n = dp_model_nlayers(m);
+	for (int i = 0; i < n; i++) {
 		dp_layer_info li;
 		dp_model_layer(m, i, &li);
-		char item[256];
-		/* an item is indented by the blocks it is in; a block's sum names
-		 * what it adds to its items' output */
-		snprintf(item, sizeof item, "%*s%s", 2 * li.depth, "", li.text);
-		printf("%-5d  %-24s  %-28s  %-12s  %10zu%s\n", i, li.name, item,
-		       dp_shape_format(&li.out, b, sizeof b), li.nparams,
+		int l1 = (int)strlen(li.name), l2 = 2 * li.depth + (int)strlen(li.text);
+		wn = l1 > wn ? l1 : wn;
+		wi = l2 > wi ? l2 : wi;
+	}
+	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "layer", wn, "name", wi, "item", "output", "params");
+	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "", wn, "", wi, "input",
+	       dp_shape_format(&in, a, sizeof a), "");
+	for (int i = 0; i < n; i++) {
+		dp_layer_info li;
+		dp_model_layer(m, i, &li);
+		printf("%-5d  %-*s  %*s%-*s  %-12s  %10zu%s\n", i, wn, li.name, 2 * li.depth, "",
+		       wi - 2 * li.depth, li.text, dp_shape_format(&li.out, b, sizeof b), li.nparams,
 		       li.frozen ? "  frozen" : "");
 	}
 	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
@@ -1382,7 +1389,7 @@ static char *settings_text(const dp_optim_conf *oc)
 		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
 	char imgb[512];
 	dp_image_spec(&O.img, imgb, sizeof imgb);
-	fprintf(f, "image=%s\nlayout=%s\nsync_bn=%d\n", O.decode == DP_DECODE_IMAGE ? imgb : "",
+	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, O.decode == DP_DECODE_IMAGE ? imgb : "",
 		O.hwc ? "hwc" : "chw", O.sync_bn);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
@@ -1433,6 +1440,16 @@ static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_
 	return lr;
 }
 
+/* The backward hook: a range of gradients to the allreduce, but those of
+ * the frozen layers at the start of the model (zeros on every rank), and
+ * at offsets from R.glo. */
+static int comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
+{
+	if (off < R.glo)
+		return DP_OK;
+	return dp_comm_hook(c, layer, off - R.glo, count, e);
+}
+
 /* The gradients of a rank without samples in a step: zeros (or those of
  * the update's micro-batches before, --accumulate), reported layer by
  * layer as a backward pass would, so that every rank makes the same
@@ -1445,7 +1462,7 @@ static int zero_grads(dp_err *e)
 		be->copy(ctx, dp_model_grads(M), R.acc, dp_model_nparams(M) * sizeof(float));
 	else
 		be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
-	return dp_model_idle(M, dp_comm_hook, COMM, e); /* and --sync-bn's sums */
+	return dp_model_idle(M, comm_hook, COMM, e); /* and --sync-bn's sums */
 }
 
 /* A hash of everything a rank trains (weights, running statistics,
@@ -1667,6 +1684,9 @@ static void make_model(void)
 /* --summary: the layers, and the end of the run. */
 static int show_summary(void)
 {
+	dp_err e;
+	if (O.freeze && *O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
+		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
 	if (RANK == 0)
 		summary(M);
 	dp_model_free(M);
@@ -1866,8 +1886,14 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	uint64_t cka = ca ? meta_count(ck, "accumulate", ca, 1, 1u << 16) : 1, N = O.accumulate;
 	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = O.batch * N * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if ((ck_ranks == SIZE && cka == N) || R.ts.epoch >= O.epochs)
+	if ((ck_ranks == SIZE && cka == N && ckb == O.batch) || R.ts.epoch >= O.epochs)
 		return;
+	if (ck_ranks == SIZE && g0 != g1)
+		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
+			   "); this run's is %" PRIu64 ": the position in the data counts updates of "
+			   "%" PRIu64 ": resume it with --batch-size %" PRIu64 "%s",
+			dp_st_name(ck), g0, ck_ranks, ckb * cka, g1, g0, ckb,
+			cka > 1 ? " and its --accumulate" : "");
 	if (g0 != g1 || !split) {
 		char hint[160] = "";
 		if (split && g0 % (SIZE * O.batch) == 0 && N != g0 / (SIZE * O.batch))
@@ -1931,6 +1957,16 @@ static void setup_model(void)
 		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
 	if (O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
 		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
+	for (int i = 0; O.freeze && i < dp_model_nlayers(M); i++) { /* a frozen start */
+		dp_layer_info li;
+		dp_model_layer(M, i, &li);
+		if (li.nparams && !li.frozen)
+			break;
+		if (li.nparams)
+			R.glo = li.param_off + li.nparams;
+	}
+	if (R.glo >= dp_model_nparams(M))
+		R.glo = 0;
 	if (O.sync_bn && SIZE > 1)
 		dp_model_set_sync(M, bn_sum, COMM);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
@@ -2073,7 +2109,7 @@ static int acc_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
 {
 	if (R.micro)
 		dp_grads_add(R.be, R.ctx, dp_model_grads(M) + off, R.acc + off, count);
-	return dp_comm_hook(c, layer, off, count, e);
+	return comm_hook(c, layer, off, count, e);
 }
 
 /* One micro-batch: forward and loss (scaled by the job's samples of the
@@ -2120,7 +2156,7 @@ static int train_step(uint64_t epoch, const step *s, int last)
 		dp_comm_event(COMM, "backward", 1, t3, dp_now());
 		return 0;
 	}
-	if (dp_comm_grads_begin(COMM, g, np, &e) < 0 ||
+	if (dp_comm_grads_begin(COMM, g + R.glo, np - R.glo, &e) < 0 ||
 	    (s->n ? dp_model_backward(M, b->n, acc_hook, COMM, &e) : zero_grads(&e)) < 0)
 		cli_die("train: %s", e.msg);
 	double t4 = dp_now();
@@ -2414,7 +2450,10 @@ int main(int argc, char **argv)
 	start_from_checkpoint();
 	if (R.ck)
 		check_same_settings(); /* as completed from it */
+	int from_file = O.model && O.model[0] == '@';
 	make_model();
+	if (from_file)
+		check_same_settings(); /* the spec read, not the file's name */
 	if (O.summary)
 		return show_summary();
 	check_ckpt_model();

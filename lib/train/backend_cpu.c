@@ -764,14 +764,18 @@ static inline void maxpool22_row(const float *r0, const float *r1, int w, int ow
 		d[ox] = r1[2 * ox + 1];
 	}
 	for (int ox = 0; ox < ow; ox++) {
+		/* v != v: a NaN wins, as in the general loop (and PyTorch) */
 		int32_t i = base + 2 * ox;
 		float m = a[ox];
-		i = b[ox] > m ? base + 2 * ox + 1 : i;
-		m = b[ox] > m ? b[ox] : m;
-		i = c[ox] > m ? base + 2 * ox + w : i;
-		m = c[ox] > m ? c[ox] : m;
-		i = d[ox] > m ? base + 2 * ox + w + 1 : i;
-		m = d[ox] > m ? d[ox] : m;
+		int tb = b[ox] > m || b[ox] != b[ox];
+		i = tb ? base + 2 * ox + 1 : i;
+		m = tb ? b[ox] : m;
+		int tc = c[ox] > m || c[ox] != c[ox];
+		i = tc ? base + 2 * ox + w : i;
+		m = tc ? c[ox] : m;
+		int td = d[ox] > m || d[ox] != d[ox];
+		i = td ? base + 2 * ox + w + 1 : i;
+		m = td ? d[ox] : m;
 		y[ox] = m;
 		arg[ox] = i;
 	}
@@ -923,88 +927,101 @@ static double bn_count(const dp_bnorm *g, const double *sums)
 	return sums && g->count > 0 ? g->count : (double)g->n * g->hw;
 }
 
-/* *s += the sum of p[0, n) - mu, *s2 += the sum of its squares, in double
- * with 8 running sums (vectorises; a fixed order). */
-HOT static void plane_sums(const float *p, size_t n, double mu, double *s, double *s2)
+/* Plane i of channel c of a tensor (n, C, hw). */
+#define BN_PLANE(g, p, c, i) ((p) + ((size_t)(i) * (g)->c + (size_t)(c)) * (g)->hw)
+
+/* Over channel c of x: the sum of x - mu and of its squares, in double:
+ * 8 running sums through all the channel's planes, their remainders in a
+ * ninth (vectorises; a fixed order). */
+HOT static void chan_sums(const dp_bnorm *g, const float *x, int c, double mu, double *s,
+			  double *s2)
 {
-	double a[8] = {0}, b[8] = {0};
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++) {
-			double v = (double)p[i + j] - mu;
-			a[j] += v;
-			b[j] += v * v;
+	double a[8] = {0}, b[8] = {0}, sa = 0, sb = 0;
+	size_t hw = (size_t)g->hw;
+	for (int i = 0; i < g->n; i++) {
+		const float *p = BN_PLANE(g, x, c, i);
+		size_t j = 0;
+		for (; j + 8 <= hw; j += 8)
+			for (int k = 0; k < 8; k++) {
+				double v = (double)p[j + k] - mu;
+				a[k] += v;
+				b[k] += v * v;
+			}
+		for (; j < hw; j++) {
+			double v = (double)p[j] - mu;
+			sa += v;
+			sb += v * v;
 		}
-	double sa = 0, sb = 0;
-	for (int j = 0; j < 8; j++) {
-		sa += a[j];
-		sb += b[j];
 	}
-	for (; i < n; i++) {
-		double v = (double)p[i] - mu;
-		sa += v;
-		sb += v * v;
+	for (int k = 0; k < 8; k++) {
+		sa += a[k];
+		sb += b[k];
 	}
-	*s += sa;
-	*s2 += sb;
+	*s = sa;
+	*s2 = sb;
 }
 
-/* *s += the sum of dy, *sx += the sum of dy * xhat, xhat = (x - mean) inv. */
-HOT static void plane_grad_sums(const float *x, const float *dy, size_t n, float mean, float inv,
-				double *s, double *sx)
+/* Over channel c: the sum of dy and of dy * xhat, xhat = (x - mean) inv,
+ * as chan_sums. */
+HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *dy, int c,
+			       float mean, float inv, double *s, double *sx)
 {
-	double a[8] = {0}, b[8] = {0};
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++) {
-			a[j] += dy[i + j];
-			b[j] += (double)dy[i + j] * ((x[i + j] - mean) * inv);
+	double a[8] = {0}, b[8] = {0}, sa = 0, sb = 0;
+	size_t hw = (size_t)g->hw;
+	for (int i = 0; i < g->n; i++) {
+		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
+		size_t j = 0;
+		for (; j + 8 <= hw; j += 8)
+			for (int k = 0; k < 8; k++) {
+				a[k] += d[j + k];
+				b[k] += (double)d[j + k] * ((p[j + k] - mean) * inv);
+			}
+		for (; j < hw; j++) {
+			sa += d[j];
+			sb += (double)d[j] * ((p[j] - mean) * inv);
 		}
-	double sa = 0, sb = 0;
-	for (int j = 0; j < 8; j++) {
-		sa += a[j];
-		sb += b[j];
 	}
-	for (; i < n; i++) {
-		sa += dy[i];
-		sb += (double)dy[i] * ((x[i] - mean) * inv);
+	for (int k = 0; k < 8; k++) {
+		sa += a[k];
+		sb += b[k];
 	}
-	*s += sa;
-	*sx += sb;
+	*s = sa;
+	*sx = sb;
 }
 
-/* y = x a + b over one plane. */
-HOT static void plane_affine(const float *x, float *y, size_t n, float a, float b)
+/* y = x a + b over channel c. */
+HOT static void chan_affine(const dp_bnorm *g, const float *x, float *y, int c, float a, float b)
 {
-	for (size_t i = 0; i < n; i++)
-		y[i] = x[i] * a + b;
+	for (int i = 0; i < g->n; i++) {
+		const float *p = BN_PLANE(g, x, c, i);
+		float *q = BN_PLANE(g, y, c, i);
+		for (int j = 0; j < g->hw; j++)
+			q[j] = p[j] * a + b;
+	}
 }
 
-/* dx = k (dy - mdy - (x - mean) inv mdyx) over one plane. */
-HOT static void plane_dx(const float *x, const float *dy, float *dx, size_t n, float k, float mdy,
-			 float mean, float inv, float mdyx)
+/* dx = k (dy - mdy - (x - mean) inv mdyx) over channel c. */
+HOT static void chan_dx(const dp_bnorm *g, const float *x, const float *dy, float *dx, int c,
+			float k, float mdy, float mean, float inv, float mdyx)
 {
-	for (size_t i = 0; i < n; i++)
-		dx[i] = k * (dy[i] - mdy - (x[i] - mean) * inv * mdyx);
+	for (int i = 0; i < g->n; i++) {
+		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
+		float *q = BN_PLANE(g, dx, c, i);
+		for (int j = 0; j < g->hw; j++)
+			q[j] = k * (d[j] - mdy - (p[j] - mean) * inv * mdyx);
+	}
 }
 
 static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, double *sums)
 {
-	size_t cs = (size_t)g->c * g->hw;
-	for (int c = 0; c < g->c; c++) {
-		double s = 0, s2 = 0;
-		for (int i = 0; i < g->n; i++)
-			plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, 0.0, &s, &s2);
-		sums[c] = s;
-		sums[g->c + c] = s2;
-	}
+	for (int c = 0; c < g->c; c++)
+		chan_sums(g, x, c, 0.0, &sums[c], &sums[g->c + c]);
 }
 
 static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
 			  const float *gamma, const float *beta, float *run_mean, float *run_var,
 			  const double *sums, float *save, float *y)
 {
-	size_t cs = (size_t)g->c * g->hw;
 	double m = bn_count(g, sums);
 	for (int c = 0; c < g->c; c++) {
 		float mean, inv;
@@ -1015,14 +1032,10 @@ static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const flo
 				var = sums[g->c + c] / m - mu * mu;
 				var = var > 0 ? var : 0;
 			} else { /* two passes: the mean, then the squares about it */
-				double s = 0, s2 = 0, d = 0, d2 = 0;
-				for (int i = 0; i < g->n; i++)
-					plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, 0.0,
-						   &s, &s2);
+				double s, s2, d, d2;
+				chan_sums(g, x, c, 0.0, &s, &s2);
 				mu = s / m;
-				for (int i = 0; i < g->n; i++)
-					plane_sums(x + i * cs + (size_t)c * g->hw, (size_t)g->hw, mu,
-						   &d, &d2);
+				chan_sums(g, x, c, mu, &d, &d2);
 				var = d2 / m;
 			}
 			mean = (float)mu;
@@ -1038,59 +1051,41 @@ static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const flo
 			save[c] = mean;
 			save[g->c + c] = inv;
 		}
-		float a = gamma[c] * inv, bb = beta[c] - mean * a;
-		for (int i = 0; i < g->n; i++)
-			plane_affine(x + i * cs + (size_t)c * g->hw, y + i * cs + (size_t)c * g->hw,
-				     (size_t)g->hw, a, bb);
+		float a = gamma[c] * inv;
+		chan_affine(g, x, y, c, a, beta[c] - mean * a);
 	}
 }
 
 static void cpu_bnorm_bwd_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
 			       const float *dy, double *sums)
 {
-	size_t cs = (size_t)g->c * g->hw;
-	for (int c = 0; c < g->c; c++) {
-		double sdy = 0, sdyx = 0;
-		for (int i = 0; i < g->n; i++) {
-			size_t at = i * cs + (size_t)c * g->hw;
-			plane_grad_sums(x + at, dy + at, (size_t)g->hw, save[c], save[g->c + c], &sdy,
-					&sdyx);
-		}
-		sums[c] = sdy;
-		sums[g->c + c] = sdyx;
-	}
+	for (int c = 0; c < g->c; c++)
+		chan_grad_sums(g, x, dy, c, save[c], save[g->c + c], &sums[c], &sums[g->c + c]);
 }
 
 static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
 			  const float *save, const double *sums, const float *dy, float *dx,
 			  float *dgamma, float *dbeta)
 {
-	size_t cs = (size_t)g->c * g->hw;
 	double m = bn_count(g, sums);
 	for (int c = 0; c < g->c; c++) {
 		float mean = save[c], inv = save[g->c + c];
-		double sdy = 0, sdyx = 0;
-		for (int i = 0; i < g->n; i++) {
-			size_t at = i * cs + (size_t)c * g->hw;
-			plane_grad_sums(x + at, dy + at, (size_t)g->hw, mean, inv, &sdy, &sdyx);
-		}
+		double sdy, sdyx;
+		chan_grad_sums(g, x, dy, c, mean, inv, &sdy, &sdyx);
 		dgamma[c] = (float)sdyx;
 		dbeta[c] = (float)sdy;
 		if (!dx)
 			continue;
-		float k = gamma[c] * inv, mdy = 0, mdyx = 0;
-		if (!g->eval) { /* through the statistics: the batch's or all ranks' */
-			mdy = (float)((sums ? sums[c] : sdy) / m);
-			mdyx = (float)((sums ? sums[g->c + c] : sdyx) / m);
+		float k = gamma[c] * inv;
+		if (g->eval) { /* dx = gamma inv dy: no path through the statistics */
+			chan_affine(g, dy, dx, c, k, 0.0f);
+			continue;
 		}
-		for (int i = 0; i < g->n; i++) {
-			size_t at = i * cs + (size_t)c * g->hw;
-			if (g->eval) /* dx = gamma inv dy */
-				plane_affine(dy + at, dx + at, (size_t)g->hw, k, 0.0f);
-			else /* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)) */
-				plane_dx(x + at, dy + at, dx + at, (size_t)g->hw, k, mdy, mean, inv,
-					 mdyx);
-		}
+		/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)), the means
+		 * over this batch or (sums) over all ranks */
+		float mdy = (float)((sums ? sums[c] : sdy) / m),
+		      mdyx = (float)((sums ? sums[g->c + c] : sdyx) / m);
+		chan_dx(g, x, dy, dx, c, k, mdy, mean, inv, mdyx);
 	}
 }
 

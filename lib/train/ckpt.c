@@ -811,6 +811,17 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 	if (!host)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	int nt = dp_model_ntensors(m);
+	/* tensors the checkpoint's run froze have no state: unfrozen now, they
+	 * start from a fresh one (zeros), as a parameter that starts to
+	 * require gradients in PyTorch */
+	const char *fz = dp_st_meta(ck, "freeze");
+	int *was = calloc((size_t)nt + 1, sizeof *was);
+	if (!was) {
+		free(host);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	if (fz && *fz && dp_model_select(m, fz, was, NULL) < 0)
+		memset(was, 0, ((size_t)nt + 1) * sizeof *was);
 	for (int j = 0; j < dp_optim_nstates(o) && rc == DP_OK; j++) {
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
@@ -819,6 +830,10 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 				continue;
 			char name[128];
 			optim_tensor_name(name, sizeof name, &t, o, j);
+			if (was[i] && !dp_st_find(ck, name)) {
+				memset(host + t.off, 0, t.count * sizeof(float));
+				continue;
+			}
 			const dp_st_tensor *s = want(ck, name, DP_DT_F32, t.ndim, t.shape, e);
 			if (!s) {
 				rc = e ? e->code : DP_EDATA;
@@ -830,6 +845,7 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 			be->upload(ctx, dp_optim_state(o, j), host, np * sizeof(float));
 	}
 	free(host);
+	free(was);
 	if (rc == DP_OK)
 		dp_optim_set_steps(o, steps);
 	return rc;

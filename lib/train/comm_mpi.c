@@ -507,7 +507,26 @@ out:
 
 /* ---- the wire: float32, or 16-bit messages ---- */
 
-#define SEG 65536 /* values a message at most: several in flight per ring step */
+/* Bytes of a ring message at most.  Where the right neighbour is also the
+ * left one on another host (a ring of 2 hosts), 64,000: under Open MPI's
+ * eager limit over TCP (64 KiB with its header).  A larger message goes
+ * by rendezvous: its sender waits for the receiver's go-ahead, which
+ * travels on the one socket of the pair, behind megabytes of the
+ * receiver's own data in that socket's send buffer; each side then waits
+ * for the other in turn and the link carries one direction at a time
+ * (48% of 1 Gbit/s, bench/REPORT).  Eager messages go as soon as they
+ * are posted, both ways at once.  In a longer ring the go-ahead goes back
+ * to the left neighbour, on a socket that carries no data that way, and
+ * fewer, larger messages cost less of the CPU (an eager message is
+ * copied once more on arrival). */
+#define MSG_PAIR 64000
+#define MSG_RING 262144
+
+/* Values a message at most: several in flight per ring step. */
+static size_t seg_values(int wire, size_t most)
+{
+	return wire == DP_WIRE_F32 ? most / 4 : wire == DP_WIRE_BF16 ? most / 2 : (most - 4) / 2;
+}
 
 /* Bytes of a message of len values. */
 static size_t msg_bytes(int wire, size_t len)
@@ -587,12 +606,12 @@ typedef struct ring {
  * allreduce can (Open MPI's non-blocking allreduce of one buffer in place
  * goes through a binomial tree, 1.5 to 2.5 times slower here).
  *
- * A step's chunk goes as messages of SEG values, all posted at once: the
- * link carries the next while the last is added.  With a 16-bit wire the
- * partial sums are rounded to it at every hop and added in float32; the
- * rank that completes a chunk rounds its own copy the same way, and the
- * allgather forwards the messages as received, so every rank decodes the
- * same bytes.
+ * A step's chunk goes as messages of MSG_PAIR or MSG_RING bytes at most,
+ * all posted at once: the link carries the next while the last is added.
+ * With a 16-bit wire the partial sums are rounded to it at every hop and
+ * added in float32; the rank that completes a chunk rounds its own copy
+ * the same way, and the allgather forwards the messages as received, so
+ * every rank decodes the same bytes.
  *
  * phases: RING_RS alone leaves rank r holding the whole sum of chunk
  * (r+1) % p (the rest partial); RING_AG alone starts from there (float32
@@ -608,10 +627,11 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		return DP_OK;
 	if (n / (size_t)p + 1 > INT_MAX)
 		return dp_seterr(e, DP_ELIMIT, "%s: %zu floats: too many for one allreduce", what, n);
-	size_t most = n / (size_t)p + 1, nseg = (most + SEG - 1) / SEG;
+	size_t seg = seg_values(wire, left == right && g->cross ? MSG_PAIR : MSG_RING);
+	size_t most = n / (size_t)p + 1, nseg = (most + seg - 1) / seg;
 	size_t wmost = msg_bytes(wire, most) + 4 * nseg;
 	int rc;
-	if ((rc = grow((void **)&m->tmp, &m->tcap, (most > SEG ? most : SEG) * sizeof(float), e)) < 0 ||
+	if ((rc = grow((void **)&m->tmp, &m->tcap, (most > seg ? most : seg) * sizeof(float), e)) < 0 ||
 	    (rc = grow((void **)&m->rq, &m->rqcap, 2 * nseg * sizeof(MPI_Request), e)) < 0 ||
 	    (wire != DP_WIRE_F32 && ((rc = grow((void **)&m->wire[0], &m->wcap[0], wmost, e)) < 0 ||
 				     (rc = grow((void **)&m->wire[1], &m->wcap[1], wmost, e)) < 0)))
@@ -634,8 +654,8 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		unsigned char *wout = wire == DP_WIRE_F32 ? NULL : m->wire[out];
 		int nr = 0, ns = 0;
 		/* receives, then sends, every message of the step */
-		for (size_t o = 0, at = 0; o < lr; o += SEG) {
-			size_t len = lr - o < SEG ? lr - o : SEG, b = msg_bytes(wire, len);
+		for (size_t o = 0, at = 0; o < lr; o += seg) {
+			size_t len = lr - o < seg ? lr - o : seg, b = msg_bytes(wire, len);
 			void *into = wire != DP_WIRE_F32 ? (void *)(win + at)
 				     : rs			? (void *)((float *)m->tmp + o)
 								: (void *)(rx + o);
@@ -646,14 +666,14 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		}
 		if (rs && wire != DP_WIRE_F32) {
 			/* this step's partial sums, rounded for the wire */
-			for (size_t o = 0, at = 0; o < ls; o += SEG) {
-				size_t len = ls - o < SEG ? ls - o : SEG;
+			for (size_t o = 0, at = 0; o < ls; o += seg) {
+				size_t len = ls - o < seg ? ls - o : seg;
 				encode(wire, sx + o, len, wout + at, m->tmp);
 				at += msg_bytes(wire, len);
 			}
 		}
-		for (size_t o = 0, at = 0; o < ls; o += SEG) {
-			size_t len = ls - o < SEG ? ls - o : SEG, b = msg_bytes(wire, len);
+		for (size_t o = 0, at = 0; o < ls; o += seg) {
+			size_t len = ls - o < seg ? ls - o : seg, b = msg_bytes(wire, len);
 			const void *from = wire == DP_WIRE_F32 ? (const void *)(sx + o) : (const void *)(wout + at);
 			if ((rc = MPI_Isend(from, (int)b, MPI_BYTE, right, tag, g->comm,
 					    &m->rq[nr + ns++])) != MPI_SUCCESS)
@@ -662,8 +682,8 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 			sent += b;
 		}
 		/* each message as it lands: added (reduce-scatter) or decoded */
-		for (size_t o = 0, at = 0, j = 0; o < lr; o += SEG, j++) {
-			size_t len = lr - o < SEG ? lr - o : SEG;
+		for (size_t o = 0, at = 0, j = 0; o < lr; o += seg, j++) {
+			size_t len = lr - o < seg ? lr - o : seg;
 			if ((rc = wait_all(c, &m->rq[j], 1, seq, what, e)) < 0)
 				return rc;
 			float *d = rx + o;
@@ -684,8 +704,8 @@ static int ring_allreduce(dp_comm *c, const ring *g, float *buf, size_t n, int w
 		if (wire != DP_WIRE_F32 && s == p - 2) {
 			/* chunk kr is complete here: round it as the others
 			 * will see it, and send those bytes on */
-			for (size_t o = 0, at = 0; o < lr; o += SEG) {
-				size_t len = lr - o < SEG ? lr - o : SEG;
+			for (size_t o = 0, at = 0; o < lr; o += seg) {
+				size_t len = lr - o < seg ? lr - o : seg;
 				encode(wire, rx + o, len, m->wire[0] + at, m->tmp);
 				decode(wire, m->wire[0] + at, len, rx + o);
 				at += msg_bytes(wire, len);

@@ -1630,8 +1630,9 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			float *dy = exec ? m->gbuf[s] : NULL;
 			int want = L->src >= 0 && m->l[L->src].needg, t = -1;
 			int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
-			float *dw = m->grads + L->woff, *db = L->bn ? m->grads + L->boff : NULL;
-			const float *w = m->params + L->woff;
+			float *dw = exec ? m->grads + L->woff : NULL;
+			float *db = exec && L->bn ? m->grads + L->boff : NULL;
+			const float *w = exec ? m->params + L->woff : NULL;
 			switch (L->kind) {
 			case DP_LAYER_DENSE:
 			case DP_LAYER_CONV:
@@ -1728,9 +1729,23 @@ int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e)
 {
 	int rc;
 	for (int i = 0; i < m->n && m->sync; i++) {
-		double zero = 0;
-		if (bn_synced(m, &m->l[i]) && (rc = sync_sums(m, NULL, 2 * m->l[i].in.c, &zero, e)) < 0)
+		layer *L = &m->l[i];
+		double count = 0;
+		if (!bn_synced(m, L))
+			continue;
+		if ((rc = sync_sums(m, NULL, 2 * L->in.c, &count, e)) < 0)
 			return rc;
+		if (count <= 0)
+			continue;
+		/* the running statistics move as on the other ranks: from the
+		 * sums of the whole batch, over no samples of this one's */
+		dp_bnorm g = bnorm_geom(L, 0);
+		L->count = g.count = count;
+		m->be->upload(m->ctx, m->sums, m->hsums, 2 * (size_t)L->in.c * sizeof(double));
+		m->be->bnorm_fwd(m->ctx, &g, 1, m->xbuf, m->params + L->woff, m->params + L->boff,
+				 m->bufs + L->roff, m->bufs + L->roff + L->in.c, m->sums, L->aux,
+				 L->ybuf);
+		L->tracked++;
 	}
 	return walk(m, 0, 2, hook, hook_ctx, e);
 }

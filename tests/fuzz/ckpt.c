@@ -22,19 +22,6 @@
 
 static dp_bectx *ctx;
 
-/* Bytes a bound model would take, roughly: parameters (with gradients) and
- * activations for a batch of 2. */
-static size_t model_bytes(const dp_model *m)
-{
-	size_t b = 4 * (2 * dp_model_nparams(m) + dp_model_nbuffers(m) + 2 * dp_model_in_size(m));
-	for (int i = 0; i < dp_model_nlayers(m); i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		b += 4 * 4 * dp_shape_size(&li.out);
-	}
-	return b;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -76,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	/* the model it describes */
 	dp_model *m = dp_ckpt_model(s, &e);
-	if (m && model_bytes(m) < (16u << 20) && dp_model_bind(m, &dp_backend_cpu, ctx, 2, &e) == 0 &&
+	if (m && fuzz_model_bytes(m) < (16u << 20) && dp_model_bind(m, &dp_backend_cpu, ctx, 2, &e) == 0 &&
 	    dp_ckpt_load_weights(s, m, &e) == 0) {
 		size_t in = dp_model_in_size(m), out = dp_model_out_size(m);
 		float *x = calloc(2 * in, sizeof *x), *y = calloc(2 * out, sizeof *y);

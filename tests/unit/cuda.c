@@ -827,6 +827,14 @@ int main(void)
 	t_model("conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
 		"2x10x10", DP_LOSS_MSE, DP_OPTIM_SGD, 30);
 	t_model("dense:64,relu,batchnorm,dense:10", "40", DP_LOSS_XENT, DP_OPTIM_ADAMW, 30);
+	/* residual blocks (identity and projection shortcuts, gradients added
+	 * where two layers read one output), the stem's padded max pooling,
+	 * convolutions without bias, global average pooling */
+	t_model("conv:8:3:1:1:bias=0,bn,relu,maxpool:3:2:1,"
+		"res(conv:8:3:1:1:bias=0,bn,relu,conv:8:3:1:1:bias=0,bn):relu,"
+		"res(conv:12:3:2:1:bias=0,bn|conv:12:1:2:bias=0,bn):relu,gap,flatten,fc=dense:5",
+		"3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 20);
+	t_model("resnet20:4", "1x8x8", DP_LOSS_XENT, DP_OPTIM_SGD, 10);
 
 	G->close(gc);
 	C->close(cc);

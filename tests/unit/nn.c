@@ -17,6 +17,7 @@
 
 static const dp_backend *be;
 static dp_bectx *ctx;
+static float step = 3e-3f; /* the finite difference's step (GC_H overrides) */
 
 static double loss_of(dp_model *m, const float *x, const void *y, int n, const dp_pass *p)
 {
@@ -45,8 +46,11 @@ static int hook(void *c, int layer, size_t off, size_t count, dp_err *e)
 	return 0;
 }
 
-/* Check spec over input shape with loss; returns the relative error. */
-static void gradcheck(const char *spec, const char *shape, int loss, int n)
+/* Check spec over input shape with loss, the parameters freeze selects
+ * (dp_model_freeze; NULL: none) fixed: their gradient must be zero, the
+ * others' must match finite differences of the loss. */
+static void gradcheck_frozen(const char *spec, const char *shape, int loss, int n,
+			     const char *freeze)
 {
 	dp_err e;
 	dp_shape in;
@@ -54,6 +58,11 @@ static void gradcheck(const char *spec, const char *shape, int loss, int n)
 	dp_model *m = dp_model_new(spec, &in, loss, &e);
 	if (!ok(m != NULL, "build %s", spec)) {
 		printf("# %s\n", e.msg);
+		return;
+	}
+	if (freeze && !ok(dp_model_freeze(m, freeze, &e) == 0, "%s: freeze %s", spec, freeze)) {
+		printf("# %s\n", e.msg);
+		dp_model_free(m);
 		return;
 	}
 	dp_model_bind(m, be, ctx, (size_t)n, &e);
@@ -76,8 +85,21 @@ static void gradcheck(const char *spec, const char *shape, int loss, int n)
 	dp_model_loss(m, y, (size_t)n, 1.0f / (float)n, 1, st, &e);
 	struct hookrec h = {np, 1, 0};
 	int rc = dp_model_backward(m, (size_t)n, hook, &h, &e);
-	ok(rc == 0 && h.ok && h.next_end == 0, "%s: hooks cover the gradient buffer, last first",
-	   spec);
+	if (!freeze) /* frozen layers: no hook for them */
+		ok(rc == 0 && h.ok && h.next_end == 0,
+		   "%s: hooks cover the gradient buffer, last first", spec);
+	else if (!ok(rc == 0, "%s, %s frozen: backward", spec, freeze))
+		printf("# %s\n", e.msg);
+	/* fixed[i]: parameter i is frozen */
+	char *fixed = calloc(np ? np : 1, 1);
+	int nt = dp_model_ntensors(m), *sel = calloc((size_t)nt, sizeof *sel);
+	if (freeze && dp_model_select(m, freeze, sel, &e) == 0)
+		for (int t = 0; t < nt; t++) {
+			dp_tensor_info ti;
+			dp_model_tensor(m, t, &ti);
+			if (sel[t] && ti.role == DP_TENSOR_PARAM)
+				memset(fixed + ti.off, 1, ti.count);
+		}
 	float *params = dp_model_params(m), *grads = dp_model_grads(m); /* CPU: host memory */
 	float *an = malloc(sizeof(float) * np);
 	memcpy(an, grads, sizeof(float) * np);
@@ -89,8 +111,14 @@ static void gradcheck(const char *spec, const char *shape, int loss, int n)
 	   spec);
 	double num2 = 0, diff2 = 0, an2 = 0, worst = 0;
 	size_t worst_i = 0;
-	const float h_ = getenv("GC_H") ? (float)atof(getenv("GC_H")) : 3e-3f;
+	const float h_ = getenv("GC_H") ? (float)atof(getenv("GC_H")) : step;
+	size_t nfixed = 0, nonzero = 0;
 	for (size_t i = 0; i < np; i++) {
+		if (fixed[i]) {
+			nfixed++;
+			nonzero += an[i] != 0;
+			continue;
+		}
 		float keep = params[i];
 		params[i] = keep + h_;
 		double lp = loss_of(m, x, y, n, &p);
@@ -109,14 +137,24 @@ static void gradcheck(const char *spec, const char *shape, int loss, int n)
 		}
 	}
 	double rel = sqrt(diff2) / fmax(1e-12, fmax(sqrt(num2), sqrt(an2)));
-	if (!ok(rel < 1e-2 && an2 > 0, "%s (%s, %s): gradient matches finite differences", spec,
-		shape, dp_loss_name(loss)))
+	if (!ok(rel < 1e-2 && an2 > 0, "%s (%s, %s%s%s): gradient matches finite differences",
+		spec, shape, dp_loss_name(loss), freeze ? ", frozen " : "", freeze ? freeze : ""))
 		printf("#   relative error %.3g; worst element %zu: relative %.3g\n", rel, worst_i,
 		       worst);
+	if (freeze && !ok(nfixed > 0 && nonzero == 0, "%s: the %zu frozen parameters' gradients are 0",
+			  spec, nfixed))
+		printf("#   %zu of them are not\n", nonzero);
+	free(fixed);
+	free(sel);
 	free(an);
 	free(x);
 	free(tgt);
 	dp_model_free(m);
+}
+
+static void gradcheck(const char *spec, const char *shape, int loss, int n)
+{
+	gradcheck_frozen(spec, shape, loss, n, NULL);
 }
 
 static void bad_spec(const char *spec, const char *shape, int loss, const char *want)
@@ -221,6 +259,60 @@ int main(void)
 	gradcheck("conv:8:3,tanh,conv:8:3:same,relu,flatten,dense:3", "8x6x6", DP_LOSS_XENT, 2);
 	gradcheck("dropout:0.2,conv:2:3,avgpool:3:1,sigmoid,flatten,dense:4", "1x6x6",
 		  DP_LOSS_MSE, 2);
+
+	/* the graph: residual blocks with identity and projection shortcuts (a
+	 * layer's output read twice: its gradients add up), an activation after
+	 * the sum or none, gap, maxpool with padding, convolutions without bias,
+	 * nested blocks and groups, names.  Batchnorm over 2 to 4 samples is
+	 * strongly curved: a smaller step (at 3e-3 the error of the central
+	 * difference itself reaches 5%, and falls as the step does) */
+	step = 2e-4f;
+	gradcheck("conv:4:3:1:1:bias=0,bn,relu,res(conv:4:3:1:1:bias=0,bn,relu,"
+		  "conv:4:3:1:1:bias=0,bn):relu,flatten,dense:3",
+		  "2x5x5", DP_LOSS_XENT, 3);
+	gradcheck("conv:4:3:1:1,res(conv:6:3:2:1:bias=0,bn,relu,conv:6:3:1:1:bias=0,bn|"
+		  "conv:6:1:2:bias=0,bn):relu,gap,flatten,dense:3",
+		  "2x6x6", DP_LOSS_XENT, 3);
+	gradcheck("dense:6,res(dense:6,tanh,dense:6),res(dense:6|dense:6):sigmoid,dense:3", "5",
+		  DP_LOSS_MSE, 3);
+	gradcheck("conv:3:3:1:1:bias=0,maxpool:3:2:1,tanh,conv:2:2:bias=0,flatten,dense:3", "2x6x6",
+		  DP_LOSS_XENT, 3);
+	gradcheck("conv:3:3:1:1,maxpool:2:2:1,gap,flatten,dense:3", "1x5x5", DP_LOSS_XENT, 3);
+	gradcheck("stem=seq(conv:3:3:bias=0,seq(bn,relu)),b=res(seq(conv:3:3:1:1,tanh),"
+		  "res(conv:3:1,relu):tanh),gap,head=seq(flatten,dense:4),dense:3",
+		  "2x6x6", DP_LOSS_XENT, 3);
+	gradcheck("conv:4:3:1:1,res(res(conv:4:3:1:1,bn):relu|conv:4:1,bn):relu,avgpool:global,"
+		  "flatten,dense:3",
+		  "1x5x5", DP_LOSS_XENT, 2);
+	/* frozen batchnorm (evaluation mode: its running statistics) with
+	 * trainable layers below it, and frozen layers at the bottom of a
+	 * residual net (no backward below them) */
+	gradcheck_frozen("conv:3:3,bn,relu,flatten,dense:5,bn,dense:3", "2x5x5", DP_LOSS_XENT, 4,
+			 "1");
+	gradcheck_frozen("conv:3:3,bn,relu,flatten,dense:5,bn,dense:3", "2x5x5", DP_LOSS_XENT, 4,
+			 "bn");
+	gradcheck_frozen("c=conv:4:3:1:1:bias=0,n=bn,relu,r=res(conv:4:3:1:1:bias=0,bn,relu,"
+			 "conv:4:3:1:1:bias=0,bn):relu,gap,flatten,fc=dense:3",
+			 "2x5x5", DP_LOSS_XENT, 3, "c,n,r.0*");
+	/* the syntax of the graph */
+	bad_spec("res(dense:4,dense:4", "4", DP_LOSS_XENT, "block 0: want ')' at byte 19, not the end");
+	bad_spec("dense:4),dense:2", "4", DP_LOSS_XENT, "unexpected ')' at byte 7");
+	bad_spec("seq(dense:4|dense:4),dense:2", "4", DP_LOSS_XENT,
+		 "a shortcut is for res(...) only");
+	bad_spec("res(dense:5),dense:2", "4", DP_LOSS_XENT,
+		 "block 0: its items give 5 but its input is 4: add a projection shortcut");
+	bad_spec("res(dense:5|dense:6),dense:2", "4", DP_LOSS_XENT,
+		 "its items give 5 but its shortcut gives 6: make them agree");
+	bad_spec("conv:4:3:1:1,res(conv:4:3:2:1),flatten,dense:2", "1x6x6", DP_LOSS_XENT,
+		 "block 1: its items give 4x3x3 but its input is 4x6x6");
+	bad_spec("a=dense:4,a=dense:2", "4", DP_LOSS_XENT, "two items named 'a'");
+	bad_spec("b=seq(x=dense:4,x=relu),dense:2", "4", DP_LOSS_XENT, "two items named 'x' in b");
+	bad_spec("foo(dense:4),dense:2", "4", DP_LOSS_XENT, "item 0 'foo(': unknown block (res, seq)");
+	bad_spec("res(dense:4):softmax,dense:2", "4", DP_LOSS_XENT,
+		 "block 0: 'softmax' after res(...): want :relu, :tanh or :sigmoid");
+	bad_spec("res(dense:4,softmax),dense:2", "4", DP_LOSS_XENT, "softmax is allowed only as");
+	bad_spec("dense:4,res(),dense:2", "4", DP_LOSS_XENT, "item 1.0 is empty");
+	bad_spec("resnet18:0", "3x64x64", DP_LOSS_XENT, "want resnet18 or resnet18:CLASSES");
 
 	be->close(ctx);
 	return done_testing();

@@ -2,7 +2,8 @@
  * PyTorch (tests/torchops_ref.py, Debian's python3-torch):
  *  - max pooling MaxPool2d(3, 2, padding=1), forward, argmax and backward,
  *    with ties (the first maximum wins), a NaN (it wins) and a window of
- *    -infinity only (its first position inside the image);
+ *    -infinity only (its first position inside the image); MaxPool2d(2, 2)
+ *    (the fast path) with NaNs;
  *  - BatchNorm2d in training (output, running statistics, dx, dgamma,
  *    dbeta), and the backward of an evaluation-mode (frozen) layer;
  *  - synchronised statistics: the batch split in two halves, as two ranks,
@@ -64,9 +65,10 @@ static void near(const float *got, const float *want, size_t n, double tol, cons
 		       want[0], n > 1 ? want[1] : 0);
 }
 
-static void t_maxpool(int n, int c, int h, int w)
+/* MaxPool2d(k, 2, p) of (n, c, h, w) */
+static void t_maxpool(int n, int c, int h, int w, int k, int p)
 {
-	dp_pool2d q = {n, c, h, w, (h + 2 - 3) / 2 + 1, (w + 2 - 3) / 2 + 1, 3, 3, 2, 2, 1, 1};
+	dp_pool2d q = {n, c, h, w, (h + 2 * p - k) / 2 + 1, (w + 2 * p - k) / 2 + 1, k, k, 2, 2, p, p};
 	size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * q.oh * q.ow;
 	float *x = next(xn), *dy = next(yn), *ty = next(yn), *tidx = next(yn), *tdx = next(xn);
 	float *y = malloc(yn * 4), *dx = malloc(xn * 4), *idx = malloc(yn * 4);
@@ -76,11 +78,11 @@ static void t_maxpool(int n, int c, int h, int w)
 	for (size_t i = 0; i < yn; i++)
 		idx[i] = (float)arg[i];
 	char what[96];
-	snprintf(what, sizeof what, "MaxPool2d(3, 2, 1) of (%d, %d, %d, %d): forward", n, c, h, w);
+	snprintf(what, sizeof what, "MaxPool2d(%d, 2, %d) of (%d, %d, %d, %d): forward", k, p, n, c, h, w);
 	near(y, ty, yn, 0, what);
-	snprintf(what, sizeof what, "MaxPool2d(3, 2, 1) of (%d, %d, %d, %d): indices", n, c, h, w);
+	snprintf(what, sizeof what, "MaxPool2d(%d, 2, %d) of (%d, %d, %d, %d): indices", k, p, n, c, h, w);
 	near(idx, tidx, yn, 0, what);
-	snprintf(what, sizeof what, "MaxPool2d(3, 2, 1) of (%d, %d, %d, %d): backward", n, c, h, w);
+	snprintf(what, sizeof what, "MaxPool2d(%d, 2, %d) of (%d, %d, %d, %d): backward", k, p, n, c, h, w);
 	near(dx, tdx, xn, 1e-6, what);
 	void *f[] = {x, dy, ty, tidx, tdx, y, dx, idx, arg};
 	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -199,8 +201,9 @@ int main(void)
 	dp_backend_opts o = {1, -1, 0, DP_PREC_FP32};
 	if (!ok(B->open(&bc, &o, NULL, 0, &err) == DP_OK, "open the CPU backend"))
 		return done_testing();
-	t_maxpool(2, 3, 9, 8);
-	t_maxpool(1, 2, 8, 8);
+	t_maxpool(2, 3, 9, 8, 3, 1);
+	t_maxpool(1, 2, 8, 8, 3, 1);
+	t_maxpool(1, 2, 8, 8, 2, 0); /* the fast 2x2 path */
 	t_bnorm(6, 3, 25);
 	t_bnorm(10, 4, 1);
 	ok(fgetc(ref) == EOF && ref_ok, "read the whole reference, each array of its size");
