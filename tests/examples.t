@@ -127,13 +127,23 @@ like_text "$out" $'^lr3e-3-batch32: up to date\nlr1e-2-batch32: up to date' "a s
 is "$(ls -d sw/data)" "sw/data" "the runs share one data directory"
 
 # ---- make learn's script, on 1000 images: both runs, each gated
-run timeout $HANG env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 "$EX/fashion-mnist.sh"
+run timeout $HANG env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 \
+	LEARN_MODELS="mlp cnn" "$EX/fashion-mnist.sh"
 like "$out" "mlp: test accuracy 0\.[0-9]+ after 10 epochs \(gate accuracy>=0.87\): (ok|FAILED);" "make learn: the MLP"
 like "$out" "cnn: test accuracy 0\.[0-9]+ after 5 epochs \(gate accuracy>=0.91\): (ok|FAILED);" "make learn: the CNN"
 like "$out" "   epoch=5 step=40 val_loss=[0-9.]+ val_accuracy=" "... per-epoch test accuracy"
 want=0
 case "$out" in *FAILED*) want=1 ;; esac
 is "$rc" "$want" "... exit status 1 exactly when a gate failed"
+# resnet20's run (PNG records, crop-pad and flip, mpirun -np 2), one epoch of
+# 256 images: the 93% gate fails, and says so
+run timeout $HANG env LIMIT=256 TEST_LIMIT=64 LEARN_DIR="$T/learn-rn" LEARN_MODELS=resnet20 \
+	LEARN_EPOCHS=1 "$EX/fashion-mnist.sh"
+like "$out" "resnet20: test accuracy 0\.[0-9]+ after 1 epochs \(gate accuracy>=0.93\): FAILED;" \
+	"make learn: resnet20's run, gated"
+like "$out" "   epoch=1 step=2 val_loss=[0-9.]+ val_accuracy=" "... its test accuracy after the epoch"
+is "$rc" 1 "... exit status 1: the gate failed"
+is "$(cat "$T/learn-rn/png/limits")" "256 64" "... on the first 256 and 64 images"
 
 # ---- fine-tuning (examples/finetune.sh), on 6000 images: both accuracies printed
 run timeout $HANG env PRE_LIMIT=6000 PRE_EPOCHS=1 FT_EPOCHS=3 FT_DIR="$T/ft" THREADS=1 "$EX/finetune.sh"
