@@ -45,7 +45,7 @@ typedef struct layer {
 	float eps, momentum;       /* batchnorm */
 	int act;                   /* activation fused into this layer */
 	int fused;                 /* this activation is done by the layer before */
-	int inplace;               /* this activation overwrites its input (a batchnorm's output) */
+	int inplace;               /* overwrites its input (an activation, a residual sum) */
 	int frozen;                /* every parameter fixed (a batchnorm: evaluation mode) */
 	int needg;                 /* the gradient of its output is needed */
 	size_t woff, wn, boff, bn; /* weight and bias in the parameter buffer */
@@ -982,6 +982,13 @@ static int plan(dp_model *m, dp_err *e)
 				L->inplace = 1;
 			}
 		}
+		/* a residual sum in the memory of its items' last output, when only
+		 * it reads that and no backward pass needs it (a batchnorm's) */
+		if (L->kind == DP_LAYER_ADD && L->src >= 0 && L->src != L->src2 &&
+		    m->l[L->src].uses == 1 && (m->l[L->src].kind == DP_LAYER_BATCHNORM ||
+					      m->l[L->src].kind == DP_LAYER_MAXPOOL ||
+					      m->l[L->src].kind == DP_LAYER_AVGPOOL))
+			L->inplace = 1;
 		if (L->wn) {
 			L->woff = m->nparams;
 			L->boff = L->woff + L->wn;
@@ -1253,6 +1260,7 @@ static int needs_ybuf(const dp_model *m, int i)
 	case DP_LAYER_RELU:
 	case DP_LAYER_TANH:
 	case DP_LAYER_SIGMOID:
+	case DP_LAYER_ADD:
 		return !L->fused && !L->inplace;
 	default:
 		return 1;
@@ -1531,6 +1539,8 @@ int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp
 		}
 		case DP_LAYER_ADD: {
 			const float *b = L->src2 >= 0 ? m->l[L->src2].y : in;
+			if (L->inplace)
+				y = (float *)cur;
 			be->add(c, n * (size_t)out, cur, b, y, L->act);
 			break;
 		}
