@@ -650,12 +650,13 @@ static wino wino_bwd_plan(const dp_conv2d *g)
  * wherever it applies (tests compare the two).  Automatic uses it for the
  * forward pass, and for the input gradient of padded ("same")
  * convolutions, the ResNets' (resnet20, 1x28x28, batch 128, one thread
- * on an Intel Cooper Lake core, 16 steps, CPU time, alternated, load 2:
+ * on this project's AMD EPYC with AVX-512 (OpenBLAS's Cooperlake kernels),
+ * 16 steps, CPU time, alternated, load 2:
  * 7.86-7.94 s against 8.07-8.28 s with Adam, 7.47-7.51 against 7.86-8.29
  * with SGD when every input gradient took Winograd).  Without padding
  * the input gradient's transform covers an output larger than the layer's
  * and im2col stays faster (the seed CNN's step: 2.23-2.31 s against
- * 2.29-2.48 with Winograd; also on AMD Zen 4). */
+ * 2.29-2.48 with Winograd). */
 static int use_wino(const dp_bectx *ctx, const dp_conv2d *g, int backward)
 {
 	if (ctx->conv_algo == 1 || !wino_fits(g))
