@@ -49,31 +49,10 @@ import sys, time, resource, torch, torch.nn as nn, torch.nn.functional as F
 kind, threads, B, nb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 prof = len(sys.argv) > 5
 torch.set_num_threads(threads); torch.manual_seed(0)
-if kind == "resnet20": # ../shared/peers/torch_resnet.py's model
-    class Block(nn.Module):
-        def __init__(s, cin, cout, stride):
-            super().__init__()
-            s.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False); s.bn1 = nn.BatchNorm2d(cout)
-            s.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False); s.bn2 = nn.BatchNorm2d(cout)
-            s.downsample = None
-            if stride != 1 or cin != cout:
-                s.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-        def forward(s, x):
-            y = F.relu(s.bn1(s.conv1(x))); y = s.bn2(s.conv2(y))
-            return F.relu(y + (x if s.downsample is None else s.downsample(x)))
-    class ResNet20(nn.Module):
-        def __init__(s, cin=1, classes=10):
-            super().__init__()
-            s.conv1 = nn.Conv2d(cin, 16, 3, 1, 1, bias=False); s.bn1 = nn.BatchNorm2d(16)
-            s.layer1 = nn.Sequential(*[Block(16, 16, 1) for _ in range(3)])
-            s.layer2 = nn.Sequential(Block(16, 32, 2), Block(32, 32, 1), Block(32, 32, 1))
-            s.layer3 = nn.Sequential(Block(32, 64, 2), Block(64, 64, 1), Block(64, 64, 1))
-            s.fc = nn.Linear(64, classes)
-        def forward(s, x):
-            x = F.relu(s.bn1(s.conv1(x)))
-            x = s.layer3(s.layer2(s.layer1(x)))
-            return s.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-    m = ResNet20(); x = torch.randn(B, 1, 28, 28)
+if kind == "resnet20": # ../shared/peers/torch_resnet.py's model, as the tests have it
+    sys.path.insert(0, "tests")
+    from resnet_ref import resnet20
+    m = resnet20(1); x = torch.randn(B, 1, 28, 28)
 else:
     import torchvision
     m = torchvision.models.resnet18(weights=None, num_classes=10); x = torch.randn(B, 3, 224, 224)
