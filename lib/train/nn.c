@@ -274,6 +274,89 @@ static int too_large(dp_err *e, const char *idx, const char *it, const char *val
 #define PAD_VALID (-1)
 #define PAD_SAME (-2)
 
+/* The fields of conv:FILTERS:KERNEL[:STRIDE][:PAD][:bias=0][:init=he]
+ * (f[0] is "conv"). */
+static int parse_conv(layer *L, char **f, int nf, const char *idx, dp_err *e)
+{
+	const char *it = L->text;
+	int rc;
+	if (nf >= 3 && parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) == -2)
+		return too_large(e, idx, it, f[1], MAX_FILTERS, "filters");
+	if (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) == -2)
+		return too_large(e, idx, it, f[2], MAX_WINDOW, "for a kernel side");
+	if (nf < 3 || parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) < 0 ||
+	    L->units <= 0 || parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) < 0)
+		return dp_seterr(e, DP_EARG,
+				 "model: item %s '%s': want "
+				 "conv:FILTERS:KERNEL[:STRIDE][:same|valid|PAD][:bias=0][:init=he]",
+				 idx, it);
+	L->sh = L->sw = 1;
+	L->ph = PAD_VALID;
+	int got_stride = 0, got_pad = 0;
+	for (int i = 3; i < nf; i++) {
+		const char *v = f[i];
+		int is_stride = 0, is_pad = 0;
+		if (!strcmp(v, "bias=0") || !strcmp(v, "nobias") || !strcmp(v, "bias=1")) {
+			L->nobias = strcmp(v, "bias=1") != 0;
+			continue;
+		}
+		if (!strcmp(v, "init=he") || !strcmp(v, "init=default")) {
+			L->he = v[5] == 'h';
+			continue;
+		}
+		if (!strncmp(v, "stride=", 7)) {
+			v += 7;
+			is_stride = 1;
+		} else if (!strncmp(v, "padding=", 8) || !strncmp(v, "pad=", 4)) {
+			v = strchr(v, '=') + 1;
+			is_pad = 1;
+		} else if (!strcmp(v, "same") || !strcmp(v, "valid")) {
+			is_pad = 1;
+		} else if (!got_stride) {
+			is_stride = 1;
+		} else {
+			is_pad = 1;
+		}
+		if (is_stride && !got_stride) {
+			if ((rc = parse_pair(v, strlen(v), MAX_WINDOW, &L->sh, &L->sw)) == -2)
+				return too_large(e, idx, it, v, MAX_WINDOW, "for a stride");
+			if (rc == 0) {
+				got_stride = 1;
+				continue;
+			}
+		}
+		if (is_pad && !got_pad) {
+			got_pad = 1;
+			if (!strcmp(v, "same")) {
+				L->ph = L->pw = PAD_SAME;
+				continue;
+			}
+			if (!strcmp(v, "valid")) {
+				L->ph = L->pw = PAD_VALID;
+				continue;
+			}
+			int a, b;
+			if ((rc = parse_pair_from(v, strlen(v), 0, MAX_WINDOW, &a, &b)) == -2)
+				return too_large(e, idx, it, v, MAX_WINDOW, "for padding");
+			if (rc == 0) {
+				L->ph = a;
+				L->pw = b;
+				continue;
+			}
+		}
+		return dp_seterr(e, DP_EARG,
+				 "model: item %s '%s': '%s' is not a stride, padding (same, "
+				 "valid, or a number), bias=0 or init=he",
+				 idx, it, f[i]);
+	}
+	if (L->ph == PAD_SAME && (L->sh != 1 || L->sw != 1))
+		return dp_seterr(e, DP_EARG,
+				 "model: item %s '%s': padding 'same' needs stride 1 (as in "
+				 "PyTorch); give the padding as a number",
+				 idx, it);
+	return DP_OK;
+}
+
 /* Parse one item into L (kind and hyperparameters; shapes later). */
 static int parse_item(layer *L, const char *idx, dp_err *e)
 {
@@ -313,83 +396,10 @@ static int parse_item(layer *L, const char *idx, dp_err *e)
 		if (nf != 2 || rc < 0 || L->units <= 0)
 			return dp_seterr(e, DP_EARG, "model: item %s '%s': want dense:UNITS[:bias=0]", idx, it);
 		break;
-	case DP_LAYER_CONV: {
-		if (nf >= 3 && parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) == -2)
-			return too_large(e, idx, it, f[1], MAX_FILTERS, "filters");
-		if (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) == -2)
-			return too_large(e, idx, it, f[2], MAX_WINDOW, "for a kernel side");
-		if (nf < 3 || parse_int(f[1], strlen(f[1]), MAX_FILTERS, &L->units) < 0 ||
-		    L->units <= 0 || parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->kh, &L->kw) < 0)
-			return dp_seterr(e, DP_EARG,
-					 "model: item %s '%s': want "
-					 "conv:FILTERS:KERNEL[:STRIDE][:same|valid|PAD][:bias=0][:init=he]",
-					 idx, it);
-		L->sh = L->sw = 1;
-		L->ph = PAD_VALID;
-		int got_stride = 0, got_pad = 0;
-		for (int i = 3; i < nf; i++) {
-			const char *v = f[i];
-			int is_stride = 0, is_pad = 0;
-			if (!strcmp(v, "bias=0") || !strcmp(v, "nobias") || !strcmp(v, "bias=1")) {
-				L->nobias = strcmp(v, "bias=1") != 0;
-				continue;
-			}
-			if (!strcmp(v, "init=he") || !strcmp(v, "init=default")) {
-				L->he = v[5] == 'h';
-				continue;
-			}
-			if (!strncmp(v, "stride=", 7)) {
-				v += 7;
-				is_stride = 1;
-			} else if (!strncmp(v, "padding=", 8) || !strncmp(v, "pad=", 4)) {
-				v = strchr(v, '=') + 1;
-				is_pad = 1;
-			} else if (!strcmp(v, "same") || !strcmp(v, "valid")) {
-				is_pad = 1;
-			} else if (!got_stride) {
-				is_stride = 1;
-			} else {
-				is_pad = 1;
-			}
-			if (is_stride && !got_stride) {
-				if ((rc = parse_pair(v, strlen(v), MAX_WINDOW, &L->sh, &L->sw)) == -2)
-					return too_large(e, idx, it, v, MAX_WINDOW, "for a stride");
-				if (rc == 0) {
-					got_stride = 1;
-					continue;
-				}
-			}
-			if (is_pad && !got_pad) {
-				got_pad = 1;
-				if (!strcmp(v, "same")) {
-					L->ph = L->pw = PAD_SAME;
-					continue;
-				}
-				if (!strcmp(v, "valid")) {
-					L->ph = L->pw = PAD_VALID;
-					continue;
-				}
-				int a, b;
-				if ((rc = parse_pair_from(v, strlen(v), 0, MAX_WINDOW, &a, &b)) == -2)
-					return too_large(e, idx, it, v, MAX_WINDOW, "for padding");
-				if (rc == 0) {
-					L->ph = a;
-					L->pw = b;
-					continue;
-				}
-			}
-			return dp_seterr(e, DP_EARG,
-					 "model: item %s '%s': '%s' is not a stride, padding (same, "
-					 "valid, or a number), bias=0 or init=he",
-					 idx, it, f[i]);
-		}
-		if (L->ph == PAD_SAME && (L->sh != 1 || L->sw != 1))
-			return dp_seterr(e, DP_EARG,
-					 "model: item %s '%s': padding 'same' needs stride 1 (as in "
-					 "PyTorch); give the padding as a number",
-					 idx, it);
+	case DP_LAYER_CONV:
+		if ((rc = parse_conv(L, f, nf, idx, e)) < 0)
+			return rc;
 		break;
-	}
 	case DP_LAYER_MAXPOOL:
 	case DP_LAYER_AVGPOOL: {
 		int maxf = L->kind == DP_LAYER_MAXPOOL ? 4 : 3;
