@@ -1118,6 +1118,29 @@ static int start_runs(getter *g, int *rc, dp_err *e)
 	return 0;
 }
 
+/* Keep a buffer the window gave back.  The pool has S places, and more
+ * buffers than that can exist (the budget holds W x part_size / 64 KiB of
+ * the smallest): a full pool keeps the larger ones, which fit more parts. */
+static void pool_put(getter *g, char *buf, size_t cap)
+{
+	if (g->npool_buf == g->S) {
+		int small = 0;
+		for (int i = 1; i < g->npool_buf; i++)
+			if (g->pool_buf[i].cap < g->pool_buf[small].cap)
+				small = i;
+		struct pbuf *s = &g->pool_buf[small];
+		if (s->cap >= cap) {
+			free(buf);
+			g->buf_total -= cap;
+			return;
+		}
+		free(s->p);
+		g->buf_total -= s->cap;
+		*s = g->pool_buf[--g->npool_buf];
+	}
+	g->pool_buf[g->npool_buf++] = (struct pbuf){buf, cap};
+}
+
 /* A buffer of at least len bytes for a new part, within the budget: one
  * the window gave back (the smallest that fits: its pages are mapped
  * already), else a new one, freeing unused ones to make room.  NULL when
@@ -1128,7 +1151,7 @@ static char *get_buf(getter *g, uint64_t len, size_t *cap)
 	for (; g->reclaimed_seq < g->rel_seq_seen; g->reclaimed_seq++) {
 		part *p = slot(g, g->reclaimed_seq);
 		if (p->buf) {
-			g->pool_buf[g->npool_buf++] = (struct pbuf){p->buf, p->cap};
+			pool_put(g, p->buf, p->cap);
 			p->buf = NULL;
 		}
 	}
