@@ -107,8 +107,8 @@ int main(int argc, char **argv)
 	openblas_set_num_threads(threads);
 	printf("%s, batch %d, %s, times: %s\n", argv[1], n, desc,
 	       threads == 1 ? "CPU" : "wall clock");
-	printf("%-28s %4s %8s %8s %8s %7s %7s\n", "convolution", "uses", "fwd_ms", "bwd_ms",
-	       "gemm_ms", "GFLOP/s", "ceiling");
+	printf("%-28s %4s %8s %8s %8s %7s %7s %7s\n", "convolution", "uses", "fwd_ms", "bwd_ms",
+	       "gemm_ms", "GFLOP/s", "ceiling", "dw_ms");
 	double tconv = 0, tgemm = 0, flops = 0;
 	unsigned seed = 1;
 	for (const shape *s = net; s->name; s++) {
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
 		float *dw = randbuf((size_t)s->k * ckk, &seed);
 		float *col = randbuf((size_t)ckk * nohw, &seed);
 		void *ws = malloc(be->conv_ws(ctx, &g) + 64);
-		double bf = 1e9, bb = 1e9, bg = 1e9;
+		double bf = 1e9, bb = 1e9, bg = 1e9, bw = 1e9;
 		for (int r = 0; r <= rounds; r++) {
 			double t0 = now();
 			be->conv_fwd(ctx, &g, x, w, NULL, y, DP_ACT_NONE, ws);
@@ -136,15 +136,18 @@ int main(int argc, char **argv)
 				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, nohw, s->k,
 					    1.0f, w, ckk, dy, nohw, 0.0f, col, nohw);
 			double t3 = now();
+			be->conv_bwd(ctx, &g, x, w, y, dy, NULL, dw, NULL, DP_ACT_NONE, ws);
+			double t4 = now();
 			if (r) { /* round 0 warms up */
+				bw = t4 - t3 < bw ? t4 - t3 : bw;
 				bf = t1 - t0 < bf ? t1 - t0 : bf;
 				bb = t2 - t1 < bb ? t2 - t1 : bb;
 				bg = t3 - t2 < bg ? t3 - t2 : bg;
 			}
 		}
 		double f = (first ? 2 : 3) * 2.0 * s->k * (double)ckk * nohw;
-		printf("%-28s %4d %8.2f %8.2f %8.2f %7.1f %6.0f%%\n", s->name, s->uses, 1e3 * bf,
-		       1e3 * bb, 1e3 * bg, f / (bf + bb) / 1e9, 100 * bg / (bf + bb));
+		printf("%-28s %4d %8.2f %8.2f %8.2f %7.1f %6.0f%% %7.2f\n", s->name, s->uses, 1e3 * bf,
+		       1e3 * bb, 1e3 * bg, f / (bf + bb) / 1e9, 100 * bg / (bf + bb), 1e3 * bw);
 		tconv += s->uses * (bf + bb);
 		tgemm += s->uses * bg;
 		flops += s->uses * f;

@@ -1,5 +1,5 @@
 /* conv.c - the CPU backend's convolution algorithms against each other:
- * Winograd F(2x2, 3x3) (forward and input gradient) against im2col + GEMM,
+ * Winograd F(2x2, 3x3) (forward, input and filter gradients) against im2col + GEMM,
  * over odd and even sizes, every padding it takes, with bias and
  * activation; and both against a direct six-loop convolution in double. */
 #define _GNU_SOURCE
@@ -93,6 +93,29 @@ int main(void)
 						scale = fmax(scale, fabs(acc));
 					}
 		ok(worst / scale < 1e-5, "shape %d: Winograd forward equals the definition (%.2g)",
+		   (int)si, worst / scale);
+		/* the filter gradient: dw[k][c][i][j] = sum dy[s][k][oy][ox] x[s][c][oy+i-ph][ox+j-pw] */
+		fill(dy2, ys, si + 400);
+		be->conv_bwd(wi, &g, x, w, y2, dy2, dx2, dw2, db2, DP_ACT_NONE, ws2);
+		worst = scale = 0;
+		for (int k = 0; k < g.k; k++)
+			for (int c = 0; c < g.c; c++)
+				for (int i = 0; i < 3; i++)
+					for (int j = 0; j < 3; j++) {
+						double acc = 0;
+						for (int s = 0; s < g.n; s++)
+							for (int oy = 0; oy < g.oh; oy++)
+								for (int ox = 0; ox < g.ow; ox++) {
+									int iy = oy + i - g.ph, ix = ox + j - g.pw;
+									if (iy < 0 || ix < 0 || iy >= g.h || ix >= g.w)
+										continue;
+									acc += (double)dy2[((s * g.k + k) * g.oh + oy) * g.ow + ox] *
+									       x[((s * g.c + c) * g.h + iy) * g.w + ix];
+								}
+						worst = fmax(worst, fabs(dw2[((k * g.c + c) * 3 + i) * 3 + j] - acc));
+						scale = fmax(scale, fabs(acc));
+					}
+		ok(worst / scale < 1e-5, "shape %d: Winograd filter gradient equals the definition (%.2g)",
 		   (int)si, worst / scale);
 		free(x), free(w), free(b), free(y1), free(y2), free(dy1), free(dy2), free(dx1);
 		free(dx2), free(dw1), free(dw2), free(db1), free(db2), free(ws1), free(ws2);
