@@ -23,6 +23,7 @@
 #include "dp_rng.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,9 +440,29 @@ static size_t wino_ws(const wino *p)
 	return (16 * (size_t)p->cout * p->cin       /* U */
 		+ 16 * (size_t)p->cin * t           /* V */
 		+ 16 * (size_t)p->cout * t          /* M */
-		+ 16 * (size_t)(p->wp / 2)          /* input rows, split and combined */
+		+ 16 * (size_t)p->hp * p->wp + 16   /* 16 padded planes, pixel-major */
 		+ 4 * t)                            /* the output blocks of a channel */
 	       * sizeof(float) + 64 * 8;
+}
+
+/* The workspace's parts: U (16, cout, cin), V (16, t, cin), M (16 t apart
+ * in each of cout rows), the gathered planes (64-byte aligned), tmp. */
+typedef float v16 __attribute__((vector_size(64)));
+typedef struct wino_bufs {
+	float *u, *v, *m, *tmp;
+	v16 *planes;
+} wino_bufs;
+
+static wino_bufs wino_split(const wino *p, float *ws)
+{
+	size_t tmax = (size_t)p->group * p->th * p->tw;
+	wino_bufs b;
+	b.u = ws;
+	b.v = b.u + 16 * (size_t)p->cout * p->cin;
+	b.m = b.v + 16 * (size_t)p->cin * tmax;
+	b.planes = (v16 *)(((uintptr_t)(b.m + 16 * (size_t)p->cout * tmax) + 63) & ~(uintptr_t)63);
+	b.tmp = (float *)(b.planes + (size_t)p->hp * p->wp);
+	return b;
 }
 
 /* U[xi][o][i] = (G g G^T)[xi] for the 3x3 filter g of output o, input i:
@@ -472,92 +493,81 @@ HOT static void wino_filters(const float *w, int cout, int cin, int flip, float 
 		}
 }
 
-/* Row sy of plane x (h, w), shifted right by pw and zero outside, split
- * into its even and odd columns e, o (n = wp / 2 each). */
-static inline void wino_split_row(const wino *p, const float *x, int sy, float *restrict e,
-				  float *restrict o, int n)
+/* The padded planes of L <= 16 channels of one sample (x: the first),
+ * pixel-major: lane l of planes[iy wp + ix] is channel l at padded
+ * position (iy, ix), zero outside the plane (and in lanes from L on). */
+HOT static void wino_gather(const wino *p, const float *x, int L, v16 *planes)
 {
-	if (sy < 0 || sy >= p->h) {
-		for (int j = 0; j < n; j++)
-			e[j] = o[j] = 0.0f;
-		return;
-	}
-	const float *restrict r = x + (size_t)sy * p->w;
-	int w = p->w, pw = p->pw;
-	/* j where both 2j - pw and 2j + 1 - pw fall inside the row */
-	int lo = (pw + 1) / 2, hi = (w - 2 + pw) / 2 + 1;
-	if (hi > n)
-		hi = n;
-	if (lo > hi)
-		lo = hi;
-	for (int j = 0; j < lo; j++) {
-		int a = 2 * j - pw, b = a + 1;
-		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
-		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
-	}
-	const float *restrict q = r - pw;
-	for (int j = lo; j < hi; j++) {
-		e[j] = q[2 * j];
-		o[j] = q[2 * j + 1];
-	}
-	for (int j = hi; j < n; j++) {
-		int a = 2 * j - pw, b = a + 1;
-		e[j] = a >= 0 && a < w ? r[a] : 0.0f;
-		o[j] = b >= 0 && b < w ? r[b] : 0.0f;
-	}
-}
-
-static inline void wino_rows(const float *restrict r0, const float *restrict r1,
-			     const float *restrict r2, const float *restrict r3, float *restrict c0,
-			     float *restrict c1, float *restrict c2, float *restrict c3, int n)
-{
-	for (int j = 0; j < n; j++) {
-		c0[j] = r0[j] - r2[j];
-		c1[j] = r1[j] + r2[j];
-		c2[j] = r2[j] - r1[j];
-		c3[j] = r1[j] - r3[j];
-	}
-}
-
-/* Columns 2tx .. 2tx+3 of a combined row are a[tx], b[tx], a[tx+1], b[tx+1]. */
-static inline void wino_cols(const float *restrict a, const float *restrict b, float *restrict d0,
-			     float *restrict d1, float *restrict d2, float *restrict d3, int tw)
-{
-	for (int tx = 0; tx < tw; tx++) {
-		d0[tx] = a[tx] - a[tx + 1];
-		d1[tx] = b[tx] + a[tx + 1];
-		d2[tx] = a[tx + 1] - b[tx];
-		d3[tx] = b[tx] - b[tx + 1];
-	}
-}
-
-/* V[c][xi][t0 + ty tw + tx] = (B^T d B)[xi] for every tile of plane x (h,
- * w) of channel c; v points at V[c], rows xi t apart.  Each tile row is
- * made from four padded input rows split into even and odd columns:
- * columns 2tx .. 2tx+3 are e[tx], o[tx], e[tx+1], o[tx+1], so every loop
- * is contiguous. */
-HOT static void wino_input(const wino *p, const float *x, float *v, size_t t, size_t t0, float *buf)
-{
-	int n = p->wp / 2, tw = p->tw;
-	float *e[4], *o[4], *ce[4], *co[4];
-	for (int r = 0; r < 4; r++) {
-		e[r] = buf + (size_t)(2 * r) * n;
-		o[r] = e[r] + n;
-		ce[r] = buf + (size_t)(8 + 2 * r) * n;
-		co[r] = ce[r] + n;
-	}
-	for (int ty = 0; ty < p->th; ty++) {
-		for (int r = 0; r < 4; r++)
-			wino_split_row(p, x, 2 * ty + r - p->ph, e[r], o[r], n);
-		/* B^T d: combine the four rows */
-		wino_rows(e[0], e[1], e[2], e[3], ce[0], ce[1], ce[2], ce[3], n);
-		wino_rows(o[0], o[1], o[2], o[3], co[0], co[1], co[2], co[3], n);
-		/* ... B: combine the columns of each */
-		float *dst = v + t0 + (size_t)ty * tw;
-		for (int i = 0; i < 4; i++) {
-			float *d0 = dst + (size_t)(4 * i) * t;
-			wino_cols(ce[i], co[i], d0, d0 + t, d0 + 2 * t, d0 + 3 * t, tw);
+	int hw = p->h * p->w, wp = p->wp;
+	v16 zero = {0};
+	if (L < 16)
+		for (size_t i = 0; i < (size_t)p->hp * wp; i++)
+			planes[i] = zero;
+	for (int iy = 0; iy < p->hp; iy++) {
+		int sy = iy - p->ph;
+		v16 *row = planes + (size_t)iy * wp;
+		if (sy < 0 || sy >= p->h) {
+			for (int ix = 0; ix < wp; ix++)
+				row[ix] = zero;
+			continue;
 		}
+		for (int ix = 0; ix < p->pw; ix++)
+			row[ix] = zero;
+		for (int ix = p->pw + p->w; ix < wp; ix++)
+			row[ix] = zero;
+		float *dst = (float *)(row + p->pw);
+		const float *src = x + (size_t)sy * p->w;
+		for (int l = 0; l < L; l++)
+			for (int sx = 0; sx < p->w; sx++)
+				dst[16 * sx + l] = src[(size_t)l * hw + sx];
+	}
+}
+
+static inline void store_lanes(float *dst, v16 val, int L)
+{
+	if (L == 16)
+		memcpy(dst, &val, sizeof val);
+	else
+		memcpy(dst, &val, (size_t)L * sizeof(float));
+}
+
+/* V[xi][t0 + ty tw + tx][l] = (B^T d B)[xi] for every tile of the L
+ * gathered planes; v points at V[0][0][c0], rows (tiles) ldv floats apart
+ * and each xi's matrix xs floats after the last.  Channels are the vector
+ * lanes, so every operation is a whole vector whatever the plane's size. */
+HOT static void wino_input(const wino *p, const v16 *planes, int L, float *v, size_t ldv,
+			   size_t xs, size_t t0)
+{
+	int wp = p->wp;
+	for (int ty = 0; ty < p->th; ty++)
+		for (int tx = 0; tx < p->tw; tx++) {
+			const v16 *b0 = planes + (size_t)(2 * ty) * wp + 2 * tx;
+			const v16 *b1 = b0 + wp, *b2 = b1 + wp, *b3 = b2 + wp;
+			v16 e[4][4];
+			for (int c = 0; c < 4; c++) { /* B^T d: rows */
+				e[0][c] = b0[c] - b2[c];
+				e[1][c] = b1[c] + b2[c];
+				e[2][c] = b2[c] - b1[c];
+				e[3][c] = b1[c] - b3[c];
+			}
+			float *dst = v + (t0 + (size_t)ty * p->tw + tx) * ldv;
+			for (int i = 0; i < 4; i++) { /* ... B: columns */
+				store_lanes(dst + (size_t)(4 * i) * xs, e[i][0] - e[i][2], L);
+				store_lanes(dst + (size_t)(4 * i + 1) * xs, e[i][1] + e[i][2], L);
+				store_lanes(dst + (size_t)(4 * i + 2) * xs, e[i][2] - e[i][1], L);
+				store_lanes(dst + (size_t)(4 * i + 3) * xs, e[i][1] - e[i][3], L);
+			}
+		}
+}
+
+/* V for sample g of a round (t columns): every channel of x (cin, h, w). */
+static void wino_inputs(const wino *p, const float *x, float *v, size_t t, size_t g, v16 *planes)
+{
+	size_t hw = (size_t)p->h * p->w, tiles = (size_t)p->th * p->tw;
+	for (int c0 = 0; c0 < p->cin; c0 += 16) {
+		int L = p->cin - c0 < 16 ? p->cin - c0 : 16;
+		wino_gather(p, x + (size_t)c0 * hw, L, planes);
+		wino_input(p, planes, L, v + c0, (size_t)p->cin, t * p->cin, g * tiles);
 	}
 }
 
@@ -606,32 +616,28 @@ HOT static void wino_output(const wino *p, const float *m, size_t t, float b, in
 }
 
 /* y = conv(x, filters u already transformed) + b, act: all samples.
- * V (cin, 16, t) and M (cout, 16, t): the 16 GEMMs read and write them
- * with a leading dimension of 16 t, so that one channel's 16 positions
- * lie together for the transforms. */
+ * V (16, t, cin): channels are the input transform's vector lanes, and
+ * the GEMMs read V[xi] transposed; M (cout, 16, t), rows 16 t apart, so
+ * that one channel's 16 positions lie together for the output transform. */
 static void wino_conv(const wino *p, const float *x, const float *u, const float *b, int act,
 		      float *y, float *ws)
 {
-	size_t tiles = (size_t)p->th * p->tw, tmax = (size_t)p->group * tiles;
-	float *v = ws + 16 * (size_t)p->cout * p->cin;
-	float *m = v + 16 * (size_t)p->cin * tmax;
-	float *rows = m + 16 * (size_t)p->cout * tmax; /* 16 half rows for wino_input */
-	float *tmp = rows + 16 * (size_t)(p->wp / 2);
+	size_t tiles = (size_t)p->th * p->tw;
+	wino_bufs w = wino_split(p, ws);
 	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
 		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
 		size_t t = (size_t)gn * tiles; /* columns of this round */
 		for (int g = 0; g < gn; g++)
-			for (int c = 0; c < p->cin; c++)
-				wino_input(p, x + (size_t)(s0 + g) * xs + (size_t)c * p->h * p->w,
-					   v + (size_t)c * 16 * t, t, (size_t)g * tiles, rows);
+			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->cout, (int)t, p->cin,
-				    1.0f, u + (size_t)xi * p->cout * p->cin, p->cin, v + (size_t)xi * t,
-				    (int)(16 * t), 0.0f, m + (size_t)xi * t, (int)(16 * t));
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->cout, (int)t, p->cin,
+				    1.0f, u + (size_t)xi * p->cout * p->cin, p->cin,
+				    w.v + (size_t)xi * t * p->cin, p->cin, 0.0f, w.m + (size_t)xi * t,
+				    (int)(16 * t));
 		for (int o = 0; o < p->cout; o++)
-			wino_output(p, m + (size_t)o * 16 * t, t, b ? b[o] : 0.0f, act,
-				    y + (size_t)s0 * ys + (size_t)o * p->oh * p->ow, ys, tmp);
+			wino_output(p, w.m + (size_t)o * 16 * t, t, b ? b[o] : 0.0f, act,
+				    y + (size_t)s0 * ys + (size_t)o * p->oh * p->ow, ys, w.tmp);
 	}
 }
 
@@ -705,29 +711,24 @@ HOT static void wino_filters_grad(const float *du, int cout, int cin, float *dw)
 /* dw = the filter gradient of y = conv(x, w) for dy, all samples. */
 static void wino_conv_dw(const wino *p, const float *x, const float *dy, float *dw, float *ws)
 {
-	size_t tiles = (size_t)p->th * p->tw, tmax = (size_t)p->group * tiles;
-	float *du = ws;
-	float *v = du + 16 * (size_t)p->cout * p->cin;
-	float *q = v + 16 * (size_t)p->cin * tmax;
-	float *rows = q + 16 * (size_t)p->cout * tmax;
+	size_t tiles = (size_t)p->th * p->tw;
+	wino_bufs w = wino_split(p, ws); /* dU in U's place, Q in M's */
 	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
 		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
 		size_t t = (size_t)gn * tiles;
 		for (int g = 0; g < gn; g++) {
-			for (int c = 0; c < p->cin; c++)
-				wino_input(p, x + (size_t)(s0 + g) * xs + (size_t)c * p->h * p->w,
-					   v + (size_t)c * 16 * t, t, (size_t)g * tiles, rows);
+			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
 			for (int o = 0; o < p->cout; o++)
 				wino_dy(p, dy + (size_t)(s0 + g) * ys + (size_t)o * p->oh * p->ow,
-					q + (size_t)o * 16 * t, t, (size_t)g * tiles, rows);
+					w.m + (size_t)o * 16 * t, t, (size_t)g * tiles, w.tmp);
 		}
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->cout, p->cin, (int)t, 1.0f,
-				    q + (size_t)xi * t, (int)(16 * t), v + (size_t)xi * t, (int)(16 * t),
-				    s0 ? 1.0f : 0.0f, du + (size_t)xi * p->cout * p->cin, p->cin);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->cout, p->cin, (int)t,
+				    1.0f, w.m + (size_t)xi * t, (int)(16 * t), w.v + (size_t)xi * t * p->cin,
+				    p->cin, s0 ? 1.0f : 0.0f, w.u + (size_t)xi * p->cout * p->cin, p->cin);
 	}
-	wino_filters_grad(du, p->cout, p->cin, dw);
+	wino_filters_grad(w.u, p->cout, p->cin, dw);
 }
 
 static wino wino_fwd_plan(const dp_conv2d *g)
