@@ -448,6 +448,7 @@ static size_t wino_ws(const wino *p)
 /* The workspace's parts: U (16, cout, cin), V (16, t, cin), M (16 t apart
  * in each of cout rows), the gathered planes (64-byte aligned), tmp. */
 typedef float v16 __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
 typedef struct wino_bufs {
 	float *u, *v, *m, *tmp;
 	v16 *planes;
@@ -493,42 +494,88 @@ HOT static void wino_filters(const float *w, int cout, int cin, int flip, float 
 		}
 }
 
-/* The padded planes of L <= 16 channels of one sample (x: the first),
- * pixel-major: lane l of planes[iy wp + ix] is channel l at padded
- * position (iy, ix), zero outside the plane (and in lanes from L on). */
-HOT static void wino_gather(const wino *p, const float *x, int L, v16 *planes)
+/* The planes (h, w) of L <= 16 channels (x: the first, hw floats apart),
+ * pixel-major in a grid (hp, wp) with the planes at (ph, pw): lane l of
+ * planes[iy wp + ix] is channel l at (iy - ph, ix - pw), zero outside the
+ * plane (and in lanes from L on). */
+HOT static void gather_planes(const float *x, int h, int w, int ph, int pw, int hp, int wp, int L,
+			      v16 *planes)
 {
-	int hw = p->h * p->w, wp = p->wp;
+	size_t hw = (size_t)h * w;
 	v16 zero = {0};
 	if (L < 16)
-		for (size_t i = 0; i < (size_t)p->hp * wp; i++)
+		for (size_t i = 0; i < (size_t)hp * wp; i++)
 			planes[i] = zero;
-	for (int iy = 0; iy < p->hp; iy++) {
-		int sy = iy - p->ph;
+	for (int iy = 0; iy < hp; iy++) {
+		int sy = iy - ph;
 		v16 *row = planes + (size_t)iy * wp;
-		if (sy < 0 || sy >= p->h) {
+		if (sy < 0 || sy >= h) {
 			for (int ix = 0; ix < wp; ix++)
 				row[ix] = zero;
 			continue;
 		}
-		for (int ix = 0; ix < p->pw; ix++)
+		for (int ix = 0; ix < pw; ix++)
 			row[ix] = zero;
-		for (int ix = p->pw + p->w; ix < wp; ix++)
+		for (int ix = pw + w; ix < wp; ix++)
 			row[ix] = zero;
-		float *dst = (float *)(row + p->pw);
-		const float *src = x + (size_t)sy * p->w;
+		const float *src = x + (size_t)sy * w;
+		if (L == 16) { /* a pixel's 16 loads, then one whole vector store */
+			for (int sx = 0; sx < w; sx++) {
+				v16 val;
+				for (int l = 0; l < 16; l++)
+					val[l] = src[(size_t)l * hw + sx];
+				row[pw + sx] = val;
+			}
+			continue;
+		}
+		float *dst = (float *)(row + pw);
 		for (int l = 0; l < L; l++)
-			for (int sx = 0; sx < p->w; sx++)
+			for (int sx = 0; sx < w; sx++)
 				dst[16 * sx + l] = src[(size_t)l * hw + sx];
 	}
 }
 
-static inline void store_lanes(float *dst, v16 val, int L)
+/* The inverse for outputs: lane l of planes (a grid of width wp) into
+ * channel l's plane (h, w) of y, hw floats apart, for l < L. */
+HOT static void scatter_planes(const v16 *planes, int wp, int h, int w, int L, float *y)
 {
-	if (L == 16)
-		memcpy(dst, &val, sizeof val);
-	else
-		memcpy(dst, &val, (size_t)L * sizeof(float));
+	size_t hw = (size_t)h * w;
+	for (int oy = 0; oy < h; oy++) {
+		const v16 *src = planes + (size_t)oy * wp;
+		float *dst = y + (size_t)oy * w;
+		if (L == 16) { /* a whole vector load, then a pixel's 16 stores */
+			for (int ox = 0; ox < w; ox++) {
+				v16 val = src[ox];
+				for (int l = 0; l < 16; l++)
+					dst[(size_t)l * hw + ox] = val[l];
+			}
+			continue;
+		}
+		for (int l = 0; l < L; l++)
+			for (int ox = 0; ox < w; ox++)
+				dst[(size_t)l * hw + ox] = src[ox][l];
+	}
+}
+
+/* Lanes 0 .. L-1 of a vector to or from memory (pointers: a vector
+ * argument's ABI would differ between the clones of a HOT caller). */
+#define store_lanes(dst, val, L)                                        \
+	do {                                                            \
+		v16 sl_ = (val);                                        \
+		if ((L) == 16)                                          \
+			memcpy((dst), &sl_, sizeof sl_);                \
+		else                                                    \
+			memcpy((dst), &sl_, (size_t)(L) * sizeof(float)); \
+	} while (0)
+
+static inline void load_lanes(v16 *val, const float *src, int L)
+{
+	if (L == 16) {
+		memcpy(val, src, sizeof *val);
+		return;
+	}
+	memset(val, 0, sizeof *val);
+	memcpy(val, src, (size_t)L * sizeof(float));
 }
 
 /* V[xi][t0 + ty tw + tx][l] = (B^T d B)[xi] for every tile of the L
@@ -566,59 +613,56 @@ static void wino_inputs(const wino *p, const float *x, float *v, size_t t, size_
 	size_t hw = (size_t)p->h * p->w, tiles = (size_t)p->th * p->tw;
 	for (int c0 = 0; c0 < p->cin; c0 += 16) {
 		int L = p->cin - c0 < 16 ? p->cin - c0 : 16;
-		wino_gather(p, x + (size_t)c0 * hw, L, planes);
+		gather_planes(x + (size_t)c0 * hw, p->h, p->w, p->ph, p->pw, p->hp, p->wp, L, planes);
 		wino_input(p, planes, L, v + c0, (size_t)p->cin, t * p->cin, g * tiles);
 	}
 }
 
-/* Output channel o of every sample of a round: m = M[o] (16, t), row xi
- * holding position xi of every tile; y = A^T m A + b, then act, into each
- * sample's plane (oh, ow) at y0 + g * ystride.  One loop over all the
- * round's tiles computes the 2x2 blocks (it vectorises); the rows are then
- * interleaved into place, with ReLU on the way. */
-HOT static void wino_output(const wino *p, const float *m, size_t t, float b, int act, float *y0,
-			    size_t ystride, float *tmp)
+/* Output channels o0 .. o0+L-1 of sample g of a round: y = A^T m A + b,
+ * then act, from M (16, t, cout), into the planes (oh, ow) at y (channel
+ * o0's).  Channels are the vector lanes: each tile's 2x2 block goes into a
+ * pixel-major grid (2 th, 2 tw), scattered to the planes at the end. */
+HOT static void wino_output(const wino *p, const float *m, size_t t, size_t g, int o0, int L,
+			    const float *b, int act, float *y, v16 *grid)
 {
-	float *e0 = tmp, *o0 = e0 + t, *e1 = o0 + t, *o1 = e1 + t;
-	for (size_t i = 0; i < t; i++) {
-		float s0[4], s1[4];
-		for (int j = 0; j < 4; j++) {
-			float m0 = m[(size_t)j * t + i], m1 = m[(size_t)(4 + j) * t + i];
-			float m2 = m[(size_t)(8 + j) * t + i], m3 = m[(size_t)(12 + j) * t + i];
-			s0[j] = m0 + m1 + m2;
-			s1[j] = m1 - m2 - m3;
-		}
-		e0[i] = s0[0] + s0[1] + s0[2] + b;
-		o0[i] = s0[1] - s0[2] - s0[3] + b;
-		e1[i] = s1[0] + s1[1] + s1[2] + b;
-		o1[i] = s1[1] - s1[2] - s1[3] + b;
-	}
-	size_t tiles = (size_t)p->th * p->tw;
-	int pairs = p->ow / 2, relu = act == DP_ACT_RELU;
-	for (size_t g = 0; g < t / tiles; g++)
-		for (int ty = 0; ty < p->th; ty++)
-			for (int half = 0; half < 2 && 2 * ty + half < p->oh; half++) {
-				size_t at = g * tiles + (size_t)ty * p->tw;
-				const float *ev = (half ? e1 : e0) + at, *od = (half ? o1 : o0) + at;
-				float *row = y0 + g * ystride + (size_t)(2 * ty + half) * p->ow;
-				for (int tx = 0; tx < pairs; tx++) {
-					float a = ev[tx], c = od[tx];
-					row[2 * tx] = relu && a < 0.0f ? 0.0f : a;
-					row[2 * tx + 1] = relu && c < 0.0f ? 0.0f : c;
-				}
-				if (p->ow & 1) {
-					float a = ev[pairs];
-					row[p->ow - 1] = relu && a < 0.0f ? 0.0f : a;
-				}
-				if (act && !relu)
-					bias_act(row, (size_t)p->ow, 0.0f, act);
+	size_t tiles = (size_t)p->th * p->tw, xs = t * p->cout;
+	int gw = 2 * p->tw, relu = act == DP_ACT_RELU;
+	v16 bias = {0}, zero = {0};
+	if (b)
+		load_lanes(&bias, b + o0, L);
+	for (int ty = 0; ty < p->th; ty++)
+		for (int tx = 0; tx < p->tw; tx++) {
+			const float *src = m + (g * tiles + (size_t)ty * p->tw + tx) * p->cout + o0;
+			v16 s0[4], s1[4];
+			for (int j = 0; j < 4; j++) { /* A^T m: rows */
+				v16 m0, m1, m2, m3;
+				load_lanes(&m0, src + (size_t)j * xs, L);
+				load_lanes(&m1, src + (size_t)(4 + j) * xs, L);
+				load_lanes(&m2, src + (size_t)(8 + j) * xs, L);
+				load_lanes(&m3, src + (size_t)(12 + j) * xs, L);
+				s0[j] = m0 + m1 + m2;
+				s1[j] = m1 - m2 - m3;
 			}
+			v16 *o = grid + (size_t)(2 * ty) * gw + 2 * tx;
+			o[0] = s0[0] + s0[1] + s0[2] + bias; /* ... A: columns */
+			o[1] = s0[1] - s0[2] - s0[3] + bias;
+			o[gw] = s1[0] + s1[1] + s1[2] + bias;
+			o[gw + 1] = s1[1] - s1[2] - s1[3] + bias;
+			if (relu) /* v > 0 ? v : 0, as bias_act (a NaN becomes 0) */
+				for (int k = 0; k < 4; k++) {
+					v16 *q = o + (k >> 1) * gw + (k & 1);
+					*q = (v16)((v16i)*q & (*q > zero));
+				}
+		}
+	scatter_planes(grid, gw, p->oh, p->ow, L, y);
+	if (act && !relu)
+		for (int l = 0; l < L; l++)
+			bias_act(y + (size_t)l * p->oh * p->ow, (size_t)p->oh * p->ow, 0.0f, act);
 }
 
 /* y = conv(x, filters u already transformed) + b, act: all samples.
- * V (16, t, cin): channels are the input transform's vector lanes, and
- * the GEMMs read V[xi] transposed; M (cout, 16, t), rows 16 t apart, so
- * that one channel's 16 positions lie together for the output transform. */
+ * V (16, t, cin) and M (16, t, cout): channels are the transforms' vector
+ * lanes; each GEMM is M[xi] (t, cout) = V[xi] (t, cin) U[xi]^T. */
 static void wino_conv(const wino *p, const float *x, const float *u, const float *b, int act,
 		      float *y, float *ws)
 {
@@ -631,13 +675,15 @@ static void wino_conv(const wino *p, const float *x, const float *u, const float
 		for (int g = 0; g < gn; g++)
 			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->cout, (int)t, p->cin,
-				    1.0f, u + (size_t)xi * p->cout * p->cin, p->cin,
-				    w.v + (size_t)xi * t * p->cin, p->cin, 0.0f, w.m + (size_t)xi * t,
-				    (int)(16 * t));
-		for (int o = 0; o < p->cout; o++)
-			wino_output(p, w.m + (size_t)o * 16 * t, t, b ? b[o] : 0.0f, act,
-				    y + (size_t)s0 * ys + (size_t)o * p->oh * p->ow, ys, w.tmp);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t, p->cout, p->cin,
+				    1.0f, w.v + (size_t)xi * t * p->cin, p->cin,
+				    u + (size_t)xi * p->cout * p->cin, p->cin, 0.0f,
+				    w.m + (size_t)xi * t * p->cout, p->cout);
+		for (int g = 0; g < gn; g++)
+			for (int o0 = 0; o0 < p->cout; o0 += 16)
+				wino_output(p, w.m, t, (size_t)g, o0, p->cout - o0 < 16 ? p->cout - o0 : 16,
+					    b, act, y + (size_t)(s0 + g) * ys + (size_t)o0 * p->oh * p->ow,
+					    w.planes);
 	}
 }
 
@@ -648,42 +694,29 @@ static void wino_conv(const wino *p, const float *x, const float *u, const float
  * Q = A dY A^T per tile (outputs past the plane count as zero).  The
  * forward plan's workspace holds it: dU in U's place, Q in M's. */
 
-/* Q[o][xi][t0 + ty tw + tx] = (A dY A^T)[xi] for the 2x2 blocks of plane
- * dy (oh, ow) of one output channel; q points at Q[o], rows xi t apart. */
-HOT static void wino_dy(const wino *p, const float *dy, float *q, size_t t, size_t t0, float *buf)
+/* Q[xi][t0 + ty tw + tx][l] = (A dY A^T)[xi] for the 2x2 blocks of the L
+ * gathered planes of dy (a grid (2 th, 2 tw), zero past the planes); q
+ * points at Q[0][0][o0], rows ldq floats apart, each xi's matrix xs after
+ * the last. */
+HOT static void wino_dy(const wino *p, const v16 *grid, int L, float *q, size_t ldq, size_t xs,
+			size_t t0)
 {
-	int tw = p->tw;
-	float *a = buf, *b = a + tw, *c = b + tw, *d = c + tw;
-	for (int ty = 0; ty < p->th; ty++) {
-		const float *r0 = dy + (size_t)(2 * ty) * p->ow;
-		const float *r1 = 2 * ty + 1 < p->oh ? r0 + p->ow : NULL;
-		int full = p->ow / 2;
-		for (int tx = 0; tx < full; tx++) {
-			a[tx] = r0[2 * tx];
-			b[tx] = r0[2 * tx + 1];
-			c[tx] = r1 ? r1[2 * tx] : 0.0f;
-			d[tx] = r1 ? r1[2 * tx + 1] : 0.0f;
-		}
-		if (full < tw) { /* an odd width: the last block's right column is outside */
-			a[full] = r0[2 * full];
-			c[full] = r1 ? r1[2 * full] : 0.0f;
-			b[full] = d[full] = 0.0f;
-		}
-		/* rows of A dY: (a, b), (a + c, b + d), (a - c, b - d), (-c, -d); each
-		 * row (u, v) then gives the columns (u, u + v, u - v, -v) */
-		float *dst = q + t0 + (size_t)ty * tw;
-		for (int tx = 0; tx < tw; tx++) {
-			float u[4] = {a[tx], a[tx] + c[tx], a[tx] - c[tx], -c[tx]};
-			float v[4] = {b[tx], b[tx] + d[tx], b[tx] - d[tx], -d[tx]};
+	int gw = 2 * p->tw;
+	for (int ty = 0; ty < p->th; ty++)
+		for (int tx = 0; tx < p->tw; tx++) {
+			const v16 *r0 = grid + (size_t)(2 * ty) * gw + 2 * tx, *r1 = r0 + gw;
+			v16 a = r0[0], b = r0[1], c = r1[0], d = r1[1];
+			/* rows of A dY: (a, b), (a + c, b + d), (a - c, b - d), (-c, -d);
+			 * each row (u, v) then gives the columns (u, u + v, u - v, -v) */
+			v16 u[4] = {a, a + c, a - c, -c}, v[4] = {b, b + d, b - d, -d};
+			float *dst = q + (t0 + (size_t)ty * p->tw + tx) * ldq;
 			for (int r = 0; r < 4; r++) {
-				float *row = dst + (size_t)(4 * r) * t;
-				row[tx] = u[r];
-				row[t + tx] = u[r] + v[r];
-				row[2 * t + tx] = u[r] - v[r];
-				row[3 * t + tx] = -v[r];
+				store_lanes(dst + (size_t)(4 * r) * xs, u[r], L);
+				store_lanes(dst + (size_t)(4 * r + 1) * xs, u[r] + v[r], L);
+				store_lanes(dst + (size_t)(4 * r + 2) * xs, u[r] - v[r], L);
+				store_lanes(dst + (size_t)(4 * r + 3) * xs, -v[r], L);
 			}
 		}
-	}
 }
 
 /* dw (cout, cin, 3, 3) = G^T dU G for every filter; du (16, cout, cin). */
@@ -711,21 +744,26 @@ HOT static void wino_filters_grad(const float *du, int cout, int cin, float *dw)
 /* dw = the filter gradient of y = conv(x, w) for dy, all samples. */
 static void wino_conv_dw(const wino *p, const float *x, const float *dy, float *dw, float *ws)
 {
-	size_t tiles = (size_t)p->th * p->tw;
-	wino_bufs w = wino_split(p, ws); /* dU in U's place, Q in M's */
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
+	size_t tiles = (size_t)p->th * p->tw, ohw = (size_t)p->oh * p->ow;
+	wino_bufs w = wino_split(p, ws); /* dU in U's place, Q (16, t, cout) in M's */
+	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * ohw;
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
 		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
 		size_t t = (size_t)gn * tiles;
 		for (int g = 0; g < gn; g++) {
 			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
-			for (int o = 0; o < p->cout; o++)
-				wino_dy(p, dy + (size_t)(s0 + g) * ys + (size_t)o * p->oh * p->ow,
-					w.m + (size_t)o * 16 * t, t, (size_t)g * tiles, w.tmp);
+			for (int o0 = 0; o0 < p->cout; o0 += 16) {
+				int L = p->cout - o0 < 16 ? p->cout - o0 : 16;
+				gather_planes(dy + (size_t)(s0 + g) * ys + (size_t)o0 * ohw, p->oh, p->ow, 0,
+					      0, 2 * p->th, 2 * p->tw, L, w.planes);
+				wino_dy(p, w.planes, L, w.m + o0, (size_t)p->cout, t * p->cout,
+					(size_t)g * tiles);
+			}
 		}
+		/* dU[xi] (cout, cin) += Q[xi]^T (cout, t) V[xi] (t, cin) */
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->cout, p->cin, (int)t,
-				    1.0f, w.m + (size_t)xi * t, (int)(16 * t), w.v + (size_t)xi * t * p->cin,
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)t, 1.0f,
+				    w.m + (size_t)xi * t * p->cout, p->cout, w.v + (size_t)xi * t * p->cin,
 				    p->cin, s0 ? 1.0f : 0.0f, w.u + (size_t)xi * p->cout * p->cin, p->cin);
 	}
 	wino_filters_grad(w.u, p->cout, p->cin, dw);
