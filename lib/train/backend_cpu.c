@@ -494,14 +494,50 @@ HOT static void wino_filters(const float *w, int cout, int cin, int flip, float 
 		}
 }
 
+/* r[i] (16 lanes) becomes column i of the 16x16 matrix whose rows were
+ * r: the off-diagonal blocks of 8, then 4, 2 and 1 swapped (two-vector
+ * shuffles, 64 in all: vpermt2ps with AVX-512). */
+static inline void transpose16(v16 *r)
+{
+	/* blocks of 8 */
+	for (int i = 0; i < 16; i++)
+		if (!(i & 8)) {
+			v16 a = r[i], c = r[i + 8];
+			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
+			r[i + 8] = __builtin_shuffle(a, c, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+		}
+	/* blocks of 4 */
+	for (int i = 0; i < 16; i++)
+		if (!(i & 4)) {
+			v16 a = r[i], c = r[i + 4];
+			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27});
+			r[i + 4] = __builtin_shuffle(a, c, (v16i){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31});
+		}
+	/* blocks of 2 */
+	for (int i = 0; i < 16; i++)
+		if (!(i & 2)) {
+			v16 a = r[i], c = r[i + 2];
+			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29});
+			r[i + 2] = __builtin_shuffle(a, c, (v16i){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+		}
+	/* blocks of 1 */
+	for (int i = 0; i < 16; i++)
+		if (!(i & 1)) {
+			v16 a = r[i], c = r[i + 1];
+			r[i] = __builtin_shuffle(a, c, (v16i){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30});
+			r[i + 1] = __builtin_shuffle(a, c, (v16i){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31});
+		}
+}
+
 /* The planes (h, w) of L <= 16 channels (x: the first, hw floats apart),
  * pixel-major in a grid (hp, wp) with the planes at (ph, pw): lane l of
  * planes[iy wp + ix] is channel l at (iy - ph, ix - pw), zero outside the
- * plane (and in lanes from L on). */
+ * plane (and in lanes from L on).  Sixteen pixels at a time (in the
+ * flattened plane, across rows) go through one transpose. */
 HOT static void gather_planes(const float *x, int h, int w, int ph, int pw, int hp, int wp, int L,
 			      v16 *planes)
 {
-	size_t hw = (size_t)h * w;
+	size_t hw = (size_t)h * w, p = 0;
 	v16 zero = {0};
 	if (L < 16)
 		for (size_t i = 0; i < (size_t)hp * wp; i++)
@@ -509,29 +545,26 @@ HOT static void gather_planes(const float *x, int h, int w, int ph, int pw, int 
 	for (int iy = 0; iy < hp; iy++) {
 		int sy = iy - ph;
 		v16 *row = planes + (size_t)iy * wp;
-		if (sy < 0 || sy >= h) {
-			for (int ix = 0; ix < wp; ix++)
+		for (int ix = 0; ix < wp; ix++)
+			if (sy < 0 || sy >= h || ix < pw || ix >= pw + w)
 				row[ix] = zero;
-			continue;
-		}
-		for (int ix = 0; ix < pw; ix++)
-			row[ix] = zero;
-		for (int ix = pw + w; ix < wp; ix++)
-			row[ix] = zero;
-		const float *src = x + (size_t)sy * w;
-		if (L == 16) { /* a pixel's 16 loads, then one whole vector store */
-			for (int sx = 0; sx < w; sx++) {
-				v16 val;
-				for (int l = 0; l < 16; l++)
-					val[l] = src[(size_t)l * hw + sx];
-				row[pw + sx] = val;
+	}
+	if (L == 16)
+		for (; p + 16 <= hw; p += 16) {
+			v16 r[16];
+			for (int l = 0; l < 16; l++)
+				memcpy(&r[l], x + (size_t)l * hw + p, sizeof r[l]);
+			transpose16(r);
+			for (int i = 0; i < 16; i++) {
+				size_t q = p + i, sy = q / w, sx = q % w;
+				planes[(sy + ph) * wp + sx + pw] = r[i];
 			}
-			continue;
 		}
-		float *dst = (float *)(row + pw);
+	for (; p < hw; p++) {
+		size_t sy = p / w, sx = p % w;
+		float *dst = (float *)&planes[(sy + ph) * wp + sx + pw];
 		for (int l = 0; l < L; l++)
-			for (int sx = 0; sx < w; sx++)
-				dst[16 * sx + l] = src[(size_t)l * hw + sx];
+			dst[l] = x[(size_t)l * hw + p];
 	}
 }
 
@@ -539,21 +572,22 @@ HOT static void gather_planes(const float *x, int h, int w, int ph, int pw, int 
  * channel l's plane (h, w) of y, hw floats apart, for l < L. */
 HOT static void scatter_planes(const v16 *planes, int wp, int h, int w, int L, float *y)
 {
-	size_t hw = (size_t)h * w;
-	for (int oy = 0; oy < h; oy++) {
-		const v16 *src = planes + (size_t)oy * wp;
-		float *dst = y + (size_t)oy * w;
-		if (L == 16) { /* a whole vector load, then a pixel's 16 stores */
-			for (int ox = 0; ox < w; ox++) {
-				v16 val = src[ox];
-				for (int l = 0; l < 16; l++)
-					dst[(size_t)l * hw + ox] = val[l];
+	size_t hw = (size_t)h * w, p = 0;
+	if (L == 16)
+		for (; p + 16 <= hw; p += 16) {
+			v16 r[16];
+			for (int i = 0; i < 16; i++) {
+				size_t q = p + i;
+				r[i] = planes[q / w * wp + q % w];
 			}
-			continue;
+			transpose16(r);
+			for (int l = 0; l < 16; l++)
+				memcpy(y + (size_t)l * hw + p, &r[l], sizeof r[l]);
 		}
+	for (; p < hw; p++) {
+		const float *src = (const float *)&planes[p / w * wp + p % w];
 		for (int l = 0; l < L; l++)
-			for (int ox = 0; ox < w; ox++)
-				dst[(size_t)l * hw + ox] = src[ox][l];
+			y[(size_t)l * hw + p] = src[l];
 	}
 }
 

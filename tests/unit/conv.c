@@ -37,7 +37,10 @@ int main(void)
 	be->open(&wi, &ow, NULL, 0, &e);
 	/* n, c, h, w, k, pad */
 	int shapes[][6] = {{3, 8, 7, 9, 10, 0}, {2, 8, 6, 6, 8, 1}, {2, 9, 8, 5, 12, 2},
-			   {4, 16, 12, 12, 8, 1}, {1, 8, 6, 6, 8, 0}, {5, 12, 11, 10, 9, 1}};
+			   {4, 16, 12, 12, 8, 1}, {1, 8, 6, 6, 8, 0}, {5, 12, 11, 10, 9, 1},
+			   /* 16 channels and more: whole vectors of channels, planes
+			    * not a multiple of 16 pixels, a partial last vector */
+			   {2, 20, 7, 9, 33, 1}, {3, 32, 14, 14, 16, 1}};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		int *S = shapes[si];
 		dp_conv2d g = {S[0], S[1], S[2], S[3], S[4], 0, 0, 3, 3, 1, 1, S[5], S[5]};
