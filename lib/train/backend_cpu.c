@@ -397,11 +397,16 @@ static int conv_is_pointwise(const dp_conv2d *g)
  * 36 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
  * 2016):  Y = A^T [ sum_c (G g G^T) .* (B^T d B) ] A.  The products become
  * 16 GEMMs, one per position of the 4x4 block, over all the tiles of a
- * group of samples: U[xi] (cout, cin) . V[xi] (cin, tiles).  Used for the
- * forward pass, for the input gradient (a convolution of dy with the
- * filters flipped and transposed) and for the filter gradient (the
+ * group of samples: M[xi] (tiles, cout) = V[xi] (tiles, cin) U[xi]^T.  Used
+ * for the forward pass, for the input gradient (a convolution of dy with
+ * the filters flipped and transposed) and for the filter gradient (the
  * transpose of the forward map, below) of 3x3 stride-1 layers that are
  * wide enough for the GEMMs to pay.
+ * The transforms take 16 channels at a time as the lanes of a vector: the
+ * planes are first transposed to pixel-major (16x16 blocks in registers),
+ * so that a tile's arithmetic is whole vectors however small the plane
+ * (ResNet's 7x7 planes made loops over a plane's rows 4 tiles long), and
+ * V, M and Q keep the channels innermost.
  * The rounding differs from the direct sum by a few ulps (the transforms'
  * coefficients are 1/2 and +-1). */
 
