@@ -10,8 +10,9 @@
 #
 # dp-train reads TFRecord files (a shard a rank, as tfr-shard writes them)
 # with --prefetch 0, so that reading and decoding share the rank's one
-# thread; its rate is the median of the log lines after the first (rank 0
-# logs the job's samples/s).  PyTorch trains on one tensor kept in memory.
+# thread; its rate is total samples / total time of the log intervals
+# after the first (rank 0 logs the job's samples/s; each interval's
+# samples from its steps, its time from its rate), as bench/dp-train.sh.  PyTorch trains on one tensor kept in memory.
 # mpirun runs on shared memory (--mca btl self,vader) without binding
 # (--bind-to none: on a 2-core machine shared with other work, pinning a
 # rank to a busy core costs more than it saves).  Each side runs ROUNDS
@@ -76,16 +77,18 @@ PYEOF
 
 CNN='conv:32:3,relu,conv:64:3,relu,maxpool:2,dropout:0.25,flatten,dense:128,relu,dropout:0.5,dense:10'
 
-# ours NP DATA MODEL SHAPE LOG_EVERY EPOCHS [options]: samples/s (the median
-# of the log lines after the first); the end-of-run note goes to $T/note
+# ours NP DATA MODEL SHAPE LOG_EVERY EPOCHS [options]: samples/s (total
+# samples / total time after the first log interval); the end-of-run note
+# goes to $T/note
 ours() {
 	o_np=$1 o_data=$2 o_model=$3 o_shape=$4 o_every=$5 o_epochs=$6
 	shift 6
 	$MPIRUN -np "$o_np" $DP_TRAIN --train "$o_data" --model "$o_model" --input-shape "$o_shape" \
 		--batch-size 128 --optimizer adam --lr 0.001 --threads 1 --prefetch 0 \
 		--shuffle-buffer 0 --log-every "$o_every" --epochs "$o_epochs" "$@" 2> "$T/note" |
-		sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' | sed 1d | sort -n |
-		awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' |
+		awk -v b=$((128 * o_np)) 'NR > 1 { n = ($1 - last) * b; s += n; t += n / $2 }
+			{ last = $1 } END { printf "%.0f\n", s / t }'
 }
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
