@@ -204,8 +204,8 @@ if command -v perf >/dev/null 2>&1 &&
 	perf report -i "$T/perf.data" --no-children --sort symbol -g none -q 2>/dev/null |
 		awk '$2 ~ /^\[/ { p = $1; sub(/%/, "", p); s = $3; k = "other"
 		if (s ~ /sgemm|gemm/) k = "conv-sgemm"
-		else if (s ~ /im2col|col2im|wino|conv/) k = "conv-im2col/col2im/winograd"
-		else if (s ~ /bnorm|plane_|bn_/) k = "batchnorm"
+		else if (s ~ /im2col|col2im|wino|conv|_planes/) k = "conv-im2col/col2im/winograd"
+		else if (s ~ /bnorm|plane_|bn_|chan_/) k = "batchnorm"
 		else if (s ~ /cpu_add/) k = "add"
 		else if (s ~ /act_|relu/) k = "relu"
 		else if (s ~ /pool/) k = "pool"
