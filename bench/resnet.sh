@@ -139,7 +139,7 @@ shapes() {
 		FNR == 2 { printf "%s %8s %8s %6s\n", $0, "torch_f", "torch_b", "ratio"; next }
 		/^all/ { printf "%s %17.1f %6.2fx\n", $0, pf[last], pf[last] / $(NF - 3); next }
 		{ i = FNR - 2; printf "%s %8.2f %8.2f %5.2fx\n", $0, pf[i], pb[i],
-			(pf[i] + pb[i]) / ($(NF - 4) + $(NF - 3)) }' "$T/ps.txt" "$T/cs.txt"
+			(pf[i] + pb[i]) / ($(NF - 5) + $(NF - 4)) }' "$T/ps.txt" "$T/cs.txt"
 }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 

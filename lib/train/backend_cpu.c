@@ -502,35 +502,40 @@ HOT static void wino_filters(const float *w, int cout, int cin, int flip, float 
 /* r[i] (16 lanes) becomes column i of the 16x16 matrix whose rows were
  * r: the off-diagonal blocks of 8, then 4, 2 and 1 swapped (two-vector
  * shuffles, 64 in all: vpermt2ps with AVX-512). */
+#ifdef __clang__
+#define SHUFFLE16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE16(a, b, ...) __builtin_shuffle(a, b, (v16i){__VA_ARGS__})
+#endif
 static inline void transpose16(v16 *r)
 {
 	/* blocks of 8 */
 	for (int i = 0; i < 16; i++)
 		if (!(i & 8)) {
 			v16 a = r[i], c = r[i + 8];
-			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
-			r[i + 8] = __builtin_shuffle(a, c, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31});
+			r[i] = SHUFFLE16(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+			r[i + 8] = SHUFFLE16(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
 		}
 	/* blocks of 4 */
 	for (int i = 0; i < 16; i++)
 		if (!(i & 4)) {
 			v16 a = r[i], c = r[i + 4];
-			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27});
-			r[i + 4] = __builtin_shuffle(a, c, (v16i){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31});
+			r[i] = SHUFFLE16(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+			r[i + 4] = SHUFFLE16(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
 		}
 	/* blocks of 2 */
 	for (int i = 0; i < 16; i++)
 		if (!(i & 2)) {
 			v16 a = r[i], c = r[i + 2];
-			r[i] = __builtin_shuffle(a, c, (v16i){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29});
-			r[i + 2] = __builtin_shuffle(a, c, (v16i){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31});
+			r[i] = SHUFFLE16(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+			r[i + 2] = SHUFFLE16(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
 		}
 	/* blocks of 1 */
 	for (int i = 0; i < 16; i++)
 		if (!(i & 1)) {
 			v16 a = r[i], c = r[i + 1];
-			r[i] = __builtin_shuffle(a, c, (v16i){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30});
-			r[i + 1] = __builtin_shuffle(a, c, (v16i){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31});
+			r[i] = SHUFFLE16(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+			r[i + 1] = SHUFFLE16(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 		}
 }
 
