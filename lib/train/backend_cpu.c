@@ -471,30 +471,60 @@ static wino_bufs wino_split(const wino *p, float *ws)
 	return b;
 }
 
+/* Lanes 0 .. L-1 of a vector to or from memory (pointers: a vector
+ * argument's ABI would differ between the clones of a HOT caller). */
+#define store_lanes(dst, val, L)                                        \
+	do {                                                            \
+		v16 sl_ = (val);                                        \
+		if ((L) == 16)                                          \
+			memcpy((dst), &sl_, sizeof sl_);                \
+		else                                                    \
+			memcpy((dst), &sl_, (size_t)(L) * sizeof(float)); \
+	} while (0)
+
+static inline void load_lanes(v16 *val, const float *src, int L)
+{
+	if (L == 16) {
+		memcpy(val, src, sizeof *val);
+		return;
+	}
+	memset(val, 0, sizeof *val);
+	memcpy(val, src, (size_t)L * sizeof(float));
+}
+
 /* U[xi][o][i] = (G g G^T)[xi] for the 3x3 filter g of output o, input i:
  * w[o][i] (flip 0: forward), or w[i][o] turned by 180 degrees (flip 1:
- * the input gradient, where o runs over the layer's input channels). */
+ * the input gradient, where o runs over the layer's input channels).
+ * Sixteen inputs i at a time are the vector lanes. */
 HOT static void wino_filters(const float *w, int cout, int cin, int flip, float *u)
 {
 	size_t plane = (size_t)cout * cin;
 	for (int o = 0; o < cout; o++)
-		for (int i = 0; i < cin; i++) {
-			float g[9];
-			const float *src = flip ? w + ((size_t)i * cout + o) * 9 : w + ((size_t)o * cin + i) * 9;
-			for (int k = 0; k < 9; k++)
-				g[k] = flip ? src[8 - k] : src[k];
-			float t[4][3];
+		for (int i0 = 0; i0 < cin; i0 += 16) {
+			int L = cin - i0 < 16 ? cin - i0 : 16;
+			v16 g[9] = {{0}};
+			for (int l = 0; l < L; l++) {
+				int i = i0 + l;
+				const float *src = flip ? w + ((size_t)i * cout + o) * 9
+							: w + ((size_t)o * cin + i) * 9;
+				for (int k = 0; k < 9; k++)
+					g[k][l] = flip ? src[8 - k] : src[k];
+			}
+			v16 t[4][3];
 			for (int j = 0; j < 3; j++) {
 				t[0][j] = g[j];
 				t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
 				t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
 				t[3][j] = g[6 + j];
 			}
+			float *dst = u + (size_t)o * cin + i0;
 			for (int r = 0; r < 4; r++) {
-				float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
-					      0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
-				for (int c = 0; c < 4; c++)
-					u[(size_t)(r * 4 + c) * plane + (size_t)o * cin + i] = v[c];
+				store_lanes(dst + (size_t)(r * 4) * plane, t[r][0], L);
+				store_lanes(dst + (size_t)(r * 4 + 1) * plane,
+					    0.5f * (t[r][0] + t[r][1] + t[r][2]), L);
+				store_lanes(dst + (size_t)(r * 4 + 2) * plane,
+					    0.5f * (t[r][0] - t[r][1] + t[r][2]), L);
+				store_lanes(dst + (size_t)(r * 4 + 3) * plane, t[r][2], L);
 			}
 		}
 }
@@ -599,27 +629,6 @@ HOT static void scatter_planes(const v16 *planes, int wp, int h, int w, int L, f
 		for (int l = 0; l < L; l++)
 			y[(size_t)l * hw + p] = src[l];
 	}
-}
-
-/* Lanes 0 .. L-1 of a vector to or from memory (pointers: a vector
- * argument's ABI would differ between the clones of a HOT caller). */
-#define store_lanes(dst, val, L)                                        \
-	do {                                                            \
-		v16 sl_ = (val);                                        \
-		if ((L) == 16)                                          \
-			memcpy((dst), &sl_, sizeof sl_);                \
-		else                                                    \
-			memcpy((dst), &sl_, (size_t)(L) * sizeof(float)); \
-	} while (0)
-
-static inline void load_lanes(v16 *val, const float *src, int L)
-{
-	if (L == 16) {
-		memcpy(val, src, sizeof *val);
-		return;
-	}
-	memset(val, 0, sizeof *val);
-	memcpy(val, src, (size_t)L * sizeof(float));
 }
 
 /* V[xi][t0 + ty tw + tx][l] = (B^T d B)[xi] for every tile of the L
