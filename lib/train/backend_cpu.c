@@ -13,18 +13,21 @@
  *  - elementwise work is fused where a layer allows (bias + activation,
  *    activation derivative + bias gradient), and nothing is cleared that
  *    is about to be overwritten.
- * Everything runs in the calling thread except SGEMM, which uses the
- * threads given to open() (1 by default: bit-reproducible and the fair
- * one-core comparison).  Summation orders are fixed, so results are
- * deterministic.
+ * SGEMM uses the threads given to open() (1 by default: bit-reproducible
+ * and the fair one-core comparison), and so do Winograd's transforms
+ * (par_run); the rest runs in the calling thread.  Summation orders are
+ * fixed, so results are deterministic.
  */
 #define _GNU_SOURCE
 #include "dp_backend.h"
 #include "dp_rng.h"
 
 #include <cblas.h>
-#include <stdint.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +53,145 @@
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
 
+/* ---- A pool for the backend's own loops ---------------------------------
+ * With threads > 1 OpenBLAS runs each GEMM on that many threads, while the
+ * backend's own loops (Winograd's transforms) ran on the calling thread
+ * alone.  par_run(ctx, n, fn, arg) runs fn(arg, i, worker) for every i < n
+ * on the calling thread (worker 0) and threads - 1 helpers, each taking
+ * the next i from a shared counter.  What an i computes does not depend on
+ * the thread that runs it, so results stay the same for any number of
+ * threads.  The helpers sleep on a condition variable between jobs and run
+ * with every signal blocked (the program's handlers run on its own
+ * threads). */
+typedef void par_fn(void *arg, int i, int worker);
+
+typedef struct par_pool {
+	int nhelp;
+	pthread_t *tid;
+	pthread_mutex_t mu;
+	pthread_cond_t go, idle;
+	par_fn *fn;
+	void *arg;
+	int n;
+	atomic_int next;
+	int busy;      /* helpers still in the current job */
+	unsigned gen;  /* jobs started */
+	int quit;
+} par_pool;
+
+typedef struct par_helper {
+	par_pool *pool;
+	int worker;
+} par_helper;
+
+static void par_take(par_pool *p, par_fn *fn, void *arg, int n, int worker)
+{
+	for (int i; (i = atomic_fetch_add(&p->next, 1)) < n;)
+		fn(arg, i, worker);
+}
+
+static void *par_main(void *a)
+{
+	par_helper *h = a;
+	par_pool *p = h->pool;
+	unsigned seen = 0;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->quit && p->gen == seen)
+			pthread_cond_wait(&p->go, &p->mu);
+		if (p->quit)
+			break;
+		seen = p->gen;
+		par_fn *fn = p->fn;
+		void *arg = p->arg;
+		int n = p->n;
+		pthread_mutex_unlock(&p->mu);
+		par_take(p, fn, arg, n, h->worker);
+		pthread_mutex_lock(&p->mu);
+		if (--p->busy == 0)
+			pthread_cond_signal(&p->idle);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static void par_stop(par_pool *p, par_helper *h)
+{
+	pthread_mutex_lock(&p->mu);
+	p->quit = 1;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	for (int k = 0; k < p->nhelp; k++)
+		pthread_join(p->tid[k], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->go);
+	pthread_cond_destroy(&p->idle);
+	free(p->tid);
+	free(h);
+}
+
 struct dp_bectx {
 	int threads;
 	int conv_algo; /* dp_backend_opts.conv_algo */
+	par_pool pool; /* threads - 1 helpers (none for one thread) */
+	par_helper *helpers;
 };
+
+/* Start threads - 1 helpers; with fewer (no memory, no thread), the loops
+ * run on fewer threads, with the same results. */
+static void par_start(dp_bectx *c)
+{
+	par_pool *p = &c->pool;
+	int want = c->threads - 1;
+	if (want <= 0)
+		return;
+	p->tid = calloc((size_t)want, sizeof *p->tid);
+	c->helpers = calloc((size_t)want, sizeof *c->helpers);
+	if (!p->tid || !c->helpers) {
+		free(p->tid);
+		free(c->helpers);
+		p->tid = NULL;
+		c->helpers = NULL;
+		return;
+	}
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->go, NULL);
+	pthread_cond_init(&p->idle, NULL);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (int k = 0; k < want; k++) {
+		c->helpers[k] = (par_helper){p, k + 1};
+		if (pthread_create(&p->tid[k], NULL, par_main, &c->helpers[k]) != 0)
+			break;
+		p->nhelp++;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void par_run(dp_bectx *c, int n, par_fn *fn, void *arg)
+{
+	par_pool *p = &c->pool;
+	if (p->nhelp == 0 || n <= 1) {
+		for (int i = 0; i < n; i++)
+			fn(arg, i, 0);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->n = n;
+	atomic_store(&p->next, 0);
+	p->busy = p->nhelp;
+	p->gen++;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	par_take(p, fn, arg, n, 0);
+	pthread_mutex_lock(&p->mu);
+	while (p->busy)
+		pthread_cond_wait(&p->idle, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
 
 static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
 		    dp_err *e)
@@ -69,6 +207,7 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 	c->threads = o && o->threads > 0 ? o->threads : 1;
 	c->conv_algo = o ? o->conv_algo : 0;
 	openblas_set_num_threads(c->threads);
+	par_start(c);
 	if (desc)
 		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
 			 openblas_get_corename(), c->threads, c->threads == 1 ? "" : "s");
@@ -76,7 +215,12 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 	return DP_OK;
 }
 
-static void cpu_close(dp_bectx *ctx) { free(ctx); }
+static void cpu_close(dp_bectx *ctx)
+{
+	if (ctx && ctx->pool.tid)
+		par_stop(&ctx->pool, ctx->helpers);
+	free(ctx);
+}
 
 static void *cpu_alloc(dp_bectx *ctx, size_t bytes)
 {
@@ -417,6 +561,7 @@ typedef struct wino {
 	int th, tw;          /* tiles of 2x2 outputs */
 	int hp, wp;          /* padded input plane: (2 th + 2) x (2 tw + 2) */
 	int group;           /* samples per round of GEMMs */
+	int workers;         /* threads running the transforms (planes each) */
 } wino;
 
 static int wino_fits(const dp_conv2d *g)
@@ -425,9 +570,10 @@ static int wino_fits(const dp_conv2d *g)
 	       g->oh * g->ow >= 16 && g->ph <= 2 && g->pw <= 2 && g->oh >= 2 && g->ow >= 2;
 }
 
-static wino wino_plan(int n, int cin, int h, int w, int cout, int oh, int ow, int ph, int pw)
+static wino wino_plan(int n, int cin, int h, int w, int cout, int oh, int ow, int ph, int pw,
+		       int workers)
 {
-	wino p = {n, cin, h, w, cout, oh, ow, ph, pw, 0, 0, 0, 0, 0};
+	wino p = {n, cin, h, w, cout, oh, ow, ph, pw, 0, 0, 0, 0, 0, workers};
 	p.th = (oh + 1) / 2;
 	p.tw = (ow + 1) / 2;
 	p.hp = 2 * p.th + 2;
@@ -445,17 +591,16 @@ static size_t wino_ws(const wino *p)
 	return (16 * (size_t)p->cout * p->cin       /* U */
 		+ 16 * (size_t)p->cin * t           /* V */
 		+ 16 * (size_t)p->cout * t          /* M */
-		+ 16 * (size_t)p->hp * p->wp + 16   /* 16 padded planes, pixel-major */
-		+ 4 * t)                            /* the output blocks of a channel */
+		+ 16 * (size_t)p->hp * p->wp * p->workers + 16) /* 16 padded planes, pixel-major */
 	       * sizeof(float) + 64 * 8;
 }
 
-/* The workspace's parts: U (16, cout, cin), V (16, t, cin), M (16 t apart
- * in each of cout rows), the gathered planes (64-byte aligned), tmp. */
+/* The workspace's parts: U (16, cout, cin), V (16, t, cin), M (16, t,
+ * cout), each worker's gathered planes (64-byte aligned). */
 typedef float v16 __attribute__((vector_size(64)));
 typedef int v16i __attribute__((vector_size(64)));
 typedef struct wino_bufs {
-	float *u, *v, *m, *tmp;
+	float *u, *v, *m;
 	v16 *planes;
 } wino_bufs;
 
@@ -467,7 +612,6 @@ static wino_bufs wino_split(const wino *p, float *ws)
 	b.v = b.u + 16 * (size_t)p->cout * p->cin;
 	b.m = b.v + 16 * (size_t)p->cin * tmax;
 	b.planes = (v16 *)(((uintptr_t)(b.m + 16 * (size_t)p->cout * tmax) + 63) & ~(uintptr_t)63);
-	b.tmp = (float *)(b.planes + (size_t)p->hp * p->wp);
 	return b;
 }
 
@@ -660,17 +804,6 @@ HOT static void wino_input(const wino *p, const v16 *planes, int L, float *v, si
 		}
 }
 
-/* V for sample g of a round (t columns): every channel of x (cin, h, w). */
-static void wino_inputs(const wino *p, const float *x, float *v, size_t t, size_t g, v16 *planes)
-{
-	size_t hw = (size_t)p->h * p->w, tiles = (size_t)p->th * p->tw;
-	for (int c0 = 0; c0 < p->cin; c0 += 16) {
-		int L = p->cin - c0 < 16 ? p->cin - c0 : 16;
-		gather_planes(x + (size_t)c0 * hw, p->h, p->w, p->ph, p->pw, p->hp, p->wp, L, planes);
-		wino_input(p, planes, L, v + c0, (size_t)p->cin, t * p->cin, g * tiles);
-	}
-}
-
 /* Output channels o0 .. o0+L-1 of sample g of a round: y = A^T m A + b,
  * then act, from M (16, t, cout), into the planes (oh, ow) at y (channel
  * o0's).  Channels are the vector lanes: each tile's 2x2 block goes into a
@@ -713,30 +846,80 @@ HOT static void wino_output(const wino *p, const float *m, size_t t, size_t g, i
 			bias_act(y + (size_t)l * p->oh * p->ow, (size_t)p->oh * p->ow, 0.0f, act);
 }
 
+/* One round of a Winograd pass, cut into parts for par_run: a part is a
+ * sample of the round and a block of 16 channels. */
+typedef struct wino_job {
+	const wino *p;
+	wino_bufs w;
+	size_t t;          /* the round's columns */
+	int gn;            /* its samples */
+	int nbi, nbo;      /* blocks of 16 input, output channels */
+	const float *x;    /* the round's first sample */
+	const float *dy;   /* its output gradient (the filter gradient) */
+	const float *b;    /* bias, or NULL */
+	int act;
+	float *y;          /* the round's first output */
+} wino_job;
+
+static v16 *job_planes(const wino_job *j, int worker)
+{
+	return j->w.planes + (size_t)worker * j->p->hp * j->p->wp;
+}
+
+/* Part i < gn nbi: V for sample i / nbi, input channels 16 (i % nbi) on. */
+static void wino_input_part(void *a, int i, int worker)
+{
+	const wino_job *j = a;
+	const wino *p = j->p;
+	size_t hw = (size_t)p->h * p->w, g = (size_t)(i / j->nbi);
+	int c0 = i % j->nbi * 16, L = p->cin - c0 < 16 ? p->cin - c0 : 16;
+	v16 *planes = job_planes(j, worker);
+	gather_planes(j->x + g * p->cin * hw + (size_t)c0 * hw, p->h, p->w, p->ph, p->pw, p->hp, p->wp,
+		      L, planes);
+	wino_input(p, planes, L, j->w.v + c0, (size_t)p->cin, j->t * p->cin,
+		   g * (size_t)p->th * p->tw);
+}
+
+/* Part i < gn nbo: the output of sample i / nbo, channels 16 (i % nbo) on. */
+static void wino_output_part(void *a, int i, int worker)
+{
+	const wino_job *j = a;
+	const wino *p = j->p;
+	size_t ohw = (size_t)p->oh * p->ow, g = (size_t)(i / j->nbo);
+	int o0 = i % j->nbo * 16, L = p->cout - o0 < 16 ? p->cout - o0 : 16;
+	wino_output(p, j->w.m, j->t, g, o0, L, j->b, j->act,
+		    j->y + g * p->cout * ohw + (size_t)o0 * ohw, job_planes(j, worker));
+}
+
+static wino_job wino_round(const wino *p, float *ws, int s0)
+{
+	wino_job j = {p, wino_split(p, ws), 0, 0, (p->cin + 15) / 16, (p->cout + 15) / 16,
+		      NULL, NULL, NULL, 0, NULL};
+	j.gn = p->n - s0 < p->group ? p->n - s0 : p->group;
+	j.t = (size_t)j.gn * p->th * p->tw;
+	return j;
+}
+
 /* y = conv(x, filters u already transformed) + b, act: all samples.
  * V (16, t, cin) and M (16, t, cout): channels are the transforms' vector
  * lanes; each GEMM is M[xi] (t, cout) = V[xi] (t, cin) U[xi]^T. */
-static void wino_conv(const wino *p, const float *x, const float *u, const float *b, int act,
-		      float *y, float *ws)
+static void wino_conv(dp_bectx *ctx, const wino *p, const float *x, const float *u,
+		      const float *b, int act, float *y, float *ws)
 {
-	size_t tiles = (size_t)p->th * p->tw;
-	wino_bufs w = wino_split(p, ws);
 	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
-		size_t t = (size_t)gn * tiles; /* columns of this round */
-		for (int g = 0; g < gn; g++)
-			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
+		wino_job j = wino_round(p, ws, s0);
+		j.x = x + (size_t)s0 * xs;
+		j.y = y + (size_t)s0 * ys;
+		j.b = b;
+		j.act = act;
+		par_run(ctx, j.gn * j.nbi, wino_input_part, &j);
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t, p->cout, p->cin,
-				    1.0f, w.v + (size_t)xi * t * p->cin, p->cin,
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j.t, p->cout, p->cin,
+				    1.0f, j.w.v + (size_t)xi * j.t * p->cin, p->cin,
 				    u + (size_t)xi * p->cout * p->cin, p->cin, 0.0f,
-				    w.m + (size_t)xi * t * p->cout, p->cout);
-		for (int g = 0; g < gn; g++)
-			for (int o0 = 0; o0 < p->cout; o0 += 16)
-				wino_output(p, w.m, t, (size_t)g, o0, p->cout - o0 < 16 ? p->cout - o0 : 16,
-					    b, act, y + (size_t)(s0 + g) * ys + (size_t)o0 * p->oh * p->ow,
-					    w.planes);
+				    j.w.m + (size_t)xi * j.t * p->cout, p->cout);
+		par_run(ctx, j.gn * j.nbo, wino_output_part, &j);
 	}
 }
 
@@ -794,44 +977,60 @@ HOT static void wino_filters_grad(const float *du, int cout, int cin, float *dw)
 	}
 }
 
-/* dw = the filter gradient of y = conv(x, w) for dy, all samples. */
-static void wino_conv_dw(const wino *p, const float *x, const float *dy, float *dw, float *ws)
+/* Parts below gn nbi: V, as wino_input_part; then Q for sample k / nbo,
+ * output channels 16 (k % nbo) on (k: the part's index past those). */
+static void wino_dw_part(void *a, int i, int worker)
 {
-	size_t tiles = (size_t)p->th * p->tw, ohw = (size_t)p->oh * p->ow;
-	wino_bufs w = wino_split(p, ws); /* dU in U's place, Q (16, t, cout) in M's */
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * ohw;
+	const wino_job *j = a;
+	const wino *p = j->p;
+	if (i < j->gn * j->nbi) {
+		wino_input_part(a, i, worker);
+		return;
+	}
+	i -= j->gn * j->nbi;
+	size_t ohw = (size_t)p->oh * p->ow, g = (size_t)(i / j->nbo);
+	int o0 = i % j->nbo * 16, L = p->cout - o0 < 16 ? p->cout - o0 : 16;
+	v16 *planes = job_planes(j, worker);
+	gather_planes(j->dy + g * p->cout * ohw + (size_t)o0 * ohw, p->oh, p->ow, 0, 0, 2 * p->th,
+		      2 * p->tw, L, planes);
+	wino_dy(p, planes, L, j->w.m + o0, (size_t)p->cout, j->t * p->cout,
+		g * (size_t)p->th * p->tw);
+}
+
+/* dw = the filter gradient of y = conv(x, w) for dy, all samples: dU in
+ * U's place, Q (16, t, cout) in M's. */
+static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const float *dy, float *dw,
+			 float *ws)
+{
+	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
+	wino_bufs w = wino_split(p, ws);
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		int gn = p->n - s0 < p->group ? p->n - s0 : p->group;
-		size_t t = (size_t)gn * tiles;
-		for (int g = 0; g < gn; g++) {
-			wino_inputs(p, x + (size_t)(s0 + g) * xs, w.v, t, (size_t)g, w.planes);
-			for (int o0 = 0; o0 < p->cout; o0 += 16) {
-				int L = p->cout - o0 < 16 ? p->cout - o0 : 16;
-				gather_planes(dy + (size_t)(s0 + g) * ys + (size_t)o0 * ohw, p->oh, p->ow, 0,
-					      0, 2 * p->th, 2 * p->tw, L, w.planes);
-				wino_dy(p, w.planes, L, w.m + o0, (size_t)p->cout, t * p->cout,
-					(size_t)g * tiles);
-			}
-		}
+		wino_job j = wino_round(p, ws, s0);
+		j.x = x + (size_t)s0 * xs;
+		j.dy = dy + (size_t)s0 * ys;
+		par_run(ctx, j.gn * (j.nbi + j.nbo), wino_dw_part, &j);
 		/* dU[xi] (cout, cin) += Q[xi]^T (cout, t) V[xi] (t, cin) */
 		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)t, 1.0f,
-				    w.m + (size_t)xi * t * p->cout, p->cout, w.v + (size_t)xi * t * p->cin,
-				    p->cin, s0 ? 1.0f : 0.0f, w.u + (size_t)xi * p->cout * p->cin, p->cin);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)j.t,
+				    1.0f, w.m + (size_t)xi * j.t * p->cout, p->cout,
+				    w.v + (size_t)xi * j.t * p->cin, p->cin, s0 ? 1.0f : 0.0f,
+				    w.u + (size_t)xi * p->cout * p->cin, p->cin);
 	}
 	wino_filters_grad(w.u, p->cout, p->cin, dw);
 }
 
-static wino wino_fwd_plan(const dp_conv2d *g)
+static wino wino_fwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 {
-	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw);
+	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw,
+			 ctx->pool.nhelp + 1);
 }
 
 /* The input gradient: dy (n, k, oh, ow) convolved with the flipped,
  * transposed filters and padding 2 - p gives dx (n, c, h, w). */
-static wino wino_bwd_plan(const dp_conv2d *g)
+static wino wino_bwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 {
-	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw);
+	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw,
+			 ctx->pool.nhelp + 1);
 }
 
 /* conv_algo of the instance: 0 automatic, 1 im2col always, 2 Winograd
@@ -867,12 +1066,12 @@ static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
 	size_t ws = conv_is_pointwise(g) ? 0
 					 : 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
 	if (use_wino(ctx, g, 0)) {
-		wino a = wino_fwd_plan(g);
+		wino a = wino_fwd_plan(ctx, g);
 		size_t wa = wino_ws(&a);
 		ws = ws > wa ? ws : wa;
 	}
 	if (use_wino(ctx, g, 1)) {
-		wino b = wino_bwd_plan(g);
+		wino b = wino_bwd_plan(ctx, g);
 		size_t wb = wino_ws(&b);
 		ws = ws > wb ? ws : wb;
 	}
@@ -883,9 +1082,9 @@ static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 			 const float *b, float *y, int act, void *ws)
 {
 	if (use_wino(ctx, g, 0)) {
-		wino p = wino_fwd_plan(g);
+		wino p = wino_fwd_plan(ctx, g);
 		wino_filters(w, g->k, g->c, 0, ws);
-		wino_conv(&p, x, ws, b, act, y, ws);
+		wino_conv(ctx, &p, x, ws, b, act, y, ws);
 		return;
 	}
 	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
@@ -947,13 +1146,13 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 			col2im(g, dcol, dxn);
 	}
 	if (wino_dw) {
-		wino p = wino_fwd_plan(g);
-		wino_conv_dw(&p, x, dy, dw, ws);
+		wino p = wino_fwd_plan(ctx, g);
+		wino_conv_dw(ctx, &p, x, dy, dw, ws);
 	}
 	if (wino_dx) {
-		wino p = wino_bwd_plan(g);
+		wino p = wino_bwd_plan(ctx, g);
 		wino_filters(w, g->c, g->k, 1, ws);
-		wino_conv(&p, dy, ws, NULL, 0, dx, ws);
+		wino_conv(ctx, &p, dy, ws, NULL, 0, dx, ws);
 	}
 }
 

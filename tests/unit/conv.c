@@ -31,10 +31,12 @@ int main(void)
 {
 	dp_err e;
 	const dp_backend *be = &dp_backend_cpu;
-	dp_bectx *im, *wi;
-	dp_backend_opts oi = {1, -1, 1, DP_PREC_FP32}, ow = {1, -1, 2, DP_PREC_FP32};
+	dp_bectx *im, *wi, *w2;
+	dp_backend_opts oi = {1, -1, 1, DP_PREC_FP32}, ow = {1, -1, 2, DP_PREC_FP32},
+			o2 = {2, -1, 2, DP_PREC_FP32};
 	be->open(&im, &oi, NULL, 0, &e);
 	be->open(&wi, &ow, NULL, 0, &e);
+	be->open(&w2, &o2, NULL, 0, &e); /* the transforms shared by 2 threads */
 	/* n, c, h, w, k, pad */
 	int shapes[][6] = {{3, 8, 7, 9, 10, 0}, {2, 8, 6, 6, 8, 1}, {2, 9, 8, 5, 12, 2},
 			   {4, 16, 12, 12, 8, 1}, {1, 8, 6, 6, 8, 0}, {5, 12, 11, 10, 9, 1},
@@ -73,6 +75,26 @@ int main(void)
 			ok(r < 1e-5, "shape %d, act %d: input gradient agrees (%.2g)", (int)si, act, r);
 			ok(maxrel(dw2, dw1, wsz) < 1e-5 && maxrel(db2, db1, (size_t)g.k) < 1e-5,
 			   "shape %d, act %d: filter and bias gradients agree", (int)si, act);
+		}
+		/* two threads: the same Winograd results (the transforms' parts are
+		 * computed alike whichever thread takes them; OpenBLAS's GEMMs on
+		 * 2 threads may round differently) */
+		{
+			size_t ws3 = be->conv_ws(w2, &g);
+			void *ws = malloc(ws3 + 64);
+			float *y3 = malloc(ys * 4), *dy3 = malloc(ys * 4), *dx3 = malloc(xs * 4),
+			      *dw3 = malloc(wsz * 4), *db3 = malloc((size_t)g.k * 4);
+			be->conv_fwd(wi, &g, x, w, b, y2, DP_ACT_RELU, ws2);
+			be->conv_fwd(w2, &g, x, w, b, y3, DP_ACT_RELU, ws);
+			fill(dy2, ys, si + 500);
+			memcpy(dy3, dy2, ys * 4);
+			be->conv_bwd(wi, &g, x, w, y2, dy2, dx2, dw2, db2, DP_ACT_RELU, ws2);
+			be->conv_bwd(w2, &g, x, w, y3, dy3, dx3, dw3, db3, DP_ACT_RELU, ws);
+			double rf = maxrel(y3, y2, ys), rx = maxrel(dx3, dx2, xs), rw = maxrel(dw3, dw2, wsz);
+			ok(ws3 > wsw && rf < 1e-6 && rx < 1e-6 && rw < 1e-6,
+			   "shape %d: 2 threads give the same forward, input and filter gradients "
+			   "(%.2g %.2g %.2g)", (int)si, rf, rx, rw);
+			free(ws), free(y3), free(dy3), free(dx3), free(dw3), free(db3);
 		}
 		/* both against the definition, in double */
 		be->conv_fwd(wi, &g, x, w, b, y2, DP_ACT_NONE, ws2);
@@ -125,5 +147,6 @@ int main(void)
 	}
 	be->close(im);
 	be->close(wi);
+	be->close(w2);
 	return done_testing();
 }
