@@ -23,6 +23,7 @@
 #include "dp_rng.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1214,41 +1215,66 @@ static inline void pool_range(int o, int s, int k, int p, int in, int *lo, int *
 	*hi = b > in ? in : b;
 }
 
+/* The general max pooling, a plane (sample, channel) a part of par_run. */
+typedef struct pool_job {
+	const dp_pool2d *g;
+	const float *x;
+	float *y;
+	int32_t *arg;
+} pool_job;
+
+static void maxpool_one(const pool_job *jb, size_t plane)
+{
+	const dp_pool2d *g = jb->g;
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	const float *xp = jb->x + plane * hw;
+	float *yp = jb->y + plane * ohw;
+	int32_t *ap = jb->arg + plane * ohw;
+	for (int oy = 0; oy < g->oh; oy++)
+		for (int ox = 0; ox < g->ow; ox++) {
+			int y0, y1, x0, x1;
+			pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
+			pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
+			/* as PyTorch: from -infinity at the first position inside
+			 * the image (padding never wins) */
+			int best = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
+			float m = -INFINITY;
+			for (int i = y0; i < y1; i++)
+				for (int j = x0; j < x1; j++) {
+					int idx = i * g->w + j;
+					/* NaN propagates, as in PyTorch */
+					if (xp[idx] > m || isnan(xp[idx])) {
+						m = xp[idx];
+						best = idx;
+					}
+				}
+			yp[oy * g->ow + ox] = m;
+			ap[oy * g->ow + ox] = best;
+		}
+}
+
+static void maxpool_plane(void *a, int plane, int worker)
+{
+	(void)worker;
+	maxpool_one(a, (size_t)plane);
+}
+
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg)
 {
-	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && !g->ph && !g->pw &&
 	    g->ow <= POOL_ROW_MAX) {
 		maxpool22(g, x, y, arg);
 		return;
 	}
-	for (size_t pl = 0; pl < planes; pl++) {
-		const float *xp = x + pl * hw;
-		float *yp = y + pl * ohw;
-		int32_t *ap = arg + pl * ohw;
-		for (int oy = 0; oy < g->oh; oy++)
-			for (int ox = 0; ox < g->ow; ox++) {
-				int y0, y1, x0, x1;
-				pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
-				pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
-				/* as PyTorch: from -infinity at the first position
-				 * inside the image (padding never wins) */
-				int best = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
-				float m = -INFINITY;
-				for (int i = y0; i < y1; i++)
-					for (int j = x0; j < x1; j++) {
-						int idx = i * g->w + j;
-						/* NaN propagates, as in PyTorch */
-						if (xp[idx] > m || isnan(xp[idx])) {
-							m = xp[idx];
-							best = idx;
-						}
-					}
-				yp[oy * g->ow + ox] = m;
-				ap[oy * g->ow + ox] = best;
-			}
+	pool_job j = {g, x, y, arg};
+	size_t planes = (size_t)g->n * g->c;
+	if (planes <= INT_MAX) {
+		par_run(ctx, (int)planes, maxpool_plane, &j);
+		return;
 	}
+	for (size_t pl = 0; pl < planes; pl++) /* more planes than par_run counts */
+		maxpool_one(&j, pl);
 }
 
 static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
@@ -1428,75 +1454,110 @@ static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, dou
 		chan_sums(g, x, c, 0.0, &sums[c], &sums[g->c + c]);
 }
 
+/* A batchnorm call's arguments, for par_run over its channels (each
+ * channel's work is its own: the same results on any number of threads). */
+typedef struct bn_job {
+	const dp_bnorm *g;
+	int train;
+	const float *x, *gamma, *beta, *save, *dy;
+	float *run_mean, *run_var, *save_out, *y, *dx, *dgamma, *dbeta;
+	const double *sums;
+	double *sums_out;
+	double m;
+} bn_job;
+
+static void bn_fwd_chan(void *arg, int c, int worker)
+{
+	const bn_job *j = arg;
+	const dp_bnorm *g = j->g;
+	float mean, inv;
+	(void)worker;
+	if (j->train) {
+		double mu, var, m = j->m;
+		if (j->sums) {
+			mu = j->sums[c] / m;
+			var = j->sums[g->c + c] / m - mu * mu;
+			var = var > 0 ? var : 0;
+		} else { /* two passes: the mean, then the squares about it */
+			double s, s2, d, d2;
+			chan_sums(g, j->x, c, 0.0, &s, &s2);
+			mu = s / m;
+			chan_sums(g, j->x, c, mu, &d, &d2);
+			var = d2 / m;
+		}
+		mean = (float)mu;
+		inv = (float)(1.0 / sqrt(var + g->eps));
+		double unb = m > 1 ? var * m / (m - 1) : var;
+		j->run_mean[c] = (1 - g->momentum) * j->run_mean[c] + g->momentum * mean;
+		j->run_var[c] = (1 - g->momentum) * j->run_var[c] + g->momentum * (float)unb;
+	} else {
+		mean = j->run_mean[c];
+		inv = 1.0f / sqrtf(j->run_var[c] + g->eps);
+	}
+	if (j->save_out) {
+		j->save_out[c] = mean;
+		j->save_out[g->c + c] = inv;
+	}
+	float a = j->gamma[c] * inv;
+	chan_affine(g, j->x, j->y, c, a, j->beta[c] - mean * a);
+}
+
 static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
 			  const float *gamma, const float *beta, float *run_mean, float *run_var,
 			  const double *sums, float *save, float *y)
 {
-	double m = bn_count(g, sums);
-	for (int c = 0; c < g->c; c++) {
-		float mean, inv;
-		if (train) {
-			double mu, var;
-			if (sums) {
-				mu = sums[c] / m;
-				var = sums[g->c + c] / m - mu * mu;
-				var = var > 0 ? var : 0;
-			} else { /* two passes: the mean, then the squares about it */
-				double s, s2, d, d2;
-				chan_sums(g, x, c, 0.0, &s, &s2);
-				mu = s / m;
-				chan_sums(g, x, c, mu, &d, &d2);
-				var = d2 / m;
-			}
-			mean = (float)mu;
-			inv = (float)(1.0 / sqrt(var + g->eps));
-			double unb = m > 1 ? var * m / (m - 1) : var;
-			run_mean[c] = (1 - g->momentum) * run_mean[c] + g->momentum * mean;
-			run_var[c] = (1 - g->momentum) * run_var[c] + g->momentum * (float)unb;
-		} else {
-			mean = run_mean[c];
-			inv = 1.0f / sqrtf(run_var[c] + g->eps);
-		}
-		if (save) {
-			save[c] = mean;
-			save[g->c + c] = inv;
-		}
-		float a = gamma[c] * inv;
-		chan_affine(g, x, y, c, a, beta[c] - mean * a);
-	}
+	bn_job j = {.g = g, .train = train, .x = x, .gamma = gamma, .beta = beta,
+		    .run_mean = run_mean, .run_var = run_var, .sums = sums, .save_out = save,
+		    .y = y, .m = bn_count(g, sums)};
+	par_run(ctx, g->c, bn_fwd_chan, &j);
+}
+
+static void bn_bwd_sums_chan(void *arg, int c, int worker)
+{
+	const bn_job *j = arg;
+	(void)worker;
+	chan_grad_sums(j->g, j->x, j->dy, c, j->save[c], j->save[j->g->c + c], &j->sums_out[c],
+		       &j->sums_out[j->g->c + c]);
 }
 
 static void cpu_bnorm_bwd_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
 			       const float *dy, double *sums)
 {
-	for (int c = 0; c < g->c; c++)
-		chan_grad_sums(g, x, dy, c, save[c], save[g->c + c], &sums[c], &sums[g->c + c]);
+	bn_job j = {.g = g, .x = x, .save = save, .dy = dy, .sums_out = sums};
+	par_run(ctx, g->c, bn_bwd_sums_chan, &j);
+}
+
+static void bn_bwd_chan(void *arg, int c, int worker)
+{
+	const bn_job *j = arg;
+	const dp_bnorm *g = j->g;
+	float mean = j->save[c], inv = j->save[g->c + c];
+	double sdy, sdyx;
+	(void)worker;
+	chan_grad_sums(g, j->x, j->dy, c, mean, inv, &sdy, &sdyx);
+	j->dgamma[c] = (float)sdyx;
+	j->dbeta[c] = (float)sdy;
+	if (!j->dx)
+		return;
+	float k = j->gamma[c] * inv;
+	if (g->eval) { /* dx = gamma inv dy: no path through the statistics */
+		chan_affine(g, j->dy, j->dx, c, k, 0.0f);
+		return;
+	}
+	/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)), the means over
+	 * this batch or (sums) over all ranks */
+	float mdy = (float)((j->sums ? j->sums[c] : sdy) / j->m),
+	      mdyx = (float)((j->sums ? j->sums[g->c + c] : sdyx) / j->m);
+	chan_dx(g, j->x, j->dy, j->dx, c, k, mdy, mean, inv, mdyx);
 }
 
 static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
 			  const float *save, const double *sums, const float *dy, float *dx,
 			  float *dgamma, float *dbeta)
 {
-	double m = bn_count(g, sums);
-	for (int c = 0; c < g->c; c++) {
-		float mean = save[c], inv = save[g->c + c];
-		double sdy, sdyx;
-		chan_grad_sums(g, x, dy, c, mean, inv, &sdy, &sdyx);
-		dgamma[c] = (float)sdyx;
-		dbeta[c] = (float)sdy;
-		if (!dx)
-			continue;
-		float k = gamma[c] * inv;
-		if (g->eval) { /* dx = gamma inv dy: no path through the statistics */
-			chan_affine(g, dy, dx, c, k, 0.0f);
-			continue;
-		}
-		/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)), the means
-		 * over this batch or (sums) over all ranks */
-		float mdy = (float)((sums ? sums[c] : sdy) / m),
-		      mdyx = (float)((sums ? sums[g->c + c] : sdyx) / m);
-		chan_dx(g, x, dy, dx, c, k, mdy, mean, inv, mdyx);
-	}
+	bn_job j = {.g = g, .x = x, .gamma = gamma, .save = save, .sums = sums, .dy = dy,
+		    .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .m = bn_count(g, sums)};
+	par_run(ctx, g->c, bn_bwd_chan, &j);
 }
 
 /* ---- losses ------------------------------------------------------------- */
