@@ -682,36 +682,28 @@ HOT static void wino_filters(const float *w, int cout, int cin, int flip, float 
 #else
 #define SHUFFLE16(a, b, ...) __builtin_shuffle(a, b, (v16i){__VA_ARGS__})
 #endif
+/* One round: rows i and i + b (i without bit b) swap their lanes with bit
+ * b clear in one and set in the other; LO and HI are the two shuffles'
+ * lane lists, in parentheses. */
+#define T16_LANES(...) __VA_ARGS__
+#define T16_ROUND(b, LO, HI)                                            \
+	for (int i = 0; i < 16; i++)                                    \
+		if (!(i & (b))) {                                       \
+			v16 a = r[i], c = r[i + (b)];                   \
+			r[i] = SHUFFLE16(a, c, T16_LANES LO);           \
+			r[i + (b)] = SHUFFLE16(a, c, T16_LANES HI);     \
+		}
+
 static inline void transpose16(v16 *r)
 {
-	/* blocks of 8 */
-	for (int i = 0; i < 16; i++)
-		if (!(i & 8)) {
-			v16 a = r[i], c = r[i + 8];
-			r[i] = SHUFFLE16(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-			r[i + 8] = SHUFFLE16(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-		}
-	/* blocks of 4 */
-	for (int i = 0; i < 16; i++)
-		if (!(i & 4)) {
-			v16 a = r[i], c = r[i + 4];
-			r[i] = SHUFFLE16(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-			r[i + 4] = SHUFFLE16(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-		}
-	/* blocks of 2 */
-	for (int i = 0; i < 16; i++)
-		if (!(i & 2)) {
-			v16 a = r[i], c = r[i + 2];
-			r[i] = SHUFFLE16(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-			r[i + 2] = SHUFFLE16(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-		}
-	/* blocks of 1 */
-	for (int i = 0; i < 16; i++)
-		if (!(i & 1)) {
-			v16 a = r[i], c = r[i + 1];
-			r[i] = SHUFFLE16(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-			r[i + 1] = SHUFFLE16(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-		}
+	T16_ROUND(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+		  (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+	T16_ROUND(4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+		  (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+	T16_ROUND(2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+		  (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+	T16_ROUND(1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+		  (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
 }
 
 /* The planes (h, w) of L <= 16 channels (x: the first, hw floats apart),
