@@ -14,8 +14,9 @@
  *    activation derivative + bias gradient), and nothing is cleared that
  *    is about to be overwritten.
  * SGEMM uses the threads given to open() (1 by default: bit-reproducible
- * and the fair one-core comparison), and so do Winograd's transforms
- * (par_run); the rest runs in the calling thread.  Summation orders are
+ * and the fair one-core comparison), and so do Winograd's transforms,
+ * batchnorm and max pooling (par_run); the rest runs in the calling
+ * thread.  Summation orders are
  * fixed, so results are deterministic.
  */
 #define _GNU_SOURCE
@@ -56,8 +57,8 @@ char *openblas_get_corename(void);
 
 /* ---- A pool for the backend's own loops ---------------------------------
  * With threads > 1 OpenBLAS runs each GEMM on that many threads, while the
- * backend's own loops (Winograd's transforms) ran on the calling thread
- * alone.  par_run(ctx, n, fn, arg) runs fn(arg, i, worker) for every i < n
+ * backend's own loops (Winograd's transforms, batchnorm, pooling) ran on
+ * the calling thread alone.  par_run(ctx, n, fn, arg) runs fn(arg, i, worker) for every i < n
  * on the calling thread (worker 0) and threads - 1 helpers, each taking
  * the next i from a shared counter.  What an i computes does not depend on
  * the thread that runs it, so results stay the same for any number of
