@@ -860,13 +860,22 @@ static v16 *job_planes(const wino_job *j, int worker)
 	return j->w.planes + (size_t)worker * j->p->hp * j->p->wp;
 }
 
+/* Part i of nb blocks of 16 channels a sample: its sample *g, its first
+ * channel *c0, and its channels (16, or what is left of n). */
+static int job_block(int i, int nb, int n, size_t *g, int *c0)
+{
+	*g = (size_t)(i / nb);
+	*c0 = i % nb * 16;
+	return n - *c0 < 16 ? n - *c0 : 16;
+}
+
 /* Part i < gn nbi: V for sample i / nbi, input channels 16 (i % nbi) on. */
 static void wino_input_part(void *a, int i, int worker)
 {
 	const wino_job *j = a;
 	const wino *p = j->p;
-	size_t hw = (size_t)p->h * p->w, g = (size_t)(i / j->nbi);
-	int c0 = i % j->nbi * 16, L = p->cin - c0 < 16 ? p->cin - c0 : 16;
+	size_t hw = (size_t)p->h * p->w, g;
+	int c0, L = job_block(i, j->nbi, p->cin, &g, &c0);
 	v16 *planes = job_planes(j, worker);
 	gather_planes(j->x + g * p->cin * hw + (size_t)c0 * hw, p->h, p->w, p->ph, p->pw, p->hp, p->wp,
 		      L, planes);
@@ -879,16 +888,15 @@ static void wino_output_part(void *a, int i, int worker)
 {
 	const wino_job *j = a;
 	const wino *p = j->p;
-	size_t ohw = (size_t)p->oh * p->ow, g = (size_t)(i / j->nbo);
-	int o0 = i % j->nbo * 16, L = p->cout - o0 < 16 ? p->cout - o0 : 16;
+	size_t ohw = (size_t)p->oh * p->ow, g;
+	int o0, L = job_block(i, j->nbo, p->cout, &g, &o0);
 	wino_output(p, j->w.m, j->t, g, o0, L, j->b, j->act,
 		    j->y + g * p->cout * ohw + (size_t)o0 * ohw, job_planes(j, worker));
 }
 
-static wino_job wino_round(const wino *p, float *ws, int s0)
+static wino_job wino_round(const wino *p, wino_bufs w, int s0)
 {
-	wino_job j = {p, wino_split(p, ws), 0, 0, (p->cin + 15) / 16, (p->cout + 15) / 16,
-		      NULL, NULL, NULL, 0, NULL};
+	wino_job j = {.p = p, .w = w, .nbi = (p->cin + 15) / 16, .nbo = (p->cout + 15) / 16};
 	j.gn = p->n - s0 < p->group ? p->n - s0 : p->group;
 	j.t = (size_t)j.gn * p->th * p->tw;
 	return j;
@@ -901,8 +909,9 @@ static void wino_conv(dp_bectx *ctx, const wino *p, const float *x, const float 
 		      const float *b, int act, float *y, float *ws)
 {
 	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
+	wino_bufs w = wino_split(p, ws);
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, ws, s0);
+		wino_job j = wino_round(p, w, s0);
 		j.x = x + (size_t)s0 * xs;
 		j.y = y + (size_t)s0 * ys;
 		j.b = b;
@@ -981,9 +990,8 @@ static void wino_dw_part(void *a, int i, int worker)
 		wino_input_part(a, i, worker);
 		return;
 	}
-	i -= j->gn * j->nbi;
-	size_t ohw = (size_t)p->oh * p->ow, g = (size_t)(i / j->nbo);
-	int o0 = i % j->nbo * 16, L = p->cout - o0 < 16 ? p->cout - o0 : 16;
+	size_t ohw = (size_t)p->oh * p->ow, g;
+	int o0, L = job_block(i - j->gn * j->nbi, j->nbo, p->cout, &g, &o0);
 	v16 *planes = job_planes(j, worker);
 	gather_planes(j->dy + g * p->cout * ohw + (size_t)o0 * ohw, p->oh, p->ow, 0, 0, 2 * p->th,
 		      2 * p->tw, L, planes);
@@ -999,7 +1007,7 @@ static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const flo
 	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	wino_bufs w = wino_split(p, ws);
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, ws, s0);
+		wino_job j = wino_round(p, w, s0);
 		j.x = x + (size_t)s0 * xs;
 		j.dy = dy + (size_t)s0 * ys;
 		par_run(ctx, j.gn * (j.nbi + j.nbo), wino_dw_part, &j);
