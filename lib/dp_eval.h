@@ -99,6 +99,11 @@ DP_EXPORT size_t dp_eval_topk(const dp_eval *ev);
  * probabilities. */
 DP_EXPORT int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, size_t n,
 		      int32_t *pred, double *loss, float *prob, dp_err *e);
+/* Count n records that were skipped as corrupt (dp_data's skip_corrupt):
+ * reported as "skipped" and "skipped_fraction" (of skipped + samples),
+ * so that a gate can refuse a result on a fraction of the data.
+ * dp_eval_data counts its pass's own. */
+DP_EXPORT void dp_eval_add_skipped(dp_eval *ev, uint64_t n);
 /* Add n samples of a regression model: out and target (n, k).  loss (n),
  * when not NULL, receives each sample's mean squared error. */
 DP_EXPORT int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, size_t n,
@@ -123,6 +128,8 @@ DP_EXPORT void dp_eval_reset(dp_eval *ev);
  * and k must be m's: dp_eval_new_for).  When `each` is not NULL it is
  * called after every batch with the per-sample results (predictions
  * files, progress); a negative return stops the pass and is returned.
+ * The records the pass skipped as corrupt are counted in ev
+ * (dp_eval_add_skipped).
  * The host buffers are the pass's own, allocated as the first batch
  * comes (not once a batch). */
 typedef struct dp_eval_rows {
@@ -163,6 +170,8 @@ typedef struct dp_eval_report {
 	int kind;
 	size_t k, topk;
 	uint64_t samples;
+	uint64_t skipped;         /* records skipped as corrupt */
+	double skipped_fraction;  /* skipped / (skipped + samples) */
 	double loss;
 	/* classes */
 	uint64_t correct, topk_correct;
@@ -183,7 +192,8 @@ typedef struct dp_eval_report {
 DP_EXPORT int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e);
 
 /* ---- named metrics --------------------------------------------------------------
- * The scalar metrics of a report, in a fixed order: "samples", "loss",
+ * The scalar metrics of a report, in a fixed order: "samples",
+ * "skipped", "skipped_fraction", "loss",
  * then for classes "accuracy", "top_K_accuracy" (with topk),
  * "precision_macro", "recall_macro", "f1_macro", "precision_weighted",
  * "recall_weighted", "f1_weighted"; for regression "mse", "rmse", "mae",
@@ -215,6 +225,12 @@ DP_EXPORT int dp_gate_parse(const char *s, dp_gate *g, dp_err *e);
 DP_EXPORT const char *dp_gate_op_name(int op);
 /* 1 when value satisfies the gate (never for NaN). */
 DP_EXPORT int dp_gate_pass(const dp_gate *g, double value);
+
+/* --max-skipped LIMIT of dp-train and dp-eval, as a gate: a count "N"
+ * ("skipped<=N") or a percentage of the records read "P%"
+ * ("skipped_fraction<=P/100").  DP_EARG with e saying "'x': ...". */
+#define DP_MAX_SKIPPED_DEFAULT "1%"
+DP_EXPORT int dp_gate_max_skipped(const char *s, dp_gate *g, dp_err *e);
 
 
 #ifdef __cplusplus

@@ -14,7 +14,11 @@
  *             Image.open and tf.io.decode_jpeg).  Truncated
  *             or corrupt data is an error (libjpeg's warnings included),
  *             with the decoder's own reason; so is a header of 0 pixels or
- *             of more than max_pixels (decompression bombs).
+ *             of more than max_pixels (decompression bombs), and a
+ *             JPEG whose scans do more than DP_IMAGE_MAX_SCAN_PASSES
+ *             passes over its blocks (scan bombs).  Every JPEG is read
+ *             by a decompressor of its own: one damaged file never
+ *             affects the next.
  *   resize    bilinear, Pillow's resampler: a triangle filter whose support
  *             grows with the reduction when antialias is on (Pillow's
  *             Image.resize(BILINEAR), what torchvision does to PIL images),
@@ -51,6 +55,11 @@ enum dp_image_format { DP_IMAGE_UNKNOWN = 0, DP_IMAGE_JPEG = 1, DP_IMAGE_PNG = 2
 
 /* Pillow's Image.MAX_IMAGE_PIXELS: the default pixel limit. */
 #define DP_IMAGE_MAX_PIXELS 89478485u
+/* The bound on a JPEG's scans: together they may decode its blocks at
+ * most this many times over (a progressive JPEG from libjpeg's default
+ * script: about 5; a scan bomb: hundreds of scans over a large image,
+ * seconds of CPU each decode).  More is DP_ELIMIT. */
+#define DP_IMAGE_MAX_SCAN_PASSES 32
 
 typedef struct dp_image_info {
 	int format;             /* enum dp_image_format */

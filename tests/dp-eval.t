@@ -56,7 +56,7 @@ like "$err" "no metric 'recall\[7\]': class 7 is outside 0..4 \(the model has 5 
 run dp-eval --model m.st test.tfr
 is "$rc" 0 "evaluates"
 like "$out" "^m.st: 150 samples from test.tfr" "report: what was evaluated"
-like_text "$out" $'\n''samples=150 loss=[0-9.]+ accuracy=[0-9.]+ precision_macro=' "report: a logfmt line of the metrics"
+like_text "$out" $'\n''samples=150 skipped=0 skipped_fraction=0 loss=[0-9.]+ accuracy=[0-9.]+ precision_macro=' "report: a logfmt line of the metrics"
 like_text "$out" "macro avg .* 150"$'\n'"weighted avg" "report: averages, as classification_report"
 like "$out" "confusion matrix \(rows: label, columns: prediction\)" "report: confusion matrix"
 run metrics-grep --logfmt=accuracy,f1_macro --last <<< "$(dp-eval --model m.st test.tfr)"
@@ -69,7 +69,7 @@ run dp-eval --model m.st --data test.tfr --json m.json
 is "$rc" 0 "--json"
 ok $PY -c 'import json; json.load(open("m.json"))' "valid JSON"
 is "$(json m.json 'j["format"], j["samples"], j["workers"], sorted(j["metrics"])')" \
-	"dp-eval/1 150 1 ['accuracy', 'f1_macro', 'f1_weighted', 'loss', 'precision_macro', 'precision_weighted', 'recall_macro', 'recall_weighted', 'samples']" \
+	"dp-eval/1 150 1 ['accuracy', 'f1_macro', 'f1_weighted', 'loss', 'precision_macro', 'precision_weighted', 'recall_macro', 'recall_weighted', 'samples', 'skipped', 'skipped_fraction']" \
 	"format, samples, workers, metric names"
 is "$(json m.json 'j["model"]["spec"], j["model"]["input_shape"], j["model"]["loss"], j["model"]["step"], j["data"]["sources"]')" \
 	"dense:16,relu,dense:5 12 xent 26 ['test.tfr']" "model and data"
@@ -105,7 +105,7 @@ run dp-eval --check m.json --require 'recall[1]>=0' --require 'precision[0]>=0'
 is "$rc" 0 "--check: per-class metrics"
 run dp-eval --check m.json --require 'r2>0'
 is "$rc" 2 "--check: an unknown metric: exit 2"
-like "$err" "has no metric 'r2' \(it has samples, loss, accuracy" "... listing those there are"
+like "$err" "has no metric 'r2' \(it has samples, skipped, skipped_fraction, loss, accuracy" "... listing those there are"
 echo '{"metrics": 3' > broken.json
 run dp-eval --check broken.json --require 'loss<1'
 is "$rc" 1 "--check: broken JSON: exit 1"
@@ -194,7 +194,7 @@ like "$err" "2 names for a model of 5 classes" "... says so"
 # regression
 run dp-eval --model r.st reg.tfr --json r.json --require 'r2>-100' --require 'mse[2]>=0'
 is "$rc" 0 "a regression model"
-like "$out" "samples=60 loss=[0-9.]+ mse=[0-9.]+ rmse=[0-9.]+ mae=[0-9.]+ r2=" "... mse, rmse, mae, r2"
+like "$out" "samples=60 skipped=0 skipped_fraction=0 loss=[0-9.]+ mse=[0-9.]+ rmse=[0-9.]+ mae=[0-9.]+ r2=" "... mse, rmse, mae, r2"
 is "$(json r.json 'j["metrics"]["loss"] == j["metrics"]["mse"], len(j["outputs"])')" "True 3" "... loss is the mse; per-output entries"
 run dp-eval --model r.st reg.tfr --top-k 2
 is "$rc" 2 "--top-k on a regression model: exit 2"

@@ -295,7 +295,7 @@ tfr-cat --encode images photos > aug.tfr
 AUG0=(--model conv:2:3,relu,flatten,dense:2 --input-shape 3x24x24 --scale 1/255
 	--mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --augment random-resized-crop,flip
 	--shuffle-buffer 4 --seed 5 --epochs 3 --batch-size 2 -q)
-AUG=("${AUG0[@]}" --skip-corrupt)
+AUG=("${AUG0[@]}" --skip-corrupt --max-skipped 1)
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" -o t0.st
 is "$rc" 0 "random-resized-crop and flip train"
 like "$err" "aug.tfr: record 3 at byte [0-9]+: dog/trunc.jpg: JPEG: Premature end of JPEG file; skipped" \
@@ -306,7 +306,7 @@ run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --decode-thre
 	-o t3.st
 same_file t0.st t3.st "3 decode threads and no reader thread: the same"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --epochs 1 -o half.st
-run timeout 60 dp-train --train aug.tfr --resume half.st --epochs 3 -q --skip-corrupt -o resumed.st
+run timeout 60 dp-train --train aug.tfr --resume half.st --epochs 3 -q --skip-corrupt --max-skipped 1 -o resumed.st
 is "$rc" 0 "a run with images resumes (its image settings from the checkpoint) $err"
 is "$($PY "$DP_SRC/tests/maxdiff.py" t0.st resumed.st)" 0.0 "... and ends where the straight run does"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG[@]}" --seed 6 -o t6.st
@@ -314,7 +314,7 @@ not_ok cmp -s t0.st t6.st "another seed: other crops"
 run timeout 60 dp-train --train aug.tfr --decode image "${AUG0[@]}" -o bad.st
 isnt "$rc" 0 "without --skip-corrupt a bad image stops training"
 like "$err" "record 3 at byte [0-9]+: dog/trunc.jpg: JPEG: Premature end" "... naming it"
-run timeout 60 dp-eval --model t0.st --data aug.tfr --skip-corrupt --decode-threads 2
+run timeout 60 dp-eval --model t0.st --data aug.tfr --skip-corrupt --max-skipped 1 --decode-threads 2
 is "$rc" 0 "dp-eval: center crop, threads, --skip-corrupt"
 like "$out" "samples=3 " "... the 3 good images"
 

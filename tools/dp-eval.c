@@ -49,7 +49,8 @@ enum {
 	O_MODEL = 256, O_DATA, O_DATA_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE, O_BATCH,
 	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
 	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
-	O_SKIP_CORRUPT
+	O_SKIP_CORRUPT,
+	O_MAX_SKIPPED
 };
 
 static const struct option longopts[] = {
@@ -67,6 +68,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"batch-size", required_argument, 0, O_BATCH},
 	{"top-k", required_argument, 0, O_TOPK},
@@ -110,6 +112,7 @@ static struct {
 	int hwc; /* -1: the checkpoint's */
 	unsigned decode_threads;
 	int skip_corrupt;
+	const char *max_skipped; /* NULL: DP_MAX_SKIPPED_DEFAULT */
 } O = {
 	.hwc = -1,
 	.decode = -1,
@@ -151,6 +154,9 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-skipped N|P%%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
+	       "                           when more than N records, or P%% of those read, are\n"
+	       "                           skipped (default 1%%)\n"
 	       "      --batch-size N       samples per forward pass (default 256)\n"
 	       "      --threads N          math threads (default 1)\n"
 	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
@@ -242,6 +248,13 @@ static void parse_args(int argc, char **argv)
 				usage_error("%s", e.msg);
 			break;
 		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+		case O_MAX_SKIPPED: {
+			dp_gate g;
+			if (dp_gate_max_skipped(optarg, &g, &e) < 0)
+				usage_error("--max-skipped %s", e.msg);
+			O.max_skipped = optarg;
+			break;
+		}
 		case O_MODEL: O.model = optarg; break;
 		case O_DATA: push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
@@ -927,6 +940,18 @@ static void check_args(void)
 		for (size_t j = i + 1; j < O.ndata; j++)
 			if (!strcmp(O.data[i], "-") && !strcmp(O.data[j], "-"))
 				usage_error("stdin given twice");
+	if (O.max_skipped && !O.skip_corrupt)
+		usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
+	if (O.skip_corrupt) { /* the limit on skipped records: one more gate */
+		static char text[64];
+		const char *lim = O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT;
+		dp_err e;
+		snprintf(text, sizeof text, "--max-skipped %s", lim);
+		O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
+		if (dp_gate_max_skipped(lim, &O.gates[O.ngates], &e) < 0)
+			usage_error("--max-skipped %s", e.msg);
+		push(&O.gate_text, &O.ngates, text);
+	}
 }
 
 static int is_stream(const char *path)

@@ -66,7 +66,7 @@ enum {
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_CLASSES, O_SYNC_BN, O_LAST
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_CLASSES, O_SYNC_BN, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -86,6 +86,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"shuffle-buffer", required_argument, 0, O_SHUFFLE},
 	{"last-batch", required_argument, 0, O_LAST_BATCH},
@@ -167,6 +168,8 @@ static struct {
 	const char *scale_text;
 	dp_image_tf img; /* --decode image: --mean, --std, --augment, --resize */
 	int hwc, skip_corrupt;
+	const char *max_skipped; /* --max-skipped as given; NULL: the default */
+	dp_gate skip_gate;       /* --max-skipped as a gate */
 	unsigned decode_threads;
 	uint64_t shuffle;
 	int drop_last;
@@ -267,6 +270,9 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused (default 89478485)\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-skipped N|P%%  with --skip-corrupt: stop the run when more than N\n"
+	       "                           records, or P%% of those an epoch (or a validation)\n"
+	       "                           read, are skipped (default 1%%)\n"
 	       "      --scale X            multiply inputs by X (0.5, 1/255, 1e-3)\n"
 	       "      --shuffle-buffer N   shuffle through a buffer of N records (default 10000;\n"
 	       "                           0: keep the order)\n"
@@ -512,6 +518,11 @@ static int data_option(int c, const char *arg, int li)
 			usage_error("%s", ie.msg);
 		break;
 	case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+	case O_MAX_SKIPPED:
+		if (dp_gate_max_skipped(arg, &O.skip_gate, &ie) < 0)
+			usage_error("--max-skipped %s", ie.msg);
+		O.max_skipped = arg;
+		break;
 	case O_TRAIN: push(&O.train, &O.ntrain, arg); break;
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
 	case O_VAL: push(&O.val, &O.nval, arg); break;
@@ -934,6 +945,8 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 		tb_line(keys, vals, n);
 }
 
+static dp_data *TD, *VD; /* training, validation */
+
 typedef struct meter {
 	double loss, correct;
 	uint64_t samples, steps;
@@ -941,11 +954,11 @@ typedef struct meter {
 } meter;
 
 static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
-		       double dt, double lr, int has_acc, int own)
+		       double skipped, double dt, double lr, int has_acc, int own)
 {
-	char v[6][40];
-	const char *keys[6] = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_sec"};
-	const char *vals[6] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+	char v[7][40];
+	const char *keys[7] = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_sec", "skipped"};
+	const char *vals[7] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
 	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
 	snprintf(v[1], 40, "%" PRIu64, step);
 	snprintf(v[2], 40, "%.6g", samples > 0 ? loss / samples : 0.0);
@@ -953,11 +966,14 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 	char lb[40];
 	snprintf(v[4], 40, "%s", dp_fmt_double(lr, lb, sizeof lb));
 	snprintf(v[5], 40, "%.0f", dt > 0 ? samples / dt : 0.0);
+	snprintf(v[6], 40, "%.0f", skipped);
 	if (!has_acc) { /* mse: no accuracy */
-		keys[3] = keys[4], keys[4] = keys[5];
-		vals[3] = vals[4], vals[4] = vals[5];
+		keys[3] = keys[4], keys[4] = keys[5], keys[5] = keys[6];
+		vals[3] = vals[4], vals[4] = vals[5], vals[5] = vals[6];
 	}
-	log_line(keys, vals, has_acc ? 6 : 5, own);
+	/* skipped: the images skipped as corrupt this epoch so far (the
+	 * input's count, which may run a few batches ahead of the steps) */
+	log_line(keys, vals, (has_acc ? 6 : 5) + O.skip_corrupt, own);
 }
 
 /* The training line of the last steps: this rank's (--log-all-ranks),
@@ -966,13 +982,15 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
 {
 	double t = dp_now(), dt = t - mt->t0;
-	double v[3] = {mt->loss, mt->correct, (double)mt->samples};
-	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 1);
+	dp_data_stats ds;
+	dp_data_stats_get(TD, &ds);
+	double v[4] = {mt->loss, mt->correct, (double)mt->samples, (double)ds.corrupt};
+	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 1);
 	dp_err e;
-	if (dp_comm_allreduce_sum(COMM, v, 3, &e) < 0)
+	if (dp_comm_allreduce_sum(COMM, v, 4, &e) < 0)
 		cli_die("log: %s", e.msg);
 	dp_comm_event(COMM, "metrics", 1, t, dp_now());
-	train_line(epoch, step, v[0], v[1], v[2], dt, lr, has_acc, 0);
+	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 0);
 	memset(mt, 0, sizeof *mt);
 	mt->t0 = dp_now();
 }
@@ -1008,7 +1026,6 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
  * count them). */
 static dp_model *M;
 static dp_optim *OPT;
-static dp_data *TD, *VD; /* training, validation */
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
@@ -1529,6 +1546,22 @@ static void check_same_state(uint64_t step)
  * figures do not depend on the number of ranks and are those dp-eval
  * reports on the checkpoint for the same records. */
 
+/* --max-skipped: the job's count of records skipped as corrupt (of
+ * `read`) in an epoch's training or validation, against the limit; every
+ * rank holds the same counts (summed) and stops alike. */
+static void check_skipped(const char *what, uint64_t epoch, uint64_t skipped, uint64_t read)
+{
+	double frac = read ? (double)skipped / (double)read : 0;
+	int pct = !strcmp(O.skip_gate.metric, "skipped_fraction");
+	if (dp_gate_pass(&O.skip_gate, pct ? frac : (double)skipped))
+		return;
+	die_all(1, "epoch %" PRIu64 ": %s: %" PRIu64 " of %" PRIu64 " records (%.3g%%) skipped as "
+		"corrupt, more than --max-skipped %s allows: the model would be trained or judged "
+		"on a part of the data",
+		epoch + 1, what, skipped, read, 100 * frac,
+		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT);
+}
+
 /* A validation line: the job's, or this rank's own share (own). */
 static void val_line(uint64_t epoch, uint64_t step, int own)
 {
@@ -1539,16 +1572,17 @@ static void val_line(uint64_t epoch, uint64_t step, int own)
 			die_all(1, "val: no records");
 		memset(&r, 0, sizeof r); /* a rank without a share: zeros */
 	}
-	char v[5][40];
+	char v[6][40];
 	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
 	snprintf(v[1], 40, "%" PRIu64, step);
 	snprintf(v[2], 40, "%.6g", r.loss);
 	snprintf(v[3], 40, "%.4f", r.accuracy);
 	snprintf(v[4], 40, "%" PRIu64, r.samples);
+	snprintf(v[5], 40, "%" PRIu64, r.skipped);
 	const char *keys[] = {"epoch", "step", "val_loss", R.xent ? "val_accuracy" : "val_samples",
-			      "val_samples"};
-	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], v[4]};
-	log_line(keys, vals, R.xent ? 5 : 4, own);
+			      R.xent ? "val_samples" : "val_skipped", "val_skipped"};
+	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], R.xent ? v[4] : v[5], v[5]};
+	log_line(keys, vals, (R.xent ? 5 : 4) + O.skip_corrupt, own);
 }
 
 static void validate(uint64_t epoch, uint64_t step)
@@ -1564,6 +1598,9 @@ static void validate(uint64_t epoch, uint64_t step)
 	if (dp_eval_allreduce(R.val, COMM, NULL, 0, &e) < 0)
 		cli_die("val: %s", e.msg);
 	val_line(epoch, step, 0);
+	dp_eval_report r;
+	if (dp_eval_report_get(R.val, &r, &e) == DP_OK)
+		check_skipped("validation", epoch, r.skipped, r.skipped + r.samples);
 }
 
 /* ---- set-up ------------------------------------------------------------------------------ */
@@ -2247,11 +2284,17 @@ static int train_epoch(uint64_t epoch)
 	dp_data_stats ds;
 	dp_data_stats_get(TD, &ds);
 	double dt = dp_now() - t0;
+	/* the job's images skipped as corrupt, of the records it decoded */
+	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
+	if (O.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
+		cli_die("train: %s", e.msg);
 	if (O.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
-		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %" PRIu64
+		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %.0f"
 		     " image%s skipped as corrupt",
-		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, ds.corrupt,
-		     ds.corrupt == 1 ? "" : "s");
+		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk[0],
+		     sk[0] == 1 ? "" : "s");
+	if (O.skip_corrupt && !stopped)
+		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
 	return stopped;
 }
 
@@ -2439,6 +2482,12 @@ int main(int argc, char **argv)
 		usage_error("--resume and --init exclude each other");
 	if (O.reset && !O.init)
 		usage_error("--reset needs --init (the weights it leaves out)");
+	if (O.max_skipped && !O.skip_corrupt)
+		usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
+	if (!O.max_skipped) {
+		dp_err e;
+		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.skip_gate, &e);
+	}
 
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the log, the weights, the data */

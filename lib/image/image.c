@@ -1,20 +1,26 @@
 /*
  * image.c - JPEG and PNG headers and decoding (dp_image.h).
  *
- * JPEG goes through TurboJPEG (tjDecompress2), strict: a libjpeg warning
+ * JPEG goes through libjpeg-turbo's libjpeg API, strict: a libjpeg warning
  * (a truncated file, a corrupt segment, which libjpeg would fill with
- * gray) is an error.  CMYK JPEGs are decoded as CMYK and converted here
- * (libjpeg-turbo converts no CMYK to RGB).  PNG goes through libspng,
+ * gray) is an error.  Each JPEG gets a decompressor of its own, so that
+ * one that failed mid-header leaves nothing behind for the next (a
+ * TurboJPEG handle reused after a failed tjDecompressHeader3 reads every
+ * later JPEG wrong).  A progress monitor bounds the work of the scans: a
+ * progressive JPEG whose scans pass over its blocks more than
+ * DP_IMAGE_MAX_SCAN_PASSES times (a scan bomb: hundreds of scans, seconds
+ * of CPU a decode) is refused.  CMYK JPEGs are decoded as CMYK and
+ * converted here (libjpeg-turbo converts no CMYK to RGB).  PNG goes through libspng,
  * decoded to 8-bit RGBA (or 8-bit gray for gray sources without
  * transparency, asked for gray), then reduced to the channels wanted.
  * The pixel limit is checked on the header, before any pixel buffer is
  * allocated.
  *
- * A region of a JPEG (dp_image_jpeg_region, for crops) goes through
- * libjpeg-turbo's libjpeg API instead, which TurboJPEG 2.1 does not
- * expose: only the columns of the region are transformed and color
- * converted (jpeg_crop_scanline), the rows above it are only
- * entropy-decoded (jpeg_skip_scanlines), and those below it not read.
+ * A region of a JPEG (dp_image_jpeg_region, for crops) is the same
+ * decode told where to look: only the columns of the region are
+ * transformed and color converted (jpeg_crop_scanline), the rows above
+ * it are only entropy-decoded (jpeg_skip_scanlines), and those below it
+ * not read.
  */
 #include "dp_image.h"
 #include "image_int.h"
@@ -24,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
 #include <jpeglib.h>
 
 int dp_image_format_of(const void *p, size_t n)
@@ -55,8 +60,6 @@ void dp_image_dec_free(dp_image_dec *x)
 {
 	if (!x)
 		return;
-	if (x->tj)
-		tjDestroy(x->tj);
 	free(x->px);
 	free(x->tmp);
 	free(x->f1);
@@ -78,13 +81,6 @@ int dp_image_grow(void **p, size_t *cap, size_t n)
 		return DP_ENOMEM;
 	*p = q;
 	*cap = n;
-	return DP_OK;
-}
-
-static int tj_handle(dp_image_dec *x, dp_err *e)
-{
-	if (!x->tj && !(x->tj = tjInitDecompress()))
-		return dp_seterr(e, DP_ENOMEM, "JPEG: %s", tjGetErrorStr2(NULL));
 	return DP_OK;
 }
 
@@ -146,22 +142,9 @@ int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e)
 		return DP_OK;
 	}
 	if (info->format == DP_IMAGE_JPEG) {
-		tjhandle tj = tjInitDecompress();
-		if (!tj)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		int w, h, sub, cs;
-		int rc = tjDecompressHeader3(tj, p, (unsigned long)n, &w, &h, &sub, &cs);
-		if (rc < 0) {
-			rc = dp_seterr(e, DP_EDATA, "JPEG: %s", tjGetErrorStr2(tj));
-			tjDestroy(tj);
-			return rc;
-		}
-		tjDestroy(tj);
-		info->width = (uint32_t)w;
-		info->height = (uint32_t)h;
+		int rc = img_jpeg_header(p, n, &info->width, &info->height, &info->channels, e);
 		info->depth = 8;
-		info->channels = cs == TJCS_GRAY ? 1 : cs == TJCS_CMYK || cs == TJCS_YCCK ? 4 : 3;
-		return DP_OK;
+		return rc;
 	}
 	return dp_seterr(e, DP_EDATA, "not a JPEG or PNG file (%s)",
 			 n < 8 ? "too short" : "no JPEG or PNG signature at its start");
@@ -203,35 +186,6 @@ static void convert(uint8_t *px, size_t np, int pc, int ch)
 			}
 		}
 	}
-}
-
-static int decode_jpeg(dp_image_dec *x, const void *p, size_t n, int ch, int den,
-		       uint64_t max_pixels, uint32_t *ow, uint32_t *oh, dp_err *e)
-{
-	int rc = tj_handle(x, e);
-	if (rc < 0)
-		return rc;
-	int w, h, sub, cs;
-	if (tjDecompressHeader3(x->tj, p, (unsigned long)n, &w, &h, &sub, &cs) < 0)
-		return dp_seterr(e, DP_EDATA, "JPEG: %s", tjGetErrorStr2(x->tj));
-	if ((rc = check_size((uint32_t)w, (uint32_t)h, max_pixels, e)) < 0)
-		return rc;
-	tjscalingfactor sf = {1, den == 2 || den == 4 || den == 8 ? den : 1};
-	int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-	int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
-	/* a color JPEG to gray goes through RGB and Pillow's luma, not the
-	 * JPEG's Y: the same pixels as Image.open(f).convert("L") */
-	int pf = cmyk ? TJPF_CMYK : ch == 1 && cs == TJCS_GRAY ? TJPF_GRAY : TJPF_RGB;
-	int ps = tjPixelSize[pf];
-	if (dp_image_grow((void **)&x->px, &x->pxcap, (size_t)sw * sh * ps) < 0)
-		return dp_seterr(e, DP_ENOMEM, "out of memory for a %dx%d image", sw, sh);
-	if (tjDecompress2(x->tj, p, (unsigned long)n, x->px, sw, 0, sh, pf,
-			  TJFLAG_STOPONWARNING) < 0)
-		return dp_seterr(e, DP_EDATA, "JPEG: %s", tjGetErrorStr2(x->tj));
-	convert(x->px, (size_t)sw * sh, pf == TJPF_CMYK ? 4 : pf == TJPF_RGB ? 3 : 1, ch);
-	*ow = (uint32_t)sw;
-	*oh = (uint32_t)sh;
-	return DP_OK;
 }
 
 static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t max_pixels,
@@ -281,19 +235,29 @@ out:
 	return rc;
 }
 
-/* libjpeg's errors, and its warnings (corrupt data it would fill with
- * gray), end the decode with its message. */
-struct jerr {
-	struct jpeg_error_mgr pub;
+/* ---- JPEG ------------------------------------------------------------------ */
+
+/* One JPEG being read, in a decompressor of its own.  libjpeg's errors,
+ * and its warnings (corrupt data it would fill with gray), end the read
+ * with its message; so does the progress monitor when the scans have
+ * decoded more blocks than `budget`. */
+typedef struct jpeg {
+	struct jpeg_decompress_struct ci; /* first: libjpeg's callbacks get &ci */
+	struct jpeg_error_mgr em;
+	struct jpeg_progress_mgr pm;
 	jmp_buf jb;
+	int rc;              /* the status a longjmp returns with; 0: DP_EDATA */
 	char msg[JMSG_LENGTH_MAX];
-};
+	int scan;            /* the last scan counted */
+	uint64_t work;       /* blocks of the scans so far */
+	uint64_t budget;     /* 0: no bound (headers) */
+} jpeg;
 
 static void j_error_exit(j_common_ptr c)
 {
-	struct jerr *je = (struct jerr *)(void *)c->err;
-	(*c->err->format_message)(c, je->msg);
-	longjmp(je->jb, 1);
+	jpeg *j = (jpeg *)(void *)c;
+	(*c->err->format_message)(c, j->msg);
+	longjmp(j->jb, 1);
 }
 
 static void j_emit(j_common_ptr c, int level)
@@ -302,53 +266,130 @@ static void j_emit(j_common_ptr c, int level)
 		j_error_exit(c);
 }
 
+/* Called before each row of MCUs read: a new scan adds the blocks of its
+ * components (a scan decodes every block of the components it holds). */
+static void j_progress(j_common_ptr c)
+{
+	jpeg *j = (jpeg *)(void *)c;
+	struct jpeg_decompress_struct *ci = &j->ci;
+	if (ci->input_scan_number == j->scan || !j->budget)
+		return;
+	j->scan = ci->input_scan_number;
+	for (int i = 0; i < ci->comps_in_scan && i < MAX_COMPS_IN_SCAN; i++)
+		j->work += (uint64_t)ci->cur_comp_info[i]->width_in_blocks *
+			   ci->cur_comp_info[i]->height_in_blocks;
+	if (j->work > j->budget) {
+		snprintf(j->msg, sizeof j->msg,
+			 "%d scans decode its blocks more than %d times over (a progressive-JPEG "
+			 "scan bomb?)",
+			 j->scan, DP_IMAGE_MAX_SCAN_PASSES);
+		j->rc = DP_ELIMIT;
+		longjmp(j->jb, 1);
+	}
+}
+
+/* Set j up to read p[0..n); the caller has called setjmp(j->jb). */
+static void jpeg_begin(jpeg *j, const void *p, size_t n)
+{
+	memset(&j->ci, 0, sizeof j->ci);
+	j->ci.err = jpeg_std_error(&j->em);
+	j->em.error_exit = j_error_exit;
+	j->em.emit_message = j_emit;
+	j->rc = 0;
+	j->msg[0] = 0;
+	j->scan = 0;
+	j->work = j->budget = 0;
+	jpeg_create_decompress(&j->ci);
+	jpeg_mem_src(&j->ci, p, (unsigned long)n);
+}
+
+/* After a longjmp: j freed, e set. */
+static int jpeg_fail(jpeg *j, dp_err *e)
+{
+	jpeg_destroy_decompress(&j->ci);
+	if (j->rc && !j->msg[0]) /* e set before the jump */
+		return j->rc;
+	return dp_seterr(e, j->rc ? j->rc : DP_EDATA, "JPEG: %s", j->msg);
+}
+
+int img_jpeg_header(const void *p, size_t n, uint32_t *w, uint32_t *h, int *channels, dp_err *e)
+{
+	jpeg j;
+	*w = *h = 0;
+	if (setjmp(j.jb))
+		return jpeg_fail(&j, e);
+	jpeg_begin(&j, p, n);
+	/* TRUE: a stream of tables alone (SOI DQT DHT EOI) is an error, "no
+	 * image", not an image of whatever sizes the struct held */
+	jpeg_read_header(&j.ci, TRUE);
+	*w = j.ci.image_width;
+	*h = j.ci.image_height;
+	switch (j.ci.jpeg_color_space) {
+	case JCS_GRAYSCALE: *channels = 1; break;
+	case JCS_CMYK:
+	case JCS_YCCK: *channels = 4; break;
+	default: *channels = 3;
+	}
+	jpeg_destroy_decompress(&j.ci);
+	return DP_OK;
+}
+
 int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int den,
 			 uint64_t max_pixels, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1,
 			 uint32_t *ox, uint32_t *oy, uint32_t *w, uint32_t *h, dp_err *e)
 {
-	struct jpeg_decompress_struct ci;
-	struct jerr je;
-	ci.err = jpeg_std_error(&je.pub);
-	je.pub.error_exit = j_error_exit;
-	je.pub.emit_message = j_emit;
-	volatile int rc = DP_OK;
-	if (setjmp(je.jb)) {
-		jpeg_destroy_decompress(&ci);
-		return rc < 0 ? rc : dp_seterr(e, DP_EDATA, "JPEG: %s", je.msg);
-	}
-	jpeg_create_decompress(&ci);
-	jpeg_mem_src(&ci, p, (unsigned long)n);
-	jpeg_read_header(&ci, TRUE);
-	if ((rc = check_size(ci.image_width, ci.image_height, max_pixels, e)) < 0)
-		longjmp(je.jb, 1);
-	int cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
-	ci.out_color_space = cmyk ? JCS_CMYK
-			     : ch == 1 && ci.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE
-									      : JCS_RGB;
-	ci.scale_num = 1;
-	ci.scale_denom = (unsigned)(den == 2 || den == 4 || den == 8 ? den : 1);
-	jpeg_start_decompress(&ci);
-	uint32_t xe = x1 < ci.output_width ? x1 : ci.output_width;
-	uint32_t ye = y1 < ci.output_height ? y1 : ci.output_height;
+	jpeg j;
+	if (setjmp(j.jb))
+		return jpeg_fail(&j, e);
+	jpeg_begin(&j, p, n);
+	struct jpeg_decompress_struct *ci = &j.ci;
+	jpeg_read_header(ci, TRUE);
+	if ((j.rc = check_size(ci->image_width, ci->image_height, max_pixels, e)) < 0)
+		longjmp(j.jb, 1);
+	/* the bound on the scans' work: DP_IMAGE_MAX_SCAN_PASSES times the
+	 * blocks of all components (known once the first scan's header is
+	 * read) */
+	uint64_t blocks = 0;
+	for (int i = 0; i < ci->num_components; i++)
+		blocks += (uint64_t)ci->comp_info[i].width_in_blocks * ci->comp_info[i].height_in_blocks;
+	j.budget = blocks * DP_IMAGE_MAX_SCAN_PASSES;
+	j.pm.progress_monitor = j_progress;
+	ci->progress = &j.pm;
+	/* a color JPEG to gray goes through RGB and Pillow's luma, not the
+	 * JPEG's Y: the same pixels as Image.open(f).convert("L") */
+	int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+	ci->out_color_space = cmyk ? JCS_CMYK
+			      : ch == 1 && ci->jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE
+										: JCS_RGB;
+	ci->scale_num = 1;
+	ci->scale_denom = (unsigned)(den == 2 || den == 4 || den == 8 ? den : 1);
+	jpeg_start_decompress(ci);
+	uint32_t xe = x1 < ci->output_width ? x1 : ci->output_width;
+	uint32_t ye = y1 < ci->output_height ? y1 : ci->output_height;
 	if (x0 >= xe || y0 >= ye) {
-		rc = dp_seterr(e, DP_EARG, "JPEG: empty region");
-		longjmp(je.jb, 1);
+		j.rc = dp_seterr(e, DP_EARG, "JPEG: empty region");
+		longjmp(j.jb, 1);
 	}
 	JDIMENSION xoff = x0, cw = xe - x0;
-	if (cw < ci.output_width)
-		jpeg_crop_scanline(&ci, &xoff, &cw);
-	int pc = ci.output_components;
+	if (cw < ci->output_width)
+		jpeg_crop_scanline(ci, &xoff, &cw);
+	int pc = ci->output_components;
 	if (dp_image_grow((void **)&x->px, &x->pxcap, (size_t)cw * (ye - y0) * pc) < 0) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", cw, ye - y0);
-		longjmp(je.jb, 1);
+		j.rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", cw, ye - y0);
+		longjmp(j.jb, 1);
 	}
 	if (y0)
-		jpeg_skip_scanlines(&ci, y0);
-	while (ci.output_scanline < ye) {
-		JSAMPROW row = x->px + (size_t)(ci.output_scanline - y0) * cw * pc;
-		jpeg_read_scanlines(&ci, &row, 1);
+		jpeg_skip_scanlines(ci, y0);
+	while (ci->output_scanline < ye) { /* up to 16 rows a call, as libjpeg makes them */
+		JSAMPROW rows[16];
+		JDIMENSION k = 0;
+		while (k < 16 && ci->output_scanline + k < ye) {
+			rows[k] = x->px + (size_t)(ci->output_scanline + k - y0) * cw * pc;
+			k++;
+		}
+		jpeg_read_scanlines(ci, rows, k);
 	}
-	jpeg_destroy_decompress(&ci);
+	jpeg_destroy_decompress(ci);
 	convert(x->px, (size_t)cw * (ye - y0), pc, ch);
 	*ox = xoff;
 	*oy = y0;
@@ -364,9 +405,12 @@ int dp_image_decode(dp_image_dec *x, const void *p, size_t n, int channels, int 
 		return dp_seterr(e, DP_EARG, "image: %d channels: want 1 or 3", channels);
 	int rc;
 	switch (dp_image_format_of(p, n)) {
-	case DP_IMAGE_JPEG:
-		rc = decode_jpeg(x, p, n, channels, scale_den, max_pixels, w, h, e);
+	case DP_IMAGE_JPEG: {
+		uint32_t ox, oy;
+		rc = dp_image_jpeg_region(x, p, n, channels, scale_den, max_pixels, 0, 0, UINT32_MAX,
+					  UINT32_MAX, &ox, &oy, w, h, e);
 		break;
+	}
 	case DP_IMAGE_PNG:
 		rc = decode_png(x, p, n, channels, max_pixels, w, h, e);
 		break;

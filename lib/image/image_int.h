@@ -11,7 +11,6 @@
 #include "dp_image.h"
 
 struct dp_image_dec {
-	void *tj;              /* TurboJPEG handle, made on first use */
 	uint8_t *px;           /* the decoded image (h, w, c) */
 	size_t pxcap;
 	float *tmp;            /* resampling: the horizontal pass */
@@ -32,6 +31,11 @@ struct dp_image_dec {
 int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int den,
 			 uint64_t max_pixels, uint32_t x0, uint32_t y0, uint32_t x1, uint32_t y1,
 			 uint32_t *ox, uint32_t *oy, uint32_t *w, uint32_t *h, dp_err *e);
+
+/* A JPEG's header: its size and channels as stored (1 gray, 3 color, 4
+ * CMYK or YCCK).  DP_EDATA with libjpeg's reason ("JPEG: Premature end
+ * of JPEG file"), for a stream of tables alone too. */
+int img_jpeg_header(const void *p, size_t n, uint32_t *w, uint32_t *h, int *channels, dp_err *e);
 
 /* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
 int dp_image_grow(void **p, size_t *cap, size_t n);

@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
 
 /* Weights of one axis: for output i, taps b[2i] .. b[2i] + b[2i+1] - 1 of
  * the input with weights k[i * ks ...]; ks returned. */
@@ -292,17 +291,11 @@ static void center_box(const dp_image_tf *t, uint32_t W, uint32_t H, double box[
 }
 
 /* The width and height of the image in p, from its header. */
-static int dims(dp_image_dec *x, const void *p, size_t n, uint32_t *w, uint32_t *h, dp_err *e)
+static int dims(const void *p, size_t n, uint32_t *w, uint32_t *h, dp_err *e)
 {
 	if (dp_image_format_of(p, n) == DP_IMAGE_JPEG) {
-		if (!x->tj && !(x->tj = tjInitDecompress()))
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		int iw, ih, sub, cs;
-		if (tjDecompressHeader3(x->tj, p, (unsigned long)n, &iw, &ih, &sub, &cs) < 0)
-			return dp_seterr(e, DP_EDATA, "JPEG: %s", tjGetErrorStr2(x->tj));
-		*w = (uint32_t)iw;
-		*h = (uint32_t)ih;
-		return DP_OK;
+		int ch;
+		return img_jpeg_header(p, n, w, h, &ch, e);
 	}
 	dp_image_info in;
 	int rc = dp_image_probe(p, n, &in, e);
@@ -316,7 +309,7 @@ int dp_image_transform(dp_image_dec *x, const void *p, size_t n, const dp_image_
 {
 	dp_rng r = {seed, 0};
 	uint32_t W0 = 0, H0 = 0;
-	int rc = dims(x, p, n, &W0, &H0, e);
+	int rc = dims(p, n, &W0, &H0, e);
 	if (rc < 0)
 		return rc;
 	if (!W0 || !H0)

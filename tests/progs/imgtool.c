@@ -8,6 +8,9 @@
  *                                       (OH, OW, C) float32 in 0..255
  *   imgtool transform FILE C H W CROP PAD FLIP SEED [DCT]
  *                                       (C, H, W) float32, CROP none|center|random
+ *   imgtool cuts FILE C CROP            every prefix of FILE, each followed by the
+ *                                       whole file, through one decoder (transform
+ *                                       to 8x8): "cuts N refused R whole-failed F"
  */
 #include "dp_image.h"
 
@@ -110,6 +113,17 @@ int main(int argc, char **argv)
 		}
 		fwrite(out, sizeof *out, m, stdout);
 		free(out);
+	} else if (!strcmp(cmd, "cuts") && argc >= 5) {
+		dp_image_tf t = {.channels = atoi(argv[3]), .height = 8, .width = 8, .antialias = 1,
+				 .crop = !strcmp(argv[4], "center") ? DP_CROP_CENTER : DP_CROP_NONE};
+		float out[3 * 8 * 8];
+		size_t refused = 0, failed = 0;
+		for (size_t k = 0; k < n; k++) {
+			refused += dp_image_transform(x, p, k, &t, 1, out, &e) < 0;
+			if (dp_image_transform(x, p, n, &t, 1, out, &e) < 0 && failed++ < 3)
+				fprintf(stderr, "imgtool: after the first %zu bytes: %s\n", k, e.msg);
+		}
+		printf("cuts %zu refused %zu whole-failed %zu\n", n, refused, failed);
 	} else {
 		fprintf(stderr, "imgtool: bad arguments\n");
 		return 2;

@@ -167,8 +167,10 @@ static void test_class(void)
 	ok(dp_eval_metric(&r, "r2", NULL, &v, &e) == DP_ENOTFOUND, "no r2 for a classifier");
 	like(e.msg, "accuracy", "the message lists the metrics");
 	char buf[64];
-	is_str(dp_eval_metric_at(&r, 3, buf, sizeof buf, &v), "top_2_accuracy", "the 4th metric");
-	is_int(dp_eval_metric_count(&r), 10, "10 scalar metrics");
+	is_str(dp_eval_metric_at(&r, 5, buf, sizeof buf, &v), "top_2_accuracy", "the 6th metric");
+	is_int(dp_eval_metric_count(&r), 12, "12 scalar metrics");
+	is_str(dp_eval_metric_at(&r, 1, buf, sizeof buf, &v), "skipped", "the 2nd: skipped");
+	ok(v == 0, "... none without dp_eval_add_skipped");
 
 	int32_t bad = 3;
 	ok(dp_eval_add_class(ev, &z[0][0], &bad, 1, NULL, NULL, NULL, &e) == DP_EARG,
@@ -179,6 +181,8 @@ static void test_class(void)
 	dp_eval_add_class(a, &z[0][0], y, 2, NULL, NULL, NULL, &e);
 	dp_eval_add_class(b, &z[2][0], y + 2, 3, NULL, NULL, NULL, &e);
 	dp_eval_add_class(a, &z[5][0], y + 5, 1, NULL, NULL, NULL, &e);
+	dp_eval_add_skipped(a, 2);
+	dp_eval_add_skipped(b, 1);
 	size_t ns = dp_eval_state_size(a);
 	double *sa = calloc(ns, sizeof *sa), *sb = calloc(ns, sizeof *sb);
 	dp_eval_state_get(a, sa);
@@ -192,6 +196,7 @@ static void test_class(void)
 	ok(same_bits(r.loss, r2.loss) && r.accuracy == r2.accuracy && r.f1_macro == r2.f1_macro &&
 		   !memcmp(r.confusion, r2.confusion, 9 * sizeof *r.confusion),
 	   "split and combined: the same metrics, bit for bit");
+	ok(r2.skipped == 3 && r2.skipped_fraction == 3.0 / 9, "... the skipped records summed: 3 of 9");
 	/* reset: as new, then the same samples give the same bits */
 	dp_eval_reset(b);
 	ok(dp_eval_report_get(b, &r2, &e) == DP_EDATA, "reset: no samples");
@@ -218,7 +223,7 @@ static void test_class(void)
 	dp_eval_report_get(ev, &r, &e);
 	is_int(r.classes_seen, 2, "two classes seen");
 	ok(r.precision_macro == 0.25 && r.recall_macro == 0.5, "macro over the classes seen");
-	is_int(dp_eval_metric_count(&r), 9, "no top-k metric without topk");
+	is_int(dp_eval_metric_count(&r), 11, "no top-k metric without topk");
 	dp_eval_free(ev);
 }
 

@@ -156,6 +156,7 @@ struct dp_eval {
 	int kind;
 	size_t k, topk;
 	uint64_t n;
+	uint64_t skipped; /* records skipped as corrupt (dp_eval_add_skipped) */
 	/* classes */
 	uint64_t correct, topk_correct;
 	uint64_t *support, *predicted, *tp; /* (k) */
@@ -226,7 +227,7 @@ nomem:
 void dp_eval_reset(dp_eval *ev)
 {
 	size_t k = ev->k;
-	ev->n = ev->correct = ev->topk_correct = 0;
+	ev->n = ev->correct = ev->topk_correct = ev->skipped = 0;
 	dp_xsum_init(&ev->loss);
 	if (ev->kind == DP_EVAL_CLASS) {
 		memset(ev->support, 0, k * sizeof *ev->support);
@@ -294,6 +295,8 @@ int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, s
 	return DP_OK;
 }
 
+void dp_eval_add_skipped(dp_eval *ev, uint64_t n) { ev->skipped += n; }
+
 int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, size_t n,
 			   double *loss, dp_err *e)
 {
@@ -325,14 +328,15 @@ size_t dp_eval_state_size(const dp_eval *ev)
 {
 	size_t k = ev->k;
 	if (ev->kind == DP_EVAL_CLASS)
-		return 3 + 3 * k + (ev->confusion ? k * k : 0) + DP_XSUM_DOUBLES;
-	return 1 + DP_XSUM_DOUBLES + 4 * k * DP_XSUM_DOUBLES;
+		return 4 + 3 * k + (ev->confusion ? k * k : 0) + DP_XSUM_DOUBLES;
+	return 2 + DP_XSUM_DOUBLES + 4 * k * DP_XSUM_DOUBLES;
 }
 
 void dp_eval_state_get(const dp_eval *ev, double *v)
 {
 	size_t k = ev->k, o = 0;
 	v[o++] = (double)ev->n;
+	v[o++] = (double)ev->skipped;
 	if (ev->kind == DP_EVAL_CLASS) {
 		v[o++] = (double)ev->correct;
 		v[o++] = (double)ev->topk_correct;
@@ -369,6 +373,7 @@ int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e)
 {
 	size_t k = ev->k, o = 0;
 	int bad = count_of(v[o++], &ev->n);
+	bad |= count_of(v[o++], &ev->skipped);
 	if (ev->kind == DP_EVAL_CLASS) {
 		bad |= count_of(v[o++], &ev->correct);
 		bad |= count_of(v[o++], &ev->topk_correct);
@@ -405,8 +410,12 @@ int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e)
 	r->k = ev->k;
 	r->topk = ev->topk;
 	r->samples = ev->n;
+	r->skipped = ev->skipped;
+	r->skipped_fraction = ratio(ev->skipped, ev->skipped + ev->n);
 	if (!ev->n)
-		return dp_seterr(e, DP_EDATA, "no samples to evaluate");
+		return ev->skipped ? dp_seterr(e, DP_EDATA, "no samples to evaluate (%" PRIu64
+					       " skipped as corrupt, every one)", ev->skipped)
+				   : dp_seterr(e, DP_EDATA, "no samples to evaluate");
 	double n = (double)ev->n;
 	r->loss = dp_xsum_value(&ev->loss) / n;
 	size_t k = ev->k;
@@ -475,10 +484,14 @@ int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e)
 
 /* ---- named metrics ------------------------------------------------------------------- */
 
-static const char *const class_names[] = {"samples", "loss", "accuracy", "top_k_accuracy",
-					  "precision_macro", "recall_macro", "f1_macro",
-					  "precision_weighted", "recall_weighted", "f1_weighted"};
-static const char *const reg_names[] = {"samples", "loss", "mse", "rmse", "mae", "r2"};
+/* The scalar metrics in their order; `topk` only with top-k accuracy. */
+static const char *const class_names[] = {"samples", "skipped", "skipped_fraction", "loss",
+					  "accuracy", "top_k_accuracy", "precision_macro",
+					  "recall_macro", "f1_macro", "precision_weighted",
+					  "recall_weighted", "f1_weighted"};
+static const char *const reg_names[] = {"samples", "skipped", "skipped_fraction", "loss", "mse",
+					"rmse", "mae", "r2"};
+enum { TOPK_AT = 5 }; /* top_k_accuracy's place in class_names */
 
 size_t dp_eval_metric_count(const dp_eval_report *r)
 {
@@ -493,16 +506,17 @@ const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size
 	double v = 0;
 	const char *name;
 	if (r->kind == DP_EVAL_CLASS) {
-		if (!r->topk && i >= 3)
+		if (!r->topk && i >= TOPK_AT)
 			i++;
 		if (i >= sizeof class_names / sizeof *class_names)
 			return NULL;
 		name = class_names[i];
-		const double vals[] = {(double)r->samples, r->loss, r->accuracy, r->topk_accuracy,
-				       r->precision_macro, r->recall_macro, r->f1_macro,
-				       r->precision_weighted, r->recall_weighted, r->f1_weighted};
+		const double vals[] = {(double)r->samples, (double)r->skipped, r->skipped_fraction,
+				       r->loss, r->accuracy, r->topk_accuracy, r->precision_macro,
+				       r->recall_macro, r->f1_macro, r->precision_weighted,
+				       r->recall_weighted, r->f1_weighted};
 		v = vals[i];
-		if (i == 3) {
+		if (i == TOPK_AT) {
 			snprintf(buf, len, "top_%zu_accuracy", r->topk);
 			name = buf;
 		}
@@ -510,7 +524,8 @@ const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char *buf, size
 		if (i >= sizeof reg_names / sizeof *reg_names)
 			return NULL;
 		name = reg_names[i];
-		const double vals[] = {(double)r->samples, r->loss, r->mse, r->rmse, r->mae, r->r2};
+		const double vals[] = {(double)r->samples, (double)r->skipped, r->skipped_fraction,
+				       r->loss, r->mse, r->rmse, r->mae, r->r2};
 		v = vals[i];
 	}
 	if (name != buf)
@@ -628,6 +643,23 @@ int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const 
 }
 
 /* ---- gates ----------------------------------------------------------------------------- */
+
+int dp_gate_max_skipped(const char *s, dp_gate *g, dp_err *e)
+{
+	memset(g, 0, sizeof *g);
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	int pct = *end == '%';
+	if (end == s || errno || !isfinite(v) || v < 0 || end[pct] || (pct && v > 100) ||
+	    (!pct && v != floor(v)))
+		return dp_seterr(e, DP_EARG, "'%s': want a count of records (10) or a percentage of "
+				 "those read (1%%, 0.5%%)", s);
+	snprintf(g->metric, sizeof g->metric, pct ? "skipped_fraction" : "skipped");
+	g->op = DP_GATE_LE;
+	g->threshold = pct ? v / 100 : v;
+	return DP_OK;
+}
 
 const char *dp_gate_op_name(int op)
 {

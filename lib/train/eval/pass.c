@@ -1,5 +1,5 @@
 /*
- * eval_model.c - a model's pass over data into a dp_eval, and the sum of
+ * pass.c - a model's pass over data into a dp_eval, and the sum of
  * the ranks' accumulators (dp_eval.h): dp-eval's evaluation and dp-train's
  * validation, written once.
  *
@@ -80,7 +80,12 @@ int dp_eval_data(dp_eval *ev, dp_model *m, dp_data *d, int want_prob, dp_eval_ro
 	free(rb.prob);
 	free(rb.pred);
 	free(rb.loss);
-	return rc < 0 ? rc : DP_OK;
+	if (rc < 0)
+		return rc;
+	dp_data_stats st; /* exact: the pass has reached the epoch's end */
+	dp_data_stats_get(d, &st);
+	dp_eval_add_skipped(ev, st.corrupt);
+	return DP_OK;
 }
 
 int dp_eval_allreduce(dp_eval *ev, dp_comm *c, double *extra, size_t nextra, dp_err *e)

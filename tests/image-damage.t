@@ -1,0 +1,131 @@
+#!/bin/bash
+# image-damage.t - a damaged image costs itself and nothing else: every
+# truncation point of a JPEG, each followed by the whole file, through one
+# decoder (the whole always decodes); the same through tfr-cat --encode
+# images, dp-train (training and validation) and dp-eval with --skip-corrupt,
+# at 0 and 2 decode threads: exactly the damaged images skipped, counted in
+# the last lines and the metrics JSON, and gated by --max-skipped; a stream of
+# JPEG tables alone; a progressive JPEG whose scans pass over its blocks too
+# often (a scan bomb) refused by the bound.
+. "${DP_SRC:-.}/tests/lib.sh"
+cd "$T" || exit 1
+IMG="$DP_BUILD/tests/imgtool"
+if ! $PY -c 'import PIL, numpy' 2>/dev/null; then
+	skip "python3-pil is not installed (scripts/deps --test)"
+	done_testing
+fi
+$PY - <<'PYEOF' || exit 1
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(7)
+a = rng.integers(0, 255, (12, 16, 3)).astype(np.uint8)
+Image.fromarray(a).save("base.jpg", quality=90)
+Image.fromarray(a).save("prog.jpg", quality=90, progressive=True)
+Image.fromarray(a[..., 0]).save("gray.jpg", quality=90)
+import os
+for c in ("cat", "dog"):
+    os.makedirs("set/" + c)
+    for i in range(4):
+        b = rng.integers(0, 255, (12, 16, 3)).astype(np.uint8)
+        Image.fromarray(b).save(f"set/{c}/good{i}.jpg", quality=90)
+# the tables alone: SOI, then every segment before SOF0 (DQT, DHT...), EOI
+j = open("base.jpg", "rb").read()
+open("tables.jpg", "wb").write(j[:j.index(b"\xff\xc0")] + b"\xff\xd9")
+PYEOF
+
+# ---- the library: every prefix, then the whole, through one decoder ----------------------
+for f in base.jpg prog.jpg gray.jpg; do
+	n=$(stat -c %s $f)
+	for crop in none center; do
+		run "$IMG" cuts $f 3 $crop
+		is "$out" "cuts $n refused $n whole-failed 0" \
+			"$f ($crop crop): each of its $n prefixes refused, and the whole decodes after every one $err"
+	done
+done
+run "$IMG" probe tables.jpg
+is "$rc" 1 "a JPEG of tables alone (SOI DQT DHT EOI): refused"
+like "$err" "tables.jpg: JPEG: .*(no image|Premature|Empty)" "... with libjpeg's reason, not a size"
+unlike "$err" "pixels" "... no image size made up"
+
+# ---- a scan bomb: 66 scans, each over all of a gray image's blocks ------------------------
+if command -v jpegtran >/dev/null; then
+	{ echo "0: 0-0, 0, 1;"; for k in $(seq 1 63); do echo "0: $k-$k, 0, 1;"; done
+	  echo "0: 0-0, 1, 0;"; echo "0: 1-63, 1, 0;"; } > scans.txt
+	jpegtran -scans scans.txt gray.jpg > bomb.jpg
+	ok test "$(jpegtran -scans scans.txt gray.jpg | wc -c)" -gt 200 "jpegtran writes the scan bomb"
+	run "$IMG" decode bomb.jpg 1
+	is "$rc" 3 "a JPEG whose 66 scans pass over its blocks 65 times: refused by the bound (DP_ELIMIT)"
+	like "$err" "bomb.jpg: JPEG: 33 scans decode its blocks more than 32 times over" "... saying so"
+	run "$IMG" transform bomb.jpg 1 8 8 center 0 0 1
+	is "$rc" 3 "... on the crop path too"
+	jpegtran -progressive gray.jpg > prog-gray.jpg
+	run "$IMG" decode prog-gray.jpg 1
+	is "$rc" 0 "jpegtran's own progressive script (6 scans) decodes"
+else
+	skip "jpegtran (libjpeg-turbo-progs) is not installed (scripts/deps --test)"
+fi
+
+# ---- records: every prefix of a JPEG, each followed by a good image ------------------------
+# cut.tfr: for each k, base.jpg's first k bytes (label 0), then the whole
+# image (label 1); good.tfr: the whole images alone
+$PY - <<'PYEOF' || exit 1
+import base64, json
+j = open("base.jpg", "rb").read()
+def rec(b, y, name):
+    return json.dumps({"image/encoded": {"bytes": [base64.b64encode(b).decode()]},
+                       "image/filename": {"bytes": [base64.b64encode(name.encode()).decode()]},
+                       "image/class/label": {"int64": [y]}}) + "\n"
+with open("cut.json", "w") as c, open("good.json", "w") as g:
+    for k in range(len(j)):
+        c.write(rec(j[:k], 0, f"cut{k}.jpg"))
+        c.write(rec(j, 1, f"good{k}.jpg")); g.write(rec(j, 1, f"good{k}.jpg"))
+PYEOF
+tfr-cat --encode json cut.json > cut.tfr && tfr-cat --encode json good.json > good.tfr || exit 1
+NCUT=$(stat -c %s base.jpg)
+M=(--decode image --model flatten,dense:2 --input-shape 3x8x8 --scale 1/255 --batch-size 16
+	--shuffle-buffer 0 --seed 1 --epochs 1 --skip-corrupt -q)
+for th in 0 2; do
+	run timeout 120 dp-train --train cut.tfr --val cut.tfr "${M[@]}" --decode-threads $th \
+		--max-skipped 100% -o cut$th.st
+	is "$rc" 0 "dp-train, $th decode threads: trains past the $NCUT damaged images"
+	is "$(grep -c '; skipped$' <<<"$err")" $((2 * NCUT)) \
+		"... exactly the $NCUT damaged ones skipped, in training and in validation"
+	like "$out" "epoch=1 step=[0-9]+ loss=[^ ]+ accuracy=[^ ]+ lr=[^ ]+ samples_per_sec=[0-9]+ skipped=$NCUT\$" \
+		"... the training line counts them: skipped=$NCUT"
+	like "$out" "val_samples=$NCUT val_skipped=$NCUT\$" "... the validation line: every good image, val_skipped=$NCUT"
+	run timeout 60 dp-eval --model cut$th.st --data cut.tfr --skip-corrupt --decode-threads $th \
+		--max-skipped $NCUT --json cut$th.json --require 'accuracy>=0.5'
+	is "$rc" 0 "dp-eval, $th decode threads: the good images evaluated"
+	like "$out" "^samples=$NCUT skipped=$NCUT skipped_fraction=0.5 loss=" "... samples=$NCUT skipped=$NCUT"
+	is "$($PY -c 'import json,sys; m=json.load(open(sys.argv[1]))["metrics"]; print(m["samples"]["value"], m["skipped"]["value"], m["skipped_fraction"]["value"])' cut$th.json)" \
+		"$NCUT $NCUT 0.5" "... and so does the metrics JSON"
+	ok cmp -s cut0.st cut$th.st "... the same model whatever the threads"
+done
+run timeout 60 dp-train --train good.tfr "${M[@]}" -o good.st
+is "$rc" 0 "the good images alone train"
+is "$($PY "$DP_SRC/tests/maxdiff.py" good.st cut0.st)" 0.0 "... to the model trained past the damaged ones, to the bit"
+
+# ---- the limit on skipped records (default 1%) ---------------------------------------------
+run timeout 60 dp-eval --model cut0.st --data cut.tfr --skip-corrupt --json gate.json
+is "$rc" 3 "dp-eval: half the records skipped fails the default --max-skipped 1% as a gate"
+like "$err" "gate --max-skipped 1% failed: skipped_fraction is 0.5" "... saying so"
+is "$($PY -c 'import json,sys; g=json.load(open(sys.argv[1]))["gates"][-1]; print(g["metric"], g["op"], g["threshold"], g["passed"])' gate.json)" \
+	"skipped_fraction <= 0.01 False" "... the JSON holds the gate"
+run timeout 60 dp-eval --model cut0.st --data cut.tfr --skip-corrupt --max-skipped $((NCUT - 1))
+is "$rc" 3 "--max-skipped N: one more than N skipped fails"
+run timeout 60 dp-eval --model cut0.st --data cut.tfr --skip-corrupt --json g2.json --require 'skipped<1'
+like "$err" "gate skipped<1 failed: skipped is $NCUT" "--require can gate on skipped"
+run timeout 60 dp-train --train cut.tfr "${M[@]}" -o x.st
+is "$rc" 1 "dp-train: half the records skipped stops the run (default --max-skipped 1%)"
+like "$err" "epoch 1: training: $NCUT of $((2 * NCUT)) records \(50%\) skipped as corrupt, more than --max-skipped 1% allows" \
+	"... saying how many"
+ok test ! -e x.st "... and writes no checkpoint"
+run timeout 60 dp-train --train good.tfr --val cut.tfr "${M[@]}" -o x.st
+is "$rc" 1 "... in validation too"
+like "$err" "epoch 1: validation: $NCUT of $((2 * NCUT)) records" "... saying so"
+run dp-eval --model cut0.st --data cut.tfr --max-skipped 5
+is "$rc" 2 "--max-skipped without --skip-corrupt: a usage error"
+run dp-train --train cut.tfr "${M[@]}" --max-skipped 5x -o x.st
+is "$rc" 2 "--max-skipped 5x: a usage error"
+like "$err" "want a count of records \(10\) or a percentage of those read \(1%, 0.5%\)" "... saying what it takes"
+done_testing
