@@ -68,13 +68,14 @@ PROTOC_C ?= protoc-c
 
 # ---- sources -------------------------------------------------------------
 # lib/ is one folder per component (records, image, s3, train, metrics,
-# over common), the public headers at its top, private ones beside their code.
+# over common), the public headers at its top, private ones beside their code;
+# lib/train/ draws its parts as folders in turn (backend/, comm/, model/...).
 GEN := $(O)/gen
-LIB_SRC := $(wildcard lib/*/*.c)
+LIB_SRC := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
 	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC))
 LIB_HDR := $(wildcard lib/dp*.h)
-LIB_PRIV_HDR := $(wildcard lib/*/*.h)
+LIB_PRIV_HDR := $(wildcard lib/*/*.h lib/*/*/*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
 TOOLS := $(filter-out cli sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
@@ -152,12 +153,12 @@ CU_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) $(CUDA_LIBS_NCCL) -lcublas
 LINK_LIBS += $(CU_LIBS)
 PC_LIBS_PRIVATE += $(CU_LIBS)
 ALL_NVCCFLAGS := -std=c++17 --fmad=false $(GENCODE) -Xcompiler -fPIC,-pthread,-Wall,-Wno-unused-parameter $(NVCCFLAGS)
-CU_SRC := $(wildcard lib/*/*.cu)
+CU_SRC := $(wildcard lib/*/*.cu lib/*/*/*.cu)
 endif
 
 # Programs load only the libraries they use: tfr-cat neither loads Open MPI
 # nor OpenBLAS at start (MPI itself is initialised only by dp-train under a
-# launcher: lib/train/comm.c).
+# launcher: lib/train/comm/comm.c).
 PROG_LDFLAGS := -Wl,--as-needed
 
 SO := libdp.so.$(VERSION)
@@ -205,10 +206,10 @@ $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
 
 # The build's identity (dp_build) names its compiler flags.
-$(O)/lib/train/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
+$(O)/lib/train/backend/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
 
-# The CPU backend's elementwise loops are written to vectorise (lib/train/backend_cpu.c),
-$(O)/lib/train/backend_cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# The CPU backend's elementwise loops are written to vectorise (lib/train/backend/cpu.c),
+$(O)/lib/train/backend/cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 # and so are the image resampler's (lib/image/transform.c)
 $(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
@@ -272,10 +273,10 @@ CXX ?= c++
 UNIT_BINS += $(O)/tests/cuda-emu
 EMU_CXXFLAGS := -std=gnu++17 -DDP_CUDA_EMU -Itests/cudaemu -fPIC -pthread -ffp-contract=off \
 	-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(CFLAGS)
-$(O)/tests/cudaemu/backend_cuda.o: lib/train/backend_cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
+$(O)/tests/cudaemu/backend_cuda.o: lib/train/backend/cuda.cu $(wildcard tests/cudaemu/*.h) $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CXX) -x c++ $(ALL_CPPFLAGS) $(EMU_CXXFLAGS) -c -o $@ $<
-$(O)/tests/cudaemu/backend.o: lib/train/backend.c $(LIB_HDR)
+$(O)/tests/cudaemu/backend.o: lib/train/backend/backend.c $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -DDP_BACKEND_cuda $(ALL_CFLAGS) -c -o $@ $<
 $(O)/tests/cuda-emu: tests/unit/cuda.c tests/unit/tap.h $(O)/tests/cudaemu/backend_cuda.o \

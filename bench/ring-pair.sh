@@ -6,7 +6,7 @@
 #   - the 32 MiB fp32 ring allreduce (bench/allreduce.c) with Open MPI's
 #     defaults against a TCP eager limit of 512 KiB (no rendezvous), and
 #     against its own 100 ms queue (CL_QUEUE), alternated RP_REPS times (3):
-#     equal where the ring's messages go eagerly (lib/train/comm_mpi.c);
+#     equal where the ring's messages go eagerly (lib/train/comm/mpi.c);
 #   - the h1-h2 socket's unsent bytes on each side (ss -tin) during a
 #     run: both at once when the link carries both directions, one side
 #     at a time when the ring waits on rendezvous answers.

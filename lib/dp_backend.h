@@ -4,14 +4,14 @@
  * A backend owns the memory of tensors (weights, gradients, activations,
  * optimizer state) and does every numeric operation on them: the forward
  * and backward pass of each kind of layer, the losses and the optimizer
- * updates.  Everything above it (lib/nn.c, lib/optim.c, the tools) only
+ * updates.  Everything above it (lib/train/model/, the tools) only
  * plans shapes and calls these functions, so a GPU backend replaces the
  * CPU one without touching them.
  *
- *   cpu   lib/backend_cpu.c: OpenBLAS SGEMM (im2col convolutions), plain C
+ *   cpu   lib/train/backend/cpu.c: OpenBLAS SGEMM (im2col convolutions), plain C
  *         loops for the rest.  Always built: it is the reference that other
  *         backends are tested against.
- *   cuda  lib/backend_cuda.cu (make BACKEND=cuda): cuBLAS GEMMs (im2col
+ *   cuda  lib/train/backend/cuda.cu (make BACKEND=cuda): cuBLAS GEMMs (im2col
  *         convolutions), CUDA kernels for the rest, one GPU per process;
  *         tested against the CPU one (tests/unit/cuda.c).
  *

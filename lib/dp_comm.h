@@ -3,7 +3,7 @@
  *
  * One interface for every way of running.  A process started by an MPI
  * launcher (mpirun, srun with PMIx: dp_comm_launched()) joins the MPI job
- * (lib/comm_mpi.c, Open MPI); any other process is a job of one, where
+ * (lib/train/comm/mpi.c, Open MPI); any other process is a job of one, where
  * every collective is trivial and MPI is never initialised, so a plain run
  * needs no mpirun and pays nothing for MPI.  A training step is
  *

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-/* The stateless functions compile for the GPU too (lib/backend_cuda.cu
+/* The stateless functions compile for the GPU too (lib/train/backend/cuda.cu
  * draws dropout masks with them), so both backends share one definition. */
 #ifdef __CUDACC__
 #define DP_RNG_FN static inline __host__ __device__

@@ -3,7 +3,7 @@
 # checking), racecheck (shared memory of the block reductions), initcheck
 # (reads of device memory never written) and synccheck, on a short dp-train
 # run through every kind of layer, loss and optimizer; memcheck also on the
-# GPU unit test.  Runs under make BACKEND=cuda check on a machine with a GPU
+# GPU unit test (DP_SANITIZER_TOOLS: fewer tools).  Runs under make BACKEND=cuda check on a machine with a GPU
 # and compute-sanitizer (CUDA toolkit); skips elsewhere.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/cuda-lib.sh"
@@ -25,7 +25,7 @@ M1=conv:6:3:same,batchnorm,relu,maxpool:2,conv:4:3:2:1,tanh,avgpool:2,dropout:0.
 M2=conv:4:3,relu,flatten,batchnorm,dense:8,tanh,dense:3
 RUNS=("--train img.tfr --model $M1 --optimizer adam --val img.tfr"
 	"--train reg.tfr --model $M2 --loss mse --optimizer sgd --momentum 0.9 --nesterov --precision bf16")
-for tool in memcheck racecheck initcheck synccheck; do
+for tool in ${DP_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
 	extra=
 	[ $tool = memcheck ] && extra="--leak-check full"
 	for i in 0 1; do

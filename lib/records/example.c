@@ -1,6 +1,6 @@
 /*
  * example.c - tf.train.Example wire format: a validating zero-copy view and
- * a canonical builder.  Field numbers (lib/example.proto):
+ * a canonical builder.  Field numbers (lib/records/example.proto):
  *   Example  { Features features = 1 }
  *   Features { map<string, Feature> feature = 1 }   entry { key = 1; value = 2 }
  *   Feature  { oneof { BytesList = 1; FloatList = 2; Int64List = 3 } }

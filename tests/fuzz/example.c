@@ -8,7 +8,7 @@
  * wins) and `features` present in one exactly when in the other.
  *
  * Where the two legitimately differ, the rule the view follows is applied
- * to protobuf-c's result before comparing (documented in lib/example.c):
+ * to protobuf-c's result before comparing (documented in lib/records/example.c):
  *  - feature names must be valid UTF-8 (proto3 `string`; protobuf-c does
  *    not check, Google's parsers do);
  *  - protobuf-c keeps map keys as C strings, so a name with a NUL byte

@@ -1,5 +1,5 @@
 /*
- * backend_cpu.c - the CPU backend: OpenBLAS SGEMM and plain C loops.
+ * cpu.c - the CPU backend: OpenBLAS SGEMM and plain C loops.
  *
  * The reference backend (see dp_backend.h).  Where the time goes, and how
  * it is spent well:

@@ -1,9 +1,9 @@
 /*
- * comm_impl.h - private to lib/comm.c and lib/comm_mpi.c: the dp_comm
- * object and the calls of the MPI side.  Not installed.
+ * comm_impl.h - private to lib/train/comm/: the dp_comm object and the
+ * calls of the MPI side (mpi.c) and the NCCL side (nccl.c).  Not installed.
  *
  * comm.c holds the public API (dp_comm.h), the single-process job, the
- * gradient buckets and the timeline; comm_mpi.c every call into MPI, so a
+ * gradient buckets and the timeline; mpi.c every call into MPI, so a
  * program that never opens a dp_comm links no MPI code from libdp.a.
  */
 #ifndef DP_COMM_IMPL_H
@@ -19,8 +19,8 @@ typedef struct comm_event {
 	double t0, t1;
 } comm_event;
 
-struct comm_mpi;  /* comm_mpi.c */
-struct comm_nccl; /* comm_nccl.c */
+struct comm_mpi;  /* mpi.c */
+struct comm_nccl; /* nccl.c */
 
 struct dp_comm {
 	const dp_backend *be;
@@ -54,7 +54,7 @@ struct dp_comm {
 /* Reports (stall warnings) through conf.report. */
 void comm_report(dp_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* ---- comm_mpi.c ---- */
+/* ---- mpi.c ---- */
 enum { COMM_F32 = 1, COMM_F64 = 2, COMM_BYTE = 3 };
 
 /* MPI_Init_thread; sets c->rank, c->size, c->desc, c->lib. */
@@ -82,7 +82,7 @@ int comm_mpi_grads_drain(dp_comm *c, dp_err *e);
 /* 1 while the communication thread has work of this step. */
 int comm_mpi_grads_busy(dp_comm *c);
 
-/* ---- comm_nccl.c (BACKEND=cuda with NCCL; stubs otherwise) ----
+/* ---- nccl.c (BACKEND=cuda with NCCL; stubs otherwise) ----
  * open: after comm_mpi_open; sets c->nccl when every rank has a GPU of its
  * own and NCCL is allowed, else leaves the host path (and says which in
  * c->desc).  The rest are called only when c->nccl is set: buffers are

@@ -1,5 +1,5 @@
 /*
- * eval_model.c - a model's pass over data into a dp_eval, and the sum of
+ * pass.c - a model's pass over data into a dp_eval, and the sum of
  * the ranks' accumulators (dp_eval.h): dp-eval's evaluation and dp-train's
  * validation, written once.
  *

@@ -1,5 +1,5 @@
 /*
- * comm_nccl.c - gradients summed GPU to GPU with NCCL, under the same
+ * nccl.c - gradients summed GPU to GPU with NCCL, under the same
  * dp_comm calls (comm_impl.h): the CUDA build with NCCL found (make
  * BACKEND=cuda prints whether it was; -DDP_WITH_NCCL), in a job of several
  * MPI ranks.  Anything else compiles to the stubs at the end, and dp_comm
@@ -34,7 +34,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-/* lib/backend_cuda.cu: the stream a context queues its work on, and its GPU */
+/* lib/train/backend/cuda.cu: the stream a context queues its work on, and its GPU */
 void *dp_cuda_stream(dp_bectx *c);
 int dp_cuda_device(dp_bectx *c);
 

@@ -1,5 +1,5 @@
 /*
- * comm_mpi.c - the MPI side of dp_comm (comm_impl.h): every call into MPI
+ * mpi.c - the MPI side of dp_comm (comm_impl.h): every call into MPI
  * (Open MPI; any MPI-3 library should do).
  *
  * Gradients are summed by a ring allreduce over point-to-point messages
