@@ -1628,7 +1628,7 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	if (!(COMM = dp_comm_open(R.be, R.ctx, &e)))
