@@ -62,7 +62,7 @@ enum {
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
-	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
+	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
@@ -139,6 +139,7 @@ static const struct option longopts[] = {
 	{"uneven", required_argument, 0, O_UNEVEN},
 	{"scale-lr", no_argument, 0, O_SCALE_LR},
 	{"warmup-epochs", required_argument, 0, O_WARMUP_EPOCHS},
+	{"steps-per-epoch", required_argument, 0, O_STEPS_PER_EPOCH},
 	{"no-overlap", no_argument, 0, O_NO_OVERLAP},
 	{"bucket-size", required_argument, 0, O_BUCKET},
 	{"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
@@ -203,6 +204,7 @@ static struct {
 	int uneven_drop; /* an epoch ends when a rank's data does */
 	int scale_lr;
 	double warmup_epochs;
+	uint64_t steps_per_epoch; /* --steps-per-epoch; 0: counted */
 	int overlap;
 	uint64_t bucket;
 	int wire, algo; /* --grad-dtype, --allreduce (DP_WIRE_*, DP_ALLREDUCE_*) */
@@ -364,6 +366,9 @@ static void help(void)
 	       "      --scale-lr           multiply --lr by the number of ranks\n"
 	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
 	       "                           first E epochs\n"
+	       "      --steps-per-epoch N  the updates an epoch holds, for --warmup-epochs'\n"
+	       "                           ramp (default: counted from the files; needed with\n"
+	       "                           --train-cmd, whose epoch can be read only once)\n"
 	       "      --accumulate N       N micro-batches of --batch-size an update, their\n"
 	       "                           gradients summed before one allreduce (default 1)\n"
 	       "      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
@@ -584,6 +589,9 @@ static int dist_option(int c, const char *arg)
 		break;
 	case O_SCALE_LR: O.scale_lr = 1; break;
 	case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
+	case O_STEPS_PER_EPOCH:
+		O.steps_per_epoch = cli_count("--steps-per-epoch", arg, 1, UINT64_MAX / 4);
+		break;
 	case O_NO_OVERLAP: O.overlap = 0; break;
 	case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
 	case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
@@ -861,6 +869,8 @@ static void settings_from(const dp_st *ck)
 		O.scale_lr = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
 		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
+	if ((v = from_ckpt(ck, O_STEPS_PER_EPOCH, "steps_per_epoch")) && *v)
+		O.steps_per_epoch = meta_count(ck, "steps_per_epoch", v, 1, UINT64_MAX / 4);
 	if ((v = from_ckpt(ck, O_FREEZE, "freeze")))
 		O.freeze = v;
 	if ((v = from_ckpt(ck, O_LR_MULT, "lr_mult")))
@@ -1076,6 +1086,9 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
 	snprintf(rb, sizeof rb, "%d", SIZE);
 	snprintf(acb, sizeof acb, "%" PRIu64, O.accumulate);
+	char spb[24] = "";
+	if (O.steps_per_epoch)
+		snprintf(spb, sizeof spb, "%" PRIu64, O.steps_per_epoch);
 	/* every rank's position in the epoch: a batch with a skipped image
 	 * took more records than its size, so batches do not tell it */
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
@@ -1092,6 +1105,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"ranks", rb,
 		"scale_lr", O.scale_lr ? "true" : "false",
 		"warmup_epochs", dp_fmt_double(O.warmup_epochs, web, sizeof web),
+		"steps_per_epoch", spb,
 		"lr", dp_fmt_double(O.lr, lrb, sizeof lrb),
 		"lr_schedule", dp_sched_format(&sc, schb, sizeof schb),
 		"warmup", wb,
@@ -1423,6 +1437,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	dp_image_spec(&O.img, imgb, sizeof imgb);
 	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, O.decode == DP_DECODE_IMAGE ? imgb : "",
 		O.hwc ? "hwc" : "chw", O.sync_bn);
+	/* what decides collectives (the skip counts' allreduce) and the ramp */
+	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
+		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, O.steps_per_epoch);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -2091,10 +2108,18 @@ static void setup_data(void)
 		R.ck = NULL;
 	}
 	if (O.warmup_epochs > 0 && SIZE > 1) {
-		uint64_t spe = count_steps(TD);
+		/* the ramp's length: given, from the checkpoint resumed, or
+		 * counted from the files (a pass without decoding); a command's
+		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
+		if (!O.steps_per_epoch && O.train_cmd)
+			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
+				    "known before it is read, and counting them would run the command "
+				    "of epoch 1 twice: give --steps-per-epoch N");
+		uint64_t spe = O.steps_per_epoch ? O.steps_per_epoch : count_steps(TD);
+		O.steps_per_epoch = spe;
 		R.ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
-		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch", O.warmup_epochs,
-		     R.ramp, spe);
+		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", O.warmup_epochs,
+		     R.ramp, spe, O.given[O_STEPS_PER_EPOCH] ? " (--steps-per-epoch)" : "");
 	}
 	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
 		cli_die("timeline: %s", e.msg);
