@@ -2275,12 +2275,22 @@ static int train_step(uint64_t epoch, const step *s, int last)
 }
 
 /* After an update: the training line, the checkpoint, the progress bar. */
+/* Time since t0 was not training (a checkpoint, --on-epoch, histograms):
+ * left out of the next line's samples_per_sec, as validation is. */
+static void not_training(double t0)
+{
+	R.mt.t0 += dp_now() - t0;
+}
+
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % O.log_every == 0)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
-	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
+	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 	bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 }
 
@@ -2372,8 +2382,13 @@ static void end_epoch(uint64_t epoch)
 	}
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
-	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && epoch + 1 < O.epochs)
+	/* the last epoch's too, unless it is -o, which finish() writes */
+	int last = epoch + 1 >= O.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && (!last || own_path)) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 }
 
 /* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
@@ -2446,10 +2461,12 @@ static void after_epoch(uint64_t epoch)
 	if (RANK != 0 || epoch == done)
 		return;
 	done = epoch;
+	double t0 = dp_now();
 	if (TB && O.tb_hist)
 		tb_histograms();
 	if (O.on_epoch)
 		run_on_epoch(epoch);
+	not_training(t0);
 }
 
 /* ---- finish ------------------------------------------------------------------------------ */
