@@ -34,13 +34,14 @@ for tool in ${DP_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do
 			--batch-size 32 --epochs 1 --prefetch 1 -q -o out$i.safetensors
 		is "$rc" 0 "$tool: dp-train run $((i + 1)) exits 0"
 		like "$out$err" "ERROR SUMMARY: 0 errors" "$tool: dp-train run $((i + 1)): no errors"
-		[ "$rc" = 0 ] || printf '%s\n' "$out$err" | grep -m5 -E "Error|error" | sed 's/^/#   /'
+		[ "$rc" = 0 ] || printf '%s\n' "$out$err" | grep -m4 -A8 '^========= [A-Z]' | head -40 | sed 's/^/#   /'
 	done
 done
 if [ -x "$DP_BUILD/tests/cuda" ]; then
 	run "$CS" --tool memcheck --error-exitcode 9 "$DP_BUILD/tests/cuda"
 	is "$rc" 0 "memcheck: the GPU unit test exits 0"
 	like "$out$err" "ERROR SUMMARY: 0 errors" "memcheck: the GPU unit test: no errors"
+	[ "$rc" = 0 ] || printf '%s\n' "$out$err" | grep -v '^ok ' | grep -m4 -A8 '^========= [A-Z]' | head -40 | sed 's/^/#   /'
 else
 	skip "$DP_BUILD/tests/cuda not built"
 fi
