@@ -114,6 +114,14 @@ is "$rc" 0 "... restarted: it resumes"
 like "$err" "resuming $R/checkpoints/checkpoint.safetensors" "... from its checkpoint"
 rm -rf "$R/checkpoints"
 
+# a channel with a link loop: an error naming it, not the files read again
+# and again (820 samples for 20)
+ln -s .. "$R/input/data/train/part/up"
+run timeout 60 dp-train --sagemaker="$R" --epochs 1
+is "$rc" 1 "a train channel with a link back up (part/up -> ..): exit 1"
+like "$err" "train/part/up: a loop: it leads back to $R/input/data/train" "... naming the loop"
+rm "$R/input/data/train/part/up"
+
 # ---- failures: stderr and ROOT/output/failure ------------------------------------------------------
 failure() { # name: the failure file holds stderr's message
 	local f
