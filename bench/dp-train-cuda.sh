@@ -23,7 +23,8 @@
 # a timed loop closed by torch.cuda.synchronize(); TF32 is off in fp32
 # (torch.backends.*.allow_tf32 = False, as dp-train's fp32), cuDNN picks
 # its fastest algorithms (benchmark = True).  Both alternate ROUNDS times
-# (default 3); medians and the ratio are printed.
+# (default 3); medians and the ratio are printed.  BATCHES (default "128
+# 1024") picks the batch sizes.
 #
 # Model FLOPs per sample (forward + backward, multiply-add = 2; no input
 # gradient for the first layer):
@@ -143,7 +144,7 @@ echo "input pipeline ceiling (dense:10 on the GPU): $(ours flatten,dense:10 1024
 for prec in fp32 bf16; do
 	peak=$([ $prec = fp32 ] && echo "$PEAK_FP32" || echo "$PEAK_BF16")
 	for model in cnn mlp; do
-		for B in 128 1024; do
+		for B in ${BATCHES:-128 1024}; do
 			a="" b=""
 			for r in $(seq "$ROUNDS"); do
 				a="$a $(ours "$([ $model = cnn ] && echo "$CNN" || echo "$MLP")" $B $prec)"

@@ -39,7 +39,8 @@
  * Memory is bounded by the shuffle buffer (of encoded records), the
  * batches in flight and the stream cache, never by the dataset.  An epoch restarted with the same
  * seed yields the same batches in the same order, so a resumed run skips
- * the batches it already trained on and continues exactly.
+ * the records it already trained on (dp_data_epoch_at, at the last
+ * batch's pos) and continues exactly.
  */
 #ifndef DP_DATA_H
 #define DP_DATA_H
@@ -123,6 +124,10 @@ typedef struct dp_batch {
 	/* With dp_data_opts.origins: where each sample came from. */
 	uint32_t *src;  /* (n) source index (dp_data_source) */
 	uint64_t *rec;  /* (n) record index in that source, from 0 */
+	/* Where the epoch is after this batch: the records out of the
+	 * shuffle so far (those of other shards, and images skipped as
+	 * corrupt, included), for dp_data_epoch_at. */
+	uint64_t pos;
 } dp_batch;
 
 typedef struct dp_data_stats {
@@ -145,6 +150,13 @@ DP_EXPORT dp_data *dp_data_open(const dp_data_opts *o, dp_err *e);
 /* Start epoch `epoch` (0-based), abandoning any epoch in progress, and
  * pass over its first `skip` batches without decoding them. */
 DP_EXPORT int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e);
+/* Start epoch `epoch` at position pos (a batch's pos: the batches up to
+ * it were trained on), numbering the next batch `batches`: the records
+ * before it are passed over without decoding.  A resumed run continues
+ * exactly where it was even when images were skipped as corrupt (a batch
+ * then took more records than its size).  pos 0: dp_data_epoch. */
+DP_EXPORT int dp_data_epoch_at(dp_data *d, uint64_t epoch, uint64_t batches, uint64_t pos,
+			       dp_err *e);
 /* The next batch of the epoch: 1 with *b set (valid until the next call),
  * 0 at the end of the epoch, or a negative status. */
 DP_EXPORT int dp_data_next(dp_data *d, const dp_batch **b, dp_err *e);

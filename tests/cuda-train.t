@@ -4,7 +4,8 @@
 # same loss curve within 1e-3 (relative, every update of 24, Adam and
 # Nesterov SGD, dropout, batch norm, MSE) and weights within 1e-3 of their
 # scale; checkpoints cross over (trained on the GPU, resumed on the CPU and
-# the reverse); a GPU run repeats bit for bit; bf16 and tf32 train;
+# the reverse); a GPU run repeats bit for bit; bf16 and tf32 train on the
+# fp32 curve within their rounding;
 # --gpu out of range is an error.  Runs under make BACKEND=cuda check on a
 # machine with a GPU; skips elsewhere.
 . "${DP_SRC:-.}/tests/lib.sh"
@@ -51,13 +52,15 @@ run dp-train --resume cnn-cpu.safetensors --train img.tfr --epochs 3 -q --log /d
 is "$rc" 0 "a CPU checkpoint resumes on the GPU"
 ok close g2c.safetensors c2g.safetensors 1e-3 "and they end within 1e-3 of each other"
 
-# tensor cores
-for p in tf32 bf16; do
-	run dp-train --train img.tfr --input-shape 1x12x12 --model "$CNN" "${COMMON[@]}" \
+# tensor cores: the fp32 run's loss curve within their rounding (the data
+# are random: whether the loss falls says nothing; the curve does)
+for p in tf32:1e-2 bf16:5e-2; do
+	tol=${p#*:} p=${p%:*}
+	run dp-train --train img.tfr --input-shape 1x12x12 --model "$CNN" "${COMMON[@]}" --optimizer adam \
 		--precision $p --log $p.log -o $p.safetensors
 	is "$rc" 0 "--precision $p trains"
-	first=$(losses $p.log | head -1) last=$(losses $p.log | tail -4 | awk '{s += $1} END {print s / NR}')
-	ok awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a)}' "--precision $p: the loss falls ($first to $last)"
+	ok curve_close $p.log cnn-gpu.log $tol "--precision $p: fp32's loss curve within $tol at every update"
+	curve_close $p.log cnn-gpu.log $tol # the figure, as a TAP comment
 	like "$(head -c 4096 $p.safetensors | tr -d '\0')" "\"precision\":\"$p\"" "--precision $p: recorded in the checkpoint"
 	ok $PY "$DP_SRC/tests/torch_ref.py" finite $p.safetensors "--precision $p: float32 weights, finite"
 done

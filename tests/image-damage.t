@@ -128,4 +128,31 @@ is "$rc" 2 "--max-skipped without --skip-corrupt: a usage error"
 run dp-train --train cut.tfr "${M[@]}" --max-skipped 5x -o x.st
 is "$rc" 2 "--max-skipped 5x: a usage error"
 like "$err" "want a count of records \(10\) or a percentage of those read \(1%, 0.5%\)" "... saying what it takes"
+
+# ---- --resume after a skipped image: the true position, not batches x steps ---------------
+# 40 images, the 3rd cut short; 4 a batch; stopped after 5 updates (the
+# first batch took 5 records), resumed: the run a straight one makes
+$PY - <<'PYEOF' || exit 1
+import base64, json
+j = open("base.jpg", "rb").read()
+g = [open(f"set/{c}/good{i}.jpg", "rb").read() for c in ("cat", "dog") for i in range(4)]
+with open("r.json", "w") as f:
+    for k in range(40):
+        b = j[:300] if k == 2 else g[k % 8]
+        f.write(json.dumps({"image/encoded": {"bytes": [base64.b64encode(b).decode()]},
+                            "image/class/label": {"int64": [k % 2]}}) + "\n")
+PYEOF
+tfr-cat --encode json r.json > r.tfr || exit 1
+R=(--train r.tfr --decode image --model flatten,dense:2 --input-shape 3x8x8 --scale 1/255
+	--batch-size 4 --shuffle-buffer 8 --seed 3 --skip-corrupt --max-skipped 1 -q)
+for th in 0 2; do
+	run timeout 60 dp-train "${R[@]}" --decode-threads $th --epochs 2 -o straight$th.st
+	is "$rc" 0 "$th decode threads: a straight run of 2 epochs"
+	run timeout 60 dp-train "${R[@]}" --decode-threads $th --epochs 2 --max-steps 5 -o half$th.st
+	is "$rc" 0 "... stopped after 5 updates, the damaged image among them"
+	run timeout 60 dp-train "${R[@]}" --decode-threads $th --epochs 2 --resume half$th.st -o resumed$th.st
+	is "$rc" 0 "... resumed"
+	is "$($PY "$DP_SRC/tests/maxdiff.py" straight$th.st resumed$th.st)" 0.0 \
+		"... ends where the straight run does, to the bit"
+done
 done_testing

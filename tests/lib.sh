@@ -30,8 +30,10 @@ unset AWS_CONTAINER_CREDENTIALS_RELATIVE_URI AWS_CONTAINER_CREDENTIALS_FULL_URI 
 # through an example.
 export LSAN_OPTIONS="suppressions=$DP_SRC/tests/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-# Debian's interpreter: torch and protobuf live there, not in a pyenv.
-PY=/usr/bin/python3
+# Debian's interpreter: torch and protobuf live there, not in a pyenv;
+# DP_PYTHON names another (scripts/device-check: the GPU machine's, whose
+# torch has CUDA).
+PY=${DP_PYTHON:-/usr/bin/python3}
 FIX="$DP_SRC/tests/data"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/dptest.XXXXXX")

@@ -21,9 +21,11 @@ A MODEL is one of
                                             with CKPT's weights (loaded strictly) against
                                             dp-eval's --predictions: within 1e-5
   resnet_ref.py step MODEL SHAPE INIT OUT DATA.npz --batch B --lr X --momentum M
-                   --weight-decay W [--no-decay-bn-bias] [--steps K]
+                   --weight-decay W [--no-decay-bn-bias] [--steps K] [--tol T]
+                   [--device cuda]
                                             torch's SGD (Nesterov) steps from INIT against
-                                            dp-train's OUT (see below)
+                                            dp-train's OUT (see below); T: the tolerance
+                                            (1e-4); torch's float32 run on --device
   resnet_ref.py same A B                    exit 0 if A and B hold bit-identical model tensors
   resnet_ref.py close A B TOL                exit 0 if A's and B's model tensors differ by at
                                             most TOL, their counters not at all
@@ -267,14 +269,20 @@ def cmd_step(argv):
     ap.add_argument("--weight-decay", type=float); ap.add_argument("--no-decay-bn-bias", action="store_true")
     ap.add_argument("--freeze", default="")
     ap.add_argument("--ref", choices=("float32", "float64"))
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--device", default="cpu")  # of torch's float32 run (cuda: a GPU's)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     z = np.load(a.data)
 
     def train(dtype):
+        dev = torch.device(a.device if dtype == torch.float32 else "cpu")
+        if dev.type == "cuda":  # IEEE float32, as dp-train's --precision fp32
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
         m = make(a.model, shape_of(a.shape))
         load_into(m, a.init)
-        m = m.to(dtype)
+        m = m.to(dtype).to(dev)
         m.train()
         decay, nodecay = [], []
         for mn, mod in m.named_modules():
@@ -291,16 +299,16 @@ def cmd_step(argv):
                               momentum=a.momentum, nesterov=True, weight_decay=a.weight_decay)
         wd = {id(p): a.weight_decay for p in decay}
         wd.update({id(p): 0.0 for p in nodecay})
-        x, y = torch.from_numpy(z["x"]).to(dtype), torch.from_numpy(z["y"]).long()
+        x, y = torch.from_numpy(z["x"]).to(dtype).to(dev), torch.from_numpy(z["y"]).long().to(dev)
         for s in range(a.steps):
             opt.zero_grad()
             out = m(x[s * a.batch:(s + 1) * a.batch])
             torch.nn.functional.cross_entropy(out, y[s * a.batch:(s + 1) * a.batch]).backward()
             if s == 0:
-                grads = {n: p.grad.detach().double().numpy().copy() if p.grad is not None
+                grads = {n: p.grad.detach().double().cpu().numpy().copy() if p.grad is not None
                          else np.zeros(p.shape) for n, p in m.named_parameters()}
             opt.step()
-        state = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
+        state = {k: v.detach().double().cpu().numpy() for k, v in m.state_dict().items()}
         return state, grads, {n: wd.get(id(p), 0.0) for n, p in m.named_parameters()}
 
     want64, grads64, wd = train(torch.float64)
@@ -328,10 +336,10 @@ def cmd_step(argv):
             top = float(np.max(np.abs(gt)))
             if top < 1e-6 * gtop:  # a gradient of 0 (a bias before a batchnorm): float32's noise
                 top = 1e-2 * gtop
-            tol = 1e-4 * top + 4 * np.spacing(np.abs(init[k])).astype(np.float64) / scale
+            tol = a.tol * top + 4 * np.spacing(np.abs(init[k])).astype(np.float64) / scale
             return float(np.max(np.abs(gd - gt))) / top, bool(np.all(np.abs(gd - gt) <= tol))
         d = np.abs(g.astype(np.float64) - w)
-        return float(np.max(d)), bool(np.all(d <= 1e-4 * np.abs(w) + 1e-3 * a.lr))
+        return float(np.max(d)), bool(np.all(d <= a.tol * np.abs(w) + 1e-3 * a.lr))
 
     bad = 0
     worst, worst32 = (0.0, ""), (0.0, "")
@@ -350,8 +358,8 @@ def cmd_step(argv):
             print(f"# {k}: {'gradient ' if a.steps == 1 and k in grads else ''}error {d:.3g} "
                   f"(torch float32's {d32:.3g})")
             bad += 1
-    print(f"# {len(want)} tensors against torch {ref}, {bad} "
-          f"differ; worst {worst[1]}: {worst[0]:.3g}; torch float32 against float64: worst "
+    print(f"# {len(want)} tensors against torch {ref} (tolerance {a.tol:g}), {bad} "
+          f"differ; worst {worst[1]}: {worst[0]:.3g}; torch float32 ({a.device}) against float64: worst "
           f"{worst32[1]}: {worst32[0]:.3g}")
     sys.exit(1 if bad else 0)
 

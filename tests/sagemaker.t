@@ -100,6 +100,19 @@ like "$err" "resuming $R/checkpoints/checkpoint.safetensors at epoch 2, step 10"
 	"a restart resumes from the checkpoint (and not --init)"
 is "$(grep -c '^epoch=3 step=30 val_loss' <<<"$out")" 1 "... and trains on to the third epoch"
 rm -rf "$R/checkpoints"
+# a fine-tuning job (init and reset in its hyperparameters) restarted, as a
+# managed-spot job is: it resumes (the restart left --init out but kept
+# --reset, which needs it: exit 2)
+dp-train --train "$R/input/data/train/part/b.tfr" --model dense:16,relu,dense:5 --input-shape 12 \
+	--epochs 1 -q -o pre.st || exit 1
+mkdir -p "$R/checkpoints"
+FT='{"model":"dense:16,relu,dense:5","input-shape":"12","epochs":"2","batch-size":"32","seed":"4","init":"'$T/pre.st'","reset":"2"}'
+run env SM_HPS="$FT" timeout 120 dp-train --sagemaker="$R" --max-steps 15
+is "$rc" 0 "a fine-tuning job (init, reset): its first start"
+run env SM_HPS="$FT" timeout 120 dp-train --sagemaker="$R"
+is "$rc" 0 "... restarted: it resumes"
+like "$err" "resuming $R/checkpoints/checkpoint.safetensors" "... from its checkpoint"
+rm -rf "$R/checkpoints"
 
 # ---- failures: stderr and ROOT/output/failure ------------------------------------------------------
 failure() { # name: the failure file holds stderr's message

@@ -948,6 +948,11 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 }
 
 static dp_data *TD, *VD; /* training, validation */
+/* Where this rank's training data is: the pos of its last batch trained
+ * on (dp_batch), saved in checkpoints as epoch_records (every rank's);
+ * and, resuming, where to start (0: count batches, an older checkpoint or
+ * another number of ranks). */
+static uint64_t data_pos, resume_pos;
 
 typedef struct meter {
 	double loss, correct;
@@ -1071,7 +1076,19 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
 	snprintf(rb, sizeof rb, "%d", SIZE);
 	snprintf(acb, sizeof acb, "%" PRIu64, O.accumulate);
+	/* every rank's position in the epoch: a batch with a skipped image
+	 * took more records than its size, so batches do not tell it */
+	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
+	if (dp_comm_allgather(COMM, &data_pos, pos, sizeof data_pos, &e) < 0)
+		cli_die("checkpoint: %s", e.msg);
+	dp_buf posb = DP_BUF_INIT;
+	for (int r = 0; ts->epoch_step && r < SIZE; r++)
+		dp_buf_printf(&posb, "%s%" PRIu64, r ? "," : "", pos[r]);
+	free(pos);
+	if (posb.err)
+		cli_die("out of memory");
 	const char *meta[] = {
+		"epoch_records", posb.p ? posb.p : "",
 		"ranks", rb,
 		"scale_lr", O.scale_lr ? "true" : "false",
 		"warmup_epochs", dp_fmt_double(O.warmup_epochs, web, sizeof web),
@@ -1110,6 +1127,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	last_ckpt = path;
 	last_ckpt_step = ts->step;
 	have_ckpt = 1;
+	dp_buf_free(&posb);
 	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
@@ -1901,7 +1919,21 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, O.seed);
 	const char *r = dp_st_meta(ck, "ranks");
-	check_resume_ranks(ck, r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1);
+	int ck_ranks = r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1;
+	check_resume_ranks(ck, ck_ranks);
+	/* this rank's position in the epoch, when the job is the same */
+	const char *p = dp_st_meta(ck, "epoch_records");
+	for (int i = 0; p && *p && ck_ranks == SIZE && R.ts.epoch_step; i++) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(p, &end, 10);
+		if (end == p || errno || (*end && *end != ','))
+			die_all(1, "%s: metadata 'epoch_records' is '%s', not %d counts", dp_st_name(ck),
+				dp_st_meta(ck, "epoch_records"), ck_ranks);
+		if (i == RANK)
+			resume_pos = v;
+		p = *end ? end + 1 : end;
+	}
 }
 
 /* The model on the backend, the optimizer, the weights (the
@@ -2012,8 +2044,10 @@ static dp_step next_step(int *out, double *t0)
 			cli_die("train: %s", e.msg);
 		if (rc == 0)
 			*out = 1;
-		else
+		else {
 			s = (dp_step){.x = b->x, .y = R.xent ? (const void *)b->y : b->t, .n = b->n};
+			data_pos = b->pos;
+		}
 	}
 	dp_comm_event(COMM, "data", 1, *t0, dp_now());
 	if (dp_step_agree(TR, &s, &e) < 0)
@@ -2081,8 +2115,10 @@ static int train_epoch(uint64_t epoch)
 	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
 	R.ts.epoch = epoch;
 	R.ts.epoch_step = skip;
-	if (dp_data_epoch(TD, epoch, skip * O.accumulate, &e) < 0)
+	if (dp_data_epoch_at(TD, epoch, skip * O.accumulate, skip ? resume_pos : 0, &e) < 0)
 		cli_die("train: %s", e.msg);
+	data_pos = skip ? resume_pos : 0;
+	resume_pos = 0;
 	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
 	int out = 0, stopped = 0; /* out: this rank's data is over */
 	double t0 = dp_now();

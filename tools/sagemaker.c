@@ -476,7 +476,9 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 }
 
 /* ROOT/checkpoints, when it exists: --checkpoint there, and --resume from
- * it when a checkpoint is there (a restarted job), in place of --init.
+ * it when a checkpoint is there (a restarted job), in place of the
+ * hyperparameters' --init and --reset (a fine-tuning job restarted, as a
+ * managed-spot job is, simply resumes).
  * Returns the epoch (from 0) the run resumes at: 0 when it does not. */
 static uint64_t resume_from(args *d, args *h, const args *given, const char *root)
 {
@@ -493,9 +495,11 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 			dp_st_close(st);
 			first = ts.epoch;
 			add(d, "--resume=%s", ck);
+			/* the weights come from the checkpoint: --init, and --reset
+			 * (what --init leaves out), belong to the first start only */
 			size_t j = 0;
 			for (size_t i = 0; i < h->n; i++)
-				if (strncmp(h->v[i], "--init=", 7))
+				if (strncmp(h->v[i], "--init=", 7) && strncmp(h->v[i], "--reset=", 8))
 					h->v[j++] = h->v[i];
 				else
 					free(h->v[i]);

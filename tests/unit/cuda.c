@@ -418,8 +418,14 @@ static void bn_run(const dp_backend *B, dp_bectx *k, dp_bnorm q, const float *x,
 	float *d[BN_OUTS];
 	for (int i = 0; i < BN_OUTS; i++)
 		d[i] = B->alloc(k, bn_len(i, xn, c) * 4);
-	float *gx = up(k, x, xn * 4), *gdy = B->alloc(k, xn * 4), *ggam = up(k, gam, c * 4),
-	      *gbet = up(k, bet, c * 4);
+	/* B's own memory (up() is the GPU's: a CPU context passed to the GPU's
+	 * alloc gave device memory that the CPU backend then read: a crash on a
+	 * real GPU, unseen under tests/cudaemu, where device memory is host's) */
+	float *gx = B->alloc(k, xn * 4), *gdy = B->alloc(k, xn * 4), *ggam = B->alloc(k, c * 4),
+	      *gbet = B->alloc(k, c * 4);
+	B->upload(k, gx, x, xn * 4);
+	B->upload(k, ggam, gam, c * 4);
+	B->upload(k, gbet, bet, c * 4);
 	double *gs = B->alloc(k, 2 * c * 8), *gs2 = B->alloc(k, 2 * c * 8);
 	for (int r = 0; r < 2; r++) { /* running statistics from 0 and 1 */
 		B->fill(k, d[2 + 7 * r], 0, c);

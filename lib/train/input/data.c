@@ -82,6 +82,8 @@ struct dp_data {
 	uint64_t cache_total;
 	/* the epoch in progress (producer state) */
 	uint64_t epoch, skip, skip_fill;
+	uint64_t pos;     /* records out of the shuffle this epoch (emit) */
+	uint64_t skip_to; /* resuming: those up to this position are passed over */
 	size_t *order, cur;
 	dp_reader *rd;
 	size_t rd_src;
@@ -890,6 +892,7 @@ static int skipped(dp_data *d, const dp_err *e)
 static int emit(dp_data *d, const uint8_t *data, size_t len, size_t src, uint64_t index,
 		uint64_t offset, dp_batch *b, dp_err *e)
 {
+	d->pos++;
 	if (d->o.shard_count > 1 && d->o.shard_block) {
 		uint64_t k = d->out_no++;
 		if ((k / d->o.shard_block) % d->o.shard_count != d->o.shard_index) {
@@ -897,6 +900,8 @@ static int emit(dp_data *d, const uint8_t *data, size_t len, size_t src, uint64_
 			return 0;
 		}
 	}
+	if (d->pos <= d->skip_to)
+		return 0;
 	if (d->skip) {
 		if (++d->skip_fill == d->o.batch) {
 			d->skip_fill = 0;
@@ -1098,6 +1103,7 @@ static int fill(dp_data *d, dp_batch *b, dp_err *e)
 	}
 full:
 	b->index = d->batch_no++;
+	b->pos = d->pos;
 	d->st.samples += b->n;
 	d->st.batches++;
 	return 1;
@@ -1322,12 +1328,19 @@ fail:
 
 int dp_data_epoch(dp_data *d, uint64_t epoch, uint64_t skip, dp_err *e)
 {
+	return dp_data_epoch_at(d, epoch, skip, 0, e);
+}
+
+int dp_data_epoch_at(dp_data *d, uint64_t epoch, uint64_t batches, uint64_t pos, dp_err *e)
+{
 	stop_thread(d);
 	abandon_source(d, 1);
 	d->epoch = epoch;
-	d->skip = skip;
+	d->skip = pos ? 0 : batches;
 	d->skip_fill = 0;
-	d->batch_no = 0;
+	d->pos = 0;
+	d->skip_to = pos;
+	d->batch_no = pos ? batches : 0;
 	d->cur = 0;
 	d->input_done = 0;
 	d->rec_no = 0;
