@@ -174,6 +174,24 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
 
+/* ---- Folder trees ------------------------------------------------------
+ * dp_walk: every entry under dir whose name does not begin with '.', in
+ * byte order of names, folders in place (symbolic links followed); fn
+ * sees each (its path, its path under dir, its stat) and returns DP_OK (go
+ * on; into it, a folder), 1 (a folder: not into it) or an error, which
+ * ends the walk.  A folder met twice (a link loop such as cat/loop -> ..,
+ * or two links to one folder) is DP_EDATA naming both; a tree deeper than
+ * DP_WALK_MAX_DEPTH is DP_ELIMIT. */
+#define DP_WALK_MAX_DEPTH 64
+struct stat;
+typedef struct dp_walk_entry {
+	const char *path, *rel, *name;
+	int depth;                /* 0: directly in dir */
+	const struct stat *st;
+} dp_walk_entry;
+typedef int (*dp_walk_fn)(void *ctx, const dp_walk_entry *w, dp_err *e);
+DP_EXPORT int dp_walk(const char *dir, dp_walk_fn fn, void *ctx, dp_err *e);
+
 /* ---- Shell commands ----------------------------------------------------
  * dp_shell_quote appends s to b as one word of the POSIX shell: in single
  * quotes, each ' written '\''.  dp_shell_run runs `/bin/sh -c cmd` and

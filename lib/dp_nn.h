@@ -45,7 +45,7 @@
  * average the whole gradient in one call, or a range at a time as the
  * backward pass finishes each layer (the hook).
  *
- * A training step:
+ * A training step (dp_train.h's dp_step_run makes it data-parallel):
  *     dp_model_forward(m, x, n, &pass)         activations
  *     dp_model_loss(m, y, n, 1.0f / n, 1, st)  loss, d loss / d output
  *     dp_model_backward(m, n, hook, ctx)       gradients; hook per layer

@@ -40,7 +40,7 @@ comp_of() {
 	dp_record.h | dp_example.h | dp_encode.h | dp_shard.h | dp_shuffle.h | dp_events.h) echo records ;;
 	dp_image.h) echo image ;;
 	dp_s3.h) echo s3 ;;
-	dp_backend.h | dp_nn.h | dp_optim.h | dp_comm.h | dp_data.h | dp_ckpt.h | dp_eval.h) echo train ;;
+	dp_backend.h | dp_nn.h | dp_optim.h | dp_comm.h | dp_data.h | dp_ckpt.h | dp_eval.h | dp_train.h) echo train ;;
 	dp_metrics.h | dp_lines.h | dp_plot.h) echo metrics ;;
 	*) echo unknown ;;
 	esac

@@ -4,13 +4,14 @@
  * This file is the command line around libdp: options, messages, the
  * training loop and its logs.  The model (dp_nn.h), the math (dp_backend.h),
  * the optimizers (dp_optim.h), the input pipeline (dp_data.h), the
- * checkpoints (dp_ckpt.h) and the talk between workers (dp_comm.h) are all
- * in the library.  A step is: the next batch, the ranks' sample counts
- * (their sum is the global batch: each rank scales its loss by its
- * inverse), forward, loss, backward (each layer's gradients handed to
- * dp_comm as they are ready), wait for the summed gradients, optimizer
- * update.  Under mpirun every rank runs this same loop in lockstep; rank 0
- * alone logs and writes checkpoints.  Validation is dp-eval's pass
+ * checkpoints (dp_ckpt.h), the talk between workers (dp_comm.h) and the
+ * step itself (dp_train.h) are all in the library.  A step is: the next
+ * batch (dp_data_next), the ranks' sample counts (dp_step_agree), then
+ * dp_step_run: forward, loss, backward with each layer's gradients
+ * summed over the ranks as they are ready, optimizer update (with
+ * --accumulate, --freeze and --sync-bn: lib/train/step.c).  Under mpirun
+ * every rank runs this same loop in lockstep; rank 0 alone logs and
+ * writes checkpoints.  Validation is dp-eval's pass
  * (dp_eval.h).  See dp-train(1) (DISTRIBUTED) and dp-checkpoint(5).
  *
  * The file reads: options, messages, the pieces of the run (logs,
@@ -30,6 +31,7 @@
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
+#include "dp_train.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +64,7 @@ enum {
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
-	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
+	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
@@ -139,6 +141,7 @@ static const struct option longopts[] = {
 	{"uneven", required_argument, 0, O_UNEVEN},
 	{"scale-lr", no_argument, 0, O_SCALE_LR},
 	{"warmup-epochs", required_argument, 0, O_WARMUP_EPOCHS},
+	{"steps-per-epoch", required_argument, 0, O_STEPS_PER_EPOCH},
 	{"no-overlap", no_argument, 0, O_NO_OVERLAP},
 	{"bucket-size", required_argument, 0, O_BUCKET},
 	{"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
@@ -203,6 +206,7 @@ static struct {
 	int uneven_drop; /* an epoch ends when a rank's data does */
 	int scale_lr;
 	double warmup_epochs;
+	uint64_t steps_per_epoch; /* --steps-per-epoch; 0: counted */
 	int overlap;
 	uint64_t bucket;
 	int wire, algo; /* --grad-dtype, --allreduce (DP_WIRE_*, DP_ALLREDUCE_*) */
@@ -364,6 +368,9 @@ static void help(void)
 	       "      --scale-lr           multiply --lr by the number of ranks\n"
 	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
 	       "                           first E epochs\n"
+	       "      --steps-per-epoch N  the updates an epoch holds, for --warmup-epochs'\n"
+	       "                           ramp (default: counted from the files; needed with\n"
+	       "                           --train-cmd, whose epoch can be read only once)\n"
 	       "      --accumulate N       N micro-batches of --batch-size an update, their\n"
 	       "                           gradients summed before one allreduce (default 1)\n"
 	       "      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
@@ -584,6 +591,9 @@ static int dist_option(int c, const char *arg)
 		break;
 	case O_SCALE_LR: O.scale_lr = 1; break;
 	case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
+	case O_STEPS_PER_EPOCH:
+		O.steps_per_epoch = cli_count("--steps-per-epoch", arg, 1, UINT64_MAX / 4);
+		break;
 	case O_NO_OVERLAP: O.overlap = 0; break;
 	case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
 	case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
@@ -861,6 +871,8 @@ static void settings_from(const dp_st *ck)
 		O.scale_lr = !strcmp(v, "true");
 	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
 		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
+	if ((v = from_ckpt(ck, O_STEPS_PER_EPOCH, "steps_per_epoch")) && *v)
+		O.steps_per_epoch = meta_count(ck, "steps_per_epoch", v, 1, UINT64_MAX / 4);
 	if ((v = from_ckpt(ck, O_FREEZE, "freeze")))
 		O.freeze = v;
 	if ((v = from_ckpt(ck, O_LR_MULT, "lr_mult")))
@@ -1031,6 +1043,7 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
  * count them). */
 static dp_model *M;
 static dp_optim *OPT;
+static dp_trainer *TR; /* the step (dp_train.h) */
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
@@ -1040,11 +1053,8 @@ static int have_ckpt;
 static void average_buffers(void)
 {
 	dp_err e;
-	double t = dp_now();
-	if (SIZE > 1 && dp_model_nbuffers(M) &&
-	    dp_comm_allreduce_mean(COMM, dp_model_buffers(M), dp_model_nbuffers(M), &e) < 0)
+	if (dp_trainer_average_buffers(TR, &e) < 0)
 		cli_die("batchnorm statistics: %s", e.msg);
-	dp_comm_event(COMM, "average", 1, t, dp_now());
 }
 
 /* A pattern option's value (none: ""), for the settings and metadata. */
@@ -1076,6 +1086,9 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
 	snprintf(rb, sizeof rb, "%d", SIZE);
 	snprintf(acb, sizeof acb, "%" PRIu64, O.accumulate);
+	char spb[24] = "";
+	if (O.steps_per_epoch)
+		snprintf(spb, sizeof spb, "%" PRIu64, O.steps_per_epoch);
 	/* every rank's position in the epoch: a batch with a skipped image
 	 * took more records than its size, so batches do not tell it */
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
@@ -1092,6 +1105,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 		"ranks", rb,
 		"scale_lr", O.scale_lr ? "true" : "false",
 		"warmup_epochs", dp_fmt_double(O.warmup_epochs, web, sizeof web),
+		"steps_per_epoch", spb,
 		"lr", dp_fmt_double(O.lr, lrb, sizeof lrb),
 		"lr_schedule", dp_sched_format(&sc, schb, sizeof schb),
 		"warmup", wb,
@@ -1147,16 +1161,11 @@ static struct {
 	const char *ckpt_path;    /* where --checkpoint-every saves */
 	dp_train_state ts;        /* where the run is */
 	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
-	uint64_t *counts;         /* (SIZE) every rank's samples in a step */
 	meter mt;                 /* the sums of the next training line */
 	double lr;                /* of the last update */
 	double iter_time;         /* seconds of the steps, ... */
 	uint64_t iters;           /* ... and their number */
 	dp_eval *val;             /* validation metrics (with VD) */
-	float *acc;               /* (dev) --accumulate: the gradients of the update so far, */
-	uint64_t micro, micro_gn; /* of its first `micro` micro-batches, the job's samples, */
-	meter pend;               /* this rank's loss and samples in them */
-	size_t glo;               /* gradients below: of frozen layers, zero, not summed */
 } R;
 
 /* ---- the model's summary, the data ------------------------------------------------ */
@@ -1423,6 +1432,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	dp_image_spec(&O.img, imgb, sizeof imgb);
 	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, O.decode == DP_DECODE_IMAGE ? imgb : "",
 		O.hwc ? "hwc" : "chw", O.sync_bn);
+	/* what decides collectives (the skip counts' allreduce) and the ramp */
+	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
+		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, O.steps_per_epoch);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1472,66 +1484,13 @@ static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_
 	return lr;
 }
 
-/* The backward hook: a range of gradients to the allreduce, but those of
- * the frozen layers at the start of the model (zeros on every rank), and
- * at offsets from R.glo. */
-static int comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
-{
-	if (off < R.glo)
-		return DP_OK;
-	return dp_comm_hook(c, layer, off - R.glo, count, e);
-}
-
-/* The gradients of a rank without samples in a step: zeros (or those of
- * the update's micro-batches before, --accumulate), reported layer by
- * layer as a backward pass would, so that every rank makes the same
- * allreduce calls. */
-static int zero_grads(dp_err *e)
-{
-	dp_bectx *ctx;
-	const dp_backend *be = dp_model_backend(M, &ctx);
-	if (R.micro)
-		be->copy(ctx, dp_model_grads(M), R.acc, dp_model_nparams(M) * sizeof(float));
-	else
-		be->fill(ctx, dp_model_grads(M), 0, dp_model_nparams(M));
-	return dp_model_idle(M, comm_hook, COMM, e); /* and --sync-bn's sums */
-}
-
-/* A hash of everything a rank trains (weights, running statistics,
- * optimizer state): equal on every rank after every step. */
-static uint64_t state_hash(void)
-{
-	dp_bectx *ctx;
-	const dp_backend *be = dp_model_backend(M, &ctx);
-	struct {
-		const float *p;
-		size_t n;
-	} parts[8] = {{dp_model_params(M), dp_model_nparams(M)},
-		      {dp_model_buffers(M), dp_model_nbuffers(M)}};
-	int np = 2;
-	for (int j = 0; j < dp_optim_nstates(OPT) && np < 8; j++)
-		parts[np++] = (typeof(parts[0])){dp_optim_state(OPT, j), dp_model_nparams(M)};
-	uint64_t h = DP_FNV1A64_INIT;
-	for (int i = 0; i < np; i++) {
-		if (!parts[i].n)
-			continue;
-		float *tmp = malloc(parts[i].n * sizeof(float));
-		if (!tmp)
-			cli_die("out of memory");
-		be->download(ctx, tmp, parts[i].p, parts[i].n * sizeof(float));
-		h = dp_fnv1a64(h, tmp, parts[i].n * sizeof(float));
-		free(tmp);
-	}
-	return dp_mix64(h);
-}
-
 /* At the end: every rank must hold what rank 0 holds. */
 static void check_same_state(uint64_t step)
 {
-	uint64_t h = state_hash(), *all = calloc((size_t)SIZE, sizeof *all);
+	uint64_t h, *all = cli_calloc((size_t)SIZE, sizeof *all);
 	dp_err e;
-	if (!all)
-		cli_die("out of memory");
+	if (dp_trainer_state_hash(TR, &h, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
 	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	char hb[24], qb[24], sb[24];
@@ -1994,12 +1953,6 @@ static void resume_state(dp_st *ck)
 	}
 }
 
-/* --sync-bn: batchnorm sums over the ranks. */
-static int bn_sum(void *comm, double *v, size_t n, dp_err *e)
-{
-	return dp_comm_allreduce_sum(comm, v, n, e);
-}
-
 /* The model on the backend, the optimizer, the weights (the
  * checkpoint's, or fresh), the same on every rank. */
 static void setup_model(void)
@@ -2009,8 +1962,6 @@ static void setup_model(void)
 		cli_die_err(CLI_FAIL, &e);
 	if (!(OPT = dp_optim_new(&O.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
 		cli_die_err(CLI_FAIL, &e);
-	if (O.accumulate > 1 && !(R.acc = R.be->alloc(R.ctx, dp_model_nparams(M) * sizeof(float))))
-		cli_die("--accumulate: out of memory for the gradients' sum");
 	const char **pats[] = {&O.freeze, &O.no_decay, &O.lr_mult}; /* "" in metadata: none */
 	for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++)
 		if (*pats[i] && !**pats[i])
@@ -2023,18 +1974,9 @@ static void setup_model(void)
 		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
 	if (O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
 		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
-	for (int i = 0; O.freeze && i < dp_model_nlayers(M); i++) { /* a frozen start */
-		dp_layer_info li;
-		dp_model_layer(M, i, &li);
-		if (li.nparams && !li.frozen)
-			break;
-		if (li.nparams)
-			R.glo = li.param_off + li.nparams;
-	}
-	if (R.glo >= dp_model_nparams(M))
-		R.glo = 0;
-	if (O.sync_bn && SIZE > 1)
-		dp_model_set_sync(M, bn_sum, COMM);
+	dp_step_conf sc = {O.batch, O.accumulate, O.clip_norm, O.seed, O.sync_bn};
+	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
+		cli_die_err(CLI_FAIL, &e);
 	R.ts = (dp_train_state){O.seed, 0, 0, 0};
 	if (!R.ck || O.init) /* --init: what --reset leaves */
 		dp_model_init(M, O.seed);
@@ -2091,60 +2033,50 @@ static void setup_data(void)
 		R.ck = NULL;
 	}
 	if (O.warmup_epochs > 0 && SIZE > 1) {
-		uint64_t spe = count_steps(TD);
+		/* the ramp's length: given, from the checkpoint resumed, or
+		 * counted from the files (a pass without decoding); a command's
+		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
+		if (!O.steps_per_epoch && O.train_cmd)
+			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
+				    "known before it is read, and counting them would run the command "
+				    "of epoch 1 twice: give --steps-per-epoch N");
+		uint64_t spe = O.steps_per_epoch ? O.steps_per_epoch : count_steps(TD);
+		O.steps_per_epoch = spe;
 		R.ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
-		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch", O.warmup_epochs,
-		     R.ramp, spe);
+		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", O.warmup_epochs,
+		     R.ramp, spe, O.given[O_STEPS_PER_EPOCH] ? " (--steps-per-epoch)" : "");
 	}
 	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
 		cli_die("timeline: %s", e.msg);
 	R.ckpt_path = O.ckpt ? O.ckpt : O.output;
-	R.counts = cli_calloc((size_t)SIZE, sizeof *R.counts);
 	R.mt.t0 = dp_now();
 }
 
 /* ---- the epochs ------------------------------------------------------------------------ */
 
-/* A step of the job: this rank's batch, and how many samples the ranks
- * have in it. */
-typedef struct step {
-	const dp_batch *b;  /* this rank's batch; NULL when its data is over */
-	uint64_t n, gn;     /* its samples, the job's */
-	int nout;           /* ranks out of data, */
-	int first_out;      /* the first of them (-1: none) */
-	double t0, t2;      /* when the step began, when the ranks had agreed */
-} step;
-
-/* The next batch of this rank (none once *out), and every rank's count
- * (an allgather: every rank calls it at every step). */
-static step next_step(int *out)
+/* The next micro-batch of the job: this rank's batch (none once *out),
+ * and how many samples every rank has in it (a collective: every rank
+ * calls it at every step).  *t0: when it began. */
+static dp_step next_step(int *out, double *t0)
 {
 	dp_err e;
-	step s = {0};
-	s.first_out = -1;
-	s.t0 = dp_now();
+	dp_step s = {0};
+	*t0 = dp_now();
 	if (!*out) {
-		int rc = dp_data_next(TD, &s.b, &e);
+		const dp_batch *b;
+		int rc = dp_data_next(TD, &b, &e);
 		if (rc < 0)
 			cli_die("train: %s", e.msg);
 		if (rc == 0)
-			*out = 1, s.b = NULL;
-		else
-			s.n = s.b->n, data_pos = s.b->pos;
+			*out = 1;
+		else {
+			s = (dp_step){.x = b->x, .y = R.xent ? (const void *)b->y : b->t, .n = b->n};
+			data_pos = b->pos;
+		}
 	}
-	double t1 = dp_now();
-	dp_comm_event(COMM, "data", 1, s.t0, t1);
-	if (dp_comm_allgather(COMM, &s.n, R.counts, sizeof s.n, &e) < 0)
+	dp_comm_event(COMM, "data", 1, *t0, dp_now());
+	if (dp_step_agree(TR, &s, &e) < 0)
 		cli_die("train: %s", e.msg);
-	for (int r = 0; r < SIZE; r++) {
-		s.gn += R.counts[r];
-		if (!R.counts[r] && s.first_out < 0)
-			s.first_out = r;
-		s.nout += !R.counts[r];
-	}
-	s.t2 = dp_now();
-	if (SIZE > 1)
-		dp_comm_event(COMM, "agree", 1, t1, s.t2);
 	return s;
 }
 
@@ -2162,100 +2094,51 @@ static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 		     epoch + 1, R.ts.step + 1, what);
 }
 
-/* The update in progress is no more (done, or dropped at an epoch's end). */
-static void drop_micro(void)
-{
-	R.micro = R.micro_gn = 0;
-	memset(&R.pend, 0, sizeof R.pend);
-}
-
-/* The backward hook of an update's last micro-batch: each range of its
- * gradients plus those accumulated (--accumulate), then to the allreduce. */
-static int acc_hook(void *c, int layer, size_t off, size_t count, dp_err *e)
-{
-	if (R.micro)
-		dp_grads_add(R.be, R.ctx, dp_model_grads(M) + off, R.acc + off, count);
-	return comm_hook(c, layer, off, count, e);
-}
-
-/* One micro-batch: forward and loss (scaled by the job's samples of the
- * update: known in advance but at an epoch's end, where the sum is scaled
- * after), backward.  The last of an update (each one without --accumulate)
- * has its gradients, with those accumulated, summed over the ranks as
- * they come (a rank without samples adds zeros), clipped, and makes the
- * optimizer step: 1 then.  s->gn 0: the update of what was accumulated. */
-static int train_step(uint64_t epoch, const step *s, int last)
+/* One micro-batch s of update R.ts.step (dp_step_run; s NULL: the update
+ * of the micro-batches accumulated, dp_step_flush), begun at t0: 1 when
+ * it made the update. */
+static int train_step(uint64_t epoch, const dp_step *s, double t0)
 {
 	dp_err e;
-	const dp_batch *b = s->b;
-	float *g = dp_model_grads(M);
-	size_t np = dp_model_nparams(M);
-	uint64_t N = O.accumulate, G = N * O.batch * (uint64_t)SIZE;
+	dp_step_result r;
 	__atomic_store_n(&cur_step, R.ts.step, __ATOMIC_RELAXED);
 	R.lr = rate(&R.sched, epoch, R.ts.step, R.ramp);
-	double st[2] = {0, 0};
-	if (s->n) {
-		dp_pass pass = {1, O.seed, R.ts.step, (R.micro * (uint64_t)SIZE + (uint64_t)RANK) * O.batch};
-		const void *y = R.xent ? (const void *)b->y : b->t;
-		if (dp_model_forward(M, b->x, b->n, &pass, &e) < 0 ||
-		    dp_model_loss(M, y, b->n, 1.0f / (float)(N == 1 ? s->gn : G), 1, st, &e) < 0)
-			cli_die("train: %s", e.msg);
-	}
-	double t3 = dp_now();
-	dp_comm_event(COMM, "forward", 1, s->t2, t3);
-	if (!isfinite(st[0]))
-		diverged(epoch, st[0]);
-	R.pend.loss += st[0];
-	R.pend.correct += st[1];
-	R.pend.samples += s->n;
-	R.micro_gn += s->gn;
-	if (!last) { /* into the sum, no allreduce */
-		if (s->n && dp_model_backward(M, b->n, NULL, NULL, &e) < 0)
-			cli_die("train: %s", e.msg);
-		if (!R.micro && s->n)
-			R.be->copy(R.ctx, R.acc, g, np * sizeof *g);
-		else if (!R.micro)
-			R.be->fill(R.ctx, R.acc, 0, np);
-		else if (s->n)
-			dp_grads_add(R.be, R.ctx, R.acc, g, np);
-		R.micro++;
-		dp_comm_event(COMM, "backward", 1, t3, dp_now());
+	int rc = s ? dp_step_run(TR, s, R.ts.step, R.lr, &r, &e)
+		   : dp_step_flush(TR, R.ts.step, R.lr, &r, &e);
+	if (rc < 0 && !isfinite(r.loss))
+		diverged(epoch, r.loss);
+	if (rc < 0)
+		cli_die("train: %s", e.msg);
+	if (!r.updated)
 		return 0;
-	}
-	if (dp_comm_grads_begin(COMM, g + R.glo, np - R.glo, &e) < 0 ||
-	    (s->n ? dp_model_backward(M, b->n, acc_hook, COMM, &e) : zero_grads(&e)) < 0)
-		cli_die("train: %s", e.msg);
-	double t4 = dp_now();
-	dp_comm_event(COMM, "backward", 1, t3, t4);
-	if (dp_comm_grads_wait(COMM, &e) < 0)
-		cli_die("train: %s", e.msg);
-	double t5 = dp_now();
-	if (N > 1 && R.micro_gn != G) /* a short update: the mean over its samples */
-		R.be->scale(R.ctx, g, (float)((double)G / (double)R.micro_gn), np);
-	if (O.clip_norm > 0 && dp_grads_clip(R.be, R.ctx, g, np, O.clip_norm) < 0)
-		cli_die("--clip-norm: out of memory");
-	dp_optim_step(OPT, dp_model_params(M), g, R.lr);
-	double t6 = dp_now();
-	dp_comm_event(COMM, "update", 1, t5, t6);
-	R.iter_time += t6 - s->t0;
+	R.iter_time += dp_now() - t0;
 	R.iters++;
 	R.ts.step++;
 	R.ts.epoch_step++;
-	R.mt.loss += R.pend.loss;
-	R.mt.correct += R.pend.correct;
-	R.mt.samples += R.pend.samples;
+	R.mt.loss += r.loss_sum;
+	R.mt.correct += r.correct;
+	R.mt.samples += r.samples;
 	R.mt.steps++;
-	drop_micro();
 	return 1;
 }
 
 /* After an update: the training line, the checkpoint, the progress bar. */
+/* Time since t0 was not training (a checkpoint, --on-epoch, histograms):
+ * left out of the next line's samples_per_sec, as validation is. */
+static void not_training(double t0)
+{
+	R.mt.t0 += dp_now() - t0;
+}
+
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % O.log_every == 0)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
-	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
+	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 	bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 }
 
@@ -2279,7 +2162,8 @@ static int train_epoch(uint64_t epoch)
 			stopped = 1; /* before the step: a resumed run already there does none */
 			break;
 		}
-		step s = next_step(&out);
+		double ts0;
+		dp_step s = next_step(&out, &ts0);
 		if (!s.gn)
 			break; /* the epoch is over everywhere */
 		if (O.uneven_drop && s.nout) {
@@ -2293,19 +2177,17 @@ static int train_epoch(uint64_t epoch)
 			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
 			     " samples) dropped (--last-batch drop)",
 			     epoch + 1, s.gn, G);
-			drop_micro(); /* with the update it belongs to */
+			dp_step_drop(TR); /* with the update it belongs to */
 			break;
 		}
 		short_steps += s.gn < G;
-		if (train_step(epoch, &s, R.micro + 1 == O.accumulate))
+		if (train_step(epoch, &s, ts0))
 			after_update(epoch);
 	}
-	if (R.micro && O.drop_last) { /* an update of fewer micro-batches at the end */
-		drop_micro();
-	} else if (R.micro) {
-		step s = {.first_out = -1, .t0 = dp_now()};
-		s.t2 = s.t0;
-		train_step(epoch, &s, 1);
+	if (dp_step_pending(TR) && O.drop_last) { /* an update of fewer micro-batches at the end */
+		dp_step_drop(TR);
+	} else if (dp_step_pending(TR)) {
+		train_step(epoch, NULL, dp_now());
 		after_update(epoch);
 	}
 	if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
@@ -2347,8 +2229,13 @@ static void end_epoch(uint64_t epoch)
 	}
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
-	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && epoch + 1 < O.epochs)
+	/* the last epoch's too, unless it is -o, which finish() writes */
+	int last = epoch + 1 >= O.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && (!last || own_path)) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 }
 
 /* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
@@ -2421,10 +2308,12 @@ static void after_epoch(uint64_t epoch)
 	if (RANK != 0 || epoch == done)
 		return;
 	done = epoch;
+	double t0 = dp_now();
 	if (TB && O.tb_hist)
 		tb_histograms();
 	if (O.on_epoch)
 		run_on_epoch(epoch);
+	not_training(t0);
 }
 
 /* ---- finish ------------------------------------------------------------------------------ */
@@ -2476,9 +2365,7 @@ static void finish(void)
 /* Everything closed; the exit status. */
 static int close_all(void)
 {
-	free(R.counts);
-	if (R.acc)
-		R.be->free(R.ctx, R.acc);
+	dp_trainer_free(TR);
 	dp_eval_free(R.val);
 	dp_data_close(TD);
 	dp_data_close(VD);

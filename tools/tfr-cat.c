@@ -504,6 +504,12 @@ static void encode_images(const char *path)
 		S.bytes += n + DP_TFR_HEADER + DP_TFR_FOOTER;
 		put_record(p, n, NULL, 0, file, i++, UINT64_MAX);
 	}
+	const char *eg;
+	size_t left = dp_image_set_left_out(set, &eg);
+	if (left)
+		cli_warn("%s: left out %zu file%s that %s not .jpg, .jpeg or .png images (%s%s)", path,
+			 left, left == 1 ? "" : "s", left == 1 ? "is" : "are", left == 1 ? "" : "e.g. ",
+			 eg);
 	dp_image_set_close(set);
 }
 

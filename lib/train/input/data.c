@@ -77,6 +77,7 @@ typedef struct worker {
 struct dp_data {
 	dp_data_opts o;
 	char *feature, *label, *cmd, *cache_dir;
+	char *cmd_run; /* the command of the epoch, expanded: for messages */
 	source *src;
 	size_t nsrc;
 	uint64_t cache_total;
@@ -345,10 +346,11 @@ static int reap(dp_data *d, int stopped, dp_err *e)
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return DP_OK;
 	if (WIFEXITED(status))
-		return dp_seterr(e, DP_EIO, "command '%s' exited with status %d%s", d->cmd,
+		return dp_seterr(e, DP_EIO, "command '%s' exited with status %d%s", d->cmd_run,
 				 WEXITSTATUS(status),
 				 WEXITSTATUS(status) == 127 ? " (not found?)" : "");
-	return dp_seterr(e, DP_EIO, "command '%s' killed by signal %d", d->cmd, WTERMSIG(status));
+	return dp_seterr(e, DP_EIO, "command '%s' killed by signal %d", d->cmd_run,
+			 WTERMSIG(status));
 }
 
 static uint64_t cache_limit(const dp_data *d)
@@ -372,8 +374,9 @@ static int open_source(dp_data *d, size_t i, dp_err *e)
 		char *cmd = expand(d, d->cmd, "epoch", eb);
 		if (!cmd)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		free(d->cmd_run); /* messages name the command run, not the template */
+		d->cmd_run = cmd;
 		int fd = spawn(d, cmd, e);
-		free(cmd);
 		if (fd < 0)
 			return fd;
 		d->rd = dp_reader_open_fd(fd, 1, "command output", &ro, e);
@@ -1220,6 +1223,7 @@ void dp_data_close(dp_data *d)
 	free(d->feature);
 	free(d->label);
 	free(d->cmd);
+	free(d->cmd_run);
 	free(d->cache_dir);
 	free(d);
 }

@@ -1,0 +1,125 @@
+/*
+ * dp_train.h - the trainer: one step of synchronous data-parallel
+ * training behind one call, and the run's settings that checkpoints keep.
+ *
+ * A step reads as llm.c's train_gpt2.c: the next batch (the caller's,
+ * dp_data.h), then
+ *     dp_step_agree(t, &s, e)            every rank's samples in it (a collective)
+ *     dp_step_run(t, &s, step, lr, &r, e)
+ *         forward, loss             scaled by the job's samples of the update
+ *         backward                  each layer's gradients to the allreduce as
+ *                                   they are ready (dp_comm.h), but those of
+ *                                   the frozen layers at the model's start
+ *         wait for the sums, clip, update (dp_optim.h)
+ * Under mpirun every rank makes the same calls in the same order.  What
+ * lives here and nowhere else:
+ *  - gradient accumulation (conf.accumulate micro-batches an update): the
+ *    micro-batches before the last are summed on the backend; the last
+ *    adds them to its own gradients layer by layer, as they go to the
+ *    allreduce;
+ *  - ranks without samples in a step (their data is over: uneven shards)
+ *    send zeros, or what they accumulated, through the same allreduce
+ *    calls, and --sync-bn's sums through the same collectives, so that the
+ *    ranks never wait on each other for ever;
+ *  - the frozen prefix: the gradients of the frozen layers at the start
+ *    of the model are zero on every rank and are not summed;
+ *  - synchronised batch normalisation: the statistics' sums over the ranks;
+ *  - a short update (an epoch's last, with fewer samples): the mean over
+ *    the samples it has.
+ * The tool keeps the options, the messages, the logs and the loop over
+ * epochs (tools/dp-train.c); tests/unit/step.c tests the step without it.
+ *
+ * dp_run_conf: the settings of a run that a checkpoint's __metadata__
+ * keeps (dp-checkpoint(5)), each key named once, here: dp-train writes them
+ * and takes them back when resuming, dp-eval reads how the data was
+ * decoded, the SageMaker entry where a run was.
+ */
+#ifndef DP_TRAIN_H
+#define DP_TRAIN_H
+
+#include "dp.h"
+#include "dp_ckpt.h"
+#include "dp_comm.h"
+#include "dp_data.h"
+#include "dp_nn.h"
+#include "dp_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the step ------------------------------------------------------------ */
+
+typedef struct dp_trainer dp_trainer;
+
+typedef struct dp_step_conf {
+	uint64_t batch;      /* samples of a micro-batch on each rank (--batch-size) */
+	uint64_t accumulate; /* micro-batches an update (0 and 1: each is an update) */
+	double clip_norm;    /* the gradients' global L2 norm at most this; 0: no clipping */
+	uint64_t seed;       /* dropout masks: (seed, step, layer, sample) */
+	int sync_bn;         /* batchnorm statistics over every rank's batch */
+} dp_step_conf;
+
+/* A trainer of model m (bound, its frozen tensors set with dp_model_freeze
+ * and dp_optim_set_tensors) with optimizer o over job c: the buffer of
+ * accumulated gradients (on m's backend), the frozen prefix, the sums of
+ * sync_bn.  m, o and c must outlive it. */
+DP_EXPORT dp_trainer *dp_trainer_new(dp_model *m, dp_optim *o, dp_comm *c, const dp_step_conf *conf,
+				     dp_err *e);
+DP_EXPORT void dp_trainer_free(dp_trainer *t);
+
+/* A micro-batch of the job. */
+typedef struct dp_step {
+	const float *x;  /* (n, in_size) this rank's inputs (host: dp_batch.x) */
+	const void *y;   /* labels: (n) int32 classes (xent), (n, out_size) floats (mse) */
+	size_t n;        /* this rank's samples; 0 when its data is over */
+	uint64_t gn;     /* the job's samples: the sum of n over the ranks */
+	int nout;        /* ranks without samples, */
+	int first_out;   /* the first of them (-1: none) */
+} dp_step;
+
+/* Every rank's s->n, summed into s->gn, s->nout and s->first_out set: an
+ * allgather, which every rank calls once a micro-batch, with or without
+ * samples.  s->gn 0: the data is over everywhere. */
+DP_EXPORT int dp_step_agree(dp_trainer *t, dp_step *s, dp_err *e);
+
+/* What a call of dp_step_run did.  The sums are this rank's, over the
+ * micro-batches of the update it ended (0 when it did not end one). */
+typedef struct dp_step_result {
+	int updated;     /* 1: the optimizer stepped (the update's last micro-batch) */
+	double loss;     /* the summed loss of this micro-batch (a NaN or infinity: diverged) */
+	double loss_sum, correct; /* this rank's summed loss and correct predictions of the update */
+	uint64_t samples;         /* this rank's samples in it */
+} dp_step_result;
+
+/* One micro-batch s (agreed) of update `step` (0-based over the run) at
+ * learning rate lr: forward, loss, backward; the update's last
+ * micro-batch (every one without accumulation) also has the gradients
+ * summed over the ranks, clipped and applied.  Returns 0, or a negative
+ * status: a loss that is not finite is DP_EDATA with r->loss holding it,
+ * and nothing is updated.  Every rank calls it for every agreed s. */
+DP_EXPORT int dp_step_run(dp_trainer *t, const dp_step *s, uint64_t step, double lr, dp_step_result *r,
+			  dp_err *e);
+/* The micro-batches accumulated so far towards the next update (0 with
+ * none, and always without accumulation). */
+DP_EXPORT uint64_t dp_step_pending(const dp_trainer *t);
+/* The update of what was accumulated, when the data ends before the
+ * update's last micro-batch: the mean over the samples it has.  Every
+ * rank calls it at the same point.  Returns 0 with r->updated 0 when
+ * nothing is pending. */
+DP_EXPORT int dp_step_flush(dp_trainer *t, uint64_t step, double lr, dp_step_result *r, dp_err *e);
+/* Forget what was accumulated (an epoch's last, short update dropped). */
+DP_EXPORT void dp_step_drop(dp_trainer *t);
+
+/* Every rank's running statistics (batchnorm) become their mean over the
+ * ranks (each moved them with its own batches): before a checkpoint or a
+ * validation.  A collective. */
+DP_EXPORT int dp_trainer_average_buffers(dp_trainer *t, dp_err *e);
+/* FNV-1a 64 (mixed) of everything a rank trains: weights, running
+ * statistics, optimizer state; the same on every rank after every step. */
+DP_EXPORT int dp_trainer_state_hash(dp_trainer *t, uint64_t *hash, dp_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
