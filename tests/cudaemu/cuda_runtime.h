@@ -102,7 +102,7 @@ static void emu_fiber_new(int t)
 static void emu_fiber_run(int t) { swapcontext(&emu_sched, &emu_fib[t]); }
 #endif
 
-static void emu_launch(dim3 g, dim3 b, const std::function<void()> &job)
+__attribute__((unused)) static void emu_launch(dim3 g, dim3 b, const std::function<void()> &job)
 {
 	if (b.x * b.y * b.z != EMU_THREADS || g.y != 1 || g.z != 1) {
 		fprintf(stderr, "cudaemu: launch of %ux%u blocks of %ux%u threads: only 1-D grids of "

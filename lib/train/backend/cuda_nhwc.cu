@@ -185,9 +185,34 @@ void nhwc_filter_grad(dp_bectx *c, const void *dwt, const dp_conv2d *g, float *d
 
 /* ---- elementwise --------------------------------------------------------------- */
 
+/* Kernels over (rows, k) by channel: launched on chan_grid() blocks, whose
+ * threads all step by a multiple of k, so that each keeps one channel
+ * (no division per element: 64-bit division costs dozens of instructions,
+ * more than the bytes these kernels move allow). */
+static unsigned chan_grid(size_t total, int k)
+{
+	unsigned a = (unsigned)k, b = THREADS;
+	while (b) {
+		unsigned t = a % b;
+		a = b;
+		b = t;
+	}
+	unsigned q = (unsigned)k / a, g = grid(total);
+	return g < q ? q : g - g % q;
+}
+
+#define FOR_CHAN(i, ch, total, k)                                                 \
+	size_t i##0_ = (size_t)blockIdx.x * blockDim.x + threadIdx.x;             \
+	int ch = (int)(i##0_ % (size_t)(k));                                      \
+	for (size_t i = i##0_; i < (total); i += (size_t)gridDim.x * blockDim.x)
+
 template <typename T> __global__ void k_bias_act(T *y, size_t total, int k, const float *b, int act)
 {
-	FOR_EACH(i, total) y[i] = to<T>(act_f(act, fl(y[i]) + (b ? b[i % (size_t)k] : 0.0f)));
+	FOR_CHAN(i, ch, total, k)
+	{
+		float bb = b ? b[ch] : 0.0f;
+		y[i] = to<T>(act_f(act, fl(y[i]) + bb));
+	}
 }
 
 template <typename T> __global__ void k_act(const T *x, T *y, size_t n, int act)
@@ -223,7 +248,7 @@ void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int
 	size_t total = rows * k;
 	if (!total || (!b && !act))
 		return;
-	BY_TYPE(c, LAUNCH(k_bias_act<T>, grid(total), THREADS, c->s, (T *)y, total, k, b, act));
+	BY_TYPE(c, LAUNCH(k_bias_act<T>, chan_grid(total, k), THREADS, c->s, (T *)y, total, k, b, act));
 	LAUNCHED(c, "bias and activation");
 }
 
@@ -465,9 +490,10 @@ __global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const doubl
 
 template <typename T> __global__ void k_bn_apply(const T *x, const float *ab, int k, size_t total, T *y)
 {
-	FOR_EACH(i, total) {
-		size_t ch = i % (size_t)k;
-		y[i] = to<T>(fl(x[i]) * ab[ch] + ab[k + ch]);
+	FOR_CHAN(i, ch, total, k)
+	{
+		float a = ab[ch], b = ab[k + ch];
+		y[i] = to<T>(fl(x[i]) * a + b);
 	}
 }
 
@@ -524,7 +550,7 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
 	       run_mean, run_var, save, ab);
 	LAUNCHED(c, "batchnorm statistics");
-	BY_TYPE(c, LAUNCH(k_bn_apply<T>, grid(total), THREADS, c->s, (const T *)x, ab, g->c, total, (T *)y));
+	BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c, total, (T *)y));
 	LAUNCHED(c, "batchnorm");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
@@ -553,10 +579,11 @@ template <typename T>
 __global__ void k_bn_dx(const T *x, const T *dy, const float *save, const float *coef, int k,
 			size_t total, T *dx)
 {
-	FOR_EACH(i, total) {
-		size_t ch = i % (size_t)k;
-		float xh = (fl(x[i]) - save[ch]) * save[k + ch];
-		dx[i] = to<T>(coef[ch] * (fl(dy[i]) - coef[k + ch] - xh * coef[2 * k + ch]));
+	FOR_CHAN(i, ch, total, k)
+	{
+		float m = save[ch], inv = save[k + ch], a = coef[ch], b = coef[k + ch], d = coef[2 * k + ch];
+		float xh = (fl(x[i]) - m) * inv;
+		dx[i] = to<T>(a * (fl(dy[i]) - b - xh * d));
 	}
 }
 
@@ -605,7 +632,7 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
 	LAUNCHED(c, "batchnorm gradient");
 	if (dx) {
-		BY_TYPE(c, LAUNCH(k_bn_dx<T>, grid(total), THREADS, c->s, (const T *)x, (const T *)d, save,
+		BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, (const T *)d, save,
 				  coef, g->c, total, (T *)dx));
 		LAUNCHED(c, "batchnorm input gradient");
 		tag_set(c, dx, s.n, s.c, s.h, s.w);
