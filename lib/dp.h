@@ -167,6 +167,17 @@ DP_EXPORT char *dp_buf_take(dp_buf *b);
 #define DP_JSON_ASCII 1
 DP_EXPORT int dp_buf_json_str(dp_buf *b, const void *s, size_t n, int flags);
 
+/* Append s[0..n), data from outside (a file name, a feature name, an S3
+ * key, a log's text), as a message or a line of output may quote it: as
+ * it is when it is printable UTF-8 (no control character, C0 or C1, no
+ * DEL) not beginning with "$'"; else in the shell's $'...' form, each
+ * control and each byte that is not UTF-8 escaped (\n, \x1b), so that data
+ * can neither rewrite the terminal nor split a line, and the text pasted
+ * into a shell is the name itself.  The one escaper of quoted data.
+ * dp_shown: the same as a new string (NULL when out of memory). */
+DP_EXPORT int dp_buf_shown(dp_buf *b, const void *s, size_t n);
+DP_EXPORT char *dp_shown(const void *s, size_t n);
+
 /* Write all of buf to fd, retrying on EINTR and short writes.  `name`
  * names the file in the error message. */
 DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e);
