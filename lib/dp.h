@@ -108,6 +108,9 @@ DP_EXPORT int dp_tmpfile(const char *dir, dp_err *e);
  * destination's directory exists and is writable, and the destination is
  * not a directory.  Creates nothing.  Returns 0 or a status naming path. */
 DP_EXPORT int dp_out_check(const char *path, dp_err *e);
+/* 1 when output paths a and b name one file ("x" and "./x", two links to
+ * one file, "-" and "-"): two outputs of a run that would lose one. */
+DP_EXPORT int dp_same_output(const char *a, const char *b);
 /* Commit n outputs all or none: every destination is checked first (the
  * first that cannot be written is named); files they replace are kept
  * aside until all renames succeeded, and put back if one fails.  Outputs
@@ -166,6 +169,17 @@ DP_EXPORT char *dp_buf_take(dp_buf *b);
  * pairs above U+FFFF), as Python's json.dumps does by default. */
 #define DP_JSON_ASCII 1
 DP_EXPORT int dp_buf_json_str(dp_buf *b, const void *s, size_t n, int flags);
+
+/* Append s[0..n), data from outside (a file name, a feature name, an S3
+ * key, a log's text), as a message or a line of output may quote it: as
+ * it is when it is printable UTF-8 (no control character, C0 or C1, no
+ * DEL) not beginning with "$'"; else in the shell's $'...' form, each
+ * control and each byte that is not UTF-8 escaped (\n, \x1b), so that data
+ * can neither rewrite the terminal nor split a line, and the text pasted
+ * into a shell is the name itself.  The one escaper of quoted data.
+ * dp_shown: the same as a new string (NULL when out of memory). */
+DP_EXPORT int dp_buf_shown(dp_buf *b, const void *s, size_t n);
+DP_EXPORT char *dp_shown(const void *s, size_t n);
 
 /* Write all of buf to fd, retrying on EINTR and short writes.  `name`
  * names the file in the error message. */

@@ -1010,6 +1010,13 @@ static void check_outputs(void)
 	}
 	if (O.json && RANK == 0 && dp_out_check(O.json, &e) < 0)
 		cli_die("--json %s", e.msg);
+	if (O.json && O.pred) { /* one file: one of them would be lost */
+		char *p = cli_expand(O.pred, NULL);
+		if (dp_same_output(O.json, p))
+			usage_error("--json %s and --predictions %s name one file: one would be lost",
+					O.json, O.pred);
+		free(p);
+	}
 }
 
 /* Whether path (its links followed) is the same file as the checkpoint. */

@@ -1844,6 +1844,26 @@ static void each_output(void (*fn)(const char *opt, const char *tmpl))
 		fn("--timeline", O.timeline);
 }
 
+/* Two outputs naming one file would lose one (--log X -o X, --log X
+ * --timeline X): refused, naming both.  -o and --checkpoint may share
+ * one: the same kind of file, the latest state. */
+static void check_distinct_outputs(void)
+{
+	const char *opt[4] = {"-o", "--checkpoint", "--log", "--timeline"};
+	const char *val[4] = {O.output, O.ckpt, O.log, O.timeline};
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 4; j++) {
+			if (!val[i] || !val[j] || (i == 0 && j == 1))
+				continue;
+			char *a = rank_path(val[i]), *b = rank_path(val[j]);
+			if (dp_same_output(a, b))
+				usage_error("%s %s and %s %s name one file: one would be lost", opt[i],
+					    val[i], opt[j], val[j]);
+			free(a);
+			free(b);
+		}
+}
+
 /* An output that is one of the training or validation files would
  * replace it (or, for --log, empty it before it is read): refused, before
  * the work.  Names with {step} or {epoch} are known only when saved. */
@@ -2432,6 +2452,7 @@ int main(int argc, char **argv)
 	check_ckpt_model();
 	check_options();
 	each_output(check_output); /* a run that could only fail at its end fails now */
+	check_distinct_outputs();
 	setup_model();
 	setup_data();
 	check_outputs_not_inputs();

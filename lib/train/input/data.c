@@ -578,8 +578,9 @@ static void feature_names(const dp_example *ex, char *buf, size_t len)
 	size_t n = 0;
 	buf[0] = 0;
 	for (size_t i = 0; i < ex->n && n + 4 < len; i++) {
-		int w = snprintf(buf + n, len - n, "%s%.*s", i ? ", " : "",
-				 (int)(ex->f[i].name_len > 40 ? 40 : ex->f[i].name_len), ex->f[i].name);
+		char *nm = dp_shown(ex->f[i].name, ex->f[i].name_len > 40 ? 40 : ex->f[i].name_len);
+		int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", nm ? nm : "?");
+		free(nm);
 		if (w < 0 || (size_t)w >= len - n) {
 			snprintf(buf + (len > 5 ? len - 5 : 0), 5, "...");
 			return;
@@ -712,11 +713,13 @@ static int decode_image(worker *w, const dp_feature *fx, size_t src, uint64_t in
 		const dp_feature *fn = dp_example_get(&w->ex, "image/filename");
 		const uint8_t *np = NULL;
 		size_t nl = 0;
+		char *shown = NULL; /* escaped: a name can hold terminal controls */
 		if (fn && fn->kind == DP_KIND_BYTES && dp_feature_bytes0(fn, &np, &nl) == 1 &&
-		    nl < 256 && dp_utf8_valid(np, nl))
-			rec_err(d, src, index, offset, e, "%.*s: %s", (int)nl, (const char *)np, ie.msg);
+		    nl < 256 && (shown = dp_shown(np, nl)))
+			rec_err(d, src, index, offset, e, "%s: %s", shown, ie.msg);
 		else
 			rec_err(d, src, index, offset, e, "feature '%s': %s", d->feature, ie.msg);
+		free(shown);
 		return BAD_IMAGE;
 	}
 	return DP_OK;
