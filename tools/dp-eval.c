@@ -976,7 +976,7 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision};
 	char desc[256];
 	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);

@@ -62,7 +62,7 @@ enum {
 	O_SHUFFLE, O_LAST_BATCH, O_CACHE, O_CACHE_LIMIT, O_CACHE_DIR, O_PREFETCH, O_MODEL,
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
-	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
+	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_DETERMINISTIC, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
@@ -118,6 +118,7 @@ static const struct option longopts[] = {
 	{"threads", required_argument, 0, O_THREADS},
 	{"gpu", required_argument, 0, O_GPU},
 	{"precision", required_argument, 0, O_PRECISION},
+	{"deterministic", no_argument, 0, O_DETERMINISTIC},
 	{"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
 	{"checkpoint", required_argument, 0, O_CKPT},
 	{"resume", required_argument, 0, O_RESUME},
@@ -189,6 +190,7 @@ static struct {
 	uint64_t warmup, seed;
 	int threads;
 	int gpu, precision; /* -1: the local rank's GPU; enum dp_precision */
+	int deterministic;  /* --deterministic: cuDNN's algorithms pinned, not timed */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
@@ -321,6 +323,8 @@ static void help(void)
 	       "                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
 	       "                           tensor cores (CUDA build): float32 weights either way\n"
+	       "      --deterministic      GPU: cuDNN's algorithms by its heuristics, not timed:\n"
+	       "                           the same bits every run\n"
 	       "\n"
 	       "Checkpoints (safetensors, dp-checkpoint(5)):\n"
 	       "  -o, --output PATH        the final checkpoint\n"
@@ -661,6 +665,7 @@ static void parse_args(int argc, char **argv)
 		case O_SEED: O.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
+		case O_DETERMINISTIC: O.deterministic = 1; break;
 		case O_PRECISION:
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
@@ -1587,7 +1592,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision,
+			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	if (!(COMM = dp_comm_open(R.be, R.ctx, &e)))
