@@ -167,12 +167,41 @@ DP_EXPORT char *dp_buf_take(dp_buf *b);
 #define DP_JSON_ASCII 1
 DP_EXPORT int dp_buf_json_str(dp_buf *b, const void *s, size_t n, int flags);
 
+/* Append s[0..n), data from outside (a file name, a feature name, an S3
+ * key, a log's text), as a message or a line of output may quote it: as
+ * it is when it is printable UTF-8 (no control character, C0 or C1, no
+ * DEL) not beginning with "$'"; else in the shell's $'...' form, each
+ * control and each byte that is not UTF-8 escaped (\n, \x1b), so that data
+ * can neither rewrite the terminal nor split a line, and the text pasted
+ * into a shell is the name itself.  The one escaper of quoted data.
+ * dp_shown: the same as a new string (NULL when out of memory). */
+DP_EXPORT int dp_buf_shown(dp_buf *b, const void *s, size_t n);
+DP_EXPORT char *dp_shown(const void *s, size_t n);
+
 /* Write all of buf to fd, retrying on EINTR and short writes.  `name`
  * names the file in the error message. */
 DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e);
 /* Read up to len bytes, retrying until len bytes or end of file.  Returns
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
+
+/* ---- Folder trees ------------------------------------------------------
+ * dp_walk: every entry under dir whose name does not begin with '.', in
+ * byte order of names, folders in place (symbolic links followed); fn
+ * sees each (its path, its path under dir, its stat) and returns DP_OK (go
+ * on; into it, a folder), 1 (a folder: not into it) or an error, which
+ * ends the walk.  A folder met twice (a link loop such as cat/loop -> ..,
+ * or two links to one folder) is DP_EDATA naming both; a tree deeper than
+ * DP_WALK_MAX_DEPTH is DP_ELIMIT. */
+#define DP_WALK_MAX_DEPTH 64
+struct stat;
+typedef struct dp_walk_entry {
+	const char *path, *rel, *name;
+	int depth;                /* 0: directly in dir */
+	const struct stat *st;
+} dp_walk_entry;
+typedef int (*dp_walk_fn)(void *ctx, const dp_walk_entry *w, dp_err *e);
+DP_EXPORT int dp_walk(const char *dir, dp_walk_fn fn, void *ctx, dp_err *e);
 
 /* ---- Shell commands ----------------------------------------------------
  * dp_shell_quote appends s to b as one word of the POSIX shell: in single

@@ -141,7 +141,8 @@ enum dp_run_key {
 	DP_RUN_LAST_BATCH, DP_RUN_BATCH, DP_RUN_ACCUMULATE, DP_RUN_CLIP_NORM, DP_RUN_EPOCHS,
 	DP_RUN_SEED, DP_RUN_SCHEDULE, DP_RUN_WARMUP, DP_RUN_OPTIMIZER, DP_RUN_LR,
 	DP_RUN_MOMENTUM, DP_RUN_DAMPENING, DP_RUN_BETA1, DP_RUN_BETA2, DP_RUN_EPS, DP_RUN_WD,
-	DP_RUN_NESTEROV, DP_RUN_SCALE_LR, DP_RUN_WARMUP_EPOCHS, DP_RUN_FREEZE, DP_RUN_LR_MULT,
+	DP_RUN_NESTEROV, DP_RUN_SCALE_LR, DP_RUN_WARMUP_EPOCHS, DP_RUN_STEPS_PER_EPOCH,
+	DP_RUN_FREEZE, DP_RUN_LR_MULT,
 	DP_RUN_NO_DECAY, DP_RUN_SMOOTH, DP_RUN_SYNC_BN, DP_RUN_RANKS, DP_RUN_PRECISION,
 	DP_RUN_NKEYS
 };
@@ -164,6 +165,7 @@ typedef struct dp_run_conf {
 	double lr;
 	int scale_lr;
 	double warmup_epochs, smooth;
+	uint64_t steps_per_epoch;        /* updates an epoch (--warmup-epochs' ramp); 0: unknown */
 	const char *freeze, *lr_mult, *no_decay; /* patterns; NULL or "": none */
 	int sync_bn;
 	int ranks;                       /* of the run that saved it */

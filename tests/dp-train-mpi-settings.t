@@ -85,6 +85,9 @@ ROWS=$(cat <<'EOF'
 --val-cmd|val|--val-cmd 'cat all.tfr'|--val-cmd 'cat p-{rank}.tfr'
 --warmup|warmup||--warmup 3
 --warmup-epochs|warmup_epochs|--scale-lr|--scale-lr --warmup-epochs 1
+--skip-corrupt|skip_corrupt||--skip-corrupt
+--max-skipped|max_skipped|--skip-corrupt|--skip-corrupt --max-skipped 5
+--steps-per-epoch|steps_per_epoch||--steps-per-epoch 3
 --weight-decay|weight_decay||--weight-decay 0.1
 EOF
 )

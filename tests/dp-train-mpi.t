@@ -179,6 +179,24 @@ like "$err" "--warmup-epochs 1: 8 updates of 8 an epoch" "counts the steps of an
 like "$(grep '^epoch=1 step=1 ' <<<"$out")" " lr=0\.1 " "the first update at the single-worker rate"
 like "$(grep '^epoch=1 step=5 ' <<<"$out")" " lr=0\.150*[0-9]? " "half way: 1.5 x"
 like "$(grep '^epoch=2 step=9 ' <<<"$out")" " lr=0\.2 " "after the ramp: lr x 2 ranks"
+lrs() { sed -n 's/^epoch=[0-9]* step=\([0-9]*\) .* lr=\([^ ]*\) .*/\1 \2/p' <<<"$1"; }
+ramp=$(lrs "$out")
+# with --train-cmd the epoch is read once: counting it would run epoch 1's
+# command twice (a Pipe-mode FIFO consumed, a download made twice)
+W=(--model "$CNN" --input-shape 1x8x8 --batch-size 16 --epochs 2 --log-every 1 --scale-lr
+	--warmup-epochs 1 --optimizer sgd --lr 0.1)
+run mpi 2 dp-train --train-cmd 'echo "$OMPI_COMM_WORLD_RANK {epoch}" >> runs.txt; cat all.tfr' "${W[@]}"
+is "$rc" 2 "--warmup-epochs with --train-cmd and no --steps-per-epoch: usage error"
+like "$err" "counting them would run the command of epoch 1 twice: give --steps-per-epoch N" "... naming the option"
+ok test ! -s runs.txt "... before any command ran"
+rm -f runs.txt
+run mpi 2 dp-train --train-cmd 'echo "$OMPI_COMM_WORLD_RANK {epoch}" >> runs.txt; cat all.tfr' "${W[@]}" --steps-per-epoch 8
+is "$rc" 0 "--steps-per-epoch 8: trains"
+is "$(sort runs.txt | tr '\n' ' ')" "0 1 0 2 1 1 1 2 " "each rank's command ran once an epoch"
+is "$(lrs "$out")" "$ramp" "... and the ramp is the one counted from the file"
+run mpi 2 dp-train --train-cmd 'cat none-{epoch}.tfr' "${W[@]}" --steps-per-epoch 8
+is "$rc" 1 "a failing --train-cmd"
+like "$err" "command 'cat none-1.tfr' exited with status 1" "... named as run, not as the template"
 run mpi 2 dp-train --train all.tfr --model "$CNN" --input-shape 1x8x8 --warmup-epochs 1
 is "$rc" 2 "--warmup-epochs without --scale-lr: usage error"
 like "$err" "--warmup-epochs ramps up to the rate of --scale-lr" "says why"

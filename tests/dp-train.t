@@ -170,7 +170,16 @@ done
 run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --checkpoint-every 5 --checkpoint 'ck-{step}.st'
 is "$(ls ck-*.st | sort -V | tr '\n' ' ')" "ck-5.st ck-10.st ck-14.st " "--checkpoint-every 5 with {step}"
 run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --checkpoint-every 1e --checkpoint 'ep-{epoch}.st' -o final.st
-is "$(ls ep-*.st | tr '\n' ' ')" "ep-1.st ep-2.st " "--checkpoint-every 1e with {epoch}; the end goes to -o"
+is "$(ls ep-*.st | tr '\n' ' ')" "ep-1.st ep-2.st ep-3.st " "--checkpoint-every 1e with {epoch}: the last epoch's too"
+same_file ep-3.st final.st "... the state -o holds"
+# a --on-epoch hook's time is not training: left out of samples_per_sec (a
+# line of 2 epochs' worth of samples took well under the hook's 3 s)
+run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --log-every 1000 --on-epoch 'sleep 3' -o h.st
+is "$rc" 0 "--on-epoch 'sleep 3'"
+read -r n r < <(sed -n 's/^epoch=2 .*samples_per_sec=\([0-9]*\).*/\1/p' <<<"$out" |
+	awk -v n="$(tfr-cat -c small.tfr)" '{ print n, $1 }')
+ok awk -v n="$n" -v r="$r" 'BEGIN { exit !(r > 0 && n / r < 3) }' \
+	"... epoch 2's samples_per_sec leaves the hook out ($n samples at $r/s)"
 run dp-train --train small.tfr --init ck-10.st --prefetch 0 --log-every 1 -o ft.st
 is "$rc" 0 "--init takes the model from the checkpoint"
 like "$out" "^epoch=1 step=1 " "--init starts a new run at step 1"

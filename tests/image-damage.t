@@ -155,4 +155,30 @@ for th in 0 2; do
 	is "$($PY "$DP_SRC/tests/maxdiff.py" straight$th.st resumed$th.st)" 0.0 \
 		"... ends where the straight run does, to the bit"
 done
+
+# ---- folders: symbolic link loops, depth, files left out ------------------------------------
+mkdir -p loop/cat loop/dog
+cp set/cat/good0.jpg loop/cat/a.jpg && cp set/dog/good0.jpg loop/dog/b.jpg
+ln -s .. loop/cat/up
+run tfr-cat --encode images loop -o loop.tfr
+is "$rc" 1 "a link back up the tree (cat/up -> ..): an error, not 32 records"
+like "$err" "loop/cat/up: a loop: it leads back to loop " "... naming the link and where it leads"
+ok test ! -e loop.tfr "... and nothing written"
+rm loop/cat/up
+ln -s . loop/dog/self1 && ln -s . loop/dog/self2
+run timeout 20 tfr-cat --encode images loop -o loop.tfr
+is "$rc" 1 "two links to . (2^31 folders to walk): an error at once"
+rm loop/dog/self1 loop/dog/self2
+ln -s ../dog loop/cat/alsodog
+run tfr-cat --encode images loop -o loop.tfr
+is "$rc" 1 "a second way into one folder: an error (each folder read once)"
+like "$err" "loop/dog: the same folder as loop/cat/alsodog" "... naming both"
+rm loop/cat/alsodog
+d=loop/cat; for i in $(seq 1 40); do d=$d/d; done; mkdir -p "$d" && cp set/cat/good1.jpg "$d/deep.jpg"
+printf 'webp' > loop/dog/c.webp; printf 'bmp' > loop/dog/d.bmp
+run tfr-cat --encode images loop -o loop.tfr
+is "$rc" 0 "a folder 41 deep is walked (it was dropped silently below 32)"
+is "$(tfr-cat -c loop.tfr)" 3 "... its image encoded"
+like "$err" "loop: left out 2 files that are not .jpg, .jpeg or .png images \(e.g. dog/c.webp\)" \
+	"files that are not images: counted and said"
 done_testing

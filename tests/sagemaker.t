@@ -96,7 +96,7 @@ ok test -s "$R/checkpoints/checkpoint.safetensors" "the epoch's checkpoint there
 run env SM_HPS='{"model":"dense:16,relu,dense:5","input-shape":"12","epochs":"3","batch-size":"32","lr":"0.01","log-every":"5","seed":"4","shuffle-buffer":"100","init":"nowhere.st"}' \
 	timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "a restart: exit 0"
-like "$err" "resuming $R/checkpoints/checkpoint.safetensors at epoch 2, step 10" \
+like "$err" "resuming $R/checkpoints/checkpoint.safetensors at epoch 3, step 20" \
 	"a restart resumes from the checkpoint (and not --init)"
 is "$(grep -c '^epoch=3 step=30 val_loss' <<<"$out")" 1 "... and trains on to the third epoch"
 rm -rf "$R/checkpoints"
@@ -113,6 +113,14 @@ run env SM_HPS="$FT" timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "... restarted: it resumes"
 like "$err" "resuming $R/checkpoints/checkpoint.safetensors" "... from its checkpoint"
 rm -rf "$R/checkpoints"
+
+# a channel with a link loop: an error naming it, not the files read again
+# and again (820 samples for 20)
+ln -s .. "$R/input/data/train/part/up"
+run timeout 60 dp-train --sagemaker="$R" --epochs 1
+is "$rc" 1 "a train channel with a link back up (part/up -> ..): exit 1"
+like "$err" "train/part/up: a loop: it leads back to $R/input/data/train" "... naming the loop"
+rm "$R/input/data/train/part/up"
 
 # ---- failures: stderr and ROOT/output/failure ------------------------------------------------------
 failure() { # name: the failure file holds stderr's message

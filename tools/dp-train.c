@@ -64,7 +64,7 @@ enum {
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
-	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_NO_OVERLAP,
+	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
@@ -141,6 +141,7 @@ static const struct option longopts[] = {
 	{"uneven", required_argument, 0, O_UNEVEN},
 	{"scale-lr", no_argument, 0, O_SCALE_LR},
 	{"warmup-epochs", required_argument, 0, O_WARMUP_EPOCHS},
+	{"steps-per-epoch", required_argument, 0, O_STEPS_PER_EPOCH},
 	{"no-overlap", no_argument, 0, O_NO_OVERLAP},
 	{"bucket-size", required_argument, 0, O_BUCKET},
 	{"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
@@ -342,6 +343,9 @@ static void help(void)
 	       "      --scale-lr           multiply --lr by the number of ranks\n"
 	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
 	       "                           first E epochs\n"
+	       "      --steps-per-epoch N  the updates an epoch holds, for --warmup-epochs'\n"
+	       "                           ramp (default: counted from the files; needed with\n"
+	       "                           --train-cmd, whose epoch can be read only once)\n"
 	       "      --accumulate N       N micro-batches of --batch-size an update, their\n"
 	       "                           gradients summed before one allreduce (default 1)\n"
 	       "      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
@@ -562,6 +566,9 @@ static int dist_option(int c, const char *arg)
 		break;
 	case O_SCALE_LR: C.scale_lr = 1; break;
 	case O_WARMUP_EPOCHS: C.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
+	case O_STEPS_PER_EPOCH:
+		C.steps_per_epoch = cli_count("--steps-per-epoch", arg, 1, UINT64_MAX / 4);
+		break;
 	case O_NO_OVERLAP: O.overlap = 0; break;
 	case O_ACCUMULATE: C.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
 	case O_CLIP_NORM: C.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
@@ -710,7 +717,8 @@ static const struct {
 	{O_MOMENTUM, DP_RUN_MOMENTUM}, {O_DAMPENING, DP_RUN_DAMPENING}, {O_BETA1, DP_RUN_BETA1},
 	{O_BETA2, DP_RUN_BETA2}, {O_EPS, DP_RUN_EPS}, {O_WD, DP_RUN_WD},
 	{O_NESTEROV, DP_RUN_NESTEROV}, {O_SCALE_LR, DP_RUN_SCALE_LR},
-	{O_WARMUP_EPOCHS, DP_RUN_WARMUP_EPOCHS}, {O_FREEZE, DP_RUN_FREEZE},
+	{O_WARMUP_EPOCHS, DP_RUN_WARMUP_EPOCHS}, {O_STEPS_PER_EPOCH, DP_RUN_STEPS_PER_EPOCH},
+	{O_FREEZE, DP_RUN_FREEZE},
 	{O_LR_MULT, DP_RUN_LR_MULT}, {O_NO_DECAY, DP_RUN_NO_DECAY}, {O_SMOOTH, DP_RUN_SMOOTH},
 	{O_SYNC_BN, DP_RUN_SYNC_BN},
 };
@@ -1250,6 +1258,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	dp_image_spec(&C.img, imgb, sizeof imgb);
 	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, C.decode == DP_DECODE_IMAGE ? imgb : "",
 		C.hwc ? "hwc" : "chw", C.sync_bn);
+	/* what decides collectives (the skip counts' allreduce) and the ramp */
+	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
+		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, C.steps_per_epoch);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1850,10 +1861,18 @@ static void setup_data(void)
 		R.ck = NULL;
 	}
 	if (C.warmup_epochs > 0 && SIZE > 1) {
-		uint64_t spe = count_steps(TD);
+		/* the ramp's length: given, from the checkpoint resumed, or
+		 * counted from the files (a pass without decoding); a command's
+		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
+		if (!C.steps_per_epoch && O.train_cmd)
+			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
+				    "known before it is read, and counting them would run the command "
+				    "of epoch 1 twice: give --steps-per-epoch N");
+		uint64_t spe = C.steps_per_epoch ? C.steps_per_epoch : count_steps(TD);
+		C.steps_per_epoch = spe;
 		R.ramp = (uint64_t)ceil(C.warmup_epochs * (double)spe);
-		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch", C.warmup_epochs,
-		     R.ramp, spe);
+		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", C.warmup_epochs,
+		     R.ramp, spe, O.given[O_STEPS_PER_EPOCH] ? " (--steps-per-epoch)" : "");
 	}
 	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
 		cli_die("timeline: %s", e.msg);
@@ -1932,12 +1951,22 @@ static int train_step(uint64_t epoch, const dp_step *s, double t0)
 }
 
 /* After an update: the training line, the checkpoint, the progress bar. */
+/* Time since t0 was not training (a checkpoint, --on-epoch, histograms):
+ * left out of the next line's samples_per_sec, as validation is. */
+static void not_training(double t0)
+{
+	R.mt.t0 += dp_now() - t0;
+}
+
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % O.log_every == 0)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
-	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0)
+	if (O.ckpt_every && !O.ckpt_epochs && R.ts.step % O.ckpt_every == 0) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 	bar_draw(epoch, R.ts.epoch_step, R.steps_per_epoch, &R.mt);
 }
 
@@ -2028,8 +2057,13 @@ static void end_epoch(uint64_t epoch)
 	}
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
-	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && epoch + 1 < C.epochs)
+	/* the last epoch's too, unless it is -o, which finish() writes */
+	int last = epoch + 1 >= C.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && (!last || own_path)) {
+		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
+		not_training(t0);
+	}
 }
 
 /* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
@@ -2102,10 +2136,12 @@ static void after_epoch(uint64_t epoch)
 	if (RANK != 0 || epoch == done)
 		return;
 	done = epoch;
+	double t0 = dp_now();
 	if (TB && O.tb_hist)
 		tb_histograms();
 	if (O.on_epoch)
 		run_on_epoch(epoch);
+	not_training(t0);
 }
 
 /* ---- finish ------------------------------------------------------------------------------ */

@@ -231,26 +231,7 @@ static char *url_arg(const char *s)
  * the caller. */
 static char *shown(const char *name)
 {
-	const unsigned char *p = (const unsigned char *)name;
-	while (*p && *p >= 0x20 && *p != 0x7f)
-		p++;
-	if (!*p && strncmp(name, "$'", 2) != 0) /* (a local name could start so) */
-		return cli_strdup(name);
-	static const char esc[] = "abtnvfr"; /* \a (7) to \r (13) */
-	dp_buf b = DP_BUF_INIT;
-	dp_buf_addstr(&b, "$'");
-	for (p = (const unsigned char *)name; *p; p++) {
-		if (*p >= 7 && *p <= 13)
-			dp_buf_printf(&b, "\\%c", esc[*p - 7]);
-		else if (*p < 0x20 || *p == 0x7f)
-			dp_buf_printf(&b, "\\x%02x", *p);
-		else if (*p == '\\' || *p == '\'')
-			dp_buf_printf(&b, "\\%c", *p);
-		else
-			dp_buf_add(&b, p, 1);
-	}
-	dp_buf_addstr(&b, "'");
-	char *r = dp_buf_take(&b);
+	char *r = dp_shown(name, strlen(name));
 	if (!r)
 		cli_die("out of memory");
 	return r;

@@ -161,34 +161,32 @@ static char *sh_quote(const char *s)
 	return r;
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b)
+/* Every file below dir (not those whose name begins with '.'), in name
+ * order, folders in place, added as --opt=PATH (dp_walk: each folder once,
+ * a link loop an error); their number. */
+typedef struct files_ctx {
+	args *a;
+	const char *opt;
+	size_t count;
+} files_ctx;
+
+static int add_file(void *ctx, const dp_walk_entry *w, dp_err *e)
 {
-	return strcmp((*a)->d_name, (*b)->d_name);
+	files_ctx *f = ctx;
+	if (S_ISREG(w->st->st_mode)) {
+		add(f->a, "--%s=%s", f->opt, w->path);
+		f->count++;
+	}
+	return DP_OK;
 }
 
-/* Every file below dir (not those whose name begins with '.'), in name
- * order, folders in place, added as --opt=PATH; their number. */
 static size_t add_files(args *a, const char *opt, const char *dir)
 {
-	struct dirent **ents;
-	int n = scandir(dir, &ents, NULL, by_name);
-	size_t count = 0;
-	if (n < 0)
-		cli_die("%s: %s", dir, strerror(errno));
-	for (int i = 0; i < n; i++) {
-		char *p = fmt("%s/%s", dir, ents[i]->d_name);
-		struct stat st;
-		if (ents[i]->d_name[0] != '.' && stat(p, &st) == 0) {
-			if (S_ISDIR(st.st_mode))
-				count += add_files(a, opt, p);
-			else if (S_ISREG(st.st_mode))
-				add(a, "--%s=%s", opt, p), count++;
-		}
-		free(p);
-		free(ents[i]);
-	}
-	free(ents);
-	return count;
+	files_ctx f = {a, opt, 0};
+	dp_err e;
+	if (dp_walk(dir, add_file, &f, &e) < 0)
+		cli_die("%s", e.msg);
+	return f.count;
 }
 
 /* ---- hyperparameters ------------------------------------------------------- */

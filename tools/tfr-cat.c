@@ -264,25 +264,12 @@ static void schema_add(const dp_example *ex)
 
 /* A name in a TSV cell: backslash, tab, newline and CR escaped as \\ \t
  * \n \r (the text format of PostgreSQL's COPY); other bytes as they are. */
-static void tsv_name(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		switch (s[i]) {
-		case '\\': dp_buf_addstr(&S.ob, "\\\\"); break;
-		case '\t': dp_buf_addstr(&S.ob, "\\t"); break;
-		case '\n': dp_buf_addstr(&S.ob, "\\n"); break;
-		case '\r': dp_buf_addstr(&S.ob, "\\r"); break;
-		default: dp_buf_add(&S.ob, &s[i], 1);
-		}
-	}
-}
-
 static void schema_print(void)
 {
 	dp_buf_addstr(&S.ob, "feature\tkind\trecords\tmin_values\tmax_values\tmin_bytes\tmax_bytes\n");
 	for (size_t i = 0; i < S.ncols; i++) {
 		scol *c = &S.cols[i];
-		tsv_name(c->name, c->nlen);
+		dp_buf_shown(&S.ob, c->name, c->nlen); /* a tab, a newline, ESC: escaped */
 		if (c->kind == DP_KIND_BYTES && c->bmax >= c->bmin)
 			dp_buf_printf(&S.ob, "\t%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
 				  dp_kind_name(c->kind), c->records, c->vmin, c->vmax, c->bmin, c->bmax);
@@ -504,6 +491,14 @@ static void encode_images(const char *path)
 		S.bytes += n + DP_TFR_HEADER + DP_TFR_FOOTER;
 		put_record(p, n, NULL, 0, file, i++, UINT64_MAX);
 	}
+	const char *eg;
+	size_t left = dp_image_set_left_out(set, &eg);
+	char *egs = left ? dp_shown(eg, strlen(eg)) : NULL;
+	if (left)
+		cli_warn("%s: left out %zu file%s that %s not .jpg, .jpeg or .png images (%s%s)", path,
+			 left, left == 1 ? "" : "s", left == 1 ? "is" : "are", left == 1 ? "" : "e.g. ",
+			 egs ? egs : "?");
+	free(egs);
 	dp_image_set_close(set);
 }
 

@@ -216,3 +216,49 @@ int dp_buf_json_str(dp_buf *b, const void *s, size_t n, int flags)
 		dp_buf_add(b, p + n - run, run);
 	return dp_buf_add(b, "\"", 1);
 }
+
+/* The one escaper of data quoted in messages and line-oriented output
+ * (dp.h).  A C1 control (U+0080..U+009F) counts as a control: 0x9b is a
+ * terminal's CSI, as ESC [ is. */
+int dp_buf_shown(dp_buf *b, const void *s, size_t n)
+{
+	const unsigned char *p = s;
+	int plain = !(n >= 2 && p[0] == '$' && p[1] == '\'');
+	for (size_t i = 0; plain && i < n;) {
+		uint32_t cp = p[i];
+		size_t k = cp < 0x80 ? 1 : utf8_seq(p + i, n - i, &cp);
+		if (!k || cp < 0x20 || (cp >= 0x7f && cp < 0xa0))
+			plain = 0;
+		i += k ? k : 1;
+	}
+	if (plain)
+		return dp_buf_add(b, s, n);
+	static const char esc[] = "abtnvfr"; /* \a (7) to \r (13) */
+	dp_buf_addstr(b, "$'");
+	for (size_t i = 0; i < n;) {
+		uint32_t cp = p[i];
+		size_t k = cp < 0x80 ? 1 : utf8_seq(p + i, n - i, &cp);
+		if (k > 1 && cp >= 0xa0) {
+			dp_buf_add(b, p + i, k);
+			i += k;
+			continue;
+		}
+		unsigned char c = p[i++];
+		if (c >= 7 && c <= 13)
+			dp_buf_printf(b, "\\%c", esc[c - 7]);
+		else if (c < 0x20 || c >= 0x7f)
+			dp_buf_printf(b, "\\x%02x", c);
+		else if (c == '\\' || c == '\'')
+			dp_buf_printf(b, "\\%c", c);
+		else
+			dp_buf_add(b, &c, 1);
+	}
+	return dp_buf_addstr(b, "'");
+}
+
+char *dp_shown(const void *s, size_t n)
+{
+	dp_buf b = DP_BUF_INIT;
+	dp_buf_shown(&b, s, n);
+	return dp_buf_take(&b);
+}

@@ -35,6 +35,8 @@ struct dp_image_set {
 	char **cls;
 	size_t ncls;
 	int numeric; /* list labels were all numbers, used as they are */
+	size_t left_out;   /* files of a folder that are not images */
+	char *left_out_eg; /* the first of them */
 	uint8_t *file;
 	size_t filecap;
 	dp_exbuild eb;
@@ -70,16 +72,6 @@ static int add_item(dp_image_set *s, const char *path, const char *name, size_t 
 	return DP_OK;
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b)
-{
-	return strcmp((*a)->d_name, (*b)->d_name);
-}
-
-static int no_dots(const struct dirent *d)
-{
-	return d->d_name[0] != '.';
-}
-
 static int add_class(dp_image_set *s, const char *name, dp_err *e)
 {
 	char **c = realloc(s->cls, (s->ncls + 1) * sizeof *c);
@@ -95,43 +87,23 @@ static int add_class(dp_image_set *s, const char *name, dp_err *e)
 /* The image files under dir, in byte order of their names, as
  * torchvision's ImageFolder finds them: at depth 0 each folder is a class
  * (files beside them are not images of any), below it every image file,
- * recursively, is one of class cls, named by its path under the top (rel). */
-static int walk(dp_image_set *s, const char *dir, const char *rel, size_t cls, int depth,
-		dp_err *e)
+ * recursively, is one of the class above it, named by its path under the
+ * top.  Other files are counted as left out (dp_image_set_left_out). */
+static int walk_entry(void *ctx, const dp_walk_entry *w, dp_err *e)
 {
-	struct dirent **ents;
-	int n = scandir(dir, &ents, no_dots, by_name);
-	if (n < 0)
-		return dp_syserr(e, "%s", dir);
-	int rc = DP_OK;
-	for (int i = 0; i < n; i++) {
-		const char *name = ents[i]->d_name;
-		char *p = NULL, *r = NULL;
-		struct stat st;
-		if (rc == DP_OK && (asprintf(&p, "%s/%s", dir, name) < 0 ||
-				    asprintf(&r, "%s%s%s", rel, *rel ? "/" : "", name) < 0))
-			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		if (rc == DP_OK && stat(p, &st) < 0)
-			rc = dp_syserr(e, "%s", p);
-		if (rc == DP_OK && S_ISDIR(st.st_mode) && depth == 0) {
-			if ((rc = add_class(s, name, e)) == DP_OK)
-				rc = walk(s, p, r, s->ncls - 1, 1, e);
-		} else if (rc == DP_OK && S_ISDIR(st.st_mode) && depth < 32) {
-			rc = walk(s, p, r, cls, depth + 1, e);
-		} else if (rc == DP_OK && S_ISREG(st.st_mode) && depth > 0 && is_image_name(name)) {
-			rc = add_item(s, p, r, cls, e);
-		}
-		free(p);
-		free(r);
-		free(ents[i]);
-	}
-	free(ents);
-	return rc;
+	dp_image_set *s = ctx;
+	if (S_ISDIR(w->st->st_mode))
+		return w->depth == 0 ? add_class(s, w->name, e) : DP_OK;
+	if (w->depth > 0 && S_ISREG(w->st->st_mode) && is_image_name(w->name))
+		return add_item(s, w->path, w->rel, s->ncls - 1, e);
+	if (!s->left_out++ && !(s->left_out_eg = strdup(w->rel)))
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	return DP_OK;
 }
 
 static int open_dir(dp_image_set *s, const char *dir, dp_err *e)
 {
-	int rc = walk(s, dir, "", 0, 0, e);
+	int rc = dp_walk(dir, walk_entry, s, e);
 	if (rc == DP_OK && !s->ncls)
 		rc = dp_seterr(e, DP_EDATA, "%s: no class folders in it (want DIR/CLASS/IMAGE)", dir);
 	return rc;
@@ -263,6 +235,11 @@ dp_image_set *dp_image_set_open(const char *path, dp_err *e)
 }
 
 size_t dp_image_set_size(const dp_image_set *s) { return s->n; }
+size_t dp_image_set_left_out(const dp_image_set *s, const char **example)
+{
+	*example = s->left_out_eg;
+	return s->left_out;
+}
 size_t dp_image_set_nclasses(const dp_image_set *s) { return s->ncls; }
 const char *dp_image_set_class(const dp_image_set *s, size_t i)
 {
@@ -346,6 +323,7 @@ void dp_image_set_close(dp_image_set *s)
 {
 	if (!s)
 		return;
+	free(s->left_out_eg);
 	for (size_t i = 0; i < s->n; i++) {
 		free(s->it[i].path);
 		free(s->it[i].name);

@@ -941,9 +941,11 @@ int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out)
 		const char *t = line + ov[2];
 		size_t tl = ov[3] - ov[2];
 		if (!dp_number_valid(t, tl)) {
+			char *sv = dp_shown(t, tl > 40 ? 40 : tl); /* the log's text, escaped */
 			note_error(m->st.first_not_number, sizeof m->st.first_not_number,
-				   &m->st.not_numbers, "%s: \"%.*s\"", m->names[d->metric].s,
-				   (int)(tl > 40 ? 40 : tl), t);
+				   &m->st.not_numbers, "%s: \"%s\"", m->names[d->metric].s,
+				   sv ? sv : "?");
+			free(sv);
 			continue;
 		}
 		n = push_sample(m, n, d->metric, t, tl);

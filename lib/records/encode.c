@@ -671,9 +671,13 @@ static int csv_next(dp_encoder *x, const uint8_t **rec, size_t *len)
 							  : csv_numbers(x, i, f, fe);
 		if (why == E_NOMEM)
 			return fail(x, DP_ENOMEM, "%s", E_NOMEM);
-		if (why)
-			return fail(x, DP_EDATA, "%s: line %" PRIu64 ": column '%s': '%.*s' %s",
-				    x->s.name, c->line, c->names[i], (int)(fe - f), f, why);
+		if (why) { /* the cell quoted escaped (a control character, ESC) */
+			char *cell = dp_shown(f, (size_t)(fe - f) > 80 ? 80 : (size_t)(fe - f));
+			int frc = fail(x, DP_EDATA, "%s: line %" PRIu64 ": column '%s': '%s' %s",
+				      x->s.name, c->line, c->names[i], cell ? cell : "?", why);
+			free(cell);
+			return frc;
+		}
 	}
 	if (dp_exbuild_finish(&x->eb, rec, len) < 0)
 		return fail(x, DP_ENOMEM, "%s", E_NOMEM);

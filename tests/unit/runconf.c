@@ -53,6 +53,7 @@ static void test_round_trip(void)
 	a.clip_norm = 2.5, a.lr = 0.125, a.schedule = "step:3", a.scale_lr = 1, a.warmup_epochs = 1.5;
 	a.freeze = "0,1", a.lr_mult = "2=0.5", a.smooth = 0.1, a.sync_bn = 1, a.ranks = 4;
 	a.precision = DP_PREC_BF16;
+	a.steps_per_epoch = 6;
 	const char *extra[] = {"producer", "test", NULL};
 	char **m = dp_run_conf_meta(&a, extra, &e);
 	ok(m != NULL, "the metadata of a run");
@@ -79,7 +80,7 @@ static void test_round_trip(void)
 	   "... reals and flags");
 	is_str(b.schedule, "step:3:0.1", "... schedule");
 	is_str(b.freeze, "0,1", "... patterns");
-	ok(b.sync_bn && b.ranks == 4, "... sync_bn, ranks");
+	ok(b.sync_bn && b.ranks == 4 && b.steps_per_epoch == 6, "... sync_bn, ranks, steps_per_epoch");
 	ok(b.precision == DP_PREC_FP32 && !b.from[DP_RUN_PRECISION], "... precision never taken back");
 	ok(b.from[DP_RUN_BATCH] && !b.from[DP_RUN_MODEL], "... from[] says which came");
 	is_str(b.src, path, "... and from where");
@@ -93,7 +94,7 @@ static void test_given(void)
 {
 	dp_err e;
 	const char *kv[] = {"batch_size", "64", "epochs", "7", "optimizer", "sgd", "momentum", "0.9",
-			    "model", "dense:3", "loss", "mse", NULL};
+			    "model", "dense:3", "loss", "mse", "steps_per_epoch", "", NULL};
 	dp_st *ck = ckpt_of(kv);
 	dp_run_conf c;
 	dp_run_conf_init(&c);
@@ -104,6 +105,7 @@ static void test_given(void)
 	ok(c.opt.kind == DP_OPTIM_SGD && c.lr == 0.01 && c.opt.weight_decay == 0 && c.opt.momentum == 0.9,
 	   "... sgd: its default lr and weight decay, the momentum saved");
 	ok(c.loss == DP_LOSS_MSE && !strcmp(c.model, "dense:3"), "... the model's keys");
+	ok(c.steps_per_epoch == 0, "... steps_per_epoch '': not known");
 	dp_run_conf_free(&c);
 	dp_run_conf_init(&c);
 	c.given[DP_RUN_LR] = 1;

@@ -24,6 +24,7 @@
 /* How a key's value reads and writes. */
 enum kind {
 	K_STR,    /* const char * */
+	K_COUNT0, /* uint64_t, min..max, or "" for 0 (unknown) */
 	K_COUNT,  /* uint64_t, min..max */
 	K_INT,    /* int, min..max */
 	K_REAL,   /* double, min..max */
@@ -74,6 +75,7 @@ static const struct key {
 	KEY(DP_RUN_NESTEROV, "nesterov", K_BOOL, OWN, OPT(nesterov)),
 	KEY(DP_RUN_SCALE_LR, "scale_lr", K_BOOL, 0, F(scale_lr)),
 	REAL(DP_RUN_WARMUP_EPOCHS, "warmup_epochs", 0, F(warmup_epochs), 0, 1e6),
+	[DP_RUN_STEPS_PER_EPOCH] = {"steps_per_epoch", K_COUNT0, 0, F(steps_per_epoch), 1, UINT64_MAX / 4, 0, 0},
 	KEY(DP_RUN_FREEZE, "freeze", K_PATS, 0, F(freeze)),
 	KEY(DP_RUN_LR_MULT, "lr_mult", K_PATS, 0, F(lr_mult)),
 	KEY(DP_RUN_NO_DECAY, "no_decay", K_PATS, 0, F(no_decay)),
@@ -139,6 +141,10 @@ static int take(dp_run_conf *c, const dp_st *ck, int k, const char *v, dp_err *e
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
 		*(const char **)f = c->kept[k];
 		return DP_OK;
+	case K_COUNT0:
+		if (!*v)
+			return DP_OK;
+		/* fall through */
 	case K_COUNT:
 	case K_INT: {
 		errno = 0;
@@ -234,6 +240,10 @@ static const char *text(const dp_run_conf *c, int k, char *buf, size_t len, dp_e
 		const char *p = *(const char *const *)f;
 		return p ? p : "";
 	}
+	case K_COUNT0:
+		if (!*(const uint64_t *)f)
+			return "";
+		/* fall through */
 	case K_COUNT: snprintf(buf, len, "%" PRIu64, *(const uint64_t *)f); return buf;
 	case K_INT: snprintf(buf, len, "%d", *(const int *)f); return buf;
 	case K_REAL: return dp_fmt_double(*(const double *)f, buf, len);

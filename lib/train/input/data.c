@@ -77,6 +77,7 @@ typedef struct worker {
 struct dp_data {
 	dp_data_opts o;
 	char *feature, *label, *cmd, *cache_dir;
+	char *cmd_run; /* the command of the epoch, expanded: for messages */
 	source *src;
 	size_t nsrc;
 	uint64_t cache_total;
@@ -345,10 +346,11 @@ static int reap(dp_data *d, int stopped, dp_err *e)
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return DP_OK;
 	if (WIFEXITED(status))
-		return dp_seterr(e, DP_EIO, "command '%s' exited with status %d%s", d->cmd,
+		return dp_seterr(e, DP_EIO, "command '%s' exited with status %d%s", d->cmd_run,
 				 WEXITSTATUS(status),
 				 WEXITSTATUS(status) == 127 ? " (not found?)" : "");
-	return dp_seterr(e, DP_EIO, "command '%s' killed by signal %d", d->cmd, WTERMSIG(status));
+	return dp_seterr(e, DP_EIO, "command '%s' killed by signal %d", d->cmd_run,
+			 WTERMSIG(status));
 }
 
 static uint64_t cache_limit(const dp_data *d)
@@ -372,8 +374,9 @@ static int open_source(dp_data *d, size_t i, dp_err *e)
 		char *cmd = expand(d, d->cmd, "epoch", eb);
 		if (!cmd)
 			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		free(d->cmd_run); /* messages name the command run, not the template */
+		d->cmd_run = cmd;
 		int fd = spawn(d, cmd, e);
-		free(cmd);
 		if (fd < 0)
 			return fd;
 		d->rd = dp_reader_open_fd(fd, 1, "command output", &ro, e);
@@ -575,8 +578,9 @@ static void feature_names(const dp_example *ex, char *buf, size_t len)
 	size_t n = 0;
 	buf[0] = 0;
 	for (size_t i = 0; i < ex->n && n + 4 < len; i++) {
-		int w = snprintf(buf + n, len - n, "%s%.*s", i ? ", " : "",
-				 (int)(ex->f[i].name_len > 40 ? 40 : ex->f[i].name_len), ex->f[i].name);
+		char *nm = dp_shown(ex->f[i].name, ex->f[i].name_len > 40 ? 40 : ex->f[i].name_len);
+		int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", nm ? nm : "?");
+		free(nm);
 		if (w < 0 || (size_t)w >= len - n) {
 			snprintf(buf + (len > 5 ? len - 5 : 0), 5, "...");
 			return;
@@ -709,11 +713,13 @@ static int decode_image(worker *w, const dp_feature *fx, size_t src, uint64_t in
 		const dp_feature *fn = dp_example_get(&w->ex, "image/filename");
 		const uint8_t *np = NULL;
 		size_t nl = 0;
+		char *shown = NULL; /* escaped: a name can hold terminal controls */
 		if (fn && fn->kind == DP_KIND_BYTES && dp_feature_bytes0(fn, &np, &nl) == 1 &&
-		    nl < 256 && dp_utf8_valid(np, nl))
-			rec_err(d, src, index, offset, e, "%.*s: %s", (int)nl, (const char *)np, ie.msg);
+		    nl < 256 && (shown = dp_shown(np, nl)))
+			rec_err(d, src, index, offset, e, "%s: %s", shown, ie.msg);
 		else
 			rec_err(d, src, index, offset, e, "feature '%s': %s", d->feature, ie.msg);
+		free(shown);
 		return BAD_IMAGE;
 	}
 	return DP_OK;
@@ -1220,6 +1226,7 @@ void dp_data_close(dp_data *d)
 	free(d->feature);
 	free(d->label);
 	free(d->cmd);
+	free(d->cmd_run);
 	free(d->cache_dir);
 	free(d);
 }
