@@ -15,8 +15,10 @@
 # (which holds the warm-up), as bench/dp-train.sh computes it.  Both sides
 # alternate ROUNDS (1) times; medians and the ratio are printed, with the
 # GPU's busy fraction over dp-train's timed steps (nvidia-smi's
-# utilization.gpu sampled every 100 ms) and the time dp-train's steps
-# waited for input (its log's input_wait, when it prints one).
+# utilization.gpu sampled every 100 ms) and the seconds dp-train's steps
+# waited for input (its notes' "waited S s for input", all epochs).
+# PROFILE=FILE: then one more short dp-train run of the first case with
+# DP_CUDA_PROFILE=FILE, the GPU time of each kind of operation.
 #
 # Needs a GPU, a CUDA build (DP_TRAIN, else build-cuda/bin/dp-train or the
 # dp-train on PATH) and a PyTorch with CUDA (PY, default python3); says
@@ -90,10 +92,14 @@ PYEOF
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-# the records: enough for one epoch of dp-train's run, read from the page cache
-N=$(( 512 ))
-$PY tests/mkexamples.py "$T/img.tfr" random --n $N --shape 3x224x224 --kind uint8 --seed 1
+# the records: 64 random images written 16 times over (1024 records, 150
+# MiB, read from the page cache; PyTorch reuses one batch)
+$PY tests/mkexamples.py "$T/one.tfr" random --n 64 --shape 3x224x224 --kind uint8 --seed 1
+for i in $(seq 16); do cat "$T/one.tfr"; done > "$T/img.tfr"
+rm "$T/one.tfr"
+N=1024
 
+EXTRA=${EXTRA:-}
 ours() { # model batch precision: samples/s
 	every=2
 	ep=$(( (WARM + STEPS) * $2 / N + 1 ))
@@ -102,7 +108,7 @@ ours() { # model batch precision: samples/s
 	if ! $DP_TRAIN --train "$T/img.tfr" --decode-raw uint8 --scale 1/255 --input-shape 3x224x224 \
 		--model "$1" --classes 1000 --batch-size "$2" --precision "$3" --optimizer sgd \
 		--momentum 0.9 --lr 0.1 --shuffle-buffer 0 --prefetch 4 --decode-threads 8 \
-		--max-steps $((WARM + STEPS)) --epochs $ep --log-every $every -q > "$T/log" 2> "$T/err"; then
+		--max-steps $((WARM + STEPS)) --epochs $ep --log-every $every $EXTRA -q > "$T/log" 2> "$T/err"; then
 		kill $SMI 2>/dev/null; SMI=
 		say "dp-train failed: $(tail -5 "$T/err")" >&2
 		echo 0
@@ -112,7 +118,8 @@ ours() { # model batch precision: samples/s
 	# GPU busy: the samples between the first and last tenth of the run
 	awk '{v[NR] = $1} END {a = int(NR / 10); b = NR - a; for (i = a + 1; i <= b; i++) {s += v[i]; n++}
 		if (n) printf "%.0f\n", s / n}' "$T/util" > "$T/busy"
-	wait_s=$(sed -n 's/.*input_wait=\([0-9.]*\).*/\1/p' "$T/log" | awk '{s += $1} END {if (NR) printf "%.2f", s}')
+	# its notes: "epoch E: waited S s for input (P% of T s)"
+	wait_s=$(sed -n 's/.*waited \([0-9.]*\) s for input (\([0-9.]*\)% of.*/\1/p' "$T/err" | awk '{s += $1} END {if (NR) printf "%.2f", s}')
 	echo "${wait_s:-n/a}" > "$T/wait"
 	sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' "$T/log" |
 		awk -v B="$2" 'NR > 1 && $2 > 0 { n = ($1 - last) * B; s += n; t += n / $2 }
@@ -136,3 +143,10 @@ for c in $CASES; do
 		printf "\n"
 	}'
 done
+if [ -n "${PROFILE:-}" ]; then
+	c=${CASES%% *}
+	model=${c%%:*}; rest=${c#*:}; B=${rest%%:*}; prec=${rest#*:}
+	(export DP_CUDA_PROFILE="$PROFILE"; STEPS=10; WARM=2; ours "$model" "$B" "$prec" > /dev/null)
+	echo "profile of $model batch $B $prec (10 steps, CUDA events; $PROFILE):"
+	cat "$PROFILE"
+fi

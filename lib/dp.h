@@ -108,6 +108,9 @@ DP_EXPORT int dp_tmpfile(const char *dir, dp_err *e);
  * destination's directory exists and is writable, and the destination is
  * not a directory.  Creates nothing.  Returns 0 or a status naming path. */
 DP_EXPORT int dp_out_check(const char *path, dp_err *e);
+/* 1 when output paths a and b name one file ("x" and "./x", two links to
+ * one file, "-" and "-"): two outputs of a run that would lose one. */
+DP_EXPORT int dp_same_output(const char *a, const char *b);
 /* Commit n outputs all or none: every destination is checked first (the
  * first that cannot be written is named); files they replace are kept
  * aside until all renames succeeded, and put back if one fails.  Outputs

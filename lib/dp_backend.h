@@ -113,6 +113,12 @@ typedef struct dp_backend_opts {
 	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
 			* faster algorithms where they apply (CPU: Winograd) */
 	int precision; /* enum dp_precision; a backend refuses what it lacks */
+	/* GPU convolution algorithms (cuDNN): deterministic 1: by the library's
+	 * heuristics, the same every run, rather than measured at each shape's
+	 * first use; algos: the choices conv_algos() wrote (another rank's, a
+	 * checkpoint's), taken for the shapes they name (NULL: none) */
+	int deterministic;
+	const char *algos;
 } dp_backend_opts;
 
 typedef struct dp_bectx dp_bectx; /* one backend instance's state */
@@ -163,6 +169,10 @@ typedef struct dp_backend {
 	void (*conv_bwd)(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
 			 void *ws);
+	/* The convolution algorithms chosen so far, as text for
+	 * dp_backend_opts.algos, into buf (length len with its NUL; -1 when
+	 * it does not fit).  NULL in backends without a choice to record. */
+	int (*conv_algos)(dp_bectx *ctx, char *buf, size_t len);
 	/* maxpool: arg (n, c, oh, ow) receives the index in the unpadded
 	 * (h, w) plane of each window's maximum (as PyTorch: the first one on
 	 * ties, a NaN over any number, the window's first position inside the

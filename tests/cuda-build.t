@@ -30,6 +30,7 @@ is "$rc" 0 "make BACKEND=cuda builds (into $(basename "$B"))"
 like "$out" "dptools: ✓ nvcc [0-9.]+ \($home/bin/nvcc\): sm_" "it says which nvcc and architectures"
 like "$out" "dptools: ✓ cuBLAS \(" "it says where cuBLAS is"
 like "$out" "dptools: (✓ NCCL [0-9]|✗ NCCL not found)" "it says whether NCCL is there"
+like "$out" "dptools: (✓ cuDNN [0-9]+\.[0-9]+|✗ cuDNN not found)" "it says whether cuDNN is there"
 
 missing=
 for t in $(ls "$DP_SRC"/tools/*.c | grep -v "/cli.c\|/sagemaker.c"); do

@@ -131,4 +131,25 @@ for id in $IDS; do
 	is "$(ls -A | grep -c '\.tmp\.')" 0 "$id: no temporary left beside the outputs"
 	cd "$T" || exit 1
 done
+
+# ---- two outputs naming one file: refused, naming both, before any work ----------
+mkdir -p two && cd two || exit 1
+ln -s j.json link.json
+two() { # name cmd...: exit 2, the message names both options, nothing written
+	local name=$1
+	shift
+	run "$@"
+	is "$rc" 2 "$name: refused (exit 2)"
+	like "$err" "name one file: one would be lost" "$name: ... saying so"
+	is "$(ls | grep -v '^link.json$\|^ph$')" "" "$name: ... nothing written"
+}
+two "dp-eval --json X --predictions ./X" dp-eval --model ../model.st --data ../in.tfr --json j.json --predictions ./j.json
+two "dp-eval --json X --predictions LINK-TO-X" dp-eval --model ../model.st --data ../in.tfr --json j.json --predictions link.json
+two "dp-train --log X -o X" dp-train ${TRAIN//in.tfr/../in.tfr} --log m.st -o m.st
+two "dp-train --log X --timeline X" dp-train ${TRAIN//in.tfr/../in.tfr} --log t.txt --timeline "$PWD/t.txt"
+two "dp-train --timeline X --checkpoint X" dp-train ${TRAIN//in.tfr/../in.tfr} --timeline c.st --checkpoint c.st -o m.st
+mkdir -p ph/a && cp "$AB/model.st" ph/a/x.png 2>/dev/null
+two "tfr-cat --classes-out X -o X" tfr-cat --encode images --classes-out c.txt -o ./c.txt ph
+rm -rf ph
+cd "$T" || exit 1
 done_testing

@@ -977,7 +977,7 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {O.threads, O.gpu, 0, O.precision};
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision};
 	char desc[256];
 	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
@@ -1011,6 +1011,13 @@ static void check_outputs(void)
 	}
 	if (O.json && RANK == 0 && dp_out_check(O.json, &e) < 0)
 		cli_die("--json %s", e.msg);
+	if (O.json && O.pred) { /* one file: one of them would be lost */
+		char *p = cli_expand(O.pred, NULL);
+		if (dp_same_output(O.json, p))
+			usage_error("--json %s and --predictions %s name one file: one would be lost",
+					O.json, O.pred);
+		free(p);
+	}
 }
 
 /* Whether path (its links followed) is the same file as the checkpoint. */

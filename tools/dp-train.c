@@ -62,7 +62,7 @@ enum {
 	O_SHUFFLE, O_LAST_BATCH, O_CACHE, O_CACHE_LIMIT, O_CACHE_DIR, O_PREFETCH, O_MODEL,
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
-	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
+	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_DETERMINISTIC, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
 	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
@@ -118,6 +118,7 @@ static const struct option longopts[] = {
 	{"threads", required_argument, 0, O_THREADS},
 	{"gpu", required_argument, 0, O_GPU},
 	{"precision", required_argument, 0, O_PRECISION},
+	{"deterministic", no_argument, 0, O_DETERMINISTIC},
 	{"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
 	{"checkpoint", required_argument, 0, O_CKPT},
 	{"resume", required_argument, 0, O_RESUME},
@@ -180,7 +181,8 @@ static struct {
 	int summary;
 	uint64_t max_steps;
 	int threads;
-	int gpu; /* -1: the local rank's GPU */
+	int gpu;           /* -1: the local rank's GPU */
+	int deterministic; /* --deterministic: cuDNN's algorithms pinned, not timed */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
@@ -296,6 +298,8 @@ static void help(void)
 	       "                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
 	       "                           tensor cores (CUDA build): float32 weights either way\n"
+	       "      --deterministic      GPU: cuDNN's algorithms by its heuristics, not timed:\n"
+	       "                           the same bits every run\n"
 	       "\n"
 	       "Checkpoints (safetensors, dp-checkpoint(5)):\n"
 	       "  -o, --output PATH        the final checkpoint\n"
@@ -636,6 +640,7 @@ static void parse_args(int argc, char **argv)
 		case O_SEED: C.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
+		case O_DETERMINISTIC: O.deterministic = 1; break;
 		case O_PRECISION:
 			if ((C.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
@@ -1413,7 +1418,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {O.threads, O.gpu, 0, C.precision};
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = C.precision,
+			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	if (!(COMM = dp_comm_open(R.be, R.ctx, &e)))
@@ -1659,6 +1665,26 @@ static void each_output(void (*fn)(const char *opt, const char *tmpl))
 		fn("--log", O.log);
 	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
 		fn("--timeline", O.timeline);
+}
+
+/* Two outputs naming one file would lose one (--log X -o X, --log X
+ * --timeline X): refused, naming both.  -o and --checkpoint may share
+ * one: the same kind of file, the latest state. */
+static void check_distinct_outputs(void)
+{
+	const char *opt[4] = {"-o", "--checkpoint", "--log", "--timeline"};
+	const char *val[4] = {O.output, O.ckpt, O.log, O.timeline};
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 4; j++) {
+			if (!val[i] || !val[j] || (i == 0 && j == 1))
+				continue;
+			char *a = rank_path(val[i]), *b = rank_path(val[j]);
+			if (dp_same_output(a, b))
+				usage_error("%s %s and %s %s name one file: one would be lost", opt[i],
+					    val[i], opt[j], val[j]);
+			free(a);
+			free(b);
+		}
 }
 
 /* An output that is one of the training or validation files would
@@ -2253,6 +2279,7 @@ int main(int argc, char **argv)
 	check_ckpt_model();
 	check_options();
 	each_output(check_output); /* a run that could only fail at its end fails now */
+	check_distinct_outputs();
 	setup_model();
 	setup_data();
 	check_outputs_not_inputs();

@@ -685,6 +685,9 @@ static void check_options(int nfiles)
 	S.need_parse = O.json || O.schema || O.verify || O.images_dir;
 	if (O.classes_out && x->format != ENC_IMAGES)
 		cli_usage_error("--classes-out goes with --encode=images");
+	if (O.classes_out && dp_same_output(O.classes_out, O.output ? O.output : "-"))
+		cli_usage_error("--classes-out %s and -o %s name one file: one would be lost",
+				O.classes_out, O.output ? O.output : "-");
 	if (x->format == ENC_IMAGES && nfiles != 1)
 		cli_usage_error("--encode=images takes one folder or list (its classes are numbered together)");
 	if (O.images_dir) {

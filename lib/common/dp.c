@@ -355,6 +355,54 @@ static char *dir_of(const char *p)
 	return strndup(p, (size_t)(slash - p));
 }
 
+/* path with its folder resolved ("./x" and "x" alike) and its links
+ * followed, a dangling one too (writing to it creates what it names),
+ * malloc'd; NULL when a folder does not exist. */
+static char *canonical(const char *path)
+{
+	char *cur = strdup(path);
+	for (int hops = 0; cur && hops < 40; hops++) { /* links, as the kernel would */
+		char target[PATH_MAX];
+		ssize_t n = readlink(cur, target, sizeof target - 1);
+		if (n < 0)
+			break;
+		target[n] = 0;
+		char *dir = dir_of(cur), *next = NULL;
+		if (dir && asprintf(&next, "%s%s%s", target[0] == '/' ? "" : dir,
+				    target[0] == '/' ? "" : "/", target) < 0)
+			next = NULL;
+		free(dir);
+		free(cur);
+		cur = next;
+	}
+	if (!cur)
+		return NULL;
+	char *dir = dir_of(cur), *real = dir ? realpath(dir, NULL) : NULL, *r = NULL;
+	const char *slash = strrchr(cur, '/'), *base = slash ? slash + 1 : cur;
+	if (real && asprintf(&r, "%s/%s", real, base) < 0)
+		r = NULL;
+	free(dir);
+	free(real);
+	free(cur);
+	return r;
+}
+
+int dp_same_output(const char *a, const char *b)
+{
+	if (!strcmp(a, b))
+		return 1;
+	if (!strcmp(a, "-") || !strcmp(b, "-"))
+		return 0;
+	struct stat sa, sb;
+	if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	char *ca = canonical(a), *cb = canonical(b);
+	int same = ca && cb && !strcmp(ca, cb);
+	free(ca);
+	free(cb);
+	return same;
+}
+
 int dp_out_check(const char *path, dp_err *e)
 {
 	if (!strcmp(path, "-"))

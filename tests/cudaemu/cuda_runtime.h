@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <functional>
@@ -48,7 +49,7 @@ static const std::function<void()> *emu_job;
  * knows ucontext), swapcontext, whose signal-mask system calls cost more. */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 extern "C" void emu_switch(void **save_sp, void *load_sp);
-asm(".text\n.globl emu_switch\n.type emu_switch, @function\nemu_switch:\n"
+asm(".text\n.weak emu_switch\n.type emu_switch, @function\nemu_switch:\n"
     "\tpush %rbp\n\tpush %rbx\n\tpush %r12\n\tpush %r13\n\tpush %r14\n\tpush %r15\n"
     "\tmov %rsp, (%rdi)\n\tmov %rsi, %rsp\n"
     "\tpop %r15\n\tpop %r14\n\tpop %r13\n\tpop %r12\n\tpop %rbx\n\tpop %rbp\n\tret\n"
@@ -101,7 +102,7 @@ static void emu_fiber_new(int t)
 static void emu_fiber_run(int t) { swapcontext(&emu_sched, &emu_fib[t]); }
 #endif
 
-static void emu_launch(dim3 g, dim3 b, const std::function<void()> &job)
+__attribute__((unused)) static void emu_launch(dim3 g, dim3 b, const std::function<void()> &job)
 {
 	if (b.x * b.y * b.z != EMU_THREADS || g.y != 1 || g.z != 1) {
 		fprintf(stderr, "cudaemu: launch of %ux%u blocks of %ux%u threads: only 1-D grids of "
@@ -185,13 +186,30 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f)
 }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
+/* Events hold the time they were recorded at: the work before them is
+ * done by then (launches run when made). */
+struct emu_event {
+	double t;
+};
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f)
 {
-	*e = (cudaEvent_t)malloc(1);
+	*e = (cudaEvent_t)calloc(1, sizeof **e);
 	return cudaSuccess;
 }
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
-static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	e->t = (double)t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+	return cudaSuccess;
+}
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+	*ms = (float)(b->t - a->t);
+	return cudaSuccess;
+}
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f)
 {
 	return cudaSuccess;

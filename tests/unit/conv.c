@@ -32,8 +32,9 @@ int main(void)
 	dp_err e;
 	const dp_backend *be = &dp_backend_cpu;
 	dp_bectx *im, *wi, *w2;
-	dp_backend_opts oi = {1, -1, 1, DP_PREC_FP32}, ow = {1, -1, 2, DP_PREC_FP32},
-			o2 = {2, -1, 2, DP_PREC_FP32};
+	dp_backend_opts oi = {.threads = 1, .device = -1, .conv_algo = 1, .precision = DP_PREC_FP32},
+			ow = {.threads = 1, .device = -1, .conv_algo = 2, .precision = DP_PREC_FP32},
+			o2 = {.threads = 2, .device = -1, .conv_algo = 2, .precision = DP_PREC_FP32};
 	be->open(&im, &oi, NULL, 0, &e);
 	be->open(&wi, &ow, NULL, 0, &e);
 	be->open(&w2, &o2, NULL, 0, &e); /* the transforms shared by 2 threads */

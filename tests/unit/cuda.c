@@ -674,7 +674,8 @@ static void t_optim(void)
 
 /* ---- whole models: the same loss curve from the same weights -------------------- */
 
-static void t_model(const char *spec, const char *shape, int loss, int opt, int steps)
+static void t_model_on(dp_bectx *gk, double tol, const char *tag, const char *spec,
+		       const char *shape, int loss, int opt, int steps)
 {
 	dp_err e;
 	dp_shape in;
@@ -687,7 +688,7 @@ static void t_model(const char *spec, const char *shape, int loss, int opt, int 
 	size_t B = 32, isz = dp_model_in_size(mc), osz = dp_model_out_size(mc);
 	int rc = dp_model_bind(mc, C, cc, B, &e);
 	if (rc == DP_OK)
-		rc = dp_model_bind(mg, G, gc, B, &e);
+		rc = dp_model_bind(mg, G, gk, B, &e);
 	if (!ok(rc == DP_OK, "bind %s", spec)) {
 		printf("#   %s\n", e.msg);
 		return;
@@ -699,9 +700,9 @@ static void t_model(const char *spec, const char *shape, int loss, int opt, int 
 	if (opt == DP_OPTIM_SGD)
 		conf.momentum = 0.9;
 	dp_optim *oc = dp_optim_new(&conf, C, cc, dp_model_nparams(mc), &e),
-		 *og = dp_optim_new(&conf, G, gc, dp_model_nparams(mg), &e);
-	float *x = G->host_alloc(gc, B * isz * 4);
-	void *y = G->host_alloc(gc, B * osz * 4);
+		 *og = dp_optim_new(&conf, G, gk, dp_model_nparams(mg), &e);
+	float *x = G->host_alloc(gk, B * isz * 4);
+	void *y = G->host_alloc(gk, B * osz * 4);
 	double worst = 0;
 	int good = 1;
 	for (int s = 0; s < steps; s++) {
@@ -729,19 +730,110 @@ static void t_model(const char *spec, const char *shape, int loss, int opt, int 
 	size_t np = dp_model_nparams(mc);
 	float *pc = malloc(np * 4), *pg = malloc(np * 4);
 	C->download(cc, pc, dp_model_params(mc), np * 4);
-	G->download(gc, pg, dp_model_params(mg), np * 4);
-	ok(good && worst <= 1e-3, "%s, %s: %d steps, the loss within 1e-3 of the CPU's each step (%.2e)",
-	   spec, dp_optim_name(opt), steps, worst);
-	near(pg, pc, np, 1e-3, "  and the weights after them");
-	check_sync(gc, spec);
-	G->host_free(gc, x);
-	G->host_free(gc, y);
+	G->download(gk, pg, dp_model_params(mg), np * 4);
+	ok(good && worst <= tol, "%s %s, %s: %d steps, the loss within %.0e of the CPU's each step (%.2e)",
+	   tag, spec, dp_optim_name(opt), steps, tol, worst);
+	near(pg, pc, np, tol, "  and the weights after them");
+	check_sync(gk, spec);
+	G->host_free(gk, x);
+	G->host_free(gk, y);
 	free(pc);
 	free(pg);
 	dp_optim_free(oc);
 	dp_optim_free(og);
 	dp_model_free(mc);
 	dp_model_free(mg);
+}
+
+static void t_model(const char *spec, const char *shape, int loss, int opt, int steps)
+{
+	t_model_on(gc, 1e-3, "fp32", spec, shape, loss, opt, steps);
+}
+
+/* cuDNN's convolutions: fp32 against the CPU as tight as im2col's; the
+ * algorithm choices (measured, pinned, given) and the workspace they
+ * report; tf32 and bf16 on channels-last tensors (cuda_nhwc.cu) through
+ * whole models, within their rounding */
+static const char *const RES = "conv:8:3:1:1:bias=0,bn,relu,maxpool:3:2:1,"
+			       "res(conv:8:3:1:1:bias=0,bn,relu,conv:8:3:1:1:bias=0,bn):relu,"
+			       "res(conv:12:3:2:1:bias=0,bn|conv:12:1:2:bias=0,bn):relu,gap,flatten,fc=dense:5";
+static const char *const CNN = "conv:8:3,relu,maxpool:2,dropout:0.25,flatten,dense:32,relu,dropout:0.5,dense:10";
+
+static void t_cudnn(const dp_conv2d *convs, size_t nconv)
+{
+	dp_err e;
+	char desc[256], algos[4096], again[4096];
+	dp_backend_opts o = {.threads = 1, .device = -1, .precision = DP_PREC_FP32};
+	dp_bectx *d;
+	if (G->open(&d, &o, desc, sizeof desc, &e) < 0) {
+		ok(0, "open the CUDA backend with cuDNN");
+		printf("#   %s\n", e.msg);
+		return;
+	}
+	if (!strstr(desc, "cuDNN")) {
+		printf("ok %d # SKIP built without cuDNN: %s\n", ++tap_n, desc);
+		G->close(d);
+		return;
+	}
+	printf("# %s\n", desc);
+	for (size_t i = 0; i < nconv; i++)
+		for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act += 2)
+			t_conv(d, convs[i], act, 2e-5, "cudnn fp32", 1);
+	t_conv(d, conv_geo(2, 4, 8, 8, 6, 3, 3, 2, 2, 1, 1), DP_ACT_RELU, 2e-5, "cudnn fp32", 0);
+	ok(G->conv_algos(d, algos, sizeof algos) > 0 && strchr(algos, '='),
+	   "the algorithms chosen, as text: %.60s...", algos);
+#ifdef DP_CUDA_EMU
+	/* the emulation's lists (tests/cudaemu/cudnn.h): timed, the fastest
+	 * deterministic one that fits: 0 forward, 1 for the gradients */
+	like(algos, "=0,1,1", "measured: the fastest deterministic algorithm within the workspace bound");
+#endif
+	/* given: the same choices, taken rather than measured */
+	dp_backend_opts og = o;
+	og.algos = algos;
+	dp_bectx *d2;
+	if (ok(G->open(&d2, &og, NULL, 0, &e) == DP_OK, "open with the algorithms given")) {
+		for (size_t i = 0; i < nconv; i++)
+			G->free(d2, G->alloc(d2, G->conv_ws(d2, &convs[i])));
+		t_conv(d2, convs[0], DP_ACT_RELU, 2e-5, "cudnn given", 1);
+		G->conv_algos(d2, again, sizeof again);
+		ok(strstr(algos, again) != NULL, "the choices given are the ones taken");
+		G->close(d2);
+	}
+	G->close(d);
+	/* pinned: cuDNN's heuristic order, untimed */
+	dp_backend_opts op = o;
+	op.deterministic = 1;
+	if (ok(G->open(&d, &op, desc, sizeof desc, &e) == DP_OK && strstr(desc, "pinned"),
+	       "open with the algorithms pinned: %s", desc)) {
+		t_conv(d, convs[2], DP_ACT_RELU, 2e-5, "cudnn pinned", 1);
+#ifdef DP_CUDA_EMU
+		G->conv_algos(d, algos, sizeof algos);
+		like(algos, "=1,1,1", "pinned: the first deterministic algorithm in the heuristic's order");
+#endif
+		G->close(d);
+	}
+	/* channels-last: tf32 (float32 tensors) and bf16 */
+	int precs[] = {DP_PREC_TF32, DP_PREC_BF16};
+	double tols[] = {2e-3, 3e-2}, mtols[] = {1e-2, 5e-2};
+	for (int i = 0; i < 2; i++) {
+		dp_backend_opts on = o;
+		on.precision = precs[i];
+		const char *pn = dp_precision_name(precs[i]);
+		if (G->open(&d, &on, desc, sizeof desc, &e) < 0) {
+			printf("ok %d # SKIP %s: %s\n", ++tap_n, pn, e.msg);
+			continue;
+		}
+		ok(strstr(desc, "channels-last") != NULL, "%s: channels-last (%s)", pn, desc);
+		char tag[32];
+		snprintf(tag, sizeof tag, "%s channels-last", pn);
+		t_conv(d, conv_geo(4, 32, 13, 13, 64, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, tols[i], tag, 1);
+		t_conv(d, conv_geo(2, 3, 9, 11, 5, 3, 3, 2, 2, 1, 1), DP_ACT_NONE, tols[i], tag, 0);
+		t_model_on(d, mtols[i], tag, CNN, "1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 10);
+		t_model_on(d, mtols[i], tag, RES, "3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 10);
+		t_model_on(d, mtols[i], tag, "conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
+			   "2x10x10", DP_LOSS_MSE, DP_OPTIM_SGD, 10);
+		G->close(d);
+	}
 }
 
 int main(void)
@@ -753,7 +845,7 @@ int main(void)
 		printf("1..0 # SKIP not a CUDA build (make BACKEND=cuda check runs this on a GPU)\n");
 		return 0;
 	}
-	dp_backend_opts o = {1, -1, 1, DP_PREC_FP32};
+	dp_backend_opts o = {.threads = 1, .device = -1, .conv_algo = 1, .precision = DP_PREC_FP32};
 	if (G->open(&gc, &o, desc, sizeof desc, &e) < 0) {
 		if (e.code == DP_ENOTFOUND) {
 			printf("1..0 # SKIP %s\n", e.msg);
@@ -816,7 +908,7 @@ int main(void)
 	int precs[] = {DP_PREC_TF32, DP_PREC_BF16};
 	double tols[] = {2e-3, 2e-2};
 	for (int i = 0; i < 2; i++) {
-		dp_backend_opts lo = {1, -1, 1, precs[i]};
+		dp_backend_opts lo = {.threads = 1, .device = -1, .conv_algo = 1, .precision = precs[i]};
 		dp_bectx *lc;
 		const char *pn = dp_precision_name(precs[i]);
 		if (G->open(&lc, &lo, NULL, 0, &e) < 0) {
@@ -828,19 +920,16 @@ int main(void)
 		G->close(lc);
 	}
 
-	t_model("conv:8:3,relu,maxpool:2,dropout:0.25,flatten,dense:32,relu,dropout:0.5,dense:10",
-		"1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 30);
+	t_model(CNN, "1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 30);
 	t_model("conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
 		"2x10x10", DP_LOSS_MSE, DP_OPTIM_SGD, 30);
 	t_model("dense:64,relu,batchnorm,dense:10", "40", DP_LOSS_XENT, DP_OPTIM_ADAMW, 30);
 	/* residual blocks (identity and projection shortcuts, gradients added
 	 * where two layers read one output), the stem's padded max pooling,
 	 * convolutions without bias, global average pooling */
-	t_model("conv:8:3:1:1:bias=0,bn,relu,maxpool:3:2:1,"
-		"res(conv:8:3:1:1:bias=0,bn,relu,conv:8:3:1:1:bias=0,bn):relu,"
-		"res(conv:12:3:2:1:bias=0,bn|conv:12:1:2:bias=0,bn):relu,gap,flatten,fc=dense:5",
-		"3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 20);
+	t_model(RES, "3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 20);
 	t_model("resnet20:4", "1x8x8", DP_LOSS_XENT, DP_OPTIM_SGD, 10);
+	t_cudnn(convs, sizeof convs / sizeof convs[0]);
 
 	G->close(gc);
 	C->close(cc);

@@ -198,7 +198,7 @@ int main(void)
 	}
 	ungetc(ch, ref);
 	dp_err err;
-	dp_backend_opts o = {1, -1, 0, DP_PREC_FP32};
+	dp_backend_opts o = {.threads = 1, .device = -1, .precision = DP_PREC_FP32};
 	if (!ok(B->open(&bc, &o, NULL, 0, &err) == DP_OK, "open the CPU backend"))
 		return done_testing();
 	t_maxpool(2, 3, 9, 8, 3, 1);

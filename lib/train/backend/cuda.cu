@@ -1,20 +1,16 @@
 /*
- * backend_cuda.cu - the CUDA backend: cuBLAS GEMMs and small kernels, one
- * GPU per process (see dp_backend.h for the contract; make BACKEND=cuda).
+ * cuda.cu - the CUDA backend: cuDNN convolutions, cuBLAS GEMMs and small
+ * kernels, one GPU per process (see dp_backend.h for the contract; make
+ * BACKEND=cuda).  Its parts: this file (the context, memory, dense layers,
+ * pooling, batchnorm, losses, optimizers), cuda_conv.cu (convolutions),
+ * cuda_nhwc.cu (the channels-last activations of tf32 and bf16), sharing
+ * cuda_impl.h.
  *
- * It follows the CPU reference (lib/backend_cpu.c) operation by operation,
+ * It follows the CPU reference (lib/train/backend/cpu.c) operation by operation,
  * so that tests/unit/cuda.c can hold every layer to it:
  *  - dense layers are one GEMM each way over the whole batch, bias and
  *    activation in one pass after it;
- *  - convolutions are im2col + GEMM over a chunk of samples at a time
- *    (as many as fit a fixed workspace budget, the whole batch for small
- *    layers): the columns of a chunk form one (c*kh*kw, chunk*oh*ow)
- *    matrix; the forward pass multiplies each sample's block by the
- *    filters in one strided-batched GEMM writing NCHW directly; the
- *    backward pass transposes dy to (k, chunk*oh*ow) so that the filter
- *    gradient of the whole chunk is ONE GEMM (summing over samples in its
- *    inner dimension), and the input gradient is a GEMM into columns then
- *    a gather back to the image (col2im without atomics);
+ *  - convolutions are cuDNN's (cuda_conv.cu), im2col + GEMM without it;
  *  - pooling backward, bias gradients, batch-norm statistics and loss sums
  *    are gathers and fixed-shape tree reductions, never atomics: the same
  *    inputs give the same bits, run after run (cuBLAS promises the same
@@ -24,10 +20,12 @@
  *    optimizer updates give the CPU's bits from the same inputs; only
  *    tanhf/expf (within 2 ulp) and GEMM summation orders differ.
  * Precision (dp_backend_opts.precision): fp32 is IEEE float throughout;
- * tf32 lets cuBLAS round GEMM inputs to TF32 on tensor cores; bf16 feeds
- * GEMMs bfloat16 copies of their inputs (converted on the fly, im2col
- * writing bf16 directly) with float32 accumulation and float32 results:
- * master weights, activations, gradients and optimizer state stay float32.
+ * tf32 lets cuBLAS and cuDNN round GEMM inputs to TF32 on tensor cores;
+ * bf16 feeds GEMMs bfloat16 copies of their inputs with float32
+ * accumulation.  Under tf32 and bf16 with cuDNN, the activations of
+ * convolutional layers are channels-last (cuda_nhwc.cu), in bfloat16 under
+ * bf16, as PyTorch's AMP with channels_last; master weights, gradients,
+ * batchnorm statistics, losses and optimizer state stay float32.
  *
  * Streams: all work is queued in order on one compute stream.  stage()
  * copies input batches on a second stream into one of two buffers in turn,
@@ -42,64 +40,11 @@
  * `mpirun -np 8` on an 8-GPU host gives each rank its own GPU and ranks
  * beyond the count share them round-robin.
  */
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "cuda_impl.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+/* ---- errors ---------------------------------------------------------------- */
 
-extern "C" {
-#include "dp_backend.h"
-}
-#include "dp_rng.h"
-
-/* Kernel launches go through LAUNCH so that tests/cudaemu can run this file
- * on the CPU (g++ -DDP_CUDA_EMU): a check of the kernels' arithmetic and
- * indexing against the CPU backend where no GPU is at hand. */
-#ifdef DP_CUDA_EMU
-#define LAUNCH(k, g, b, s, ...) emu_launch(dim3(g), dim3(b), [&] { k(__VA_ARGS__); })
-#define GRID_MAX 2
-#else
-#define LAUNCH(k, g, b, s, ...) k<<<(g), (b), 0, (s)>>>(__VA_ARGS__)
-#define GRID_MAX 65536
-#endif
-
-#define THREADS 256
-#define NSTAGE 8                             /* distinct stage() targets tracked */
-#define CONV_BUDGET ((size_t)256 << 20)      /* bytes of convolution workspace per chunk;
-					      * DP_CUDA_CONV_BUDGET overrides it (tests: chunks) */
-
-typedef __nv_bfloat16 bf16;
-
-struct stage_slot {
-	const void *dev;  /* the caller's buffer: slot 0 */
-	void *alt;        /* ours: slot 1 */
-	size_t cap;       /* bytes of alt */
-	int next;         /* slot of the next copy */
-	cudaEvent_t freed[2]; /* on the compute stream: slot k may be overwritten */
-	cudaEvent_t ready;    /* on the copy stream: the last copy is done */
-};
-
-struct dp_bectx {
-	int dev, prec;
-	cudaStream_t s;  /* compute */
-	cudaStream_t cs; /* host-to-device copies of stage() */
-	cublasHandle_t blas;
-	stage_slot st[NSTAGE];
-	int nst;
-	void *scratch; /* bf16 copies of dense operands, per-row loss terms */
-	size_t scratch_cap;
-	size_t conv_budget;
-	int failed;
-	char msg[512]; /* the first failure */
-};
-
-/* ---- errors -------------------------------------------------------------- */
-
-static void fail(dp_bectx *c, const char *what, const char *why)
+void cu_fail(dp_bectx *c, const char *what, const char *why)
 {
 	if (c->failed)
 		return;
@@ -107,29 +52,16 @@ static void fail(dp_bectx *c, const char *what, const char *why)
 	snprintf(c->msg, sizeof c->msg, "GPU %d: %s: %s", c->dev, what, why);
 }
 
-static bool ck(dp_bectx *c, cudaError_t r, const char *what)
-{
-	if (r == cudaSuccess)
-		return true;
-	fail(c, what, cudaGetErrorString(r));
-	return false;
-}
-
 static bool ckb(dp_bectx *c, cublasStatus_t r, const char *what)
 {
 	if (r == CUBLAS_STATUS_SUCCESS)
 		return true;
-	fail(c, what, cublasGetStatusString(r));
+	cu_fail(c, what, cublasGetStatusString(r));
 	return false;
 }
 
-/* After a kernel launch: a bad configuration shows here, a fault later. */
-#define LAUNCHED(c, name) ck((c), cudaGetLastError(), name)
-
-/* Calls may come from other threads (host_alloc from a data reader):
- * make this context's device current in the calling thread. */
 static thread_local int tl_dev = -1;
-static void use(dp_bectx *c)
+void cu_use(dp_bectx *c)
 {
 	if (tl_dev != c->dev) {
 		cudaSetDevice(c->dev);
@@ -137,19 +69,7 @@ static void use(dp_bectx *c)
 	}
 }
 
-static unsigned grid(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-	return (unsigned)(b > GRID_MAX ? GRID_MAX : b ? b : 1);
-}
-
-#define FOR_EACH(i, n) \
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-	     i += (size_t)gridDim.x * blockDim.x)
-
-/* A growing scratch buffer for one call at a time (stream order keeps
- * users apart); growing waits for the work that may still read it. */
-static void *scratch(dp_bectx *c, size_t bytes)
+void *cu_scratch(dp_bectx *c, size_t bytes)
 {
 	if (bytes <= c->scratch_cap)
 		return c->scratch;
@@ -164,34 +84,7 @@ static void *scratch(dp_bectx *c, size_t bytes)
 	return c->scratch;
 }
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-
 /* ---- small kernels ------------------------------------------------------- */
-
-__device__ __forceinline__ float act_f(int act, float v)
-{
-	switch (act) {
-	case DP_ACT_RELU: return v > 0.0f ? v : 0.0f;
-	case DP_ACT_TANH: return tanhf(v);
-	case DP_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-	default: return v;
-	}
-}
-
-/* dy * act'(from the output y) */
-__device__ __forceinline__ float act_g(int act, float y, float d)
-{
-	switch (act) {
-	case DP_ACT_RELU: return y > 0.0f ? d : 0.0f;
-	case DP_ACT_TANH: return d * (1.0f - y * y);
-	case DP_ACT_SIGMOID: return d * (y * (1.0f - y));
-	default: return d;
-	}
-}
-
-template <typename T> __device__ __forceinline__ T to(float v);
-template <> __device__ __forceinline__ float to<float>(float v) { return v; }
-template <> __device__ __forceinline__ bf16 to<bf16>(float v) { return __float2bfloat16(v); }
 
 __global__ void k_fill(float *p, float v, size_t n)
 {
@@ -250,23 +143,6 @@ __global__ void k_col_sums(const float *x, int rows, int cols, float *out)
 	}
 }
 
-/* Tree sum of v over the block (THREADS threads); the result in thread 0
- * and returned to all. */
-template <typename T> __device__ T block_sum(T v)
-{
-	__shared__ T sh[THREADS];
-	sh[threadIdx.x] = v;
-	__syncthreads();
-	for (int w = THREADS / 2; w > 0; w >>= 1) {
-		if ((int)threadIdx.x < w)
-			sh[threadIdx.x] += sh[threadIdx.x + w];
-		__syncthreads();
-	}
-	T r = sh[0];
-	__syncthreads();
-	return r;
-}
-
 /* out[c] = the sum over samples s and positions p of x (n, k, hw): one
  * block per channel (a convolution's bias gradient). */
 __global__ void k_chan_sums(const float *x, int n, int k, int hw, float *out)
@@ -283,70 +159,10 @@ __global__ void k_chan_sums(const float *x, int n, int k, int hw, float *out)
 		out[c] = acc;
 }
 
-/* ---- convolution --------------------------------------------------------- */
-
-/* col (c*kh*kw, cnt*oh*ow) from samples s0 .. s0+cnt-1 of x (n, c, h, w):
- * row (ci, ki, kj), column s*oh*ow + oy*ow + ox. */
-template <typename T>
-__global__ void k_im2col(const float *x, dp_conv2d g, int s0, int cnt, T *col)
+void cu_chan_sums(dp_bectx *c, const float *x, int n, int k, int hw, float *out)
 {
-	size_t ohw = (size_t)g.oh * g.ow, S = (size_t)cnt * ohw;
-	size_t total = (size_t)g.c * g.kh * g.kw * S;
-	FOR_EACH(i, total) {
-		size_t row = i / S, q = i % S;
-		int s = (int)(q / ohw), p = (int)(q % ohw);
-		int oy = p / g.ow, ox = p % g.ow;
-		int kj = (int)(row % g.kw), ki = (int)(row / g.kw % g.kh), ci = (int)(row / g.kw / g.kh);
-		int iy = oy * g.sh - g.ph + ki, ix = ox * g.sw - g.pw + kj;
-		float v = 0.0f;
-		if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-			v = x[(((size_t)(s0 + s) * g.c + ci) * g.h + iy) * g.w + ix];
-		col[i] = to<T>(v);
-	}
-}
-
-/* dyt (k, cnt*ohw) from samples s0 .. of dy (n, k, ohw). */
-template <typename T>
-__global__ void k_chw_to_cnhw(const float *dy, int k, size_t ohw, int s0, int cnt, T *dyt)
-{
-	size_t S = (size_t)cnt * ohw, total = (size_t)k * S;
-	FOR_EACH(i, total) {
-		size_t kk = i / S, q = i % S, s = q / ohw, p = q % ohw;
-		dyt[i] = to<T>(dy[(((size_t)s0 + s) * k + kk) * ohw + p]);
-	}
-}
-
-/* dx of samples s0 .. (c, h, w each) = the sum of the column entries that
- * read each input position, in (ki, kj) order, as the CPU's col2im adds. */
-__global__ void k_col2im(const float *dcol, dp_conv2d g, int s0, int cnt, float *dx)
-{
-	size_t ohw = (size_t)g.oh * g.ow, S = (size_t)cnt * ohw;
-	size_t chw = (size_t)g.c * g.h * g.w, total = (size_t)cnt * chw;
-	FOR_EACH(i, total) {
-		int s = (int)(i / chw);
-		size_t r = i % chw;
-		int ci = (int)(r / ((size_t)g.h * g.w)), iy = (int)(r / g.w % g.h), ix = (int)(r % g.w);
-		float acc = 0.0f;
-		for (int ki = 0; ki < g.kh; ki++) {
-			int ty = iy + g.ph - ki;
-			if (ty < 0 || ty % g.sh)
-				continue;
-			int oy = ty / g.sh;
-			if (oy >= g.oh)
-				continue;
-			for (int kj = 0; kj < g.kw; kj++) {
-				int tx = ix + g.pw - kj;
-				if (tx < 0 || tx % g.sw)
-					continue;
-				int ox = tx / g.sw;
-				if (ox >= g.ow)
-					continue;
-				size_t row = ((size_t)ci * g.kh + ki) * g.kw + kj;
-				acc += dcol[row * S + (size_t)s * ohw + (size_t)oy * g.ow + ox];
-			}
-		}
-		dx[((size_t)s0 + s) * chw + r] = acc;
-	}
+	LAUNCH(k_chan_sums, k, THREADS, c->s, x, n, k, hw, out);
+	LAUNCHED(c, "convolution bias gradient");
 }
 
 /* ---- pooling ------------------------------------------------------------- */
@@ -749,11 +565,12 @@ static void cu_close(dp_bectx *c)
 {
 	if (!c)
 		return;
-	use(c);
+	cu_use(c);
 	if (c->s)
 		cudaStreamSynchronize(c->s);
 	if (c->cs)
 		cudaStreamSynchronize(c->cs);
+	cu_prof_close(c);
 	for (int i = 0; i < c->nst; i++) {
 		cudaFree(c->st[i].alt);
 		cudaEventDestroy(c->st[i].freed[0]);
@@ -761,6 +578,9 @@ static void cu_close(dp_bectx *c)
 		cudaEventDestroy(c->st[i].ready);
 	}
 	cudaFree(c->scratch);
+	for (int i = 0; i < 3; i++)
+		cudaFree(c->flat[i]);
+	cu_conv_close(c);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->cs)
@@ -809,12 +629,13 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->dev = dev;
 	c->prec = prec;
+	c->conv_algo = o ? o->conv_algo : 0;
 	c->conv_budget = CONV_BUDGET;
 	const char *cb = dp_setting("DP_CUDA_CONV_BUDGET");
 	if (cb && atoll(cb) > 0)
 		c->conv_budget = (size_t)atoll(cb);
 	tl_dev = -1;
-	use(c);
+	cu_use(c);
 	/* is there code in this build for the device? */
 	cudaFuncAttributes fa;
 	if ((r = cudaFuncGetAttributes(&fa, k_fill)) != cudaSuccess) {
@@ -842,14 +663,28 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 		cu_close(c);
 		return DP_EIO;
 	}
+	cu_prof_open(c);
+	if (cu_conv_open(c, o, e) < 0) {
+		cu_close(c);
+		return e ? e->code : DP_EIO;
+	}
 	if (desc) {
 		int rt = 0, bl = 0;
 		cudaRuntimeGetVersion(&rt);
 		cublasGetVersion(c->blas, &bl);
-		snprintf(desc, desc_len, "cuda: GPU %d of %d, %s (sm_%d%d, %.0f GiB), %s, CUDA %d.%d, cuBLAS %d.%d",
+		char dnn[96] = "no cuDNN: im2col convolutions";
+#ifdef DP_WITH_CUDNN
+		if (c->dnn) {
+			size_t v = cudnnGetVersion();
+			snprintf(dnn, sizeof dnn, "cuDNN %zu.%zu.%zu (%s%s)", v / 10000, v / 100 % 100,
+				 v % 100, c->pinned ? "algorithms pinned" : "algorithms measured",
+				 c->nhwc ? ", channels-last" : "");
+		}
+#endif
+		snprintf(desc, desc_len, "cuda: GPU %d of %d, %s (sm_%d%d, %.0f GiB), %s, CUDA %d.%d, cuBLAS %d.%d, %s",
 			 dev, count, prop.name, prop.major, prop.minor,
 			 (double)prop.totalGlobalMem / (1u << 30), dp_precision_name(prec), rt / 1000,
-			 rt % 1000 / 10, bl / 10000, bl / 100 % 100);
+			 rt % 1000 / 10, bl / 10000, bl / 100 % 100, dnn);
 	}
 	*ctx = c;
 	return DP_OK;
@@ -859,7 +694,7 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 
 static void *cu_alloc(dp_bectx *c, size_t bytes)
 {
-	use(c);
+	cu_use(c);
 	void *p = NULL;
 	if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
 		cudaGetLastError(); /* out of memory is the caller's to report */
@@ -872,13 +707,14 @@ static void cu_free(dp_bectx *c, void *p)
 {
 	if (!p)
 		return;
-	use(c);
+	cu_use(c);
+	tag_drop(c, p);
 	cudaFree(p); /* waits for the device */
 }
 
 static void *cu_host_alloc(dp_bectx *c, size_t bytes)
 {
-	use(c);
+	cu_use(c);
 	void *p = NULL;
 	if (cudaMallocHost(&p, bytes ? bytes : 64) != cudaSuccess) {
 		cudaGetLastError();
@@ -891,15 +727,16 @@ static void cu_host_free(dp_bectx *c, void *p)
 {
 	if (!p)
 		return;
-	use(c);
+	cu_use(c);
 	cudaFreeHost(p);
 }
 
 static void cu_upload(dp_bectx *c, void *dev, const void *host, size_t bytes)
 {
+	tag_drop(c, dev);
 	if (!bytes)
 		return;
-	use(c);
+	cu_use(c);
 	if (ck(c, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->s), "upload"))
 		ck(c, cudaStreamSynchronize(c->s), "upload");
 }
@@ -908,7 +745,16 @@ static void cu_download(dp_bectx *c, void *host, const void *dev, size_t bytes)
 {
 	if (!bytes)
 		return;
-	use(c);
+	cu_use(c);
+	const nhwc_tag *t = tag_of(c, dev);
+	if (t) { /* channels-last: as the (n, c, h, w) float32 it stands for */
+		nhwc_tag k = *t;
+		float *f = (float *)cu_scratch(c, bytes);
+		if (f) {
+			nhwc_to_nchw(c, dev, &k, f);
+			dev = f;
+		}
+	}
 	if (!ck(c, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->s), "download") ||
 	    !ck(c, cudaStreamSynchronize(c->s), "download"))
 		memset(host, 0xff, bytes); /* NaN, not stale numbers; sync() says why */
@@ -918,7 +764,17 @@ static void cu_copy(dp_bectx *c, void *dst, const void *src, size_t bytes)
 {
 	if (!bytes || dst == src)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "copy");
+	const nhwc_tag *t = tag_of(c, src);
+	if (t) {
+		nhwc_tag k = *t;
+		size_t nb = nhwc_bytes(c, (size_t)k.n * k.c * k.h * k.w);
+		bytes = nb < bytes ? nb : bytes;
+		tag_set(c, dst, k.n, k.c, k.h, k.w);
+	} else {
+		tag_drop(c, dst);
+	}
 	ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->s), "copy");
 }
 
@@ -948,7 +804,7 @@ static stage_slot *stage_find(dp_bectx *c, const void *dev)
  * after everything queued up to now. */
 static const void *cu_stage(dp_bectx *c, void *dev, const void *host, size_t bytes)
 {
-	use(c);
+	cu_use(c);
 	stage_slot *t = stage_find(c, dev);
 	if (t && t->next == 1 && t->cap < bytes) {
 		ck(c, cudaStreamSynchronize(c->s), "stage");
@@ -966,6 +822,7 @@ static const void *cu_stage(dp_bectx *c, void *dev, const void *host, size_t byt
 	}
 	int k = t->next;
 	void *dst = k ? t->alt : dev;
+	tag_drop(c, dst);
 	t->next ^= 1;
 	if (bytes) {
 		ck(c, cudaStreamWaitEvent(c->cs, t->freed[k], 0), "stage");
@@ -979,9 +836,10 @@ static const void *cu_stage(dp_bectx *c, void *dev, const void *host, size_t byt
 
 static int cu_sync(dp_bectx *c, dp_err *e)
 {
-	use(c);
+	cu_use(c);
 	ck(c, cudaStreamSynchronize(c->s), "synchronize");
 	ck(c, cudaStreamSynchronize(c->cs), "synchronize");
+	cu_prof_collect(c);
 	if (c->failed)
 		return dp_seterr(e, DP_EIO, "%s", c->msg);
 	return DP_OK;
@@ -989,18 +847,22 @@ static int cu_sync(dp_bectx *c, dp_err *e)
 
 static void cu_fill(dp_bectx *c, float *p, float v, size_t n)
 {
+	tag_drop(c, p);
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "fill");
 	LAUNCH(k_fill, grid(n), THREADS, c->s, p, v, n);
 	LAUNCHED(c, "fill");
 }
 
 static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
 {
+	tag_drop(c, p);
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "scale");
 	LAUNCH(k_scale, grid(n), THREADS, c->s, p, s, n);
 	LAUNCHED(c, "scale");
 }
@@ -1009,7 +871,7 @@ static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
  * Column-major, as cuBLAS: C (m, n; ldc) = op(A) op(B) + beta C, float32 C.
  * lowp: A and B are bf16 (tensor cores, float32 accumulation), else float. */
 
-static void gemm(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+void cu_gemm(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 		 const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc,
 		 bool lowp, const char *what)
 {
@@ -1025,7 +887,7 @@ static void gemm(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m,
 		    what);
 }
 
-static void gemm_batched(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+void cu_gemm_batched(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 			 int k, const void *A, int lda, long long sa, const void *B, int ldb,
 			 long long sb, float *C, int ldc, long long sc, int count, bool lowp,
 			 const char *what)
@@ -1045,7 +907,7 @@ static void gemm_batched(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb
 }
 
 /* A bf16 copy of n floats at dst (scratch). */
-static void to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
+void cu_to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
 {
 	if (!n)
 		return;
@@ -1056,7 +918,7 @@ static void to_bf16(dp_bectx *c, const float *x, bf16 *dst, size_t n)
 /* ---- activations ----------------------------------------------------------- */
 
 /* b NULL: the activation alone. */
-static void bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, size_t inner,
+void cu_bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, size_t inner,
 		     int act)
 {
 	if (!n || (!b && !act))
@@ -1070,7 +932,7 @@ static void bias_act(dp_bectx *c, float *y, size_t n, const float *b, int nb, si
 	LAUNCHED(c, "bias and activation");
 }
 
-static void act_grad(dp_bectx *c, int act, const float *y, const float *dy, float *dx, size_t n)
+void cu_act_grad(dp_bectx *c, int act, const float *y, const float *dy, float *dx, size_t n)
 {
 	if (!act || !n) {
 		if (dx != dy && n)
@@ -1086,22 +948,35 @@ static void cu_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y)
 {
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "activation");
+	if (nhwc_act_fwd(c, act, n, x, y))
+		return;
+	tag_drop(c, y);
 	LAUNCH(k_act, grid(n), THREADS, c->s, x, y, n, act);
 	LAUNCHED(c, "activation");
 }
 
 static void cu_act_bwd(dp_bectx *c, int act, size_t n, const float *y, const float *dy, float *dx)
 {
-	use(c);
-	act_grad(c, act, y, dy, dx, n);
+	cu_use(c);
+	PROF(c, "activation backward");
+	if (nhwc_act_bwd(c, act, n, y, dy, dx))
+		return;
+	nhwc_flat(c, &dy, n, 0);
+	tag_drop(c, dx);
+	cu_act_grad(c, act, y, dy, dx, n);
 }
 
 static void cu_add(dp_bectx *c, size_t n, const float *a, const float *b, float *y, int act)
 {
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "add");
+	if (nhwc_add(c, n, a, b, y, act))
+		return;
+	tag_drop(c, y);
 	LAUNCH(k_add, grid(n), THREADS, c->s, a, b, y, n, act);
 	LAUNCHED(c, "add");
 }
@@ -1113,29 +988,41 @@ static void cu_add(dp_bectx *c, size_t n, const float *a, const float *b, float 
 static void cu_dense_fwd(dp_bectx *c, int n, int in, int out, const float *x, const float *w,
 			 const float *b, float *y, int act)
 {
-	use(c);
+	cu_use(c);
+	PROF(c, "dense");
+	nhwc_flat(c, &x, (size_t)n * in, 0); /* flatten after a channels-last layer */
+	tag_drop(c, y);
 	bool lowp = c->prec == DP_PREC_BF16;
 	const void *A = w, *B = x;
 	if (lowp) {
 		size_t wn = (size_t)out * in, xn = (size_t)n * in;
-		bf16 *s = (bf16 *)scratch(c, align256(wn * 2) + xn * 2);
+		bf16 *s = (bf16 *)cu_scratch(c, align256(wn * 2) + xn * 2);
 		if (!s)
 			return;
 		bf16 *xb = (bf16 *)((char *)s + align256(wn * 2));
-		to_bf16(c, w, s, wn);
-		to_bf16(c, x, xb, xn);
+		cu_to_bf16(c, w, s, wn);
+		cu_to_bf16(c, x, xb, xn);
 		A = s;
 		B = xb;
 	}
-	gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, A, in, B, in, 0.0f, y, out, lowp, "dense");
-	bias_act(c, y, (size_t)n * out, b, out, 1, act);
+	cu_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, A, in, B, in, 0.0f, y, out, lowp, "dense");
+	cu_bias_act(c, y, (size_t)n * out, b, out, 1, act);
 }
 
 static void cu_dense_bwd(dp_bectx *c, int n, int in, int out, const float *x, const float *w,
 			 const float *y, float *dy, float *dx, float *dw, float *db, int act)
 {
-	use(c);
-	act_grad(c, act, y, dy, dy, (size_t)n * out);
+	cu_use(c);
+	PROF(c, "dense backward");
+	/* x channels-last (flatten after a convolutional layer): dx too */
+	const nhwc_tag *t = tag_of(c, x);
+	nhwc_tag xt = t ? *t : nhwc_tag{};
+	float *dxs = dx;
+	nhwc_flat(c, &x, (size_t)n * in, 0);
+	nhwc_flat(c, (const float **)&dy, (size_t)n * out, 1);
+	if (dx && t && !(dxs = nhwc_flat_buf(c, (size_t)n * in, 2)))
+		return;
+	cu_act_grad(c, act, y, dy, dy, (size_t)n * out);
 	if (db) {
 		dim3 tb(32, 8);
 		LAUNCH(k_col_sums, (out + 31) / 32, tb, c->s, dy, n, out, db);
@@ -1145,159 +1032,32 @@ static void cu_dense_bwd(dp_bectx *c, int n, int in, int out, const float *x, co
 	const void *X = x, *W = w, *D = dy;
 	if (lowp) {
 		size_t xn = (size_t)n * in, wn = (size_t)out * in, dn = (size_t)n * out;
-		char *s = (char *)scratch(c, align256(xn * 2) + align256(wn * 2) + dn * 2);
+		char *s = (char *)cu_scratch(c, align256(xn * 2) + align256(wn * 2) + dn * 2);
 		if (!s)
 			return;
 		bf16 *xb = (bf16 *)s, *wb = (bf16 *)(s + align256(xn * 2)),
 		     *db16 = (bf16 *)(s + align256(xn * 2) + align256(wn * 2));
-		to_bf16(c, x, xb, xn);
+		cu_to_bf16(c, x, xb, xn);
 		if (dx)
-			to_bf16(c, w, wb, wn);
-		to_bf16(c, dy, db16, dn);
+			cu_to_bf16(c, w, wb, wn);
+		cu_to_bf16(c, dy, db16, dn);
 		X = xb;
 		W = wb;
 		D = db16;
 	}
 	/* dw (out, in) = dy^T x: column-major dw^T (in, out) = x^T (in, n) dy (n, out) */
-	gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, X, in, D, out, 0.0f, dw, in, lowp,
+	cu_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, X, in, D, out, 0.0f, dw, in, lowp,
 	     "dense weight gradient");
 	/* dx (n, in) = dy w: column-major dx^T (in, n) = w^T (in, out) dy^T (out, n) */
-	if (dx)
-		gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, W, in, D, out, 0.0f, dx, in, lowp,
-		     "dense input gradient");
-}
-
-/* ---- convolution -------------------------------------------------------------- */
-
-typedef struct conv_plan {
-	int ckk, chunk;
-	size_t ohw;
-	size_t es;                 /* bytes per GEMM input element: 4, or 2 (bf16) */
-	size_t col, dyt, dcol, wb; /* byte offsets in the workspace */
-	size_t bytes;
-} conv_plan;
-
-/* Samples per chunk: as many as the budget holds (at least one), and the
- * workspace: columns, transposed dy and column gradient of a chunk, and a
- * bf16 copy of the filters.  The chunk depends on g->n only as a cap, so
- * the workspace sized for the largest batch serves every smaller one. */
-static conv_plan plan_conv(const dp_bectx *c, const dp_conv2d *g)
-{
-	conv_plan p;
-	p.ckk = g->c * g->kh * g->kw;
-	p.ohw = (size_t)g->oh * g->ow;
-	p.es = c->prec == DP_PREC_BF16 ? 2 : 4;
-	size_t per = p.ohw * ((size_t)p.ckk * p.es + (size_t)g->k * p.es + (size_t)p.ckk * 4);
-	size_t chunk = per ? c->conv_budget / per : 1;
-	if (chunk < 1)
-		chunk = 1;
-	if (chunk > (size_t)g->n)
-		chunk = (size_t)g->n > 0 ? (size_t)g->n : 1;
-	/* cuBLAS takes int dimensions: the widest matrix has chunk * ohw columns */
-	while (chunk > 1 && chunk * p.ohw * (size_t)(p.ckk > g->k ? p.ckk : g->k) > (size_t)INT32_MAX)
-		chunk /= 2;
-	p.chunk = (int)chunk;
-	size_t S = chunk * p.ohw;
-	p.col = 0;
-	p.dyt = p.col + align256((size_t)p.ckk * S * p.es);
-	p.dcol = p.dyt + align256((size_t)g->k * S * p.es);
-	p.wb = p.dcol + align256((size_t)p.ckk * S * 4);
-	p.bytes = p.wb + (p.es == 2 ? align256((size_t)g->k * p.ckk * 2) : 0);
-	return p;
-}
-
-static size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g) { return plan_conv(c, g).bytes; }
-
-template <typename T>
-static void im2col(dp_bectx *c, const float *x, const dp_conv2d *g, int s0, int cnt, void *col)
-{
-	size_t total = (size_t)g->c * g->kh * g->kw * cnt * g->oh * g->ow;
-	LAUNCH(k_im2col<T>, grid(total), THREADS, c->s, x, *g, s0, cnt, (T *)col);
-	LAUNCHED(c, "im2col");
-}
-
-template <typename T>
-static void transpose_dy(dp_bectx *c, const float *dy, const dp_conv2d *g, int s0, int cnt,
-			 void *dyt)
-{
-	size_t ohw = (size_t)g->oh * g->ow, total = (size_t)g->k * cnt * ohw;
-	LAUNCH(k_chw_to_cnhw<T>, grid(total), THREADS, c->s, dy, g->k, ohw, s0, cnt, (T *)dyt);
-	LAUNCHED(c, "transpose");
-}
-
-static void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w,
-			const float *b, float *y, int act, void *ws)
-{
-	use(c);
-	conv_plan p = plan_conv(c, g);
-	bool lowp = p.es == 2;
-	char *base = (char *)ws;
-	void *col = base + p.col;
-	const void *W = w;
-	if (lowp) {
-		to_bf16(c, w, (bf16 *)(base + p.wb), (size_t)g->k * p.ckk);
-		W = base + p.wb;
-	}
-	for (int s0 = 0; s0 < g->n; s0 += p.chunk) {
-		int cnt = g->n - s0 < p.chunk ? g->n - s0 : p.chunk;
-		if (lowp)
-			im2col<bf16>(c, x, g, s0, cnt, col);
-		else
-			im2col<float>(c, x, g, s0, cnt, col);
-		/* per sample s: y_s (k, ohw) = w (k, ckk) col_s (ckk, ohw); column-
-		 * major y_s^T (ohw, k) = col_s^T (ohw, ckk) w^T (ckk, k), where
-		 * col_s is the block of ohw columns at s*ohw of the (ckk, S) matrix */
-		int S = (int)((size_t)cnt * p.ohw);
-		gemm_batched(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)p.ohw, g->k, p.ckk, col, S,
-			     (long long)p.ohw, W, p.ckk, 0, y + (size_t)s0 * g->k * p.ohw, (int)p.ohw,
-			     (long long)g->k * p.ohw, cnt, lowp, "convolution");
-	}
-	bias_act(c, y, (size_t)g->n * g->k * p.ohw, b, g->k, p.ohw, act);
-}
-
-static void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w,
-			const float *y, float *dy, float *dx, float *dw, float *db, int act,
-			void *ws)
-{
-	use(c);
-	conv_plan p = plan_conv(c, g);
-	bool lowp = p.es == 2;
-	char *base = (char *)ws;
-	void *col = base + p.col, *dyt = base + p.dyt;
-	float *dcol = (float *)(base + p.dcol);
-	act_grad(c, act, y, dy, dy, (size_t)g->n * g->k * p.ohw);
-	if (db) {
-		LAUNCH(k_chan_sums, g->k, THREADS, c->s, dy, g->n, g->k, (int)p.ohw, db);
-		LAUNCHED(c, "convolution bias gradient");
-	}
-	const void *W = w;
-	if (lowp && dx) {
-		to_bf16(c, w, (bf16 *)(base + p.wb), (size_t)g->k * p.ckk);
-		W = base + p.wb;
-	}
-	for (int s0 = 0; s0 < g->n; s0 += p.chunk) {
-		int cnt = g->n - s0 < p.chunk ? g->n - s0 : p.chunk;
-		int S = (int)((size_t)cnt * p.ohw);
-		if (lowp) {
-			im2col<bf16>(c, x, g, s0, cnt, col);
-			transpose_dy<bf16>(c, dy, g, s0, cnt, dyt);
-		} else {
-			im2col<float>(c, x, g, s0, cnt, col);
-			transpose_dy<float>(c, dy, g, s0, cnt, dyt);
-		}
-		/* dw (k, ckk) += dyt (k, S) col^T (S, ckk); column-major
-		 * dw^T (ckk, k) = op_T(col as (S, ckk)) dyt as (S, k) */
-		gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, p.ckk, g->k, S, col, S, dyt, S, s0 ? 1.0f : 0.0f, dw,
-		     p.ckk, lowp, "convolution weight gradient");
-		if (!dx)
-			continue;
-		/* dcol (ckk, S) = w^T (ckk, k) dyt (k, S); column-major
-		 * dcol^T (S, ckk) = dyt as (S, k) op_T(w as (ckk, k)) */
-		gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, S, p.ckk, g->k, dyt, S, W, p.ckk, 0.0f, dcol, S,
-		     lowp, "convolution input gradient");
-		size_t total = (size_t)cnt * g->c * g->h * g->w;
-		LAUNCH(k_col2im, grid(total), THREADS, c->s, dcol, *g, s0, cnt, dx);
-		LAUNCHED(c, "col2im");
+	if (!dx)
+		return;
+	cu_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, W, in, D, out, 0.0f, dxs, in, lowp,
+		"dense input gradient");
+	if (xt.p) {
+		nhwc_from_nchw(c, dxs, xt.n, xt.c, xt.h, xt.w, dx);
+		tag_set(c, dx, xt.n, xt.c, xt.h, xt.w);
+	} else {
+		tag_drop(c, dx);
 	}
 }
 
@@ -1307,9 +1067,14 @@ static void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, floa
 			   int32_t *arg)
 {
 	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
+	cu_use(c);
+	PROF(c, "pooling");
+	if (nhwc_pool_fwd(c, 1, g, x, y, arg))
+		return;
+	tag_drop(c, y);
+	tag_drop(c, arg);
 	if (!n)
 		return;
-	use(c);
 	LAUNCH(k_maxpool_fwd, grid(n), THREADS, c->s, *g, x, y, arg);
 	LAUNCHED(c, "maxpool");
 }
@@ -1318,9 +1083,14 @@ static void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, con
 			   float *dx)
 {
 	size_t n = (size_t)g->n * g->c * g->h * g->w;
+	cu_use(c);
+	PROF(c, "pooling backward");
+	if (nhwc_pool_bwd(c, 1, g, dy, arg, dx))
+		return;
+	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->oh * g->ow, 0);
+	tag_drop(c, dx);
 	if (!n)
 		return;
-	use(c);
 	LAUNCH(k_maxpool_bwd, grid(n), THREADS, c->s, *g, dy, arg, dx);
 	LAUNCHED(c, "maxpool gradient");
 }
@@ -1328,9 +1098,13 @@ static void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, con
 static void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y)
 {
 	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
+	cu_use(c);
+	PROF(c, "pooling");
+	if (nhwc_pool_fwd(c, 0, g, x, y, NULL))
+		return;
+	tag_drop(c, y);
 	if (!n)
 		return;
-	use(c);
 	LAUNCH(k_avgpool_fwd, grid(n), THREADS, c->s, *g, x, y);
 	LAUNCHED(c, "avgpool");
 }
@@ -1338,9 +1112,13 @@ static void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, floa
 static void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, float *dx)
 {
 	size_t n = (size_t)g->n * g->c * g->h * g->w;
+	cu_use(c);
+	PROF(c, "pooling backward");
+	if (nhwc_pool_bwd(c, 0, g, dy, NULL, dx))
+		return;
+	tag_drop(c, dx);
 	if (!n)
 		return;
-	use(c);
 	LAUNCH(k_avgpool_bwd, grid(n), THREADS, c->s, *g, dy, dx);
 	LAUNCHED(c, "avgpool gradient");
 }
@@ -1350,9 +1128,13 @@ static void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, flo
 static void dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, float *out)
 {
 	size_t total = (size_t)n * d->per_sample;
+	cu_use(c);
+	PROF(c, "dropout");
+	if (nhwc_dropout(c, d, n, in, out))
+		return;
+	tag_drop(c, out);
 	if (!total)
 		return;
-	use(c);
 	LAUNCH(k_dropout, grid(total), THREADS, c->s, *d, total, in, out);
 	LAUNCHED(c, "dropout");
 }
@@ -1373,7 +1155,10 @@ static void cu_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, double
 {
 	if (g->c <= 0)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "batchnorm");
+	if (nhwc_bnorm_sums(c, g, x, NULL, sums))
+		return;
 	LAUNCH(k_bnorm_sums, g->c, THREADS, c->s, *g, x, sums);
 	LAUNCHED(c, "batchnorm sums");
 }
@@ -1384,7 +1169,11 @@ static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float 
 {
 	if (g->c <= 0)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "batchnorm");
+	if (nhwc_bnorm_fwd(c, g, train, x, gamma, beta, run_mean, run_var, sums, save, y))
+		return;
+	tag_drop(c, y);
 	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, sums,
 	       save, y);
 	LAUNCHED(c, "batchnorm");
@@ -1395,7 +1184,11 @@ static void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, co
 {
 	if (g->c <= 0)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "batchnorm backward");
+	if (nhwc_bnorm_bwd_sums(c, g, x, save, dy, sums))
+		return;
+	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 0);
 	LAUNCH(k_bnorm_bwd_sums, g->c, THREADS, c->s, *g, x, save, dy, sums);
 	LAUNCHED(c, "batchnorm gradient sums");
 }
@@ -1406,7 +1199,12 @@ static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 {
 	if (g->c <= 0)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "batchnorm backward");
+	if (nhwc_bnorm_bwd(c, g, x, gamma, save, sums, dy, dx, dgamma, dbeta))
+		return;
+	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 0);
+	tag_drop(c, dx);
 	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, sums, dy, dx, dgamma, dbeta);
 	LAUNCHED(c, "batchnorm gradient");
 }
@@ -1416,8 +1214,11 @@ static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 static void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_t *labels,
 		    float smooth, float scale, float *dlogits, double *stats)
 {
-	use(c);
-	double *rows = (double *)scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
+	cu_use(c);
+	PROF(c, "loss");
+	nhwc_flat(c, &logits, (size_t)n * k, 0);
+	tag_drop(c, dlogits);
+	double *rows = (double *)cu_scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
 	if (!rows)
 		return;
 	if (n > 0) {
@@ -1431,8 +1232,11 @@ static void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_
 static void cu_mse(dp_bectx *c, int n, int k, const float *pred, const float *target, float scale,
 		   float *dpred, double *stats)
 {
-	use(c);
-	double *rows = (double *)scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
+	cu_use(c);
+	PROF(c, "loss");
+	nhwc_flat(c, &pred, (size_t)n * k, 0);
+	tag_drop(c, dpred);
+	double *rows = (double *)cu_scratch(c, 2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
 	if (!rows)
 		return;
 	float f = 2.0f / (float)k * scale;
@@ -1448,7 +1252,10 @@ static void cu_softmax(dp_bectx *c, int n, int k, const float *x, float *y)
 {
 	if (n <= 0)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "softmax");
+	nhwc_flat(c, &x, (size_t)n * k, 0);
+	tag_drop(c, y);
 	LAUNCH(k_softmax, grid((size_t)n), THREADS, c->s, n, k, x, y);
 	LAUNCHED(c, "softmax");
 }
@@ -1460,7 +1267,8 @@ static void cu_sgd(dp_bectx *c, size_t n, float *p, const float *g, float *buf,
 {
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "optimizer");
 	LAUNCH(k_sgd, grid(n), THREADS, c->s, n, p, g, buf, *a);
 	LAUNCHED(c, "sgd");
 }
@@ -1470,7 +1278,8 @@ static void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, f
 {
 	if (!n)
 		return;
-	use(c);
+	cu_use(c);
+	PROF(c, "optimizer");
 	LAUNCH(k_adam, grid(n), THREADS, c->s, n, p, g, m, v, *a);
 	LAUNCHED(c, "adam");
 }
@@ -1501,6 +1310,7 @@ static dp_backend make_backend(void)
 	b.dense_fwd = cu_dense_fwd;
 	b.dense_bwd = cu_dense_bwd;
 	b.conv_ws = cu_conv_ws;
+	b.conv_algos = cu_conv_algos;
 	b.conv_fwd = cu_conv_fwd;
 	b.conv_bwd = cu_conv_bwd;
 	b.maxpool_fwd = cu_maxpool_fwd;

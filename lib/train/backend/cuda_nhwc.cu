@@ -1,0 +1,813 @@
+/*
+ * cuda_nhwc.cu - channels-last activations for the CUDA backend's tf32 and
+ * bf16 modes (lib/train/backend/cuda_impl.h), as PyTorch's channels_last
+ * memory format with AMP: cuDNN's tensor-core convolutions read and write
+ * (n, h, w, c), so the activations of convolutional layers stay in that
+ * layout from one layer to the next, in bfloat16 under bf16 (float32 under
+ * tf32), and are converted only where a layer needs the (n, c, h, w)
+ * float32 that dp_backend.h promises: a dense layer after flatten, a loss,
+ * a download.
+ *
+ * The caller (lib/train/model) still sees every activation as an
+ * (n, c, h, w) float32 buffer and passes the buffers from one call to the
+ * next; the backend remembers which buffers it wrote channels-last (a tag:
+ * the buffer's start and its shape), and every operation reads its inputs
+ * by their tag and tags its outputs:
+ *  - a convolution's output is channels-last; so is the output of
+ *    batchnorm, pooling, an activation, dropout or an addition whose input
+ *    was;
+ *  - a backward operation writes dx in the layout of its forward input
+ *    (so gradients follow the activations), converting a gradient that
+ *    comes in the other layout;
+ *  - upload, stage, fill and free forget a buffer's tag; copy carries it.
+ * Batchnorm's statistics are float32 sums of differences from the running
+ * mean (so large means do not cancel), reduced over a fixed grid of blocks
+ * then over the blocks in double, in a fixed order: the same bits run
+ * after run, and no atomics.  Dropout draws the masks of dp_rng.h by the
+ * element's (n, c, h, w) index, so every layout and backend drops the same
+ * elements.
+ */
+#include "cuda_impl.h"
+
+/* ---- tags ---------------------------------------------------------------------- */
+
+static unsigned tag_slot(const void *p)
+{
+	uintptr_t v = (uintptr_t)p >> 8;
+	return (unsigned)((v ^ (v >> 13) ^ (v >> 29)) & (NTAG - 1));
+}
+
+const nhwc_tag *tag_of(dp_bectx *c, const void *p)
+{
+	if (!c->nhwc || !p)
+		return NULL;
+	for (unsigned i = tag_slot(p), k = 0; k < NTAG; i = (i + 1) & (NTAG - 1), k++) {
+		if (c->tag[i].p == p)
+			return &c->tag[i];
+		if (!c->tag[i].p)
+			return NULL;
+	}
+	return NULL;
+}
+
+void tag_set(dp_bectx *c, const void *p, int n, int cc, int h, int w)
+{
+	if (!c->nhwc)
+		return;
+	unsigned i = tag_slot(p);
+	for (unsigned k = 0; k < NTAG; i = (i + 1) & (NTAG - 1), k++)
+		if (!c->tag[i].p || c->tag[i].p == p) {
+			c->tag[i] = nhwc_tag{p, n, cc, h, w};
+			return;
+		}
+	cu_fail(c, "channels-last tensors", "more than 1024 activation buffers");
+}
+
+/* Removal from an open-addressed table: the entries after the slot that
+ * would have probed through it move back. */
+void tag_drop(dp_bectx *c, const void *p)
+{
+	if (!c->nhwc || !p)
+		return;
+	unsigned i = tag_slot(p), k = 0;
+	for (; k < NTAG && c->tag[i].p != p; i = (i + 1) & (NTAG - 1), k++)
+		if (!c->tag[i].p)
+			return;
+	if (k == NTAG)
+		return;
+	c->tag[i].p = NULL;
+	for (unsigned j = (i + 1) & (NTAG - 1); c->tag[j].p; j = (j + 1) & (NTAG - 1)) {
+		nhwc_tag t = c->tag[j];
+		c->tag[j].p = NULL;
+		tag_set(c, t.p, t.n, t.c, t.h, t.w);
+	}
+}
+
+size_t nhwc_bytes(const dp_bectx *c, size_t elems)
+{
+	return elems * (c->prec == DP_PREC_BF16 ? 2 : 4);
+}
+
+/* stmt with T the context's activation type (bf16 or float) */
+#define BY_TYPE(c, ...)                        \
+	do {                                   \
+		if ((c)->prec == DP_PREC_BF16) { \
+			typedef bf16 T;        \
+			__VA_ARGS__;           \
+		} else {                       \
+			typedef float T;       \
+			__VA_ARGS__;           \
+		}                              \
+	} while (0)
+
+/* ---- layout conversions -------------------------------------------------------- */
+
+template <typename T>
+__global__ void k_from_nchw(const float *x, int cc, size_t hw, size_t total, T *y)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)cc, r = i / (size_t)cc, s = r / hw, p = r % hw;
+		y[i] = to<T>(x[(s * cc + ch) * hw + p]);
+	}
+}
+
+template <typename T>
+__global__ void k_to_nchw(const T *x, int cc, size_t hw, size_t total, float *y)
+{
+	FOR_EACH(i, total) {
+		size_t p = i % hw, r = i / hw, ch = r % (size_t)cc, s = r / (size_t)cc;
+		y[i] = fl(x[(s * hw + p) * cc + ch]);
+	}
+}
+
+void nhwc_from_nchw(dp_bectx *c, const float *x, int n, int cc, int h, int w, void *y)
+{
+	size_t hw = (size_t)h * w, total = (size_t)n * cc * hw;
+	if (!total)
+		return;
+	BY_TYPE(c, LAUNCH(k_from_nchw<T>, grid(total), THREADS, c->s, x, cc, hw, total, (T *)y));
+	LAUNCHED(c, "to channels-last");
+}
+
+void nhwc_to_nchw(dp_bectx *c, const void *x, const nhwc_tag *t, float *y)
+{
+	size_t hw = (size_t)t->h * t->w, total = (size_t)t->n * t->c * hw;
+	if (!total)
+		return;
+	BY_TYPE(c, LAUNCH(k_to_nchw<T>, grid(total), THREADS, c->s, (const T *)x, t->c, hw, total, y));
+	LAUNCHED(c, "from channels-last");
+}
+const void *nhwc_in(dp_bectx *c, const void *x, int n, int cc, int h, int w, void *dst)
+{
+	const nhwc_tag *t = tag_of(c, x);
+	if (t) {
+		if (t->n != n || t->c != cc || t->h != h || t->w != w)
+			cu_fail(c, "channels-last tensor", "read with another shape than written");
+		return x;
+	}
+	nhwc_from_nchw(c, (const float *)x, n, cc, h, w, dst);
+	return dst;
+}
+
+/* Filters (k, c, kh, kw) float32 <-> (k, kh, kw, c) in the activation type */
+template <typename T> __global__ void k_filter(const float *w, int cc, int khw, size_t total, T *wt)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)cc, r = i / (size_t)cc, p = r % (size_t)khw, o = r / (size_t)khw;
+		wt[i] = to<T>(w[(o * cc + ch) * khw + p]);
+	}
+}
+
+template <typename T>
+__global__ void k_filter_grad(const T *dwt, int cc, int khw, size_t total, float *dw)
+{
+	FOR_EACH(i, total) {
+		size_t p = i % (size_t)khw, r = i / (size_t)khw, ch = r % (size_t)cc, o = r / (size_t)cc;
+		dw[i] = fl(dwt[(o * khw + p) * cc + ch]);
+	}
+}
+
+
+void nhwc_filter(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt)
+{
+	size_t total = (size_t)g->k * g->c * g->kh * g->kw;
+	BY_TYPE(c, LAUNCH(k_filter<T>, grid(total), THREADS, c->s, w, g->c, g->kh * g->kw, total, (T *)wt));
+	LAUNCHED(c, "filters to channels-last");
+}
+
+void nhwc_filter_grad(dp_bectx *c, const void *dwt, const dp_conv2d *g, float *dw)
+{
+	size_t total = (size_t)g->k * g->c * g->kh * g->kw;
+	BY_TYPE(c, LAUNCH(k_filter_grad<T>, grid(total), THREADS, c->s, (const T *)dwt, g->c,
+			  g->kh * g->kw, total, dw));
+	LAUNCHED(c, "filter gradient from channels-last");
+}
+
+/* ---- elementwise --------------------------------------------------------------- */
+
+/* Kernels over (rows, k) by channel: launched on chan_grid() blocks, whose
+ * threads all step by a multiple of k, so that each keeps one channel
+ * (no division per element: 64-bit division costs dozens of instructions,
+ * more than the bytes these kernels move allow). */
+static unsigned chan_grid(size_t total, int k)
+{
+	unsigned a = (unsigned)k, b = THREADS;
+	while (b) {
+		unsigned t = a % b;
+		a = b;
+		b = t;
+	}
+	unsigned q = (unsigned)k / a, g = grid(total);
+	return g < q ? q : g - g % q;
+}
+
+#define FOR_CHAN(i, ch, total, k)                                                 \
+	size_t i##0_ = (size_t)blockIdx.x * blockDim.x + threadIdx.x;             \
+	int ch = (int)(i##0_ % (size_t)(k));                                      \
+	for (size_t i = i##0_; i < (total); i += (size_t)gridDim.x * blockDim.x)
+
+template <typename T> __global__ void k_bias_act(T *y, size_t total, int k, const float *b, int act)
+{
+	FOR_CHAN(i, ch, total, k)
+	{
+		float bb = b ? b[ch] : 0.0f;
+		y[i] = to<T>(act_f(act, fl(y[i]) + bb));
+	}
+}
+
+template <typename T> __global__ void k_act(const T *x, T *y, size_t n, int act)
+{
+	FOR_EACH(i, n) y[i] = to<T>(act_f(act, fl(x[i])));
+}
+
+template <typename T> __global__ void k_act_grad(const T *y, const T *dy, T *dx, size_t n, int act)
+{
+	FOR_EACH(i, n) dx[i] = to<T>(act_g(act, fl(y[i]), fl(dy[i])));
+}
+
+template <typename T> __global__ void k_add(const T *a, const T *b, T *y, size_t n, int act)
+{
+	FOR_EACH(i, n) y[i] = to<T>(act_f(act, fl(a[i]) + fl(b[i])));
+}
+
+/* Element i of (n, h, w, c) is element (c * hw + p) of its sample for the
+ * masks (dp_backend.h): the same elements dropped as in NCHW. */
+template <typename T>
+__global__ void k_dropout(dp_dropout d, int cc, size_t hw, size_t total, const T *in, T *out)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)cc, r = i / (size_t)cc, p = r % hw, s = r / hw;
+		uint64_t j = (d.sample0 + s) * d.per_sample + ch * hw + p;
+		uint32_t u = (uint32_t)(dp_rng_at(d.key, j) >> 32);
+		out[i] = to<T>(u >= d.threshold ? fl(in[i]) * d.scale : 0.0f);
+	}
+}
+
+void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int act)
+{
+	size_t total = rows * k;
+	if (!total || (!b && !act))
+		return;
+	BY_TYPE(c, LAUNCH(k_bias_act<T>, chan_grid(total, k), THREADS, c->s, (T *)y, total, k, b, act));
+	LAUNCHED(c, "bias and activation");
+}
+
+void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx, size_t n)
+{
+	if (!n)
+		return;
+	if (!act) {
+		if (dx != dy)
+			ck(c, cudaMemcpyAsync(dx, dy, nhwc_bytes(c, n), cudaMemcpyDeviceToDevice, c->s),
+			   "copy");
+		return;
+	}
+	BY_TYPE(c, LAUNCH(k_act_grad<T>, grid(n), THREADS, c->s, (const T *)y, (const T *)dy, (T *)dx, n, act));
+	LAUNCHED(c, "activation gradient");
+}
+
+static size_t tag_elems(const nhwc_tag *t) { return (size_t)t->n * t->c * t->h * t->w; }
+
+bool nhwc_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y)
+{
+	const nhwc_tag *t = tag_of(c, x);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	if (tag_elems(&s) != n)
+		cu_fail(c, "activation", "channels-last tensor of another size");
+	BY_TYPE(c, LAUNCH(k_act<T>, grid(n), THREADS, c->s, (const T *)x, (T *)y, n, act));
+	LAUNCHED(c, "activation");
+	tag_set(c, y, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+bool nhwc_act_bwd(dp_bectx *c, int act, size_t n, const float *y, const float *dy, float *dx)
+{
+	const nhwc_tag *t = tag_of(c, y);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	const void *d = nhwc_in(c, dy, s.n, s.c, s.h, s.w, cu_scratch(c, nhwc_bytes(c, n)));
+	nhwc_act_grad(c, act, y, d, dx, n);
+	tag_set(c, dx, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+bool nhwc_add(dp_bectx *c, size_t n, const float *a, const float *b, float *y, int act)
+{
+	const nhwc_tag *ta = tag_of(c, a), *tb = tag_of(c, b);
+	if (!ta && !tb)
+		return false;
+	nhwc_tag s = ta ? *ta : *tb;
+	if (tag_elems(&s) != n)
+		cu_fail(c, "add", "channels-last tensor of another size");
+	void *tmp = !ta || !tb ? cu_scratch(c, nhwc_bytes(c, n)) : NULL;
+	const void *A = nhwc_in(c, a, s.n, s.c, s.h, s.w, tmp), *B = nhwc_in(c, b, s.n, s.c, s.h, s.w, tmp);
+	BY_TYPE(c, LAUNCH(k_add<T>, grid(n), THREADS, c->s, (const T *)A, (const T *)B, (T *)y, n, act));
+	LAUNCHED(c, "add");
+	tag_set(c, y, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+bool nhwc_dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, float *out)
+{
+	const nhwc_tag *t = tag_of(c, in);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	size_t hw = (size_t)s.h * s.w, total = tag_elems(&s);
+	if (s.n != n || (size_t)s.c * hw != d->per_sample)
+		cu_fail(c, "dropout", "channels-last tensor of another size");
+	BY_TYPE(c, LAUNCH(k_dropout<T>, grid(total), THREADS, c->s, *d, s.c, hw, total, (const T *)in, (T *)out));
+	LAUNCHED(c, "dropout");
+	tag_set(c, out, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+/* ---- sums over the rows of (rows, k) --------------------------------------------
+ * Block b of nb takes a fixed slice of the rows; its 256 threads are RG row
+ * groups of CW channel lanes (CW the power of two >= k, 32 to 256); each
+ * thread sums its rows in float, the block its row groups in order, into
+ * part (nb, 2, k); then k_col_total adds the blocks' parts in double in
+ * order.  OP 0: sum x; 1: sum (x - m0), sum (x - m0)^2 (m0: a shift per
+ * channel, batchnorm's running mean); 2: sum dy, sum dy (x - mean) inv
+ * (mean, inv from batchnorm's save). */
+
+static int col_blocks(size_t rows)
+{
+	size_t nb = rows / 64;
+	return (int)(nb < 1 ? 1 : nb > 1024 ? 1024 : nb);
+}
+
+static int col_width(int k)
+{
+	int cw = 32;
+	while (cw < k && cw < THREADS)
+		cw *= 2;
+	return cw;
+}
+
+template <typename T, int OP>
+__global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, const float *m0,
+			   const float *save, float *part)
+{
+	__shared__ float sh[2][THREADS];
+	int rg = (int)threadIdx.x / cw, lane = (int)threadIdx.x % cw, ngr = THREADS / cw;
+	size_t per = (rows + gridDim.x - 1) / gridDim.x, r0 = per * blockIdx.x;
+	size_t r1 = r0 + per < rows ? r0 + per : rows;
+	for (int ch0 = 0; ch0 < k; ch0 += cw) {
+		int ch = ch0 + lane;
+		float s1 = 0.0f, s2 = 0.0f;
+		if (ch < k) {
+			float a = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP == 2 ? save[ch] : 0.0f;
+			float inv = OP == 2 ? save[k + ch] : 1.0f;
+			for (size_t r = r0 + rg; r < r1; r += ngr) {
+				size_t at = r * k + ch;
+				if (OP == 0) {
+					s1 += fl(x[at]);
+				} else if (OP == 1) {
+					float v = fl(x[at]) - a;
+					s1 += v;
+					s2 += v * v;
+				} else {
+					float d = fl(dy[at]);
+					s1 += d;
+					s2 += d * ((fl(x[at]) - a) * inv);
+				}
+			}
+		}
+		sh[0][threadIdx.x] = s1;
+		sh[1][threadIdx.x] = s2;
+		__syncthreads();
+		if (rg == 0 && ch < k) {
+			float t1 = 0.0f, t2 = 0.0f;
+			for (int g2 = 0; g2 < ngr; g2++) {
+				t1 += sh[0][g2 * cw + lane];
+				t2 += sh[1][g2 * cw + lane];
+			}
+			part[((size_t)blockIdx.x * 2) * k + ch] = t1;
+			part[((size_t)blockIdx.x * 2 + 1) * k + ch] = t2;
+		}
+		__syncthreads();
+	}
+}
+
+/* tot (2, k) doubles = the sums of part over its nb blocks */
+__global__ void k_col_total(const float *part, int nb, int k, double *tot)
+{
+	FOR_EACH(ch, (size_t)k) {
+		double s1 = 0, s2 = 0;
+		for (int b = 0; b < nb; b++) {
+			s1 += part[((size_t)b * 2) * k + ch];
+			s2 += part[((size_t)b * 2 + 1) * k + ch];
+		}
+		tot[ch] = s1;
+		tot[k + ch] = s2;
+	}
+}
+
+/* scratch: part, then the (2, k) doubles tot; returns tot */
+template <int OP>
+static double *col_sums(dp_bectx *c, const void *x, const void *dy, size_t rows, int k,
+			const float *m0, const float *save, char *scr)
+{
+	int nb = col_blocks(rows), cw = col_width(k);
+	float *part = (float *)scr;
+	double *tot = (double *)(scr + align256((size_t)nb * 2 * k * sizeof(float)));
+	BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
+			  k, cw, m0, save, part));
+	LAUNCHED(c, "channel sums");
+	LAUNCH(k_col_total, grid((size_t)k), THREADS, c->s, part, nb, k, tot);
+	LAUNCHED(c, "channel sums");
+	return tot;
+}
+
+static size_t col_scratch(size_t rows, int k)
+{
+	return align256((size_t)col_blocks(rows) * 2 * k * sizeof(float)) + align256(2 * (size_t)k * sizeof(double));
+}
+
+__global__ void k_tot_to_float(const double *tot, int k, float *out)
+{
+	FOR_EACH(ch, (size_t)k) out[ch] = (float)tot[ch];
+}
+
+size_t nhwc_chan_scratch(size_t rows, int k) { return col_scratch(rows, k); }
+
+void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, void *scr)
+{
+	double *tot = col_sums<0>(c, x, NULL, rows, k, NULL, NULL, (char *)scr);
+	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
+	LAUNCHED(c, "bias gradient");
+}
+
+/* ---- batch normalisation ---------------------------------------------------------- */
+
+/* Per channel: the statistics (this batch's from tot = sums of (x - m0),
+ * or all ranks' from sums), saved as (mean, inv), the running statistics
+ * updated, and ab (2, k) = (gamma inv, beta - mean gamma inv) for the
+ * forward. */
+__global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const double *sums,
+			   const float *gamma, const float *beta, float *run_mean, float *run_var,
+			   float *save, float *ab)
+{
+	int k = g.c;
+	FOR_EACH(ch, (size_t)k) {
+		double m = (double)g.n * g.hw, mean, var;
+		float mu, inv;
+		if (train) {
+			double cnt = sums && g.count > 0 ? g.count : m;
+			if (sums) {
+				mean = sums[ch] / cnt;
+				var = sums[k + ch] / cnt - mean * mean;
+			} else {
+				double a = run_mean[ch], d = tot[ch] / m;
+				mean = a + d;
+				var = tot[k + ch] / m - d * d;
+			}
+			var = var > 0 ? var : 0;
+			mu = (float)mean;
+			inv = (float)(1.0 / sqrt(var + g.eps));
+			double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
+			run_mean[ch] = (1 - g.momentum) * run_mean[ch] + g.momentum * mu;
+			run_var[ch] = (1 - g.momentum) * run_var[ch] + g.momentum * (float)unb;
+		} else {
+			mu = run_mean[ch];
+			inv = 1.0f / sqrtf(run_var[ch] + g.eps);
+		}
+		if (save) {
+			save[ch] = mu;
+			save[k + ch] = inv;
+		}
+		if (ab) {
+			float a = gamma[ch] * inv;
+			ab[ch] = a;
+			ab[k + ch] = beta[ch] - mu * a;
+		}
+	}
+}
+
+template <typename T> __global__ void k_bn_apply(const T *x, const float *ab, int k, size_t total, T *y)
+{
+	FOR_CHAN(i, ch, total, k)
+	{
+		float a = ab[ch], b = ab[k + ch];
+		y[i] = to<T>(fl(x[i]) * a + b);
+	}
+}
+
+/* sums of x and x^2 from sums of (x - a) and (x - a)^2 over m values */
+__global__ void k_unshift(const double *tot, const float *m0, int k, double m, double *sums)
+{
+	FOR_EACH(ch, (size_t)k) {
+		double a = m0 ? m0[ch] : 0.0, s1 = tot[ch], s2 = tot[k + ch];
+		sums[ch] = s1 + m * a;
+		sums[k + ch] = s2 + 2 * a * s1 + m * a * a;
+	}
+}
+
+static const nhwc_tag *bn_tag(dp_bectx *c, const dp_bnorm *g, const void *x)
+{
+	const nhwc_tag *t = tag_of(c, x);
+	if (t && (t->n != g->n || t->c != g->c || (size_t)t->h * t->w != (size_t)g->hw))
+		cu_fail(c, "batchnorm", "channels-last tensor of another shape");
+	return t;
+}
+
+bool nhwc_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *run_mean,
+		     double *sums)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	size_t rows = (size_t)g->n * g->hw;
+	char *scr = (char *)cu_scratch(c, col_scratch(rows, g->c));
+	if (!scr)
+		return true;
+	double *tot = col_sums<1>(c, x, NULL, rows, g->c, run_mean, NULL, scr);
+	LAUNCH(k_unshift, grid((size_t)g->c), THREADS, c->s, tot, run_mean, g->c, (double)rows, sums);
+	LAUNCHED(c, "batchnorm sums");
+	return true;
+}
+
+bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, const float *gamma,
+		    const float *beta, float *run_mean, float *run_var, const double *sums,
+		    float *save, float *y)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	size_t rows = (size_t)g->n * g->hw, total = rows * g->c;
+	char *scr = (char *)cu_scratch(c, col_scratch(rows, g->c) + align256(2 * (size_t)g->c * 4));
+	if (!scr)
+		return true;
+	float *ab = (float *)(scr + col_scratch(rows, g->c));
+	const double *tot = NULL;
+	if (train && !sums)
+		tot = col_sums<1>(c, x, NULL, rows, g->c, run_mean, NULL, scr);
+	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
+	       run_mean, run_var, save, ab);
+	LAUNCHED(c, "batchnorm statistics");
+	BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c, total, (T *)y));
+	LAUNCHED(c, "batchnorm");
+	tag_set(c, y, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+/* dx = k (dy - mdy - xhat mdyx), or k dy (eval), with k = gamma inv */
+__global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, const float *gamma,
+			  const float *save, float *dgamma, float *dbeta, float *coef)
+{
+	int k = g.c;
+	FOR_EACH(ch, (size_t)k) {
+		if (dgamma) {
+			dgamma[ch] = (float)own[k + ch];
+			dbeta[ch] = (float)own[ch];
+		}
+		double cnt = sums && g.count > 0 ? g.count : (double)g.n * g.hw;
+		const double *s = sums ? sums : own;
+		float inv = save[k + ch];
+		coef[ch] = gamma[ch] * inv;
+		coef[k + ch] = g.eval ? 0.0f : (float)(s[ch] / cnt);
+		coef[2 * k + ch] = g.eval ? 0.0f : (float)(s[k + ch] / cnt);
+	}
+}
+
+template <typename T>
+__global__ void k_bn_dx(const T *x, const T *dy, const float *save, const float *coef, int k,
+			size_t total, T *dx)
+{
+	FOR_CHAN(i, ch, total, k)
+	{
+		float m = save[ch], inv = save[k + ch], a = coef[ch], b = coef[k + ch], d = coef[2 * k + ch];
+		float xh = (fl(x[i]) - m) * inv;
+		dx[i] = to<T>(a * (fl(dy[i]) - b - xh * d));
+	}
+}
+
+/* own sums (2, k doubles) of dy and dy xhat; scr past them free for the
+ * converted dy */
+static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const float *save,
+			    const void *dy, char *scr)
+{
+	size_t rows = (size_t)g->n * g->hw;
+	return col_sums<2>(c, x, dy, rows, g->c, NULL, save, scr);
+}
+
+bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
+			 const float *dy, double *sums)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	size_t rows = (size_t)g->n * g->hw, cs = col_scratch(rows, g->c);
+	char *scr = (char *)cu_scratch(c, cs + nhwc_bytes(c, rows * g->c));
+	if (!scr)
+		return true;
+	const void *d = nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr + cs);
+	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
+	   "batchnorm gradient sums");
+	return true;
+}
+
+bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
+		    const float *save, const double *sums, const float *dy, float *dx,
+		    float *dgamma, float *dbeta)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	size_t rows = (size_t)g->n * g->hw, total = rows * g->c, cs = col_scratch(rows, g->c);
+	size_t cb = align256(3 * (size_t)g->c * sizeof(float));
+	char *scr = (char *)cu_scratch(c, cs + cb + nhwc_bytes(c, total));
+	if (!scr)
+		return true;
+	float *coef = (float *)(scr + cs);
+	const void *d = nhwc_in(c, dy, s.n, s.c, s.h, s.w, scr + cs + cb);
+	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
+	LAUNCHED(c, "batchnorm gradient");
+	if (dx) {
+		BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, (const T *)d, save,
+				  coef, g->c, total, (T *)dx));
+		LAUNCHED(c, "batchnorm input gradient");
+		tag_set(c, dx, s.n, s.c, s.h, s.w);
+	}
+	return true;
+}
+
+/* ---- pooling: (n, h, w, c), arg in the same order as y --------------------------- */
+
+template <typename T>
+__global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t total)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+		y0 = y0 > 0 ? y0 : 0;
+		x0 = x0 > 0 ? x0 : 0;
+		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+		float m = -INFINITY;
+		for (int a = y0; a < y1; a++)
+			for (int b = x0; b < x1; b++) {
+				int idx = a * g.w + b;
+				float v = fl(x[((s * g.h + a) * g.w + b) * g.c + ch]);
+				if (v > m || isnan(v)) {
+					m = v;
+					best = idx;
+				}
+			}
+		y[i] = to<T>(m);
+		arg[i] = best;
+	}
+}
+
+/* the output windows (lo..hi) that contain input i */
+__device__ __forceinline__ void nwindows(int i, int k, int s, int out, int *lo, int *hi)
+{
+	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
+	int h = i / s;
+	*lo = l;
+	*hi = h < out - 1 ? h : out - 1;
+}
+
+template <typename T>
+__global__ void k_maxpool_bwd(dp_pool2d g, const T *dy, const int32_t *arg, T *dx, size_t total)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
+		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				size_t o = ((s * g.oh + oy) * g.ow + ox) * g.c + ch;
+				if (arg[o] == me)
+					acc += fl(dy[o]);
+			}
+		dx[i] = to<T>(acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool(dp_pool2d g, const T *x, T *y, size_t total)
+{
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		float acc = 0.0f;
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++)
+				acc += fl(x[((s * g.h + oy * g.sh + a) * g.w + ox * g.sw + b) * g.c + ch]);
+		y[i] = to<T>(acc * inv);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_bwd(dp_pool2d g, const T *dy, T *dx, size_t total)
+{
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi;
+		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++)
+				acc += fl(dy[((s * g.oh + oy) * g.ow + ox) * g.c + ch]) * inv;
+		dx[i] = to<T>(acc);
+	}
+}
+
+static const nhwc_tag *pool_tag(dp_bectx *c, const dp_pool2d *g, const void *p, int out)
+{
+	const nhwc_tag *t = tag_of(c, p);
+	if (t && (t->n != g->n || t->c != g->c || t->h != (out ? g->oh : g->h) || t->w != (out ? g->ow : g->w)))
+		cu_fail(c, "pooling", "channels-last tensor of another shape");
+	return t;
+}
+
+/* Max pooling tags arg too: its backward knows the layout by it, whatever
+ * the layout of the dy it is given. */
+bool nhwc_pool_fwd(dp_bectx *c, int max, const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+{
+	if (!pool_tag(c, g, x, 0))
+		return false;
+	size_t total = (size_t)g->n * g->c * g->oh * g->ow;
+	if (total) {
+		if (max)
+			BY_TYPE(c, LAUNCH(k_maxpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, arg, total));
+		else
+			BY_TYPE(c, LAUNCH(k_avgpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, total));
+		LAUNCHED(c, "pooling");
+	}
+	tag_set(c, y, g->n, g->c, g->oh, g->ow);
+	if (max)
+		tag_set(c, arg, g->n, g->c, g->oh, g->ow);
+	return true;
+}
+
+bool nhwc_pool_bwd(dp_bectx *c, int max, const dp_pool2d *g, const float *dy, const int32_t *arg,
+		   float *dx)
+{
+	if (!pool_tag(c, g, max ? (const void *)arg : (const void *)dy, 1))
+		return false;
+	size_t total = (size_t)g->n * g->c * g->h * g->w;
+	size_t on = (size_t)g->n * g->c * g->oh * g->ow;
+	const void *d = nhwc_in(c, dy, g->n, g->c, g->oh, g->ow,
+				tag_of(c, dy) ? NULL : cu_scratch(c, nhwc_bytes(c, on)));
+	if (total) {
+		if (max)
+			BY_TYPE(c, LAUNCH(k_maxpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, arg, (T *)dx, total));
+		else
+			BY_TYPE(c, LAUNCH(k_avgpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, (T *)dx, total));
+		LAUNCHED(c, "pooling gradient");
+	}
+	tag_set(c, dx, g->n, g->c, g->h, g->w);
+	return true;
+}
+
+/* ---- where NCHW float32 is needed ------------------------------------------------- */
+
+void nhwc_flat(dp_bectx *c, const float **p, size_t n, int slot)
+{
+	const nhwc_tag *t = tag_of(c, *p);
+	if (!t)
+		return;
+	nhwc_tag k = *t;
+	if ((size_t)k.n * k.c * k.h * k.w != n)
+		cu_fail(c, "channels-last tensor", "read as another size");
+	float *f = nhwc_flat_buf(c, n, slot);
+	if (!f)
+		return;
+	nhwc_to_nchw(c, *p, &k, f);
+	*p = f;
+}
+float *nhwc_flat_buf(dp_bectx *c, size_t n, int slot)
+{
+	size_t bytes = n * sizeof(float);
+	if (bytes > c->flat_cap[slot]) {
+		ck(c, cudaStreamSynchronize(c->s), "synchronize");
+		cudaFree(c->flat[slot]);
+		c->flat[slot] = NULL;
+		c->flat_cap[slot] = 0;
+		if (!ck(c, cudaMalloc(&c->flat[slot], bytes), "memory"))
+			return NULL;
+		c->flat_cap[slot] = bytes;
+	}
+	return (float *)c->flat[slot];
+}
+

@@ -1,0 +1,156 @@
+/*
+ * cuda_prof.cu - where a CUDA run's GPU time goes (lib/train/backend/
+ * cuda_impl.h), for DP_CUDA_PROFILE=FILE: CUDA events on the compute
+ * stream around each call of the backend (convolutions, batchnorm, GEMMs,
+ * the optimizer...), read at each sync(), summed per kind of call; at
+ * close, FILE receives one line per kind, most time first:
+ *
+ *   kind calls gpu_ms share
+ *
+ * then the totals: the GPU time inside calls against the wall time from
+ * the first call to the last sync (the GPU's busy fraction, as nvidia-smi
+ * cannot say it).  The events cost a few microseconds a call: profile a
+ * separate short run, not the one whose speed is reported.
+ */
+#include "cuda_impl.h"
+
+#include <time.h>
+
+struct prof_pair {
+	int kind;
+	cudaEvent_t a, b;
+};
+
+struct cu_prof {
+	char *path;
+	const char *kind[64];
+	double ms[64];
+	long calls[64];
+	int nkind;
+	prof_pair *ev;
+	int nev, cap;
+	double wall0, wall1; /* seconds: the first call, the last sync */
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+void cu_prof_open(dp_bectx *c)
+{
+	const char *p = dp_setting("DP_CUDA_PROFILE");
+	if (!p || !*p)
+		return;
+	cu_prof *f = (cu_prof *)calloc(1, sizeof *f);
+	if (!f || !(f->path = strdup(p))) {
+		free(f);
+		return;
+	}
+	c->prof = f;
+}
+
+/* The start of a call of kind what: its event pair's index, or -1. */
+int cu_prof_begin(dp_bectx *c, const char *what)
+{
+	cu_prof *f = c->prof;
+	if (!f || c->prof_depth++)
+		return -1;
+	if (!f->wall0)
+		f->wall0 = now_s();
+	int k = 0;
+	while (k < f->nkind && strcmp(f->kind[k], what))
+		k++;
+	if (k == f->nkind) {
+		if (k == 64)
+			return -1;
+		f->kind[f->nkind++] = what;
+	}
+	if (f->nev == f->cap) {
+		int cap = f->cap ? 2 * f->cap : 1024;
+		prof_pair *ev = (prof_pair *)realloc(f->ev, cap * sizeof *ev);
+		if (!ev)
+			return -1;
+		for (int i = f->cap; i < cap; i++) {
+			cudaEventCreate(&ev[i].a);
+			cudaEventCreate(&ev[i].b);
+		}
+		f->ev = ev;
+		f->cap = cap;
+	}
+	prof_pair *e = &f->ev[f->nev];
+	e->kind = k;
+	cudaEventRecord(e->a, c->s);
+	return f->nev++;
+}
+
+void cu_prof_end(dp_bectx *c, int i)
+{
+	if (!c->prof)
+		return;
+	c->prof_depth--;
+	if (i >= 0)
+		cudaEventRecord(c->prof->ev[i].b, c->s);
+}
+
+/* After a sync: the events' times into the sums. */
+void cu_prof_collect(dp_bectx *c)
+{
+	cu_prof *f = c->prof;
+	if (!f)
+		return;
+	for (int i = 0; i < f->nev; i++) {
+		float ms = 0;
+		if (cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
+			f->ms[f->ev[i].kind] += ms;
+			f->calls[f->ev[i].kind]++;
+		}
+	}
+	cudaGetLastError();
+	f->nev = 0;
+	f->wall1 = now_s();
+}
+
+void cu_prof_close(dp_bectx *c)
+{
+	cu_prof *f = c->prof;
+	if (!f)
+		return;
+	cu_prof_collect(c);
+	FILE *o = fopen(f->path, "w");
+	if (o) {
+		double tot = 0;
+		int order[64];
+		for (int k = 0; k < f->nkind; k++) {
+			tot += f->ms[k];
+			order[k] = k;
+		}
+		for (int a = 0; a < f->nkind; a++) /* most time first */
+			for (int b = a + 1; b < f->nkind; b++)
+				if (f->ms[order[b]] > f->ms[order[a]]) {
+					int t = order[a];
+					order[a] = order[b];
+					order[b] = t;
+				}
+		fprintf(o, "kind calls gpu_ms share\n");
+		for (int a = 0; a < f->nkind; a++) {
+			int k = order[a];
+			fprintf(o, "%s %ld %.3f %.1f%%\n", f->kind[k], f->calls[k], f->ms[k],
+				tot > 0 ? 100 * f->ms[k] / tot : 0.0);
+		}
+		double wall = (f->wall1 - f->wall0) * 1e3;
+		fprintf(o, "total gpu_ms=%.3f wall_ms=%.3f busy=%.1f%%\n", tot, wall,
+			wall > 0 ? 100 * tot / wall : 0.0);
+		fclose(o);
+	}
+	for (int i = 0; i < f->cap; i++) {
+		cudaEventDestroy(f->ev[i].a);
+		cudaEventDestroy(f->ev[i].b);
+	}
+	free(f->ev);
+	free(f->path);
+	free(f);
+	c->prof = NULL;
+}
