@@ -916,6 +916,7 @@ static struct {
 	const char *feature, *label, *scale_text;
 	int decode;
 	dp_image_tf img; /* --decode image: the evaluation transform */
+	dp_run_conf run; /* the settings the checkpoint holds (its strings) */
 	int hwc;
 	double scale;
 	dp_data *d;
@@ -1061,45 +1062,38 @@ static void load_model(void)
 		cli_die_err(CLI_FAIL, &e);
 	R.cls = dp_model_loss_kind(R.m) == DP_LOSS_XENT;
 	R.k = dp_model_out_size(R.m);
-	R.feature = O.feature ? O.feature : dp_st_meta(R.ck, "feature");
-	R.label = O.label ? O.label : dp_st_meta(R.ck, "label");
-	if (!R.feature)
-		R.feature = "image";
-	if (!R.label)
-		R.label = "label";
-	R.decode = O.decode;
-	if (R.decode < 0) {
-		const char *s = dp_st_meta(R.ck, "decode_raw");
-		R.decode = s ? dp_decode_parse(s) : DP_DECODE_NONE;
-		if (R.decode < 0)
-			cli_die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
-				O.model, s);
-	}
-	/* images: the checkpoint's settings, then the command line's */
-	dp_image_tf t;
-	dp_image_tf_init(&t);
-	const char *spec = dp_st_meta(R.ck, "image");
-	if (spec && dp_image_spec_parse(&t, spec, &e) < 0)
-		cli_die("%s: metadata: %s", O.model, e.msg);
-	if (O.img_opts && dp_image_spec_parse(&t, O.img_opts, &e) < 0)
+	/* how the records are read: the options, else the checkpoint's
+	 * settings (dp_run_conf), else dp-train's defaults */
+	static const int keys[] = {DP_RUN_FEATURE, DP_RUN_LABEL, DP_RUN_DECODE, DP_RUN_IMAGE,
+				   DP_RUN_LAYOUT, DP_RUN_SCALE, -1};
+	dp_run_conf *c = &R.run;
+	dp_run_conf_init(c);
+	if ((c->given[DP_RUN_FEATURE] = !!O.feature))
+		c->feature = O.feature;
+	if ((c->given[DP_RUN_LABEL] = !!O.label))
+		c->label = O.label;
+	if ((c->given[DP_RUN_DECODE] = O.decode >= 0))
+		c->decode = O.decode;
+	if ((c->given[DP_RUN_LAYOUT] = O.hwc >= 0))
+		c->hwc = O.hwc;
+	if ((c->given[DP_RUN_SCALE] = !!O.scale_text))
+		c->scale = O.scale, c->scale_text = O.scale_text;
+	if (dp_run_conf_from(c, R.ck, keys, &e) < 0)
 		cli_die("%s", e.msg);
-	dp_image_tf_eval(&t, &R.img);
-	const char *lay = dp_st_meta(R.ck, "layout");
-	R.hwc = O.hwc >= 0 ? O.hwc : lay && !strcmp(lay, "hwc");
-	if (R.decode == DP_DECODE_IMAGE && !O.feature && !dp_st_meta(R.ck, "feature"))
-		R.feature = "image/encoded";
-	if (R.decode == DP_DECODE_IMAGE && !O.label && !dp_st_meta(R.ck, "label"))
-		R.label = "image/class/label";
-	R.scale = O.scale;
-	R.scale_text = O.scale_text;
-	if (!R.scale_text) {
-		R.scale_text = dp_st_meta(R.ck, "scale");
-		dp_err se;
-		if (R.scale_text && dp_parse_scale("scale", R.scale_text, &R.scale, &se) < 0)
-			cli_die("%s: metadata: %s", O.model, se.msg);
-		if (!R.scale_text)
-			R.scale_text = "1", R.scale = 1;
-	}
+	/* images: the checkpoint's settings, then the command line's */
+	if (O.img_opts && dp_image_spec_parse(&c->img, O.img_opts, &e) < 0)
+		cli_die("%s", e.msg);
+	dp_image_tf_eval(&c->img, &R.img);
+	if (c->decode == DP_DECODE_IMAGE && !O.feature && !c->from[DP_RUN_FEATURE])
+		c->feature = "image/encoded"; /* tfrecord(5)'s names */
+	if (c->decode == DP_DECODE_IMAGE && !O.label && !c->from[DP_RUN_LABEL])
+		c->label = "image/class/label";
+	R.feature = c->feature;
+	R.label = c->label;
+	R.decode = c->decode;
+	R.hwc = c->hwc;
+	R.scale = c->scale;
+	R.scale_text = c->scale_text ? c->scale_text : "1";
 }
 
 /* The metrics, and the gates on them: every gate must name a metric of
@@ -1313,6 +1307,7 @@ static int finish(void)
 	dp_eval_free(R.ev);
 	dp_model_free(R.m);
 	dp_st_close(R.ck);
+	dp_run_conf_free(&R.run);
 	dp_comm_close(R.comm);
 	R.be->close(R.ctx);
 	free(O.data);
