@@ -147,30 +147,6 @@ out:
 	return rc;
 }
 
-dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e)
-{
-	const char *spec = dp_st_meta(ck, "model"), *shape = dp_st_meta(ck, "input_shape"),
-		   *loss = dp_st_meta(ck, "loss");
-	if (!spec || !shape)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: not a dp-train checkpoint (no model and input_shape in its "
-				 "metadata)",
-				 dp_st_name(ck)),
-		       NULL;
-	dp_shape in;
-	int lk = loss ? dp_loss_parse(loss) : DP_LOSS_XENT;
-	if (dp_shape_parse(shape, &in, e) < 0 || !lk) {
-		if (!lk)
-			dp_seterr(e, DP_EDATA, "unknown loss '%s'", loss);
-		dp_preferr(e, "%s", dp_st_name(ck));
-		return NULL;
-	}
-	dp_model *m = dp_model_new(spec, &in, lk, e);
-	if (!m)
-		dp_preferr(e, "%s", dp_st_name(ck));
-	return m;
-}
-
 static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
 {
 	size_t n = (size_t)snprintf(buf, len, "[");
@@ -202,6 +178,44 @@ static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, in
 		return NULL;
 	}
 	return t;
+}
+
+dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e)
+{
+	const char *spec = dp_st_meta(ck, "model"), *shape = dp_st_meta(ck, "input_shape"),
+		   *loss = dp_st_meta(ck, "loss");
+	if (!spec || !shape)
+		return dp_seterr(e, DP_EDATA,
+				 "%s: not a dp-train checkpoint (no model and input_shape in its "
+				 "metadata)",
+				 dp_st_name(ck)),
+		       NULL;
+	dp_shape in;
+	int lk = loss ? dp_loss_parse(loss) : DP_LOSS_XENT;
+	if (dp_shape_parse(shape, &in, e) < 0 || !lk) {
+		if (!lk)
+			dp_seterr(e, DP_EDATA, "unknown loss '%s'", loss);
+		dp_preferr(e, "%s", dp_st_name(ck));
+		return NULL;
+	}
+	dp_model *m = dp_model_new(spec, &in, lk, e);
+	if (!m) {
+		dp_preferr(e, "%s", dp_st_name(ck));
+		return NULL;
+	}
+	/* the file must hold the tensors its metadata's model has, before
+	 * anything is allocated for them: a 120-byte file saying dense:4194304
+	 * is refused here, not after gigabytes */
+	for (int i = 0; i < dp_model_ntensors(m); i++) {
+		dp_tensor_info t;
+		dp_model_tensor(m, i, &t);
+		if (!want(ck, t.name, t.role == DP_TENSOR_COUNTER ? DP_DT_I64 : DP_DT_F32, t.ndim,
+			  t.shape, e)) {
+			dp_model_free(m);
+			return NULL;
+		}
+	}
+	return m;
 }
 
 int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e)

@@ -424,6 +424,71 @@ dp_st *dp_st_open_mem(const void *buf, size_t len, const char *name, dp_err *e)
 	return s;
 }
 
+/* The bytes of tensor data a header (hdr[0..n), JSON) describes: the
+ * largest end of its data_offsets; 0 when it is not JSON (parse_header
+ * says why). */
+static uint64_t data_extent(const uint8_t *hdr, size_t n)
+{
+	json_t *root = json_loadb((const char *)hdr, n, 0, NULL);
+	uint64_t end = 0;
+	const char *k;
+	json_t *v;
+	json_object_foreach(root, k, v) {
+		json_t *o = json_object_get(v, "data_offsets");
+		json_t *b = json_array_get(o, 1);
+		if (json_is_integer(b) && json_integer_value(b) > 0 &&
+		    (uint64_t)json_integer_value(b) > end)
+			end = (uint64_t)json_integer_value(b);
+	}
+	json_decref(root);
+	return end;
+}
+
+/* A checkpoint that is not a regular file (a FIFO, stdin, /dev/zero): its
+ * header's length, its header, then the data the header describes and not
+ * a byte more; never read until memory runs out. */
+static int read_stream(dp_st *s, int fd, dp_err *e)
+{
+	uint8_t len8[8];
+	long got = dp_read_full(fd, len8, 8, s->name, e);
+	if (got < 0)
+		return (int)got;
+	uint64_t hl = 0;
+	memcpy(&hl, len8, 8);
+	if (got < 8 || hl > MAX_HEADER) { /* parse_header says so */
+		s->buf = malloc(8);
+		if (!s->buf)
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		memcpy(s->buf, len8, (size_t)got);
+		s->len = (size_t)got;
+		return DP_OK;
+	}
+	if (!(s->buf = malloc(8 + hl)))
+		return dp_seterr(e, DP_ENOMEM, "%s: out of memory", s->name);
+	memcpy(s->buf, len8, 8);
+	if ((got = dp_read_full(fd, s->buf + 8, hl, s->name, e)) < 0)
+		return (int)got;
+	s->len = 8 + (size_t)got;
+	if ((uint64_t)got < hl)
+		return DP_OK;
+	uint64_t dl = data_extent(s->buf + 8, hl);
+	if (dl > SIZE_MAX / 2 - s->len)
+		return dp_seterr(e, DP_ELIMIT, "%s: its header describes %" PRIu64 " bytes of data",
+				 s->name, dl);
+	uint8_t *b = realloc(s->buf, s->len + dl + 1);
+	if (!b)
+		return dp_seterr(e, DP_ENOMEM, "%s: out of memory for the %" PRIu64
+				 " bytes of data its header describes", s->name, dl);
+	s->buf = b;
+	if ((got = dp_read_full(fd, s->buf + s->len, dl + 1, s->name, e)) < 0)
+		return (int)got;
+	if ((uint64_t)got > dl)
+		return dp_seterr(e, DP_EDATA, "%s: more bytes than its header describes (%" PRIu64
+				 "): not a safetensors file", s->name, 8 + hl + dl);
+	s->len += (size_t)got;
+	return DP_OK;
+}
+
 dp_st *dp_st_open(const char *path, dp_err *e)
 {
 	int std = !strcmp(path, "-");
@@ -442,8 +507,12 @@ dp_st *dp_st_open(const char *path, dp_err *e)
 		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", s->name);
 		goto fail;
 	}
-	size_t cap = isreg ? (size_t)st.st_size + 1 : 1 << 20;
-	for (;;) {
+	if (!isreg) {
+		if (read_stream(s, fd, e) < 0)
+			goto fail;
+	}
+	size_t cap = (size_t)st.st_size + 1;
+	for (; isreg;) {
 		if (s->len == cap || !s->buf) {
 			if (s->buf)
 				cap *= 2;
