@@ -12,6 +12,9 @@
 # H100/H200, plus PTX for newer ones), NVCC, NVCCFLAGS, NCCL=auto|0|1 and
 # NCCL_HOME; it builds into build-cuda.
 
+# `make` alone builds everything (an included file's rules come before all:)
+.DEFAULT_GOAL := all
+
 VERSION := 0.1.0
 SOVERSION := 0
 
@@ -160,8 +163,8 @@ $(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
 # The build's identity (dp_build) names its compiler flags.
 $(O)/lib/train/backend/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
 
-# The CPU backend's elementwise loops are written to vectorise (lib/train/backend/cpu.c),
-$(O)/lib/train/backend/cpu.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# The CPU backend's elementwise loops are written to vectorise (lib/train/backend/cpu*.c),
+$(patsubst lib/%.c,$(O)/lib/%.o,$(wildcard lib/train/backend/cpu*.c)): ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 # and so are the image resampler's (lib/image/transform.c)
 $(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 

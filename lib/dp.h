@@ -206,6 +206,13 @@ typedef struct dp_walk_entry {
 typedef int (*dp_walk_fn)(void *ctx, const dp_walk_entry *w, dp_err *e);
 DP_EXPORT int dp_walk(const char *dir, dp_walk_fn fn, void *ctx, dp_err *e);
 
+/* ---- One holder of a name on the machine ------------------------------
+ * dp_hold_name: hold `name` (any text) for as long as the process lives,
+ * or until the descriptor returned is closed: an abstract unix socket
+ * (Linux), so nothing is left behind however the process ends.  DP_EARG
+ * when another process holds it, its pid in *holder (0 if unknown). */
+DP_EXPORT int dp_hold_name(const char *name, int *holder, dp_err *e);
+
 /* ---- Shell commands ----------------------------------------------------
  * dp_shell_quote appends s to b as one word of the POSIX shell: in single
  * quotes, each ' written '\''.  dp_shell_run runs `/bin/sh -c cmd` and

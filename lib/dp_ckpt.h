@@ -22,8 +22,9 @@
  *                  of dp-train's counter-based generators (dp_rng.h);
  *   __metadata__   format "dp-train/1", model, input_shape, loss, step,
  *                  epoch, epoch_step, seed, optimizer settings, and what
- *                  the caller adds (data options, so dp-eval can read the
- *                  data the same way).
+ *                  the caller adds: the run's settings (dp_run_conf below:
+ *                  the data options, so dp-eval can read the data the same
+ *                  way, and the rest, so a run resumes as it was).
  * The loading side is what dp-eval needs: checkpoint -> bound model ->
  * forward passes (dp_model_load).
  */
@@ -31,6 +32,7 @@
 #define DP_CKPT_H
 
 #include "dp.h"
+#include "dp_data.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
 
@@ -125,6 +127,72 @@ DP_EXPORT int dp_ckpt_train_state(const dp_st *ck, dp_train_state *ts, dp_err *e
  * dp_st_close), else closed. */
 DP_EXPORT dp_model *dp_model_load(const char *path, const dp_backend *be, dp_bectx *ctx, size_t max_batch,
 			dp_st **ck, dp_err *e);
+
+/* ---- the run's settings: dp-checkpoint(5)'s metadata keys -----------------
+ * Each key is named once, in lib/train/ckpt/run.c: dp-train writes a run's
+ * settings into its checkpoints and takes them back when resuming, dp-eval
+ * reads how the data was decoded.  One field of dp_run_conf a key
+ * (dp_optim_conf's for the optimizer's); the values are checked as the
+ * command line checks them, and a bad one is a bad checkpoint (DP_EDATA:
+ * "ck.safetensors: metadata 'lr' is 'x', not a number"). */
+enum dp_run_key {
+	DP_RUN_MODEL, DP_RUN_INPUT_SHAPE, DP_RUN_LOSS, DP_RUN_FEATURE, DP_RUN_LABEL,
+	DP_RUN_DECODE, DP_RUN_IMAGE, DP_RUN_LAYOUT, DP_RUN_SCALE, DP_RUN_SHUFFLE,
+	DP_RUN_LAST_BATCH, DP_RUN_BATCH, DP_RUN_ACCUMULATE, DP_RUN_CLIP_NORM, DP_RUN_EPOCHS,
+	DP_RUN_SEED, DP_RUN_SCHEDULE, DP_RUN_WARMUP, DP_RUN_OPTIMIZER, DP_RUN_LR,
+	DP_RUN_MOMENTUM, DP_RUN_DAMPENING, DP_RUN_BETA1, DP_RUN_BETA2, DP_RUN_EPS, DP_RUN_WD,
+	DP_RUN_NESTEROV, DP_RUN_SCALE_LR, DP_RUN_WARMUP_EPOCHS, DP_RUN_STEPS_PER_EPOCH,
+	DP_RUN_FREEZE, DP_RUN_LR_MULT,
+	DP_RUN_NO_DECAY, DP_RUN_SMOOTH, DP_RUN_SYNC_BN, DP_RUN_RANKS, DP_RUN_PRECISION,
+	DP_RUN_NKEYS
+};
+
+typedef struct dp_run_conf {
+	const char *model, *input_shape; /* the spec; C x H x W */
+	int loss;                        /* DP_LOSS_* */
+	const char *feature, *label;     /* the records' features */
+	int decode;                      /* DP_DECODE_* */
+	dp_image_tf img;                 /* DP_DECODE_IMAGE: the transform */
+	int hwc;                         /* samples (h, w, c), else (c, h, w) */
+	double scale;                    /* raw values times this ... */
+	const char *scale_text;          /* ... as written ("1/255"), or NULL */
+	uint64_t shuffle;                /* the shuffle buffer's records */
+	int drop_last;                   /* an epoch's last, short batch dropped */
+	uint64_t batch, accumulate, epochs, seed, warmup;
+	double clip_norm;
+	const char *schedule;            /* dp_sched_parse's text */
+	dp_optim_conf opt;
+	double lr;
+	int scale_lr;
+	double warmup_epochs, smooth;
+	uint64_t steps_per_epoch;        /* updates an epoch (--warmup-epochs' ramp); 0: unknown */
+	const char *freeze, *lr_mult, *no_decay; /* patterns; NULL or "": none */
+	int sync_bn;
+	int ranks;                       /* of the run that saved it */
+	int precision;                   /* enum dp_precision; written, never taken back */
+	/* given[k]: the caller set key k itself: dp_run_conf_from leaves it;
+	 * from[k]: dp_run_conf_from took key k from a checkpoint */
+	unsigned char given[DP_RUN_NKEYS], from[DP_RUN_NKEYS];
+	char *kept[DP_RUN_NKEYS];        /* the strings taken (the conf's own) */
+	char *src;                       /* the checkpoint taken from, for messages */
+} dp_run_conf;
+
+/* dp-train's defaults (dp-train(1)), nothing given, nothing taken. */
+DP_EXPORT void dp_run_conf_init(dp_run_conf *c);
+DP_EXPORT void dp_run_conf_free(dp_run_conf *c);
+/* The metadata name of key k ("batch_size"). */
+DP_EXPORT const char *dp_run_key_name(int k);
+/* Take into c each of keys (a list ending in -1; NULL: every key but
+ * precision) that checkpoint ck holds and c->given does not mark, in the
+ * order of enum dp_run_key (the optimizer's kind before its settings:
+ * another kind brings its default weight decay and learning rate, unless
+ * given).  0, or DP_EDATA naming the checkpoint and the key. */
+DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys, dp_err *e);
+/* c as checkpoint metadata for dp_ckpt_save: key, value pairs ending in
+ * NULL, those that dp_ckpt_save writes itself from the model and the
+ * optimizer left out, then extra's pairs (may be NULL).  One block: free()
+ * it.  NULL with e set when out of memory or the schedule does not parse. */
+DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
 
 /* Shortest decimal text that reads back as v ("0.001", not
  * "0.0010000000000000000208"): for metadata. */

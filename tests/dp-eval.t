@@ -278,4 +278,29 @@ echo old > p3.jsonl
 run dp-eval --model m.st --data-cmd 'mkdir late2.json; cat test.tfr' --json late2.json --predictions p3.jsonl
 is "$(cat p3.jsonl)" "old" "... an older predictions file is left as it was"
 
+# ---- tiny files, huge claims: checked against the file before anything is allocated --------
+# (under a 2 GiB address-space limit: a model of 4194304 x 1024 floats is 16 GiB)
+$PY - <<'PYEOF'
+import json, struct
+h = json.dumps({"__metadata__": {"format": "pt", "model": "dense:4194304", "input_shape": "1024",
+                                 "loss": "xent"}}).encode()
+open("tiny.st", "wb").write(struct.pack("<Q", len(h)) + h)
+PYEOF
+run bash -c 'ulimit -v 2097152; exec dp-eval --model tiny.st --data test.tfr'
+is "$rc" 1 "a $(stat -c %s tiny.st)-byte checkpoint whose metadata says dense:4194304: refused"
+like "$err" "tiny.st: no tensor '0.weight'" "... for the tensor it lacks, before gigabytes are allocated"
+run bash -c 'ulimit -v 2097152; exec timeout 20 dp-eval --model /dev/zero --data test.tfr'
+is "$rc" 1 "--model /dev/zero: refused, not read until memory runs out"
+like "$err" "/dev/zero: .*not a safetensors file" "... saying it is not a checkpoint"
+mkfifo ck.fifo
+timeout 60 cat m.st > ck.fifo &
+run timeout 60 dp-eval --model ck.fifo --data test.tfr -q --json fifo.json
+is "$rc" 0 "a checkpoint through a FIFO: read as its header describes"
+wait
+{ cat m.st; printf 'trailing'; } | timeout 60 dd of=ck.fifo status=none &
+run timeout 60 dp-eval --model ck.fifo --data test.tfr -q
+is "$rc" 1 "... one with bytes past what its header describes: refused"
+like "$err" "more bytes than its header describes" "... saying so"
+wait
+
 done_testing

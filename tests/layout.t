@@ -24,12 +24,13 @@
 # dp_train.h) sits on top of them all:
 #
 #                 trainer (lib/train/*.c)
-#        +-----------+-----------+
-#      eval         ckpt         |
-#   +----+----+      |           |
-# input  comm |    model  -------+
-#         |   +------+
-#         +----> backend
+#          +-----------+-----------+
+#        eval         ckpt         |
+#   +------+----+------+           |
+# input  comm   |    model  -------+
+#         |     +------+
+#         +------> backend
+# (ckpt over input too: a run's settings say how its data was decoded)
 . "${DP_SRC:-.}/tests/lib.sh"
 cd "$DP_SRC" || exit 1
 
@@ -65,7 +66,7 @@ part_allowed() {
 	comm) echo "comm backend" ;;
 	model) echo "model backend" ;;
 	input) echo "input" ;;
-	ckpt) echo "ckpt model backend" ;;
+	ckpt) echo "ckpt input model backend" ;;
 	eval) echo "eval input comm model backend" ;;
 	trainer) echo "trainer eval ckpt input comm model backend" ;;
 	esac

@@ -29,6 +29,12 @@ signatures still hold) to the upstream server, injecting faults:
   --refuse-delete S a DeleteObjects answer also reports, as refused with
                     AccessDenied, every key of the request that contains S
                     (the objects are deleted all the same)
+  --list-loop MODE  a ListObjectsV2 answer says it is truncated, its next token
+                    "LOOP"; a request with that token is answered, not forwarded,
+                    with the first page again: its keys too (MODE keys) or
+                    without them (MODE token): a server that repeats itself
+  --list-nul        in every ListObjectsV2 answer, the first <Key> gets "%00"
+                    (a url-encoded NUL) in front
   --delay SECONDS   hold every request this long before forwarding it, and
                     log "inflight N" lines: how many requests were held at
                     once (what runs in parallel)
@@ -52,6 +58,7 @@ class State:
         self.args = args
         self.lock = threading.Lock()
         self.inflight = 0
+        self.page = None  # --list-loop: the page answered again
         self.n = 0
         self.gets = 0
         up = urllib.parse.urlsplit(args.upstream)
@@ -134,6 +141,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(body)
                 return
+        if a.list_loop and q.get("continuation-token") == ["LOOP"] and st.page is not None:
+            st.note("%s %s loop" % (self.command, target))
+            self._answer(200, st.page)
+            return
         if a.fail_parts and self.command == "PUT" and "partNumber" in q:
             st.note("%s %s fail" % (self.command, target))
             self._answer(500, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError'
@@ -165,6 +176,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             import re
             data = re.sub(rb"<Size>[^<]*</Size>",
                           b"<Size>" + a.list_size.encode() + b"</Size>", data)
+        if (a.list_loop or a.list_nul) and self.command == "GET" and "list-type" in q and \
+                resp.status == 200:
+            import re
+            if a.list_nul:
+                data = data.replace(b"<Key>", b"<Key>%00", 1)
+            if a.list_loop:
+                data = re.sub(rb"<IsTruncated>[^<]*</IsTruncated>", b"<IsTruncated>true</IsTruncated>",
+                              data)
+                data = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", data)
+                data = data.replace(b"</ListBucketResult>",
+                                    b"<NextContinuationToken>LOOP</NextContinuationToken>"
+                                    b"</ListBucketResult>")
+                st.page = data if a.list_loop == "keys" else \
+                    re.sub(rb"<Contents>.*?</Contents>", b"", data, flags=re.S)
         if a.refuse_delete and self.command == "POST" and "delete" in q and resp.status == 200:
             import re
             keys = [k for k in re.findall(rb"<Key>(.*?)</Key>", body)
@@ -237,6 +262,8 @@ def main():
     p.add_argument("--bucket-region", action="append")
     p.add_argument("--refuse-delete")
     p.add_argument("--delay", type=float, default=0)
+    p.add_argument("--list-loop", choices=("keys", "token"))
+    p.add_argument("--list-nul", action="store_true")
     p.add_argument("--region-400", action="store_true")
     p.add_argument("--log")
     a = p.parse_args()

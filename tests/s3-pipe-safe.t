@@ -196,6 +196,30 @@ run s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
 like "$err" "s3://safe/f/one: the listing gives its <Size> as '18446744073709551611'" "a size past 2^63: refused too"
 s3_proxy_stop
 
+# a server that repeats its continuation token (botocore: "the same next
+# token was received twice"), or lists its keys again: an error, not an
+# endless listing (ls, get, rm -r, fifo all list)
+s3_proxy --list-loop token
+for c in "ls -r" "get -o loopget" "rm -r --dryrun"; do
+	run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" $c s3://safe/f/
+	is "$rc" 1 "a repeated continuation token, $c: 1 (not endless)"
+	like "$err" "s3://safe/f/: the listing gave the continuation token of page 2 again at page 3: the server repeats itself" \
+		"... saying so"
+done
+rm -rf loopget
+s3_proxy_stop
+s3_proxy --list-loop keys
+run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
+is "$rc" 1 "a listing that starts over: 1"
+like "$err" "the listing went back \(a page began at a key already listed\)" "... saying so"
+s3_proxy_stop
+# a url-encoded %00 in a listed key would cut it short: refused
+s3_proxy --list-nul
+run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
+is "$rc" 1 "a listed key holding %00: 1"
+like "$err" "the listing has a key '%00" "... naming it as listed"
+s3_proxy_stop
+
 # --range at or past the end is an error, for an empty object too
 s3-pipe put s3://safe/range/empty </dev/null
 printf '0123456789' | s3-pipe put s3://safe/range/ten

@@ -337,6 +337,26 @@ ok test -d p-1 "fifo --dir: {rank} expanded"
 run s3-pipe fifo d/
 is "$rc" 2 "fifo without --dir: 2"
 
+# two runs on one channel's FIFOs (a --dir without {rank}, a second start):
+# the second refuses, naming the first; the first's epoch arrives whole and
+# its FIFO stays when the second ends
+s3-pipe fifo --dir two --epochs 1 d/ 2>two.err &
+pid=$!
+for i in $(seq 1 50); do [ -p two/train_0 ] && break; sleep 0.1; done
+run timeout 20 s3-pipe fifo --dir ./two --epochs 1 d/
+is "$rc" 1 "a second fifo on the same channel's FIFOs: refused"
+like "$err" "two/train_\*: served by another s3-pipe fifo \(pid $pid\)" "... naming the first one's pid"
+ok test -p two/train_0 "... the first one's FIFO still there"
+timeout 20 cat two/train_0 >two.got
+wait $pid
+same_file two.got all.expected "... and its epoch whole, once"
+run timeout 20 s3-pipe fifo --channel val --dir two --epochs 1 d/ &
+vpid=$!
+for i in $(seq 1 50); do [ -p two/val_0 ] && break; sleep 0.1; done
+ok test -p two/val_0 "another channel in the same folder is served"
+timeout 20 cat two/val_0 >/dev/null
+wait $vpid
+
 # FIFOs exist only while s3-pipe will serve them (s3-pipe(1), FIFO LIFETIME)
 mkdir rec
 for i in 0 1 2; do

@@ -50,7 +50,8 @@ enum {
 	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
 	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
 	O_SKIP_CORRUPT,
-	O_MAX_SKIPPED
+	O_MAX_SKIPPED,
+	O_MAX_RECORD
 };
 
 static const struct option longopts[] = {
@@ -68,6 +69,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-record", required_argument, 0, O_MAX_RECORD},
 	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"batch-size", required_argument, 0, O_BATCH},
@@ -113,6 +115,7 @@ static struct {
 	unsigned decode_threads;
 	int skip_corrupt;
 	const char *max_skipped; /* NULL: DP_MAX_SKIPPED_DEFAULT */
+	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 } O = {
 	.hwc = -1,
 	.decode = -1,
@@ -154,6 +157,7 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	       "      --max-skipped N|P%%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
 	       "                           when more than N records, or P%% of those read, are\n"
 	       "                           skipped (default 1%%)\n"
@@ -248,6 +252,7 @@ static void parse_args(int argc, char **argv)
 				usage_error("%s", e.msg);
 			break;
 		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+		case O_MAX_RECORD: O.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
 		case O_MAX_SKIPPED: {
 			dp_gate g;
 			if (dp_gate_max_skipped(optarg, &g, &e) < 0)
@@ -916,6 +921,7 @@ static struct {
 	const char *feature, *label, *scale_text;
 	int decode;
 	dp_image_tf img; /* --decode image: the evaluation transform */
+	dp_run_conf run; /* the settings the checkpoint holds (its strings) */
 	int hwc;
 	double scale;
 	dp_data *d;
@@ -1061,45 +1067,38 @@ static void load_model(void)
 		cli_die_err(CLI_FAIL, &e);
 	R.cls = dp_model_loss_kind(R.m) == DP_LOSS_XENT;
 	R.k = dp_model_out_size(R.m);
-	R.feature = O.feature ? O.feature : dp_st_meta(R.ck, "feature");
-	R.label = O.label ? O.label : dp_st_meta(R.ck, "label");
-	if (!R.feature)
-		R.feature = "image";
-	if (!R.label)
-		R.label = "label";
-	R.decode = O.decode;
-	if (R.decode < 0) {
-		const char *s = dp_st_meta(R.ck, "decode_raw");
-		R.decode = s ? dp_decode_parse(s) : DP_DECODE_NONE;
-		if (R.decode < 0)
-			cli_die("%s: metadata decode_raw '%s' is not uint8, float32, float64 or none",
-				O.model, s);
-	}
-	/* images: the checkpoint's settings, then the command line's */
-	dp_image_tf t;
-	dp_image_tf_init(&t);
-	const char *spec = dp_st_meta(R.ck, "image");
-	if (spec && dp_image_spec_parse(&t, spec, &e) < 0)
-		cli_die("%s: metadata: %s", O.model, e.msg);
-	if (O.img_opts && dp_image_spec_parse(&t, O.img_opts, &e) < 0)
+	/* how the records are read: the options, else the checkpoint's
+	 * settings (dp_run_conf), else dp-train's defaults */
+	static const int keys[] = {DP_RUN_FEATURE, DP_RUN_LABEL, DP_RUN_DECODE, DP_RUN_IMAGE,
+				   DP_RUN_LAYOUT, DP_RUN_SCALE, -1};
+	dp_run_conf *c = &R.run;
+	dp_run_conf_init(c);
+	if ((c->given[DP_RUN_FEATURE] = !!O.feature))
+		c->feature = O.feature;
+	if ((c->given[DP_RUN_LABEL] = !!O.label))
+		c->label = O.label;
+	if ((c->given[DP_RUN_DECODE] = O.decode >= 0))
+		c->decode = O.decode;
+	if ((c->given[DP_RUN_LAYOUT] = O.hwc >= 0))
+		c->hwc = O.hwc;
+	if ((c->given[DP_RUN_SCALE] = !!O.scale_text))
+		c->scale = O.scale, c->scale_text = O.scale_text;
+	if (dp_run_conf_from(c, R.ck, keys, &e) < 0)
 		cli_die("%s", e.msg);
-	dp_image_tf_eval(&t, &R.img);
-	const char *lay = dp_st_meta(R.ck, "layout");
-	R.hwc = O.hwc >= 0 ? O.hwc : lay && !strcmp(lay, "hwc");
-	if (R.decode == DP_DECODE_IMAGE && !O.feature && !dp_st_meta(R.ck, "feature"))
-		R.feature = "image/encoded";
-	if (R.decode == DP_DECODE_IMAGE && !O.label && !dp_st_meta(R.ck, "label"))
-		R.label = "image/class/label";
-	R.scale = O.scale;
-	R.scale_text = O.scale_text;
-	if (!R.scale_text) {
-		R.scale_text = dp_st_meta(R.ck, "scale");
-		dp_err se;
-		if (R.scale_text && dp_parse_scale("scale", R.scale_text, &R.scale, &se) < 0)
-			cli_die("%s: metadata: %s", O.model, se.msg);
-		if (!R.scale_text)
-			R.scale_text = "1", R.scale = 1;
-	}
+	/* images: the checkpoint's settings, then the command line's */
+	if (O.img_opts && dp_image_spec_parse(&c->img, O.img_opts, &e) < 0)
+		cli_die("%s", e.msg);
+	dp_image_tf_eval(&c->img, &R.img);
+	if (c->decode == DP_DECODE_IMAGE && !O.feature && !c->from[DP_RUN_FEATURE])
+		c->feature = "image/encoded"; /* tfrecord(5)'s names */
+	if (c->decode == DP_DECODE_IMAGE && !O.label && !c->from[DP_RUN_LABEL])
+		c->label = "image/class/label";
+	R.feature = c->feature;
+	R.label = c->label;
+	R.decode = c->decode;
+	R.hwc = c->hwc;
+	R.scale = c->scale;
+	R.scale_text = c->scale_text ? c->scale_text : "1";
 }
 
 /* The metrics, and the gates on them: every gate must name a metric of
@@ -1182,6 +1181,7 @@ static void open_data(void)
 	o.image = R.img;
 	o.decode_threads = O.decode_threads;
 	o.skip_corrupt = O.skip_corrupt;
+	o.rec.max_record = O.max_record;
 	o.on_skip = skip_warn;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);
@@ -1313,6 +1313,7 @@ static int finish(void)
 	dp_eval_free(R.ev);
 	dp_model_free(R.m);
 	dp_st_close(R.ck);
+	dp_run_conf_free(&R.run);
 	dp_comm_close(R.comm);
 	R.be->close(R.ctx);
 	free(O.data);

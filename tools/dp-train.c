@@ -68,7 +68,7 @@ enum {
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_CLASSES, O_SYNC_BN, O_LAST
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -88,6 +88,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-record", required_argument, 0, O_MAX_RECORD},
 	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"shuffle-buffer", required_argument, 0, O_SHUFFLE},
@@ -162,42 +163,33 @@ static const struct option longopts[] = {
 	{0, 0, 0, 0},
 };
 
+/* The run's settings that checkpoints keep (dp_ckpt.h): the model, the
+ * data's decoding, the optimization; the rest of the options in O. */
+static dp_run_conf C;
+
 static struct {
 	const char **train, **val;
 	size_t ntrain, nval;
 	const char *train_cmd, *val_cmd;
-	const char *feature, *label;
-	int decode;
-	double scale;
-	const char *scale_text;
-	dp_image_tf img; /* --decode image: --mean, --std, --augment, --resize */
-	int hwc, skip_corrupt;
+	int skip_corrupt;
 	const char *max_skipped; /* --max-skipped as given; NULL: the default */
+	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 	dp_gate skip_gate;       /* --max-skipped as a gate */
 	unsigned decode_threads;
-	uint64_t shuffle;
-	int drop_last;
 	int cache;
 	uint64_t cache_limit;
 	const char *cache_dir;
 	int prefetch;
-	const char *model, *input_shape;
-	int loss, summary;
-	uint64_t epochs, max_steps, batch;
-	dp_optim_conf opt;
-	double lr;
-	const char *schedule;
-	uint64_t warmup, seed;
+	int summary;
+	uint64_t max_steps;
 	int threads;
-	int gpu, precision; /* -1: the local rank's GPU; enum dp_precision */
-	int deterministic;  /* --deterministic: cuDNN's algorithms pinned, not timed */
+	int gpu;           /* -1: the local rank's GPU */
+	int deterministic; /* --deterministic: cuDNN's algorithms pinned, not timed */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
-	const char *reset, *freeze, *lr_mult, *no_decay; /* fine-tuning: patterns */
+	const char *reset; /* fine-tuning: patterns */
 	int classes;    /* --classes of a named model (0: its default) */
-	int sync_bn;    /* --sync-bn */
-	double smooth;                                  /* --label-smoothing */
 	int json;
 	const char *log;
 	uint64_t log_every;
@@ -206,9 +198,6 @@ static struct {
 	/* data parallelism */
 	int shard;       /* -1 auto: split shared sources; 0 no; 1 yes */
 	int uneven_drop; /* an epoch ends when a rank's data does */
-	int scale_lr;
-	double warmup_epochs;
-	uint64_t steps_per_epoch; /* --steps-per-epoch; 0: counted */
 	int overlap;
 	uint64_t bucket;
 	int wire, algo; /* --grad-dtype, --allreduce (DP_WIRE_*, DP_ALLREDUCE_*) */
@@ -217,25 +206,13 @@ static struct {
 	double stall, stall_abort;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
 	int tb_hist, on_epoch_fail;
-	uint64_t accumulate; /* micro-batches an update */
-	double clip_norm;    /* 0: none */
 	char given[O_LAST]; /* options given on the command line */
 } O = {
 	.shard = -1,
 	.overlap = 1,
-	.accumulate = 1,
 	.bucket = 1u << 20,
 	.stall = 60,
-	.feature = "image",
-	.label = "label",
-	.img = {.antialias = 1, .dct = 1, .std = {1, 1, 1}},
-	.scale = 1,
-	.shuffle = 10000,
 	.prefetch = 2,
-	.loss = DP_LOSS_XENT,
-	.epochs = 1,
-	.batch = 32,
-	.schedule = "constant",
 	.threads = 1,
 	.gpu = -1,
 	.log_every = 100,
@@ -276,6 +253,7 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused (default 89478485)\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	       "      --max-skipped N|P%%  with --skip-corrupt: stop the run when more than N\n"
 	       "                           records, or P%% of those an epoch (or a validation)\n"
 	       "                           read, are skipped (default 1%%)\n"
@@ -520,15 +498,16 @@ static int data_option(int c, const char *arg, int li)
 	dp_err ie;
 	switch (c) {
 	case O_IMAGE:
-		if (dp_image_opt(&O.img, longopts[li].name, arg, &ie) < 0)
+		if (dp_image_opt(&C.img, longopts[li].name, arg, &ie) < 0)
 			usage_error("%s", ie.msg);
 		break;
 	case O_LAYOUT:
 	case O_DECODE_THREADS:
-		if (dp_data_opt(longopts[li].name, arg, &O.hwc, &O.decode_threads, &ie) < 0)
+		if (dp_data_opt(longopts[li].name, arg, &C.hwc, &O.decode_threads, &ie) < 0)
 			usage_error("%s", ie.msg);
 		break;
 	case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+	case O_MAX_RECORD: O.max_record = cli_size("--max-record", arg, 1, UINT64_MAX); break;
 	case O_MAX_SKIPPED:
 		if (dp_gate_max_skipped(arg, &O.skip_gate, &ie) < 0)
 			usage_error("--max-skipped %s", ie.msg);
@@ -538,26 +517,26 @@ static int data_option(int c, const char *arg, int li)
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
 	case O_VAL: push(&O.val, &O.nval, arg); break;
 	case O_VAL_CMD: O.val_cmd = arg; break;
-	case O_FEATURE: O.feature = arg; break;
-	case O_LABEL: O.label = arg; break;
+	case O_FEATURE: C.feature = arg; break;
+	case O_LABEL: C.label = arg; break;
 	case O_DECODE:
-		O.decode = dp_decode_parse(arg);
-		if (O.decode < 0)
+		C.decode = dp_decode_parse(arg);
+		if (C.decode < 0)
 			usage_error("--decode-raw '%s': want uint8, float32 or float64 (or image)",
 				    arg);
 		break;
 	case O_SCALE: {
 		dp_err se;
-		if (dp_parse_scale("--scale", arg, &O.scale, &se) < 0)
+		if (dp_parse_scale("--scale", arg, &C.scale, &se) < 0)
 			usage_error("%s", se.msg);
-		O.scale_text = arg;
+		C.scale_text = arg;
 		break;
 	}
-	case O_SHUFFLE: O.shuffle = cli_count("--shuffle-buffer", arg, 0, 1u << 28); break;
+	case O_SHUFFLE: C.shuffle = cli_count("--shuffle-buffer", arg, 0, 1u << 28); break;
 	case O_LAST_BATCH:
 		if (strcmp(arg, "keep") && strcmp(arg, "drop"))
 			usage_error("--last-batch '%s': want keep or drop", arg);
-		O.drop_last = !strcmp(arg, "drop");
+		C.drop_last = !strcmp(arg, "drop");
 		break;
 	case O_CACHE:
 		O.cache = !strcmp(arg, "file")     ? DP_CACHE_FILE
@@ -593,14 +572,14 @@ static int dist_option(int c, const char *arg)
 			usage_error("--uneven '%s': want join or drop", arg);
 		O.uneven_drop = !strcmp(arg, "drop");
 		break;
-	case O_SCALE_LR: O.scale_lr = 1; break;
-	case O_WARMUP_EPOCHS: O.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
+	case O_SCALE_LR: C.scale_lr = 1; break;
+	case O_WARMUP_EPOCHS: C.warmup_epochs = cli_real("--warmup-epochs", arg, 0, 1e6); break;
 	case O_STEPS_PER_EPOCH:
-		O.steps_per_epoch = cli_count("--steps-per-epoch", arg, 1, UINT64_MAX / 4);
+		C.steps_per_epoch = cli_count("--steps-per-epoch", arg, 1, UINT64_MAX / 4);
 		break;
 	case O_NO_OVERLAP: O.overlap = 0; break;
-	case O_ACCUMULATE: O.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
-	case O_CLIP_NORM: O.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
+	case O_ACCUMULATE: C.accumulate = cli_count("--accumulate", arg, 1, 1u << 16); break;
+	case O_CLIP_NORM: C.clip_norm = cli_real("--clip-norm", arg, 1e-30, 1e30); break;
 	case O_BUCKET:
 		O.bucket = cli_size("--bucket-size", arg, 1, 1ull << 40);
 		break;
@@ -624,7 +603,7 @@ static int dist_option(int c, const char *arg)
 static void parse_args(int argc, char **argv)
 {
 	int c;
-	dp_optim_defaults(&O.opt, DP_OPTIM_ADAM);
+	dp_optim_defaults(&C.opt, DP_OPTIM_ADAM);
 	double momentum = 0, dampening = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = -1;
 	int nesterov = 0;
 	const char *optname = "adam";
@@ -635,24 +614,24 @@ static void parse_args(int argc, char **argv)
 		if (c >= 0 && c < O_LAST)
 			O.given[c] = 1;
 		switch (c) {
-		case O_MODEL: O.model = optarg; break;
+		case O_MODEL: C.model = optarg; break;
 		case O_CLASSES: O.classes = (int)cli_count("--classes", optarg, 2, 1 << 24); break;
-		case O_SYNC_BN: O.sync_bn = 1; break;
-		case O_INPUT_SHAPE: O.input_shape = optarg; break;
+		case O_SYNC_BN: C.sync_bn = 1; break;
+		case O_INPUT_SHAPE: C.input_shape = optarg; break;
 		case O_LOSS:
-			if (!(O.loss = dp_loss_parse(optarg)))
+			if (!(C.loss = dp_loss_parse(optarg)))
 				usage_error("--loss '%s': want xent or mse", optarg);
 			break;
 		case O_SUMMARY: O.summary = 1; break;
-		case O_EPOCHS: O.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
+		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
-		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
+		case O_BATCH: C.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
 		case O_OPTIMIZER:
 			if (!dp_optim_parse(optarg))
 				usage_error("--optimizer '%s': want sgd, adam or adamw", optarg);
 			optname = optarg;
 			break;
-		case O_LR: O.lr = cli_real("--lr", optarg, 0, 1e6); break;
+		case O_LR: C.lr = cli_real("--lr", optarg, 0, 1e6); break;
 		case O_MOMENTUM: momentum = cli_real("--momentum", optarg, 0, 0.999999); break;
 		case O_NESTEROV: nesterov = 1; break;
 		case O_DAMPENING: dampening = cli_real("--dampening", optarg, 0, 1); break;
@@ -660,14 +639,14 @@ static void parse_args(int argc, char **argv)
 		case O_BETA2: beta2 = cli_real("--beta2", optarg, 0, 0.999999); break;
 		case O_EPS: eps = cli_real("--eps", optarg, 0, 1); break;
 		case O_WD: wd = cli_real("--weight-decay", optarg, 0, 1e6); break;
-		case O_SCHEDULE: O.schedule = optarg; break;
-		case O_WARMUP: O.warmup = cli_count("--warmup", optarg, 0, UINT64_MAX / 2); break;
-		case O_SEED: O.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
+		case O_SCHEDULE: C.schedule = optarg; break;
+		case O_WARMUP: C.warmup = cli_count("--warmup", optarg, 0, UINT64_MAX / 2); break;
+		case O_SEED: C.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
 		case O_DETERMINISTIC: O.deterministic = 1; break;
 		case O_PRECISION:
-			if ((O.precision = dp_precision_parse(optarg)) < 0)
+			if ((C.precision = dp_precision_parse(optarg)) < 0)
 				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
 			break;
 		case O_CKPT_EVERY: parse_ckpt_every(optarg); break;
@@ -675,10 +654,10 @@ static void parse_args(int argc, char **argv)
 		case O_RESUME: O.resume = optarg; break;
 		case O_INIT: O.init = optarg; break;
 		case O_RESET: O.reset = optarg; break;
-		case O_FREEZE: O.freeze = optarg; break;
-		case O_LR_MULT: O.lr_mult = optarg; break;
-		case O_NO_DECAY: O.no_decay = optarg; break;
-		case O_SMOOTH: O.smooth = cli_real("--label-smoothing", optarg, 0, 1); break;
+		case O_FREEZE: C.freeze = optarg; break;
+		case O_LR_MULT: C.lr_mult = optarg; break;
+		case O_NO_DECAY: C.no_decay = optarg; break;
+		case O_SMOOTH: C.smooth = cli_real("--label-smoothing", optarg, 0, 1); break;
 		case 'o': O.output = optarg; break;
 		case O_LOG_FORMAT:
 			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
@@ -713,45 +692,56 @@ static void parse_args(int argc, char **argv)
 		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
 	if (O.on_epoch_fail && !O.on_epoch)
 		usage_error("--on-epoch-fail goes with --on-epoch CMD");
-	dp_optim_defaults(&O.opt, dp_optim_parse(optname));
-	O.opt.momentum = momentum;
-	O.opt.dampening = dampening;
-	O.opt.nesterov = nesterov;
-	O.opt.beta1 = beta1;
-	O.opt.beta2 = beta2;
-	O.opt.eps = eps;
+	dp_optim_defaults(&C.opt, dp_optim_parse(optname));
+	C.opt.momentum = momentum;
+	C.opt.dampening = dampening;
+	C.opt.nesterov = nesterov;
+	C.opt.beta1 = beta1;
+	C.opt.beta2 = beta2;
+	C.opt.eps = eps;
 	if (wd >= 0)
-		O.opt.weight_decay = wd;
+		C.opt.weight_decay = wd;
 	if (!O.given[O_LR])
-		O.lr = O.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
-	if (O.decode == DP_DECODE_IMAGE && !O.given[O_FEATURE]) /* tfrecord(5)'s names */
-		O.feature = "image/encoded";
-	if (O.decode == DP_DECODE_IMAGE && !O.given[O_LABEL])
-		O.label = "image/class/label";
+		C.lr = C.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+	if (C.decode == DP_DECODE_IMAGE && !O.given[O_FEATURE]) /* tfrecord(5)'s names */
+		C.feature = "image/encoded";
+	if (C.decode == DP_DECODE_IMAGE && !O.given[O_LABEL])
+		C.label = "image/class/label";
 	cli_set_rank(RANK, SIZE);
 }
 /* ---- settings from a checkpoint when resuming ------------------------------ */
 
-/* Take a setting from the checkpoint being resumed when the command line
- * did not give it, so that `--resume ck` alone continues the same run. */
-static char *kept[64]; /* settings copied out of the checkpoint, freed at exit */
-static int nkept;
-static char from_meta[O_LAST]; /* settings taken from the checkpoint's metadata */
-static char *meta_src;          /* that checkpoint's name, for messages */
+/* The options that set a key of the run's settings (dp_run_conf): given
+ * on the command line, the key is not taken from a checkpoint. */
+static const struct {
+	int opt, key;
+} opt_keys[] = {
+	{O_MODEL, DP_RUN_MODEL}, {O_INPUT_SHAPE, DP_RUN_INPUT_SHAPE}, {O_LOSS, DP_RUN_LOSS},
+	{O_FEATURE, DP_RUN_FEATURE}, {O_LABEL, DP_RUN_LABEL}, {O_DECODE, DP_RUN_DECODE},
+	{O_IMAGE, DP_RUN_IMAGE}, {O_LAYOUT, DP_RUN_LAYOUT}, {O_SCALE, DP_RUN_SCALE},
+	{O_SHUFFLE, DP_RUN_SHUFFLE}, {O_LAST_BATCH, DP_RUN_LAST_BATCH}, {O_BATCH, DP_RUN_BATCH},
+	{O_ACCUMULATE, DP_RUN_ACCUMULATE}, {O_CLIP_NORM, DP_RUN_CLIP_NORM},
+	{O_EPOCHS, DP_RUN_EPOCHS}, {O_SEED, DP_RUN_SEED}, {O_SCHEDULE, DP_RUN_SCHEDULE},
+	{O_WARMUP, DP_RUN_WARMUP}, {O_OPTIMIZER, DP_RUN_OPTIMIZER}, {O_LR, DP_RUN_LR},
+	{O_MOMENTUM, DP_RUN_MOMENTUM}, {O_DAMPENING, DP_RUN_DAMPENING}, {O_BETA1, DP_RUN_BETA1},
+	{O_BETA2, DP_RUN_BETA2}, {O_EPS, DP_RUN_EPS}, {O_WD, DP_RUN_WD},
+	{O_NESTEROV, DP_RUN_NESTEROV}, {O_SCALE_LR, DP_RUN_SCALE_LR},
+	{O_WARMUP_EPOCHS, DP_RUN_WARMUP_EPOCHS}, {O_STEPS_PER_EPOCH, DP_RUN_STEPS_PER_EPOCH},
+	{O_FREEZE, DP_RUN_FREEZE},
+	{O_LR_MULT, DP_RUN_LR_MULT}, {O_NO_DECAY, DP_RUN_NO_DECAY}, {O_SMOOTH, DP_RUN_SMOOTH},
+	{O_SYNC_BN, DP_RUN_SYNC_BN},
+};
 
-static const char *from_ckpt(const dp_st *ck, int opt, const char *key)
+/* Take keys (a list ending in -1; NULL: all) from checkpoint ck where the
+ * command line did not give them, so that `--resume ck` alone continues
+ * the same run. */
+static void settings_from(const dp_st *ck, const int *keys)
 {
-	if (!ck || O.given[opt])
-		return NULL;
-	const char *v = dp_st_meta(ck, key);
-	if (!v)
-		return NULL;
-	if (nkept == (int)(sizeof kept / sizeof kept[0]) || !(kept[nkept] = strdup(v)))
-		cli_die("out of memory");
-	if (!meta_src)
-		meta_src = cli_strdup(dp_st_name(ck));
-	from_meta[opt] = 1;
-	return kept[nkept++];
+	dp_err e;
+	for (size_t i = 0; i < sizeof opt_keys / sizeof opt_keys[0]; i++)
+		C.given[opt_keys[i].key] = O.given[opt_keys[i].opt];
+	if (dp_run_conf_from(&C, ck, keys, &e) < 0)
+		die_all(1, "%s", e.msg);
 }
 
 /* A setting that does not hold: a usage error when the command line gave
@@ -764,130 +754,9 @@ static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (meta && meta_src)
-		die_all(1, "%s: metadata: %s", meta_src, msg);
+	if (meta && C.src)
+		die_all(1, "%s: metadata: %s", C.src, msg);
 	usage_error("%s", msg);
-}
-
-/* Metadata values, within the bounds of their options. */
-static double meta_real(const dp_st *ck, const char *key, const char *v, double min, double max)
-{
-	char *end;
-	double d = strtod(v, &end);
-	if (end == v || *end || !isfinite(d))
-		die_all(1, "%s: metadata '%s' is '%s', not a number", dp_st_name(ck), key, v);
-	if (d < min || d > max)
-		die_all(1, "%s: metadata '%s' is %s, outside %g..%g", dp_st_name(ck), key, v, min, max);
-	return d;
-}
-
-static uint64_t meta_count(const dp_st *ck, const char *key, const char *v, uint64_t min,
-			   uint64_t max)
-{
-	char *end;
-	errno = 0;
-	unsigned long long n = strtoull(v, &end, 10);
-	if (end == v || *end || errno || *v == '-')
-		die_all(1, "%s: metadata '%s' is '%s', not a count", dp_st_name(ck), key, v);
-	if (n < min || n > max)
-		die_all(1, "%s: metadata '%s' is %s, outside %" PRIu64 "..%" PRIu64, dp_st_name(ck),
-			key, v, min, max);
-	return n;
-}
-
-static void settings_from(const dp_st *ck)
-{
-	const char *v;
-	if ((v = from_ckpt(ck, O_MODEL, "model")))
-		O.model = v;
-	if ((v = from_ckpt(ck, O_INPUT_SHAPE, "input_shape")))
-		O.input_shape = v;
-	if ((v = from_ckpt(ck, O_LOSS, "loss")) && !(O.loss = dp_loss_parse(v)))
-		die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(ck), v);
-	if ((v = from_ckpt(ck, O_FEATURE, "feature")))
-		O.feature = v;
-	if ((v = from_ckpt(ck, O_LABEL, "label")))
-		O.label = v;
-	if ((v = from_ckpt(ck, O_DECODE, "decode_raw")) && (O.decode = dp_decode_parse(v)) < 0)
-		die_all(1, "%s: metadata: unknown decode_raw '%s'", dp_st_name(ck), v);
-	dp_err ie;
-	if ((v = from_ckpt(ck, O_IMAGE, "image")) && dp_image_spec_parse(&O.img, v, &ie) < 0)
-		die_all(1, "%s: metadata: %s", dp_st_name(ck), ie.msg);
-	if ((v = from_ckpt(ck, O_LAYOUT, "layout")))
-		O.hwc = !strcmp(v, "hwc");
-	if ((v = from_ckpt(ck, O_SCALE, "scale"))) {
-		dp_err se;
-		if (dp_parse_scale("scale", v, &O.scale, &se) < 0)
-			die_all(1, "%s: metadata: %s", dp_st_name(ck), se.msg);
-		O.scale_text = v;
-	}
-	if ((v = from_ckpt(ck, O_SHUFFLE, "shuffle_buffer")))
-		O.shuffle = meta_count(ck, "shuffle_buffer", v, 0, 1u << 28);
-	if ((v = from_ckpt(ck, O_LAST_BATCH, "last_batch")))
-		O.drop_last = !strcmp(v, "drop");
-	if ((v = from_ckpt(ck, O_BATCH, "batch_size")))
-		O.batch = meta_count(ck, "batch_size", v, 1, 1u << 20);
-	if ((v = from_ckpt(ck, O_ACCUMULATE, "accumulate")))
-		O.accumulate = meta_count(ck, "accumulate", v, 1, 1u << 16);
-	if ((v = from_ckpt(ck, O_CLIP_NORM, "clip_norm")))
-		O.clip_norm = meta_real(ck, "clip_norm", v, 0, 1e30);
-	if ((v = from_ckpt(ck, O_EPOCHS, "epochs")))
-		O.epochs = meta_count(ck, "epochs", v, 1, 1u << 30);
-	if ((v = from_ckpt(ck, O_SEED, "seed")))
-		O.seed = meta_count(ck, "seed", v, 0, UINT64_MAX);
-	if ((v = from_ckpt(ck, O_SCHEDULE, "lr_schedule")))
-		O.schedule = v;
-	if ((v = from_ckpt(ck, O_WARMUP, "warmup")))
-		O.warmup = meta_count(ck, "warmup", v, 0, UINT64_MAX / 2);
-	int kind = O.opt.kind;
-	if ((v = from_ckpt(ck, O_OPTIMIZER, "optimizer"))) {
-		if (!(kind = dp_optim_parse(v)))
-			die_all(1, "%s: metadata: unknown optimizer '%s'", dp_st_name(ck), v);
-		dp_optim_conf c;
-		dp_optim_defaults(&c, kind);
-		if (!O.given[O_WD])
-			O.opt.weight_decay = c.weight_decay;
-		O.opt.kind = kind;
-		if (!O.given[O_LR])
-			O.lr = kind == DP_OPTIM_SGD ? 0.01 : 0.001;
-	}
-	if ((v = from_ckpt(ck, O_LR, "lr")))
-		O.lr = meta_real(ck, "lr", v, 0, 1e6);
-	static const struct {
-		int opt;
-		const char *key;
-		size_t off;
-		double max; /* as parse_args takes them */
-	} reals[] = {
-		{O_MOMENTUM, "momentum", offsetof(dp_optim_conf, momentum), 0.999999},
-		{O_DAMPENING, "dampening", offsetof(dp_optim_conf, dampening), 1},
-		{O_BETA1, "beta1", offsetof(dp_optim_conf, beta1), 0.999999},
-		{O_BETA2, "beta2", offsetof(dp_optim_conf, beta2), 0.999999},
-		{O_EPS, "eps", offsetof(dp_optim_conf, eps), 1},
-		{O_WD, "weight_decay", offsetof(dp_optim_conf, weight_decay), 1e6},
-	};
-	for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
-		if ((v = from_ckpt(ck, reals[i].opt, reals[i].key)))
-			*(double *)((char *)&O.opt + reals[i].off) =
-				meta_real(ck, reals[i].key, v, 0, reals[i].max);
-	if ((v = from_ckpt(ck, O_NESTEROV, "nesterov")))
-		O.opt.nesterov = !strcmp(v, "true");
-	if ((v = from_ckpt(ck, O_SCALE_LR, "scale_lr")))
-		O.scale_lr = !strcmp(v, "true");
-	if ((v = from_ckpt(ck, O_WARMUP_EPOCHS, "warmup_epochs")))
-		O.warmup_epochs = meta_real(ck, "warmup_epochs", v, 0, 1e6);
-	if ((v = from_ckpt(ck, O_STEPS_PER_EPOCH, "steps_per_epoch")) && *v)
-		O.steps_per_epoch = meta_count(ck, "steps_per_epoch", v, 1, UINT64_MAX / 4);
-	if ((v = from_ckpt(ck, O_FREEZE, "freeze")))
-		O.freeze = v;
-	if ((v = from_ckpt(ck, O_LR_MULT, "lr_mult")))
-		O.lr_mult = v;
-	if ((v = from_ckpt(ck, O_NO_DECAY, "no_decay")))
-		O.no_decay = v;
-	if ((v = from_ckpt(ck, O_SMOOTH, "label_smoothing")))
-		O.smooth = meta_real(ck, "label_smoothing", v, 0, 1);
-	if ((v = from_ckpt(ck, O_SYNC_BN, "sync_bn")))
-		O.sync_bn = !strcmp(v, "true");
 }
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
@@ -1023,7 +892,7 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
 		return;
 	double now = dp_now();
 	char line[160];
-	int n = snprintf(line, sizeof line, "epoch %" PRIu64 "/%" PRIu64 " ", epoch + 1, O.epochs);
+	int n = snprintf(line, sizeof line, "epoch %" PRIu64 "/%" PRIu64 " ", epoch + 1, C.epochs);
 	if (total) {
 		int w = 30, fill = (int)(w * (double)done / (double)total);
 		if (fill > w)
@@ -1070,30 +939,15 @@ static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
 	double t0 = dp_now();
-	char producer[64];
+	char producer[64], sb[24], eb[24];
 	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
-	char sb[24], eb[24], lrb[40], scb[64], shb[24], bb[24], epb[24], wb[24], schb[64], rb[24],
-		web[40], acb[24], cnb[40], smb[40], imgb[512];
-	dp_image_spec(&O.img, imgb, sizeof imgb);
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
 	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
 	const char *vars[] = {"step", sb, "epoch", eb, NULL};
 	char *path = dp_expand(tmpl, vars);
 	if (!path)
 		cli_die("out of memory");
-	dp_sched sc = {0};
 	dp_err e;
-	if (dp_sched_parse(O.schedule, &sc, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	snprintf(shb, sizeof shb, "%" PRIu64, O.shuffle);
-	snprintf(bb, sizeof bb, "%" PRIu64, O.batch);
-	snprintf(epb, sizeof epb, "%" PRIu64, O.epochs);
-	snprintf(wb, sizeof wb, "%" PRIu64, O.warmup);
-	snprintf(rb, sizeof rb, "%d", SIZE);
-	snprintf(acb, sizeof acb, "%" PRIu64, O.accumulate);
-	char spb[24] = "";
-	if (O.steps_per_epoch)
-		snprintf(spb, sizeof spb, "%" PRIu64, O.steps_per_epoch);
 	/* every rank's position in the epoch: a batch with a skipped image
 	 * took more records than its size, so batches do not tell it */
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
@@ -1105,37 +959,12 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	free(pos);
 	if (posb.err)
 		cli_die("out of memory");
-	const char *meta[] = {
-		"epoch_records", posb.p ? posb.p : "",
-		"ranks", rb,
-		"scale_lr", O.scale_lr ? "true" : "false",
-		"warmup_epochs", dp_fmt_double(O.warmup_epochs, web, sizeof web),
-		"steps_per_epoch", spb,
-		"lr", dp_fmt_double(O.lr, lrb, sizeof lrb),
-		"lr_schedule", dp_sched_format(&sc, schb, sizeof schb),
-		"warmup", wb,
-		"batch_size", bb,
-		"accumulate", acb,
-		"clip_norm", dp_fmt_double(O.clip_norm, cnb, sizeof cnb),
-		"epochs", epb,
-		"feature", O.feature,
-		"label", O.label,
-		"decode_raw", dp_decode_name(O.decode),
-		"image", O.decode == DP_DECODE_IMAGE ? imgb : "",
-		"layout", O.hwc ? "hwc" : "chw",
-		"scale", O.scale_text ? O.scale_text : dp_fmt_double(O.scale, scb, sizeof scb),
-		"shuffle_buffer", shb,
-		"last_batch", O.drop_last ? "drop" : "keep",
-		"precision", dp_precision_name(O.precision),
-		"producer", producer,
-		"freeze", opt_text(O.freeze),
-		"lr_mult", opt_text(O.lr_mult),
-		"no_decay", opt_text(O.no_decay),
-		"label_smoothing", dp_fmt_double(O.smooth, smb, sizeof smb),
-		"sync_bn", O.sync_bn ? "true" : "false",
-		NULL,
-	};
-	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, meta, &e) < 0) {
+	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer, NULL};
+	C.ranks = SIZE;
+	char **meta = dp_run_conf_meta(&C, extra, &e);
+	if (!meta)
+		cli_die_err(CLI_FAIL, &e);
+	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, (const char *const *)meta, &e) < 0) {
 		if (e.code == DP_EDATA)
 			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
 				 have_ckpt ? "; the last good checkpoint is " : "",
@@ -1147,6 +976,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	last_ckpt_step = ts->step;
 	have_ckpt = 1;
 	dp_buf_free(&posb);
+	free(meta);
 	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
@@ -1238,20 +1068,21 @@ static void input_opts(dp_data_opts *o, const dp_shape *in, int train)
 	o->shape[0] = (size_t)in->c;
 	o->shape[1] = (size_t)in->h;
 	o->shape[2] = (size_t)in->w;
-	if ((O.decode == DP_DECODE_IMAGE || O.hwc) && in->rank == 1)
+	if ((C.decode == DP_DECODE_IMAGE || C.hwc) && in->rank == 1)
 		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
-			    O.hwc ? "--layout hwc" : "--decode image");
+			    C.hwc ? "--layout hwc" : "--decode image");
 	if (train && in->rank == 3 && in->c > 4 && in->w <= 4)
 		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
 		     "is --input-shape %dx%dx%d --layout hwc", in->c, in->h, in->w, in->c, in->h,
 		     in->w, in->w, in->c, in->h);
-	o->hwc = O.hwc;
+	o->hwc = C.hwc;
 	if (train)
-		o->image = O.img;
+		o->image = C.img;
 	else
-		dp_image_tf_eval(&O.img, &o->image);
+		dp_image_tf_eval(&C.img, &o->image);
 	o->decode_threads = O.decode_threads;
 	o->skip_corrupt = O.skip_corrupt;
+	o->rec.max_record = O.max_record;
 	o->on_skip = skip_warn;
 }
 
@@ -1261,20 +1092,20 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.inputs = paths;
 	o.ninputs = n;
 	o.cmd = cmd;
-	o.feature = O.feature;
-	o.label = O.label;
-	o.decode = O.decode;
-	o.scale = O.scale;
+	o.feature = C.feature;
+	o.label = C.label;
+	o.decode = C.decode;
+	o.scale = C.scale;
 	o.in_size = dp_model_in_size(M);
 	o.label_kind = dp_model_loss_kind(M) == DP_LOSS_XENT ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
 	o.nclass = o.label_size = dp_model_out_size(M);
-	o.batch = O.batch;
+	o.batch = C.batch;
 	/* with several ranks a short global batch is dropped by all (main) */
-	o.drop_last = train && SIZE == 1 ? O.drop_last : 0;
-	o.shuffle = train ? O.shuffle : 0;
-	o.seed = O.seed;
+	o.drop_last = train && SIZE == 1 ? C.drop_last : 0;
+	o.shuffle = train ? C.shuffle : 0;
+	o.seed = C.seed;
 	/* a stream read in a single epoch needs no cache (nor counted first) */
-	o.cache = train && O.epochs <= 1 && !O.warmup_epochs && !O.given[O_CACHE] ? DP_CACHE_NONE
+	o.cache = train && C.epochs <= 1 && !C.warmup_epochs && !O.given[O_CACHE] ? DP_CACHE_NONE
 										   : O.cache;
 	o.cache_limit = O.cache_limit;
 	o.cache_dir = O.cache_dir;
@@ -1286,7 +1117,7 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 		 * (dp_data.h); validation: every size-th record */
 		o.shard_index = (unsigned)RANK;
 		o.shard_count = (unsigned)SIZE;
-		o.shard_block = train ? O.batch : 0;
+		o.shard_block = train ? C.batch : 0;
 	}
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
@@ -1411,35 +1242,35 @@ static char *settings_text(const dp_optim_conf *oc)
 		"\ncheckpoint_every=%" PRIu64 "%s\ncheckpoint=%d\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
 		"\ntimeline=%s\naccumulate=%" PRIu64 "\nclip_norm=%s\ngrad_dtype=%s\nallreduce=%s\n",
 		dp_build(), dp_backend_default()->name, dp_comm_library(COMM), !!O.resume, !!O.init,
-		O.summary, dp_fmt_double(O.scale, sc, sizeof sc), O.model ? O.model : "(none)",
-		O.input_shape ? O.input_shape : "(none)", dp_loss_name(O.loss),
-		O.batch, O.epochs, O.max_steps, dp_optim_name(oc->kind),
-		dp_fmt_double(O.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
+		O.summary, dp_fmt_double(C.scale, sc, sizeof sc), C.model ? C.model : "(none)",
+		C.input_shape ? C.input_shape : "(none)", dp_loss_name(C.loss),
+		C.batch, C.epochs, O.max_steps, dp_optim_name(oc->kind),
+		dp_fmt_double(C.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
 		dp_fmt_double(oc->dampening, c, sizeof c), oc->nesterov,
 		dp_fmt_double(oc->beta1, d, sizeof d), dp_fmt_double(oc->beta2, g, sizeof g),
 		dp_fmt_double(oc->eps, h, sizeof h), dp_fmt_double(oc->weight_decay, k, sizeof k),
-		O.schedule, O.warmup, dp_fmt_double(O.warmup_epochs, l, sizeof l), O.scale_lr,
-		O.seed, O.shuffle, O.drop_last ? "drop" : "keep", O.uneven_drop ? "drop" : "join",
-		dp_precision_name(O.precision),
+		C.schedule, C.warmup, dp_fmt_double(C.warmup_epochs, l, sizeof l), C.scale_lr,
+		C.seed, C.shuffle, C.drop_last ? "drop" : "keep", O.uneven_drop ? "drop" : "join",
+		dp_precision_name(C.precision),
 		shared(O.train, O.ntrain, O.train_cmd) ? "shared" : "per-rank",
 		!O.nval && !O.val_cmd ? "none"
 		: shared(O.val, O.nval, O.val_cmd) ? "shared"
 						    : "per-rank",
-		O.feature, O.label, dp_decode_name(O.decode), O.log_every, O.ckpt_every,
+		C.feature, C.label, dp_decode_name(C.decode), O.log_every, O.ckpt_every,
 		O.ckpt_epochs ? "e" : "", O.ckpt != NULL, O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered", O.accumulate,
-		dp_fmt_double(O.clip_norm, cn, sizeof cn), dp_comm_wire_name(O.wire),
+		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered", C.accumulate,
+		dp_fmt_double(C.clip_norm, cn, sizeof cn), dp_comm_wire_name(O.wire),
 		dp_comm_algo_name(O.algo));
 	fprintf(f, "reset=%s\nfreeze=%s\nlr_mult=%s\nno_decay=%s\nlabel_smoothing=%s\n",
-		opt_text(O.reset), opt_text(O.freeze), opt_text(O.lr_mult),
-		opt_text(O.no_decay), dp_fmt_double(O.smooth, a, sizeof a));
+		opt_text(O.reset), opt_text(C.freeze), opt_text(C.lr_mult),
+		opt_text(C.no_decay), dp_fmt_double(C.smooth, a, sizeof a));
 	char imgb[512];
-	dp_image_spec(&O.img, imgb, sizeof imgb);
-	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, O.decode == DP_DECODE_IMAGE ? imgb : "",
-		O.hwc ? "hwc" : "chw", O.sync_bn);
+	dp_image_spec(&C.img, imgb, sizeof imgb);
+	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, C.decode == DP_DECODE_IMAGE ? imgb : "",
+		C.hwc ? "hwc" : "chw", C.sync_bn);
 	/* what decides collectives (the skip counts' allreduce) and the ramp */
 	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
-		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, O.steps_per_epoch);
+		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, C.steps_per_epoch);
 	if (fclose(f) != 0)
 		cli_die("out of memory");
 	return t;
@@ -1461,19 +1292,19 @@ static uint64_t count_steps(dp_data *td)
 		cli_die("train: %s", e.msg);
 	dp_data_stats st;
 	dp_data_stats_get(td, &st);
-	uint64_t own = st.records - st.not_in_shard, bs = O.batch;
-	uint64_t mine = O.drop_last ? own / bs : (own + bs - 1) / bs;
+	uint64_t own = st.records - st.not_in_shard, bs = C.batch;
+	uint64_t mine = C.drop_last ? own / bs : (own + bs - 1) / bs;
 	uint64_t *all = calloc((size_t)SIZE, sizeof *all);
 	if (!all)
 		cli_die("out of memory");
 	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
 		cli_die("train: %s", e.msg);
 	uint64_t steps = all[0];
-	int use_min = O.drop_last || O.uneven_drop;
+	int use_min = C.drop_last || O.uneven_drop;
 	for (int r = 1; r < SIZE; r++)
 		steps = use_min ? (all[r] < steps ? all[r] : steps) : (all[r] > steps ? all[r] : steps);
 	free(all);
-	return O.drop_last ? steps / O.accumulate : (steps + O.accumulate - 1) / O.accumulate;
+	return C.drop_last ? steps / C.accumulate : (steps + C.accumulate - 1) / C.accumulate;
 }
 
 /* The learning rate of update `step`: the schedule over --lr (times the
@@ -1481,8 +1312,8 @@ static uint64_t count_steps(dp_data *td)
  * --warmup-epochs (from the single-worker rate, Horovod's recipe). */
 static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
 {
-	double lr = dp_sched_lr(sched, O.lr * (O.scale_lr ? SIZE : 1), epoch, step);
-	if (ramp && step < ramp && O.scale_lr && SIZE > 1) {
+	double lr = dp_sched_lr(sched, C.lr * (C.scale_lr ? SIZE : 1), epoch, step);
+	if (ramp && step < ramp && C.scale_lr && SIZE > 1) {
 		double f0 = 1.0 / SIZE;
 		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
 	}
@@ -1592,7 +1423,7 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
-	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision,
+	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = C.precision,
 			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
@@ -1621,16 +1452,13 @@ static void start_from_checkpoint(void)
 		return;
 	R.ck = open_ckpt(O.resume ? O.resume : O.init);
 	if (O.resume) {
-		settings_from(R.ck);
+		settings_from(R.ck, NULL);
 	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
 		if (!dp_st_meta(R.ck, "model"))
 			usage_error("--init %s: no dp-train metadata (a PyTorch state_dict?): give the "
 				    "model with --model and --input-shape", O.init);
-		O.model = from_ckpt(R.ck, O_MODEL, "model");
-		O.input_shape = from_ckpt(R.ck, O_INPUT_SHAPE, "input_shape");
-		const char *l = from_ckpt(R.ck, O_LOSS, "loss");
-		if (l && !(O.loss = dp_loss_parse(l)))
-			die_all(1, "%s: metadata: unknown loss '%s'", dp_st_name(R.ck), l);
+		static const int model_keys[] = {DP_RUN_MODEL, DP_RUN_INPUT_SHAPE, DP_RUN_LOSS, -1};
+		settings_from(R.ck, model_keys);
 	}
 }
 
@@ -1639,7 +1467,7 @@ static void start_from_checkpoint(void)
 static void check_same_settings(void)
 {
 	dp_err e;
-	char *stext = settings_text(&O.opt);
+	char *stext = settings_text(&C.opt);
 	if (dp_comm_check_same(COMM, stext, &e) < 0)
 		die_all(2, "%s", e.msg);
 	free(stext);
@@ -1668,33 +1496,33 @@ static char *model_file(const char *path)
 static void make_model(void)
 {
 	dp_err e;
-	if (!O.model)
+	if (!C.model)
 		usage_error("no model: give --model SPEC (e.g. --model dense:128,relu,dense:10)");
-	if (!O.input_shape)
+	if (!C.input_shape)
 		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
-	if (dp_shape_parse(O.input_shape, &R.in, &e) < 0)
-		bad_setting(from_meta[O_INPUT_SHAPE], "%s", e.msg);
-	char *spec = O.model[0] == '@' ? model_file(O.model + 1) : cli_strdup(O.model);
+	if (dp_shape_parse(C.input_shape, &R.in, &e) < 0)
+		bad_setting(C.from[DP_RUN_INPUT_SHAPE], "%s", e.msg);
+	char *spec = C.model[0] == '@' ? model_file(C.model + 1) : cli_strdup(C.model);
 	if (O.classes) {
 		int k = dp_model_named(spec);
 		if (!k)
 			usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
-				    "'%s' with dense:CLASSES", O.model);
+				    "'%s' with dense:CLASSES", C.model);
 		char *t = NULL;
 		if (k == 1 && asprintf(&t, "%s:%d", spec, O.classes) < 0)
 			cli_die("out of memory");
 		if (k == 2 && atoi(strchr(spec, ':') + 1) != O.classes)
-			bad_setting(from_meta[O_MODEL], "--classes %d, but the model is %s", O.classes,
+			bad_setting(C.from[DP_RUN_MODEL], "--classes %d, but the model is %s", O.classes,
 				    spec);
 		if (t) {
 			free(spec);
 			spec = t;
 		}
 	}
-	if (!(M = dp_model_new(spec, &R.in, O.loss, &e)))
-		bad_setting(from_meta[O_MODEL], "%s", e.msg);
+	if (!(M = dp_model_new(spec, &R.in, C.loss, &e)))
+		bad_setting(C.from[DP_RUN_MODEL], "%s", e.msg);
 	free(spec);
-	O.model = dp_model_spec(M); /* as parsed: one line, comments gone */
+	C.model = dp_model_spec(M); /* as parsed: one line, comments gone */
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
 }
 
@@ -1702,8 +1530,8 @@ static void make_model(void)
 static int show_summary(void)
 {
 	dp_err e;
-	if (O.freeze && *O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
-		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
+	if (C.freeze && *C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
+		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
 	if (RANK == 0)
 		summary(M);
 	dp_model_free(M);
@@ -1768,7 +1596,7 @@ static void check_options(void)
 {
 	dp_err e;
 	if (!dp_model_nparams(M))
-		usage_error("model '%s' has no parameters to train", O.model);
+		usage_error("model '%s' has no parameters to train", C.model);
 	if (!O.ntrain && !O.train_cmd)
 		usage_error("no training data: give --train FILE or --train-cmd CMD");
 	if (O.ntrain && O.train_cmd)
@@ -1786,17 +1614,17 @@ static void check_options(void)
 	if (O.output && !strcmp(O.output, "-") && !O.log)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
 	check_streams();
-	if (O.warmup_epochs > 0 && !O.scale_lr)
-		bad_setting(from_meta[O_WARMUP_EPOCHS] && from_meta[O_SCALE_LR], "--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
+	if (C.warmup_epochs > 0 && !C.scale_lr)
+		bad_setting(C.from[DP_RUN_WARMUP_EPOCHS] && C.from[DP_RUN_SCALE_LR], "--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
-	R.sched.epochs = O.epochs;
-	R.sched.warmup = O.warmup;
-	if (dp_sched_parse(O.schedule, &R.sched, &e) < 0)
-		bad_setting(from_meta[O_SCHEDULE], "%s", e.msg);
-	int om = 0; /* an optimizer setting from the checkpoint */
-	for (int o = O_OPTIMIZER; o <= O_WD; o++)
-		om |= from_meta[o];
-	if (dp_optim_check(&O.opt, &e) < 0)
+	R.sched.epochs = C.epochs;
+	R.sched.warmup = C.warmup;
+	if (dp_sched_parse(C.schedule, &R.sched, &e) < 0)
+		bad_setting(C.from[DP_RUN_SCHEDULE], "%s", e.msg);
+	int om = C.from[DP_RUN_NESTEROV]; /* an optimizer setting from the checkpoint */
+	for (int k = DP_RUN_OPTIMIZER; k <= DP_RUN_WD; k++)
+		om |= C.from[k];
+	if (dp_optim_check(&C.opt, &e) < 0)
 		bad_setting(om, "%s", e.msg);
 }
 
@@ -1918,12 +1746,18 @@ static void open_log(void)
  * was). */
 static void check_resume_ranks(dp_st *ck, int ck_ranks)
 {
-	const char *cb = dp_st_meta(ck, "batch_size"), *ca = dp_st_meta(ck, "accumulate");
-	uint64_t ckb = cb ? meta_count(ck, "batch_size", cb, 1, 1u << 20) : O.batch;
-	uint64_t cka = ca ? meta_count(ck, "accumulate", ca, 1, 1u << 16) : 1, N = O.accumulate;
-	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = O.batch * N * (uint64_t)SIZE;
+	dp_run_conf saved; /* as the checkpoint has them, given or not */
+	static const int keys[] = {DP_RUN_BATCH, DP_RUN_ACCUMULATE, -1};
+	dp_err e;
+	dp_run_conf_init(&saved);
+	saved.batch = C.batch; /* none saved: this run's */
+	if (dp_run_conf_from(&saved, ck, keys, &e) < 0)
+		die_all(1, "%s", e.msg);
+	dp_run_conf_free(&saved);
+	uint64_t ckb = saved.batch, cka = saved.accumulate, N = C.accumulate;
+	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = C.batch * N * (uint64_t)SIZE;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if ((ck_ranks == SIZE && cka == N && ckb == O.batch) || R.ts.epoch >= O.epochs)
+	if ((ck_ranks == SIZE && cka == N && ckb == C.batch) || R.ts.epoch >= C.epochs)
 		return;
 	if (ck_ranks == SIZE && g0 != g1)
 		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
@@ -1933,16 +1767,16 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 			cka > 1 ? " and its --accumulate" : "");
 	if (g0 != g1 || !split) {
 		char hint[160] = "";
-		if (split && g0 % (SIZE * O.batch) == 0 && N != g0 / (SIZE * O.batch))
+		if (split && g0 % (SIZE * C.batch) == 0 && N != g0 / (SIZE * C.batch))
 			snprintf(hint, sizeof hint, ", or with --accumulate %" PRIu64 " to keep the global batch",
-				 g0 / (SIZE * O.batch));
+				 g0 / (SIZE * C.batch));
 		else if (split && g0 % (SIZE * N) == 0)
 			snprintf(hint, sizeof hint,
 				 ", or with --batch-size %" PRIu64 " to keep the global batch",
 				 g0 / (SIZE * N));
 		die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64 " (global batch %" PRIu64
 			   "); this run has %d x %" PRIu64 " = %" PRIu64 "%s: resume it with %d rank%s%s",
-			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, SIZE, O.batch * N, g1,
+			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, SIZE, C.batch * N, g1,
 			split ? "" : " and its data is per rank ({rank})", ck_ranks,
 			ck_ranks == 1 ? "" : "s", hint);
 	}
@@ -1957,12 +1791,11 @@ static void resume_state(dp_st *ck)
 	dp_err e;
 	if (dp_ckpt_load_optim(ck, OPT, M, &e) < 0 || dp_ckpt_train_state(ck, &R.ts, &e) < 0)
 		die_all(1, "%s", e.msg);
-	if (O.given[O_SEED] && O.seed != R.ts.seed)
+	if (O.given[O_SEED] && C.seed != R.ts.seed)
 		die_all(1, "%s: saved with --seed %" PRIu64 ", not %" PRIu64
 			   ": resuming needs the same seed",
-			dp_st_name(ck), R.ts.seed, O.seed);
-	const char *r = dp_st_meta(ck, "ranks");
-	int ck_ranks = r ? (int)meta_count(ck, "ranks", r, 1, INT_MAX) : 1;
+			dp_st_name(ck), R.ts.seed, C.seed);
+	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
 	check_resume_ranks(ck, ck_ranks);
 	/* this rank's position in the epoch, when the job is the same */
 	const char *p = dp_st_meta(ck, "epoch_records");
@@ -1984,28 +1817,28 @@ static void resume_state(dp_st *ck)
 static void setup_model(void)
 {
 	dp_err e;
-	if (dp_model_bind(M, R.be, R.ctx, O.batch, &e) < 0)
+	if (dp_model_bind(M, R.be, R.ctx, C.batch, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
-	if (!(OPT = dp_optim_new(&O.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
+	if (!(OPT = dp_optim_new(&C.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
 		cli_die_err(CLI_FAIL, &e);
-	const char **pats[] = {&O.freeze, &O.no_decay, &O.lr_mult}; /* "" in metadata: none */
+	const char **pats[] = {&C.freeze, &C.no_decay, &C.lr_mult}; /* "" in metadata: none */
 	for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++)
 		if (*pats[i] && !**pats[i])
 			*pats[i] = NULL;
-	if ((O.freeze || O.no_decay || O.lr_mult) &&
-	    dp_optim_set_tensors(OPT, M, O.freeze, O.no_decay, O.lr_mult, &e) < 0)
-		bad_setting(from_meta[O_FREEZE] || from_meta[O_LR_MULT] || from_meta[O_NO_DECAY],
+	if ((C.freeze || C.no_decay || C.lr_mult) &&
+	    dp_optim_set_tensors(OPT, M, C.freeze, C.no_decay, C.lr_mult, &e) < 0)
+		bad_setting(C.from[DP_RUN_FREEZE] || C.from[DP_RUN_LR_MULT] || C.from[DP_RUN_NO_DECAY],
 			    "--freeze, --lr-mult, --no-decay: %s", e.msg);
-	if (dp_model_set_label_smoothing(M, O.smooth, &e) < 0)
-		bad_setting(from_meta[O_SMOOTH], "--label-smoothing: %s", e.msg);
-	if (O.freeze && dp_model_freeze(M, O.freeze, &e) < 0)
-		bad_setting(from_meta[O_FREEZE], "--freeze: %s", e.msg);
-	dp_step_conf sc = {O.batch, O.accumulate, O.clip_norm, O.seed, O.sync_bn};
+	if (dp_model_set_label_smoothing(M, C.smooth, &e) < 0)
+		bad_setting(C.from[DP_RUN_SMOOTH], "--label-smoothing: %s", e.msg);
+	if (C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
+		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
+	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn};
 	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
 		cli_die_err(CLI_FAIL, &e);
-	R.ts = (dp_train_state){O.seed, 0, 0, 0};
+	R.ts = (dp_train_state){C.seed, 0, 0, 0};
 	if (!R.ck || O.init) /* --init: what --reset leaves */
-		dp_model_init(M, O.seed);
+		dp_model_init(M, C.seed);
 	if (O.init && dp_ckpt_load_init(R.ck, M, O.reset, &e) < 0)
 		die_all(e.code == DP_EARG ? 2 : 1, "%s%s", e.code == DP_EARG ? "--reset: " : "", e.msg);
 	if (O.resume) {
@@ -2034,21 +1867,21 @@ static void setup_data(void)
 	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
 	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
 	char how[80]; /* what a global batch is made of */
-	if (O.accumulate > 1)
-		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, O.accumulate,
-			 SIZE, O.batch);
+	if (C.accumulate > 1)
+		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, C.accumulate,
+			 SIZE, C.batch);
 	else
-		snprintf(how, sizeof how, "%d x %" PRIu64, SIZE, O.batch);
-	if (SIZE > 1 || O.accumulate > 1)
-		note("global batch %" PRIu64 " (%s)%s%s%s", O.batch * O.accumulate * SIZE, how,
+		snprintf(how, sizeof how, "%d x %" PRIu64, SIZE, C.batch);
+	if (SIZE > 1 || C.accumulate > 1)
+		note("global batch %" PRIu64 " (%s)%s%s%s", C.batch * C.accumulate * SIZE, how,
 		     SIZE > 1 ? "; training data " : "",
 		     SIZE == 1 ? "" : tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
 		     O.overlap ? "" : "; gradients reduced after the backward pass (--no-overlap)");
 	if (R.ck) {
-		if (O.resume && R.ts.epoch >= O.epochs)
+		if (O.resume && R.ts.epoch >= C.epochs)
 			note("%s: all %" PRIu64 " epochs done (step %" PRIu64 "): nothing to train "
 			     "(more with --epochs)",
-			     dp_st_name(R.ck), O.epochs, R.ts.step);
+			     dp_st_name(R.ck), C.epochs, R.ts.step);
 		else if (O.resume && O.max_steps && R.ts.step >= O.max_steps)
 			note("%s: at step %" PRIu64 " already (--max-steps %" PRIu64 "): nothing to train",
 			     dp_st_name(R.ck), R.ts.step, O.max_steps);
@@ -2058,18 +1891,18 @@ static void setup_data(void)
 		dp_st_close(R.ck);
 		R.ck = NULL;
 	}
-	if (O.warmup_epochs > 0 && SIZE > 1) {
+	if (C.warmup_epochs > 0 && SIZE > 1) {
 		/* the ramp's length: given, from the checkpoint resumed, or
 		 * counted from the files (a pass without decoding); a command's
 		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
-		if (!O.steps_per_epoch && O.train_cmd)
+		if (!C.steps_per_epoch && O.train_cmd)
 			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
 				    "known before it is read, and counting them would run the command "
 				    "of epoch 1 twice: give --steps-per-epoch N");
-		uint64_t spe = O.steps_per_epoch ? O.steps_per_epoch : count_steps(TD);
-		O.steps_per_epoch = spe;
-		R.ramp = (uint64_t)ceil(O.warmup_epochs * (double)spe);
-		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", O.warmup_epochs,
+		uint64_t spe = C.steps_per_epoch ? C.steps_per_epoch : count_steps(TD);
+		C.steps_per_epoch = spe;
+		R.ramp = (uint64_t)ceil(C.warmup_epochs * (double)spe);
+		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", C.warmup_epochs,
 		     R.ramp, spe, O.given[O_STEPS_PER_EPOCH] ? " (--steps-per-epoch)" : "");
 	}
 	if (O.timeline && dp_comm_timeline_start(COMM, &e) < 0)
@@ -2176,11 +2009,11 @@ static int train_epoch(uint64_t epoch)
 	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
 	R.ts.epoch = epoch;
 	R.ts.epoch_step = skip;
-	if (dp_data_epoch_at(TD, epoch, skip * O.accumulate, skip ? resume_pos : 0, &e) < 0)
+	if (dp_data_epoch_at(TD, epoch, skip * C.accumulate, skip ? resume_pos : 0, &e) < 0)
 		cli_die("train: %s", e.msg);
 	data_pos = skip ? resume_pos : 0;
 	resume_pos = 0;
-	uint64_t G = O.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
+	uint64_t G = C.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
 	int out = 0, stopped = 0; /* out: this rank's data is over */
 	double t0 = dp_now();
 	for (;;) {
@@ -2199,7 +2032,7 @@ static int train_epoch(uint64_t epoch)
 			     epoch + 1, R.ts.step + 1, s.first_out, s.gn);
 			break;
 		}
-		if (SIZE > 1 && O.drop_last && s.gn < G) {
+		if (SIZE > 1 && C.drop_last && s.gn < G) {
 			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
 			     " samples) dropped (--last-batch drop)",
 			     epoch + 1, s.gn, G);
@@ -2210,7 +2043,7 @@ static int train_epoch(uint64_t epoch)
 		if (train_step(epoch, &s, ts0))
 			after_update(epoch);
 	}
-	if (dp_step_pending(TR) && O.drop_last) { /* an update of fewer micro-batches at the end */
+	if (dp_step_pending(TR) && C.drop_last) { /* an update of fewer micro-batches at the end */
 		dp_step_drop(TR);
 	} else if (dp_step_pending(TR)) {
 		train_step(epoch, NULL, dp_now());
@@ -2230,7 +2063,7 @@ static int train_epoch(uint64_t epoch)
 	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
 	if (O.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
 		cli_die("train: %s", e.msg);
-	if (O.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
+	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
 		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %.0f"
 		     " image%s skipped as corrupt",
 		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk[0],
@@ -2246,7 +2079,7 @@ static void end_epoch(uint64_t epoch)
 {
 	if (R.ts.epoch_step == 0)
 		die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
-			O.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
+			C.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
 	R.steps_per_epoch = R.ts.epoch_step;
 	if (VD) {
 		average_buffers();
@@ -2256,7 +2089,7 @@ static void end_epoch(uint64_t epoch)
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
 	/* the last epoch's too, unless it is -o, which finish() writes */
-	int last = epoch + 1 >= O.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	int last = epoch + 1 >= C.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
 	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && (!last || own_path)) {
 		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
@@ -2372,7 +2205,7 @@ static void finish(void)
 {
 	dp_err e;
 	cli_progress_clear();
-	if (R.ts.epoch >= O.epochs)
+	if (R.ts.epoch >= C.epochs)
 		R.ts.epoch_step = 0;
 	if (O.output)
 		save(O.output, &R.ts);
@@ -2403,9 +2236,7 @@ static int close_all(void)
 	free((char *)last_ckpt);
 	free(O.train);
 	free(O.val);
-	while (nkept)
-		free(kept[--nkept]);
-	free(meta_src);
+	dp_run_conf_free(&C);
 	if (logfp && logfp != stdout && fclose(logfp) != 0)
 		cli_die("%s: %s", O.log, strerror(errno));
 	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
@@ -2424,6 +2255,7 @@ int main(int argc, char **argv)
 		set_rank(r, z);
 	}
 	sm_train_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
+	dp_run_conf_init(&C);
 	parse_args(argc, argv);
 	if (O.resume && O.init)
 		usage_error("--resume and --init exclude each other");
@@ -2443,7 +2275,7 @@ int main(int argc, char **argv)
 	start_from_checkpoint();
 	if (R.ck)
 		check_same_settings(); /* as completed from it */
-	int from_file = O.model && O.model[0] == '@';
+	int from_file = C.model && C.model[0] == '@';
 	make_model();
 	if (from_file)
 		check_same_settings(); /* the spec read, not the file's name */
@@ -2460,11 +2292,11 @@ int main(int argc, char **argv)
 	tb_open();
 
 	/* the epochs */
-	for (uint64_t epoch = R.ts.epoch; epoch < O.epochs; epoch++) {
+	for (uint64_t epoch = R.ts.epoch; epoch < C.epochs; epoch++) {
 		if (train_epoch(epoch))
 			break; /* --max-steps */
 		end_epoch(epoch);
-		if (epoch + 1 < O.epochs)
+		if (epoch + 1 < C.epochs)
 			after_epoch(epoch + 1);
 	}
 

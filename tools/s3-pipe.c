@@ -682,6 +682,22 @@ static void cmd_fifo(char **urls, int n)
 	collect(urls, n, &all);
 	mkdirs(dir);
 	dp_err e = {0};
+	/* one writer a channel's FIFOs: a second run (a --dir without {rank},
+	 * a second start) would mix its records into the first's stream, and
+	 * remove its FIFOs when it ends; held until exit */
+	char *real = realpath(dir, NULL), *key = NULL;
+	int holder;
+	if (!real || asprintf(&key, "s3-pipe fifo %s/%s", real, O.channel) < 0)
+		cli_die("%s: %s", dir, strerror(errno));
+	if (dp_hold_name(key, &holder, &e) < 0) {
+		if (e.code != DP_EARG)
+			die_err(&e);
+		cli_die("%s/%s_*: served by another s3-pipe fifo (pid %d): two writers of one FIFO "
+			"mix their records; give each run a --dir of its own ({rank})",
+			dir, O.channel, holder);
+	}
+	free(real);
+	free(key);
 	if (make_fifo(dir, O.epoch, 0, &e) < 0)
 		die_err(&e);
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {

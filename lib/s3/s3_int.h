@@ -168,8 +168,10 @@ int s3x_error(const char *doc, size_t len, char *code, size_t codelen, char *msg
  * no zone: UTC) or an HTTP date -> seconds since the epoch; -1 if
  * malformed. */
 int64_t s3_parse_time(const char *s);
-/* Decode %XX (and '+' as space) in place: keys with encoding-type=url. */
-void s3_url_decode(char *s);
+/* Decode %XX (and '+' as space) in place: keys with encoding-type=url.
+ * -1 when it decoded a NUL (%00), which would cut the key short: the
+ * caller refuses it. */
+int s3_url_decode(char *s);
 
 /* ---- One request (s3.c) ---------------------------------------------------------- */
 

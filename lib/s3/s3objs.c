@@ -506,6 +506,8 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 		   void *ctx, dp_err *e)
 {
 	char *token = NULL, psz[16];
+	char **seen = NULL, *last = NULL; /* the tokens so far, the last key listed */
+	size_t nseen = 0;
 	snprintf(psz, sizeof psz, "%d", page_size > 0 && page_size <= 1000 ? page_size : 1000);
 	int rc = DP_OK, stop = 0;
 	char *what = s3_obj_url(l->bucket, l->key);
@@ -533,9 +535,28 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 			rc = e ? e->code : DP_ENOMEM; /* the message names the key */
 		else if (rc < 0)
 			dp_preferr(e, "%s", what);
-		if (rc == DP_OK && p.url_encoded)
-			for (size_t i = 0; i < p.objs.n; i++)
-				s3_url_decode(p.objs.v[i].key);
+		for (size_t i = 0; rc == DP_OK && p.url_encoded && i < p.objs.n; i++) {
+			char *raw = strdup(p.objs.v[i].key);
+			if (s3_url_decode(p.objs.v[i].key) < 0) { /* named as listed, escaped */
+				char *k = raw ? dp_shown(raw, strlen(raw)) : NULL;
+				rc = dp_seterr(e, DP_EDATA, "%s: the listing has a key '%s' holding %%00, "
+					       "a NUL byte, which would cut it short: refused", what,
+					       k ? k : "?");
+				free(k);
+			}
+			free(raw);
+		}
+		/* a server that lists its keys again (a repeated token, a page
+		 * that goes back) would make the listing endless */
+		if (rc == DP_OK && p.objs.n) {
+			const char *first = p.objs.v[0].key;
+			for (size_t i = 1; i < p.objs.n; i++)
+				if (strcmp(p.objs.v[i].key, first) < 0)
+					first = p.objs.v[i].key;
+			if (last && strcmp(first, last) <= 0)
+				rc = dp_seterr(e, DP_EDATA, "%s: the listing went back (a page began at a "
+					       "key already listed): the server repeats itself", what);
+		}
 		if (rc == DP_OK) {
 			/* Contents and CommonPrefixes come as two sorted lists */
 			if (p.objs.n)
@@ -548,12 +569,31 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 					stop = 1, rc = r;
 			}
 		}
+		if (rc == DP_OK && p.objs.n) {
+			free(last);
+			last = strdup(p.objs.v[p.objs.n - 1].key); /* sorted above */
+		}
 		free(token);
 		token = p.token;
 		p.token = NULL;
 		if (rc == DP_OK && p.truncated && !token)
 			rc = dp_seterr(e, DP_EDATA, "%s: truncated listing without a continuation "
 				       "token (does the server speak ListObjectsV2?)", what);
+		for (size_t i = 0; rc == DP_OK && p.truncated && i < nseen; i++)
+			if (!strcmp(seen[i], token))
+				rc = dp_seterr(e, DP_EDATA, "%s: the listing gave the continuation token "
+					       "of page %zu again at page %zu: the server repeats itself",
+					       what, i + 2, nseen + 2);
+		if (rc == DP_OK && p.truncated) {
+			char **ns = realloc(seen, (nseen + 1) * sizeof *ns);
+			if (!ns || !(ns[nseen] = strdup(token))) {
+				seen = ns ? ns : seen;
+				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+			} else {
+				seen = ns;
+				nseen++;
+			}
+		}
 		int more = p.truncated;
 		dp_objs_free(&p.objs);
 		dp_buf_free(&p.key);
@@ -562,6 +602,10 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 	} while (1);
 	free(token);
 	free(what);
+	while (nseen)
+		free(seen[--nseen]);
+	free(seen);
+	free(last);
 	return rc;
 }
 

@@ -200,12 +200,14 @@ static int hexv(char c)
 	return -1;
 }
 
-void s3_url_decode(char *s)
+int s3_url_decode(char *s)
 {
 	char *d = s;
+	int nul = 0;
 	for (; *s; s++) {
 		if (*s == '%' && hexv(s[1]) >= 0 && hexv(s[2]) >= 0) {
 			*d++ = (char)(hexv(s[1]) * 16 + hexv(s[2]));
+			nul |= d[-1] == 0;
 			s += 2;
 		} else if (*s == '+') {
 			*d++ = ' ';
@@ -214,4 +216,5 @@ void s3_url_decode(char *s)
 		}
 	}
 	*d = 0;
+	return nul ? -1 : 0;
 }

@@ -15,185 +15,27 @@
  *    is about to be overwritten.
  * SGEMM uses the threads given to open() (1 by default: bit-reproducible
  * and the fair one-core comparison), and so do Winograd's transforms,
- * batchnorm and max pooling (par_run); the rest runs in the calling
- * thread.  Summation orders are
- * fixed, so results are deterministic.
+ * batchnorm and max pooling (cpu_par_run, cpu_pool.c); the rest runs in
+ * the calling thread.  Summation orders are fixed, so results are
+ * deterministic.  3x3 stride-1 convolutions may take Winograd's algorithm
+ * instead (cpu_wino.c).
  */
 #define _GNU_SOURCE
-#include "dp_backend.h"
+#include "cpu_impl.h"
 #include "dp_rng.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64 and
- * the best is picked at load time (GCC function multiversioning); the
- * Makefile builds this file with -O3 so they vectorise. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(DP_NO_CLONES)
-#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define HOT
-#endif
-
-/* Loops that GCC would otherwise replace by calls to memcpy and memset. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define NO_LIBCALLS
-#endif
-
 /* OpenBLAS extensions (declared in its cblas.h; repeated for other BLAS
  * headers that lack them). */
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
-
-/* ---- A pool for the backend's own loops ---------------------------------
- * With threads > 1 OpenBLAS runs each GEMM on that many threads, while the
- * backend's own loops (Winograd's transforms, batchnorm, pooling) ran on
- * the calling thread alone.  par_run(ctx, n, fn, arg) runs fn(arg, i, worker) for every i < n
- * on the calling thread (worker 0) and threads - 1 helpers, each taking
- * the next i from a shared counter.  What an i computes does not depend on
- * the thread that runs it, so results stay the same for any number of
- * threads.  The helpers sleep on a condition variable between jobs and run
- * with every signal blocked (the program's handlers run on its own
- * threads). */
-typedef void par_fn(void *arg, int i, int worker);
-
-typedef struct par_pool {
-	int nhelp;
-	pthread_t *tid;
-	pthread_mutex_t mu;
-	pthread_cond_t go, idle;
-	par_fn *fn;
-	void *arg;
-	int n;
-	atomic_int next;
-	int busy;      /* helpers still in the current job */
-	unsigned gen;  /* jobs started */
-	int quit;
-} par_pool;
-
-typedef struct par_helper {
-	par_pool *pool;
-	int worker;
-} par_helper;
-
-static void par_take(par_pool *p, par_fn *fn, void *arg, int n, int worker)
-{
-	for (int i; (i = atomic_fetch_add(&p->next, 1)) < n;)
-		fn(arg, i, worker);
-}
-
-static void *par_main(void *a)
-{
-	par_helper *h = a;
-	par_pool *p = h->pool;
-	unsigned seen = 0;
-	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (!p->quit && p->gen == seen)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->quit)
-			break;
-		seen = p->gen;
-		par_fn *fn = p->fn;
-		void *arg = p->arg;
-		int n = p->n;
-		pthread_mutex_unlock(&p->mu);
-		par_take(p, fn, arg, n, h->worker);
-		pthread_mutex_lock(&p->mu);
-		if (--p->busy == 0)
-			pthread_cond_signal(&p->idle);
-	}
-	pthread_mutex_unlock(&p->mu);
-	return NULL;
-}
-
-static void par_stop(par_pool *p, par_helper *h)
-{
-	pthread_mutex_lock(&p->mu);
-	p->quit = 1;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	for (int k = 0; k < p->nhelp; k++)
-		pthread_join(p->tid[k], NULL);
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->go);
-	pthread_cond_destroy(&p->idle);
-	free(p->tid);
-	free(h);
-}
-
-struct dp_bectx {
-	int threads;
-	int conv_algo; /* dp_backend_opts.conv_algo */
-	par_pool pool; /* threads - 1 helpers (none for one thread) */
-	par_helper *helpers;
-};
-
-/* Start threads - 1 helpers; with fewer (no memory, no thread), the loops
- * run on fewer threads, with the same results. */
-static void par_start(dp_bectx *c)
-{
-	par_pool *p = &c->pool;
-	int want = c->threads - 1;
-	if (want <= 0)
-		return;
-	p->tid = calloc((size_t)want, sizeof *p->tid);
-	c->helpers = calloc((size_t)want, sizeof *c->helpers);
-	if (!p->tid || !c->helpers) {
-		free(p->tid);
-		free(c->helpers);
-		p->tid = NULL;
-		c->helpers = NULL;
-		return;
-	}
-	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->go, NULL);
-	pthread_cond_init(&p->idle, NULL);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	for (int k = 0; k < want; k++) {
-		c->helpers[k] = (par_helper){p, k + 1};
-		if (pthread_create(&p->tid[k], NULL, par_main, &c->helpers[k]) != 0)
-			break;
-		p->nhelp++;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-static void par_run(dp_bectx *c, int n, par_fn *fn, void *arg)
-{
-	par_pool *p = &c->pool;
-	if (p->nhelp == 0 || n <= 1) {
-		for (int i = 0; i < n; i++)
-			fn(arg, i, 0);
-		return;
-	}
-	pthread_mutex_lock(&p->mu);
-	p->fn = fn;
-	p->arg = arg;
-	p->n = n;
-	atomic_store(&p->next, 0);
-	p->busy = p->nhelp;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	par_take(p, fn, arg, n, 0);
-	pthread_mutex_lock(&p->mu);
-	while (p->busy)
-		pthread_cond_wait(&p->idle, &p->mu);
-	pthread_mutex_unlock(&p->mu);
-}
 
 static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,
 		    dp_err *e)
@@ -209,7 +51,7 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 	c->threads = o && o->threads > 0 ? o->threads : 1;
 	c->conv_algo = o ? o->conv_algo : 0;
 	openblas_set_num_threads(c->threads);
-	par_start(c);
+	cpu_par_start(c);
 	if (desc)
 		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
 			 openblas_get_corename(), c->threads, c->threads == 1 ? "" : "s");
@@ -220,7 +62,7 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 static void cpu_close(dp_bectx *ctx)
 {
 	if (ctx && ctx->pool.tid)
-		par_stop(&ctx->pool, ctx->helpers);
+		cpu_par_stop(&ctx->pool, ctx->helpers);
 	free(ctx);
 }
 
@@ -284,6 +126,10 @@ HOT static void bias_act(float *y, size_t n, float b, int act)
 			y[i] += b;
 	}
 }
+
+/* For cpu_wino.c (GCC gives a target_clones function default visibility:
+ * a plain function in between keeps it out of libdp.so's exports). */
+void cpu_bias_act(float *y, size_t n, float b, int act) { bias_act(y, n, b, act); }
 
 /* y (rows, cols) = act(y + b) with b (cols): a dense layer's output.
  * b NULL: no bias. */
@@ -537,545 +383,13 @@ static int conv_is_pointwise(const dp_conv2d *g)
 	       g->oh == g->h && g->ow == g->w;
 }
 
-/* ---- Winograd F(2x2, 3x3) ------------------------------------------------
- * A 3x3 convolution with stride 1 computes each 2x2 block of outputs from a
- * 4x4 block of inputs with 16 multiplications per channel pair instead of
- * 36 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
- * 2016):  Y = A^T [ sum_c (G g G^T) .* (B^T d B) ] A.  The products become
- * 16 GEMMs, one per position of the 4x4 block, over all the tiles of a
- * group of samples: M[xi] (tiles, cout) = V[xi] (tiles, cin) U[xi]^T.  Used
- * for the forward pass, for the input gradient (a convolution of dy with
- * the filters flipped and transposed) and for the filter gradient (the
- * transpose of the forward map, below) of 3x3 stride-1 layers that are
- * wide enough for the GEMMs to pay.
- * The transforms take 16 channels at a time as the lanes of a vector: the
- * planes are first transposed to pixel-major (16x16 blocks in registers),
- * so that a tile's arithmetic is whole vectors however small the plane
- * (ResNet's 7x7 planes made loops over a plane's rows 4 tiles long), and
- * V, M and Q keep the channels innermost.
- * The rounding differs from the direct sum by a few ulps (the transforms'
- * coefficients are 1/2 and +-1). */
-
-typedef struct wino {
-	int n, cin, h, w;    /* input (n, cin, h, w) */
-	int cout, oh, ow;    /* output (n, cout, oh, ow) */
-	int ph, pw;          /* zero padding before the input */
-	int th, tw;          /* tiles of 2x2 outputs */
-	int hp, wp;          /* padded input plane: (2 th + 2) x (2 tw + 2) */
-	int group;           /* samples per round of GEMMs */
-	int workers;         /* threads running the transforms (planes each) */
-} wino;
-
-static int wino_fits(const dp_conv2d *g)
-{
-	return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->c >= 8 && g->k >= 8 &&
-	       g->oh * g->ow >= 16 && g->ph <= 2 && g->pw <= 2 && g->oh >= 2 && g->ow >= 2;
-}
-
-static wino wino_plan(int n, int cin, int h, int w, int cout, int oh, int ow, int ph, int pw,
-		       int workers)
-{
-	wino p = {n, cin, h, w, cout, oh, ow, ph, pw, 0, 0, 0, 0, 0, workers};
-	p.th = (oh + 1) / 2;
-	p.tw = (ow + 1) / 2;
-	p.hp = 2 * p.th + 2;
-	p.wp = 2 * p.tw + 2;
-	int tiles = p.th * p.tw;
-	p.group = tiles >= 512 ? 1 : 512 / tiles;
-	if (p.group > n)
-		p.group = n;
-	return p;
-}
-
-static size_t wino_ws(const wino *p)
-{
-	size_t t = (size_t)p->group * p->th * p->tw;
-	return (16 * (size_t)p->cout * p->cin       /* U */
-		+ 16 * (size_t)p->cin * t           /* V */
-		+ 16 * (size_t)p->cout * t          /* M */
-		+ 16 * (size_t)p->hp * p->wp * p->workers + 16) /* 16 padded planes, pixel-major */
-	       * sizeof(float) + 64 * 8;
-}
-
-/* The workspace's parts: U (16, cout, cin), V (16, t, cin), M (16, t,
- * cout), each worker's gathered planes (64-byte aligned). */
-typedef float v16 __attribute__((vector_size(64)));
-typedef int v16i __attribute__((vector_size(64)));
-typedef struct wino_bufs {
-	float *u, *v, *m;
-	v16 *planes;
-} wino_bufs;
-
-static wino_bufs wino_split(const wino *p, float *ws)
-{
-	size_t tmax = (size_t)p->group * p->th * p->tw;
-	wino_bufs b;
-	b.u = ws;
-	b.v = b.u + 16 * (size_t)p->cout * p->cin;
-	b.m = b.v + 16 * (size_t)p->cin * tmax;
-	b.planes = (v16 *)(((uintptr_t)(b.m + 16 * (size_t)p->cout * tmax) + 63) & ~(uintptr_t)63);
-	return b;
-}
-
-/* Lanes 0 .. L-1 of a vector to or from memory (pointers: a vector
- * argument's ABI would differ between the clones of a HOT caller). */
-#define store_lanes(dst, val, L)                                        \
-	do {                                                            \
-		v16 sl_ = (val);                                        \
-		if ((L) == 16)                                          \
-			memcpy((dst), &sl_, sizeof sl_);                \
-		else                                                    \
-			memcpy((dst), &sl_, (size_t)(L) * sizeof(float)); \
-	} while (0)
-
-static inline void load_lanes(v16 *val, const float *src, int L)
-{
-	if (L == 16) {
-		memcpy(val, src, sizeof *val);
-		return;
-	}
-	memset(val, 0, sizeof *val);
-	memcpy(val, src, (size_t)L * sizeof(float));
-}
-
-/* U[xi][o][i] = (G g G^T)[xi] for the 3x3 filter g of output o, input i:
- * w[o][i] (flip 0: forward), or w[i][o] turned by 180 degrees (flip 1:
- * the input gradient, where o runs over the layer's input channels).
- * Sixteen inputs i at a time are the vector lanes. */
-HOT static void wino_filters(const float *w, int cout, int cin, int flip, float *u)
-{
-	size_t plane = (size_t)cout * cin;
-	for (int o = 0; o < cout; o++)
-		for (int i0 = 0; i0 < cin; i0 += 16) {
-			int L = cin - i0 < 16 ? cin - i0 : 16;
-			v16 g[9] = {{0}};
-			for (int l = 0; l < L; l++) {
-				int i = i0 + l;
-				const float *src = flip ? w + ((size_t)i * cout + o) * 9
-							: w + ((size_t)o * cin + i) * 9;
-				for (int k = 0; k < 9; k++)
-					g[k][l] = flip ? src[8 - k] : src[k];
-			}
-			v16 t[4][3];
-			for (int j = 0; j < 3; j++) {
-				t[0][j] = g[j];
-				t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-				t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-				t[3][j] = g[6 + j];
-			}
-			float *dst = u + (size_t)o * cin + i0;
-			for (int r = 0; r < 4; r++) {
-				store_lanes(dst + (size_t)(r * 4) * plane, t[r][0], L);
-				store_lanes(dst + (size_t)(r * 4 + 1) * plane,
-					    0.5f * (t[r][0] + t[r][1] + t[r][2]), L);
-				store_lanes(dst + (size_t)(r * 4 + 2) * plane,
-					    0.5f * (t[r][0] - t[r][1] + t[r][2]), L);
-				store_lanes(dst + (size_t)(r * 4 + 3) * plane, t[r][2], L);
-			}
-		}
-}
-
-/* r[i] (16 lanes) becomes column i of the 16x16 matrix whose rows were
- * r: the off-diagonal blocks of 8, then 4, 2 and 1 swapped (two-vector
- * shuffles, 64 in all: vpermt2ps with AVX-512). */
-#ifdef __clang__
-#define SHUFFLE16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define SHUFFLE16(a, b, ...) __builtin_shuffle(a, b, (v16i){__VA_ARGS__})
-#endif
-/* One round: rows i and i + b (i without bit b) swap their lanes with bit
- * b clear in one and set in the other; LO and HI are the two shuffles'
- * lane lists, in parentheses. */
-#define T16_LANES(...) __VA_ARGS__
-#define T16_ROUND(b, LO, HI)                                            \
-	for (int i = 0; i < 16; i++)                                    \
-		if (!(i & (b))) {                                       \
-			v16 a = r[i], c = r[i + (b)];                   \
-			r[i] = SHUFFLE16(a, c, T16_LANES LO);           \
-			r[i + (b)] = SHUFFLE16(a, c, T16_LANES HI);     \
-		}
-
-static inline void transpose16(v16 *r)
-{
-	T16_ROUND(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
-		  (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
-	T16_ROUND(4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
-		  (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
-	T16_ROUND(2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
-		  (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
-	T16_ROUND(1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
-		  (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
-}
-
-/* The planes (h, w) of L <= 16 channels (x: the first, hw floats apart),
- * pixel-major in a grid (hp, wp) with the planes at (ph, pw): lane l of
- * planes[iy wp + ix] is channel l at (iy - ph, ix - pw), zero outside the
- * plane (and in lanes from L on).  Sixteen pixels at a time (in the
- * flattened plane, across rows) go through one transpose. */
-HOT static void gather_planes(const float *x, int h, int w, int ph, int pw, int hp, int wp, int L,
-			      v16 *planes)
-{
-	size_t hw = (size_t)h * w, p = 0;
-	v16 zero = {0};
-	if (L < 16)
-		for (size_t i = 0; i < (size_t)hp * wp; i++)
-			planes[i] = zero;
-	for (int iy = 0; iy < hp; iy++) {
-		int sy = iy - ph;
-		v16 *row = planes + (size_t)iy * wp;
-		for (int ix = 0; ix < wp; ix++)
-			if (sy < 0 || sy >= h || ix < pw || ix >= pw + w)
-				row[ix] = zero;
-	}
-	if (L == 16)
-		for (; p + 16 <= hw; p += 16) {
-			v16 r[16];
-			for (int l = 0; l < 16; l++)
-				memcpy(&r[l], x + (size_t)l * hw + p, sizeof r[l]);
-			transpose16(r);
-			for (int i = 0; i < 16; i++) {
-				size_t q = p + i, sy = q / w, sx = q % w;
-				planes[(sy + ph) * wp + sx + pw] = r[i];
-			}
-		}
-	for (; p < hw; p++) {
-		size_t sy = p / w, sx = p % w;
-		float *dst = (float *)&planes[(sy + ph) * wp + sx + pw];
-		for (int l = 0; l < L; l++)
-			dst[l] = x[(size_t)l * hw + p];
-	}
-}
-
-/* The inverse for outputs: lane l of planes (a grid of width wp) into
- * channel l's plane (h, w) of y, hw floats apart, for l < L. */
-HOT static void scatter_planes(const v16 *planes, int wp, int h, int w, int L, float *y)
-{
-	size_t hw = (size_t)h * w, p = 0;
-	if (L == 16)
-		for (; p + 16 <= hw; p += 16) {
-			v16 r[16];
-			for (int i = 0; i < 16; i++) {
-				size_t q = p + i;
-				r[i] = planes[q / w * wp + q % w];
-			}
-			transpose16(r);
-			for (int l = 0; l < 16; l++)
-				memcpy(y + (size_t)l * hw + p, &r[l], sizeof r[l]);
-		}
-	for (; p < hw; p++) {
-		const float *src = (const float *)&planes[p / w * wp + p % w];
-		for (int l = 0; l < L; l++)
-			y[(size_t)l * hw + p] = src[l];
-	}
-}
-
-/* V[xi][t0 + ty tw + tx][l] = (B^T d B)[xi] for every tile of the L
- * gathered planes; v points at V[0][0][c0], rows (tiles) ldv floats apart
- * and each xi's matrix xs floats after the last.  Channels are the vector
- * lanes, so every operation is a whole vector whatever the plane's size. */
-HOT static void wino_input(const wino *p, const v16 *planes, int L, float *v, size_t ldv,
-			   size_t xs, size_t t0)
-{
-	int wp = p->wp;
-	for (int ty = 0; ty < p->th; ty++)
-		for (int tx = 0; tx < p->tw; tx++) {
-			const v16 *b0 = planes + (size_t)(2 * ty) * wp + 2 * tx;
-			const v16 *b1 = b0 + wp, *b2 = b1 + wp, *b3 = b2 + wp;
-			v16 e[4][4];
-			for (int c = 0; c < 4; c++) { /* B^T d: rows */
-				e[0][c] = b0[c] - b2[c];
-				e[1][c] = b1[c] + b2[c];
-				e[2][c] = b2[c] - b1[c];
-				e[3][c] = b1[c] - b3[c];
-			}
-			float *dst = v + (t0 + (size_t)ty * p->tw + tx) * ldv;
-			for (int i = 0; i < 4; i++) { /* ... B: columns */
-				store_lanes(dst + (size_t)(4 * i) * xs, e[i][0] - e[i][2], L);
-				store_lanes(dst + (size_t)(4 * i + 1) * xs, e[i][1] + e[i][2], L);
-				store_lanes(dst + (size_t)(4 * i + 2) * xs, e[i][2] - e[i][1], L);
-				store_lanes(dst + (size_t)(4 * i + 3) * xs, e[i][1] - e[i][3], L);
-			}
-		}
-}
-
-/* Output channels o0 .. o0+L-1 of sample g of a round: y = A^T m A + b,
- * then act, from M (16, t, cout), into the planes (oh, ow) at y (channel
- * o0's).  Channels are the vector lanes: each tile's 2x2 block goes into a
- * pixel-major grid (2 th, 2 tw), scattered to the planes at the end. */
-HOT static void wino_output(const wino *p, const float *m, size_t t, size_t g, int o0, int L,
-			    const float *b, int act, float *y, v16 *grid)
-{
-	size_t tiles = (size_t)p->th * p->tw, xs = t * p->cout;
-	int gw = 2 * p->tw, relu = act == DP_ACT_RELU;
-	v16 bias = {0}, zero = {0};
-	if (b)
-		load_lanes(&bias, b + o0, L);
-	for (int ty = 0; ty < p->th; ty++)
-		for (int tx = 0; tx < p->tw; tx++) {
-			const float *src = m + (g * tiles + (size_t)ty * p->tw + tx) * p->cout + o0;
-			v16 s0[4], s1[4];
-			for (int j = 0; j < 4; j++) { /* A^T m: rows */
-				v16 m0, m1, m2, m3;
-				load_lanes(&m0, src + (size_t)j * xs, L);
-				load_lanes(&m1, src + (size_t)(4 + j) * xs, L);
-				load_lanes(&m2, src + (size_t)(8 + j) * xs, L);
-				load_lanes(&m3, src + (size_t)(12 + j) * xs, L);
-				s0[j] = m0 + m1 + m2;
-				s1[j] = m1 - m2 - m3;
-			}
-			v16 *o = grid + (size_t)(2 * ty) * gw + 2 * tx;
-			o[0] = s0[0] + s0[1] + s0[2] + bias; /* ... A: columns */
-			o[1] = s0[1] - s0[2] - s0[3] + bias;
-			o[gw] = s1[0] + s1[1] + s1[2] + bias;
-			o[gw + 1] = s1[1] - s1[2] - s1[3] + bias;
-			if (relu) /* v > 0 ? v : 0, as bias_act (a NaN becomes 0) */
-				for (int k = 0; k < 4; k++) {
-					v16 *q = o + (k >> 1) * gw + (k & 1);
-					*q = (v16)((v16i)*q & (*q > zero));
-				}
-		}
-	scatter_planes(grid, gw, p->oh, p->ow, L, y);
-	if (act && !relu)
-		for (int l = 0; l < L; l++)
-			bias_act(y + (size_t)l * p->oh * p->ow, (size_t)p->oh * p->ow, 0.0f, act);
-}
-
-/* One round of a Winograd pass, cut into parts for par_run: a part is a
- * sample of the round and a block of 16 channels. */
-typedef struct wino_job {
-	const wino *p;
-	wino_bufs w;
-	size_t t;          /* the round's columns */
-	int gn;            /* its samples */
-	int nbi, nbo;      /* blocks of 16 input, output channels */
-	const float *x;    /* the round's first sample */
-	const float *dy;   /* its output gradient (the filter gradient) */
-	const float *b;    /* bias, or NULL */
-	int act;
-	float *y;          /* the round's first output */
-} wino_job;
-
-static v16 *job_planes(const wino_job *j, int worker)
-{
-	return j->w.planes + (size_t)worker * j->p->hp * j->p->wp;
-}
-
-/* Part i of nb blocks of 16 channels a sample: its sample *g, its first
- * channel *c0, and its channels (16, or what is left of n). */
-static int job_block(int i, int nb, int n, size_t *g, int *c0)
-{
-	*g = (size_t)(i / nb);
-	*c0 = i % nb * 16;
-	return n - *c0 < 16 ? n - *c0 : 16;
-}
-
-/* Part i < gn nbi: V for sample i / nbi, input channels 16 (i % nbi) on. */
-static void wino_input_part(void *a, int i, int worker)
-{
-	const wino_job *j = a;
-	const wino *p = j->p;
-	size_t hw = (size_t)p->h * p->w, g;
-	int c0, L = job_block(i, j->nbi, p->cin, &g, &c0);
-	v16 *planes = job_planes(j, worker);
-	gather_planes(j->x + g * p->cin * hw + (size_t)c0 * hw, p->h, p->w, p->ph, p->pw, p->hp, p->wp,
-		      L, planes);
-	wino_input(p, planes, L, j->w.v + c0, (size_t)p->cin, j->t * p->cin,
-		   g * (size_t)p->th * p->tw);
-}
-
-/* Part i < gn nbo: the output of sample i / nbo, channels 16 (i % nbo) on. */
-static void wino_output_part(void *a, int i, int worker)
-{
-	const wino_job *j = a;
-	const wino *p = j->p;
-	size_t ohw = (size_t)p->oh * p->ow, g;
-	int o0, L = job_block(i, j->nbo, p->cout, &g, &o0);
-	wino_output(p, j->w.m, j->t, g, o0, L, j->b, j->act,
-		    j->y + g * p->cout * ohw + (size_t)o0 * ohw, job_planes(j, worker));
-}
-
-static wino_job wino_round(const wino *p, wino_bufs w, int s0)
-{
-	wino_job j = {.p = p, .w = w, .nbi = (p->cin + 15) / 16, .nbo = (p->cout + 15) / 16};
-	j.gn = p->n - s0 < p->group ? p->n - s0 : p->group;
-	j.t = (size_t)j.gn * p->th * p->tw;
-	return j;
-}
-
-/* y = conv(x, filters u already transformed) + b, act: all samples.
- * V (16, t, cin) and M (16, t, cout): channels are the transforms' vector
- * lanes; each GEMM is M[xi] (t, cout) = V[xi] (t, cin) U[xi]^T. */
-static void wino_conv(dp_bectx *ctx, const wino *p, const float *x, const float *u,
-		      const float *b, int act, float *y, float *ws)
-{
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
-	wino_bufs w = wino_split(p, ws);
-	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, w, s0);
-		j.x = x + (size_t)s0 * xs;
-		j.y = y + (size_t)s0 * ys;
-		j.b = b;
-		j.act = act;
-		par_run(ctx, j.gn * j.nbi, wino_input_part, &j);
-		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j.t, p->cout, p->cin,
-				    1.0f, j.w.v + (size_t)xi * j.t * p->cin, p->cin,
-				    u + (size_t)xi * p->cout * p->cin, p->cin, 0.0f,
-				    j.w.m + (size_t)xi * j.t * p->cout, p->cout);
-		par_run(ctx, j.gn * j.nbo, wino_output_part, &j);
-	}
-}
-
-/* The filter gradient (Winograd's transpose): a 2x2 block of outputs Y =
- * A^T (U .* V) A gives dU = V .* (A dY A^T), summed over every tile of
- * every sample, and dw = G^T dU G.  So 16 GEMMs as deep as the batch's
- * tiles: dU[xi] (cout, cin) += Q[xi] (cout, t) V[xi]^T (t, cin), with
- * Q = A dY A^T per tile (outputs past the plane count as zero).  The
- * forward plan's workspace holds it: dU in U's place, Q in M's. */
-
-/* Q[xi][t0 + ty tw + tx][l] = (A dY A^T)[xi] for the 2x2 blocks of the L
- * gathered planes of dy (a grid (2 th, 2 tw), zero past the planes); q
- * points at Q[0][0][o0], rows ldq floats apart, each xi's matrix xs after
- * the last. */
-HOT static void wino_dy(const wino *p, const v16 *grid, int L, float *q, size_t ldq, size_t xs,
-			size_t t0)
-{
-	int gw = 2 * p->tw;
-	for (int ty = 0; ty < p->th; ty++)
-		for (int tx = 0; tx < p->tw; tx++) {
-			const v16 *r0 = grid + (size_t)(2 * ty) * gw + 2 * tx, *r1 = r0 + gw;
-			v16 a = r0[0], b = r0[1], c = r1[0], d = r1[1];
-			/* rows of A dY: (a, b), (a + c, b + d), (a - c, b - d), (-c, -d);
-			 * each row (u, v) then gives the columns (u, u + v, u - v, -v) */
-			v16 u[4] = {a, a + c, a - c, -c}, v[4] = {b, b + d, b - d, -d};
-			float *dst = q + (t0 + (size_t)ty * p->tw + tx) * ldq;
-			for (int r = 0; r < 4; r++) {
-				store_lanes(dst + (size_t)(4 * r) * xs, u[r], L);
-				store_lanes(dst + (size_t)(4 * r + 1) * xs, u[r] + v[r], L);
-				store_lanes(dst + (size_t)(4 * r + 2) * xs, u[r] - v[r], L);
-				store_lanes(dst + (size_t)(4 * r + 3) * xs, -v[r], L);
-			}
-		}
-}
-
-/* dw (cout, cin, 3, 3) = G^T dU G for every filter; du (16, cout, cin). */
-HOT static void wino_filters_grad(const float *du, int cout, int cin, float *dw)
-{
-	size_t plane = (size_t)cout * cin;
-	for (size_t f = 0; f < plane; f++) {
-		float d[4][4], r[3][4];
-		for (int xi = 0; xi < 16; xi++)
-			d[xi / 4][xi % 4] = du[(size_t)xi * plane + f];
-		for (int c = 0; c < 4; c++) {
-			r[0][c] = d[0][c] + 0.5f * (d[1][c] + d[2][c]);
-			r[1][c] = 0.5f * (d[1][c] - d[2][c]);
-			r[2][c] = 0.5f * (d[1][c] + d[2][c]) + d[3][c];
-		}
-		float *o = dw + f * 9;
-		for (int k = 0; k < 3; k++) {
-			o[3 * k] = r[k][0] + 0.5f * (r[k][1] + r[k][2]);
-			o[3 * k + 1] = 0.5f * (r[k][1] - r[k][2]);
-			o[3 * k + 2] = 0.5f * (r[k][1] + r[k][2]) + r[k][3];
-		}
-	}
-}
-
-/* Parts below gn nbi: V, as wino_input_part; then Q for sample k / nbo,
- * output channels 16 (k % nbo) on (k: the part's index past those). */
-static void wino_dw_part(void *a, int i, int worker)
-{
-	const wino_job *j = a;
-	const wino *p = j->p;
-	if (i < j->gn * j->nbi) {
-		wino_input_part(a, i, worker);
-		return;
-	}
-	size_t ohw = (size_t)p->oh * p->ow, g;
-	int o0, L = job_block(i - j->gn * j->nbi, j->nbo, p->cout, &g, &o0);
-	v16 *planes = job_planes(j, worker);
-	gather_planes(j->dy + g * p->cout * ohw + (size_t)o0 * ohw, p->oh, p->ow, 0, 0, 2 * p->th,
-		      2 * p->tw, L, planes);
-	wino_dy(p, planes, L, j->w.m + o0, (size_t)p->cout, j->t * p->cout,
-		g * (size_t)p->th * p->tw);
-}
-
-/* dw = the filter gradient of y = conv(x, w) for dy, all samples: dU in
- * U's place, Q (16, t, cout) in M's. */
-static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const float *dy, float *dw,
-			 float *ws)
-{
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
-	wino_bufs w = wino_split(p, ws);
-	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, w, s0);
-		j.x = x + (size_t)s0 * xs;
-		j.dy = dy + (size_t)s0 * ys;
-		par_run(ctx, j.gn * (j.nbi + j.nbo), wino_dw_part, &j);
-		/* dU[xi] (cout, cin) += Q[xi]^T (cout, t) V[xi] (t, cin) */
-		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)j.t,
-				    1.0f, w.m + (size_t)xi * j.t * p->cout, p->cout,
-				    w.v + (size_t)xi * j.t * p->cin, p->cin, s0 ? 1.0f : 0.0f,
-				    w.u + (size_t)xi * p->cout * p->cin, p->cin);
-	}
-	wino_filters_grad(w.u, p->cout, p->cin, dw);
-}
-
-static wino wino_fwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
-{
-	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw,
-			 ctx->pool.nhelp + 1);
-}
-
-/* The input gradient: dy (n, k, oh, ow) convolved with the flipped,
- * transposed filters and padding 2 - p gives dx (n, c, h, w). */
-static wino wino_bwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
-{
-	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw,
-			 ctx->pool.nhelp + 1);
-}
-
-/* conv_algo of the instance: 0 automatic, 1 im2col always, 2 Winograd
- * wherever it applies (tests compare the two).  Automatic uses it for the
- * forward pass, and for the input gradient of padded ("same")
- * convolutions, the ResNets' (resnet20, 1x28x28, batch 128, one thread
- * on this project's AMD EPYC with AVX-512 (OpenBLAS's Cooperlake kernels),
- * 16 steps, CPU time, alternated, load 2:
- * 7.86-7.94 s against 8.07-8.28 s with Adam, 7.47-7.51 against 7.86-8.29
- * with SGD when every input gradient took Winograd).  Without padding
- * the input gradient's transform covers an output larger than the layer's
- * and im2col stays faster (the seed CNN's step: 2.23-2.31 s against
- * 2.29-2.48 with Winograd). */
-static int use_wino(const dp_bectx *ctx, const dp_conv2d *g, int backward)
-{
-	if (ctx->conv_algo == 1 || !wino_fits(g))
-		return 0;
-	return !backward || ctx->conv_algo == 2 || (g->ph >= 1 && g->pw >= 1);
-}
-
-/* The filter gradient takes Winograd wherever the forward pass does:
- * resnet20's (bench/convshapes.c, batch 128, one thread, CPU time)
- * 10.96 -> 7.77 ms at 16x28x28, 8.78 -> 6.17 at 32x14x14, 8.00 -> 8.16 at
- * 64x7x7 (where the 2x2 tiles cover 8x8), all convolutions 405 -> 363 ms
- * a step. */
-static int use_wino_dw(const dp_bectx *ctx, const dp_conv2d *g)
-{
-	return use_wino(ctx, g, 0);
-}
-
 static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
 {
 	size_t ws = conv_is_pointwise(g) ? 0
 					 : 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
-	if (use_wino(ctx, g, 0)) {
-		wino a = wino_fwd_plan(ctx, g);
-		size_t wa = wino_ws(&a);
-		ws = ws > wa ? ws : wa;
-	}
-	if (use_wino(ctx, g, 1)) {
-		wino b = wino_bwd_plan(ctx, g);
-		size_t wb = wino_ws(&b);
-		ws = ws > wb ? ws : wb;
+	for (int backward = 0; backward < 2; backward++) {
+		size_t w = cpu_wino_use(ctx, g, backward) ? cpu_wino_ws(ctx, g, backward) : 0;
+		ws = ws > w ? ws : w;
 	}
 	return ws;
 }
@@ -1083,10 +397,8 @@ static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
 static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 			 const float *b, float *y, int act, void *ws)
 {
-	if (use_wino(ctx, g, 0)) {
-		wino p = wino_fwd_plan(ctx, g);
-		wino_filters(w, g->k, g->c, 0, ws);
-		wino_conv(ctx, &p, x, ws, b, act, y, ws);
+	if (cpu_wino_use(ctx, g, 0)) {
+		cpu_wino_fwd(ctx, g, x, w, b, act, y, ws);
 		return;
 	}
 	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
@@ -1117,8 +429,10 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 {
 	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	int pointwise = conv_is_pointwise(g), wino_dx = dx && use_wino(ctx, g, 1);
-	int wino_dw = use_wino_dw(ctx, g);
+	/* the filter gradient takes Winograd wherever the forward pass does
+	 * (cpu_wino.c says why) */
+	int pointwise = conv_is_pointwise(g), wino_dx = dx && cpu_wino_use(ctx, g, 1);
+	int wino_dw = cpu_wino_use(ctx, g, 0);
 	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
 	if (db)
 		memset(db, 0, (size_t)g->k * sizeof *db);
@@ -1147,15 +461,10 @@ static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, cons
 		if (!pointwise)
 			col2im(g, dcol, dxn);
 	}
-	if (wino_dw) {
-		wino p = wino_fwd_plan(ctx, g);
-		wino_conv_dw(ctx, &p, x, dy, dw, ws);
-	}
-	if (wino_dx) {
-		wino p = wino_bwd_plan(ctx, g);
-		wino_filters(w, g->c, g->k, 1, ws);
-		wino_conv(ctx, &p, dy, ws, NULL, 0, dx, ws);
-	}
+	if (wino_dw)
+		cpu_wino_dw(ctx, g, x, dy, dw, ws);
+	if (wino_dx)
+		cpu_wino_dx(ctx, g, dy, w, dx, ws);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
@@ -1216,7 +525,7 @@ static inline void pool_range(int o, int s, int k, int p, int in, int *lo, int *
 	*hi = b > in ? in : b;
 }
 
-/* The general max pooling, a plane (sample, channel) a part of par_run. */
+/* The general max pooling, a plane (sample, channel) a part of cpu_par_run. */
 typedef struct pool_job {
 	const dp_pool2d *g;
 	const float *x;
@@ -1271,10 +580,10 @@ static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, f
 	pool_job j = {g, x, y, arg};
 	size_t planes = (size_t)g->n * g->c;
 	if (planes <= INT_MAX) {
-		par_run(ctx, (int)planes, maxpool_plane, &j);
+		cpu_par_run(ctx, (int)planes, maxpool_plane, &j);
 		return;
 	}
-	for (size_t pl = 0; pl < planes; pl++) /* more planes than par_run counts */
+	for (size_t pl = 0; pl < planes; pl++) /* more planes than cpu_par_run counts */
 		maxpool_one(&j, pl);
 }
 
@@ -1455,7 +764,7 @@ static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, dou
 		chan_sums(g, x, c, 0.0, &sums[c], &sums[g->c + c]);
 }
 
-/* A batchnorm call's arguments, for par_run over its channels (each
+/* A batchnorm call's arguments, for cpu_par_run over its channels (each
  * channel's work is its own: the same results on any number of threads). */
 typedef struct bn_job {
 	const dp_bnorm *g;
@@ -1510,7 +819,7 @@ static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const flo
 	bn_job j = {.g = g, .train = train, .x = x, .gamma = gamma, .beta = beta,
 		    .run_mean = run_mean, .run_var = run_var, .sums = sums, .save_out = save,
 		    .y = y, .m = bn_count(g, sums)};
-	par_run(ctx, g->c, bn_fwd_chan, &j);
+	cpu_par_run(ctx, g->c, bn_fwd_chan, &j);
 }
 
 static void bn_bwd_sums_chan(void *arg, int c, int worker)
@@ -1525,7 +834,7 @@ static void cpu_bnorm_bwd_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x,
 			       const float *dy, double *sums)
 {
 	bn_job j = {.g = g, .x = x, .save = save, .dy = dy, .sums_out = sums};
-	par_run(ctx, g->c, bn_bwd_sums_chan, &j);
+	cpu_par_run(ctx, g->c, bn_bwd_sums_chan, &j);
 }
 
 static void bn_bwd_chan(void *arg, int c, int worker)
@@ -1558,7 +867,7 @@ static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, cons
 {
 	bn_job j = {.g = g, .x = x, .gamma = gamma, .save = save, .sums = sums, .dy = dy,
 		    .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .m = bn_count(g, sums)};
-	par_run(ctx, g->c, bn_bwd_chan, &j);
+	cpu_par_run(ctx, g->c, bn_bwd_chan, &j);
 }
 
 /* ---- losses ------------------------------------------------------------- */

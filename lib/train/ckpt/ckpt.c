@@ -1,506 +1,18 @@
 /*
- * ckpt.c - safetensors reading and writing, and dp-train checkpoints
- * (dp_ckpt.h).  JSON through jansson; the file is read whole into memory
- * (checkpoints are tens of megabytes) and validated before anything in it
- * is used.
+ * ckpt.c - dp-train checkpoints (dp_ckpt.h, dp-checkpoint(5)): a model,
+ * its optimizer state and the training state as safetensors tensors and
+ * metadata (safetensors.c), saved and loaded back, checked tensor by
+ * tensor.  The run's settings among the metadata are run.c's.
  */
 #define _GNU_SOURCE
 #include "dp_ckpt.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#define MAX_HEADER (100u << 20) /* as the reference implementation */
-
-static const struct {
-	const char *name;
-	size_t size;
-} dtypes[] = {
-	[DP_DT_F32] = {"F32", 4}, [DP_DT_F64] = {"F64", 8}, [DP_DT_F16] = {"F16", 2},
-	[DP_DT_BF16] = {"BF16", 2}, [DP_DT_I64] = {"I64", 8}, [DP_DT_I32] = {"I32", 4},
-	[DP_DT_I16] = {"I16", 2}, [DP_DT_I8] = {"I8", 1}, [DP_DT_U64] = {"U64", 8},
-	[DP_DT_U32] = {"U32", 4}, [DP_DT_U16] = {"U16", 2}, [DP_DT_U8] = {"U8", 1},
-	[DP_DT_BOOL] = {"BOOL", 1},
-};
-#define NDTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
-
-const char *dp_dtype_name(int dt) { return dt > 0 && dt < NDTYPES ? dtypes[dt].name : "?"; }
-size_t dp_dtype_size(int dt) { return dt > 0 && dt < NDTYPES ? dtypes[dt].size : 0; }
-
-int dp_dtype_parse(const char *s)
-{
-	for (int i = 1; i < NDTYPES; i++)
-		if (!strcmp(s, dtypes[i].name))
-			return i;
-	return 0;
-}
-
-const char *dp_fmt_double(double v, char *buf, size_t len)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			break;
-	}
-	return buf;
-}
-
-/* ---- writer ---------------------------------------------------------------- */
-
-typedef struct wentry {
-	char *name;
-	int dtype, ndim;
-	int64_t shape[DP_ST_MAXDIM];
-	const void *data;
-	size_t nbytes;
-} wentry;
-
-struct dp_st_writer {
-	wentry *t;
-	size_t n, cap;
-	char **meta; /* key, value, ... */
-	size_t nmeta, metacap;
-	int failed;
-};
-
-dp_st_writer *dp_st_writer_new(void) { return calloc(1, sizeof(dp_st_writer)); }
-
-int dp_st_add(dp_st_writer *w, const char *name, int dtype, int ndim, const int64_t *shape,
-	      const void *data)
-{
-	if (ndim < 0 || ndim > DP_ST_MAXDIM || !dp_dtype_size(dtype))
-		return w->failed = DP_EARG;
-	if (w->n == w->cap) {
-		size_t nc = w->cap ? w->cap * 2 : 32;
-		wentry *t = realloc(w->t, nc * sizeof *t);
-		if (!t)
-			return w->failed = DP_ENOMEM;
-		w->t = t;
-		w->cap = nc;
-	}
-	wentry *x = &w->t[w->n];
-	memset(x, 0, sizeof *x);
-	if (!(x->name = strdup(name)))
-		return w->failed = DP_ENOMEM;
-	x->dtype = dtype;
-	x->ndim = ndim;
-	size_t count = 1;
-	for (int i = 0; i < ndim; i++) {
-		x->shape[i] = shape[i];
-		count *= (size_t)shape[i];
-	}
-	x->data = data;
-	x->nbytes = count * dp_dtype_size(dtype);
-	w->n++;
-	return DP_OK;
-}
-
-int dp_st_set_meta(dp_st_writer *w, const char *key, const char *value)
-{
-	for (size_t i = 0; i < w->nmeta; i++)
-		if (!strcmp(w->meta[2 * i], key)) {
-			char *v = strdup(value);
-			if (!v)
-				return w->failed = DP_ENOMEM;
-			free(w->meta[2 * i + 1]);
-			w->meta[2 * i + 1] = v;
-			return DP_OK;
-		}
-	if (w->nmeta == w->metacap) {
-		size_t nc = w->metacap ? w->metacap * 2 : 32;
-		char **m = realloc(w->meta, 2 * nc * sizeof *m);
-		if (!m)
-			return w->failed = DP_ENOMEM;
-		w->meta = m;
-		w->metacap = nc;
-	}
-	char *k = strdup(key), *v = strdup(value);
-	if (!k || !v) {
-		free(k);
-		free(v);
-		return w->failed = DP_ENOMEM;
-	}
-	w->meta[2 * w->nmeta] = k;
-	w->meta[2 * w->nmeta + 1] = v;
-	w->nmeta++;
-	return DP_OK;
-}
-
-void dp_st_writer_free(dp_st_writer *w)
-{
-	if (!w)
-		return;
-	for (size_t i = 0; i < w->n; i++)
-		free(w->t[i].name);
-	for (size_t i = 0; i < 2 * w->nmeta; i++)
-		free(w->meta[i]);
-	free(w->t);
-	free(w->meta);
-	free(w);
-}
-
-static char *header_json(dp_st_writer *w)
-{
-	json_t *root = json_object(), *meta = NULL;
-	if (!root)
-		return NULL;
-	if (w->nmeta) {
-		meta = json_object();
-		json_object_set_new(root, "__metadata__", meta);
-		for (size_t i = 0; i < w->nmeta; i++)
-			json_object_set_new(meta, w->meta[2 * i], json_string(w->meta[2 * i + 1]));
-	}
-	size_t off = 0;
-	for (size_t i = 0; i < w->n; i++) {
-		wentry *x = &w->t[i];
-		json_t *shape = json_array();
-		for (int d = 0; d < x->ndim; d++)
-			json_array_append_new(shape, json_integer(x->shape[d]));
-		json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", dp_dtype_name(x->dtype), "shape",
-				      shape, "data_offsets", (json_int_t)off,
-				      (json_int_t)(off + x->nbytes));
-		if (!t) {
-			json_decref(root);
-			return NULL;
-		}
-		json_object_set_new(root, x->name, t);
-		off += x->nbytes;
-	}
-	char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(root);
-	return s;
-}
-
-int dp_st_write(dp_st_writer *w, const char *path, dp_err *e)
-{
-	if (w->failed)
-		return dp_seterr(e, w->failed, "%s: %s", path,
-				 w->failed == DP_ENOMEM ? "out of memory" : "bad tensor");
-	char *h = header_json(w);
-	if (!h)
-		return dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-	size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
-	char *hdr = malloc(8 + padded);
-	if (!hdr) {
-		free(h);
-		return dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-	}
-	uint64_t n = padded;
-	memcpy(hdr, &n, 8); /* little endian: see dp_record.h */
-	memcpy(hdr + 8, h, hl);
-	memset(hdr + 8 + hl, ' ', padded - hl);
-	free(h);
-	dp_out o;
-	int rc = dp_out_open(&o, path, e);
-	if (rc < 0) {
-		free(hdr);
-		return rc;
-	}
-	rc = dp_write_all(o.fd, hdr, 8 + padded, path, e);
-	free(hdr);
-	for (size_t i = 0; rc == DP_OK && i < w->n; i++)
-		rc = dp_write_all(o.fd, w->t[i].data, w->t[i].nbytes, path, e);
-	if (rc == DP_OK && o.tmp && fsync(o.fd) < 0)
-		rc = dp_syserr(e, "%s: fsync", path);
-	if (rc < 0) {
-		dp_out_abort(&o);
-		return rc;
-	}
-	return dp_out_commit(&o, e);
-}
-
-/* ---- reader ------------------------------------------------------------------ */
-
-struct dp_st {
-	char *name;
-	uint8_t *buf; /* the whole file */
-	size_t len;
-	dp_st_tensor *t;
-	int n;
-	char **meta; /* key, value, ... */
-	int nmeta;
-};
-
-void dp_st_close(dp_st *s)
-{
-	if (!s)
-		return;
-	for (int i = 0; i < s->n; i++)
-		free((char *)s->t[i].name);
-	for (int i = 0; i < 2 * s->nmeta; i++)
-		free(s->meta[i]);
-	free(s->t);
-	free(s->meta);
-	free(s->buf);
-	free(s->name);
-	free(s);
-}
-
-static int by_offset(const void *a, const void *b)
-{
-	const dp_st_tensor *x = a, *y = b;
-	if (x->data != y->data)
-		return (const uint8_t *)x->data < (const uint8_t *)y->data ? -1 : 1;
-	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
-}
-
-static int parse_tensor(dp_st *s, const char *key, json_t *v, const uint8_t *data, size_t dlen,
-			dp_st_tensor *t, dp_err *e)
-{
-	const char *nm = s->name;
-	memset(t, 0, sizeof *t);
-	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
-	       *offs = json_object_get(v, "data_offsets");
-	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) ||
-	    !json_is_array(offs) || json_array_size(offs) != 2)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': want dtype, shape and data_offsets", nm, key);
-	if (json_object_size(v) != 3)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unexpected fields", nm, key);
-	t->dtype = dp_dtype_parse(json_string_value(dt));
-	if (!t->dtype)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unknown dtype '%s'", nm, key,
-				 json_string_value(dt));
-	if (json_array_size(shape) > DP_ST_MAXDIM)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': more than %d dimensions", nm, key,
-				 DP_ST_MAXDIM);
-	t->ndim = (int)json_array_size(shape);
-	unsigned __int128 bytes = dp_dtype_size(t->dtype);
-	for (int d = 0; d < t->ndim; d++) {
-		json_t *x = json_array_get(shape, (size_t)d);
-		if (!json_is_integer(x) || json_integer_value(x) < 0)
-			return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad shape", nm, key);
-		t->shape[d] = json_integer_value(x);
-		bytes *= (uint64_t)t->shape[d];
-		if (bytes > dlen)
-			return dp_seterr(e, DP_EDATA,
-					 "%s: tensor '%s': shape larger than the file (truncated?)",
-					 nm, key);
-	}
-	json_t *b = json_array_get(offs, 0), *en = json_array_get(offs, 1);
-	if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
-	    json_integer_value(en) < json_integer_value(b))
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad data_offsets", nm, key);
-	uint64_t ob = (uint64_t)json_integer_value(b), oe = (uint64_t)json_integer_value(en);
-	if (oe > dlen)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': data ends at byte %" PRIu64
-				 " of %zu: file truncated",
-				 nm, key, oe, dlen);
-	if (oe - ob != (uint64_t)bytes)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': %" PRIu64 " bytes for a shape of %" PRIu64 " bytes",
-				 nm, key, oe - ob, (uint64_t)bytes);
-	t->data = data + ob;
-	t->nbytes = (size_t)(oe - ob);
-	if (!(t->name = strdup(key)))
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	return DP_OK;
-}
-
-static int parse_header(dp_st *s, dp_err *e)
-{
-	const char *nm = s->name;
-	if (s->len < 8)
-		return dp_seterr(e, DP_EDATA, "%s: not a safetensors file (%zu bytes)", nm, s->len);
-	uint64_t hl;
-	memcpy(&hl, s->buf, 8);
-	if (hl > MAX_HEADER)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: not a safetensors file (header length %" PRIu64 ")", nm, hl);
-	if (hl > s->len - 8)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: truncated: header of %" PRIu64 " bytes, file of %zu", nm, hl,
-				 s->len);
-	const uint8_t *data = s->buf + 8 + hl;
-	size_t dlen = s->len - 8 - (size_t)hl;
-	json_error_t je;
-	json_t *root = json_loadb((const char *)s->buf + 8, (size_t)hl, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return dp_seterr(e, DP_EDATA, "%s: header: %s at byte %d", nm, je.text,
-				 8 + je.position);
-	int rc = DP_OK;
-	if (!json_is_object(root)) {
-		rc = dp_seterr(e, DP_EDATA, "%s: header is not a JSON object", nm);
-		goto out;
-	}
-	size_t n = json_object_size(root);
-	s->t = calloc(n ? n : 1, sizeof *s->t);
-	if (!s->t) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-		goto out;
-	}
-	const char *key;
-	json_t *v;
-	json_object_foreach(root, key, v) {
-		if (!strcmp(key, "__metadata__")) {
-			if (!json_is_object(v)) {
-				rc = dp_seterr(e, DP_EDATA, "%s: __metadata__ is not an object", nm);
-				goto out;
-			}
-			size_t nm2 = json_object_size(v);
-			s->meta = calloc(2 * nm2 + 1, sizeof *s->meta);
-			if (!s->meta) {
-				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-				goto out;
-			}
-			const char *mk;
-			json_t *mv;
-			json_object_foreach(v, mk, mv) {
-				if (!json_is_string(mv)) {
-					rc = dp_seterr(e, DP_EDATA,
-						       "%s: __metadata__ '%s' is not a string", nm, mk);
-					goto out;
-				}
-				s->meta[2 * s->nmeta] = strdup(mk);
-				s->meta[2 * s->nmeta + 1] = strdup(json_string_value(mv));
-				s->nmeta++;
-				if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) {
-					rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-					goto out;
-				}
-			}
-			continue;
-		}
-		if ((rc = parse_tensor(s, key, v, data, dlen, &s->t[s->n], e)) < 0)
-			goto out;
-		s->n++;
-	}
-	qsort(s->t, (size_t)s->n, sizeof *s->t, by_offset);
-	size_t at = 0;
-	for (int i = 0; i < s->n; i++) {
-		size_t b = (size_t)((const uint8_t *)s->t[i].data - data);
-		if (b != at) {
-			rc = dp_seterr(e, DP_EDATA, "%s: tensor '%s' %s the one before it", nm,
-				       s->t[i].name, b < at ? "overlaps" : "leaves a hole after");
-			goto out;
-		}
-		at = b + s->t[i].nbytes;
-	}
-	if (at != dlen)
-		rc = dp_seterr(e, DP_EDATA, "%s: %zu bytes after the last tensor", nm, dlen - at);
-out:
-	json_decref(root);
-	return rc;
-}
-
-static dp_st *st_new(const char *name, dp_err *e)
-{
-	dp_st *s = calloc(1, sizeof *s);
-	if (!s || !(s->name = strdup(name))) {
-		free(s);
-		dp_seterr(e, DP_ENOMEM, "out of memory");
-		return NULL;
-	}
-	return s;
-}
-
-dp_st *dp_st_open_mem(const void *buf, size_t len, const char *name, dp_err *e)
-{
-	dp_st *s = st_new(name, e);
-	if (!s)
-		return NULL;
-	s->buf = malloc(len ? len : 1);
-	if (!s->buf) {
-		dp_st_close(s);
-		dp_seterr(e, DP_ENOMEM, "out of memory");
-		return NULL;
-	}
-	if (len)
-		memcpy(s->buf, buf, len);
-	s->len = len;
-	if (parse_header(s, e) < 0) {
-		dp_st_close(s);
-		return NULL;
-	}
-	return s;
-}
-
-dp_st *dp_st_open(const char *path, dp_err *e)
-{
-	int std = !strcmp(path, "-");
-	dp_st *s = st_new(std ? "stdin" : path, e);
-	if (!s)
-		return NULL;
-	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		dp_syserr(e, "%s", path);
-		dp_st_close(s);
-		return NULL;
-	}
-	struct stat st;
-	int known = fstat(fd, &st) == 0, isreg = known && S_ISREG(st.st_mode);
-	if (known && S_ISDIR(st.st_mode)) {
-		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", s->name);
-		goto fail;
-	}
-	size_t cap = isreg ? (size_t)st.st_size + 1 : 1 << 20;
-	for (;;) {
-		if (s->len == cap || !s->buf) {
-			if (s->buf)
-				cap *= 2;
-			uint8_t *b = realloc(s->buf, cap);
-			if (!b) {
-				dp_seterr(e, DP_ENOMEM, "%s: out of memory", s->name);
-				goto fail;
-			}
-			s->buf = b;
-		}
-		long got = dp_read_full(fd, s->buf + s->len, cap - s->len, s->name, e);
-		if (got < 0)
-			goto fail;
-		s->len += (size_t)got;
-		if (s->len < cap)
-			break;
-	}
-	if (!std)
-		close(fd);
-	if (parse_header(s, e) < 0) {
-		dp_st_close(s);
-		return NULL;
-	}
-	return s;
-fail:
-	if (!std)
-		close(fd);
-	dp_st_close(s);
-	return NULL;
-}
-
-int dp_st_count(const dp_st *s) { return s->n; }
-const dp_st_tensor *dp_st_at(const dp_st *s, int i) { return i >= 0 && i < s->n ? &s->t[i] : NULL; }
-const char *dp_st_name(const dp_st *s) { return s->name; }
-int dp_st_meta_count(const dp_st *s) { return s->nmeta; }
-
-void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
-{
-	*key = s->meta[2 * i];
-	*value = s->meta[2 * i + 1];
-}
-
-const dp_st_tensor *dp_st_find(const dp_st *s, const char *name)
-{
-	for (int i = 0; i < s->n; i++)
-		if (!strcmp(s->t[i].name, name))
-			return &s->t[i];
-	return NULL;
-}
-
-const char *dp_st_meta(const dp_st *s, const char *key)
-{
-	for (int i = 0; i < s->nmeta; i++)
-		if (!strcmp(s->meta[2 * i], key))
-			return s->meta[2 * i + 1];
-	return NULL;
-}
 
 /* ---- training checkpoints ------------------------------------------------------ */
 
@@ -635,30 +147,6 @@ out:
 	return rc;
 }
 
-dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e)
-{
-	const char *spec = dp_st_meta(ck, "model"), *shape = dp_st_meta(ck, "input_shape"),
-		   *loss = dp_st_meta(ck, "loss");
-	if (!spec || !shape)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: not a dp-train checkpoint (no model and input_shape in its "
-				 "metadata)",
-				 dp_st_name(ck)),
-		       NULL;
-	dp_shape in;
-	int lk = loss ? dp_loss_parse(loss) : DP_LOSS_XENT;
-	if (dp_shape_parse(shape, &in, e) < 0 || !lk) {
-		if (!lk)
-			dp_seterr(e, DP_EDATA, "unknown loss '%s'", loss);
-		dp_preferr(e, "%s", dp_st_name(ck));
-		return NULL;
-	}
-	dp_model *m = dp_model_new(spec, &in, lk, e);
-	if (!m)
-		dp_preferr(e, "%s", dp_st_name(ck));
-	return m;
-}
-
 static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
 {
 	size_t n = (size_t)snprintf(buf, len, "[");
@@ -690,6 +178,44 @@ static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, in
 		return NULL;
 	}
 	return t;
+}
+
+dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e)
+{
+	const char *spec = dp_st_meta(ck, "model"), *shape = dp_st_meta(ck, "input_shape"),
+		   *loss = dp_st_meta(ck, "loss");
+	if (!spec || !shape)
+		return dp_seterr(e, DP_EDATA,
+				 "%s: not a dp-train checkpoint (no model and input_shape in its "
+				 "metadata)",
+				 dp_st_name(ck)),
+		       NULL;
+	dp_shape in;
+	int lk = loss ? dp_loss_parse(loss) : DP_LOSS_XENT;
+	if (dp_shape_parse(shape, &in, e) < 0 || !lk) {
+		if (!lk)
+			dp_seterr(e, DP_EDATA, "unknown loss '%s'", loss);
+		dp_preferr(e, "%s", dp_st_name(ck));
+		return NULL;
+	}
+	dp_model *m = dp_model_new(spec, &in, lk, e);
+	if (!m) {
+		dp_preferr(e, "%s", dp_st_name(ck));
+		return NULL;
+	}
+	/* the file must hold the tensors its metadata's model has, before
+	 * anything is allocated for them: a 120-byte file saying dense:4194304
+	 * is refused here, not after gigabytes */
+	for (int i = 0; i < dp_model_ntensors(m); i++) {
+		dp_tensor_info t;
+		dp_model_tensor(m, i, &t);
+		if (!want(ck, t.name, t.role == DP_TENSOR_COUNTER ? DP_DT_I64 : DP_DT_F32, t.ndim,
+			  t.shape, e)) {
+			dp_model_free(m);
+			return NULL;
+		}
+	}
+	return m;
 }
 
 int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e)
