@@ -12,6 +12,9 @@
 # H100/H200, plus PTX for newer ones), NVCC, NVCCFLAGS, NCCL=auto|0|1 and
 # NCCL_HOME; it builds into build-cuda.
 
+# `make` alone builds everything (an included file's rules come before all:)
+.DEFAULT_GOAL := all
+
 VERSION := 0.1.0
 SOVERSION := 0
 

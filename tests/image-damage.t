@@ -181,4 +181,41 @@ is "$rc" 0 "a folder 41 deep is walked (it was dropped silently below 32)"
 is "$(tfr-cat -c loop.tfr)" 3 "... its image encoded"
 like "$err" "loop: left out 2 files that are not .jpg, .jpeg or .png images \(e.g. dog/c.webp\)" \
 	"files that are not images: counted and said"
+
+# ---- names and limits of image records ---------------------------------------------------
+# --decode-images names a record without image/filename by its number in the
+# stream, --skip counted
+$PY - <<'PYEOF' || exit 1
+import base64, json
+j = base64.b64encode(open("base.jpg", "rb").read()).decode()
+with open("noname.json", "w") as f:
+    for k in range(5):
+        f.write(json.dumps({"image/encoded": {"bytes": [j]}, "image/class/label": {"int64": [k]}}) + "\n")
+PYEOF
+tfr-cat --encode json noname.json > noname.tfr && mkdir out3 || exit 1
+run tfr-cat --decode-images out3 --skip 3 noname.tfr
+is "$rc" 0 "--decode-images --skip 3"
+is "$(ls out3 | tr '\n' ' ')" "3.jpg 4.jpg " "... records 3 and 4 saved as 3.jpg and 4.jpg, not 0.jpg and 1.jpg"
+# a class name with a line break would read back as two classes
+mkdir -p nl/$'two\nlines' nl/one && cp base.jpg nl/one/a.jpg && cp base.jpg nl/$'two\nlines'/b.jpg
+run tfr-cat --encode images --classes-out nl.txt nl -o nl.tfr
+is "$rc" 1 "--classes-out with a class folder named 'two<newline>lines': refused"
+like "$err" "class 1, \\$'two\\\\nlines', holds a line break" "... naming it escaped"
+ok test ! -e nl.txt "... and no classes file"
+# one record limit, one option: --max-record in tfr-cat (also for the image
+# files it encodes), tfr-shard, dp-train, dp-eval
+run tfr-cat --encode images --max-record 500 set -o big.tfr
+is "$rc" 1 "--encode images --max-record 500: an image file over it refused"
+like "$err" "a record of [0-9]+ bytes, more than --max-record 500" "... naming the limit"
+run tfr-shard -n 1 --max-record 500 -o 'sh-{shard}.tfr' noname.tfr
+is "$rc" 1 "tfr-shard --max-record 500: a longer record refused"
+like "$err" "exceeds the maximum of 500 bytes" "... by the limit given"
+run tfr-shard -n 1 --max-record 1M -o 'sh-{shard}.tfr' noname.tfr
+is "$rc" 0 "... and --max-record 1M lets it through"
+run dp-train --train noname.tfr --decode image --model flatten,dense:5 --input-shape 3x8x8 \
+	--max-record 500 -q -o x.st
+is "$rc" 1 "dp-train --max-record 500: refused as well"
+like "$err" "exceeds the maximum of 500 bytes" "... by the same limit"
+run dp-eval --model cut0.st --data noname.tfr --max-record 500
+like "$err" "exceeds the maximum of 500 bytes" "dp-eval --max-record: the same"
 done_testing

@@ -50,7 +50,8 @@ enum {
 	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
 	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
 	O_SKIP_CORRUPT,
-	O_MAX_SKIPPED
+	O_MAX_SKIPPED,
+	O_MAX_RECORD
 };
 
 static const struct option longopts[] = {
@@ -68,6 +69,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-record", required_argument, 0, O_MAX_RECORD},
 	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"batch-size", required_argument, 0, O_BATCH},
@@ -113,6 +115,7 @@ static struct {
 	unsigned decode_threads;
 	int skip_corrupt;
 	const char *max_skipped; /* NULL: DP_MAX_SKIPPED_DEFAULT */
+	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 } O = {
 	.hwc = -1,
 	.decode = -1,
@@ -154,6 +157,7 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	       "      --max-skipped N|P%%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
 	       "                           when more than N records, or P%% of those read, are\n"
 	       "                           skipped (default 1%%)\n"
@@ -248,6 +252,7 @@ static void parse_args(int argc, char **argv)
 				usage_error("%s", e.msg);
 			break;
 		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+		case O_MAX_RECORD: O.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
 		case O_MAX_SKIPPED: {
 			dp_gate g;
 			if (dp_gate_max_skipped(optarg, &g, &e) < 0)
@@ -1176,6 +1181,7 @@ static void open_data(void)
 	o.image = R.img;
 	o.decode_threads = O.decode_threads;
 	o.skip_corrupt = O.skip_corrupt;
+	o.rec.max_record = O.max_record;
 	o.on_skip = skip_warn;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);

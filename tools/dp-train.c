@@ -68,7 +68,7 @@ enum {
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_CLASSES, O_SYNC_BN, O_LAST
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -88,6 +88,7 @@ static const struct option longopts[] = {
 	{"layout", required_argument, 0, O_LAYOUT},
 	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
 	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
+	{"max-record", required_argument, 0, O_MAX_RECORD},
 	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
 	{"scale", required_argument, 0, O_SCALE},
 	{"shuffle-buffer", required_argument, 0, O_SHUFFLE},
@@ -172,6 +173,7 @@ static struct {
 	const char *train_cmd, *val_cmd;
 	int skip_corrupt;
 	const char *max_skipped; /* --max-skipped as given; NULL: the default */
+	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 	dp_gate skip_gate;       /* --max-skipped as a gate */
 	unsigned decode_threads;
 	int cache;
@@ -251,6 +253,7 @@ static void help(void)
 	       "      --max-pixels N       larger images are refused (default 89478485)\n"
 	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
 	       "      --skip-corrupt       skip (and count) images that do not decode\n"
+	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	       "      --max-skipped N|P%%  with --skip-corrupt: stop the run when more than N\n"
 	       "                           records, or P%% of those an epoch (or a validation)\n"
 	       "                           read, are skipped (default 1%%)\n"
@@ -504,6 +507,7 @@ static int data_option(int c, const char *arg, int li)
 			usage_error("%s", ie.msg);
 		break;
 	case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
+	case O_MAX_RECORD: O.max_record = cli_size("--max-record", arg, 1, UINT64_MAX); break;
 	case O_MAX_SKIPPED:
 		if (dp_gate_max_skipped(arg, &O.skip_gate, &ie) < 0)
 			usage_error("--max-skipped %s", ie.msg);
@@ -1078,6 +1082,7 @@ static void input_opts(dp_data_opts *o, const dp_shape *in, int train)
 		dp_image_tf_eval(&C.img, &o->image);
 	o->decode_threads = O.decode_threads;
 	o->skip_corrupt = O.skip_corrupt;
+	o->rec.max_record = O.max_record;
 	o->on_skip = skip_warn;
 }
 

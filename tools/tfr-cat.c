@@ -78,6 +78,7 @@ static struct {
 	dp_buf ob; /* text output, written in large blocks */
 	dp_example ex;
 	uint64_t skip_left, emitted, corrupt, bytes, files;
+	uint64_t seen; /* records of the stream so far, --skip ones included */
 	int stop; /* --head reached */
 	/* records mode: a run of consecutive frames in the reader's buffer,
 	 * written in one piece (see dp_reader_on_move) */
@@ -291,7 +292,9 @@ static void save_image(const char *src, uint64_t idx, uint64_t off)
 	char name[1100], where[64] = "";
 	if (off != UINT64_MAX)
 		snprintf(where, sizeof where, " at byte %" PRIu64, off);
-	if (dp_image_of_record(&S.ex, NULL, S.emitted, &p, &n, name, sizeof name, &e) < 0)
+	/* a record without a usable image/filename is saved as its number in
+	 * the stream (--skip counted: record 3 is 3.jpg) */
+	if (dp_image_of_record(&S.ex, NULL, S.seen - 1, &p, &n, name, sizeof name, &e) < 0)
 		cli_die("%s: record %" PRIu64 "%s: %s", src, idx, where, e.msg);
 	char *path = cli_malloc(strlen(O.images_dir) + strlen(name) + 2);
 	sprintf(path, "%s/%s", O.images_dir, name);
@@ -331,6 +334,7 @@ static int put_record(const uint8_t *data, size_t len, const uint8_t *frame, siz
 		      const char *src, uint64_t idx, uint64_t off)
 {
 	dp_err e;
+	S.seen++;
 	if (S.skip_left) {
 		S.skip_left--;
 		return 0;
@@ -465,8 +469,15 @@ static void encode_images(const char *path)
 	if (O.classes_out) {
 		dp_out o;
 		dp_buf b = DP_BUF_INIT;
-		for (size_t i = 0; i < dp_image_set_nclasses(set); i++)
-			dp_buf_printf(&b, "%s\n", dp_image_set_class(set, i));
+		for (size_t i = 0; i < dp_image_set_nclasses(set); i++) {
+			const char *c = dp_image_set_class(set, i);
+			if (strpbrk(c, "\n\r")) { /* it would read back as two classes */
+				char *sc = dp_shown(c, strlen(c));
+				cli_die("%s: class %zu, %s, holds a line break: --classes-out writes "
+					"one name a line", path, i, sc ? sc : "?");
+			}
+			dp_buf_printf(&b, "%s\n", c);
+		}
 		if (b.err)
 			cli_die("out of memory");
 		if (dp_out_open(&o, O.classes_out, &e) < 0 ||
@@ -488,6 +499,17 @@ static void encode_images(const char *path)
 		}
 		if (rc < 0)
 			cli_die_err(CLI_FAIL, &e);
+		uint64_t max = O.max_record ? O.max_record : DP_MAX_RECORD_DEFAULT;
+		if (n > max) { /* no reader would take it: tfr-shard, dp-train... */
+			if (!O.skip_corrupt)
+				cli_die("%s: a record of %zu bytes, more than --max-record %" PRIu64
+					" (what tfr-shard, dp-train and dp-eval read; raise it there too)",
+					file, n, max);
+			cli_warn("%s: a record of %zu bytes, more than --max-record %" PRIu64
+				 "; skipped", file, n, max);
+			S.corrupt++;
+			continue;
+		}
 		S.bytes += n + DP_TFR_HEADER + DP_TFR_FOOTER;
 		put_record(p, n, NULL, 0, file, i++, UINT64_MAX);
 	}

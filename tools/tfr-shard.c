@@ -69,6 +69,7 @@ static struct {
 	uint64_t max_records, max_bytes;
 	int comp, level;
 	int skip_corrupt;
+	uint64_t max_record; /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 	int quiet;
 	char **inputs;
 	int ninputs;
@@ -184,6 +185,7 @@ static void help(void)
 	       "  -z, --compress TYPE      none (default), gzip or zlib\n"
 	       "      --level N            compression level 0-9\n"
 	       "      --skip-corrupt       skip damaged records (counted) instead of failing\n"
+	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	       "  -q, --quiet              no summary on stderr\n"
 	       "  -h, --help               this help\n"
 	       "  -V, --version            version\n"
@@ -849,7 +851,7 @@ static void empty_input(void)
 
 static void run(void)
 {
-	dp_reader_opts ro = {.skip_corrupt = opt.skip_corrupt};
+	dp_reader_opts ro = {.skip_corrupt = opt.skip_corrupt, .max_record = opt.max_record};
 	dp_err e;
 	int counting = 1;
 
@@ -902,7 +904,7 @@ static void run(void)
 			if (lseek(fd, 0, SEEK_SET) < 0)
 				cli_die("%s: temporary file: %s", tmpdir(), strerror(errno));
 			char *name = "temporary copy of the input";
-			dp_reader_opts ro2 = {0};
+			dp_reader_opts ro2 = {.max_record = opt.max_record};
 			g.quiet_warnings = 1;
 			read_inputs(&name, 1, &ro2, &fd, main_fn, &counting);
 			close(fd);
@@ -1020,7 +1022,7 @@ static void parse_take(void)
 
 enum {
 	O_BY = 256, O_SPLIT, O_SPLIT_BY, O_ONLY, O_SHUFFLE, O_WINDOW, O_SEED, O_MEMORY, O_TMPDIR,
-	O_TAKE, O_RANK, O_SIZE, O_MAXREC, O_MAXBYTES, O_LEVEL, O_SKIP
+	O_TAKE, O_RANK, O_SIZE, O_MAXREC, O_MAXBYTES, O_LEVEL, O_SKIP, O_MAXRECORD
 };
 
 static void parse_options(int argc, char **argv)
@@ -1039,6 +1041,7 @@ static void parse_options(int argc, char **argv)
 		{"max-bytes", required_argument, 0, O_MAXBYTES},
 		{"compress", required_argument, 0, 'z'}, {"level", required_argument, 0, O_LEVEL},
 		{"skip-corrupt", no_argument, 0, O_SKIP}, {"quiet", no_argument, 0, 'q'},
+		{"max-record", required_argument, 0, O_MAXRECORD},
 		{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
 		{0, 0, 0, 0}};
 	int c;
@@ -1080,6 +1083,7 @@ static void parse_options(int argc, char **argv)
 			break;
 		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;
+		case O_MAXRECORD: opt.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
 		case 'q': opt.quiet = 1; break;
 		case 'h':
 			help();

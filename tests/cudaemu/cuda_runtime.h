@@ -32,6 +32,22 @@
 #define __forceinline__ inline
 #define __shared__ static
 
+struct uint4 {
+	unsigned x, y, z, w;
+};
+static inline float __uint_as_float(unsigned u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+static inline unsigned __float_as_uint(float f)
+{
+	unsigned u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
 struct dim3 {
 	unsigned x, y, z;
 	dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}

@@ -1159,6 +1159,7 @@ static void cu_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, double
 	PROF(c, "batchnorm");
 	if (nhwc_bnorm_sums(c, g, x, NULL, sums))
 		return;
+	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0); /* batchnorm after flatten */
 	LAUNCH(k_bnorm_sums, g->c, THREADS, c->s, *g, x, sums);
 	LAUNCHED(c, "batchnorm sums");
 }
@@ -1173,6 +1174,7 @@ static void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float 
 	PROF(c, "batchnorm");
 	if (nhwc_bnorm_fwd(c, g, train, x, gamma, beta, run_mean, run_var, sums, save, y))
 		return;
+	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0); /* batchnorm after flatten */
 	tag_drop(c, y);
 	LAUNCH(k_bnorm_fwd, g->c, THREADS, c->s, *g, train, x, gamma, beta, run_mean, run_var, sums,
 	       save, y);
@@ -1188,7 +1190,8 @@ static void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, co
 	PROF(c, "batchnorm backward");
 	if (nhwc_bnorm_bwd_sums(c, g, x, save, dy, sums))
 		return;
-	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 0);
+	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0);
+	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 1);
 	LAUNCH(k_bnorm_bwd_sums, g->c, THREADS, c->s, *g, x, save, dy, sums);
 	LAUNCHED(c, "batchnorm gradient sums");
 }
@@ -1203,7 +1206,8 @@ static void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 	PROF(c, "batchnorm backward");
 	if (nhwc_bnorm_bwd(c, g, x, gamma, save, sums, dy, dx, dgamma, dbeta))
 		return;
-	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 0);
+	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0);
+	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 1);
 	tag_drop(c, dx);
 	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, sums, dy, dx, dgamma, dbeta);
 	LAUNCHED(c, "batchnorm gradient");

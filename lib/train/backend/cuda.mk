@@ -82,7 +82,7 @@ ifeq ($(BACKEND),cpu)
 CXX ?= c++
 UNIT_BINS += $(O)/tests/cuda-emu
 EMU_CXXFLAGS := -std=gnu++17 -DDP_CUDA_EMU -DDP_WITH_CUDNN -Itests/cudaemu -fPIC -pthread \
-	-ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(CFLAGS)
+	-ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-unknown-pragmas $(CFLAGS)
 EMU_OBJ := $(patsubst lib/train/backend/%.cu,$(O)/tests/cudaemu/%.o,$(CU_ALL))
 $(EMU_OBJ): $(O)/tests/cudaemu/%.o: lib/train/backend/%.cu lib/train/backend/cuda_impl.h \
 		$(wildcard tests/cudaemu/*.h) $(LIB_HDR)

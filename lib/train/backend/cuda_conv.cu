@@ -265,16 +265,31 @@ static bool given_algos(const dp_bectx *c, const dp_conv2d *g, int a[3])
 	return false;
 }
 
+/* The FFT and non-fused Winograd algorithms (their numbers in each pass's
+ * enum: forward 4, 5, 7; data 2, 3, 5; filter 2, 4, 5) round more than
+ * float32 sums do (relative errors near 1e-4 seen on an H200): left out
+ * under fp32, whose results must stay those of IEEE float arithmetic. */
+static bool inexact(int pass, int algo)
+{
+	static const int bad[3][3] = {{4, 5, 7}, {2, 3, 5}, {2, 4, 5}};
+	for (int i = 0; i < 3; i++)
+		if (bad[pass][i] == algo)
+			return true;
+	return false;
+}
+
 /* Choose among perf results (cuDNN's order: fastest first when measured,
- * its heuristic's otherwise): the first that succeeded, is deterministic
- * and fits max; *any the largest workspace of those that qualify. */
+ * its heuristic's otherwise): the first that succeeded, is deterministic,
+ * exact enough (fp32: not inexact) and fits max; *any the largest
+ * workspace of those that qualify. */
 template <typename P>
-static int pick(const P *r, int n, size_t max, size_t *ws, float *ms, size_t *any)
+static int pick(const dp_bectx *c, int pass, const P *r, int n, size_t max, size_t *ws, float *ms,
+		size_t *any)
 {
 	int best = -1;
 	for (int i = 0; i < n; i++) {
 		if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].determinism != CUDNN_DETERMINISTIC ||
-		    r[i].memory > max)
+		    r[i].memory > max || (c->prec == DP_PREC_FP32 && inexact(pass, (int)r[i].algo)))
 			continue;
 		if (r[i].memory > *any)
 			*any = r[i].memory;
@@ -358,25 +373,25 @@ static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p)
 	if (c->pinned) {
 		if (!ckd(c, cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN heuristics"))
 			return false;
-		a[0] = pick(rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
+		a[0] = pick(c, 0, rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
 		if (!ckd(c, cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN heuristics"))
 			return false;
-		a[1] = pick(rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
+		a[1] = pick(c, 1, rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
 		if (!ckd(c, cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN heuristics"))
 			return false;
-		a[2] = pick(rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
+		a[2] = pick(c, 2, rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
 	} else {
 		/* cuDNN allocates what it times on; the queue must be idle */
 		ck(c, cudaStreamSynchronize(c->s), "synchronize");
 		if (!ckd(c, cudnnFindConvolutionForwardAlgorithm(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN: timing the forward algorithms"))
 			return false;
-		a[0] = pick(rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
+		a[0] = pick(c, 0, rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
 		if (!ckd(c, cudnnFindConvolutionBackwardDataAlgorithm(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN: timing the data gradient algorithms"))
 			return false;
-		a[1] = pick(rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
+		a[1] = pick(c, 1, rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
 		if (!ckd(c, cudnnFindConvolutionBackwardFilterAlgorithm(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN: timing the filter gradient algorithms"))
 			return false;
-		a[2] = pick(rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
+		a[2] = pick(c, 2, rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
 	}
 	if (a[0] < 0 || a[1] < 0 || a[2] < 0)
 		return false; /* none deterministic within the bound: im2col */
@@ -478,11 +493,19 @@ static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g) { return 0; }
 
 /* ---- the backend's calls ------------------------------------------------------------ */
 
+/* channels-last bfloat16 of channel counts cuDNN's data gradient refuses */
+static bool bf16_unaligned(const dp_bectx *c, const dp_conv2d *g)
+{
+	return c->nhwc && c->prec == DP_PREC_BF16 && (g->c % 8 || g->k % 8);
+}
+
 size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g)
 {
 	cu_use(c);
 	conv_plan *p = plan_for(c, g);
 	size_t ws = p ? filter_bytes(c, g) + p->ws_any : plan_gemm(c, g).bytes;
+	if (p && bf16_unaligned(c, g) && plan_gemm(c, g).bytes > ws)
+		ws = plan_gemm(c, g).bytes; /* its backward may go through im2col */
 	if (ws > c->ws_cap)
 		c->ws_cap = ws;
 	return ws;
@@ -584,6 +607,13 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 	cu_use(c);
 	PROF(c, "convolution backward");
 	conv_plan *p = plan_for(c, g);
+	/* cuDNN refuses (CUDNN_STATUS_BAD_PARAM, seen on an H200 with cuDNN
+	 * 9.14) the bfloat16 channels-last data gradient of channel counts not
+	 * a multiple of 8, which its forward pass and filter gradient take:
+	 * such layers (a few channels: never a network's large ones) go
+	 * through im2col */
+	if (p && dx && bf16_unaligned(c, g))
+		p = NULL;
 	if (!p) {
 		if (c->nhwc)
 			gemm_bwd_nhwc(c, g, x, w, y, dy, dx, dw, db, act, ws);

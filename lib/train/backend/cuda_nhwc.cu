@@ -100,6 +100,66 @@ size_t nhwc_bytes(const dp_bectx *c, size_t elems)
 		}                              \
 	} while (0)
 
+/* ---- 16 bytes at a time ------------------------------------------------------------
+ * The elementwise and channel kernels move 16 bytes per access (8 bfloat16
+ * or 4 floats) where the sizes and pointers allow: with one or two bytes a
+ * thread there are too few bytes in flight to fill the memory bus (on an
+ * H200 the 2-byte kernels ran at a quarter of its bandwidth). */
+
+template <typename T> struct VN;
+template <> struct VN<float> {
+	enum { n = 4 };
+};
+template <> struct VN<bf16> {
+	enum { n = 8 };
+};
+
+__device__ __forceinline__ float bf_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+/* float to bfloat16 bits, rounding to nearest even (__float2bfloat16's) */
+__device__ __forceinline__ unsigned bf_bits(float f)
+{
+	unsigned u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return 0x7fc0u;
+	return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+__device__ __forceinline__ void vld(const float *p, float *f)
+{
+	uint4 q = *(const uint4 *)p;
+	f[0] = __uint_as_float(q.x), f[1] = __uint_as_float(q.y);
+	f[2] = __uint_as_float(q.z), f[3] = __uint_as_float(q.w);
+}
+__device__ __forceinline__ void vld(const bf16 *p, float *f)
+{
+	uint4 q = *(const uint4 *)p;
+	f[0] = bf_lo(q.x), f[1] = bf_hi(q.x), f[2] = bf_lo(q.y), f[3] = bf_hi(q.y);
+	f[4] = bf_lo(q.z), f[5] = bf_hi(q.z), f[6] = bf_lo(q.w), f[7] = bf_hi(q.w);
+}
+__device__ __forceinline__ void vst(float *p, const float *f)
+{
+	uint4 q;
+	q.x = __float_as_uint(f[0]), q.y = __float_as_uint(f[1]);
+	q.z = __float_as_uint(f[2]), q.w = __float_as_uint(f[3]);
+	*(uint4 *)p = q;
+}
+__device__ __forceinline__ void vst(bf16 *p, const float *f)
+{
+	uint4 q;
+	q.x = bf_bits(f[0]) | bf_bits(f[1]) << 16, q.y = bf_bits(f[2]) | bf_bits(f[3]) << 16;
+	q.z = bf_bits(f[4]) | bf_bits(f[5]) << 16, q.w = bf_bits(f[6]) | bf_bits(f[7]) << 16;
+	*(uint4 *)p = q;
+}
+
+/* whether n elements at the pointers go 16 bytes at a time */
+static bool vec_ok(const dp_bectx *c, size_t n, const void *a, const void *b = NULL, const void *d = NULL)
+{
+	size_t vn = c->prec == DP_PREC_BF16 ? 8 : 4;
+	return n % vn == 0 && !((uintptr_t)a & 15) && !((uintptr_t)b & 15) && !((uintptr_t)d & 15);
+}
+static size_t vec_n(const dp_bectx *c) { return c->prec == DP_PREC_BF16 ? 8 : 4; }
+
 /* ---- layout conversions -------------------------------------------------------- */
 
 template <typename T>
@@ -205,6 +265,11 @@ static unsigned chan_grid(size_t total, int k)
 	size_t i##0_ = (size_t)blockIdx.x * blockDim.x + threadIdx.x;             \
 	int ch = (int)(i##0_ % (size_t)(k));                                      \
 	for (size_t i = i##0_; i < (total); i += (size_t)gridDim.x * blockDim.x)
+/* the same in two parts, for a thread's per-channel values in between */
+#define CHAN_OF(i, ch, k)                                                         \
+	size_t i##0_ = (size_t)blockIdx.x * blockDim.x + threadIdx.x;             \
+	int ch = (int)(i##0_ % (size_t)(k))
+#define CHAN_LOOP(i, total) for (size_t i = i##0_; i < (total); i += (size_t)gridDim.x * blockDim.x)
 
 template <typename T> __global__ void k_bias_act(T *y, size_t total, int k, const float *b, int act)
 {
@@ -212,6 +277,25 @@ template <typename T> __global__ void k_bias_act(T *y, size_t total, int k, cons
 	{
 		float bb = b ? b[ch] : 0.0f;
 		y[i] = to<T>(act_f(act, fl(y[i]) + bb));
+	}
+}
+
+/* by vectors: kv = k / N vectors a row, vector cv of a row holding
+ * channels cv N .. cv N + N - 1 */
+template <typename T> __global__ void k_bias_act_v(T *y, size_t nv, int kv, const float *b, int act)
+{
+	const int N = VN<T>::n;
+	CHAN_OF(i, cv, kv);
+	float bb[N];
+	for (int j = 0; j < N; j++)
+		bb[j] = b ? b[cv * N + j] : 0.0f;
+	CHAN_LOOP(i, nv)
+	{
+		float f[N];
+		vld(y + i * N, f);
+		for (int j = 0; j < N; j++)
+			f[j] = act_f(act, f[j] + bb[j]);
+		vst(y + i * N, f);
 	}
 }
 
@@ -228,6 +312,45 @@ template <typename T> __global__ void k_act_grad(const T *y, const T *dy, T *dx,
 template <typename T> __global__ void k_add(const T *a, const T *b, T *y, size_t n, int act)
 {
 	FOR_EACH(i, n) y[i] = to<T>(act_f(act, fl(a[i]) + fl(b[i])));
+}
+
+/* the same, nv vectors of 16 bytes */
+template <typename T> __global__ void k_act_v(const T *x, T *y, size_t nv, int act)
+{
+	const int N = VN<T>::n;
+	FOR_EACH(i, nv) {
+		float f[N];
+		vld(x + i * N, f);
+		for (int j = 0; j < N; j++)
+			f[j] = act_f(act, f[j]);
+		vst(y + i * N, f);
+	}
+}
+
+template <typename T> __global__ void k_act_grad_v(const T *y, const T *dy, T *dx, size_t nv, int act)
+{
+	const int N = VN<T>::n;
+	FOR_EACH(i, nv) {
+		float a[N], d[N];
+		vld(y + i * N, a);
+		vld(dy + i * N, d);
+		for (int j = 0; j < N; j++)
+			d[j] = act_g(act, a[j], d[j]);
+		vst(dx + i * N, d);
+	}
+}
+
+template <typename T> __global__ void k_add_v(const T *a, const T *b, T *y, size_t nv, int act)
+{
+	const int N = VN<T>::n;
+	FOR_EACH(i, nv) {
+		float f[N], g[N];
+		vld(a + i * N, f);
+		vld(b + i * N, g);
+		for (int j = 0; j < N; j++)
+			f[j] = act_f(act, f[j] + g[j]);
+		vst(y + i * N, f);
+	}
 }
 
 /* Element i of (n, h, w, c) is element (c * hw + p) of its sample for the
@@ -248,7 +371,12 @@ void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int
 	size_t total = rows * k;
 	if (!total || (!b && !act))
 		return;
-	BY_TYPE(c, LAUNCH(k_bias_act<T>, chan_grid(total, k), THREADS, c->s, (T *)y, total, k, b, act));
+	size_t N = vec_n(c);
+	if (k % N == 0 && vec_ok(c, total, y))
+		BY_TYPE(c, LAUNCH(k_bias_act_v<T>, chan_grid(total / N, k / (int)N), THREADS, c->s, (T *)y,
+				  total / N, k / (int)N, b, act));
+	else
+		BY_TYPE(c, LAUNCH(k_bias_act<T>, chan_grid(total, k), THREADS, c->s, (T *)y, total, k, b, act));
 	LAUNCHED(c, "bias and activation");
 }
 
@@ -262,7 +390,11 @@ void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx
 			   "copy");
 		return;
 	}
-	BY_TYPE(c, LAUNCH(k_act_grad<T>, grid(n), THREADS, c->s, (const T *)y, (const T *)dy, (T *)dx, n, act));
+	if (vec_ok(c, n, y, dy, dx))
+		BY_TYPE(c, LAUNCH(k_act_grad_v<T>, grid(n / vec_n(c)), THREADS, c->s, (const T *)y, (const T *)dy,
+				  (T *)dx, n / vec_n(c), act));
+	else
+		BY_TYPE(c, LAUNCH(k_act_grad<T>, grid(n), THREADS, c->s, (const T *)y, (const T *)dy, (T *)dx, n, act));
 	LAUNCHED(c, "activation gradient");
 }
 
@@ -276,7 +408,10 @@ bool nhwc_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y)
 	nhwc_tag s = *t;
 	if (tag_elems(&s) != n)
 		cu_fail(c, "activation", "channels-last tensor of another size");
-	BY_TYPE(c, LAUNCH(k_act<T>, grid(n), THREADS, c->s, (const T *)x, (T *)y, n, act));
+	if (vec_ok(c, n, x, y))
+		BY_TYPE(c, LAUNCH(k_act_v<T>, grid(n / vec_n(c)), THREADS, c->s, (const T *)x, (T *)y, n / vec_n(c), act));
+	else
+		BY_TYPE(c, LAUNCH(k_act<T>, grid(n), THREADS, c->s, (const T *)x, (T *)y, n, act));
 	LAUNCHED(c, "activation");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
@@ -304,7 +439,11 @@ bool nhwc_add(dp_bectx *c, size_t n, const float *a, const float *b, float *y, i
 		cu_fail(c, "add", "channels-last tensor of another size");
 	void *tmp = !ta || !tb ? cu_scratch(c, nhwc_bytes(c, n)) : NULL;
 	const void *A = nhwc_in(c, a, s.n, s.c, s.h, s.w, tmp), *B = nhwc_in(c, b, s.n, s.c, s.h, s.w, tmp);
-	BY_TYPE(c, LAUNCH(k_add<T>, grid(n), THREADS, c->s, (const T *)A, (const T *)B, (T *)y, n, act));
+	if (vec_ok(c, n, A, B, y))
+		BY_TYPE(c, LAUNCH(k_add_v<T>, grid(n / vec_n(c)), THREADS, c->s, (const T *)A, (const T *)B, (T *)y,
+				  n / vec_n(c), act));
+	else
+		BY_TYPE(c, LAUNCH(k_add<T>, grid(n), THREADS, c->s, (const T *)A, (const T *)B, (T *)y, n, act));
 	LAUNCHED(c, "add");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
@@ -340,9 +479,10 @@ static int col_blocks(size_t rows)
 	return (int)(nb < 1 ? 1 : nb > 1024 ? 1024 : nb);
 }
 
+/* lanes a row: the power of two >= k (32 to 256; 1 to 256 for vectors) */
 static int col_width(int k)
 {
-	int cw = 32;
+	int cw = k >= 32 ? 32 : 1;
 	while (cw < k && cw < THREADS)
 		cw *= 2;
 	return cw;
@@ -393,6 +533,72 @@ __global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, 
 	}
 }
 
+/* The same over vectors: a lane takes N channels (16 bytes) of a row, CW
+ * lanes span up to 256 vectors of a row, RG = 256 / CW row groups; rows
+ * unrolled by 4 so that each thread has several loads in flight. */
+template <typename T, int OP>
+__global__ void k_col_part_v(const T *x, const T *dy, size_t rows, int k, int cw, const float *m0,
+			     const float *save, float *part)
+{
+	const int N = VN<T>::n;
+	__shared__ float sh[2][THREADS * N];
+	int rg = (int)threadIdx.x / cw, lane = (int)threadIdx.x % cw, ngr = THREADS / cw, kv = k / N;
+	size_t per = (rows + gridDim.x - 1) / gridDim.x, r0 = per * blockIdx.x;
+	size_t r1 = r0 + per < rows ? r0 + per : rows;
+	for (int cv0 = 0; cv0 < kv; cv0 += cw) {
+		int cv = cv0 + lane;
+		float s1[N], s2[N], a[N], inv[N];
+		for (int j = 0; j < N; j++) {
+			s1[j] = s2[j] = 0.0f;
+			a[j] = 0.0f;
+			inv[j] = 1.0f;
+		}
+		if (cv < kv) {
+			for (int j = 0; j < N; j++) {
+				int ch = cv * N + j;
+				a[j] = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP == 2 ? save[ch] : 0.0f;
+				inv[j] = OP == 2 ? save[k + ch] : 1.0f;
+			}
+#pragma unroll 4
+			for (size_t r = r0 + rg; r < r1; r += ngr) {
+				float f[N], d[N];
+				vld(x + r * k + (size_t)cv * N, f);
+				if (OP == 2)
+					vld(dy + r * k + (size_t)cv * N, d);
+				for (int j = 0; j < N; j++) {
+					if (OP == 0) {
+						s1[j] += f[j];
+					} else if (OP == 1) {
+						float v = f[j] - a[j];
+						s1[j] += v;
+						s2[j] += v * v;
+					} else {
+						s1[j] += d[j];
+						s2[j] += d[j] * ((f[j] - a[j]) * inv[j]);
+					}
+				}
+			}
+		}
+		for (int j = 0; j < N; j++) {
+			sh[0][threadIdx.x * N + j] = s1[j];
+			sh[1][threadIdx.x * N + j] = s2[j];
+		}
+		__syncthreads();
+		if (rg == 0 && cv < kv) {
+			for (int j = 0; j < N; j++) {
+				float t1 = 0.0f, t2 = 0.0f;
+				for (int g2 = 0; g2 < ngr; g2++) {
+					t1 += sh[0][(g2 * cw + lane) * N + j];
+					t2 += sh[1][(g2 * cw + lane) * N + j];
+				}
+				part[((size_t)blockIdx.x * 2) * k + (size_t)cv * N + j] = t1;
+				part[((size_t)blockIdx.x * 2 + 1) * k + (size_t)cv * N + j] = t2;
+			}
+		}
+		__syncthreads();
+	}
+}
+
 /* tot (2, k) doubles = the sums of part over its nb blocks */
 __global__ void k_col_total(const float *part, int nb, int k, double *tot)
 {
@@ -412,11 +618,15 @@ template <int OP>
 static double *col_sums(dp_bectx *c, const void *x, const void *dy, size_t rows, int k,
 			const float *m0, const float *save, char *scr)
 {
-	int nb = col_blocks(rows), cw = col_width(k);
+	int nb = col_blocks(rows), N = (int)vec_n(c);
 	float *part = (float *)scr;
 	double *tot = (double *)(scr + align256((size_t)nb * 2 * k * sizeof(float)));
-	BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
-			  k, cw, m0, save, part));
+	if (k % N == 0 && vec_ok(c, rows * k, x, dy))
+		BY_TYPE(c, LAUNCH((k_col_part_v<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
+				  k, col_width(k / N), m0, save, part));
+	else
+		BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
+				  k, col_width(k), m0, save, part));
 	LAUNCHED(c, "channel sums");
 	LAUNCH(k_col_total, grid((size_t)k), THREADS, c->s, part, nb, k, tot);
 	LAUNCHED(c, "channel sums");
@@ -497,6 +707,25 @@ template <typename T> __global__ void k_bn_apply(const T *x, const float *ab, in
 	}
 }
 
+template <typename T> __global__ void k_bn_apply_v(const T *x, const float *ab, int k, size_t nv, T *y)
+{
+	const int N = VN<T>::n;
+	CHAN_OF(i, cv, k / N);
+	float a[N], b[N];
+	for (int j = 0; j < N; j++) {
+		a[j] = ab[cv * N + j];
+		b[j] = ab[k + cv * N + j];
+	}
+	CHAN_LOOP(i, nv)
+	{
+		float f[N];
+		vld(x + i * N, f);
+		for (int j = 0; j < N; j++)
+			f[j] = f[j] * a[j] + b[j];
+		vst(y + i * N, f);
+	}
+}
+
 /* sums of x and x^2 from sums of (x - a) and (x - a)^2 over m values */
 __global__ void k_unshift(const double *tot, const float *m0, int k, double m, double *sums)
 {
@@ -507,11 +736,14 @@ __global__ void k_unshift(const double *tot, const float *m0, int k, double m, d
 	}
 }
 
+/* x's tag when batchnorm reads it channels-last; NULL also when the
+ * batchnorm is over other channels (after flatten: the caller reads x as
+ * NCHW float32, nhwc_flat) */
 static const nhwc_tag *bn_tag(dp_bectx *c, const dp_bnorm *g, const void *x)
 {
 	const nhwc_tag *t = tag_of(c, x);
 	if (t && (t->n != g->n || t->c != g->c || (size_t)t->h * t->w != (size_t)g->hw))
-		cu_fail(c, "batchnorm", "channels-last tensor of another shape");
+		return NULL;
 	return t;
 }
 
@@ -550,7 +782,13 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
 	       run_mean, run_var, save, ab);
 	LAUNCHED(c, "batchnorm statistics");
-	BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c, total, (T *)y));
+	size_t N = vec_n(c);
+	if (g->c % N == 0 && vec_ok(c, total, x, y))
+		BY_TYPE(c, LAUNCH(k_bn_apply_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s, (const T *)x,
+				  ab, g->c, total / N, (T *)y));
+	else
+		BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c,
+				  total, (T *)y));
 	LAUNCHED(c, "batchnorm");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
@@ -572,6 +810,33 @@ __global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, con
 		coef[ch] = gamma[ch] * inv;
 		coef[k + ch] = g.eval ? 0.0f : (float)(s[ch] / cnt);
 		coef[2 * k + ch] = g.eval ? 0.0f : (float)(s[k + ch] / cnt);
+	}
+}
+
+template <typename T>
+__global__ void k_bn_dx_v(const T *x, const T *dy, const float *save, const float *coef, int k,
+			  size_t nv, T *dx)
+{
+	const int N = VN<T>::n;
+	CHAN_OF(i, cv, k / N);
+	/* dx = a dy - b - c x, folded per channel: a = k, b = k (mdy - mean inv mdyx),
+	 * c = k inv mdyx */
+	float a[N], b[N], cc[N];
+	for (int j = 0; j < N; j++) {
+		int ch = cv * N + j;
+		float m = save[ch], inv = save[k + ch], kk = coef[ch], mdy = coef[k + ch], mx = coef[2 * k + ch];
+		a[j] = kk;
+		b[j] = kk * (mdy - m * inv * mx);
+		cc[j] = kk * inv * mx;
+	}
+	CHAN_LOOP(i, nv)
+	{
+		float f[N], d[N];
+		vld(x + i * N, f);
+		vld(dy + i * N, d);
+		for (int j = 0; j < N; j++)
+			d[j] = a[j] * d[j] - b[j] - cc[j] * f[j];
+		vst(dx + i * N, d);
 	}
 }
 
@@ -632,8 +897,13 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
 	LAUNCHED(c, "batchnorm gradient");
 	if (dx) {
-		BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, (const T *)d, save,
-				  coef, g->c, total, (T *)dx));
+		size_t N = vec_n(c);
+		if (g->c % N == 0 && vec_ok(c, total, x, d, dx))
+			BY_TYPE(c, LAUNCH(k_bn_dx_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s,
+					  (const T *)x, (const T *)d, save, coef, g->c, total / N, (T *)dx));
+		else
+			BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x,
+					  (const T *)d, save, coef, g->c, total, (T *)dx));
 		LAUNCHED(c, "batchnorm input gradient");
 		tag_set(c, dx, s.n, s.c, s.h, s.w);
 	}

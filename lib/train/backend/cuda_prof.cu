@@ -5,11 +5,12 @@
  * the optimizer...), read at each sync(), summed per kind of call; at
  * close, FILE receives one line per kind, most time first:
  *
- *   kind calls gpu_ms share
+ *   kind calls gpu_ms share host_ms
  *
- * then the totals: the GPU time inside calls against the wall time from
- * the first call to the last sync (the GPU's busy fraction, as nvidia-smi
- * cannot say it).  The events cost a few microseconds a call: profile a
+ * (host_ms: the time the calls took on the host, queueing the work: when
+ * it nears gpu_ms the GPU waits for the host), then the totals: the GPU
+ * time inside calls against the wall time from the first call to the last
+ * sync (the GPU's busy fraction, as nvidia-smi cannot say it).  The events cost a few microseconds a call: profile a
  * separate short run, not the one whose speed is reported.
  */
 #include "cuda_impl.h"
@@ -24,8 +25,10 @@ struct prof_pair {
 struct cu_prof {
 	char *path;
 	const char *kind[64];
-	double ms[64];
+	double ms[64], host_ms[64];
 	long calls[64];
+	double t0; /* the host clock at the current call's start */
+	int cur;   /* its kind */
 	int nkind;
 	prof_pair *ev;
 	int nev, cap;
@@ -83,6 +86,8 @@ int cu_prof_begin(dp_bectx *c, const char *what)
 	prof_pair *e = &f->ev[f->nev];
 	e->kind = k;
 	cudaEventRecord(e->a, c->s);
+	f->cur = k;
+	f->t0 = now_s();
 	return f->nev++;
 }
 
@@ -91,8 +96,10 @@ void cu_prof_end(dp_bectx *c, int i)
 	if (!c->prof)
 		return;
 	c->prof_depth--;
-	if (i >= 0)
+	if (i >= 0) {
 		cudaEventRecord(c->prof->ev[i].b, c->s);
+		c->prof->host_ms[c->prof->cur] += (now_s() - c->prof->t0) * 1e3;
+	}
 }
 
 /* After a sync: the events' times into the sums. */
@@ -134,14 +141,16 @@ void cu_prof_close(dp_bectx *c)
 					order[a] = order[b];
 					order[b] = t;
 				}
-		fprintf(o, "kind calls gpu_ms share\n");
+		double host = 0;
+		fprintf(o, "kind calls gpu_ms share host_ms\n");
 		for (int a = 0; a < f->nkind; a++) {
 			int k = order[a];
-			fprintf(o, "%s %ld %.3f %.1f%%\n", f->kind[k], f->calls[k], f->ms[k],
-				tot > 0 ? 100 * f->ms[k] / tot : 0.0);
+			host += f->host_ms[k];
+			fprintf(o, "%s %ld %.3f %.1f%% %.3f\n", f->kind[k], f->calls[k], f->ms[k],
+				tot > 0 ? 100 * f->ms[k] / tot : 0.0, f->host_ms[k]);
 		}
 		double wall = (f->wall1 - f->wall0) * 1e3;
-		fprintf(o, "total gpu_ms=%.3f wall_ms=%.3f busy=%.1f%%\n", tot, wall,
+		fprintf(o, "total gpu_ms=%.3f host_ms=%.3f wall_ms=%.3f busy=%.1f%%\n", tot, host, wall,
 			wall > 0 ? 100 * tot / wall : 0.0);
 		fclose(o);
 	}
