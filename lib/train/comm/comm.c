@@ -88,7 +88,7 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	}
 	c->be = be;
 	c->ctx = ctx;
-	c->host = !be || !strcmp(be->name, "cpu");
+	c->host = !be || (be->caps & DP_CAP_HOST_MEMORY);
 	c->size = 1;
 	snprintf(c->desc, sizeof c->desc, "single process");
 	snprintf(c->lib, sizeof c->lib, "none");
