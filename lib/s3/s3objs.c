@@ -231,6 +231,7 @@ typedef struct fwalk {
 	fent *v;
 	size_t n, cap;
 	int depth;
+	struct { dev_t dev; ino_t ino; } up[66]; /* the folders on the way down */
 } fwalk;
 
 static int fw_add(fwalk *w, const char *rel, int dir, const struct stat *st, dp_err *e)
@@ -294,6 +295,22 @@ static int walk(const char *root, const char *rel, int recursive, const char *na
 		closedir(d);
 		free(dir);
 		return dp_seterr(e, DP_ELIMIT, "%s: directories nested too deep", root);
+	}
+	/* a link back up the tree (loop -> ..) is a loop, not 64 levels of
+	 * copies (two links to . would be 2^64 of them) */
+	struct stat ds;
+	if (fstat(dirfd(d), &ds) == 0) {
+		for (int i = 0; i < w->depth - 1; i++)
+			if (w->up[i].dev == ds.st_dev && w->up[i].ino == ds.st_ino) {
+				int rc = dp_seterr(e, DP_EDATA, "%s: a loop: it leads back to a folder above "
+						   "it (a symbolic link?)", dir);
+				w->depth--;
+				closedir(d);
+				free(dir);
+				return rc;
+			}
+		w->up[w->depth - 1].dev = ds.st_dev;
+		w->up[w->depth - 1].ino = ds.st_ino;
 	}
 	int rc = DP_OK;
 	struct dirent *de;
