@@ -1057,6 +1057,15 @@ int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp
 		s3_call_clean(&c);
 		dp_buf_free(&p.key);
 		dp_buf_free(&p.id);
+		/* the markers go forward (key, then upload id), or the listing
+		 * would repeat itself for ever */
+		if (rc == DP_OK && p.truncated && p.next_key && km) {
+			int k = strcmp(p.next_key, km);
+			if (k < 0 || (k == 0 && strcmp(p.next_id ? p.next_id : "", im ? im : "") <= 0))
+				rc = dp_seterr(e, DP_EDATA, "s3://%s/%s: the upload listing went back (its "
+					       "next marker is not past the last): the server repeats "
+					       "itself", l->bucket, l->key);
+		}
 		free(km);
 		free(im);
 		km = p.next_key;
