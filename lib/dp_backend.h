@@ -123,8 +123,21 @@ typedef struct dp_backend_opts {
 
 typedef struct dp_bectx dp_bectx; /* one backend instance's state */
 
+/* What a backend is and can do (dp_backend.caps, curl's vtls "supports"):
+ * callers ask these bits, never the backend's name.  A new bit goes at the
+ * end; a backend sets those that hold for it. */
+enum dp_backend_cap {
+	/* (dev) pointers are host memory: the host reads and writes them in
+	 * place (no download, no staging through host buffers) */
+	DP_CAP_HOST_MEMORY = 1u << 0,
+	/* a CUDA device whose memory and stream NCCL can sum gradients on
+	 * (lib/train/comm/nccl.c: dp_cuda_stream, dp_cuda_device) */
+	DP_CAP_NCCL = 1u << 1,
+};
+
 typedef struct dp_backend {
-	const char *name;
+	const char *name; /* for people and dp_backend_find, not for decisions */
+	unsigned caps;    /* enum dp_backend_cap */
 	/* Start an instance: threads, device, library handles, streams.  A
 	 * one-line description of what it runs on goes to desc (may be NULL). */
 	int (*open)(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t desc_len,

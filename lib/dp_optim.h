@@ -80,8 +80,8 @@ DP_EXPORT const char *dp_optim_state_name(const dp_optim *o, int j);
 DP_EXPORT float *dp_optim_state(dp_optim *o, int j);
 
 /* ---- gradients between the backward pass and the update -----------------
- * acc += g, n floats (dev) of backend be: gradient accumulation.  Exact
- * (the SGD kernel at rate -1, which every backend has). */
+ * acc += g, n floats (dev) of backend be: gradient accumulation (the
+ * backend's add, exact). */
 DP_EXPORT void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *g,
 			    size_t n);
 /* PyTorch's clip_grad_norm_: the L2 norm of g (dev, n floats), summed in

@@ -299,6 +299,11 @@ is "$rc" 1 "srun -n 2 without MPI (its variables): refused"
 like "$err" "^dp-train: srun started 2 tasks but none of them joined an MPI job: use srun --mpi=pmix \(see DISTRIBUTED in dp-train\(1\)\)$" \
 	"... says how to start it"
 ok test ! -e x.st "... before writing anything"
+run env WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 dp-train --train all.tfr "${P[@]}" --epochs 1 -o x.st
+is "$rc" 1 "a torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK; no MPI): refused, not rank 0 of 1"
+like "$err" "torchrun started 2 processes but none of them joined an MPI job: dp-train's ranks are MPI's, not torchrun's \(RANK, WORLD_SIZE\): start it with mpirun -np N" \
+	"... says how to start it"
+ok test ! -e x.st "... before writing anything"
 run env PMI_SIZE=2 PMI_RANK=0 dp-train --train all.tfr "${P[@]}" --epochs 1
 is "$rc" 1 "a PMI launcher of 2 that Open MPI does not speak (MPI sees 1): refused"
 like "$err" "the launcher \(PMI_SIZE\) started 2 processes but MPI sees 1" "... says so"

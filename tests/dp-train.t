@@ -172,6 +172,10 @@ is "$(ls ck-*.st | sort -V | tr '\n' ' ')" "ck-5.st ck-10.st ck-14.st " "--check
 run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --checkpoint-every 1e --checkpoint 'ep-{epoch}.st' -o final.st
 is "$(ls ep-*.st | tr '\n' ' ')" "ep-1.st ep-2.st ep-3.st " "--checkpoint-every 1e with {epoch}: the last epoch's too"
 same_file ep-3.st final.st "... the state -o holds"
+# the cosine schedule's rates as set, not with a schedule's rounding noise
+# (epoch 3 of 3 at lr 0.01: 0.0025, which the arithmetic makes 0.0025000000000000014)
+run dp-train --train small.tfr "${BASE[@]}" --lr 0.01 --lr-schedule cosine --epochs 3 --log-every 1000 -o cos.st
+is "$(grep -o 'lr=[^ ]*' <<<"$out" | tr '\n' ' ')" "lr=0.01 lr=0.0075 lr=0.0025 " "--lr-schedule cosine: lr=0.0075, lr=0.0025"
 # a --on-epoch hook's time is not training: left out of samples_per_sec (a
 # line of 2 epochs' worth of samples took well under the hook's 3 s)
 run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --log-every 1000 --on-epoch 'sleep 3' -o h.st

@@ -107,6 +107,15 @@ loss,0.5123,200,1,0
 samples_per_sec,62550,200,1,0
 loss,0.5123,200,1,1
 samples_per_sec,62001,200,1,1" "--csv with ranks from Open MPI's --tag-output prefix"
+# --tag-output with dp-train --log-all-ranks: rank 0 writes its own lines
+# (rank=0) and the job's (no rank key); the job's are not rank 0's
+printf '%s\n' '[1,0]<stdout>:rank=0 epoch=1 step=10 loss=0.5' '[1,1]<stdout>:rank=1 epoch=1 step=10 loss=0.7' \
+	'[1,0]<stdout>:epoch=1 step=10 loss=0.6' > allranks.log
+run metrics-grep --csv allranks.log
+is "$out" "name,value,step,epoch,rank
+loss,0.5,10,1,0
+loss,0.7,10,1,1
+loss,0.6,10,1," "--tag-output --log-all-ranks: the job's line has no rank, rank 0's own keeps 0"
 run metrics-grep --json "$D/tagged.log"
 is "$(printf '%s\n' "$out" | head -1)" '{"name":"loss","value":0.6931,"step":100,"epoch":1,"rank":0}' "--json"
 printf '%s\n' "$out" > j.jsonl

@@ -141,6 +141,13 @@ run env SM_HPS='{"nesterov":"yes please"}' dp-train --sagemaker="$R"
 like "$err" "hyperparameter 'nesterov' is 'yes please': --nesterov is a switch: want true or false" \
 	"a switch: true or false"
 failure "a bad switch"
+# a tree without output/ (made by hand, or by another harness): the failure
+# is recorded all the same
+mv "$R/output" "$R/output.away"
+run env SM_HPS='{"lr":"fast"}' dp-train --sagemaker="$R"
+is "$rc" 2 "no ROOT/output: a bad value still exit 2"
+failure "no ROOT/output"
+rm -rf "$R/output" && mv "$R/output.away" "$R/output"
 run env SM_HPS='{"help":"true"}' dp-train --sagemaker="$R"
 like "$rc:$err" "^2:.*'help': not an option" "help is no hyperparameter"
 rm -f "$R/output/failure"

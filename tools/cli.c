@@ -6,12 +6,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct cli cli = {.prog = "dptools", .rank = -1};
@@ -59,6 +61,16 @@ static void write_failure(void)
 			n--;
 	last_msg[n < sizeof last_msg - 1 ? n : n - 1] = '\n';
 	n += n < sizeof last_msg - 1;
+	/* its folder (SageMaker's ROOT/output) may not exist yet in a tree
+	 * made by hand: made here, or the failure would go unrecorded */
+	char dir[PATH_MAX];
+	const char *slash = strrchr(cli.failure_file, '/');
+	if (slash && (size_t)(slash - cli.failure_file) < sizeof dir) {
+		memcpy(dir, cli.failure_file, (size_t)(slash - cli.failure_file));
+		dir[slash - cli.failure_file] = 0;
+		if (*dir)
+			mkdir(dir, 0777);
+	}
 	if (dp_out_open(&o, cli.failure_file, &e) < 0)
 		goto fail;
 	if (dp_write_all(o.fd, last_msg, n, cli.failure_file, &e) < 0) {

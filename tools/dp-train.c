@@ -854,8 +854,9 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 	snprintf(v[1], 40, "%" PRIu64, step);
 	snprintf(v[2], 40, "%.6g", samples > 0 ? loss / samples : 0.0);
 	snprintf(v[3], 40, "%.4f", samples > 0 ? correct / samples : 0.0);
-	char lb[40];
-	snprintf(v[4], 40, "%s", dp_fmt_double(lr, lb, sizeof lb));
+	/* 12 significant digits: a schedule's arithmetic leaves noise in the
+	 * last bits (cosine: 0.005000000000000003), not a rate anyone set */
+	snprintf(v[4], 40, "%.12g", lr);
 	snprintf(v[5], 40, "%.0f", dt > 0 ? samples / dt : 0.0);
 	snprintf(v[6], 40, "%.0f", skipped);
 	if (!has_acc) { /* mse: no accuracy */

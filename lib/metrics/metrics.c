@@ -299,6 +299,7 @@ struct dp_matcher {
 	struct def *defs;
 	int ndefs, cap_defs;
 	int logfmt, logfmt_all;
+	int tag_keyed; /* a tagged line has carried a rank= key */
 	pcre2_match_data *md;
 	pcre2_match_context *mctx;
 	pcre2_jit_stack *jstack;
@@ -913,12 +914,12 @@ int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out)
 	out->rank = -1;
 	if (len && line[len - 1] == '\r')
 		len--;
+	int tag = -1;
 	if (len && line[0] == '[') {
-		size_t t = dp_mpi_tag(line, len, &out->rank);
+		size_t t = dp_mpi_tag(line, len, &tag);
 		line += t;
 		len -= t;
 	}
-	int rank = out->rank;
 	int n = 0;
 	for (int i = 0; i < m->ndefs; i++) {
 		const struct def *d = &m->defs[i];
@@ -963,10 +964,18 @@ int dp_matcher_match(dp_matcher *m, const char *line, size_t len, dp_match *out)
 			json = scan_json(m, line, len, out, n, 0);
 		if (json < 0 && scan_coords(m, line, len, out) < 0) {
 			out->step = out->epoch = NULL;
-			out->rank = rank;
+			out->rank = -1;
 			scan_logfmt(m, line, len, out, n, 0);
 		}
 	}
+	/* the rank: a rank= key's, else --tag-output's; but once tagged lines
+	 * have carried rank= keys (dp-train --log-all-ranks), a tagged line
+	 * without one is the job's (rank 0 writes the job's lines), not rank
+	 * 0's own */
+	if (out->rank >= 0)
+		m->tag_keyed |= tag >= 0;
+	else if (!m->tag_keyed)
+		out->rank = tag;
 	if (n > 0 && memchr(line, 0, len)) {
 		m->st.binary_lines++;
 		return DP_EDATA;

@@ -108,6 +108,24 @@ int main(void)
 		       dp_optim_name(kind));
 		dp_optim_free(o);
 	}
+
+	/* between the backward pass and the update: accumulation exact, the
+	 * clip's norm read where the backend's memory is (its caps) */
+	ok((be->caps & DP_CAP_HOST_MEMORY) && !(be->caps & DP_CAP_NCCL),
+	   "the cpu backend: host memory, no NCCL");
+	float acc[N], g2[N], want[N];
+	for (int i = 0; i < N; i++) {
+		acc[i] = 0.1f * (float)i - 1.7f;
+		g2[i] = 1.0f / (float)(i + 3);
+		want[i] = acc[i] + g2[i];
+	}
+	dp_grads_add(be, ctx, acc, g2, N);
+	ok(!memcmp(acc, want, sizeof acc), "dp_grads_add: acc + g, bit for bit");
+	double norm = dp_grads_clip(be, ctx, g2, N, 0.5), ss = 0;
+	for (int i = 0; i < N; i++)
+		ss += (double)g2[i] * g2[i];
+	ok(norm > 0.5 && fabs(sqrt(ss) - 0.5) < 1e-5, "dp_grads_clip: norm %.4f scaled to 0.5 (now %.6f)",
+	   norm, sqrt(ss));
 	be->close(ctx);
 	return done_testing();
 }

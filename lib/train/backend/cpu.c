@@ -990,6 +990,7 @@ HOT static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, floa
 
 const dp_backend dp_backend_cpu = {
 	.name = "cpu",
+	.caps = DP_CAP_HOST_MEMORY,
 	.open = cpu_open,
 	.close = cpu_close,
 	.alloc = cpu_alloc,

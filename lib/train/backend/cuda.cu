@@ -1298,6 +1298,7 @@ static dp_backend make_backend(void)
 	dp_backend b;
 	memset(&b, 0, sizeof b);
 	b.name = "cuda";
+	b.caps = DP_CAP_NCCL;
 	b.open = cu_open;
 	b.close = cu_close;
 	b.alloc = cu_alloc;

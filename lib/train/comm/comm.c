@@ -37,12 +37,13 @@ static long launched_tasks(const char **who)
 		{"OMPI_COMM_WORLD_SIZE", "mpirun"},
 		{"PMI_SIZE", "the launcher (PMI_SIZE)"},
 		{"SLURM_STEP_NUM_TASKS", "srun"}, /* a step's tasks; not set in a batch script */
+		{"WORLD_SIZE", "torchrun"},       /* PyTorch's launchers: RANK, LOCAL_RANK too */
 	};
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
 		const char *v = getenv(vars[i][0]);
 		if (!v || !*v)
 			continue;
-		*who = getenv("SLURM_STEP_ID") && i > 0 ? "srun" : vars[i][1];
+		*who = getenv("SLURM_STEP_ID") && i > 0 && i < 3 ? "srun" : vars[i][1];
 		return strtol(v, NULL, 10);
 	}
 	return 0;
@@ -60,6 +61,9 @@ static int check_alone(dp_comm *c, dp_err *e)
 				  ? "use srun --mpi=pmix"
 			  : !strcmp(who, "mpirun")
 				  ? "this program was built with another MPI library than this mpirun's"
+			  : !strcmp(who, "torchrun")
+				  ? "dp-train's ranks are MPI's, not torchrun's (RANK, WORLD_SIZE): start it "
+				    "with mpirun -np N, or srun --mpi=pmix"
 				  : "start it with the mpirun of its MPI library, or srun --mpi=pmix";
 	return dp_seterr(e, DP_EARG,
 			 "%s started %ld %s but %s: %s (see DISTRIBUTED in dp-train(1))",
@@ -84,7 +88,7 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	}
 	c->be = be;
 	c->ctx = ctx;
-	c->host = !be || !strcmp(be->name, "cpu");
+	c->host = !be || (be->caps & DP_CAP_HOST_MEMORY);
 	c->size = 1;
 	snprintf(c->desc, sizeof c->desc, "single process");
 	snprintf(c->lib, sizeof c->lib, "none");

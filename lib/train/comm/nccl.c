@@ -86,7 +86,7 @@ void comm_nccl_close(dp_comm *c)
 
 int comm_nccl_open(dp_comm *c, dp_err *e)
 {
-	if (c->size < 2 || !c->be || strcmp(c->be->name, "cuda"))
+	if (c->size < 2 || !c->be || !(c->be->caps & DP_CAP_NCCL))
 		return DP_OK;
 	nccl_card me, *all = calloc((size_t)c->size, sizeof *all);
 	if (!all)
@@ -232,7 +232,7 @@ int comm_nccl_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e)
 
 int comm_nccl_open(dp_comm *c, dp_err *e)
 {
-	if (c->size > 1 && c->be && strcmp(c->be->name, "cpu")) {
+	if (c->size > 1 && c->be && !(c->be->caps & DP_CAP_HOST_MEMORY)) {
 		size_t dl = strlen(c->desc);
 		snprintf(c->desc + dl, sizeof c->desc - dl,
 			 "; gradients through host memory (built without NCCL)");

@@ -243,15 +243,14 @@ int dp_optim_frozen(const dp_optim *o, size_t off)
 
 void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *g, size_t n)
 {
-	dp_sgd_args a = {-1.0f, 0, 0, 0, 0, 0}; /* p -= -1 * g */
-	be->sgd(ctx, n, acc, g, NULL, &a);
+	be->add(ctx, n, acc, g, acc, DP_ACT_NONE);
 }
 
 double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double max_norm)
 {
 	const float *h = g;
 	float *tmp = NULL;
-	if (strcmp(be->name, "cpu")) { /* device memory: read it on the host */
+	if (!(be->caps & DP_CAP_HOST_MEMORY)) { /* device memory: read it on the host */
 		if (!(tmp = malloc(n * sizeof *tmp)))
 			return -1;
 		be->download(ctx, tmp, g, n * sizeof *tmp);
