@@ -124,7 +124,7 @@ COMPLETION := $(O)/completion/dptools
 ZSH_COMPLETION := $(O)/completion/_dptools
 DIST := dptools-$(VERSION)
 
-.PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help \
+.PHONY: all check check-build unit cli asan fuzz bench kit learn demo install uninstall clean help \
 	dist distcheck deb
 .DELETE_ON_ERROR:
 
@@ -249,6 +249,10 @@ fuzz: all
 bench: all
 	$(TEST_ENV) bench/run
 
+## kit: the folder to carry to a GPU machine (kit/, scripts/device-kit) for scripts/device-check
+kit:
+	scripts/device-kit kit
+
 ## learn: the full Fashion-MNIST learning runs of dp-train (minutes; prints the accuracies)
 learn: all
 	$(TEST_ENV) examples/fashion-mnist.sh
@@ -302,7 +306,7 @@ deb:
 
 ## clean: remove build directories, the dist tarball and debs/ (O=DIR: that build only)
 clean:
-	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz \
+	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz build-kit kit \
 	  $(DIST).tar.gz debs)
 
 ## help: list the targets
