@@ -461,9 +461,9 @@ static int fetch_web(dp_s3 *s, s3_creds *c, s3_cval *v, dp_err *e)
 	size_t tl = strlen(tok);
 	while (tl && (tok[tl - 1] == '\n' || tok[tl - 1] == '\r'))
 		tok[--tl] = 0;
-	char *er = dp_uri_encode(c->role_arn, strlen(c->role_arn), 0);
-	char *es = dp_uri_encode(c->session, strlen(c->session), 0);
-	char *et = dp_uri_encode(tok, tl, 0);
+	char *er = s3_uri_encode(c->role_arn, strlen(c->role_arn), 0);
+	char *es = s3_uri_encode(c->session, strlen(c->session), 0);
+	char *et = s3_uri_encode(tok, tl, 0);
 	memset(tok, 0, tl);
 	free(tok);
 	char *body = NULL;
