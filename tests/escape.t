@@ -50,4 +50,10 @@ printf 'loss=1\nloss=%s]0;x\n' "$ESC" > l.log
 run metrics-grep -m 'loss=loss=(\S+)' l.log
 like "$err" 'not a number, skipped \(first: loss: "\$'"'"'\\x1b\]0;x'"'"'"\)' "metrics-grep: a value that is not a number, quoted escaped"
 raw_free "$out$err" "... nothing raw"
+# an image file whose name holds ESC, damaged: tfr-cat --encode images names it escaped
+mkdir -p imgs/c && printf '\xff\xd8\xff\xe0 cut' > "imgs/c/x${ESC}[2Ky.jpg"
+run tfr-cat --encode images imgs -o i.tfr
+is "$rc" 1 "tfr-cat --encode images: a damaged image"
+raw_free "$err" "... its file name escaped in the error"
+like "$err" 'imgs/c/x\\x1b\[2Ky\.jpg' "... in the \$'...' form"
 done_testing

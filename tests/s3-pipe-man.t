@@ -1,10 +1,13 @@
 #!/bin/bash
 # The EXAMPLES of man/man1/s3-pipe.1, run offline: each s3://my-bucket/ URL
 # becomes a file:// URL under the scratch directory (s3-pipe treats both
-# alike); s3-pipe-s3.t runs the same examples against radosgw.  Also checks
+# alike); s3-pipe-s3.t runs the same examples against radosgw.  The MPI
+# example runs under a real mpirun (tests/mpi.sh's settings), dp-train on
+# Fashion-MNIST-shaped records under mnist/.  Also checks
 # that the page documents every option and renders without warnings.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/man-examples.sh"
+. "$DP_SRC/tests/mpi.sh"
 PAGE=$DP_SRC/man/man1/s3-pipe.1
 cd "$T" || exit 1
 
@@ -25,6 +28,8 @@ for i in 0 1 2; do
 		tfr-cat --encode json >data/part-$i.tfrecord
 done
 ok test -s data/part-2.tfrecord "fixtures made with tfr-cat"
+mkdir -p bucket/mnist
+$PY "$DP_SRC/tests/mkexamples.py" bucket/mnist/part-0.tfrecord random --n 64 --shape 784 --classes 10 --seed 1
 
 man_examples "$PAGE" ex
 n=0

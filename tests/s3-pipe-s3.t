@@ -306,6 +306,10 @@ for i in 0 1 2; do
 	for r in $(seq 1 $((i + 3))); do printf '{"x":{"int64":[%d]}}\n' $r; done |
 		tfr-cat --encode json >data/part-$i.tfrecord
 done
+# the MPI example's Fashion-MNIST-shaped records, in the bucket
+. "$DP_SRC/tests/mpi.sh"
+$PY "$DP_SRC/tests/mkexamples.py" mnist.tfrecord random --n 64 --shape 784 --classes 10 --seed 1
+s3-pipe put s3://my-bucket/mnist/part-0.tfrecord <mnist.tfrecord || exit 1
 man_examples "$DP_SRC/man/man1/s3-pipe.1" ex
 n=0
 for f in $(ls ex | sort -n); do

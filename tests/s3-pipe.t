@@ -225,6 +225,13 @@ run s3-pipe ls -r d/
 is "$(echo "$out" | wc -l)" "$nkeys" "ls -r: every file"
 run s3-pipe ls d/s
 is "$(echo "$out" | awk '{print $NF}')" "d/sub/" "ls d/s: S3-like prefix match"
+# a local folder with a link back up: an error, not 64 levels of copies (two
+# links to . would be 2^64 of them)
+mkdir -p lp/in && printf 'x' > lp/in/f && ln -s .. lp/in/up && ln -s . lp/in/self
+run timeout 20 s3-pipe ls -r lp/
+is "$rc" 1 "ls -r of a folder with link loops: 1, at once"
+like "$err" "lp/in/(up|self)/: a loop: it leads back to a folder above it" "... naming the loop"
+rm -rf lp
 run s3-pipe ls --json -r "file://$T/d/"
 echo "$out" >ls.json
 ok $PY -c '

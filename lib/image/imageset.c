@@ -25,6 +25,7 @@
 
 typedef struct item {
 	char *path; /* to open */
+	char *shown; /* path as messages quote it (dp_shown: escaped) */
 	char *name; /* image/filename: relative to the folder, or as listed */
 	size_t cls;
 } item;
@@ -61,10 +62,12 @@ static int add_item(dp_image_set *s, const char *path, const char *name, size_t 
 	}
 	item *t = &s->it[s->n];
 	t->path = strdup(path);
+	t->shown = dp_shown(path, strlen(path));
 	t->name = strdup(name);
 	t->cls = cls;
-	if (!t->path || !t->name) {
+	if (!t->path || !t->name || !t->shown) {
 		free(t->path);
+		free(t->shown);
 		free(t->name);
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
@@ -246,12 +249,12 @@ const char *dp_image_set_class(const dp_image_set *s, size_t i)
 	return i < s->ncls ? s->cls[i] : NULL;
 }
 
-static int read_file(dp_image_set *s, const char *path, size_t *len, dp_err *e)
+static int read_file(dp_image_set *s, const char *path, const char *shown, size_t *len, dp_err *e)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		int rc = dp_syserr(e, "%s", path);
+		int rc = dp_syserr(e, "%s", shown);
 		if (fd >= 0)
 			close(fd);
 		return rc;
@@ -259,18 +262,18 @@ static int read_file(dp_image_set *s, const char *path, size_t *len, dp_err *e)
 	size_t want = (size_t)st.st_size;
 	if (want > ((size_t)1 << 31)) {
 		close(fd);
-		return dp_seterr(e, DP_ELIMIT, "%s: larger than 2 GiB", path);
+		return dp_seterr(e, DP_ELIMIT, "%s: larger than 2 GiB", shown);
 	}
 	if (want + 1 > s->filecap) {
 		uint8_t *p = realloc(s->file, want + 1);
 		if (!p) {
 			close(fd);
-			return dp_seterr(e, DP_ENOMEM, "out of memory for %s", path);
+			return dp_seterr(e, DP_ENOMEM, "out of memory for %s", shown);
 		}
 		s->file = p;
 		s->filecap = want + 1;
 	}
-	long got = dp_read_full(fd, s->file, want, path, e);
+	long got = dp_read_full(fd, s->file, want, shown, e);
 	close(fd);
 	if (got < 0)
 		return (int)got;
@@ -284,16 +287,16 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 	if (s->next == s->n)
 		return 0;
 	item *t = &s->it[s->next++];
-	*file = t->path;
+	*file = t->shown;
 	size_t n = 0;
-	int rc = read_file(s, t->path, &n, e);
+	int rc = read_file(s, t->path, t->shown, &n, e);
 	if (rc < 0)
 		return rc;
 	dp_image_info in;
 	if ((rc = dp_image_probe(s->file, n, &in, e)) < 0)
-		return dp_preferr(e, "%s", t->path);
+		return dp_preferr(e, "%s", t->shown);
 	if (!in.width || !in.height)
-		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", t->path, in.width,
+		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", t->shown, in.width,
 				 in.height);
 	static const char *fmt[] = {"", "JPEG", "PNG"};
 	const uint8_t *v[1];
@@ -326,6 +329,7 @@ void dp_image_set_close(dp_image_set *s)
 	free(s->left_out_eg);
 	for (size_t i = 0; i < s->n; i++) {
 		free(s->it[i].path);
+		free(s->it[i].shown);
 		free(s->it[i].name);
 	}
 	for (size_t i = 0; i < s->ncls; i++)

@@ -231,6 +231,7 @@ typedef struct fwalk {
 	fent *v;
 	size_t n, cap;
 	int depth;
+	struct { dev_t dev; ino_t ino; } up[66]; /* the folders on the way down */
 } fwalk;
 
 static int fw_add(fwalk *w, const char *rel, int dir, const struct stat *st, dp_err *e)
@@ -294,6 +295,22 @@ static int walk(const char *root, const char *rel, int recursive, const char *na
 		closedir(d);
 		free(dir);
 		return dp_seterr(e, DP_ELIMIT, "%s: directories nested too deep", root);
+	}
+	/* a link back up the tree (loop -> ..) is a loop, not 64 levels of
+	 * copies (two links to . would be 2^64 of them) */
+	struct stat ds;
+	if (fstat(dirfd(d), &ds) == 0) {
+		for (int i = 0; i < w->depth - 1; i++)
+			if (w->up[i].dev == ds.st_dev && w->up[i].ino == ds.st_ino) {
+				int rc = dp_seterr(e, DP_EDATA, "%s: a loop: it leads back to a folder above "
+						   "it (a symbolic link?)", dir);
+				w->depth--;
+				closedir(d);
+				free(dir);
+				return rc;
+			}
+		w->up[w->depth - 1].dev = ds.st_dev;
+		w->up[w->depth - 1].ino = ds.st_ino;
 	}
 	int rc = DP_OK;
 	struct dirent *de;
@@ -1040,6 +1057,15 @@ int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp
 		s3_call_clean(&c);
 		dp_buf_free(&p.key);
 		dp_buf_free(&p.id);
+		/* the markers go forward (key, then upload id), or the listing
+		 * would repeat itself for ever */
+		if (rc == DP_OK && p.truncated && p.next_key && km) {
+			int k = strcmp(p.next_key, km);
+			if (k < 0 || (k == 0 && strcmp(p.next_id ? p.next_id : "", im ? im : "") <= 0))
+				rc = dp_seterr(e, DP_EDATA, "s3://%s/%s: the upload listing went back (its "
+					       "next marker is not past the last): the server repeats "
+					       "itself", l->bucket, l->key);
+		}
 		free(km);
 		free(im);
 		km = p.next_key;
