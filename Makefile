@@ -127,7 +127,7 @@ COMPLETION := $(O)/completion/dptools
 ZSH_COMPLETION := $(O)/completion/_dptools
 DIST := dptools-$(VERSION)
 
-.PHONY: all check check-build unit cli asan fuzz fuzz-build bench learn demo install uninstall clean help \
+.PHONY: all check check-build unit cli asan fuzz fuzz-build bench kit learn demo install uninstall clean help \
 	dist distcheck deb
 .DELETE_ON_ERROR:
 
@@ -296,6 +296,10 @@ $(FUZZ_O)/fuzz-%: tests/fuzz/%.c $(FUZZ_LIB_OBJ) | $(FUZZ_O)/gen/example.pb-c.c
 bench: all
 	$(TEST_ENV) bench/run
 
+## kit: the folder to carry to a GPU machine (kit/, scripts/device-kit) for scripts/device-check
+kit:
+	scripts/device-kit kit
+
 ## learn: the full Fashion-MNIST learning runs of dp-train (minutes; prints the accuracies)
 learn: all
 	$(TEST_ENV) examples/fashion-mnist.sh
@@ -349,7 +353,7 @@ deb:
 
 ## clean: remove build directories, the dist tarball and debs/ (O=DIR: that build only)
 clean:
-	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz \
+	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz build-kit kit \
 	  $(DIST).tar.gz debs)
 
 ## help: list the targets
