@@ -599,17 +599,31 @@ __global__ void k_col_part_v(const T *x, const T *dy, size_t rows, int k, int cw
 	}
 }
 
-/* tot (2, k) doubles = the sums of part over its nb blocks */
+/* tot (2, k) doubles = the sums of part over its nb blocks: a block per
+ * 32 channels, its 8 warps taking every 8th block's part, then the warps'
+ * sums in order (a thread a channel summing all nb in turn kept a few
+ * hundred threads busy a millisecond per batchnorm on an H200) */
 __global__ void k_col_total(const float *part, int nb, int k, double *tot)
 {
-	FOR_EACH(ch, (size_t)k) {
-		double s1 = 0, s2 = 0;
-		for (int b = 0; b < nb; b++) {
+	__shared__ double sh[2][THREADS];
+	int ch = blockIdx.x * 32 + (int)threadIdx.x % 32, lane = (int)threadIdx.x / 32;
+	double s1 = 0, s2 = 0;
+	if (ch < k)
+		for (int b = lane; b < nb; b += THREADS / 32) {
 			s1 += part[((size_t)b * 2) * k + ch];
 			s2 += part[((size_t)b * 2 + 1) * k + ch];
 		}
-		tot[ch] = s1;
-		tot[k + ch] = s2;
+	sh[0][threadIdx.x] = s1;
+	sh[1][threadIdx.x] = s2;
+	__syncthreads();
+	if (lane == 0 && ch < k) {
+		double t1 = 0, t2 = 0;
+		for (int l = 0; l < THREADS / 32; l++) {
+			t1 += sh[0][l * 32 + threadIdx.x];
+			t2 += sh[1][l * 32 + threadIdx.x];
+		}
+		tot[ch] = t1;
+		tot[k + ch] = t2;
 	}
 }
 
@@ -628,7 +642,7 @@ static double *col_sums(dp_bectx *c, const void *x, const void *dy, size_t rows,
 		BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
 				  k, col_width(k), m0, save, part));
 	LAUNCHED(c, "channel sums");
-	LAUNCH(k_col_total, grid((size_t)k), THREADS, c->s, part, nb, k, tot);
+	LAUNCH(k_col_total, (k + 31) / 32, THREADS, c->s, part, nb, k, tot);
 	LAUNCHED(c, "channel sums");
 	return tot;
 }
@@ -1002,6 +1016,142 @@ template <typename T> __global__ void k_avgpool_bwd(dp_pool2d g, const T *dy, T 
 	}
 }
 
+/* The same, N channels (16 bytes of them) a thread: the stem's max
+ * pooling and global average pooling move a ResNet's largest and widest
+ * tensors.  cv: the channel vector, r: the pixel of the output (forward)
+ * or input (backward). */
+template <int N> __device__ __forceinline__ void ild(const int32_t *p, int *a)
+{
+	for (int q = 0; q < N / 4; q++) {
+		uint4 v = ((const uint4 *)p)[q];
+		a[4 * q] = (int)v.x, a[4 * q + 1] = (int)v.y, a[4 * q + 2] = (int)v.z, a[4 * q + 3] = (int)v.w;
+	}
+}
+template <int N> __device__ __forceinline__ void ist(int32_t *p, const int *a)
+{
+	for (int q = 0; q < N / 4; q++) {
+		uint4 v;
+		v.x = (unsigned)a[4 * q], v.y = (unsigned)a[4 * q + 1], v.z = (unsigned)a[4 * q + 2],
+		v.w = (unsigned)a[4 * q + 3];
+		((uint4 *)p)[q] = v;
+	}
+}
+
+template <typename T>
+__global__ void k_maxpool_v(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+		y0 = y0 > 0 ? y0 : 0;
+		x0 = x0 > 0 ? x0 : 0;
+		float m[N], v[N];
+		int best[N];
+		for (int j = 0; j < N; j++) {
+			m[j] = -INFINITY;
+			best[j] = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+		}
+		for (int a = y0; a < y1; a++)
+			for (int b = x0; b < x1; b++) {
+				vld(x + ((s * g.h + a) * g.w + b) * g.c + (size_t)cv * N, v);
+				for (int j = 0; j < N; j++)
+					if (v[j] > m[j] || isnan(v[j])) {
+						m[j] = v[j];
+						best[j] = a * g.w + b;
+					}
+			}
+		vst(y + i * N, m);
+		ist<N>(arg + i * N, best);
+	}
+}
+
+template <typename T>
+__global__ void k_maxpool_bwd_v(dp_pool2d g, const T *dy, const int32_t *arg, T *dx, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
+		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc[N], d[N];
+		int a[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				size_t o = ((s * g.oh + oy) * g.ow + ox) * g.c + (size_t)cv * N;
+				ild<N>(arg + o, a);
+				vld(dy + o, d);
+				for (int j = 0; j < N; j++)
+					if (a[j] == me)
+						acc[j] += d[j];
+			}
+		vst(dx + i * N, acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_v(dp_pool2d g, const T *x, T *y, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		float acc[N], v[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++) {
+				vld(x + ((s * g.h + oy * g.sh + a) * g.w + ox * g.sw + b) * g.c + (size_t)cv * N, v);
+				for (int j = 0; j < N; j++)
+					acc[j] += v[j];
+			}
+		for (int j = 0; j < N; j++)
+			acc[j] *= inv;
+		vst(y + i * N, acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_bwd_v(dp_pool2d g, const T *dy, T *dx, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi;
+		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc[N], d[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				vld(dy + ((s * g.oh + oy) * g.ow + ox) * g.c + (size_t)cv * N, d);
+				for (int j = 0; j < N; j++)
+					acc[j] += d[j] * inv;
+			}
+		vst(dx + i * N, acc);
+	}
+}
+
 static const nhwc_tag *pool_tag(dp_bectx *c, const dp_pool2d *g, const void *p, int out)
 {
 	const nhwc_tag *t = tag_of(c, p);
@@ -1016,10 +1166,15 @@ bool nhwc_pool_fwd(dp_bectx *c, int max, const dp_pool2d *g, const float *x, flo
 {
 	if (!pool_tag(c, g, x, 0))
 		return false;
-	size_t total = (size_t)g->n * g->c * g->oh * g->ow;
+	size_t total = (size_t)g->n * g->c * g->oh * g->ow, N = vec_n(c), nv = total / N;
+	bool v = g->c % N == 0 && vec_ok(c, total, x, y, arg);
 	if (total) {
-		if (max)
+		if (max && v)
+			BY_TYPE(c, LAUNCH(k_maxpool_v<T>, grid(nv), THREADS, c->s, *g, (const T *)x, (T *)y, arg, nv));
+		else if (max)
 			BY_TYPE(c, LAUNCH(k_maxpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, arg, total));
+		else if (v)
+			BY_TYPE(c, LAUNCH(k_avgpool_v<T>, grid(nv), THREADS, c->s, *g, (const T *)x, (T *)y, nv));
 		else
 			BY_TYPE(c, LAUNCH(k_avgpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, total));
 		LAUNCHED(c, "pooling");
@@ -1039,9 +1194,15 @@ bool nhwc_pool_bwd(dp_bectx *c, int max, const dp_pool2d *g, const float *dy, co
 	size_t on = (size_t)g->n * g->c * g->oh * g->ow;
 	const void *d = nhwc_in(c, dy, g->n, g->c, g->oh, g->ow,
 				tag_of(c, dy) ? NULL : cu_scratch(c, nhwc_bytes(c, on)));
+	size_t N = vec_n(c), nv = total / N;
+	bool v = g->c % N == 0 && vec_ok(c, total, d, dx, arg);
 	if (total) {
-		if (max)
+		if (max && v)
+			BY_TYPE(c, LAUNCH(k_maxpool_bwd_v<T>, grid(nv), THREADS, c->s, *g, (const T *)d, arg, (T *)dx, nv));
+		else if (max)
 			BY_TYPE(c, LAUNCH(k_maxpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, arg, (T *)dx, total));
+		else if (v)
+			BY_TYPE(c, LAUNCH(k_avgpool_bwd_v<T>, grid(nv), THREADS, c->s, *g, (const T *)d, (T *)dx, nv));
 		else
 			BY_TYPE(c, LAUNCH(k_avgpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, (T *)dx, total));
 		LAUNCHED(c, "pooling gradient");

@@ -9,8 +9,11 @@
  *
  * (host_ms: the time the calls took on the host, queueing the work: when
  * it nears gpu_ms the GPU waits for the host), then the totals: the GPU
- * time inside calls against the wall time from the first call to the last
- * sync (the GPU's busy fraction, as nvidia-smi cannot say it).  The events cost a few microseconds a call: profile a
+ * time inside calls against the wall time counted (the GPU's busy
+ * fraction, as nvidia-smi cannot say it).  The first 3 syncs (steps) are
+ * left out: they load kernels and choose cuDNN's algorithms.  An event
+ * pair also counts the GPU's idle time inside a call (waiting for the
+ * host), and the events cost a few microseconds a call: profile a
  * separate short run, not the one whose speed is reported.
  */
 #include "cuda_impl.h"
@@ -32,7 +35,8 @@ struct cu_prof {
 	int nkind;
 	prof_pair *ev;
 	int nev, cap;
-	double wall0, wall1; /* seconds: the first call, the last sync */
+	double wall0, wall1; /* seconds: the first call counted, the last sync */
+	int nsync;           /* syncs seen: the first SKIP are left out */
 };
 
 static double now_s(void)
@@ -61,8 +65,6 @@ int cu_prof_begin(dp_bectx *c, const char *what)
 	cu_prof *f = c->prof;
 	if (!f || c->prof_depth++)
 		return -1;
-	if (!f->wall0)
-		f->wall0 = now_s();
 	int k = 0;
 	while (k < f->nkind && strcmp(f->kind[k], what))
 		k++;
@@ -102,12 +104,24 @@ void cu_prof_end(dp_bectx *c, int i)
 	}
 }
 
+/* The syncs (a step's each) left out of the sums: the first steps load
+ * kernels and choose algorithms. */
+#define PROF_SKIP 3
+
 /* After a sync: the events' times into the sums. */
 void cu_prof_collect(dp_bectx *c)
 {
 	cu_prof *f = c->prof;
 	if (!f)
 		return;
+	if (++f->nsync <= PROF_SKIP) {
+		f->nev = 0;
+		memset(f->ms, 0, sizeof f->ms);
+		memset(f->host_ms, 0, sizeof f->host_ms);
+		memset(f->calls, 0, sizeof f->calls);
+		f->wall0 = now_s();
+		return;
+	}
 	for (int i = 0; i < f->nev; i++) {
 		float ms = 0;
 		if (cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
