@@ -78,7 +78,6 @@ LIB_SRC := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
 	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC))
 LIB_HDR := $(wildcard lib/dp*.h)
-LIB_PRIV_HDR := $(wildcard lib/*/*.h lib/*/*/*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
 TOOLS := $(filter-out cli sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
@@ -124,7 +123,7 @@ COMPLETION := $(O)/completion/dptools
 ZSH_COMPLETION := $(O)/completion/_dptools
 DIST := dptools-$(VERSION)
 
-.PHONY: all check check-build unit cli asan fuzz bench learn demo install uninstall clean help \
+.PHONY: all check check-build unit cli asan fuzz fuzz-build bench learn demo install uninstall clean help \
 	dist distcheck deb
 .DELETE_ON_ERROR:
 
@@ -152,13 +151,18 @@ $(PB_OBJ): $(GEN)/example.pb-c.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CPPFLAGS) -I$(GEN) $(ALL_CFLAGS) -w -c -o $@ $<
 
-$(O)/lib/%.o: lib/%.c $(LIB_HDR) $(LIB_PRIV_HDR)
-	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
+# Header dependencies from the compiler: each object's .d beside it (-MMD,
+# the headers it included; -MP, a rule for each so that a header removed is
+# no error), read back below.
+DEPFLAGS := -MMD -MP
 
-$(O)/lib/%.o: lib/%.cu $(LIB_HDR) $(LIB_PRIV_HDR)
+$(O)/lib/%.o: lib/%.c
 	@mkdir -p $(@D)
-	$(NVCC) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
+
+$(O)/lib/%.o: lib/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_NVCCFLAGS) -Xcompiler -fvisibility=hidden -c -o $@ $<
 
 # The build's identity (dp_build) names its compiler flags.
 $(O)/lib/train/backend/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -DDP_BUILD_CFLAGS='"$(strip $(subst ',,$(subst ",,$(CFLAGS))))"'
@@ -193,32 +197,35 @@ $(O)/libdp.pc: Makefile
 	@mkdir -p $(@D)
 	$(PCFILE) > $@
 
-$(CLI_OBJ): tools/cli.c tools/cli.h $(LIB_HDR)
+$(CLI_OBJ): tools/cli.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(SM_OBJ): tools/sagemaker.c tools/sagemaker.h tools/cli.h $(LIB_HDR)
+$(SM_OBJ): tools/sagemaker.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
 $(O)/bin/dp-train $(O)/bin/dp-eval: TOOL_OBJ := $(SM_OBJ)
-$(O)/bin/dp-train $(O)/bin/dp-eval: $(SM_OBJ) tools/sagemaker.h
+$(O)/bin/dp-train $(O)/bin/dp-eval: $(SM_OBJ)
 
-$(O)/bin/%: tools/%.c $(CLI_OBJ) tools/cli.h $(O)/libdp.a $(LIB_HDR)
+$(O)/bin/%: tools/%.c $(CLI_OBJ) $(O)/libdp.a
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS)
 
 # Unit tests link the static library, so they reach private functions too
 # (through lib/COMPONENT/*.h), and protobuf-c's generated reference parser.
-$(O)/tests/%: tests/unit/%.c tests/unit/tap.h $(O)/libdp.a $(PB_OBJ) $(LIB_HDR) $(LIB_PRIV_HDR)
+$(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
 TEST_PROGS += $(O)/tests/imgtool
-$(O)/tests/%: tests/progs/%.c $(O)/libdp.a $(LIB_HDR)
+$(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
+
+# What each object and program included, as its compiler found (DEPFLAGS).
+-include $(wildcard $(O)/lib/*/*.d $(O)/lib/*/*/*.d $(O)/tools/*.d $(O)/bin/*.d $(O)/tests/*.d)
 
 # The environment every test runs in: the programs just built first on PATH.
 TEST_ENV = PATH="$(abspath $(O))/bin:$$PATH" DP_BUILD="$(abspath $(O))" DP_SRC="$(CURDIR)" DP_CFLAGS="$(CFLAGS)" DP_LDFLAGS="$(LDFLAGS)"
@@ -242,8 +249,33 @@ asan:
 
 ## fuzz: build the libFuzzer targets (tests/fuzz) and run each FUZZ_TIME seconds
 FUZZ_TIME ?= 60
-fuzz: all
-	tests/fuzz/run $(FUZZ_TIME)
+fuzz: all fuzz-build
+	FUZZ_O=$(FUZZ_O) FUZZ_BIN=$(O)/bin tests/fuzz/run $(FUZZ_TIME)
+
+## fuzz-build: the libFuzzer targets alone, in FUZZ_O (default build-fuzz)
+# Built with clang (FUZZ_CC) -fsanitize=fuzzer,address,undefined against
+# libdp's sources compiled for coverage (not libdp.a: the sanitizers and
+# coverage must see them), and protobuf-c's reference parser.  Needs
+# Debian's clang and libclang-rt-14-dev.
+FUZZ_O ?= build-fuzz
+FUZZ_CC ?= clang
+FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread \
+	-DDP_VERSION='"$(VERSION)"' -Ilib -Itests/fuzz -I$(FUZZ_O)/gen $(PKG_CFLAGS)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
+FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o
+fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
+$(FUZZ_O)/gen/example.pb-c.c: lib/records/example.proto
+	@mkdir -p $(@D)
+	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
+$(FUZZ_O)/obj/example.pb-c.o: $(FUZZ_O)/gen/example.pb-c.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c -o $@ $<
+$(FUZZ_O)/obj/%.o: lib/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(DEPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+$(FUZZ_O)/fuzz-%: tests/fuzz/%.c $(FUZZ_LIB_OBJ) | $(FUZZ_O)/gen/example.pb-c.c
+	$(FUZZ_CC) $(DEPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB_OBJ) $(LIB_LIBS) $(PB_LIBS)
+-include $(wildcard $(FUZZ_O)/obj/*/*.d $(FUZZ_O)/obj/*/*/*.d $(FUZZ_O)/*.d)
 
 ## bench: run the benchmarks under bench/ (minutes; prints ratios against peers)
 bench: all

@@ -239,6 +239,15 @@ DP_EXPORT int dp_shell_run(const char *cmd, const char *const *env, int out_fd, 
 DP_EXPORT void dp_settings_from_env(void);
 DP_EXPORT int dp_setting_set(const char *name, const char *value);
 DP_EXPORT const char *dp_setting(const char *name);
+/* The environment variable name, NULL when unset or empty: the one way
+ * libdp reads its environment.  What it reads, all of it (libdp(3),
+ * ENVIRONMENT): TMPDIR (dp_tmpdir), the launchers' rank variables
+ * (dp_rank_size, dp_comm), CUDA_VISIBLE_DEVICES (the CUDA backend),
+ * AWS_* and HOME (dp_s3_conf), DP_* through dp_settings_from_env only. */
+DP_EXPORT const char *dp_env(const char *name);
+/* Where temporary files go: dir when given and not empty, else $TMPDIR
+ * when set and not empty, else "/tmp". */
+DP_EXPORT const char *dp_tmpdir(const char *dir);
 
 /* ---- Ranks without linking MPI ----------------------------------------
  * rank and size from, in order: the explicit values when >= 0,

@@ -4,7 +4,7 @@
  *
  * A location is an s3:// URL, a file:// URL or a plain path; every call
  * that takes one works on all three, so a pipeline runs offline on local
- * files first.  Requests are signed with AWS Signature V4 (dp_sigv4.h) and
+ * files first.  Requests are signed with AWS Signature V4 (lib/s3/sigv4.c) and
  * sent with libcurl; XML answers are read with expat.
  *
  * Reads (dp_s3_get) keep several GETs in flight (small objects side by

@@ -146,6 +146,10 @@ is "$(ls lib/*/dp*.h 2>/dev/null)" "" "no public (dp*.h) header inside a compone
 # The library reads no DP_* override from the environment by itself (only
 # what the program hands over: dp_settings_from_env, dp.h "Settings").
 is "$(grep -n 'getenv("DP_' $libsrc)" "" "lib/ reads no DP_* variable with getenv (dp_setting)"
+# ... and the environment in one place (dp_env; libdp(3), ENVIRONMENT),
+# but the CUDA backend's files, which the GPU work is changing now
+is "$(grep -ln 'getenv(' $libsrc | grep -v -e '^lib/common/settings\.c$' -e '^lib/train/backend/cuda')" "" \
+	"lib/ reads the environment only in lib/common/settings.c (dp_env)"
 
 # The public headers, all together, as C and as C++.
 {

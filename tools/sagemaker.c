@@ -105,11 +105,6 @@ static int gave(const args *a, const char *name)
 
 /* ---- files and the environment -------------------------------------------- */
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
 
 static int is_dir(const char *p)
 {
@@ -138,7 +133,7 @@ static json_t *load(const char *file, int required)
 static json_t *env_json(const char *var)
 {
 	json_error_t je;
-	const char *s = env(var);
+	const char *s = dp_env(var);
 	if (!s)
 		return NULL;
 	json_t *j = json_loads(s, JSON_DECODE_ANY, &je);
@@ -312,7 +307,7 @@ static int take_mode(int *argc, char **argv, int train_word, const char **root)
 static int job_hosts(const char *conf, char *hosts_text, size_t len)
 {
 	json_t *rc = load(conf, 0), *hosts = env_json("SM_HOSTS");
-	const char *cur = env("SM_CURRENT_HOST");
+	const char *cur = dp_env("SM_CURRENT_HOST");
 	if (!hosts && rc)
 		hosts = json_incref(json_object_get(rc, "hosts"));
 	if (!cur && rc)
@@ -322,11 +317,11 @@ static int job_hosts(const char *conf, char *hosts_text, size_t len)
 	json_t *h;
 	hosts_text[0] = 0;
 	if (hosts && !json_is_array(hosts))
-		cli_die("%s: \"hosts\" is not a list", env("SM_HOSTS") ? "$SM_HOSTS" : conf);
+		cli_die("%s: \"hosts\" is not a list", dp_env("SM_HOSTS") ? "$SM_HOSTS" : conf);
 	json_array_foreach(hosts, i, h) {
 		const char *s = json_string_value(h);
 		if (!s)
-			cli_die("%s: a host that is not a string", env("SM_HOSTS") ? "$SM_HOSTS" : conf);
+			cli_die("%s: a host that is not a string", dp_env("SM_HOSTS") ? "$SM_HOSTS" : conf);
 		size_t l = strlen(hosts_text);
 		snprintf(hosts_text + l, len - l, "%s%s", n ? ", " : "", s);
 		found |= cur && !strcmp(cur, s);
@@ -393,7 +388,7 @@ static void add_channel(args *a, const char *root, const char *name, const char 
 	int l = snprintf(var, sizeof var, "SM_CHANNEL_%s", name);
 	for (int i = 11; i < l && i < (int)sizeof var; i++)
 		var[i] = (char)(var[i] == '-' ? '_' : var[i] >= 'a' && var[i] <= 'z' ? var[i] - 32 : var[i]);
-	dir = env(var) ? cli_strdup(env(var)) : fmt("%s/input/data/%s", root, name);
+	dir = dp_env(var) ? cli_strdup(dp_env(var)) : fmt("%s/input/data/%s", root, name);
 	if (!is_dir(dir))
 		cli_die("channel '%s': %s: not a folder", name, dir);
 	if (!add_files(a, opt, dir))
@@ -527,7 +522,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	if (!hps)
 		hps = load(hpf, 0);
 	static const char *const path_keys[] = {"log", "timeline", NULL};
-	char *outdata = env("SM_OUTPUT_DATA_DIR") ? cli_strdup(env("SM_OUTPUT_DATA_DIR"))
+	char *outdata = dp_env("SM_OUTPUT_DATA_DIR") ? cli_strdup(dp_env("SM_OUTPUT_DATA_DIR"))
 						   : fmt("%s/output/data", root);
 	if (hps)
 		add_hps(&h, opts, "dp-train", src, hps, path_keys, outdata);
@@ -546,7 +541,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	if (hosts > 1 && size < hosts)
 		cli_usage_error("a job of %d hosts (%s) run by %d rank%s: want one rank a host or more",
 				hosts, hosts_text, size, size == 1 ? "" : "s");
-	const char *gpus = env("SM_NUM_GPUS");
+	const char *gpus = dp_env("SM_NUM_GPUS");
 	if (gpus && atoi(gpus) > 1 && size == 1 && rank == 0)
 		cli_warn("%s GPUs (SM_NUM_GPUS), one used: run under mpirun -np %s to use "
 			 "them all (examples/sagemaker/entrypoint does)",
@@ -560,7 +555,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	uint64_t first = resume_from(&d, &h, &given, root);
 	train_channels(&d, &given, root, hosts, size, first);
 	if (!gave(&given, "output")) {
-		const char *md = env("SM_MODEL_DIR");
+		const char *md = dp_env("SM_MODEL_DIR");
 		char *mdir = md ? cli_strdup(md) : fmt("%s/model", root);
 		add(&d, "--output=%s/model.safetensors", mdir);
 		free(mdir);

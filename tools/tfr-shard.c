@@ -758,13 +758,7 @@ static void read_inputs(char **inputs, int n, const dp_reader_opts *ro, int *fds
 	}
 }
 
-static const char *tmpdir(void)
-{
-	const char *t = opt.tmpdir;
-	if (!t || !*t)
-		t = getenv("TMPDIR");
-	return t && *t ? t : "/tmp";
-}
+static const char *tmpdir(void) { return dp_tmpdir(opt.tmpdir); }
 
 static void count_fn(const dp_record *rec, const struct keys *k, void *ctx)
 {

@@ -72,7 +72,7 @@ void dp_image_dec_free(dp_image_dec *x)
 }
 
 /* Grow *p to n bytes. */
-int dp_image_grow(void **p, size_t *cap, size_t n)
+int img_grow(void **p, size_t *cap, size_t n)
 {
 	if (n <= *cap)
 		return DP_OK;
@@ -209,7 +209,7 @@ static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t
 		rc = dp_seterr(e, DP_EDATA, "PNG: %s", spng_strerror(rc));
 		goto out;
 	}
-	if (dp_image_grow((void **)&x->px, &x->pxcap, len) < 0) {
+	if (img_grow((void **)&x->px, &x->pxcap, len) < 0) {
 		rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", ih.width, ih.height);
 		goto out;
 	}
@@ -374,7 +374,7 @@ int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int d
 	if (cw < ci->output_width)
 		jpeg_crop_scanline(ci, &xoff, &cw);
 	int pc = ci->output_components;
-	if (dp_image_grow((void **)&x->px, &x->pxcap, (size_t)cw * (ye - y0) * pc) < 0) {
+	if (img_grow((void **)&x->px, &x->pxcap, (size_t)cw * (ye - y0) * pc) < 0) {
 		j.rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", cw, ye - y0);
 		longjmp(j.jb, 1);
 	}

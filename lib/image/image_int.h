@@ -38,6 +38,6 @@ int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int d
 int img_jpeg_header(const void *p, size_t n, uint32_t *w, uint32_t *h, int *channels, dp_err *e);
 
 /* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
-int dp_image_grow(void **p, size_t *cap, size_t n);
+int img_grow(void **p, size_t *cap, size_t n);
 
 #endif

@@ -30,8 +30,8 @@ static int coeffs(size_t in_size, double in0, double in1, uint32_t out_size, int
 	double fs = antialias && scale > 1 ? scale : 1;
 	double support = fs;
 	int ks = (int)ceil(support) * 2 + 1;
-	if (dp_image_grow((void **)kp, kcap, (size_t)out_size * ks * sizeof(float)) < 0 ||
-	    dp_image_grow((void **)bp, bcap, (size_t)out_size * 2 * sizeof(int)) < 0)
+	if (img_grow((void **)kp, kcap, (size_t)out_size * ks * sizeof(float)) < 0 ||
+	    img_grow((void **)bp, bcap, (size_t)out_size * 2 * sizeof(int)) < 0)
 		return DP_ENOMEM;
 	float *k = *kp;
 	int *b = *bp;
@@ -86,8 +86,8 @@ static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, in
 			c1 = x->bx[2 * i] + x->bx[2 * i + 1];
 	}
 	size_t wide = (size_t)(w > ow ? w : ow);
-	if (dp_image_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * ow * sizeof(v4f)) < 0 ||
-	    dp_image_grow((void **)&x->f2, &x->f2cap, wide * sizeof(v4f)) < 0)
+	if (img_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * ow * sizeof(v4f)) < 0 ||
+	    img_grow((void **)&x->f2, &x->f2cap, wide * sizeof(v4f)) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	v4f *rowf = (v4f *)(void *)x->f2, *tmp = (v4f *)(void *)x->tmp;
 	for (int y = r0; y < r1; y++) {
@@ -168,7 +168,7 @@ static int resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h,
 	if (c == 3)
 		return resample3(x, src, w, r0, r1, ksx, ksy, ow, oh, out, pk, e);
 	size_t rowlen = (size_t)ow * c;
-	if (dp_image_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * rowlen * sizeof(float)) < 0)
+	if (img_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * rowlen * sizeof(float)) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	/* horizontal: (r1 - r0, ow, c) */
 	for (int y = r0; y < r1 && y < (int)h; y++) {
@@ -360,7 +360,7 @@ int dp_image_transform(dp_image_dec *x, const void *p, size_t n, const dp_image_
 	if (c == 3 && !t->pad && !t->hwc) /* straight into the output */
 		return resample(x, px, w, h, c, bx0, by0, bx1, by1, ow, oh, t->antialias, out, &pk, e);
 	size_t need = (size_t)ow * oh * c * sizeof(float);
-	if (dp_image_grow((void **)&x->f1, &x->f1cap, need) < 0)
+	if (img_grow((void **)&x->f1, &x->f1cap, need) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	if ((rc = resample(x, px, w, h, c, bx0, by0, bx1, by1, ow, oh, t->antialias, x->f1, NULL, e)) < 0)
 		return rc;

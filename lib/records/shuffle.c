@@ -111,10 +111,7 @@ static uint64_t rd64(const uint8_t *p)
 dp_shuffle *dp_shuffle_new(uint64_t seed, uint64_t memory, const char *tmpdir, dp_err *e)
 {
 	dp_shuffle *s = calloc(1, sizeof *s);
-	if (!tmpdir || !*tmpdir)
-		tmpdir = getenv("TMPDIR");
-	if (!tmpdir || !*tmpdir)
-		tmpdir = "/tmp";
+	tmpdir = dp_tmpdir(tmpdir);
 	if (!s || !(s->tmpdir = strdup(tmpdir))) {
 		free(s);
 		dp_seterr(e, DP_ENOMEM, "out of memory");

@@ -104,11 +104,6 @@ void s3_cval_free(s3_cval *v)
 	memset(v, 0, sizeof *v);
 }
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
 
 static int is_true(const char *v) { return v && strcasecmp(v, "true") == 0; }
 
@@ -461,9 +456,9 @@ static int fetch_web(dp_s3 *s, s3_creds *c, s3_cval *v, dp_err *e)
 	size_t tl = strlen(tok);
 	while (tl && (tok[tl - 1] == '\n' || tok[tl - 1] == '\r'))
 		tok[--tl] = 0;
-	char *er = dp_uri_encode(c->role_arn, strlen(c->role_arn), 0);
-	char *es = dp_uri_encode(c->session, strlen(c->session), 0);
-	char *et = dp_uri_encode(tok, tl, 0);
+	char *er = s3_uri_encode(c->role_arn, strlen(c->role_arn), 0);
+	char *es = s3_uri_encode(c->session, strlen(c->session), 0);
+	char *et = s3_uri_encode(tok, tl, 0);
 	memset(tok, 0, tl);
 	free(tok);
 	char *body = NULL;
@@ -1001,15 +996,15 @@ static int set_keys(dp_s3 *s, const char *k, const char *sec, const char *tok,
  * endpoint_url" block, its endpoint_url; else def. */
 static const char *service_endpoint(const s3_profile *p, const char *svc, const char *def)
 {
-	if (is_true(env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")))
+	if (is_true(dp_env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")))
 		return def;
 	char name[64];
 	snprintf(name, sizeof name, "AWS_ENDPOINT_URL_%s", svc);
 	for (char *c = name; *c; c++)
 		*c = (char)toupper((unsigned char)*c);
-	const char *v = env(name);
+	const char *v = dp_env(name);
 	if (!v)
-		v = env("AWS_ENDPOINT_URL");
+		v = dp_env("AWS_ENDPOINT_URL");
 	snprintf(name, sizeof name, "%s.endpoint_url", svc);
 	if (!v)
 		v = s3_profile_get(p, S3_IN_CONF, name);
@@ -1021,10 +1016,10 @@ static const char *service_endpoint(const s3_profile *p, const char *svc, const 
 static int pick_web(dp_s3 *s, const s3_profile *p, const char *file)
 {
 	int env_ok = !p->by_conf;
-	const char *arn = env_ok ? env("AWS_ROLE_ARN") : NULL;
+	const char *arn = env_ok ? dp_env("AWS_ROLE_ARN") : NULL;
 	if (!arn)
 		arn = s3_profile_get(p, S3_IN_ANY, "role_arn");
-	const char *sess = env_ok ? env("AWS_ROLE_SESSION_NAME") : NULL;
+	const char *sess = env_ok ? dp_env("AWS_ROLE_SESSION_NAME") : NULL;
 	if (!sess)
 		sess = s3_profile_get(p, S3_IN_ANY, "role_session_name");
 	if (!arn) {
@@ -1114,8 +1109,8 @@ static int pick_container(dp_s3 *s, const char *rel, const char *full)
 		return DP_ENOMEM;
 	}
 	c->url = url;
-	const char *af = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-	const char *at = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+	const char *af = dp_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+	const char *at = dp_env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
 	if ((af && !(c->auth_file = strdup(af))) || (!af && at && !(c->auth = strdup(at))))
 		return DP_ENOMEM;
 	c->timeout = 2; /* botocore's ContainerMetadataFetcher: 2 s, 3 attempts 1 s apart */
@@ -1127,7 +1122,7 @@ static int pick_container(dp_s3 *s, const char *rel, const char *full)
 /* The environment's name, else the profile's key (botocore's config chain). */
 static const char *setting(const s3_profile *p, const char *name, const char *key)
 {
-	const char *v = env(name);
+	const char *v = dp_env(name);
 	return v ? v : s3_profile_get(p, S3_IN_ANY, key);
 }
 
@@ -1165,10 +1160,10 @@ static int pick_imds(dp_s3 *s, const s3_profile *p)
 int s3_creds_pick(dp_s3 *s, const s3_profile *p)
 {
 	int by_env = !p->by_conf; /* an explicit --profile passes over the environment */
-	const char *ek = by_env ? env("AWS_ACCESS_KEY_ID") : NULL;
-	const char *es = by_env ? env("AWS_SECRET_ACCESS_KEY") : NULL;
+	const char *ek = by_env ? dp_env("AWS_ACCESS_KEY_ID") : NULL;
+	const char *es = by_env ? dp_env("AWS_SECRET_ACCESS_KEY") : NULL;
 	const char *role = s3_profile_get(p, S3_IN_ANY, "role_arn");
-	const char *wif = by_env ? env("AWS_WEB_IDENTITY_TOKEN_FILE") : NULL;
+	const char *wif = by_env ? dp_env("AWS_WEB_IDENTITY_TOKEN_FILE") : NULL;
 	if (!wif)
 		wif = s3_profile_get(p, S3_IN_ANY, "web_identity_token_file");
 	const char *ck = s3_profile_get(p, S3_IN_CRED, "aws_access_key_id");
@@ -1176,8 +1171,8 @@ int s3_creds_pick(dp_s3 *s, const s3_profile *p)
 	const char *fk = s3_profile_get(p, S3_IN_CONF, "aws_access_key_id");
 	const char *fs = s3_profile_get(p, S3_IN_CONF, "aws_secret_access_key");
 	const char *proc = s3_profile_get(p, S3_IN_ANY, "credential_process");
-	const char *rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-	const char *full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+	const char *rel = dp_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+	const char *full = dp_env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 	snprintf(s->cred_source, sizeof s->cred_source, "none");
 	s->cred_method[0] = 0;
 	if (s->conf.no_sign) {
@@ -1190,7 +1185,7 @@ int s3_creds_pick(dp_s3 *s, const s3_profile *p)
 			 ek ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
 			 ek ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 	} else if (ek && es) {
-		return set_keys(s, ek, es, env("AWS_SESSION_TOKEN"), "env", "environment");
+		return set_keys(s, ek, es, dp_env("AWS_SESSION_TOKEN"), "env", "environment");
 	} else if (p->named && !p->have_cred && !p->have_conf) {
 		no_creds(s, "profile '%s' not found in %s or %s", p->name, p->cred_path,
 			 p->conf_path);
@@ -1220,7 +1215,7 @@ int s3_creds_pick(dp_s3 *s, const s3_profile *p)
 				"config-file", "config file");
 	} else if (rel || full) {
 		return pick_container(s, rel, full);
-	} else if (!is_true(env("AWS_EC2_METADATA_DISABLED"))) {
+	} else if (!is_true(dp_env("AWS_EC2_METADATA_DISABLED"))) {
 		return pick_imds(s, p);
 	} else if (p->named || p->have_cred || p->have_conf) {
 		no_creds(s, "profile '%s' has no aws_access_key_id and aws_secret_access_key",

@@ -4,7 +4,7 @@
  * One MD5 stream is 64 dependent steps per 64-byte block, so a core
  * hashes one message at roughly 5 cycles a byte whatever the code.  The
  * steps are all 32-bit adds, rotates and bitwise functions, which vector
- * units do in every lane at once: dp_md5_update_many() runs the whole
+ * units do in every lane at once: s3_md5_update_many() runs the whole
  * blocks of independent messages in lanes (the technique of Intel's
  * multi-buffer hashing).  Per block step that costs about what one scalar
  * block does, so 8 or 16 messages hash for the CPU time of one or two.
@@ -303,19 +303,19 @@ static void choose(void)
 	select_impl(dp_setting("DP_MD5"));
 }
 
-int dp_md5_lanes(void)
+int s3_md5_lanes(void)
 {
 	pthread_once(&once, choose);
 	return lanes;
 }
 
-int dp_md5_select(const char *name)
+int s3_md5_select(const char *name)
 {
 	pthread_once(&once, choose);
 	return select_impl(name);
 }
 
-const char *dp_md5_impl(void)
+const char *s3_md5_impl(void)
 {
 	pthread_once(&once, choose);
 	return impl_name;
@@ -323,7 +323,7 @@ const char *dp_md5_impl(void)
 
 /* ---- The API ---------------------------------------------------------------------------- */
 
-void dp_md5_init(dp_md5 *m)
+void s3_md5_init(s3_md5 *m)
 {
 	m->h[0] = 0x67452301;
 	m->h[1] = 0xefcdab89;
@@ -333,7 +333,7 @@ void dp_md5_init(dp_md5 *m)
 }
 
 /* Take bytes into m's partial block; returns how many were taken. */
-static size_t top_up(dp_md5 *m, const unsigned char *p, size_t n)
+static size_t top_up(s3_md5 *m, const unsigned char *p, size_t n)
 {
 	size_t r = (size_t)(m->len % 64);
 	if (!r)
@@ -345,7 +345,7 @@ static size_t top_up(dp_md5 *m, const unsigned char *p, size_t n)
 	return take;
 }
 
-void dp_md5_update(dp_md5 *m, const void *data, size_t n)
+void s3_md5_update(s3_md5 *m, const void *data, size_t n)
 {
 	const unsigned char *p = data;
 	size_t took = top_up(m, p, n);
@@ -357,16 +357,16 @@ void dp_md5_update(dp_md5 *m, const void *data, size_t n)
 	memcpy(m->buf, p + n / 64 * 64, n % 64);
 }
 
-void dp_md5_final(dp_md5 *m, unsigned char out[16])
+void s3_md5_final(s3_md5 *m, unsigned char out[16])
 {
 	uint64_t bits = m->len * 8;
 	static const unsigned char pad[64] = {0x80};
 	size_t r = (size_t)(m->len % 64);
-	dp_md5_update(m, pad, r < 56 ? 56 - r : 120 - r);
+	s3_md5_update(m, pad, r < 56 ? 56 - r : 120 - r);
 	unsigned char len[8];
 	for (int i = 0; i < 8; i++)
 		len[i] = (unsigned char)(bits >> (8 * i));
-	dp_md5_update(m, len, 8);
+	s3_md5_update(m, len, 8);
 	for (int i = 0; i < 4; i++)
 		for (int k = 0; k < 4; k++)
 			out[4 * i + k] = (unsigned char)(m->h[i] >> (8 * k));
@@ -428,14 +428,14 @@ static void run_lanes(bulk *jobs, size_t n)
 	}
 }
 
-void dp_md5_update_many(dp_md5_job *jobs, size_t n)
+void s3_md5_update_many(s3_md5_job *jobs, size_t n)
 {
 	pthread_once(&once, choose);
 	bulk b[64];
 	while (n) {
 		size_t k = n < 64 ? n : 64, nb = 0;
 		for (size_t i = 0; i < k; i++) {
-			dp_md5 *m = jobs[i].m;
+			s3_md5 *m = jobs[i].m;
 			const unsigned char *p = jobs[i].p;
 			size_t len = jobs[i].n;
 			size_t took = top_up(m, p, len);
@@ -470,7 +470,7 @@ static int hexval(char c)
 	return -1;
 }
 
-int dp_md5_etag(const char *etag, unsigned char md[16])
+int s3_md5_etag(const char *etag, unsigned char md[16])
 {
 	const char *p = etag;
 	if (*p == '"')
@@ -485,19 +485,19 @@ int dp_md5_etag(const char *etag, unsigned char md[16])
 	return *p == 0 || (*p == '"' && p[1] == 0);
 }
 
-void dp_md5_multipart_etag(const char (*parts)[80], int n, char out[80])
+void s3_md5_multipart_etag(const char (*parts)[80], int n, char out[80])
 {
 	static const char hexd[] = "0123456789abcdef";
-	dp_md5 m;
+	s3_md5 m;
 	unsigned char md[16];
 	out[0] = 0;
-	dp_md5_init(&m);
+	s3_md5_init(&m);
 	for (int i = 0; i < n; i++) {
-		if (!dp_md5_etag(parts[i], md))
+		if (!s3_md5_etag(parts[i], md))
 			return;
-		dp_md5_update(&m, md, 16);
+		s3_md5_update(&m, md, 16);
 	}
-	dp_md5_final(&m, md);
+	s3_md5_final(&m, md);
 	char *o = out;
 	*o++ = '"';
 	for (int k = 0; k < 16; k++) {

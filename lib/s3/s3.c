@@ -310,7 +310,7 @@ static int call_url(dp_s3 *s, s3_call *c, req *r)
 {
 	int vhost = s3_virtual_host(s, c->bucket);
 	const char *key = c->key ? c->key : "";
-	char *ekey = dp_uri_encode(key, strlen(key), 1);
+	char *ekey = s3_uri_encode(key, strlen(key), 1);
 	if (!ekey)
 		return -1;
 	int rc;
@@ -327,7 +327,7 @@ static int call_url(dp_s3 *s, s3_call *c, req *r)
 		r->path = NULL; /* asprintf leaves it undefined */
 		return -1;
 	}
-	if (!(r->query = dp_sigv4_query(c->q, c->nq)))
+	if (!(r->query = s3_sigv4_query(c->q, c->nq)))
 		return -1;
 	const char *region, *host;
 	s3_where(s, c->bucket, &region, &host);
@@ -354,8 +354,8 @@ static int call_headers(dp_s3 *s, s3_call *c, req *r)
 	if (c->body_sha)
 		snprintf(r->sha, sizeof r->sha, "%s", c->body_sha);
 	else
-		dp_sha256_hex(c->body ? c->body : "", c->body ? c->body_len : 0, r->sha);
-	dp_amz_date(time(NULL), r->date);
+		s3_sha256_hex(c->body ? c->body : "", c->body ? c->body_len : 0, r->sha);
+	s3_amz_date(time(NULL), r->date);
 	if (add_hdr(c, "Host", r->host) < 0)
 		return -1;
 	for (size_t i = 0; i < c->nh; i++)
@@ -365,21 +365,21 @@ static int call_headers(dp_s3 *s, s3_call *c, req *r)
 		const char *region, *host;
 		s3_where(s, c->bucket, &region, &host);
 		snprintf(c->signed_for, sizeof c->signed_for, "%s", region);
-		dp_sigv4_kv hd[12];
+		s3_sigv4_kv hd[12];
 		size_t nh = 0;
-		hd[nh++] = (dp_sigv4_kv){"host", r->host};
-		hd[nh++] = (dp_sigv4_kv){"x-amz-date", r->date};
-		hd[nh++] = (dp_sigv4_kv){"x-amz-content-sha256", r->sha};
+		hd[nh++] = (s3_sigv4_kv){"host", r->host};
+		hd[nh++] = (s3_sigv4_kv){"x-amz-date", r->date};
+		hd[nh++] = (s3_sigv4_kv){"x-amz-content-sha256", r->sha};
 		if (s->token)
-			hd[nh++] = (dp_sigv4_kv){"x-amz-security-token", s->token};
+			hd[nh++] = (s3_sigv4_kv){"x-amz-security-token", s->token};
 		for (size_t i = 0; i < c->nh && nh < 12; i++)
 			hd[nh++] = c->h[i];
-		dp_sigv4_req sr = {
+		s3_sigv4_req sr = {
 			.method = c->method, .path = r->path, .query = r->query, .hdrs = hd,
 			.nhdrs = nh, .payload_hash = r->sha, .amz_date = r->date, .region = region,
 			.service = "s3", .key_id = s->key_id, .secret = s->secret,
 		};
-		char *auth = dp_sigv4_authorization(&sr);
+		char *auth = s3_sigv4_authorization(&sr);
 		int bad = !auth || add_hdr(c, "x-amz-date", r->date) < 0 ||
 			  add_hdr(c, "x-amz-content-sha256", r->sha) < 0 ||
 			  (s->token && add_hdr(c, "x-amz-security-token", s->token) < 0) ||
@@ -825,7 +825,7 @@ int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e)
 		 * code and message. */
 		dp_err e2 = {0};
 		s3_call g = {.method = "GET", .bucket = bucket, .key = key, .resp_max = 1};
-		g.h[g.nh++] = (dp_sigv4_kv){"Range", "bytes=0-0"};
+		g.h[g.nh++] = (s3_sigv4_kv){"Range", "bytes=0-0"};
 		int rc2 = s3_perform(s, &g, NULL, &e2);
 		if (rc2 < 0 && g.code[0] && e)
 			*e = e2, rc = e2.code;

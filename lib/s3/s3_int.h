@@ -185,9 +185,9 @@ typedef struct s3_call {
 	const char *method; /* GET HEAD PUT POST DELETE */
 	const char *bucket; /* NULL: the service (list buckets) */
 	const char *key;    /* NULL or "": the bucket */
-	dp_sigv4_kv q[8];   /* query parameters, raw */
+	s3_sigv4_kv q[8];   /* query parameters, raw */
 	size_t nq;
-	dp_sigv4_kv h[6];   /* extra headers, sent and signed */
+	s3_sigv4_kv h[6];   /* extra headers, sent and signed */
 	size_t nh;
 	const char *body;   /* request body (PUT, POST) */
 	size_t body_len;

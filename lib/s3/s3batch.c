@@ -184,18 +184,18 @@ static int delete_objects(dp_s3 *s, const dp_obj *v, size_t n, rmstate *st, dp_e
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	unsigned char md[16];
-	dp_md5 m;
-	dp_md5_init(&m);
-	dp_md5_update(&m, body.p, body.len);
-	dp_md5_final(&m, md);
+	s3_md5 m;
+	s3_md5_init(&m);
+	s3_md5_update(&m, body.p, body.len);
+	s3_md5_final(&m, md);
 	char md5b64[32];
 	EVP_EncodeBlock((unsigned char *)md5b64, md, 16);
 
 	char *what = s3_obj_url(v[0].bucket, "");
 	s3_call c = {.method = "POST", .bucket = v[0].bucket, .body = body.p,
 		     .body_len = body.len, .resp_max = 64u << 20};
-	c.q[c.nq++] = (dp_sigv4_kv){"delete", ""};
-	c.h[c.nh++] = (dp_sigv4_kv){"Content-MD5", md5b64};
+	c.q[c.nq++] = (s3_sigv4_kv){"delete", ""};
+	c.h[c.nh++] = (s3_sigv4_kv){"Content-MD5", md5b64};
 	int rc = what ? s3_perform(s, &c, what, e) : dp_seterr(e, DP_ENOMEM, "out of memory");
 	if (rc < 0 && (c.status == 501 || !strcmp(c.code, "NotImplemented")))
 		rc = DP_EARG; /* no DeleteObjects here: the caller goes key by key */

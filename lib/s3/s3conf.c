@@ -163,21 +163,15 @@ static int ini_read(const char *path, const char *want, ini *out)
 
 static char *home_file(const char *env, const char *rel)
 {
-	const char *p = getenv(env);
-	if (p && *p)
+	const char *p = dp_env(env), *home = dp_env("HOME");
+	if (p)
 		return strdup(p);
-	const char *home = getenv("HOME");
 	char *out = NULL;
-	if (asprintf(&out, "%s/%s", home && *home ? home : ".", rel) < 0)
+	if (asprintf(&out, "%s/%s", home ? home : ".", rel) < 0)
 		return NULL;
 	return out;
 }
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
 
 static int set_str(char **dst, const char *v)
 {
@@ -234,7 +228,7 @@ static int profile_read(dp_s3 *s, profile *p)
 	if (!p->cred_path || !p->conf_path)
 		return DP_ENOMEM;
 	p->by_conf = c->profile && *c->profile;
-	p->name = p->by_conf ? c->profile : env("AWS_PROFILE");
+	p->name = p->by_conf ? c->profile : dp_env("AWS_PROFILE");
 	p->named = p->by_conf || p->name;
 	if (!p->name)
 		p->name = "default";
@@ -281,12 +275,12 @@ static int pick_endpoint(dp_s3 *s, const profile *p, dp_err *e)
 {
 	const dp_s3_conf *c = &s->conf;
 	const char *ep = c->endpoint_url && *c->endpoint_url ? c->endpoint_url : NULL;
-	const char *ign = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
+	const char *ign = dp_env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
 	int ignore = ign && strcasecmp(ign, "true") == 0;
 	if (!ep && !ignore) {
-		ep = env("AWS_ENDPOINT_URL_S3");
+		ep = dp_env("AWS_ENDPOINT_URL_S3");
 		if (!ep)
-			ep = env("AWS_ENDPOINT_URL");
+			ep = dp_env("AWS_ENDPOINT_URL");
 		if (!ep)
 			ep = ini_get(&p->conf, "s3.endpoint_url");
 		if (!ep)
@@ -375,9 +369,9 @@ int s3_conf_load(dp_s3 *s, dp_err *e)
 	profile p = {0};
 	int rc = profile_read(s, &p);
 	/* region */
-	const char *region = c->region && *c->region ? c->region : env("AWS_REGION");
+	const char *region = c->region && *c->region ? c->region : dp_env("AWS_REGION");
 	if (!region)
-		region = env("AWS_DEFAULT_REGION");
+		region = dp_env("AWS_DEFAULT_REGION");
 	if (!region)
 		region = ini_get(&p.conf, "region");
 	if (!region) {
@@ -400,7 +394,7 @@ int s3_conf_load(dp_s3 *s, dp_err *e)
 		else if (st && strcmp(st, "virtual") == 0)
 			s->conf.addressing = DP_S3_ADDR_VIRTUAL;
 	}
-	if (rc == DP_OK && set_str(&s->ca_bundle, env("AWS_CA_BUNDLE")) < 0)
+	if (rc == DP_OK && set_str(&s->ca_bundle, dp_env("AWS_CA_BUNDLE")) < 0)
 		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
 	profile_free(&p);
 	return rc;

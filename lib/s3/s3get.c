@@ -40,7 +40,7 @@
  * byte (Range: bytes=from-to), so output never repeats or loses a byte;
  * every answer's status, Content-Range or length, and ETag are checked, and
  * a single-part object's bytes against the MD5 in its ETag.  One MD5 is a
- * serial chain (~700 MB/s); dp_md5_update_many() digests up to 16 messages
+ * serial chain (~700 MB/s); s3_md5_update_many() digests up to 16 messages
  * for about the price of one, so the hasher lets whole small objects wait
  * until they fill its lanes (or the window is full, or the stream ends),
  * while parts of larger objects, which must be digested in order, go at
@@ -148,7 +148,7 @@ typedef struct vstate {
 	size_t obj;
 	uint64_t next; /* object offset of the next byte to digest */
 	int sse;
-	dp_md5 md;
+	s3_md5 md;
 } vstate;
 
 struct getter {
@@ -407,7 +407,7 @@ static vstate *vstate_of(getter *g, part *p)
 	v->obj = p->obj;
 	v->sse = 0;
 	v->next = p->off;
-	dp_md5_init(&v->md);
+	s3_md5_init(&v->md);
 	g->vidx[p->obj] = i + 1;
 	return v;
 }
@@ -446,12 +446,12 @@ static int find_jobs(getter *g, hjob *jobs, int *pending, int *urgent)
 static int check_digest(getter *g, vstate *v, dp_err *e)
 {
 	unsigned char want[16], got[16];
-	dp_md5_final(&v->md, got);
+	s3_md5_final(&v->md, got);
 	v->used = 0;
 	g->vidx[v->obj] = 0;
 	g->vfree[g->nvfree++] = (int)(v - g->vs);
 	dp_obj *o = &g->objs->v[v->obj];
-	if (v->sse || !dp_md5_etag(o->etag, want))
+	if (v->sse || !s3_md5_etag(o->etag, want))
 		return DP_OK;
 	if (memcmp(want, got, 16) != 0) {
 		char name[1200];
@@ -465,9 +465,9 @@ static void *hasher_main(void *arg)
 {
 	getter *g = arg;
 	dp_err e = {0};
-	int lanes = dp_md5_lanes();
+	int lanes = s3_md5_lanes();
 	hjob *jobs = calloc((size_t)g->S, sizeof *jobs);
-	dp_md5_job *mj = calloc((size_t)g->S, sizeof *mj);
+	s3_md5_job *mj = calloc((size_t)g->S, sizeof *mj);
 	if (!jobs || !mj) {
 		dp_seterr(&e, DP_ENOMEM, "out of memory");
 		consumer_fail(g, DP_ENOMEM, &e);
@@ -508,9 +508,9 @@ static void *hasher_main(void *arg)
 		int nm = 0;
 		for (int k = 0; k < n; k++)
 			if (jobs[k].n)
-				mj[nm++] = (dp_md5_job){&jobs[k].v->md, jobs[k].p->buf + jobs[k].from,
+				mj[nm++] = (s3_md5_job){&jobs[k].v->md, jobs[k].p->buf + jobs[k].from,
 							(size_t)jobs[k].n};
-		dp_md5_update_many(mj, (size_t)nm);
+		s3_md5_update_many(mj, (size_t)nm);
 		for (int k = 0; k < n; k++) {
 			part *p = jobs[k].p;
 			uint64_t h = jobs[k].from + jobs[k].n;
@@ -685,10 +685,10 @@ static int start_xfer(getter *g, xfer *x, dp_err *e)
 	if (x->ranged) {
 		snprintf(x->range, sizeof x->range, "bytes=%" PRIu64 "-%" PRIu64, x->req_from,
 			 x->end - 1);
-		c->h[c->nh++] = (dp_sigv4_kv){"Range", x->range};
+		c->h[c->nh++] = (s3_sigv4_kv){"Range", x->range};
 	}
 	if (o->etag[0])
-		c->h[c->nh++] = (dp_sigv4_kv){"If-Match", o->etag};
+		c->h[c->nh++] = (s3_sigv4_kv){"If-Match", o->etag};
 	c->sink = run_sink;
 	c->sink_ctx = x;
 	if (!x->h && !(x->h = take_handle(g)))
@@ -1361,7 +1361,7 @@ static int add_part(getter *g, char *buf, size_t cap, uint64_t len, dp_err *e)
 	p->last = off + len == g->hi[oi];
 	unsigned char md[16];
 	p->verify = g->verify_any && o->kind == DP_LOC_S3 && g->lo[oi] == 0 &&
-		    g->hi[oi] == o->size && dp_md5_etag(o->etag, md);
+		    g->hi[oi] == o->size && s3_md5_etag(o->etag, md);
 	p->hdone = !p->verify;
 	xfer *rx = g->run_x;
 	if (rx && rx->obj == oi && off < g->run_end)

@@ -532,14 +532,14 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	do {
 		s3_call c = {.method = "GET", .bucket = l->bucket, .resp_max = 64u << 20};
-		c.q[c.nq++] = (dp_sigv4_kv){"list-type", "2"};
-		c.q[c.nq++] = (dp_sigv4_kv){"prefix", l->key};
-		c.q[c.nq++] = (dp_sigv4_kv){"max-keys", psz};
-		c.q[c.nq++] = (dp_sigv4_kv){"encoding-type", "url"};
+		c.q[c.nq++] = (s3_sigv4_kv){"list-type", "2"};
+		c.q[c.nq++] = (s3_sigv4_kv){"prefix", l->key};
+		c.q[c.nq++] = (s3_sigv4_kv){"max-keys", psz};
+		c.q[c.nq++] = (s3_sigv4_kv){"encoding-type", "url"};
 		if (!recursive)
-			c.q[c.nq++] = (dp_sigv4_kv){"delimiter", "/"};
+			c.q[c.nq++] = (s3_sigv4_kv){"delimiter", "/"};
 		if (token)
-			c.q[c.nq++] = (dp_sigv4_kv){"continuation-token", token};
+			c.q[c.nq++] = (s3_sigv4_kv){"continuation-token", token};
 		rc = s3_perform(s, &c, what, e);
 		if (rc < 0) {
 			s3_call_clean(&c);
@@ -928,7 +928,7 @@ char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires,
 				e->code = DP_ENOTFOUND;
 			return NULL;
 		}
-		char *enc = dp_uri_encode(abs, strlen(abs), 1);
+		char *enc = s3_uri_encode(abs, strlen(abs), 1);
 		if (!enc || asprintf(&out, "file://%s", enc) < 0)
 			out = NULL;
 		free(enc);
@@ -952,7 +952,7 @@ char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires,
 		return NULL;
 	}
 	int vhost = s3_virtual_host(s, l->bucket);
-	char *ekey = dp_uri_encode(l->key, strlen(l->key), 1);
+	char *ekey = s3_uri_encode(l->key, strlen(l->key), 1);
 	char *path = NULL, *host = NULL, *q = NULL, *out = NULL;
 	if (!ekey)
 		goto oom;
@@ -968,12 +968,12 @@ char *dp_s3_presign(dp_s3 *s, const dp_loc *l, const char *method, long expires,
 		goto oom;
 	}
 	char date[17];
-	dp_amz_date(time(NULL), date);
-	dp_sigv4_req r = {
+	s3_amz_date(time(NULL), date);
+	s3_sigv4_req r = {
 		.method = method, .path = path, .amz_date = date, .region = region,
 		.service = "s3", .key_id = s->key_id, .secret = s->secret,
 	};
-	q = dp_sigv4_presign(&r, host, s->token, expires, NULL, 0);
+	q = s3_sigv4_presign(&r, host, s->token, expires, NULL, 0);
 	if (!q || asprintf(&out, "%s://%s%s?%s", s->scheme, host, path, q) < 0) {
 		out = NULL;
 		goto oom;
@@ -1042,13 +1042,13 @@ int dp_s3_list_uploads(dp_s3 *s, const dp_loc *l, dp_upload_cb cb, void *ctx, dp
 	int rc = DP_OK;
 	for (;;) {
 		s3_call c = {.method = "GET", .bucket = l->bucket, .resp_max = 64u << 20};
-		c.q[c.nq++] = (dp_sigv4_kv){"uploads", ""};
+		c.q[c.nq++] = (s3_sigv4_kv){"uploads", ""};
 		if (*l->key)
-			c.q[c.nq++] = (dp_sigv4_kv){"prefix", l->key};
+			c.q[c.nq++] = (s3_sigv4_kv){"prefix", l->key};
 		if (km)
-			c.q[c.nq++] = (dp_sigv4_kv){"key-marker", km};
+			c.q[c.nq++] = (s3_sigv4_kv){"key-marker", km};
 		if (im)
-			c.q[c.nq++] = (dp_sigv4_kv){"upload-id-marker", im};
+			c.q[c.nq++] = (s3_sigv4_kv){"upload-id-marker", im};
 		rc = s3_perform(s, &c, NULL, e);
 		upage p = {.bucket = l->bucket, .cb = cb, .ctx = ctx, .key = DP_BUF_INIT,
 			   .id = DP_BUF_INIT};
@@ -1084,7 +1084,7 @@ int dp_s3_abort_upload(dp_s3 *s, const char *bucket, const char *key, const char
 		       dp_err *e)
 {
 	s3_call c = {.method = "DELETE", .bucket = bucket, .key = key};
-	c.q[c.nq++] = (dp_sigv4_kv){"uploadId", upload_id};
+	c.q[c.nq++] = (s3_sigv4_kv){"uploadId", upload_id};
 	int rc = s3_perform(s, &c, NULL, e);
 	s3_call_clean(&c);
 	return rc;

@@ -287,7 +287,7 @@ static int put_single(putter *u, ubuf *b, dp_err *e)
 static int mp_create(putter *u, char **upload_id, dp_err *e)
 {
 	s3_call c = {.method = "POST", .bucket = u->bucket, .key = u->key};
-	c.q[c.nq++] = (dp_sigv4_kv){"uploads", ""};
+	c.q[c.nq++] = (s3_sigv4_kv){"uploads", ""};
 	int rc = s3_perform(u->s, &c, u->what, e);
 	mpx x = MPX_INIT;
 	if (rc == DP_OK)
@@ -334,12 +334,12 @@ static int mp_complete(putter *u, int n, dp_err *e)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	char want[80];
-	dp_md5_multipart_etag(etags, n, want);
+	s3_md5_multipart_etag(etags, n, want);
 	int rc = DP_OK;
 	for (int attempt = 0;; attempt++) {
 		s3_call c = {.method = "POST", .bucket = u->bucket, .key = u->key, .body = body.p,
 			     .body_len = body.len};
-		c.q[c.nq++] = (dp_sigv4_kv){"uploadId", u->upload_id};
+		c.q[c.nq++] = (s3_sigv4_kv){"uploadId", u->upload_id};
 		rc = s3_perform(u->s, &c, u->what, e);
 		mpx x = MPX_INIT;
 		int retry = 0;
@@ -385,8 +385,8 @@ static int start_upload(putter *u, ubuf *b, dp_err *e)
 	c->body_len = b->len;
 	c->body_sha = b->sha;
 	snprintf(b->qpart, sizeof b->qpart, "%d", b->partno);
-	c->q[c->nq++] = (dp_sigv4_kv){"partNumber", b->qpart};
-	c->q[c->nq++] = (dp_sigv4_kv){"uploadId", u->upload_id};
+	c->q[c->nq++] = (s3_sigv4_kv){"partNumber", b->qpart};
+	c->q[c->nq++] = (s3_sigv4_kv){"uploadId", u->upload_id};
 	b->retry_at = 0;
 	if (!b->h && !(b->h = curl_easy_init()))
 		return dp_seterr(e, DP_ENOMEM, "out of memory");

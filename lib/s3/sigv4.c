@@ -1,5 +1,5 @@
 /*
- * sigv4.c - AWS Signature Version 4 (see dp_sigv4.h).
+ * sigv4.c - AWS Signature Version 4 (see sigv4.h).
  *
  *   CanonicalRequest = Method \n CanonicalURI \n CanonicalQuery \n
  *                      CanonicalHeaders \n SignedHeaders \n PayloadHash
@@ -36,14 +36,14 @@ static void to_hex(const unsigned char *p, size_t n, char *out)
 	out[2 * n] = 0;
 }
 
-void dp_sha256_hex(const void *data, size_t len, char hex[65])
+void s3_sha256_hex(const void *data, size_t len, char hex[65])
 {
 	unsigned char md[SHA256_DIGEST_LENGTH];
 	SHA256(data, len, md);
 	to_hex(md, sizeof md, hex);
 }
 
-void dp_amz_date(time_t t, char out[17])
+void s3_amz_date(time_t t, char out[17])
 {
 	struct tm tm;
 	gmtime_r(&t, &tm);
@@ -74,7 +74,7 @@ static int unreserved(unsigned char c)
 	return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-char *dp_uri_encode(const char *s, size_t len, int keep_slash)
+char *s3_uri_encode(const char *s, size_t len, int keep_slash)
 {
 	static const char up[] = "0123456789ABCDEF";
 	dp_buf b = DP_BUF_INIT;
@@ -103,7 +103,7 @@ static int qcmp(const void *a, const void *b)
 	return c ? c : strcmp(x->v, y->v);
 }
 
-char *dp_sigv4_query(const dp_sigv4_kv *params, size_t n)
+char *s3_sigv4_query(const s3_sigv4_kv *params, size_t n)
 {
 	if (n == 0)
 		return strdup("");
@@ -113,8 +113,8 @@ char *dp_sigv4_query(const dp_sigv4_kv *params, size_t n)
 	int oom = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *v = params[i].value ? params[i].value : "";
-		q[i].k = dp_uri_encode(params[i].name, strlen(params[i].name), 0);
-		q[i].v = dp_uri_encode(v, strlen(v), 0);
+		q[i].k = s3_uri_encode(params[i].name, strlen(params[i].name), 0);
+		q[i].v = s3_uri_encode(v, strlen(v), 0);
 		if (!q[i].k || !q[i].v)
 			oom = 1;
 	}
@@ -185,7 +185,7 @@ static char *fold_value(const char *s)
 
 /* Appends the canonical headers block to ch and the signed header list to
  * sh.  Returns -1 on ENOMEM. */
-static int canon_headers(const dp_sigv4_kv *h, size_t n, dp_buf *ch, dp_buf *sh)
+static int canon_headers(const s3_sigv4_kv *h, size_t n, dp_buf *ch, dp_buf *sh)
 {
 	chdr *v = calloc(n ? n : 1, sizeof *v);
 	if (!v)
@@ -222,7 +222,7 @@ static int canon_headers(const dp_sigv4_kv *h, size_t n, dp_buf *ch, dp_buf *sh)
 
 /* ---- Signing ----------------------------------------------------------- */
 
-static int signing_key(const dp_sigv4_req *r, unsigned char key[32])
+static int signing_key(const s3_sigv4_req *r, unsigned char key[32])
 {
 	char date[9];
 	memcpy(date, r->amz_date, 8);
@@ -246,7 +246,7 @@ static int signing_key(const dp_sigv4_req *r, unsigned char key[32])
 }
 
 /* Builds the canonical request; signed-header list into *signed_hdrs. */
-static char *canonical_request(const dp_sigv4_req *r, char **signed_hdrs)
+static char *canonical_request(const s3_sigv4_req *r, char **signed_hdrs)
 {
 	dp_buf cr = DP_BUF_INIT, ch = DP_BUF_INIT, sh = DP_BUF_INIT;
 	if (canon_headers(r->hdrs, r->nhdrs, &ch, &sh) < 0) {
@@ -270,10 +270,10 @@ static char *canonical_request(const dp_sigv4_req *r, char **signed_hdrs)
 	return out;
 }
 
-static char *string_to_sign(const dp_sigv4_req *r, const char *creq)
+static char *string_to_sign(const s3_sigv4_req *r, const char *creq)
 {
 	char h[65];
-	dp_sha256_hex(creq, strlen(creq), h);
+	s3_sha256_hex(creq, strlen(creq), h);
 	char *s = NULL;
 	if (asprintf(&s, "AWS4-HMAC-SHA256\n%s\n%.8s/%s/%s/aws4_request\n%s", r->amz_date,
 		     r->amz_date, r->region, r->service, h) < 0)
@@ -281,7 +281,7 @@ static char *string_to_sign(const dp_sigv4_req *r, const char *creq)
 	return s;
 }
 
-static int sign_with(const dp_sigv4_req *r, char sig[65], char **canonical, char **sts,
+static int sign_with(const s3_sigv4_req *r, char sig[65], char **canonical, char **sts,
 		     char **signed_hdrs)
 {
 	char *sh = NULL;
@@ -319,12 +319,12 @@ static int sign_with(const dp_sigv4_req *r, char sig[65], char **canonical, char
 	return 0;
 }
 
-int dp_sigv4_sign(const dp_sigv4_req *r, char sig[65], char **canonical, char **sts)
+int s3_sigv4_sign(const s3_sigv4_req *r, char sig[65], char **canonical, char **sts)
 {
 	return sign_with(r, sig, canonical, sts, NULL);
 }
 
-char *dp_sigv4_authorization(const dp_sigv4_req *r)
+char *s3_sigv4_authorization(const s3_sigv4_req *r)
 {
 	char sig[65], *sh = NULL, *out = NULL;
 	if (sign_with(r, sig, NULL, NULL, &sh) < 0)
@@ -338,15 +338,15 @@ char *dp_sigv4_authorization(const dp_sigv4_req *r)
 	return out;
 }
 
-char *dp_sigv4_presign(const dp_sigv4_req *r, const char *host, const char *token,
-		       long expires, const dp_sigv4_kv *params, size_t n)
+char *s3_sigv4_presign(const s3_sigv4_req *r, const char *host, const char *token,
+		       long expires, const s3_sigv4_kv *params, size_t n)
 {
 	char *cred = NULL, exp[32];
 	if (asprintf(&cred, "%s/%.8s/%s/%s/aws4_request", r->key_id, r->amz_date, r->region,
 		     r->service) < 0)
 		return NULL;
 	snprintf(exp, sizeof exp, "%ld", expires);
-	dp_sigv4_kv *all = calloc(n + 6, sizeof *all);
+	s3_sigv4_kv *all = calloc(n + 6, sizeof *all);
 	if (!all) {
 		free(cred);
 		return NULL;
@@ -354,27 +354,27 @@ char *dp_sigv4_presign(const dp_sigv4_req *r, const char *host, const char *toke
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
 		all[k++] = params[i];
-	all[k++] = (dp_sigv4_kv){"X-Amz-Algorithm", "AWS4-HMAC-SHA256"};
-	all[k++] = (dp_sigv4_kv){"X-Amz-Credential", cred};
-	all[k++] = (dp_sigv4_kv){"X-Amz-Date", r->amz_date};
-	all[k++] = (dp_sigv4_kv){"X-Amz-Expires", exp};
-	all[k++] = (dp_sigv4_kv){"X-Amz-SignedHeaders", "host"};
+	all[k++] = (s3_sigv4_kv){"X-Amz-Algorithm", "AWS4-HMAC-SHA256"};
+	all[k++] = (s3_sigv4_kv){"X-Amz-Credential", cred};
+	all[k++] = (s3_sigv4_kv){"X-Amz-Date", r->amz_date};
+	all[k++] = (s3_sigv4_kv){"X-Amz-Expires", exp};
+	all[k++] = (s3_sigv4_kv){"X-Amz-SignedHeaders", "host"};
 	if (token)
-		all[k++] = (dp_sigv4_kv){"X-Amz-Security-Token", token};
-	char *q = dp_sigv4_query(all, k);
+		all[k++] = (s3_sigv4_kv){"X-Amz-Security-Token", token};
+	char *q = s3_sigv4_query(all, k);
 	free(all);
 	free(cred);
 	if (!q)
 		return NULL;
-	dp_sigv4_kv hosthdr = {"host", host};
-	dp_sigv4_req pr = *r;
+	s3_sigv4_kv hosthdr = {"host", host};
+	s3_sigv4_req pr = *r;
 	pr.query = q;
 	pr.hdrs = &hosthdr;
 	pr.nhdrs = 1;
 	pr.payload_hash = "UNSIGNED-PAYLOAD";
 	char sig[65];
 	char *out = NULL;
-	if (dp_sigv4_sign(&pr, sig, NULL, NULL) == 0 &&
+	if (s3_sigv4_sign(&pr, sig, NULL, NULL) == 0 &&
 	    asprintf(&out, "%s&X-Amz-Signature=%s", q, sig) < 0)
 		out = NULL;
 	free(q);

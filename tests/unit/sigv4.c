@@ -33,36 +33,36 @@ static const char *sig_of(const char *authz)
 
 /* Signs with the S3 documentation's credentials and date. */
 static char *s3_authz(const char *method, const char *path, const char *query,
-		      const dp_sigv4_kv *h, size_t nh, const char *payload)
+		      const s3_sigv4_kv *h, size_t nh, const char *payload)
 {
-	dp_sigv4_req r = {
+	s3_sigv4_req r = {
 		.method = method, .path = path, .query = query, .hdrs = h, .nhdrs = nh,
 		.payload_hash = payload, .amz_date = "20130524T000000Z", .region = "us-east-1",
 		.service = "s3", .key_id = S3KEY, .secret = S3SECRET,
 	};
-	return dp_sigv4_authorization(&r);
+	return s3_sigv4_authorization(&r);
 }
 
 static void s3_examples(void)
 {
 	char h[65];
-	dp_sha256_hex("", 0, h);
+	s3_sha256_hex("", 0, h);
 	is_str(h, DP_SHA256_EMPTY, "SHA-256 of the empty string");
 
 	/* GET Object, first 10 bytes */
-	dp_sigv4_kv get[] = {
+	s3_sigv4_kv get[] = {
 		{"Host", "examplebucket.s3.amazonaws.com"},
 		{"Range", "bytes=0-9"},
 		{"x-amz-content-sha256", DP_SHA256_EMPTY},
 		{"x-amz-date", "20130524T000000Z"},
 	};
-	dp_sigv4_req r = {
+	s3_sigv4_req r = {
 		.method = "GET", .path = "/test.txt", .query = "", .hdrs = get, .nhdrs = 4,
 		.payload_hash = DP_SHA256_EMPTY, .amz_date = "20130524T000000Z",
 		.region = "us-east-1", .service = "s3", .key_id = S3KEY, .secret = S3SECRET,
 	};
 	char sig[65], *creq = NULL, *sts = NULL;
-	ok(dp_sigv4_sign(&r, sig, &creq, &sts) == 0, "sign GET Object");
+	ok(s3_sigv4_sign(&r, sig, &creq, &sts) == 0, "sign GET Object");
 	is_str(creq,
 	       "GET\n/test.txt\n\nhost:examplebucket.s3.amazonaws.com\nrange:bytes=0-9\n"
 	       "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
@@ -77,7 +77,7 @@ static void s3_examples(void)
 	       "GET Object: signature");
 	free(creq);
 	free(sts);
-	char *a = dp_sigv4_authorization(&r);
+	char *a = s3_sigv4_authorization(&r);
 	is_str(a,
 	       "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
 	       "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
@@ -87,12 +87,12 @@ static void s3_examples(void)
 
 	/* PUT Object: key "test$file.text", body "Welcome to Amazon S3." */
 	const char *body = "Welcome to Amazon S3.";
-	dp_sha256_hex(body, strlen(body), h);
+	s3_sha256_hex(body, strlen(body), h);
 	is_str(h, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072",
 	       "PUT Object: payload hash");
-	char *path = dp_uri_encode("/test$file.text", 15, 1);
+	char *path = s3_uri_encode("/test$file.text", 15, 1);
 	is_str(path, "/test%24file.text", "PUT Object: '$' encoded in the path");
-	dp_sigv4_kv put[] = {
+	s3_sigv4_kv put[] = {
 		{"Host", "examplebucket.s3.amazonaws.com"},
 		{"Date", "Fri, 24 May 2013 00:00:00 GMT"},
 		{"x-amz-date", "20130524T000000Z"},
@@ -108,13 +108,13 @@ static void s3_examples(void)
 	free(path);
 
 	/* GET Bucket Lifecycle: "?lifecycle" */
-	dp_sigv4_kv life[] = {
+	s3_sigv4_kv life[] = {
 		{"Host", "examplebucket.s3.amazonaws.com"},
 		{"x-amz-date", "20130524T000000Z"},
 		{"x-amz-content-sha256", DP_SHA256_EMPTY},
 	};
-	dp_sigv4_kv lq[] = {{"lifecycle", ""}};
-	char *q = dp_sigv4_query(lq, 1);
+	s3_sigv4_kv lq[] = {{"lifecycle", ""}};
+	char *q = s3_sigv4_query(lq, 1);
 	is_str(q, "lifecycle=", "lifecycle: a name without value gets '='");
 	a = s3_authz("GET", "/", q, life, 3, DP_SHA256_EMPTY);
 	is_str(sig_of(a), "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543",
@@ -123,8 +123,8 @@ static void s3_examples(void)
 	free(q);
 
 	/* GET Bucket (List Objects): "?max-keys=2&prefix=J", given out of order */
-	dp_sigv4_kv lsq[] = {{"prefix", "J"}, {"max-keys", "2"}};
-	q = dp_sigv4_query(lsq, 2);
+	s3_sigv4_kv lsq[] = {{"prefix", "J"}, {"max-keys", "2"}};
+	q = s3_sigv4_query(lsq, 2);
 	is_str(q, "max-keys=2&prefix=J", "list: query sorted");
 	a = s3_authz("GET", "/", q, life, 3, DP_SHA256_EMPTY);
 	is_str(sig_of(a), "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
@@ -133,11 +133,11 @@ static void s3_examples(void)
 	free(q);
 
 	/* Presigned GET of test.txt, 86400 s */
-	r = (dp_sigv4_req){
+	r = (s3_sigv4_req){
 		.method = "GET", .path = "/test.txt", .amz_date = "20130524T000000Z",
 		.region = "us-east-1", .service = "s3", .key_id = S3KEY, .secret = S3SECRET,
 	};
-	q = dp_sigv4_presign(&r, "examplebucket.s3.amazonaws.com", NULL, 86400, NULL, 0);
+	q = s3_sigv4_presign(&r, "examplebucket.s3.amazonaws.com", NULL, 86400, NULL, 0);
 	is_str(q,
 	       "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2F"
 	       "us-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&"
@@ -149,9 +149,9 @@ static void s3_examples(void)
 
 typedef struct suite_case {
 	const char *name, *method, *path;
-	dp_sigv4_kv query[2];
+	s3_sigv4_kv query[2];
 	size_t nq;
-	dp_sigv4_kv hdrs[4]; /* besides host and x-amz-date */
+	s3_sigv4_kv hdrs[4]; /* besides host and x-amz-date */
 	size_t nh;
 	const char *body;
 	const char *signed_headers, *signature;
@@ -223,22 +223,22 @@ static void suite_cases(void)
 {
 	for (size_t i = 0; i < sizeof suite / sizeof suite[0]; i++) {
 		const suite_case *c = &suite[i];
-		dp_sigv4_kv h[8];
+		s3_sigv4_kv h[8];
 		size_t nh = 0;
-		h[nh++] = (dp_sigv4_kv){"Host", "example.amazonaws.com"};
-		h[nh++] = (dp_sigv4_kv){"X-Amz-Date", "20150830T123600Z"};
+		h[nh++] = (s3_sigv4_kv){"Host", "example.amazonaws.com"};
+		h[nh++] = (s3_sigv4_kv){"X-Amz-Date", "20150830T123600Z"};
 		for (size_t j = 0; j < c->nh; j++)
 			h[nh++] = c->hdrs[j];
 		char ph[65];
-		dp_sha256_hex(c->body, strlen(c->body), ph);
-		char *path = dp_uri_encode(c->path, strlen(c->path), 1);
-		char *q = dp_sigv4_query(c->query, c->nq);
-		dp_sigv4_req r = {
+		s3_sha256_hex(c->body, strlen(c->body), ph);
+		char *path = s3_uri_encode(c->path, strlen(c->path), 1);
+		char *q = s3_sigv4_query(c->query, c->nq);
+		s3_sigv4_req r = {
 			.method = c->method, .path = path, .query = q, .hdrs = h, .nhdrs = nh,
 			.payload_hash = ph, .amz_date = "20150830T123600Z", .region = "us-east-1",
 			.service = "service", .key_id = SUITEKEY, .secret = SUITESECRET,
 		};
-		char *a = dp_sigv4_authorization(&r);
+		char *a = s3_sigv4_authorization(&r);
 		char want[512];
 		snprintf(want, sizeof want,
 			 "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/"
@@ -253,21 +253,21 @@ static void suite_cases(void)
 
 static void encoding(void)
 {
-	char *s = dp_uri_encode("a b/c~d+e$\xc3\xa9", 12, 1);
+	char *s = s3_uri_encode("a b/c~d+e$\xc3\xa9", 12, 1);
 	is_str(s, "a%20b/c~d%2Be%24%C3%A9", "path encoding keeps '/' and unreserved");
 	free(s);
-	s = dp_uri_encode("a/b c", 5, 0);
+	s = s3_uri_encode("a/b c", 5, 0);
 	is_str(s, "a%2Fb%20c", "query encoding encodes '/'");
 	free(s);
-	s = dp_uri_encode("", 0, 1);
+	s = s3_uri_encode("", 0, 1);
 	is_str(s, "", "empty string");
 	free(s);
-	dp_sigv4_kv p[] = {{"b", "2"}, {"a", "z"}, {"a", "y"}, {"key", "x/y z"}};
-	s = dp_sigv4_query(p, 4);
+	s3_sigv4_kv p[] = {{"b", "2"}, {"a", "z"}, {"a", "y"}, {"key", "x/y z"}};
+	s = s3_sigv4_query(p, 4);
 	is_str(s, "a=y&a=z&b=2&key=x%2Fy%20z", "query: sorted by name then value, encoded");
 	free(s);
 	char d[17];
-	dp_amz_date(1369353600, d);
+	s3_amz_date(1369353600, d);
 	is_str(d, "20130524T000000Z", "amz date");
 }
 

@@ -24,7 +24,7 @@ int dp_comm_launched(void)
 		return 1;
 	if (v && (!strcmp(v, "single") || !strcmp(v, "none")))
 		return 0;
-	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+	return dp_env("OMPI_COMM_WORLD_SIZE") || dp_env("PMIX_RANK") || dp_env("PMI_SIZE");
 }
 
 /* How many processes the launcher of this one started, by its own
@@ -40,10 +40,10 @@ static long launched_tasks(const char **who)
 		{"WORLD_SIZE", "torchrun"},       /* PyTorch's launchers: RANK, LOCAL_RANK too */
 	};
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-		const char *v = getenv(vars[i][0]);
-		if (!v || !*v)
+		const char *v = dp_env(vars[i][0]);
+		if (!v)
 			continue;
-		*who = getenv("SLURM_STEP_ID") && i > 0 && i < 3 ? "srun" : vars[i][1];
+		*who = dp_env("SLURM_STEP_ID") && i > 0 && i < 3 ? "srun" : vars[i][1];
 		return strtol(v, NULL, 10);
 	}
 	return 0;

@@ -440,11 +440,10 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	d->held = -1;
 	if (!(d->o.scale != 0))
 		d->o.scale = 1;
-	const char *td = o->cache_dir ? o->cache_dir : getenv("TMPDIR");
 	d->feature = strdup(o->feature);
 	d->label = strdup(o->label);
 	d->cmd = o->cmd ? strdup(o->cmd) : NULL;
-	d->cache_dir = strdup(td && *td ? td : "/tmp");
+	d->cache_dir = strdup(dp_tmpdir(o->cache_dir));
 	if (!d->feature || !d->label || (o->cmd && !d->cmd) || !d->cache_dir)
 		goto nomem;
 	if (o->decode == DP_DECODE_IMAGE) {
