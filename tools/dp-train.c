@@ -2261,11 +2261,15 @@ static void finish(void)
 	cli_progress_clear();
 	if (R.ts.epoch >= C.epochs)
 		R.ts.epoch_step = 0;
+	/* the periodic series ends with the final state too (a --checkpoint of
+	 * its own: 'ck-{step}' gets the last step, not only -o), then -o */
+	int behind = R.ckpt_path && O.ckpt_every && last_ckpt_step != R.ts.step;
+	int own = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	if (behind && (own || !O.output))
+		save(R.ckpt_path, &R.ts);
 	if (O.output)
 		save(O.output, &R.ts);
-	else if (R.ckpt_path && O.ckpt_every && last_ckpt_step != R.ts.step)
-		save(R.ckpt_path, &R.ts);
-	else
+	else if (!behind)
 		average_buffers();
 	if (SIZE > 1) {
 		check_same_state(R.ts.step);
