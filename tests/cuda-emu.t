@@ -24,6 +24,8 @@ COMMON=(--train all.tfr --model "$CNN" --input-shape 1x8x8 --shuffle-buffer 64 -
 run "$EMU" "${COMMON[@]}" --batch-size 32 --log emu.log -o emu.st
 is "$rc" 0 "one process on the emulated GPU"
 like "$err" "cuda: GPU 0 of 1, CPU emulation" "the note names the (emulated) CUDA backend"
+like "$err" "epoch 2: waited [0-9.]+ s for input \([0-9.]+% of [0-9.]+ s\)" \
+	"on a GPU, each epoch's note says how long the steps waited for input"
 run env DP_BACKEND=cpu "$EMU" "${COMMON[@]}" --batch-size 32 --log cpu.log -o cpu.st
 is "$rc" 0 "the same binary on the CPU backend"
 is "$(losses emu.log | wc -l)" 12 "12 updates logged"

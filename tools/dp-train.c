@@ -2117,11 +2117,18 @@ static int train_epoch(uint64_t epoch)
 	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
 	if (O.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
 		cli_die("train: %s", e.msg);
-	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
-		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %.0f"
-		     " image%s skipped as corrupt",
-		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk[0],
-		     sk[0] == 1 ? "" : "s");
+	/* the input's share: decoding images or on threads, and on a GPU,
+	 * whose steps are short enough for the reader to be the limit */
+	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt ||
+	    !(R.be->caps & DP_CAP_HOST_MEMORY))
+	{
+		char sk_note[64] = "";
+		if (C.decode == DP_DECODE_IMAGE || ds.corrupt)
+			snprintf(sk_note, sizeof sk_note, "; %.0f image%s skipped as corrupt", sk[0],
+				 sk[0] == 1 ? "" : "s");
+		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s)%s", epoch + 1,
+		     ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk_note);
+	}
 	if (O.skip_corrupt && !stopped)
 		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
 	return stopped;
