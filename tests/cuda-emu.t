@@ -31,6 +31,15 @@ ok curve_close emu.log cpu.log 1e-5 "the CUDA code's loss curve is the CPU's (wi
 ok close emu.st cpu.st 1e-5 "and so are its weights"
 run env DP_BACKEND=cpu "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res.st
 is "$rc" 0 "its checkpoint resumes on the CPU backend"
+# cuDNN's choices (emulated: tests/cudaemu/cudnn.h) recorded for --resume
+meta() { $PY -c 'import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], ""))' "$@"; }
+algos=$(meta emu.st conv_algos)
+like "$algos" '^CPU emulation \(tests/cudaemu\)/cudnn [0-9]+/fp32\|32x1x8x8-4x3x3-s1x1-p0x0=[0-9],[0-9],[0-9]' \
+	"the checkpoint records cuDNN's choice for each convolution shape, and for which GPU"
+run "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res2.st
+is "$rc:$(meta res2.st conv_algos)" "0:$algos" "resumed on the GPU, with the same choices"
 
 if ! have_mpirun; then
 	skip "mpirun is not installed (apt-get install openmpi-bin)"
