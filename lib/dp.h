@@ -291,6 +291,13 @@ DP_EXPORT const char *dp_fmt_size(uint64_t n, char *buf, size_t len);
 DP_EXPORT int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
 		   dp_err *e);
 
+/* The shortest %g text that reads back as v ("0.001", not
+ * "0.0010000000000000000208"; "1e-05", "123456"), or "nan", "inf", "-inf":
+ * libdp's one formatter of doubles, for metadata, logs and metrics.
+ * DP_DOUBLE_BUF bytes always hold it.  Returns buf. */
+#define DP_DOUBLE_BUF 32
+DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
+
 /* Monotonic time in seconds. */
 DP_EXPORT double dp_now(void);
 

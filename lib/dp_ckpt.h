@@ -194,9 +194,6 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
 
-/* Shortest decimal text that reads back as v ("0.001", not
- * "0.0010000000000000000208"): for metadata. */
-DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
 
 
 #ifdef __cplusplus

@@ -248,7 +248,7 @@ static size_t dbl_text(char *buf, double v)
 		memcpy(buf, "null", 5);
 		return 4;
 	}
-	return dp_number_format(buf, v);
+	return strlen(dp_fmt_double(v, buf, DP_NUMBER_BUF));
 }
 
 /* 1 when the number t[0..n) (fewer than DP_NUMBER_BUF bytes) is beyond a
@@ -565,11 +565,11 @@ static void put_key(dp_buf *b, const char *tag, size_t n)
 }
 
 /* A value as text: a float32 with the fewest digits that read back to it
- * (0.41, not 0.4099999964237213), a double as dp_number_format does. */
+ * (0.41, not 0.4099999964237213), a double as dp_fmt_double does. */
 static void put_value(dp_buf *b, const dp_event_scalar *v)
 {
 	char t[DP_NUMBER_BUF];
-	size_t n = dp_number_format(t, v->value);
+	size_t n = strlen(dp_fmt_double(v->value, t, sizeof t));
 	/* Any decimal of 6 digits or fewer reads back to its float (FLT_DIG):
 	 * when the 6-digit form reads back, no shorter one differs from it
 	 * but for the trailing zeros %g drops. */

@@ -43,15 +43,6 @@ int dp_dtype_parse(const char *s)
 	return 0;
 }
 
-const char *dp_fmt_double(double v, char *buf, size_t len)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			break;
-	}
-	return buf;
-}
 
 /* ---- writer ---------------------------------------------------------------- */
 
