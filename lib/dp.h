@@ -187,6 +187,13 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
 /* Read up to len bytes, retrying until len bytes or end of file.  Returns
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
+/* The whole of file path ("-": stdin) into b (initialised, DP_BUF_INIT),
+ * which is emptied first (its memory kept) and holds a NUL after the
+ * bytes: the one whole-file
+ * reader of libdp and the tools.  More than max bytes is DP_ELIMIT
+ * ("NAME: larger than 1 MiB"); name names the file in messages (NULL:
+ * path, or "stdin").  Returns 0 or a negative status. */
+DP_EXPORT int dp_read_file(const char *path, const char *name, size_t max, dp_buf *b, dp_err *e);
 
 /* ---- Folder trees ------------------------------------------------------
  * dp_walk: every entry under dir whose name does not begin with '.', in

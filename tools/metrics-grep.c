@@ -1055,48 +1055,15 @@ static void add_metric_option(const char *arg)
 		definition_error(&e);
 }
 
-/* The whole of path ("-": stdin) in b, at most DEFS_MAX bytes.  Returns 0,
- * or -1 with errno set (EFBIG past the limit); b is the caller's to free
- * either way. */
-static int read_whole(const char *path, dp_buf *b)
-{
-	dp_buf_init(b, DEFS_MAX);
-	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int rc = 0;
-	for (;;) {
-		if (dp_buf_reserve(b, 65536) < 0) {
-			errno = b->err == DP_ELIMIT ? EFBIG : ENOMEM;
-			rc = -1;
-			break;
-		}
-		ssize_t r = read(fd, b->p + b->len, 65536);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			rc = r < 0 ? -1 : 0;
-			break;
-		}
-		b->len += (size_t)r;
-	}
-	int saved = errno;
-	if (fd > 0)
-		close(fd);
-	errno = saved;
-	return rc;
-}
-
 /* --definitions FILE: SageMaker's metric_definitions list. */
 static void add_definitions_file(const char *path)
 {
-	dp_buf text;
-	if (read_whole(path, &text) < 0) {
-		int err = errno;
-		dp_buf_free(&text);
-		cli_die_code(CLI_USAGE, "%s: %s", path, strerror(err));
-	}
+	dp_buf text = DP_BUF_INIT;
 	dp_err e;
+	if (dp_read_file(path, path, DEFS_MAX, &text, &e) < 0) {
+		dp_buf_free(&text);
+		cli_die_code(CLI_USAGE, "%s", e.msg);
+	}
 	int rc = dp_matcher_add_definitions(G.m, text.p ? text.p : "", text.len, path, &e);
 	dp_buf_free(&text);
 	if (rc < 0)

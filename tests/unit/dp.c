@@ -533,6 +533,34 @@ static void test_fmt_double(void)
 	}
 }
 
+/* dp_read_file: a whole file, a cap, a directory, a missing file, the
+ * buffer reused. */
+static void test_read_file(void)
+{
+	char dir[] = "/tmp/dpread.XXXXXX", path[64];
+	if (!mkdtemp(dir))
+		return;
+	snprintf(path, sizeof path, "%s/f", dir);
+	FILE *f = fopen(path, "w");
+	fputs("0123456789", f);
+	fclose(f);
+	dp_buf b = DP_BUF_INIT;
+	dp_err e;
+	ok(dp_read_file(path, NULL, 10, &b, &e) == 0 && b.len == 10 && !strcmp(b.p, "0123456789"),
+	   "dp_read_file: ten bytes under a cap of ten");
+	ok(dp_read_file(path, "f", 9, &b, &e) == DP_ELIMIT, "... refused under a cap of nine");
+	is_str(e.msg, "f: larger than 9 bytes", "... saying so");
+	ok(dp_read_file(path, NULL, 1 << 20, &b, &e) == 0 && b.len == 10, "... the buffer reused");
+	ok(dp_read_file(dir, "d", 100, &b, &e) < 0, "a directory refused");
+	like(e.msg, "d: ", "... named");
+	snprintf(path, sizeof path, "%s/none", dir);
+	ok(dp_read_file(path, NULL, 100, &b, &e) < 0 && strstr(e.msg, path), "a missing file named");
+	dp_buf_free(&b);
+	snprintf(path, sizeof path, "%s/f", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 static void test_settings(void)
 {
 	setenv("DP_UNIT_TEST_SETTING", "42", 1);
@@ -560,6 +588,7 @@ int main(void)
 	test_out_threads();
 	test_out_paths();
 	test_fmt_double();
+	test_read_file();
 	test_settings();
 	return done_testing();
 }

@@ -546,6 +546,12 @@ void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
 	*value = s->meta[2 * i + 1];
 }
 
+const void *dp_st_bytes(const dp_st *s, size_t *len)
+{
+	*len = s->len;
+	return s->buf;
+}
+
 const dp_st_tensor *dp_st_find(const dp_st *s, const char *name)
 {
 	for (int i = 0; i < s->n; i++)
