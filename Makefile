@@ -52,10 +52,11 @@ PROVE ?= prove
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
 # ompi-c: Open MPI (dp-train's collectives); libturbojpeg and spng: JPEG and
 # PNG decoding (lib/image).
-# libdp's own; protobuf-c only for the tests,
-# whose reference parser is generated from lib/records/example.proto.
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng
-PKGS := $(LIB_PKGS) libprotobuf-c
+# libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
+# tests' reference Example parser (lib/records/example.proto).
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng \
+	libprotobuf-c
+PKGS := $(LIB_PKGS)
 # Targets that need no compiler skip the check (make clean, make help).
 NODEPS_GOALS := clean help uninstall dist
 ifneq ($(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
@@ -76,7 +77,10 @@ PROTOC_C ?= protoc-c
 GEN := $(O)/gen
 LIB_SRC := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
-	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC))
+	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC)) $(LIB_GEN_OBJ)
+# protobuf-c's code for the formats libdp writes with it (ONNX), generated
+# from the .proto beside the code that uses it.
+LIB_GEN_OBJ := $(O)/gen/onnx.pb-c.o
 LIB_HDR := $(wildcard lib/dp*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
@@ -123,7 +127,7 @@ COMPLETION := $(O)/completion/dptools
 ZSH_COMPLETION := $(O)/completion/_dptools
 DIST := dptools-$(VERSION)
 
-.PHONY: all check check-build unit cli asan fuzz fuzz-build bench learn demo install uninstall clean help \
+.PHONY: all check check-build unit cli asan fuzz fuzz-build bench kit learn demo install uninstall clean help \
 	dist distcheck deb
 .DELETE_ON_ERROR:
 
@@ -146,6 +150,17 @@ $(O)/man/%: man/% Makefile
 $(GEN)/example.pb-c.c $(GEN)/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(GEN)
 	$(PROTOC_C) --c_out=$(GEN) -Ilib/records lib/records/example.proto
+
+$(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h: lib/train/ckpt/onnx.proto
+	@mkdir -p $(GEN)
+	$(PROTOC_C) --c_out=$(GEN) -Ilib/train/ckpt lib/train/ckpt/onnx.proto
+
+$(O)/gen/onnx.pb-c.o: $(GEN)/onnx.pb-c.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CPPFLAGS) -I$(GEN) $(ALL_CFLAGS) $(LIB_CFLAGS) -w -c -o $@ $<
+
+$(O)/lib/train/ckpt/onnx.o: $(GEN)/onnx.pb-c.h
+$(O)/lib/train/ckpt/onnx.o: ALL_CPPFLAGS += -I$(GEN)
 
 $(PB_OBJ): $(GEN)/example.pb-c.c
 	@mkdir -p $(@D)
@@ -219,7 +234,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
-TEST_PROGS += $(O)/tests/imgtool
+TEST_PROGS += $(O)/tests/imgtool $(O)/tests/onnxtool
 $(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
@@ -281,6 +296,10 @@ $(FUZZ_O)/fuzz-%: tests/fuzz/%.c $(FUZZ_LIB_OBJ) | $(FUZZ_O)/gen/example.pb-c.c
 bench: all
 	$(TEST_ENV) bench/run
 
+## kit: the folder to carry to a GPU machine (kit/, scripts/device-kit) for scripts/device-check
+kit:
+	scripts/device-kit kit
+
 ## learn: the full Fashion-MNIST learning runs of dp-train (minutes; prints the accuracies)
 learn: all
 	$(TEST_ENV) examples/fashion-mnist.sh
@@ -334,7 +353,7 @@ deb:
 
 ## clean: remove build directories, the dist tarball and debs/ (O=DIR: that build only)
 clean:
-	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz \
+	rm -rf $(if $(filter command line,$(origin O)),$(O),build build-asan build-cuda build-fuzz build-kit kit \
 	  $(DIST).tar.gz debs)
 
 ## help: list the targets

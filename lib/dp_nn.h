@@ -136,6 +136,15 @@ typedef struct dp_layer_info {
 	int depth;             /* the blocks it is in */
 	int src, src2;         /* the layers it reads; -1: the input (src2: an add's other) */
 	int frozen;            /* dp_model_freeze: every parameter fixed */
+	/* the item's settings (what an exporter writes out) */
+	int units;             /* dense outputs, conv filters */
+	int kh, kw, sh, sw, ph, pw; /* conv and pooling: window, stride, padding (each side) */
+	int global;            /* avgpool over the whole plane (gap) */
+	int bias;              /* dense, conv: has a bias */
+	float p;               /* dropout rate */
+	float eps;             /* batchnorm: added to the variance */
+	int act;               /* an add's own activation after the sum (res(...):relu),
+				  DP_ACT_*; 0: none, or one a layer of its own stands for */
 } dp_layer_info;
 
 DP_EXPORT int dp_model_nlayers(const dp_model *m);

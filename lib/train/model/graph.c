@@ -570,6 +570,16 @@ void dp_model_layer(const dp_model *m, int i, dp_layer_info *out)
 	out->src = L->src;
 	out->src2 = L->src2;
 	out->frozen = L->frozen;
+	out->units = L->units;
+	out->kh = L->kh, out->kw = L->kw, out->sh = L->sh, out->sw = L->sw;
+	out->ph = L->ph, out->pw = L->pw;
+	out->global = L->global;
+	out->bias = L->bn > 0 && L->kind != DP_LAYER_BATCHNORM;
+	out->p = L->p;
+	out->eps = L->eps;
+	/* a fused activation is a layer of the list too: only a block's own counts */
+	int next_fused = i + 1 < m->n && m->l[i + 1].fused && m->l[i + 1].src == i;
+	out->act = L->kind == DP_LAYER_ADD && !next_fused ? L->act : 0;
 }
 
 /* The tensors of layer L: weight and bias (or the weight alone), and a
