@@ -85,6 +85,9 @@ DP_EXPORT const char *dp_st_meta(const dp_st *s, const char *key); /* NULL if ab
 DP_EXPORT int dp_st_meta_count(const dp_st *s);
 DP_EXPORT void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value);
 DP_EXPORT const char *dp_st_name(const dp_st *s);
+/* The file's bytes, as read and checked (to hand to dp_st_open_mem in
+ * another process: dp-train's rank 0 sends them to the others). */
+DP_EXPORT const void *dp_st_bytes(const dp_st *s, size_t *len);
 DP_EXPORT void dp_st_close(dp_st *s);
 
 /* ---- training checkpoints --------------------------------------------------- */
@@ -127,6 +130,36 @@ DP_EXPORT int dp_ckpt_train_state(const dp_st *ck, dp_train_state *ts, dp_err *e
  * dp_st_close), else closed. */
 DP_EXPORT dp_model *dp_model_load(const char *path, const dp_backend *be, dp_bectx *ctx, size_t max_batch,
 			dp_st **ck, dp_err *e);
+
+/* ---- a checkpoint's tensors as a user looks at them (dp-ckpt(1)) ------------ */
+
+/* What tensor `name` of ck is: a parameter of the model, a buffer of it
+ * (batchnorm's running_mean, running_var, num_batches_tracked), optimizer
+ * state or the generators' state (dp-train's optimizer.* and rng.state,
+ * in a file with dp-train's metadata; in a plain state_dict every tensor
+ * is the model's).  From names alone. */
+enum { DP_CK_PARAM = 1, DP_CK_BUFFER, DP_CK_OPTIM, DP_CK_RNG };
+DP_EXPORT int dp_ckpt_role(const dp_st *ck, const char *name);
+/* Elements of t; element i (row-major) as a double, whatever its dtype. */
+DP_EXPORT size_t dp_st_numel(const dp_st_tensor *t);
+DP_EXPORT double dp_st_value(const dp_st_tensor *t, size_t i);
+/* a against b, element by element (bits, then values): the elements whose
+ * bits differ, and of them the one of the largest absolute difference
+ * (NaN against a number: infinite; NaN against NaN: 0).  -1 when their
+ * dtypes or shapes differ (nothing to compare), else 0. */
+typedef struct dp_st_diff {
+	size_t ndiff;   /* elements whose bits differ; 0: identical */
+	size_t at;      /* the element of the largest difference, row-major */
+	double max_abs; /* its absolute difference (0 when identical) */
+	double a, b;    /* its values */
+} dp_st_diff;
+DP_EXPORT int dp_st_diff_tensors(const dp_st_tensor *a, const dp_st_tensor *b, dp_st_diff *d);
+/* Write ck's weights alone to path, atomically: the model's parameters
+ * and buffers in their dtypes, no optimizer state, no rng.state, and the
+ * metadata without the training state's keys (seed, step, epoch,
+ * epoch_step, epoch_records, optimizer_steps: --resume refuses the file,
+ * --init and dp-eval take it).  The formats of dp-ckpt export. */
+DP_EXPORT int dp_ckpt_export_safetensors(const dp_st *ck, const char *path, dp_err *e);
 
 /* ---- the run's settings: dp-checkpoint(5)'s metadata keys -----------------
  * Each key is named once, in lib/train/ckpt/run.c: dp-train writes a run's
@@ -194,9 +227,6 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
 
-/* Shortest decimal text that reads back as v ("0.001", not
- * "0.0010000000000000000208"): for metadata. */
-DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
 
 
 #ifdef __cplusplus

@@ -6,7 +6,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 cd "$T" || exit 1
 V=$(sed -n 's/^VERSION := //p' "$DP_SRC/Makefile")
-PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval metrics-grep"
+PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep"
 
 for p in $PROGS; do
 	run $p --version
@@ -36,6 +36,10 @@ tfr-cat --encode json rows.json -o big.tfr || exit 1
 for i in $(seq 200000); do echo "step=$i loss=0.$i"; done >big.log
 dp-train --train big.tfr --decode-raw uint8 --input-shape 16 --model dense:4 --epochs 1 \
 	--batch-size 100 -q -o m.st >/dev/null || exit 1
+$PY -c '
+import json, struct
+h = json.dumps({"w": {"dtype": "F32", "shape": [100000], "data_offsets": [0, 400000]}}).encode()
+open("w.st", "wb").write(struct.pack("<Q", len(h)) + h + bytes(400000))' || exit 1
 AB=$(pwd -P)
 # each writes far more than a pipe holds to stdout
 cmd() {
@@ -46,6 +50,7 @@ cmd() {
 	dp-train) dp-train --train big.tfr --decode-raw uint8 --input-shape 16 --model dense:4 \
 		--epochs 3 --batch-size 2 --log-every 1 -q ;;
 	dp-eval) dp-eval --model m.st --data big.tfr --predictions - -q ;;
+	dp-ckpt) dp-ckpt export w.st -o - --format safetensors ;;
 	metrics-grep) metrics-grep big.log ;;
 	esac
 }

@@ -1,0 +1,616 @@
+/*
+ * dp-ckpt - look at checkpoints and move weights in and out of dptools.
+ *
+ *   dp-ckpt show CKPT          settings, tensors, parameter count
+ *   dp-ckpt diff A B           tensor by tensor, with the largest difference
+ *   dp-ckpt export CKPT -o F   the weights alone, in a format of formats[]
+ *
+ * A program of its own rather than options of dp-train or dp-eval: each
+ * job here reads checkpoints and writes nothing a training run needs, and
+ * it is the one place a new way in or out (a format) is added: a line of
+ * cmds[] for a subcommand, a line of formats[] for an export format.  The
+ * formats themselves are libdp's (dp_ckpt.h); see dp-ckpt(1).
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "dp.h"
+#include "dp_ckpt.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef DP_PROG
+#define DP_PROG "dp-ckpt"
+#endif
+
+/* Exit status of diff when the checkpoints differ (dp-ckpt(1)). */
+enum { EXIT_DIFFER = 3 };
+
+/* ---- export formats: one line each -------------------------------------
+ * name: --format's value; exts: the output names that choose it (a list
+ * ending in NULL); write: ck's weights to path, whole or not at all. */
+static const struct format {
+	const char *name;
+	const char *const *exts;
+	const char *what;
+	int (*write)(const dp_st *ck, const char *path, dp_err *e);
+} formats[] = {
+	{"safetensors", (const char *const[]){".safetensors", ".st", NULL},
+	 "weights and settings, no training state", dp_ckpt_export_safetensors},
+};
+#define NFORMATS (sizeof formats / sizeof formats[0])
+
+/* ---- the command line ----------------------------------------------- */
+
+enum { C_SHOW = 1, C_DIFF, C_EXPORT };
+#define B(c) (1u << (c))
+
+enum { OPT_JSON = 256, OPT_FORMAT, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_HELP, OPT_VERSION };
+
+static struct {
+	int cmd;
+	int json, weights, meta, quiet;
+	double tolerance; /* < 0: none (bits) */
+	const char *output, *format;
+} O = {.tolerance = -1};
+
+/* Which options apply to which subcommand. */
+static const struct {
+	int opt;
+	unsigned cmds;
+	const char *name;
+} allowed[] = {
+	{OPT_JSON, B(C_SHOW) | B(C_DIFF), "--json"},
+	{OPT_WEIGHTS, B(C_DIFF), "--weights"},
+	{OPT_TOLERANCE, B(C_DIFF), "--tolerance"},
+	{OPT_META, B(C_DIFF), "--meta"},
+	{'q', B(C_DIFF), "--quiet"},
+	{'o', B(C_EXPORT), "--output"},
+	{OPT_FORMAT, B(C_EXPORT), "--format"},
+};
+
+static void cmd_show(char **args, int n);
+static void cmd_diff(char **args, int n);
+static void cmd_export(char **args, int n);
+
+/* The subcommands: one line each (and a paragraph of help()). */
+static const struct cmd {
+	const char *name;
+	int nargs; /* operands it takes */
+	const char *operands;
+	void (*run)(char **args, int n);
+} cmds[] = {
+	[C_SHOW] = {"show", 1, "CKPT", cmd_show},
+	[C_DIFF] = {"diff", 2, "A B", cmd_diff},
+	[C_EXPORT] = {"export", 1, "CKPT", cmd_export},
+};
+#define NCMDS ((int)(sizeof cmds / sizeof cmds[0]))
+
+static const char usage_line[] =
+	"usage: dp-ckpt show|diff|export [OPTION]... CKPT...   (dp-ckpt --help lists every "
+	"option)\n";
+
+static void help(void)
+{
+	static char buf[8192]; /* whole, so a failed write is reported (cli_exit_stdout) */
+	setvbuf(stdout, buf, _IOFBF, sizeof buf);
+	printf("usage: dp-ckpt COMMAND [OPTION]... CKPT...\n"
+	       "Look at checkpoints and move weights in and out of dptools.  A checkpoint is\n"
+	       "a safetensors file (dp-train's, or any state_dict); - is stdin.\n"
+	       "\n"
+	       "Commands:\n"
+	       "  show CKPT          the settings (metadata), the tensors (name, dtype, shape,\n"
+	       "                     role) and the parameter count\n"
+	       "  diff A B           compare tensor by tensor: for each that differs, how many\n"
+	       "                     values and the largest difference; exit 3 when they differ\n"
+	       "  export CKPT -o F   write the weights alone (no optimizer state, no rng.state,\n"
+	       "                     no training state) for other programs\n"
+	       "\n"
+	       "show and diff:\n"
+	       "      --json             one JSON object instead of text\n"
+	       "diff:\n"
+	       "      --weights          compare the model's tensors only (not the optimizer's\n"
+	       "                         state, not rng.state)\n"
+	       "      --tolerance X      tensors whose largest difference is at most X count as\n"
+	       "                         the same (default: only identical bits do)\n"
+	       "      --meta             compare the metadata too\n"
+	       "  -q, --quiet            print nothing; the exit status says\n"
+	       "export:\n"
+	       "  -o, --output FILE      where to write (- is stdout)\n"
+	       "      --format ");
+	for (size_t i = 0; i < NFORMATS; i++)
+		printf("%s%s", i ? "|" : "", formats[i].name);
+	printf("\n                         the output's format (default: by FILE's name:");
+	for (size_t i = 0; i < NFORMATS; i++)
+		for (const char *const *x = formats[i].exts; *x; x++)
+			printf(" %s", *x);
+	printf(")\n"
+	       "\n"
+	       "  -h, --help             this help\n"
+	       "  -V, --version          the version\n"
+	       "\n"
+	       "Exit status: 0 success (diff: the same), 1 failure, 2 usage error, 3 diff:\n"
+	       "the checkpoints differ.  See dp-ckpt(1).\n");
+}
+
+static void set_option(int c, const char *v, char **argv)
+{
+	switch (c) {
+	case OPT_JSON: O.json = 1; break;
+	case OPT_WEIGHTS: O.weights = 1; break;
+	case OPT_TOLERANCE: O.tolerance = cli_real("--tolerance", v, 0, INFINITY); break;
+	case OPT_META: O.meta = 1; break;
+	case 'q': O.quiet = 1; break;
+	case 'o': O.output = v; break;
+	case OPT_FORMAT: O.format = v; break;
+	case 'h':
+	case OPT_HELP: help(); cli_exit_stdout();
+	case 'V':
+	case OPT_VERSION: cli_version();
+	default: cli_bad_option(c, argv);
+	}
+}
+
+/* The options into O (anywhere on the line) and the subcommand; returns
+ * its operands, *nargs of them, checked against what it takes. */
+static char **parse_args(int argc, char **argv, int *nargs)
+{
+	static const struct option lopts[] = {
+		{"json", no_argument, NULL, OPT_JSON},
+		{"weights", no_argument, NULL, OPT_WEIGHTS},
+		{"tolerance", required_argument, NULL, OPT_TOLERANCE},
+		{"meta", no_argument, NULL, OPT_META},
+		{"quiet", no_argument, NULL, 'q'},
+		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, OPT_FORMAT},
+		{"help", no_argument, NULL, OPT_HELP},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{0, 0, 0, 0},
+	};
+	const size_t nallowed = sizeof allowed / sizeof allowed[0];
+	unsigned used[sizeof allowed / sizeof allowed[0]] = {0};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":qo:hV", lopts, NULL)) != -1) {
+		for (size_t i = 0; i < nallowed; i++)
+			used[i] |= allowed[i].opt == c;
+		set_option(c, optarg, argv);
+	}
+	if (optind >= argc)
+		cli_usage_error("no command (show, diff, export)");
+	for (int k = 1; k < NCMDS; k++)
+		if (cmds[k].name && !strcmp(argv[optind], cmds[k].name))
+			O.cmd = k;
+	if (!O.cmd) {
+		char *shown = dp_shown(argv[optind], strlen(argv[optind]));
+		cli_usage_error("unknown command '%s' (show, diff, export)", shown ? shown : "?");
+	}
+	for (size_t i = 0; i < nallowed; i++)
+		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
+			cli_usage_error("%s does not apply to %s", allowed[i].name, cmds[O.cmd].name);
+	*nargs = argc - optind - 1;
+	if (*nargs != cmds[O.cmd].nargs)
+		cli_usage_error("%s takes %s", cmds[O.cmd].name, cmds[O.cmd].operands);
+	return argv + optind + 1;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static dp_st *open_ckpt(const char *path)
+{
+	dp_err e;
+	if (!strcmp(path, "-") && isatty(STDIN_FILENO))
+		cli_die("stdin is a terminal: give a checkpoint file, or pipe one in");
+	dp_st *ck = dp_st_open(path, &e);
+	if (!ck)
+		cli_die_err(CLI_FAIL, &e);
+	return ck;
+}
+
+static const char *role_name(int role)
+{
+	switch (role) {
+	case DP_CK_PARAM: return "param";
+	case DP_CK_BUFFER: return "buffer";
+	case DP_CK_OPTIM: return "optimizer";
+	default: return "rng";
+	}
+}
+
+/* "[16, 12]" */
+static void add_shape(dp_buf *b, const dp_st_tensor *t)
+{
+	dp_buf_addstr(b, "[");
+	for (int d = 0; d < t->ndim; d++)
+		dp_buf_printf(b, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+	dp_buf_addstr(b, "]");
+}
+
+/* Element i of t (row-major) as an index: "[3, 7]". */
+static void add_index(dp_buf *b, const dp_st_tensor *t, size_t i)
+{
+	size_t idx[DP_ST_MAXDIM];
+	for (int d = t->ndim - 1; d >= 0; d--) {
+		idx[d] = t->shape[d] ? i % (size_t)t->shape[d] : 0;
+		i = t->shape[d] ? i / (size_t)t->shape[d] : 0;
+	}
+	dp_buf_addstr(b, "[");
+	for (int d = 0; d < t->ndim; d++)
+		dp_buf_printf(b, "%s%zu", d ? ", " : "", idx[d]);
+	dp_buf_addstr(b, "]");
+}
+
+/* A number as JSON has it (no NaN or infinity there: null). */
+static void add_num(dp_buf *b, double v)
+{
+	char s[40];
+	if (isfinite(v))
+		dp_buf_addstr(b, dp_fmt_double(v, s, sizeof s));
+	else
+		dp_buf_addstr(b, O.json ? "null" : isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+/* A value of a tensor of dtype dt: the shortest text that reads back as
+ * it, as a float32 for 32 bits and less. */
+static void add_val(dp_buf *b, double v, int dt)
+{
+	char s[40];
+	if (v == floor(v) && fabs(v) < 1e15) { /* integers (and whole floats) as such, not 1e+01 */
+		dp_buf_printf(b, "%.0f", v);
+		return;
+	}
+	if (!isfinite(v) || dp_dtype_size(dt) > 4) {
+		add_num(b, v);
+		return;
+	}
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(s, sizeof s, "%.*g", prec, v);
+		if (strtof(s, NULL) == (float)v)
+			break;
+	}
+	dp_buf_addstr(b, s);
+}
+
+/* Text quoted from a file: escaped (dp_buf_shown) in text, a JSON string
+ * in JSON. */
+static void add_text(dp_buf *b, const char *s)
+{
+	if (O.json)
+		dp_buf_json_str(b, s, strlen(s), 0);
+	else
+		dp_buf_shown(b, s, strlen(s));
+}
+
+static void put_out(dp_buf *b)
+{
+	dp_err e;
+	if (b->err)
+		cli_die("out of memory");
+	if (dp_write_all(STDOUT_FILENO, b->p, b->len, "stdout", &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_buf_reset(b);
+}
+
+/* ---- show ------------------------------------------------------------- */
+
+static void cmd_show(char **args, int n)
+{
+	(void)n;
+	dp_st *ck = open_ckpt(args[0]);
+	dp_buf b = DP_BUF_INIT;
+	uint64_t count[DP_CK_RNG + 1] = {0}, ntens[DP_CK_RNG + 1] = {0}, bytes = 0;
+	for (int i = 0; i < dp_st_count(ck); i++) {
+		const dp_st_tensor *t = dp_st_at(ck, i);
+		int r = dp_ckpt_role(ck, t->name);
+		count[r] += dp_st_numel(t);
+		ntens[r]++;
+		bytes += t->nbytes;
+	}
+	if (O.json) {
+		dp_buf_addstr(&b, "{\"file\":");
+		add_text(&b, dp_st_name(ck));
+		dp_buf_printf(&b, ",\"format\":\"safetensors\",\"tensors\":%d,\"bytes\":%" PRIu64
+			      ",\"parameters\":%" PRIu64 ",\"buffers\":%" PRIu64
+			      ",\"optimizer\":%" PRIu64 ",\"metadata\":{",
+			      dp_st_count(ck), bytes, count[DP_CK_PARAM], count[DP_CK_BUFFER],
+			      count[DP_CK_OPTIM]);
+		for (int i = 0; i < dp_st_meta_count(ck); i++) {
+			const char *k, *v;
+			dp_st_meta_at(ck, i, &k, &v);
+			dp_buf_addstr(&b, i ? "," : "");
+			add_text(&b, k);
+			dp_buf_addstr(&b, ":");
+			add_text(&b, v);
+		}
+		dp_buf_addstr(&b, "},\"tensor_list\":[");
+		for (int i = 0; i < dp_st_count(ck); i++) {
+			const dp_st_tensor *t = dp_st_at(ck, i);
+			dp_buf_addstr(&b, i ? ",{\"name\":" : "{\"name\":");
+			add_text(&b, t->name);
+			dp_buf_printf(&b, ",\"dtype\":\"%s\",\"shape\":", dp_dtype_name(t->dtype));
+			add_shape(&b, t);
+			dp_buf_printf(&b, ",\"role\":\"%s\"}", role_name(dp_ckpt_role(ck, t->name)));
+		}
+		dp_buf_addstr(&b, "]}\n");
+	} else {
+		char sz[32];
+		add_text(&b, dp_st_name(ck));
+		dp_buf_printf(&b, ": safetensors, %d tensors, %s of values\n", dp_st_count(ck),
+			      dp_fmt_size(bytes, sz, sizeof sz));
+		dp_buf_printf(&b, "parameters: %" PRIu64 " in %" PRIu64 " tensors\n",
+			      count[DP_CK_PARAM], ntens[DP_CK_PARAM]);
+		dp_buf_printf(&b, "buffers: %" PRIu64 " in %" PRIu64 " tensors\n",
+			      count[DP_CK_BUFFER], ntens[DP_CK_BUFFER]);
+		if (ntens[DP_CK_OPTIM])
+			dp_buf_printf(&b, "optimizer state: %" PRIu64 " in %" PRIu64 " tensors\n",
+				      count[DP_CK_OPTIM], ntens[DP_CK_OPTIM]);
+		if (dp_st_meta_count(ck))
+			dp_buf_addstr(&b, "metadata:\n");
+		for (int i = 0; i < dp_st_meta_count(ck); i++) {
+			const char *k, *v;
+			dp_st_meta_at(ck, i, &k, &v);
+			dp_buf_addstr(&b, "  ");
+			add_text(&b, k);
+			dp_buf_addstr(&b, ": ");
+			add_text(&b, v);
+			dp_buf_addstr(&b, "\n");
+		}
+		dp_buf_addstr(&b, "tensors:\n");
+		for (int i = 0; i < dp_st_count(ck); i++) {
+			const dp_st_tensor *t = dp_st_at(ck, i);
+			dp_buf_addstr(&b, "  ");
+			add_text(&b, t->name);
+			dp_buf_printf(&b, "\t%s\t", dp_dtype_name(t->dtype));
+			add_shape(&b, t);
+			dp_buf_printf(&b, "\t%s\n", role_name(dp_ckpt_role(ck, t->name)));
+		}
+	}
+	put_out(&b);
+	dp_buf_free(&b);
+	dp_st_close(ck);
+}
+
+/* ---- diff ------------------------------------------------------------- */
+
+static int compared(const dp_st *ck, const char *name)
+{
+	int r = dp_ckpt_role(ck, name);
+	return !O.weights || r == DP_CK_PARAM || r == DP_CK_BUFFER;
+}
+
+/* One difference found: a line of text, or an object of the "differences"
+ * list. */
+static void diff_open(dp_buf *b, int *ndiff, const char *kind, const char *name)
+{
+	if (O.json) {
+		dp_buf_addstr(b, (*ndiff)++ ? ",{\"kind\":\"" : "{\"kind\":\"");
+		dp_buf_printf(b, "%s\",\"name\":", kind);
+		add_text(b, name);
+	} else {
+		(*ndiff)++;
+		if (!strcmp(kind, "metadata"))
+			dp_buf_addstr(b, "metadata ");
+		add_text(b, name);
+		dp_buf_addstr(b, ": ");
+	}
+}
+
+static void diff_tensor(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y,
+			const dp_st_tensor *a, double *worst, char **worst_name)
+{
+	const dp_st_tensor *t = dp_st_find(y, a->name);
+	dp_st_diff d;
+	if (!t) {
+		diff_open(b, ndiff, "missing", a->name);
+		if (O.json) {
+			dp_buf_addstr(b, ",\"only_in\":");
+			add_text(b, dp_st_name(x));
+			dp_buf_addstr(b, "}");
+		} else {
+			dp_buf_addstr(b, "only in ");
+			add_text(b, dp_st_name(x));
+			dp_buf_addstr(b, "\n");
+		}
+		*worst = INFINITY;
+		return;
+	}
+	if (dp_st_diff_tensors(a, t, &d) < 0) {
+		diff_open(b, ndiff, "shape", a->name);
+		dp_buf_printf(b, O.json ? ",\"a\":\"%s " : "%s ", dp_dtype_name(a->dtype));
+		add_shape(b, a);
+		dp_buf_printf(b, O.json ? "\",\"b\":\"%s " : " against %s ", dp_dtype_name(t->dtype));
+		add_shape(b, t);
+		dp_buf_addstr(b, O.json ? "\"}" : "\n");
+		*worst = INFINITY;
+		return;
+	}
+	if (!d.ndiff || d.max_abs <= O.tolerance)
+		return;
+	diff_open(b, ndiff, "values", a->name);
+	if (O.json) {
+		dp_buf_printf(b, ",\"differ\":%zu,\"of\":%zu,\"max_abs\":", d.ndiff, dp_st_numel(a));
+		add_num(b, d.max_abs);
+		dp_buf_addstr(b, ",\"at\":");
+		add_index(b, a, d.at);
+		dp_buf_addstr(b, ",\"a\":");
+		add_val(b, d.a, a->dtype);
+		dp_buf_addstr(b, ",\"b\":");
+		add_val(b, d.b, a->dtype);
+		dp_buf_addstr(b, "}");
+	} else {
+		dp_buf_printf(b, "%zu of %zu values differ, the largest by %.6g at ", d.ndiff,
+			      dp_st_numel(a), d.max_abs);
+		add_index(b, a, d.at);
+		dp_buf_addstr(b, " (");
+		add_val(b, d.a, a->dtype);
+		dp_buf_addstr(b, " against ");
+		add_val(b, d.b, a->dtype);
+		dp_buf_addstr(b, ")\n");
+	}
+	if (d.max_abs > *worst || !*worst_name) {
+		*worst = d.max_abs;
+		free(*worst_name);
+		*worst_name = cli_strdup(a->name);
+	}
+}
+
+static void diff_meta(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y)
+{
+	for (int i = 0; i < dp_st_meta_count(x); i++) {
+		const char *k, *v, *w;
+		dp_st_meta_at(x, i, &k, &v);
+		if ((w = dp_st_meta(y, k)) && !strcmp(v, w))
+			continue;
+		diff_open(b, ndiff, "metadata", k);
+		if (O.json) {
+			dp_buf_addstr(b, ",\"a\":");
+			add_text(b, v);
+			dp_buf_addstr(b, ",\"b\":");
+			if (w)
+				add_text(b, w);
+			else
+				dp_buf_addstr(b, "null");
+			dp_buf_addstr(b, "}");
+		} else {
+			add_text(b, v);
+			dp_buf_addstr(b, " against ");
+			if (w)
+				add_text(b, w);
+			else
+				dp_buf_addstr(b, "(none)");
+			dp_buf_addstr(b, "\n");
+		}
+	}
+	for (int i = 0; i < dp_st_meta_count(y); i++) { /* keys only in B */
+		const char *k, *v;
+		dp_st_meta_at(y, i, &k, &v);
+		if (dp_st_meta(x, k))
+			continue;
+		diff_open(b, ndiff, "metadata", k);
+		if (O.json) {
+			dp_buf_addstr(b, ",\"a\":null,\"b\":");
+			add_text(b, v);
+			dp_buf_addstr(b, "}");
+		} else {
+			dp_buf_addstr(b, "(none) against ");
+			add_text(b, v);
+			dp_buf_addstr(b, "\n");
+		}
+	}
+}
+
+static void cmd_diff(char **args, int n)
+{
+	(void)n;
+	if (!strcmp(args[0], "-") && !strcmp(args[1], "-"))
+		cli_usage_error("diff: stdin can be only one of A and B");
+	dp_st *x = open_ckpt(args[0]), *y = open_ckpt(args[1]);
+	dp_buf b = DP_BUF_INIT;
+	int ndiff = 0, ncmp = 0;
+	double worst = 0;
+	char *worst_name = NULL;
+	if (O.json)
+		dp_buf_addstr(&b, "{\"differences\":[");
+	for (int i = 0; i < dp_st_count(x); i++) {
+		const dp_st_tensor *a = dp_st_at(x, i);
+		if (!compared(x, a->name))
+			continue;
+		ncmp++;
+		diff_tensor(&b, &ndiff, x, y, a, &worst, &worst_name);
+	}
+	for (int i = 0; i < dp_st_count(y); i++) { /* tensors only in B */
+		const dp_st_tensor *t = dp_st_at(y, i);
+		if (!compared(y, t->name) || dp_st_find(x, t->name))
+			continue;
+		ncmp++;
+		diff_tensor(&b, &ndiff, y, x, t, &worst, &worst_name);
+	}
+	int tdiff = ndiff;
+	if (O.meta)
+		diff_meta(&b, &ndiff, x, y);
+	if (O.json) {
+		dp_buf_printf(&b, "],\"tensors\":%d,\"tensors_differ\":%d,\"same\":%s", ncmp, tdiff,
+			      ndiff ? "false" : "true");
+		if (worst_name) {
+			dp_buf_addstr(&b, ",\"max_abs\":");
+			add_num(&b, worst);
+			dp_buf_addstr(&b, ",\"max_abs_tensor\":");
+			add_text(&b, worst_name);
+		}
+		dp_buf_addstr(&b, "}\n");
+	} else {
+		dp_buf_printf(&b, "%d tensors compared, %d differ", ncmp, tdiff);
+		if (worst_name) {
+			dp_buf_printf(&b, "; the largest difference %.6g, in ", worst);
+			add_text(&b, worst_name);
+		}
+		if (O.meta)
+			dp_buf_printf(&b, "; %d metadata keys differ", ndiff - tdiff);
+		dp_buf_addstr(&b, "\n");
+	}
+	if (!O.quiet)
+		put_out(&b);
+	dp_buf_free(&b);
+	free(worst_name);
+	dp_st_close(x);
+	dp_st_close(y);
+	if (cli_close_stdout() < 0)
+		cli_exit(CLI_FAIL);
+	cli_exit(ndiff ? EXIT_DIFFER : CLI_OK);
+}
+
+/* ---- export ----------------------------------------------------------- */
+
+static const struct format *export_format(const char *out)
+{
+	if (O.format) {
+		for (size_t i = 0; i < NFORMATS; i++)
+			if (!strcmp(O.format, formats[i].name))
+				return &formats[i];
+		dp_buf names = DP_BUF_INIT;
+		for (size_t i = 0; i < NFORMATS; i++)
+			dp_buf_printf(&names, "%s%s", i ? ", " : "", formats[i].name);
+		char *shown = dp_shown(O.format, strlen(O.format));
+		cli_usage_error("--format: unknown format '%s' (%s)", shown ? shown : "?",
+				names.p ? names.p : "");
+	}
+	size_t n = strlen(out);
+	for (size_t i = 0; i < NFORMATS; i++)
+		for (const char *const *x = formats[i].exts; *x; x++)
+			if (n > strlen(*x) && !strcasecmp(out + n - strlen(*x), *x))
+				return &formats[i];
+	cli_usage_error("export: say --format (no format goes by the name of '%s')", out);
+}
+
+static void cmd_export(char **args, int n)
+{
+	(void)n;
+	dp_err e;
+	if (!O.output)
+		cli_usage_error("export: -o FILE is needed");
+	const struct format *f = export_format(O.output);
+	if (!strcmp(O.output, "-") && isatty(STDOUT_FILENO))
+		cli_die("refusing to write a checkpoint to a terminal (redirect it, or -o FILE)");
+	if (dp_out_check(O.output, &e) < 0) /* before reading a large checkpoint */
+		cli_die_err(CLI_FAIL, &e);
+	dp_st *ck = open_ckpt(args[0]);
+	if (f->write(ck, O.output, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_st_close(ck);
+}
+
+int main(int argc, char **argv)
+{
+	cli.prog = DP_PROG;
+	cli.usage = usage_line;
+	dp_out_install_signal_cleanup();
+	int nargs;
+	char **args = parse_args(argc, argv, &nargs);
+	cmds[O.cmd].run(args, nargs);
+	cli_exit_stdout();
+}
