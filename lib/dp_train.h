@@ -189,7 +189,9 @@ DP_EXPORT int dp_control_early_stop(dp_control_conf *c, const char *spec, dp_err
 /* "factor=X,patience=N,cooldown=N,min_lr=X,min_delta=X" (a bare N:
  * patience): ReduceLROnPlateau on; "" off.  factor in (0, 1). */
 DP_EXPORT int dp_control_plateau(dp_control_conf *c, const char *spec, dp_err *e);
-/* The spec as text (buf), the same settings read back; "" when off. */
+/* Their messages name the setting ("patience 'x': want ..."), not the
+ * option.  The spec as text (buf), every setting, read back the same;
+ * "" when off. */
 DP_EXPORT const char *dp_control_early_stop_text(const dp_control_conf *c, char *buf, size_t len);
 DP_EXPORT const char *dp_control_plateau_text(const dp_control_conf *c, char *buf, size_t len);
 

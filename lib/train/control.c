@@ -84,7 +84,7 @@ struct field {
 	int *set;          /* set to 1 when given (may be NULL) */
 };
 
-static int parse_fields(const char *what, const char *spec, struct field *f, size_t nf, dp_err *e)
+static int parse_fields(const char *spec, struct field *f, size_t nf, dp_err *e)
 {
 	char *s = strdup(spec), *save = NULL;
 	if (!s)
@@ -99,8 +99,8 @@ static int parse_fields(const char *what, const char *spec, struct field *f, siz
 		while (i < nf && strcmp(key, f[i].name))
 			i++;
 		if (i == nf) {
-			rc = dp_seterr(e, DP_EARG, "%s: unknown setting '%.40s' (known: %s%s%s%s%s%s%s%s%s)",
-				       what, key, f[0].name, nf > 1 ? ", " : "", nf > 1 ? f[1].name : "",
+			rc = dp_seterr(e, DP_EARG, "unknown setting '%.40s' (known: %s%s%s%s%s%s%s%s%s)",
+				       key, f[0].name, nf > 1 ? ", " : "", nf > 1 ? f[1].name : "",
 				       nf > 2 ? ", " : "", nf > 2 ? f[2].name : "", nf > 3 ? ", " : "",
 				       nf > 3 ? f[3].name : "", nf > 4 ? ", " : "", nf > 4 ? f[4].name : "");
 			break;
@@ -111,7 +111,7 @@ static int parse_fields(const char *what, const char *spec, struct field *f, siz
 			double d = strtod(val, &end);
 			if (end == val || *end || !isfinite(d) || d > f[i].max ||
 			    (f[i].open ? d <= f[i].min : d < f[i].min))
-				rc = dp_seterr(e, DP_EARG, "%s: %s '%.40s': want a number %s %g%s%s", what,
+				rc = dp_seterr(e, DP_EARG, "%s '%.40s': want a number %s %g%s%s",
 					       f[i].name, val, f[i].open ? "above" : "from", f[i].min,
 					       f[i].max < 1e300 ? (f[i].open ? " and below " : " to ") : "",
 					       f[i].max < 1e300 ? "1" : "");
@@ -120,8 +120,8 @@ static int parse_fields(const char *what, const char *spec, struct field *f, siz
 		} else {
 			unsigned long long n = strtoull(val, &end, 10);
 			if (end == val || *end || errno || *val == '-' || n > (1ull << 40))
-				rc = dp_seterr(e, DP_EARG, "%s: %s '%.40s': want a whole number from 0",
-					       what, f[i].name, val);
+				rc = dp_seterr(e, DP_EARG, "%s '%.40s': want a whole number from 0",
+					       f[i].name, val);
 			else
 				*(uint64_t *)f[i].p = n;
 		}
@@ -146,7 +146,7 @@ int dp_control_early_stop(dp_control_conf *c, const char *spec, dp_err *e)
 		{"baseline", 1, &t.es_baseline, -1e300, 1e300, 0, &t.es_has_baseline},
 		{"start_from_epoch", 0, &t.es_start_from_epoch, 0, 0, 0, NULL},
 	};
-	if (parse_fields("early stopping", spec, f, sizeof f / sizeof f[0], e) < 0)
+	if (parse_fields(spec, f, sizeof f / sizeof f[0], e) < 0)
 		return DP_EARG;
 	t.early_stop = 1;
 	*c = t;
@@ -169,10 +169,10 @@ int dp_control_plateau(dp_control_conf *c, const char *spec, dp_err *e)
 		{"min_lr", 1, &t.rlr_min_lr, 0, 1e300, 0, NULL},
 		{"min_delta", 1, &t.rlr_min_delta, 0, 1e300, 0, NULL},
 	};
-	if (parse_fields("reduce lr on plateau", spec, f, sizeof f / sizeof f[0], e) < 0)
+	if (parse_fields(spec, f, sizeof f / sizeof f[0], e) < 0)
 		return DP_EARG;
 	if (t.rlr_factor >= 1) /* Keras: "does not support a factor >= 1.0" */
-		return dp_seterr(e, DP_EARG, "reduce lr on plateau: factor %g: want below 1", t.rlr_factor);
+		return dp_seterr(e, DP_EARG, "factor %g: want below 1", t.rlr_factor);
 	t.plateau = 1;
 	*c = t;
 	return DP_OK;
