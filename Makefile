@@ -54,9 +54,9 @@ PROVE ?= prove
 # PNG decoding (lib/image).
 # libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
 # tests' reference Example parser (lib/records/example.proto).
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng \
-	libprotobuf-c
-PKGS := $(LIB_PKGS)
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c
+# libmicrohttpd: dp-serve's HTTP server (the program's, not libdp's).
+PKGS := $(LIB_PKGS) libmicrohttpd
 # Targets that need no compiler skip the check (make clean, make help).
 NODEPS_GOALS := clean help uninstall dist
 ifneq ($(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
@@ -67,6 +67,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 LIB_LIBS := $(shell pkg-config --libs $(LIB_PKGS)) -lm
 PB_LIBS := $(shell pkg-config --libs libprotobuf-c)
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd)
 endif
 PROTOC_C ?= protoc-c
 
@@ -220,12 +221,13 @@ $(SM_OBJ): tools/sagemaker.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(O)/bin/dp-train $(O)/bin/dp-eval: TOOL_OBJ := $(SM_OBJ)
-$(O)/bin/dp-train $(O)/bin/dp-eval: $(SM_OBJ)
+$(O)/bin/dp-train $(O)/bin/dp-eval $(O)/bin/dp-serve: TOOL_OBJ := $(SM_OBJ)
+$(O)/bin/dp-train $(O)/bin/dp-eval $(O)/bin/dp-serve: $(SM_OBJ)
+$(O)/bin/dp-serve: TOOL_LIBS := $(MHD_LIBS)
 
 $(O)/bin/%: tools/%.c $(CLI_OBJ) $(O)/libdp.a
 	@mkdir -p $(@D)
-	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS) $(TOOL_LIBS)
 
 # Unit tests link the static library, so they reach private functions too
 # (through lib/COMPONENT/*.h), and protobuf-c's generated reference parser.
@@ -234,7 +236,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
-TEST_PROGS += $(O)/tests/imgtool $(O)/tests/onnxtool $(O)/tests/ctltool
+TEST_PROGS += $(O)/tests/imgtool $(O)/tests/ctltool
 $(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
@@ -277,14 +279,19 @@ FUZZ_CC ?= clang
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread \
 	-DDP_VERSION='"$(VERSION)"' -Ilib -Itests/fuzz -I$(FUZZ_O)/gen $(PKG_CFLAGS)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
-FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o
+FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o \
+	$(FUZZ_O)/obj/onnx.pb-c.o
 fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
-$(FUZZ_O)/gen/example.pb-c.c: lib/records/example.proto
+$(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
-$(FUZZ_O)/obj/example.pb-c.o: $(FUZZ_O)/gen/example.pb-c.c
+$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: lib/train/ckpt/onnx.proto
+	@mkdir -p $(@D)
+	$(PROTOC_C) --c_out=$(@D) -Ilib/train/ckpt $<
+$(FUZZ_O)/obj/%.pb-c.o: $(FUZZ_O)/gen/%.pb-c.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c -o $@ $<
+$(FUZZ_O)/obj/train/ckpt/onnx.o: $(FUZZ_O)/gen/onnx.pb-c.h
 $(FUZZ_O)/obj/%.o: lib/%.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(DEPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<

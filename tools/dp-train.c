@@ -1220,53 +1220,9 @@ static void stall_report(void *ctx, const char *msg)
 		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
 }
 
-/* The whole of a file ("-": stdin), for rank 0 to send to the others. */
-static char *read_whole(const char *path, uint64_t *len, dp_err *e)
-{
-	int std = !strcmp(path, "-");
-	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0) {
-		dp_syserr(e, "%s", path);
-		return NULL;
-	}
-	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) { /* as dp_st_open says it */
-		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", path);
-		if (!std)
-			close(fd);
-		return NULL;
-	}
-	size_t cap = 1 << 20, n = 0;
-	char *buf = NULL;
-	for (;;) {
-		if (!buf || n == cap) {
-			char *b = realloc(buf, buf ? (cap *= 2) : cap);
-			if (!b) {
-				dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-				goto fail;
-			}
-			buf = b;
-		}
-		long got = dp_read_full(fd, buf + n, cap - n, std ? "stdin" : path, e);
-		if (got < 0)
-			goto fail;
-		n += (size_t)got;
-		if (n < cap)
-			break;
-	}
-	if (!std)
-		close(fd);
-	*len = n;
-	return buf;
-fail:
-	if (!std)
-		close(fd);
-	free(buf);
-	return NULL;
-}
-
-/* The checkpoint to resume or start from.  In a job, rank 0 reads it and
- * sends the bytes to all: only rank 0's machine needs the file. */
+/* The checkpoint to resume or start from.  In a job, rank 0 reads and
+ * checks it and sends the bytes to all: only rank 0's machine needs the
+ * file. */
 static dp_st *open_ckpt(const char *path)
 {
 	dp_err e = {0};
@@ -1276,10 +1232,12 @@ static dp_st *open_ckpt(const char *path)
 			cli_die_err(CLI_FAIL, &e);
 		return ck;
 	}
-	uint64_t len = 0;
+	size_t n = 0;
+	uint64_t len = UINT64_MAX; /* rank 0 could not read it */
 	char *buf = NULL;
-	if (RANK == 0 && !(buf = read_whole(path, &len, &e)))
-		len = UINT64_MAX;
+	ck = RANK == 0 ? dp_st_open(path, &e) : NULL;
+	if (ck)
+		buf = (char *)dp_st_bytes(ck, &n), len = n;
 	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
 		cli_die("%s: %s", path, e.msg);
 	if (len == UINT64_MAX)
@@ -1288,8 +1246,10 @@ static dp_st *open_ckpt(const char *path)
 		cli_die("%s: out of memory", path);
 	if (dp_comm_bcast_host(COMM, buf, len, 0, &e) < 0)
 		cli_die("%s: %s", path, e.msg);
-	ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
-	free(buf);
+	if (RANK != 0) {
+		ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
+		free(buf);
+	}
 	if (!ck)
 		die_all(1, "%s", e.msg);
 	return ck;
@@ -1558,21 +1518,13 @@ static void check_same_settings(void)
 /* --model @FILE: the spec in a file (newlines and # comments allowed). */
 static char *model_file(const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (!f)
-		usage_error("--model @%s: %s", path, strerror(errno));
-	char *t = cli_malloc((1 << 20) + 1);
-	size_t len = fread(t, 1, 1 << 20, f);
-	int bad = ferror(f), more = !bad && fgetc(f) != EOF;
-	fclose(f);
-	if (bad)
-		usage_error("--model @%s: %s", path, strerror(errno));
-	if (more)
-		usage_error("--model @%s: larger than 1 MiB", path);
-	t[len] = 0;
-	if (strlen(t) != len)
-		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(t));
-	return t;
+	dp_buf b = DP_BUF_INIT;
+	dp_err e;
+	if (dp_read_file(path, path, 1 << 20, &b, &e) < 0)
+		usage_error("--model @%s", e.msg);
+	if (strlen(b.p ? b.p : "") != b.len)
+		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(b.p));
+	return b.p ? b.p : cli_strdup("");
 }
 
 static void make_model(void)

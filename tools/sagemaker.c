@@ -37,9 +37,11 @@
 #include "dp.h"
 #include "dp_ckpt.h"
 #include "dp_comm.h"
+#include "dp_tar.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -48,7 +50,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- a growing argv, NULL-terminated -------------------------------------- */
 
@@ -269,7 +270,7 @@ static void add_hps(args *a, const struct option *opts, const char *tool, const 
 
 /* Take --sagemaker[=ROOT] out of argv (and, for dp-train, SageMaker's
  * word "train"): whether SageMaker mode is asked for. */
-static int take_mode(int *argc, char **argv, int train_word, const char **root)
+static int take_mode(int *argc, char **argv, const char *word, const char **root)
 {
 	int on = 0, j = 1;
 	*root = NULL;
@@ -286,8 +287,10 @@ static int take_mode(int *argc, char **argv, int train_word, const char **root)
 		else
 			argv[j++] = argv[i];
 	}
-	if (train_word && j >= 2 && !strcmp(argv[1], "train") && (on || j == 2)) {
-		on = 1; /* `docker run IMAGE train` with ENTRYPOINT dp-train [--sagemaker] */
+	if (word && j >= 2 && !strcmp(argv[1], word) && (on || j == 2)) {
+		/* `docker run IMAGE train` with ENTRYPOINT dp-train [--sagemaker],
+		 * `docker run IMAGE serve` with dp-serve */
+		on = 1;
 		memmove(argv + 1, argv + 2, (size_t)(j - 2) * sizeof *argv);
 		j--;
 	}
@@ -508,7 +511,7 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 int sm_train_args(int *argc, char ***argv, const struct option *opts)
 {
 	const char *root;
-	if (!take_mode(argc, *argv, 1, &root))
+	if (!take_mode(argc, *argv, "train", &root))
 		return 0;
 	cli.failure_file = fmt("%s/output/failure", root);
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
@@ -573,71 +576,26 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 /* ---- dp-eval: a processing job --------------------------------------------- */
 
 /* The first regular member of tar file path (gzip or not) whose name ends
- * in .safetensors, in an anonymous temporary file: "/proc/self/fd/N". */
+ * in .safetensors (dp_tar.h), in an anonymous temporary file:
+ * "/proc/self/fd/N". */
 static char *tar_member(const char *path, int quiet)
 {
-	gzFile z = gzopen(path, "rb");
-	unsigned char h[512];
-	char name[4096] = "", longname[4096] = "";
-	if (!z)
-		cli_die("%s: %s", path, strerror(errno ? errno : ENOMEM));
-	for (;;) {
-		int got = gzread(z, h, sizeof h), zero = 1;
-		if (got != (int)sizeof h)
-			break;
-		for (int i = 0; i < 512 && zero; i++)
-			zero = !h[i];
-		if (zero)
-			break;
-		char sz[13];
-		memcpy(sz, h + 124, 12);
-		sz[12] = 0;
-		char *end;
-		unsigned long long size = strtoull(sz, &end, 8);
-		if (h[124] & 0x80)
-			cli_die("%s: a member too large for this reader", path);
-		if (longname[0])
-			snprintf(name, sizeof name, "%s", longname);
-		else if (!memcmp(h + 257, "ustar", 5) && h[345])
-			snprintf(name, sizeof name, "%.155s/%.100s", (char *)h + 345, (char *)h + 0);
-		else
-			snprintf(name, sizeof name, "%.100s", (char *)h);
-		longname[0] = 0;
-		size_t nl = strlen(name);
-		int type = h[156];
-		if (type == 'L' && size < sizeof longname) { /* GNU: the next member's name */
-			if (gzread(z, longname, (unsigned)size) != (int)size)
-				break;
-			longname[size] = 0;
-			if (gzseek(z, (z_off_t)((512 - size % 512) % 512), SEEK_CUR) < 0)
-				break;
-			continue;
-		}
-		if ((type == '0' || type == 0) && nl > 12 && !strcmp(name + nl - 12, ".safetensors")) {
-			dp_err e;
-			int fd = dp_tmpfile(NULL, &e);
-			if (fd < 0)
-				cli_die("%s: %s", path, e.msg);
-			char buf[65536];
-			while (size > 0) {
-				unsigned want = size < sizeof buf ? (unsigned)size : (unsigned)sizeof buf;
-				if (gzread(z, buf, want) != (int)want)
-					cli_die("%s: %s: cut short", path, name);
-				if (dp_write_all(fd, buf, want, "temporary file", &e) < 0)
-					cli_die("%s", e.msg);
-				size -= want;
-			}
-			gzclose(z);
-			if (!quiet)
-				cli_warn("%s: the model is its member %s", path, name);
-			return fmt("/proc/self/fd/%d", fd);
-		}
-		if (gzseek(z, (z_off_t)((size + 511) / 512 * 512), SEEK_CUR) < 0)
-			break;
-	}
-	int err;
-	const char *msg = gzerror(z, &err);
-	cli_die("%s: %s", path, err ? msg : "no member named *.safetensors (want a dp-train checkpoint)");
+	dp_err e;
+	char name[4096];
+	int in = open(path, O_RDONLY | O_CLOEXEC), out = in < 0 ? -1 : dp_tmpfile(NULL, &e);
+	if (in < 0)
+		cli_die("%s: %s", path, strerror(errno));
+	if (out < 0)
+		cli_die("%s: %s", path, e.msg);
+	int rc = dp_tar_extract(in, path, ".safetensors", out, name, sizeof name, &e);
+	close(in);
+	if (rc < 0)
+		cli_die("%s", e.msg);
+	if (rc == 0)
+		cli_die("%s: no member named *.safetensors (want a dp-train checkpoint)", path);
+	if (!quiet)
+		cli_warn("%s: the model is its member %s", path, name);
+	return fmt("/proc/self/fd/%d", out);
 }
 
 /* The checkpoint in processing/input/model: a .safetensors file, else the
@@ -678,7 +636,7 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 {
 	const char *root;
 	(void)opts;
-	if (!take_mode(argc, *argv, 0, &root))
+	if (!take_mode(argc, *argv, NULL, &root))
 		return 0;
 	char *od = fmt("%s/output", root);
 	mkdir(od, 0777); /* where the message goes: made when missing, if it can be */
@@ -728,6 +686,45 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 	}
 	free(in);
 	free(rcf);
+	hand_back(argc, argv, &d, &h, &u);
+	return 1;
+}
+
+/* ---- dp-serve: an inference endpoint --------------------------------------- */
+
+int sm_serve_args(int *argc, char ***argv, const struct option *opts)
+{
+	const char *root;
+	(void)opts;
+	/* `serve` first, with or without options after it: dp-serve takes no
+	 * other word there (its FILE operands come after --model) */
+	static char sm[] = "--sagemaker";
+	if (*argc >= 2 && !strcmp((*argv)[1], "serve"))
+		(*argv)[1] = sm;
+	if (!take_mode(argc, *argv, NULL, &root))
+		return 0;
+	args d = {0}, h = {0}, u = {0};
+	user_args(&u, *argc, *argv);
+	if (!gave(&u, "model")) {
+		const char *md = dp_env("SM_MODEL_DIR");
+		char *dir = md ? cli_strdup(md) : fmt("%s/model", root);
+		int quiet = gave(&u, "quiet");
+		char *m = eval_model(dir, quiet);
+		add(&d, "--model=%s", m);
+		free(m);
+		free(dir);
+	}
+	/* the hosting contract's settings, when set */
+	const char *port = dp_env("SAGEMAKER_BIND_TO_PORT"), *w = dp_env("SAGEMAKER_MODEL_SERVER_WORKERS"),
+		   *t = dp_env("SAGEMAKER_MODEL_SERVER_TIMEOUT");
+	if (port && *port && !gave(&u, "port"))
+		add(&d, "--port=%s", port);
+	if (w && *w && !gave(&u, "workers"))
+		add(&d, "--workers=%s", w);
+	if (t && *t && !gave(&u, "timeout"))
+		add(&d, "--timeout=%s", t);
+	if (!gave(&u, "bind"))
+		add(&d, "--bind=0.0.0.0");
 	hand_back(argc, argv, &d, &h, &u);
 	return 1;
 }

@@ -43,15 +43,6 @@ int dp_dtype_parse(const char *s)
 	return 0;
 }
 
-const char *dp_fmt_double(double v, char *buf, size_t len)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			break;
-	}
-	return buf;
-}
 
 /* ---- writer ---------------------------------------------------------------- */
 
@@ -553,6 +544,12 @@ void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
 {
 	*key = s->meta[2 * i];
 	*value = s->meta[2 * i + 1];
+}
+
+const void *dp_st_bytes(const dp_st *s, size_t *len)
+{
+	*len = s->len;
+	return s->buf;
 }
 
 const dp_st_tensor *dp_st_find(const dp_st *s, const char *name)
