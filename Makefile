@@ -236,7 +236,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
-TEST_PROGS += $(O)/tests/imgtool
+TEST_PROGS += $(O)/tests/imgtool $(O)/tests/ctltool
 $(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
