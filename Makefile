@@ -236,7 +236,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
-TEST_PROGS += $(O)/tests/imgtool
+TEST_PROGS += $(O)/tests/imgtool $(O)/tests/ctltool
 $(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
@@ -282,7 +282,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o \
 	$(FUZZ_O)/obj/onnx.pb-c.o
 fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
-$(FUZZ_O)/gen/example.pb-c.c: lib/records/example.proto
+$(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
 $(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: lib/train/ckpt/onnx.proto
