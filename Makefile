@@ -57,7 +57,8 @@ PROVE ?= prove
 # PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).
 LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng \
 	libprotobuf-c libzip
-PKGS := $(LIB_PKGS)
+# libmicrohttpd: dp-serve's HTTP server (the program's, not libdp's).
+PKGS := $(LIB_PKGS) libmicrohttpd
 # Targets that need no compiler skip the check (make clean, make help).
 NODEPS_GOALS := clean help uninstall dist
 ifneq ($(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
@@ -68,6 +69,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 LIB_LIBS := $(shell pkg-config --libs $(LIB_PKGS)) -lm
 PB_LIBS := $(shell pkg-config --libs libprotobuf-c)
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd)
 endif
 PROTOC_C ?= protoc-c
 
@@ -221,12 +223,13 @@ $(SM_OBJ): tools/sagemaker.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(O)/bin/dp-train $(O)/bin/dp-eval: TOOL_OBJ := $(SM_OBJ)
-$(O)/bin/dp-train $(O)/bin/dp-eval: $(SM_OBJ)
+$(O)/bin/dp-train $(O)/bin/dp-eval $(O)/bin/dp-serve: TOOL_OBJ := $(SM_OBJ)
+$(O)/bin/dp-train $(O)/bin/dp-eval $(O)/bin/dp-serve: $(SM_OBJ)
+$(O)/bin/dp-serve: TOOL_LIBS := $(MHD_LIBS)
 
 $(O)/bin/%: tools/%.c $(CLI_OBJ) $(O)/libdp.a
 	@mkdir -p $(@D)
-	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS)
+	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -DDP_PROG='"$*"' $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(CLI_OBJ) $(TOOL_OBJ) $(O)/libdp.a $(LINK_LIBS) $(TOOL_LIBS)
 
 # Unit tests link the static library, so they reach private functions too
 # (through lib/COMPONENT/*.h), and protobuf-c's generated reference parser.

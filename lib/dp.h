@@ -187,6 +187,13 @@ DP_EXPORT int dp_write_all(int fd, const void *buf, size_t len, const char *name
 /* Read up to len bytes, retrying until len bytes or end of file.  Returns
  * bytes read (< len only at end of file) or a negative status. */
 DP_EXPORT long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e);
+/* The whole of file path ("-": stdin) into b (initialised, DP_BUF_INIT),
+ * which is emptied first (its memory kept) and holds a NUL after the
+ * bytes: the one whole-file
+ * reader of libdp and the tools.  More than max bytes is DP_ELIMIT
+ * ("NAME: larger than 1 MiB"); name names the file in messages (NULL:
+ * path, or "stdin").  Returns 0 or a negative status. */
+DP_EXPORT int dp_read_file(const char *path, const char *name, size_t max, dp_buf *b, dp_err *e);
 
 /* ---- Folder trees ------------------------------------------------------
  * dp_walk: every entry under dir whose name does not begin with '.', in
@@ -290,6 +297,13 @@ DP_EXPORT const char *dp_fmt_size(uint64_t n, char *buf, size_t len);
  * when max is UINT64_MAX). */
 DP_EXPORT int dp_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
 		   dp_err *e);
+
+/* The shortest %g text that reads back as v ("0.001", not
+ * "0.0010000000000000000208"; "1e-05", "123456"), or "nan", "inf", "-inf":
+ * libdp's one formatter of doubles, for metadata, logs and metrics.
+ * DP_DOUBLE_BUF bytes always hold it.  Returns buf. */
+#define DP_DOUBLE_BUF 32
+DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
 
 /* Monotonic time in seconds. */
 DP_EXPORT double dp_now(void);

@@ -183,9 +183,16 @@ typedef struct dp_backend {
 			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
 			 void *ws);
 	/* The convolution algorithms chosen so far, as text for
-	 * dp_backend_opts.algos, into buf (length len with its NUL; -1 when
-	 * it does not fit).  NULL in backends without a choice to record. */
+	 * dp_backend_opts.algos or conv_algos_take, into buf (its length,
+	 * -1 when it does not fit len with the NUL; "" when none chosen),
+	 * and another's choices (a rank's, a checkpoint's) taken for the shapes
+	 * chosen already where they fit the workspace conv_ws reported, and
+	 * kept for shapes to come; the text says which GPU, library and
+	 * precision it holds for, and is ignored elsewhere.  conv_algos_take
+	 * returns how many shapes' choices changed.  NULL in backends without
+	 * a choice to record. */
 	int (*conv_algos)(dp_bectx *ctx, char *buf, size_t len);
+	int (*conv_algos_take)(dp_bectx *ctx, const char *algos);
 	/* maxpool: arg (n, c, oh, ow) receives the index in the unpadded
 	 * (h, w) plane of each window's maximum (as PyTorch: the first one on
 	 * ties, a NaN over any number, the window's first position inside the

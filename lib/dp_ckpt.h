@@ -96,6 +96,9 @@ DP_EXPORT void dp_st_meta_at(const dp_st *s, int i, const char **key, const char
 DP_EXPORT const char *dp_st_name(const dp_st *s);
 /* What the file was: "safetensors", or "pth" (below). */
 DP_EXPORT const char *dp_st_format(const dp_st *s);
+/* The file's bytes, as read and checked (to hand to dp_st_open_mem in
+ * another process: dp-train's rank 0 sends them to the others). */
+DP_EXPORT const void *dp_st_bytes(const dp_st *s, size_t *len);
 DP_EXPORT void dp_st_close(dp_st *s);
 
 /* ---- training checkpoints --------------------------------------------------- */
@@ -251,9 +254,6 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
 
-/* Shortest decimal text that reads back as v ("0.001", not
- * "0.0010000000000000000208"): for metadata. */
-DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
 
 
 #ifdef __cplusplus

@@ -60,7 +60,9 @@ enum dp_decode {
 DP_EXPORT int dp_decode_parse(const char *s);
 DP_EXPORT const char *dp_decode_name(int d);
 
-enum dp_label_kind { DP_LABEL_CLASS = 1, DP_LABEL_VECTOR = 2 };
+/* DP_LABEL_NONE: the records need no label (inference: dp-serve); the
+ * batches carry none. */
+enum dp_label_kind { DP_LABEL_CLASS = 1, DP_LABEL_VECTOR = 2, DP_LABEL_NONE = 3 };
 enum dp_cache { DP_CACHE_FILE = 0, DP_CACHE_MEMORY = 1, DP_CACHE_NONE = 2 };
 
 typedef struct dp_data_opts {
@@ -177,6 +179,12 @@ DP_EXPORT void dp_data_close(dp_data *d);
  * (0 to 256) into *threads.  DP_EARG with e saying "--layout 'x': ...". */
 DP_EXPORT int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads,
 			  dp_err *e);
+
+/* A sample given as the values a record's feature would hold (raw, in the
+ * layout of o->hwc), made what dp_data makes of them: (C, H, W) with
+ * o->hwc (tmp: in_size floats of scratch), every value finite, times
+ * o->scale.  DP_EDATA with e saying "value J is NaN" or why. */
+DP_EXPORT int dp_data_sample(const dp_data_opts *o, float *x, float *tmp, dp_err *e);
 
 /* Parse a scale: "0.5", "1/255", "1e-3".  DP_EARG if not a finite,
  * non-zero number; DP_ELIMIT if outside float32's range (inputs are

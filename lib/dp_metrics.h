@@ -39,11 +39,9 @@ DP_EXPORT int dp_number_is_json(const char *s, size_t n);
 /* The value of a span dp_number_valid accepts, read in the C locale
  * whatever setlocale() says; NaN when the span is not a number. */
 DP_EXPORT double dp_number_value(const char *s, size_t n);
-/* Write v as the shortest %g text that reads back to v ("0.1", "1e-05",
- * "123456"), or "nan", "inf", "-inf".  buf holds DP_NUMBER_BUF bytes;
- * returns the length. */
-#define DP_NUMBER_BUF 32
-DP_EXPORT size_t dp_number_format(char *buf, double v);
+/* A number's text as the tools write it: dp_fmt_double (dp.h) into
+ * DP_NUMBER_BUF bytes. */
+#define DP_NUMBER_BUF DP_DOUBLE_BUF
 
 /* ---- logfmt ----------------------------------------------------------- */
 

@@ -24,6 +24,8 @@ COMMON=(--train all.tfr --model "$CNN" --input-shape 1x8x8 --shuffle-buffer 64 -
 run "$EMU" "${COMMON[@]}" --batch-size 32 --log emu.log -o emu.st
 is "$rc" 0 "one process on the emulated GPU"
 like "$err" "cuda: GPU 0 of 1, CPU emulation" "the note names the (emulated) CUDA backend"
+like "$err" "epoch 2: waited [0-9.]+ s for input \([0-9.]+% of [0-9.]+ s\)" \
+	"on a GPU, each epoch's note says how long the steps waited for input"
 run env DP_BACKEND=cpu "$EMU" "${COMMON[@]}" --batch-size 32 --log cpu.log -o cpu.st
 is "$rc" 0 "the same binary on the CPU backend"
 is "$(losses emu.log | wc -l)" 12 "12 updates logged"
@@ -31,6 +33,15 @@ ok curve_close emu.log cpu.log 1e-5 "the CUDA code's loss curve is the CPU's (wi
 ok close emu.st cpu.st 1e-5 "and so are its weights"
 run env DP_BACKEND=cpu "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res.st
 is "$rc" 0 "its checkpoint resumes on the CPU backend"
+# cuDNN's choices (emulated: tests/cudaemu/cudnn.h) recorded for --resume
+meta() { $PY -c 'import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], ""))' "$@"; }
+algos=$(meta emu.st conv_algos)
+like "$algos" '^CPU emulation \(tests/cudaemu\)/cudnn [0-9]+/fp32\|32x1x8x8-4x3x3-s1x1-p0x0=[0-9],[0-9],[0-9]' \
+	"the checkpoint records cuDNN's choice for each convolution shape, and for which GPU"
+run "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res2.st
+is "$rc:$(meta res2.st conv_algos)" "0:$algos" "resumed on the GPU, with the same choices"
 
 if ! have_mpirun; then
 	skip "mpirun is not installed (apt-get install openmpi-bin)"

@@ -169,6 +169,10 @@ done
 # periodic checkpoints with templates; --init
 run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --checkpoint-every 5 --checkpoint 'ck-{step}.st'
 is "$(ls ck-*.st | sort -V | tr '\n' ' ')" "ck-5.st ck-10.st ck-14.st " "--checkpoint-every 5 with {step}"
+rm -f ck-*.st
+run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --checkpoint-every 5 --checkpoint 'ck-{step}.st' -o end.st
+is "$(ls ck-*.st | sort -V | tr '\n' ' ')" "ck-5.st ck-10.st ck-14.st " "... and with -o too: the series ends at the last step"
+same_file ck-14.st end.st "... the state -o holds"
 run dp-train --train small.tfr "${BASE[@]}" --epochs 3 --checkpoint-every 1e --checkpoint 'ep-{epoch}.st' -o final.st
 is "$(ls ep-*.st | tr '\n' ' ')" "ep-1.st ep-2.st ep-3.st " "--checkpoint-every 1e with {epoch}: the last epoch's too"
 same_file ep-3.st final.st "... the state -o holds"

@@ -27,7 +27,7 @@ done
 ok test -f "$root/opt/dp/share/zsh/site-functions/_dptools" "zsh completion installed under PREFIX/share/zsh"
 run objdump -p "$root/opt/dp/lib/libdp.so.$V"
 like "$out" "SONAME +libdp\.so\.0" "shared library has the soname libdp.so.0"
-unlike "$out" "NEEDED +libprotobuf-c" "libdp.so does not need protobuf-c (only the tests use its parser)"
+like "$out" "NEEDED +libprotobuf-c" "libdp.so needs protobuf-c (its ONNX writer: scripts/deps --list run)"
 run sh -c "nm -D --defined-only '$root/opt/dp/lib/libdp.so.$V' | awk '{print \$3}'"
 is "$(echo "$out" | grep -v '^dp_' | grep -v '^__odr_asan\.dp_')" "" "libdp.so exports only dp_* names (and ASan's ODR markers of them)"
 like "$out" "dp_crc32c" "... among them the public API"

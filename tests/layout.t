@@ -23,9 +23,9 @@
 # the public headers of the parts below it; the trainer (lib/train/*.c,
 # dp_train.h) sits on top of them all:
 #
-#                 trainer (lib/train/*.c)
-#          +-----------+-----------+
-#        eval         ckpt         |
+#                 trainer (lib/train/*.c)      serve (inference: dp-serve)
+#          +-----------+-----------+          |
+#        eval         ckpt         |    (over ckpt, input, model)
 #   +------+----+------+           |
 # input  comm   |    model  -------+
 #         |     +------+
@@ -41,7 +41,7 @@ comp_of() {
 	dp_record.h | dp_example.h | dp_encode.h | dp_shard.h | dp_shuffle.h | dp_events.h) echo records ;;
 	dp_image.h) echo image ;;
 	dp_s3.h) echo s3 ;;
-	dp_backend.h | dp_nn.h | dp_optim.h | dp_comm.h | dp_data.h | dp_ckpt.h | dp_onnx.h | dp_eval.h | dp_train.h) echo train ;;
+	dp_backend.h | dp_nn.h | dp_optim.h | dp_comm.h | dp_data.h | dp_ckpt.h | dp_onnx.h | dp_eval.h | dp_train.h | dp_serve.h) echo train ;;
 	dp_metrics.h | dp_lines.h | dp_plot.h) echo metrics ;;
 	*) echo unknown ;;
 	esac
@@ -55,6 +55,7 @@ part_of() {
 	dp_data.h) echo input ;;
 	dp_ckpt.h | dp_onnx.h) echo ckpt ;;
 	dp_eval.h) echo eval ;;
+	dp_serve.h) echo serve ;;
 	dp_train.h) echo trainer ;;
 	*) echo none ;;
 	esac
@@ -68,6 +69,7 @@ part_allowed() {
 	input) echo "input" ;;
 	ckpt) echo "ckpt input model backend" ;;
 	eval) echo "eval input comm model backend" ;;
+	serve) echo "serve ckpt input model backend" ;;
 	trainer) echo "trainer eval ckpt input comm model backend" ;;
 	esac
 }
@@ -119,7 +121,7 @@ done
 is "$bad" "" "lib/ includes point only down the rule"
 
 # lib/train/: the parts are folders, and their includes point down.
-is "$(cd lib/train && ls -d */ | tr -d / | sort | tr '\n' ' ')" "backend ckpt comm eval input model " \
+is "$(cd lib/train && ls -d */ | tr -d / | sort | tr '\n' ' ')" "backend ckpt comm eval input model serve " \
 	"lib/train/ holds one folder per part"
 bad=
 for f in $(find lib/train -name '*.[ch]' -o -name '*.cu' | sort) $(ls lib/dp*.h); do

@@ -52,8 +52,9 @@ run timeout 120 dp-train --train-cmd 'cat d/train/a.tfr d/train/b.tfr' --val-cmd
 is "$rc" 0 "the same run from files"
 same_file "$R/model/model.safetensors" direct.st "Pipe mode trains on the streamed records: the same checkpoint"
 
-# a restart: the checkpoint of epoch 1 in ROOT/checkpoints; the new
-# container's FIFOs start again from train_0, which is epoch 2's
+# a restart: the checkpoint of epoch 1 in ROOT/checkpoints (a first
+# container that ended after it); the new container's FIFOs start again
+# from train_0, which is epoch 2's
 serve() { # epochs: s3-pipe fifo for both channels, in the background
 	timeout 120 s3-pipe fifo --dir "$R/input/data" --channel train --epochs "$1" s3://smp/train/ 2>>fifo-t.err &
 	ft=$!
@@ -61,8 +62,8 @@ serve() { # epochs: s3-pipe fifo for both channels, in the background
 	fv=$!
 }
 mkdir -p "$R/checkpoints"
-serve 2
-run timeout 120 dp-train --sagemaker="$R"
+serve 1
+run timeout 120 dp-train --sagemaker="$R" --epochs 1
 wait $ft $fv
 is "$rc" 0 "Pipe mode with ROOT/checkpoints: exit 0"
 cp "$R/checkpoints/checkpoint.safetensors" epoch1.st

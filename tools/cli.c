@@ -36,16 +36,19 @@ void cli_vwarn(const char *fmt, va_list ap)
 	cli_progress_clear();
 	if (cli.before_msg)
 		cli.before_msg();
-	int n = cli.rank >= 0 ? snprintf(last_msg, sizeof last_msg, "%s: rank %d: ", cli.prog, cli.rank)
-			      : snprintf(last_msg, sizeof last_msg, "%s: ", cli.prog);
-	fputs(last_msg, stderr);
-	va_list aq;
-	va_copy(aq, ap);
-	if (n >= 0 && (size_t)n < sizeof last_msg)
-		vsnprintf(last_msg + n, sizeof last_msg - (size_t)n, fmt, aq);
-	va_end(aq);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	char prefix[64], *msg = NULL;
+	if (cli.rank >= 0)
+		snprintf(prefix, sizeof prefix, "%s: rank %d: ", cli.prog, cli.rank);
+	else
+		snprintf(prefix, sizeof prefix, "%s: ", cli.prog);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	snprintf(last_msg, sizeof last_msg, "%s%s", prefix, msg ? msg : fmt);
+	/* one line, one call (stderr is unbuffered: glibc writes a call's
+	 * output at once), so that a rank killed by mpirun's abort while it
+	 * prints leaves the line whole or nothing, not "dp-train: " */
+	fprintf(stderr, "%s%s\n", prefix, msg ? msg : fmt);
+	free(msg);
 }
 
 /* cli.failure_file: the last message, whole or not at all. */

@@ -935,6 +935,8 @@ static void average_buffers(void)
 /* A pattern option's value (none: ""), for the settings and metadata. */
 static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 
+static char *conv_algos_text(void); /* the GPU's convolution algorithms, or NULL */
+
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
 static void save(const char *tmpl, const dp_train_state *ts)
 {
@@ -960,7 +962,9 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	free(pos);
 	if (posb.err)
 		cli_die("out of memory");
-	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer, NULL};
+	char *algos = conv_algos_text();
+	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
+			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = SIZE;
 	char **meta = dp_run_conf_meta(&C, extra, &e);
 	if (!meta)
@@ -978,6 +982,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	have_ckpt = 1;
 	dp_buf_free(&posb);
 	free(meta);
+	free(algos);
 	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
@@ -1144,53 +1149,9 @@ static void stall_report(void *ctx, const char *msg)
 		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
 }
 
-/* The whole of a file ("-": stdin), for rank 0 to send to the others. */
-static char *read_whole(const char *path, uint64_t *len, dp_err *e)
-{
-	int std = !strcmp(path, "-");
-	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0) {
-		dp_syserr(e, "%s", path);
-		return NULL;
-	}
-	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) { /* as dp_st_open says it */
-		dp_seterr(e, DP_EIO, "%s: is a directory, not a checkpoint", path);
-		if (!std)
-			close(fd);
-		return NULL;
-	}
-	size_t cap = 1 << 20, n = 0;
-	char *buf = NULL;
-	for (;;) {
-		if (!buf || n == cap) {
-			char *b = realloc(buf, buf ? (cap *= 2) : cap);
-			if (!b) {
-				dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-				goto fail;
-			}
-			buf = b;
-		}
-		long got = dp_read_full(fd, buf + n, cap - n, std ? "stdin" : path, e);
-		if (got < 0)
-			goto fail;
-		n += (size_t)got;
-		if (n < cap)
-			break;
-	}
-	if (!std)
-		close(fd);
-	*len = n;
-	return buf;
-fail:
-	if (!std)
-		close(fd);
-	free(buf);
-	return NULL;
-}
-
-/* The checkpoint to resume or start from.  In a job, rank 0 reads it and
- * sends the bytes to all: only rank 0's machine needs the file. */
+/* The checkpoint to resume or start from.  In a job, rank 0 reads and
+ * checks it and sends the bytes to all: only rank 0's machine needs the
+ * file. */
 static dp_st *open_ckpt(const char *path)
 {
 	dp_err e = {0};
@@ -1200,10 +1161,12 @@ static dp_st *open_ckpt(const char *path)
 			cli_die_err(CLI_FAIL, &e);
 		return ck;
 	}
-	uint64_t len = 0;
+	size_t n = 0;
+	uint64_t len = UINT64_MAX; /* rank 0 could not read it */
 	char *buf = NULL;
-	if (RANK == 0 && !(buf = read_whole(path, &len, &e)))
-		len = UINT64_MAX;
+	ck = RANK == 0 ? dp_st_open(path, &e) : NULL;
+	if (ck)
+		buf = (char *)dp_st_bytes(ck, &n), len = n;
 	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
 		cli_die("%s: %s", path, e.msg);
 	if (len == UINT64_MAX)
@@ -1212,8 +1175,10 @@ static dp_st *open_ckpt(const char *path)
 		cli_die("%s: out of memory", path);
 	if (dp_comm_bcast_host(COMM, buf, len, 0, &e) < 0)
 		cli_die("%s: %s", path, e.msg);
-	ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
-	free(buf);
+	if (RANK != 0) {
+		ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
+		free(buf);
+	}
 	if (!ck)
 		die_all(1, "%s", e.msg);
 	return ck;
@@ -1477,21 +1442,13 @@ static void check_same_settings(void)
 /* --model @FILE: the spec in a file (newlines and # comments allowed). */
 static char *model_file(const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (!f)
-		usage_error("--model @%s: %s", path, strerror(errno));
-	char *t = cli_malloc((1 << 20) + 1);
-	size_t len = fread(t, 1, 1 << 20, f);
-	int bad = ferror(f), more = !bad && fgetc(f) != EOF;
-	fclose(f);
-	if (bad)
-		usage_error("--model @%s: %s", path, strerror(errno));
-	if (more)
-		usage_error("--model @%s: larger than 1 MiB", path);
-	t[len] = 0;
-	if (strlen(t) != len)
-		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(t));
-	return t;
+	dp_buf b = DP_BUF_INIT;
+	dp_err e;
+	if (dp_read_file(path, path, 1 << 20, &b, &e) < 0)
+		usage_error("--model @%s", e.msg);
+	if (strlen(b.p ? b.p : "") != b.len)
+		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(b.p));
+	return b.p ? b.p : cli_strdup("");
 }
 
 static void make_model(void)
@@ -1813,13 +1770,61 @@ static void resume_state(dp_st *ck)
 	}
 }
 
+/* The GPU's convolution algorithms: those the checkpoint resumed from
+ * recorded, for its shapes (on the same GPU model, library and precision;
+ * ignored elsewhere); after binding, rank 0's choices on every rank, so
+ * that the ranks run the same algorithms (a rank whose own timing chose
+ * otherwise would keep the others waiting). */
+static void conv_algos_resume(void)
+{
+	const char *a = R.ck && O.resume ? dp_st_meta(R.ck, "conv_algos") : NULL;
+	if (a && *a && R.be->conv_algos_take)
+		R.be->conv_algos_take(R.ctx, a);
+}
+
+/* The GPU's convolution algorithms as text (conv_algos), or NULL. */
+static char *conv_algos_text(void)
+{
+	char *t = NULL;
+	for (size_t len = 4096; R.be->conv_algos && len <= (1u << 24); len *= 2) {
+		free(t);
+		t = cli_calloc(len, 1);
+		if (R.be->conv_algos(R.ctx, t, len) >= 0)
+			return t;
+	}
+	free(t);
+	return NULL;
+}
+
+static void conv_algos_agree(void)
+{
+	dp_err e;
+	if (SIZE == 1 || !R.be->conv_algos || !R.be->conv_algos_take)
+		return;
+	char *t = RANK == 0 ? conv_algos_text() : NULL;
+	uint64_t len = t ? strlen(t) + 1 : 0;
+	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (!len)
+		return;
+	if (RANK != 0)
+		t = cli_calloc(len, 1);
+	if (dp_comm_bcast_host(COMM, t, len, 0, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (RANK != 0)
+		R.be->conv_algos_take(R.ctx, t);
+	free(t);
+}
+
 /* The model on the backend, the optimizer, the weights (the
  * checkpoint's, or fresh), the same on every rank. */
 static void setup_model(void)
 {
 	dp_err e;
+	conv_algos_resume();
 	if (dp_model_bind(M, R.be, R.ctx, C.batch, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
+	conv_algos_agree();
 	if (!(OPT = dp_optim_new(&C.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
 		cli_die_err(CLI_FAIL, &e);
 	const char **pats[] = {&C.freeze, &C.no_decay, &C.lr_mult}; /* "" in metadata: none */
@@ -2064,11 +2069,18 @@ static int train_epoch(uint64_t epoch)
 	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
 	if (O.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
 		cli_die("train: %s", e.msg);
-	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt)
-		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s); %.0f"
-		     " image%s skipped as corrupt",
-		     epoch + 1, ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk[0],
-		     sk[0] == 1 ? "" : "s");
+	/* the input's share: decoding images or on threads, and on a GPU,
+	 * whose steps are short enough for the reader to be the limit */
+	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt ||
+	    !(R.be->caps & DP_CAP_HOST_MEMORY))
+	{
+		char sk_note[64] = "";
+		if (C.decode == DP_DECODE_IMAGE || ds.corrupt)
+			snprintf(sk_note, sizeof sk_note, "; %.0f image%s skipped as corrupt", sk[0],
+				 sk[0] == 1 ? "" : "s");
+		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s)%s", epoch + 1,
+		     ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk_note);
+	}
 	if (O.skip_corrupt && !stopped)
 		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
 	return stopped;
@@ -2208,11 +2220,15 @@ static void finish(void)
 	cli_progress_clear();
 	if (R.ts.epoch >= C.epochs)
 		R.ts.epoch_step = 0;
+	/* the periodic series ends with the final state too (a --checkpoint of
+	 * its own: 'ck-{step}' gets the last step, not only -o), then -o */
+	int behind = R.ckpt_path && O.ckpt_every && last_ckpt_step != R.ts.step;
+	int own = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	if (behind && (own || !O.output))
+		save(R.ckpt_path, &R.ts);
 	if (O.output)
 		save(O.output, &R.ts);
-	else if (R.ckpt_path && O.ckpt_every && last_ckpt_step != R.ts.step)
-		save(R.ckpt_path, &R.ts);
-	else
+	else if (!behind)
 		average_buffers();
 	if (SIZE > 1) {
 		check_same_state(R.ts.step);

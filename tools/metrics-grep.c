@@ -248,7 +248,7 @@ static size_t dbl_text(char *buf, double v)
 		memcpy(buf, "null", 5);
 		return 4;
 	}
-	return dp_number_format(buf, v);
+	return strlen(dp_fmt_double(v, buf, DP_NUMBER_BUF));
 }
 
 /* 1 when the number t[0..n) (fewer than DP_NUMBER_BUF bytes) is beyond a
@@ -565,11 +565,11 @@ static void put_key(dp_buf *b, const char *tag, size_t n)
 }
 
 /* A value as text: a float32 with the fewest digits that read back to it
- * (0.41, not 0.4099999964237213), a double as dp_number_format does. */
+ * (0.41, not 0.4099999964237213), a double as dp_fmt_double does. */
 static void put_value(dp_buf *b, const dp_event_scalar *v)
 {
 	char t[DP_NUMBER_BUF];
-	size_t n = dp_number_format(t, v->value);
+	size_t n = strlen(dp_fmt_double(v->value, t, sizeof t));
 	/* Any decimal of 6 digits or fewer reads back to its float (FLT_DIG):
 	 * when the 6-digit form reads back, no shorter one differs from it
 	 * but for the trailing zeros %g drops. */
@@ -1055,48 +1055,15 @@ static void add_metric_option(const char *arg)
 		definition_error(&e);
 }
 
-/* The whole of path ("-": stdin) in b, at most DEFS_MAX bytes.  Returns 0,
- * or -1 with errno set (EFBIG past the limit); b is the caller's to free
- * either way. */
-static int read_whole(const char *path, dp_buf *b)
-{
-	dp_buf_init(b, DEFS_MAX);
-	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int rc = 0;
-	for (;;) {
-		if (dp_buf_reserve(b, 65536) < 0) {
-			errno = b->err == DP_ELIMIT ? EFBIG : ENOMEM;
-			rc = -1;
-			break;
-		}
-		ssize_t r = read(fd, b->p + b->len, 65536);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			rc = r < 0 ? -1 : 0;
-			break;
-		}
-		b->len += (size_t)r;
-	}
-	int saved = errno;
-	if (fd > 0)
-		close(fd);
-	errno = saved;
-	return rc;
-}
-
 /* --definitions FILE: SageMaker's metric_definitions list. */
 static void add_definitions_file(const char *path)
 {
-	dp_buf text;
-	if (read_whole(path, &text) < 0) {
-		int err = errno;
-		dp_buf_free(&text);
-		cli_die_code(CLI_USAGE, "%s: %s", path, strerror(err));
-	}
+	dp_buf text = DP_BUF_INIT;
 	dp_err e;
+	if (dp_read_file(path, path, DEFS_MAX, &text, &e) < 0) {
+		dp_buf_free(&text);
+		cli_die_code(CLI_USAGE, "%s", e.msg);
+	}
 	int rc = dp_matcher_add_definitions(G.m, text.p ? text.p : "", text.len, path, &e);
 	dp_buf_free(&text);
 	if (rc < 0)

@@ -269,7 +269,7 @@ static void add_hps(args *a, const struct option *opts, const char *tool, const 
 
 /* Take --sagemaker[=ROOT] out of argv (and, for dp-train, SageMaker's
  * word "train"): whether SageMaker mode is asked for. */
-static int take_mode(int *argc, char **argv, int train_word, const char **root)
+static int take_mode(int *argc, char **argv, const char *word, const char **root)
 {
 	int on = 0, j = 1;
 	*root = NULL;
@@ -286,8 +286,10 @@ static int take_mode(int *argc, char **argv, int train_word, const char **root)
 		else
 			argv[j++] = argv[i];
 	}
-	if (train_word && j >= 2 && !strcmp(argv[1], "train") && (on || j == 2)) {
-		on = 1; /* `docker run IMAGE train` with ENTRYPOINT dp-train [--sagemaker] */
+	if (word && j >= 2 && !strcmp(argv[1], word) && (on || j == 2)) {
+		/* `docker run IMAGE train` with ENTRYPOINT dp-train [--sagemaker],
+		 * `docker run IMAGE serve` with dp-serve */
+		on = 1;
 		memmove(argv + 1, argv + 2, (size_t)(j - 2) * sizeof *argv);
 		j--;
 	}
@@ -508,7 +510,7 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 int sm_train_args(int *argc, char ***argv, const struct option *opts)
 {
 	const char *root;
-	if (!take_mode(argc, *argv, 1, &root))
+	if (!take_mode(argc, *argv, "train", &root))
 		return 0;
 	cli.failure_file = fmt("%s/output/failure", root);
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
@@ -678,7 +680,7 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 {
 	const char *root;
 	(void)opts;
-	if (!take_mode(argc, *argv, 0, &root))
+	if (!take_mode(argc, *argv, NULL, &root))
 		return 0;
 	char *od = fmt("%s/output", root);
 	mkdir(od, 0777); /* where the message goes: made when missing, if it can be */
@@ -728,6 +730,45 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 	}
 	free(in);
 	free(rcf);
+	hand_back(argc, argv, &d, &h, &u);
+	return 1;
+}
+
+/* ---- dp-serve: an inference endpoint --------------------------------------- */
+
+int sm_serve_args(int *argc, char ***argv, const struct option *opts)
+{
+	const char *root;
+	(void)opts;
+	/* `serve` first, with or without options after it: dp-serve takes no
+	 * other word there (its FILE operands come after --model) */
+	static char sm[] = "--sagemaker";
+	if (*argc >= 2 && !strcmp((*argv)[1], "serve"))
+		(*argv)[1] = sm;
+	if (!take_mode(argc, *argv, NULL, &root))
+		return 0;
+	args d = {0}, h = {0}, u = {0};
+	user_args(&u, *argc, *argv);
+	if (!gave(&u, "model")) {
+		const char *md = dp_env("SM_MODEL_DIR");
+		char *dir = md ? cli_strdup(md) : fmt("%s/model", root);
+		int quiet = gave(&u, "quiet");
+		char *m = eval_model(dir, quiet);
+		add(&d, "--model=%s", m);
+		free(m);
+		free(dir);
+	}
+	/* the hosting contract's settings, when set */
+	const char *port = dp_env("SAGEMAKER_BIND_TO_PORT"), *w = dp_env("SAGEMAKER_MODEL_SERVER_WORKERS"),
+		   *t = dp_env("SAGEMAKER_MODEL_SERVER_TIMEOUT");
+	if (port && *port && !gave(&u, "port"))
+		add(&d, "--port=%s", port);
+	if (w && *w && !gave(&u, "workers"))
+		add(&d, "--workers=%s", w);
+	if (t && *t && !gave(&u, "timeout"))
+		add(&d, "--timeout=%s", t);
+	if (!gave(&u, "bind"))
+		add(&d, "--bind=0.0.0.0");
 	hand_back(argc, argv, &d, &h, &u);
 	return 1;
 }

@@ -31,5 +31,11 @@
 
 int sm_train_args(int *argc, char ***argv, const struct option *opts);
 int sm_eval_args(int *argc, char ***argv, const struct option *opts);
+/* dp-serve: asked for by the lone argument "serve" (`docker run IMAGE
+ * serve`) or --sagemaker; the model from ROOT/model (SM_MODEL_DIR): a
+ * .safetensors file or a model.tar.gz holding one; SAGEMAKER_BIND_TO_PORT,
+ * SAGEMAKER_MODEL_SERVER_WORKERS and SAGEMAKER_MODEL_SERVER_TIMEOUT as
+ * --port, --workers and --timeout; --bind 0.0.0.0. */
+int sm_serve_args(int *argc, char ***argv, const struct option *opts);
 
 #endif

@@ -90,6 +90,47 @@ int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *
 	return DP_OK;
 }
 
+int dp_read_file(const char *path, const char *name, size_t max, dp_buf *b, dp_err *e)
+{
+	int std = !strcmp(path, "-");
+	int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (!name)
+		name = std ? "stdin" : path;
+	if (fd < 0)
+		return dp_syserr(e, "%s", name);
+	dp_buf_reset(b);
+	int rc = DP_OK;
+	size_t chunk = 1 << 16;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size < max)
+		chunk = (size_t)st.st_size + 1; /* one read, and one more to see the end */
+	for (;;) {
+		size_t room = max - b->len, want = chunk <= room ? chunk : room + 1;
+		if (dp_buf_reserve(b, want) < 0) {
+			rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", name);
+			break;
+		}
+		long got = dp_read_full(fd, b->p + b->len, want, name, e);
+		if (got < 0) {
+			rc = (int)got;
+			break;
+		}
+		b->len += (size_t)got;
+		b->p[b->len] = 0;
+		if (b->len > max) {
+			char lim[32];
+			rc = dp_seterr(e, DP_ELIMIT, "%s: larger than %s", name, dp_fmt_size(max, lim, sizeof lim));
+			break;
+		}
+		if ((size_t)got < want)
+			break;
+		chunk = 1 << 16;
+	}
+	if (!std)
+		close(fd);
+	return rc;
+}
+
 long dp_read_full(int fd, void *buf, size_t len, const char *name, dp_err *e)
 {
 	char *p = buf;

@@ -9,8 +9,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -243,6 +245,24 @@ int dp_parse_size(const char *s, uint64_t *out)
 		return DP_EARG;
 	*out = (uint64_t)v;
 	return DP_OK;
+}
+
+const char *dp_fmt_double(double v, char *buf, size_t len)
+{
+	if (isnan(v) || isinf(v)) {
+		snprintf(buf, len, "%s", isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+		return buf;
+	}
+	/* A normal double whose shortest text has at most 15 digits prints
+	 * as that text at 15 (the 15-digit grid is coarser than its rounding
+	 * error; %g drops the trailing zeros), so the search starts there;
+	 * subnormals carry fewer bits and may read back from fewer digits. */
+	for (int prec = v != 0 && fabs(v) < DBL_MIN ? 1 : 15; prec <= 17; prec++) {
+		snprintf(buf, len, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return buf;
 }
 
 const char *dp_fmt_size(uint64_t n, char *buf, size_t len)

@@ -38,8 +38,7 @@ struct dp_image_set {
 	int numeric; /* list labels were all numbers, used as they are */
 	size_t left_out;   /* files of a folder that are not images */
 	char *left_out_eg; /* the first of them */
-	uint8_t *file;
-	size_t filecap;
+	dp_buf file; /* the image file read last */
 	dp_exbuild eb;
 };
 
@@ -223,6 +222,7 @@ dp_image_set *dp_image_set_open(const char *path, dp_err *e)
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
 	}
+	dp_buf_init(&s->file, 0);
 	struct stat st;
 	int rc = stat(path, &st) < 0 ? dp_syserr(e, "%s", path)
 		 : S_ISDIR(st.st_mode) ? open_dir(s, path, e)
@@ -251,34 +251,9 @@ const char *dp_image_set_class(const dp_image_set *s, size_t i)
 
 static int read_file(dp_image_set *s, const char *path, const char *shown, size_t *len, dp_err *e)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		int rc = dp_syserr(e, "%s", shown);
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	size_t want = (size_t)st.st_size;
-	if (want > ((size_t)1 << 31)) {
-		close(fd);
-		return dp_seterr(e, DP_ELIMIT, "%s: larger than 2 GiB", shown);
-	}
-	if (want + 1 > s->filecap) {
-		uint8_t *p = realloc(s->file, want + 1);
-		if (!p) {
-			close(fd);
-			return dp_seterr(e, DP_ENOMEM, "out of memory for %s", shown);
-		}
-		s->file = p;
-		s->filecap = want + 1;
-	}
-	long got = dp_read_full(fd, s->file, want, shown, e);
-	close(fd);
-	if (got < 0)
-		return (int)got;
-	*len = (size_t)got;
-	return DP_OK;
+	int rc = dp_read_file(path, shown, (size_t)1 << 31, &s->file, e);
+	*len = s->file.len;
+	return rc;
 }
 
 int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const char **file,
@@ -293,7 +268,7 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 	if (rc < 0)
 		return rc;
 	dp_image_info in;
-	if ((rc = dp_image_probe(s->file, n, &in, e)) < 0)
+	if ((rc = dp_image_probe((const uint8_t *)s->file.p, n, &in, e)) < 0)
 		return dp_preferr(e, "%s", t->shown);
 	if (!in.width || !in.height)
 		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", t->shown, in.width,
@@ -307,7 +282,7 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 #define BYTES(name, p, l) (v[0] = (const uint8_t *)(p), vl[0] = (l), \
 			   dp_exbuild_bytes(b, name, sizeof name - 1, v, vl, 1))
 #define INT(name, x) (iv = (int64_t)(x), dp_exbuild_int64s(b, name, sizeof name - 1, &iv, 1))
-	BYTES("image/encoded", s->file, n);
+	BYTES("image/encoded", (const uint8_t *)s->file.p, n);
 	BYTES("image/format", fmt[in.format], strlen(fmt[in.format]));
 	INT("image/height", in.height);
 	INT("image/width", in.width);
@@ -336,7 +311,7 @@ void dp_image_set_close(dp_image_set *s)
 		free(s->cls[i]);
 	free(s->cls);
 	free(s->it);
-	free(s->file);
+	dp_buf_free(&s->file);
 	dp_exbuild_free(&s->eb);
 	free(s);
 }

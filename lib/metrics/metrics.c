@@ -160,21 +160,6 @@ double dp_number_value(const char *s, size_t n)
 	return strtod_c(tmp, NULL);
 }
 
-size_t dp_number_format(char *buf, double v)
-{
-	if (isnan(v))
-		return (size_t)snprintf(buf, DP_NUMBER_BUF, "nan");
-	if (isinf(v))
-		return (size_t)snprintf(buf, DP_NUMBER_BUF, v < 0 ? "-inf" : "inf");
-	int len = 0;
-	for (int prec = 15; prec <= 17; prec++) {
-		len = snprintf(buf, DP_NUMBER_BUF, "%.*g", prec, v);
-		if (strtod_c(buf, NULL) == v)
-			break;
-	}
-	return (size_t)len;
-}
-
 /* ---- logfmt ----------------------------------------------------------- */
 
 static int is_space(unsigned char c) { return c <= ' '; }
@@ -830,7 +815,7 @@ static size_t json_number_text(json_t *v, char *buf)
 	if (json_is_integer(v))
 		return (size_t)snprintf(buf, DP_NUMBER_BUF, "%" JSON_INTEGER_FORMAT,
 					json_integer_value(v));
-	return dp_number_format(buf, json_real_value(v));
+	return strlen(dp_fmt_double(json_real_value(v), buf, DP_NUMBER_BUF));
 }
 
 /* A line holding one JSON object: coordinates, and samples from numeric

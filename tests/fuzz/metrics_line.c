@@ -13,7 +13,9 @@
  * order, and counts the others as long; every sample names a known metric
  * and its text is a number (dp_number_valid) that converts; step and epoch,
  * when set, are numbers; the fast coordinate scan of the regex path agrees
- * with the logfmt tokenizer on the same line.
+ * with the logfmt tokenizer on the same line; the log's text through
+ * dp_shown (how messages quote data) holds no control character and no
+ * byte that is not UTF-8.
  */
 #define _GNU_SOURCE
 #include "dp_lines.h"
@@ -162,5 +164,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* The whole input as one line too (no reader limits). */
 	check_match(m, log, len);
+
+	/* The log's text as messages quote it (dp_shown): no control
+	 * character, C0 or C1, no DEL, no byte that is not UTF-8 comes out */
+	char *q = dp_shown(log, len);
+	CHECK(q != NULL, "dp_shown: out of memory");
+	CHECK(strlen(q) >= (memchr(log, 0, len) ? 0 : len), "dp_shown shortened the text");
+	for (const unsigned char *p = (const unsigned char *)q; *p; p++) {
+		CHECK(*p >= 0x20 && *p != 0x7f, "dp_shown let byte 0x%02x through", *p);
+		if (*p == 0xc2)
+			CHECK(p[1] >= 0xa0 || p[1] < 0x80, "dp_shown let a C1 control through");
+	}
+	free(q);
 	return 0;
 }

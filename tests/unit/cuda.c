@@ -776,17 +776,18 @@ static void t_cudnn(const dp_conv2d *convs, size_t nconv)
 		return;
 	}
 	printf("# %s\n", desc);
+	/* the emulation's lists (tests/cudaemu/cudnn.h) are known: timed, the
+	 * fastest deterministic one that fits is 0 forward, 1 for the
+	 * gradients; in cuDNN's heuristic order, 1 for all three */
+	int emu = strstr(desc, "CPU emulation") != NULL;
 	for (size_t i = 0; i < nconv; i++)
 		for (int act = DP_ACT_NONE; act <= DP_ACT_TANH; act += 2)
 			t_conv(d, convs[i], act, 2e-5, "cudnn fp32", 1);
 	t_conv(d, conv_geo(2, 4, 8, 8, 6, 3, 3, 2, 2, 1, 1), DP_ACT_RELU, 2e-5, "cudnn fp32", 0);
 	ok(G->conv_algos(d, algos, sizeof algos) > 0 && strchr(algos, '='),
 	   "the algorithms chosen, as text: %.60s...", algos);
-#ifdef DP_CUDA_EMU
-	/* the emulation's lists (tests/cudaemu/cudnn.h): timed, the fastest
-	 * deterministic one that fits: 0 forward, 1 for the gradients */
-	like(algos, "=0,1,1", "measured: the fastest deterministic algorithm within the workspace bound");
-#endif
+	if (emu)
+		like(algos, "=0,1,1", "measured: the fastest deterministic algorithm within the workspace bound");
 	/* given: the same choices, taken rather than measured */
 	dp_backend_opts og = o;
 	og.algos = algos;
@@ -806,11 +807,27 @@ static void t_cudnn(const dp_conv2d *convs, size_t nconv)
 	if (ok(G->open(&d, &op, desc, sizeof desc, &e) == DP_OK && strstr(desc, "pinned"),
 	       "open with the algorithms pinned: %s", desc)) {
 		t_conv(d, convs[2], DP_ACT_RELU, 2e-5, "cudnn pinned", 1);
-#ifdef DP_CUDA_EMU
-		G->conv_algos(d, algos, sizeof algos);
-		like(algos, "=1,1,1", "pinned: the first deterministic algorithm in the heuristic's order");
-#endif
+		char pinned[4096];
+		G->conv_algos(d, pinned, sizeof pinned);
+		if (emu)
+			like(pinned, "=1,1,1", "pinned: the first deterministic algorithm in the heuristic's order");
 		G->close(d);
+		/* another rank's choices taken by one that measured its own */
+		dp_backend_opts om = o;
+		if (ok(G->open(&d, &om, NULL, 0, &e) == DP_OK, "open, measuring")) {
+			G->free(d, G->alloc(d, G->conv_ws(d, &convs[2])));
+			char mine[4096], after[4096];
+			G->conv_algos(d, mine, sizeof mine);
+			int changed = G->conv_algos_take(d, pinned);
+			G->conv_algos(d, after, sizeof after);
+			ok(changed == (strcmp(mine, pinned) != 0) && !strcmp(after, pinned),
+			   "conv_algos_take: another's choice for a shape planned (%d changed)", changed);
+			t_conv(d, convs[2], DP_ACT_RELU, 2e-5, "cudnn taken", 1);
+			char foreign[4200];
+			snprintf(foreign, sizeof foreign, "another GPU/cudnn 1/fp32%s", strchr(mine, '|'));
+			ok(G->conv_algos_take(d, foreign) == 0, "a record made elsewhere is ignored");
+			G->close(d);
+		}
 	}
 	/* channels-last: tf32 (float32 tensors) and bf16 */
 	int precs[] = {DP_PREC_TF32, DP_PREC_BF16};

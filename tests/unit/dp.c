@@ -7,6 +7,7 @@
 #include "dp_rng.h"
 #include "tap.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -493,6 +494,73 @@ static void test_out_paths(void)
 }
 
 /* The library sees DP_* variables only when the program hands them over. */
+/* dp_fmt_double: the shortest text that reads back exactly (checked
+ * against a search from 1 digit), nan and the infinities as words. */
+static void test_fmt_double(void)
+{
+	int bad = 0, longer = 0;
+	srand(7);
+	for (int i = 0; i < 200000; i++) {
+		uint64_t bits = ((uint64_t)rand() << 42) ^ ((uint64_t)rand() << 21) ^ (uint64_t)rand();
+		double v;
+		memcpy(&v, &bits, sizeof v);
+		if (!isfinite(v))
+			continue;
+		char b[DP_DOUBLE_BUF], s[DP_DOUBLE_BUF];
+		dp_fmt_double(v, b, sizeof b);
+		if (strtod(b, NULL) != v && bad++ < 5)
+			printf("#   %.17g printed as %s\n", v, b);
+		for (int p = 1; p <= 17; p++) { /* the shortest, by brute force */
+			snprintf(s, sizeof s, "%.*g", p, v);
+			if (strtod(s, NULL) == v)
+				break;
+		}
+		if (strlen(b) > strlen(s) && longer++ < 5)
+			printf("#   %.17g printed as %s, not %s\n", v, b, s);
+	}
+	is_int(bad, 0, "dp_fmt_double round-trips 200000 random doubles");
+	is_int(longer, 0, "... each in its shortest text");
+	static const struct {
+		double v;
+		const char *want;
+	} cases[] = {
+		{0.1, "0.1"}, {1e-5, "1e-05"}, {0.1 + 0.2, "0.30000000000000004"}, {123456, "123456"},
+		{0.001, "0.001"}, {4.9406564584124654e-324, "5e-324"}, {NAN, "nan"}, {-INFINITY, "-inf"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char b[DP_DOUBLE_BUF];
+		is_str(dp_fmt_double(cases[i].v, b, sizeof b), cases[i].want, "%s", cases[i].want);
+	}
+}
+
+/* dp_read_file: a whole file, a cap, a directory, a missing file, the
+ * buffer reused. */
+static void test_read_file(void)
+{
+	char dir[] = "/tmp/dpread.XXXXXX", path[64];
+	if (!mkdtemp(dir))
+		return;
+	snprintf(path, sizeof path, "%s/f", dir);
+	FILE *f = fopen(path, "w");
+	fputs("0123456789", f);
+	fclose(f);
+	dp_buf b = DP_BUF_INIT;
+	dp_err e;
+	ok(dp_read_file(path, NULL, 10, &b, &e) == 0 && b.len == 10 && !strcmp(b.p, "0123456789"),
+	   "dp_read_file: ten bytes under a cap of ten");
+	ok(dp_read_file(path, "f", 9, &b, &e) == DP_ELIMIT, "... refused under a cap of nine");
+	is_str(e.msg, "f: larger than 9 bytes", "... saying so");
+	ok(dp_read_file(path, NULL, 1 << 20, &b, &e) == 0 && b.len == 10, "... the buffer reused");
+	ok(dp_read_file(dir, "d", 100, &b, &e) < 0, "a directory refused");
+	like(e.msg, "d: ", "... named");
+	snprintf(path, sizeof path, "%s/none", dir);
+	ok(dp_read_file(path, NULL, 100, &b, &e) < 0 && strstr(e.msg, path), "a missing file named");
+	dp_buf_free(&b);
+	snprintf(path, sizeof path, "%s/f", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 static void test_settings(void)
 {
 	setenv("DP_UNIT_TEST_SETTING", "42", 1);
@@ -519,6 +587,8 @@ int main(void)
 	test_rng();
 	test_out_threads();
 	test_out_paths();
+	test_fmt_double();
+	test_read_file();
 	test_settings();
 	return done_testing();
 }

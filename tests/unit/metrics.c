@@ -57,34 +57,6 @@ static void numbers(void)
 	is_int(bad_values, 0, "dp_number_value equals strtod on 200000 random decimals");
 	ok(isnan(dp_number_value("1.2.3", 5)), "dp_number_value of a non-number is NaN");
 	ok(isinf(dp_number_value("-inf", 4)) && dp_number_value("-inf", 4) < 0, "-inf");
-
-	/* dp_number_format: shortest text that reads back exactly. */
-	int bad_format = 0;
-	for (int i = 0; i < 200000; i++) {
-		uint64_t bits = ((uint64_t)rand() << 42) ^ ((uint64_t)rand() << 21) ^ (uint64_t)rand();
-		double v;
-		memcpy(&v, &bits, sizeof v);
-		if (!isfinite(v))
-			continue;
-		char b[DP_NUMBER_BUF];
-		dp_number_format(b, v);
-		if (strtod(b, NULL) != v && bad_format++ < 5)
-			printf("#   %.17g printed as %s\n", v, b);
-	}
-	is_int(bad_format, 0, "dp_number_format round-trips 200000 random doubles");
-	char b[DP_NUMBER_BUF];
-	dp_number_format(b, 0.1);
-	is_str(b, "0.1", "0.1 is printed 0.1");
-	dp_number_format(b, 1e-5);
-	is_str(b, "1e-05", "1e-5 is printed 1e-05");
-	dp_number_format(b, 0.1 + 0.2);
-	is_str(b, "0.30000000000000004", "0.1 + 0.2 needs 17 digits");
-	dp_number_format(b, 123456);
-	is_str(b, "123456", "integers print whole");
-	dp_number_format(b, NAN);
-	is_str(b, "nan", "nan");
-	dp_number_format(b, -INFINITY);
-	is_str(b, "-inf", "-inf");
 }
 
 static void logfmt(void)

@@ -1316,6 +1316,7 @@ static dp_backend make_backend(void)
 	b.dense_bwd = cu_dense_bwd;
 	b.conv_ws = cu_conv_ws;
 	b.conv_algos = cu_conv_algos;
+	b.conv_algos_take = cu_conv_algos_take;
 	b.conv_fwd = cu_conv_fwd;
 	b.conv_bwd = cu_conv_bwd;
 	b.maxpool_fwd = cu_maxpool_fwd;

@@ -252,12 +252,26 @@ static int geo_text(const dp_conv2d *g, char *buf, size_t len)
 			g->kh, g->kw, g->sh, g->sw, g->ph, g->pw);
 }
 
-/* The algorithms dp_backend_opts.algos gives for g: "SHAPE=F,D,W;..." */
+/* What a record of choices is valid for: "GPU name/cuDNN version/precision" */
+static int algos_whose(const dp_bectx *c, char *buf, size_t len)
+{
+	cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, c->dev) != cudaSuccess)
+		prop.name[0] = 0;
+	return snprintf(buf, len, "%s/cudnn %zu/%s", prop.name, (size_t)cudnnGetVersion(),
+			dp_precision_name(c->prec));
+}
+
+/* The algorithms dp_backend_opts.algos gives for g, from a record
+ * "WHOSE|SHAPE=F,D,W;..." made on this GPU model, cuDNN and precision (a
+ * record of another is no guide, and ignored). */
 static bool given_algos(const dp_bectx *c, const dp_conv2d *g, int a[3])
 {
-	char key[96];
-	int n = geo_text(g, key, sizeof key);
-	for (const char *p = c->algos; p && *p; p = strchr(p, ';') ? strchr(p, ';') + 1 : NULL) {
+	char key[96], whose[400];
+	int n = geo_text(g, key, sizeof key), w = algos_whose(c, whose, sizeof whose);
+	if (!c->algos || strncmp(c->algos, whose, (size_t)w) || c->algos[w] != '|')
+		return false;
+	for (const char *p = c->algos + w + 1; *p; p = strchr(p, ';') ? strchr(p, ';') + 1 : "") {
 		if (!strncmp(p, key, (size_t)n) && p[n] == '=' &&
 		    sscanf(p + n + 1, "%d,%d,%d", &a[0], &a[1], &a[2]) == 3)
 			return true;
@@ -351,22 +365,37 @@ static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g)
 
 enum { NALGO = 16 };
 
+/* Take the given algorithms a for p if cuDNN knows them for its shape
+ * and their workspace fits max (nothing changed otherwise). */
+static bool take_given(dp_bectx *c, conv_plan *p, const int a[3], size_t max)
+{
+	size_t wf, wd, ww;
+	if (cudnnGetConvolutionForwardWorkspaceSize(c->dnn, p->x, p->w, p->conv, p->y,
+						    (cudnnConvolutionFwdAlgo_t)a[0], &wf) != CUDNN_STATUS_SUCCESS ||
+	    cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, p->w, p->y, p->conv, p->x,
+							 (cudnnConvolutionBwdDataAlgo_t)a[1], &wd) != CUDNN_STATUS_SUCCESS ||
+	    cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, p->x, p->y, p->conv, p->w,
+							   (cudnnConvolutionBwdFilterAlgo_t)a[2], &ww) != CUDNN_STATUS_SUCCESS ||
+	    wf > max || wd > max || ww > max)
+		return false;
+	p->fwd = (cudnnConvolutionFwdAlgo_t)a[0];
+	p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a[1];
+	p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a[2];
+	p->ws_fwd = wf, p->ws_data = wd, p->ws_filter = ww;
+	size_t m = wf > wd ? wf : wd;
+	if (m < ww)
+		m = ww;
+	if (m > p->ws_any)
+		p->ws_any = m;
+	return true;
+}
+
 static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p)
 {
 	size_t max = c->ws_max;
 	int a[3] = {-1, -1, -1}, n = 0;
-	if (given_algos(c, g, a)) {
-		p->fwd = (cudnnConvolutionFwdAlgo_t)a[0];
-		p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a[1];
-		p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a[2];
-		if (!ckd(c, cudnnGetConvolutionForwardWorkspaceSize(c->dnn, p->x, p->w, p->conv, p->y, p->fwd, &p->ws_fwd), "cuDNN: given forward algorithm") ||
-		    !ckd(c, cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, p->w, p->y, p->conv, p->x, p->bwd_data, &p->ws_data), "cuDNN: given data gradient algorithm") ||
-		    !ckd(c, cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, p->x, p->y, p->conv, p->w, p->bwd_filter, &p->ws_filter), "cuDNN: given filter gradient algorithm"))
-			return false;
-		p->ws_any = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
-		p->ws_any = p->ws_any > p->ws_filter ? p->ws_any : p->ws_filter;
-		return true;
-	}
+	if (given_algos(c, g, a) && take_given(c, p, a, max))
+		return true; /* else chosen here, as if none were given */
 	cudnnConvolutionFwdAlgoPerf_t rf[NALGO];
 	cudnnConvolutionBwdDataAlgoPerf_t rd[NALGO];
 	cudnnConvolutionBwdFilterAlgoPerf_t rw[NALGO];
@@ -429,19 +458,50 @@ static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g)
 int cu_conv_algos(dp_bectx *c, char *buf, size_t len)
 {
 	size_t at = 0;
+	int any = 0;
 	if (len)
 		buf[0] = 0;
 	for (int i = 0; i < c->nplan; i++) {
 		conv_plan *p = &c->plan[i];
 		if (!p->used)
 			continue;
-		char key[96];
+		char key[96], whose[400];
+		if (!any++) {
+			algos_whose(c, whose, sizeof whose);
+			at += (size_t)snprintf(buf, len, "%s|", whose);
+		}
 		geo_text(&p->g, key, sizeof key);
-		int n = snprintf(buf + at, at < len ? len - at : 0, "%s%s=%d,%d,%d", at ? ";" : "", key,
-				 (int)p->fwd, (int)p->bwd_data, (int)p->bwd_filter);
+		int n = snprintf(buf + at, at < len ? len - at : 0, "%s%s=%d,%d,%d",
+				 buf[at - 1] == '|' ? "" : ";", key, (int)p->fwd, (int)p->bwd_data,
+				 (int)p->bwd_filter);
 		at += (size_t)n;
 	}
 	return at < len ? (int)at : -1;
+}
+
+/* Another rank's choices (or a checkpoint's) for the shapes planned
+ * already, where they fit the workspace conv_ws reported; the record kept
+ * for shapes to come.  The number of shapes whose choice changed. */
+int cu_conv_algos_take(dp_bectx *c, const char *algos)
+{
+	if (!c->dnn)
+		return 0;
+	char *t = algos ? strdup(algos) : NULL;
+	if (algos && !t)
+		return -1;
+	free(c->algos);
+	c->algos = t;
+	int changed = 0, a[3];
+	for (int i = 0; i < c->nplan; i++) {
+		conv_plan *p = &c->plan[i];
+		if (!p->used || !given_algos(c, &p->g, a))
+			continue;
+		if (a[0] == (int)p->fwd && a[1] == (int)p->bwd_data && a[2] == (int)p->bwd_filter)
+			continue;
+		size_t fb = filter_bytes(c, &p->g), cap = c->ws_cap > fb ? c->ws_cap - fb : 0;
+		changed += take_given(c, p, a, cap < c->ws_max ? cap : c->ws_max);
+	}
+	return changed;
 }
 
 int cu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e)
@@ -486,6 +546,7 @@ int cu_conv_algos(dp_bectx *c, char *buf, size_t len)
 	return 0;
 }
 int cu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e) { return DP_OK; }
+int cu_conv_algos_take(dp_bectx *c, const char *algos) { return 0; }
 void cu_conv_close(dp_bectx *c) {}
 static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g) { return 0; }
 

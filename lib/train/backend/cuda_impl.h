@@ -243,6 +243,7 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
 		 float *dy, float *dx, float *dw, float *db, int act, void *ws);
 int cu_conv_algos(dp_bectx *c, char *buf, size_t len);
+int cu_conv_algos_take(dp_bectx *c, const char *algos);
 
 /* cuda_nhwc.cu: channels-last tensors.  tag_of: the tag of a buffer that
  * holds one (NULL: plain NCHW float32); nhwc_in: the tensor at x as

@@ -44,15 +44,6 @@ int dp_dtype_parse(const char *s)
 	return 0;
 }
 
-const char *dp_fmt_double(double v, char *buf, size_t len)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			break;
-	}
-	return buf;
-}
 
 /* ---- writer ---------------------------------------------------------------- */
 
@@ -223,8 +214,10 @@ int dp_st_write(dp_st_writer *w, const char *path, dp_err *e)
 struct dp_st {
 	char *name;
 	const char *format; /* "safetensors", "pth" */
-	uint8_t *buf; /* the whole file */
+	uint8_t *buf; /* the whole file (a .pth: its tensors) */
 	size_t len;
+	uint8_t *raw; /* a .pth: the whole file */
+	size_t rawlen;
 	dp_st_tensor *t;
 	int n;
 	char **meta; /* key, value, ... */
@@ -242,6 +235,7 @@ void dp_st_close(dp_st *s)
 	free(s->t);
 	free(s->meta);
 	free(s->buf);
+	free(s->raw);
 	free(s->name);
 	free(s);
 }
@@ -431,6 +425,11 @@ static dp_st *parse_file(dp_st *s, dp_err *e)
 {
 	if (pth_detect(s->buf, s->len)) {
 		dp_st *p = pth_open_mem(s->buf, s->len, s->name, e);
+		if (p) { /* the file's bytes, for dp_st_bytes */
+			p->raw = s->buf;
+			p->rawlen = s->len;
+			s->buf = NULL;
+		}
 		dp_st_close(s);
 		return p;
 	}
@@ -616,6 +615,12 @@ void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
 {
 	*key = s->meta[2 * i];
 	*value = s->meta[2 * i + 1];
+}
+
+const void *dp_st_bytes(const dp_st *s, size_t *len)
+{
+	*len = s->raw ? s->rawlen : s->len;
+	return s->raw ? s->raw : s->buf;
 }
 
 const dp_st_tensor *dp_st_find(const dp_st *s, const char *name)

@@ -419,10 +419,11 @@ static void *balloc(dp_data *d, size_t bytes)
 
 dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 {
-	if (!o->feature || !o->label || !o->in_size || !o->batch ||
+	if (!o->feature || (!o->label && o->label_kind != DP_LABEL_NONE) || !o->in_size || !o->batch ||
 	    (o->label_kind == DP_LABEL_CLASS && o->nclass < 1) ||
 	    (o->label_kind == DP_LABEL_VECTOR && o->label_size < 1) ||
-	    (o->label_kind != DP_LABEL_CLASS && o->label_kind != DP_LABEL_VECTOR) ||
+	    (o->label_kind != DP_LABEL_CLASS && o->label_kind != DP_LABEL_VECTOR &&
+	     o->label_kind != DP_LABEL_NONE) ||
 	    (!o->cmd && !o->ninputs) || (o->shard_count > 1 && o->shard_index >= o->shard_count) ||
 	    o->prefetch < 0 || o->prefetch > 64 || o->shuffle > (1u << 28) ||
 	    o->decode_threads > 256 ||
@@ -441,7 +442,7 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	if (!(d->o.scale != 0))
 		d->o.scale = 1;
 	d->feature = strdup(o->feature);
-	d->label = strdup(o->label);
+	d->label = strdup(o->label ? o->label : "");
 	d->cmd = o->cmd ? strdup(o->cmd) : NULL;
 	d->cache_dir = strdup(dp_tmpdir(o->cache_dir));
 	if (!d->feature || !d->label || (o->cmd && !d->cmd) || !d->cache_dir)
@@ -491,9 +492,9 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 		b->x = balloc(d, o->batch * o->in_size * sizeof(float));
 		if (o->label_kind == DP_LABEL_CLASS)
 			b->y = balloc(d, o->batch * sizeof(int32_t));
-		else
+		else if (o->label_kind == DP_LABEL_VECTOR)
 			b->t = balloc(d, o->batch * o->label_size * sizeof(float));
-		if (!b->x || (!b->y && !b->t))
+		if (!b->x || (!b->y && !b->t && o->label_kind != DP_LABEL_NONE))
 			goto nomem;
 		if (o->origins && (!(b->src = malloc(o->batch * sizeof *b->src)) ||
 				   !(b->rec = malloc(o->batch * sizeof *b->rec))))

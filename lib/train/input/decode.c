@@ -260,14 +260,32 @@ static int decode_image(worker *w, const dp_feature *fx, size_t src, uint64_t in
 	return DP_OK;
 }
 
-/* A raw array stored (H, W, C), in x, to (C, H, W). */
-static void to_chw(worker *w, float *x)
+int dp_data_sample(const dp_data_opts *o, float *x, float *tmp, dp_err *e)
 {
-	size_t c = w->d->o.shape[0], hw = w->d->o.shape[1] * w->d->o.shape[2];
-	memcpy(w->tmp, x, c * hw * sizeof *x);
-	for (size_t i = 0; i < hw; i++)
-		for (size_t k = 0; k < c; k++)
-			x[k * hw + i] = w->tmp[i * c + k];
+	size_t n = o->in_size;
+	if (o->hwc) { /* a raw array stored (H, W, C), to (C, H, W) */
+		size_t c = o->shape[0], hw = o->shape[1] * o->shape[2];
+		memcpy(tmp, x, c * hw * sizeof *x);
+		for (size_t i = 0; i < hw; i++)
+			for (size_t k = 0; k < c; k++)
+				x[k * hw + i] = tmp[i * c + k];
+	}
+	for (size_t j = 0; j < n; j++)
+		if (!isfinite(x[j]))
+			return dp_seterr(e, DP_EDATA, "value %zu is %s", j,
+					 isnan(x[j]) ? "NaN" : "infinite");
+	float sc = o->scale != 0 ? (float)o->scale : 1.0f;
+	if (sc != 1.0f)
+		for (size_t j = 0; j < n; j++) {
+			float v = x[j] * sc;
+			if (!isfinite(v)) /* the scale's doing, not the data's */
+				return dp_seterr(e, DP_EDATA,
+						 "value %zu (%g) times --scale %g is beyond "
+						 "float32's range: lower --scale",
+						 j, (double)x[j], o->scale);
+			x[j] = v;
+		}
+	return DP_OK;
 }
 
 /* An int64 feature of one value, by either of two names; -1 if none. */
@@ -318,9 +336,9 @@ int data_decode(worker *w, const uint8_t *data, size_t len, size_t src, uint64_t
 		return pe.code == DP_ENOMEM ? dp_seterr(e, DP_ENOMEM, "out of memory")
 					    : rec_err(d, src, index, offset, e, "%s", pe.msg);
 	const dp_feature *fx = dp_example_get(&w->ex, d->feature);
-	const dp_feature *fy = dp_example_get(&w->ex, d->label);
+	const dp_feature *fy = d->o.label_kind == DP_LABEL_NONE ? NULL : dp_example_get(&w->ex, d->label);
 	char why[512], names[256];
-	if (!fx || !fy) {
+	if (!fx || (!fy && d->o.label_kind != DP_LABEL_NONE)) {
 		feature_names(&w->ex, names, sizeof names);
 		return rec_err(d, src, index, offset, e, "no %s '%s' (the record has: %s)",
 			       fx ? "label" : "feature", fx ? d->label : d->feature, names);
@@ -342,24 +360,12 @@ int data_decode(worker *w, const uint8_t *data, size_t len, size_t src, uint64_t
 	if (decode_values(w, fx, d->o.decode, "feature", d->feature, x, n,
 			  "the size of the input shape", why, sizeof why) < 0)
 		return rec_err(d, src, index, offset, e, "%s", why);
-	if (d->o.hwc)
-		to_chw(w, x);
-	for (size_t j = 0; j < n; j++)
-		if (!isfinite(x[j]))
-			return rec_err(d, src, index, offset, e, "feature '%s': value %zu is %s",
-				       d->feature, j, isnan(x[j]) ? "NaN" : "infinite");
-	float sc = (float)d->o.scale;
-	if (sc != 1.0f)
-		for (size_t j = 0; j < n; j++) {
-			float v = x[j] * sc;
-			if (!isfinite(v)) /* the scale's doing, not the data's */
-				return rec_err(d, src, index, offset, e,
-					       "feature '%s': value %zu (%g) times --scale %g is beyond "
-					       "float32's range: lower --scale",
-					       d->feature, j, (double)x[j], d->o.scale);
-			x[j] = v;
-		}
+	dp_err se;
+	if (dp_data_sample(&d->o, x, w->tmp, &se) < 0)
+		return rec_err(d, src, index, offset, e, "feature '%s': %s", d->feature, se.msg);
 label:
+	if (d->o.label_kind == DP_LABEL_NONE)
+		return DP_OK;
 	if (d->o.label_kind == DP_LABEL_CLASS) {
 		int64_t v;
 		if (fy->kind == DP_KIND_INT64 && fy->count == 1) {
