@@ -281,12 +281,18 @@ FUZZ_CC ?= clang
 FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread \
 	-DDP_VERSION='"$(VERSION)"' -Ilib -Itests/fuzz -I$(FUZZ_O)/gen $(PKG_CFLAGS)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
-FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o
+FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o \
+	$(FUZZ_O)/obj/onnx.pb-c.o
 fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
 $(FUZZ_O)/gen/example.pb-c.c: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
-$(FUZZ_O)/obj/example.pb-c.o: $(FUZZ_O)/gen/example.pb-c.c
+# libdp's ONNX writer includes its generated header (lib/train/ckpt/onnx.c)
+$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: lib/train/ckpt/onnx.proto
+	@mkdir -p $(@D)
+	$(PROTOC_C) --c_out=$(@D) -Ilib/train/ckpt $<
+$(FUZZ_O)/obj/train/ckpt/onnx.o: $(FUZZ_O)/gen/onnx.pb-c.h
+$(FUZZ_O)/obj/example.pb-c.o $(FUZZ_O)/obj/onnx.pb-c.o: $(FUZZ_O)/obj/%.o: $(FUZZ_O)/gen/%.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c -o $@ $<
 $(FUZZ_O)/obj/%.o: lib/%.c

@@ -10,7 +10,7 @@
  * refused with the opcode or the name and the byte where it stands, before
  * anything is made of the file; nothing from it is ever run.
  *
- * Limits: 2^22 values, a memo of 2^20 entries, a stack of as many values,
+ * Limits: 2^20 values (about 10 a tensor), a memo of 2^20 entries,
  * integers of 64 bits, tensors of 8 dimensions whose extent lies inside
  * their storage.  Values may form cycles (a dict holding itself through
  * the memo): nothing here walks them recursively.
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_VALUES (1u << 22)
+#define MAX_VALUES (1u << 20)
 #define MAX_MEMO (1u << 20)
 
 /* The callables and types a state_dict's pickle names. */
@@ -189,7 +189,7 @@ static int pop_mark(ctx *c, pk_val ***items, size_t *n)
 	if (!c->nmarks)
 		return fail(c, DP_EDATA, "no mark to pop to");
 	size_t m = c->marks[--c->nmarks];
-	*items = c->stack + m;
+	*items = c->stack ? c->stack + m : NULL; /* (none pushed yet: m is 0) */
 	*n = c->sp - m;
 	c->sp = m;
 	return 0;

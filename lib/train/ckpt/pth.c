@@ -298,7 +298,7 @@ static uint8_t *zip_entry(zread *z, const char *ent, uint64_t max, uint64_t *len
 		return NULL;
 	}
 	z->budget -= st.size;
-	uint8_t *b = malloc(st.size ? (size_t)st.size : 1);
+	uint8_t *b = malloc((size_t)st.size + 1); /* + the byte that finds an entry too long */
 	zip_file_t *f = b ? zip_fopen_index(z->za, (zip_uint64_t)idx, 0) : NULL;
 	if (!f) {
 		if (b)

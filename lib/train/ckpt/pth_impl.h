@@ -18,7 +18,7 @@
  * up in a table, and what it makes is built here.  The result is a tree of
  * values; tensors hold their storage's key, offset, shape and strides
  * (checked to lie inside the storage), the storages' bytes are read by
- * the caller (pth.c).  Limits: 2^22 values, a memo of 2^20 entries,
+ * the caller (pth.c).  Limits: 2^20 values, a memo of 2^20 entries,
  * integers of 64 bits, 8 dimensions. */
 enum {
 	PK_NONE = 1, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES, PK_TUPLE, PK_LIST, PK_DICT,
