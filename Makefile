@@ -55,8 +55,7 @@ PROVE ?= prove
 # libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
 # tests' reference Example parser (lib/records/example.proto).  libzip:
 # PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng \
-	libprotobuf-c libzip
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c libzip
 # libmicrohttpd: dp-serve's HTTP server (the program's, not libdp's).
 PKGS := $(LIB_PKGS) libmicrohttpd
 # Targets that need no compiler skip the check (make clean, make help).
@@ -238,7 +237,7 @@ $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
 
 # Test programs: libdp's functions driven from the shell tests.
-TEST_PROGS += $(O)/tests/imgtool $(O)/tests/onnxtool
+TEST_PROGS += $(O)/tests/imgtool $(O)/tests/ctltool
 $(O)/tests/%: tests/progs/%.c $(O)/libdp.a
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(O)/libdp.a $(LINK_LIBS)
@@ -284,17 +283,16 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o \
 	$(FUZZ_O)/obj/onnx.pb-c.o
 fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
-$(FUZZ_O)/gen/example.pb-c.c: lib/records/example.proto
+$(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
-# libdp's ONNX writer includes its generated header (lib/train/ckpt/onnx.c)
 $(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: lib/train/ckpt/onnx.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/train/ckpt $<
-$(FUZZ_O)/obj/train/ckpt/onnx.o: $(FUZZ_O)/gen/onnx.pb-c.h
-$(FUZZ_O)/obj/example.pb-c.o $(FUZZ_O)/obj/onnx.pb-c.o: $(FUZZ_O)/obj/%.o: $(FUZZ_O)/gen/%.c
+$(FUZZ_O)/obj/%.pb-c.o: $(FUZZ_O)/gen/%.pb-c.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c -o $@ $<
+$(FUZZ_O)/obj/train/ckpt/onnx.o: $(FUZZ_O)/gen/onnx.pb-c.h
 $(FUZZ_O)/obj/%.o: lib/%.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(DEPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<

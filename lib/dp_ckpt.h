@@ -204,6 +204,7 @@ enum dp_run_key {
 	DP_RUN_NESTEROV, DP_RUN_SCALE_LR, DP_RUN_WARMUP_EPOCHS, DP_RUN_STEPS_PER_EPOCH,
 	DP_RUN_FREEZE, DP_RUN_LR_MULT,
 	DP_RUN_NO_DECAY, DP_RUN_SMOOTH, DP_RUN_SYNC_BN, DP_RUN_RANKS, DP_RUN_PRECISION,
+	DP_RUN_MONITOR, DP_RUN_MONITOR_MODE, DP_RUN_EARLY_STOP, DP_RUN_PLATEAU, DP_RUN_CONTROL_STATE,
 	DP_RUN_NKEYS
 };
 
@@ -230,6 +231,11 @@ typedef struct dp_run_conf {
 	int sync_bn;
 	int ranks;                       /* of the run that saved it */
 	int precision;                   /* enum dp_precision; written, never taken back */
+	/* training control (dp_train.h, dp_control_*): the monitored metric
+	 * and its mode (min or max), the early stopping and plateau settings
+	 * as their texts ("" or NULL: off), and where they stand (the text
+	 * of dp_control_state_format) */
+	const char *monitor, *monitor_mode, *early_stop, *plateau, *control_state;
 	/* given[k]: the caller set key k itself: dp_run_conf_from leaves it;
 	 * from[k]: dp_run_conf_from took key k from a checkpoint */
 	unsigned char given[DP_RUN_NKEYS], from[DP_RUN_NKEYS];

@@ -119,6 +119,93 @@ DP_EXPORT int dp_trainer_average_buffers(dp_trainer *t, dp_err *e);
  * statistics, optimizer state; the same on every rank after every step. */
 DP_EXPORT int dp_trainer_state_hash(dp_trainer *t, uint64_t *hash, dp_err *e);
 
+/* ---- training control: what a job does by itself at an epoch's end -------
+ *
+ * Keras' three callbacks on one monitored validation metric (val_loss,
+ * val_accuracy, val_f1_macro...: "val_" and a dp_eval_metric name):
+ *   EarlyStopping      patience, min_delta, baseline, start_from_epoch
+ *   ReduceLROnPlateau  factor, patience, cooldown, min_lr, min_delta
+ *   ModelCheckpoint(save_best_only=True)
+ * with Keras' documented rules (lib/train/control.c says them, the
+ * comparisons written as Keras writes them, so that they round alike).
+ * dp_control_epoch decides from the epoch's value alone: under mpirun
+ * that value comes from the exact validation sums (dp_eval_allreduce), the
+ * same bits on every rank, so every rank decides the same.  The state is
+ * text (dp_control_state_format, doubles in their shortest exact form)
+ * that a checkpoint keeps and --resume takes back bit for bit. */
+
+enum dp_monitor_mode { DP_MODE_AUTO = 0, DP_MODE_MIN, DP_MODE_MAX };
+
+typedef struct dp_control_conf {
+	char monitor[64]; /* "val_loss" ... */
+	int mode;         /* DP_MODE_MIN or DP_MODE_MAX once parsed (auto resolved) */
+	/* EarlyStopping (early_stop 0: off) */
+	int early_stop;
+	uint64_t es_patience, es_start_from_epoch;
+	double es_min_delta; /* >= 0 */
+	int es_has_baseline;
+	double es_baseline;
+	/* ReduceLROnPlateau (plateau 0: off) */
+	int plateau;
+	double rlr_factor, rlr_min_delta, rlr_min_lr;
+	uint64_t rlr_patience, rlr_cooldown;
+	/* ModelCheckpoint(save_best_only): the best so far is tracked */
+	int save_best;
+} dp_control_conf;
+
+typedef struct dp_control_state {
+	uint64_t es_wait, es_best_epoch;
+	double es_best;
+	int stopped;            /* early stopping fired ... */
+	uint64_t stopped_epoch; /* ... after this epoch (0-based) */
+	uint64_t rlr_wait, rlr_cooldown;
+	double rlr_best;
+	double lr;              /* the rate the plateau holds (the schedule's base) */
+	double best;            /* save_best: the best value, ... */
+	uint64_t best_epoch;    /* ... of this epoch (0-based); */
+	int have_best;          /* 0: none yet */
+} dp_control_state;
+
+/* What dp_control_epoch decided. */
+typedef struct dp_control_result {
+	int improved;         /* save_best: a new best: save it */
+	int reduced;          /* the plateau lowered the rate ... */
+	double old_lr, new_lr; /* ... from, to */
+	int stop;             /* early stopping: end the run after this epoch */
+} dp_control_result;
+
+/* The settings: Keras' defaults (monitor val_loss, mode auto; EarlyStopping
+ * patience 0, min_delta 0; ReduceLROnPlateau factor 0.1, patience 10,
+ * cooldown 0, min_lr 0, min_delta 1e-4), all three off. */
+DP_EXPORT void dp_control_init(dp_control_conf *c);
+/* --monitor METRIC (val_ and a dp-eval metric name) and --monitor-mode
+ * auto|min|max; auto: max for accuracy, precision, recall, f1 and r2,
+ * min for the rest (Keras' "acc in the name" rule, extended to the
+ * metrics Keras has not). */
+DP_EXPORT int dp_control_monitor(dp_control_conf *c, const char *metric, const char *mode, dp_err *e);
+/* "patience=N,min_delta=X,baseline=X,start_from_epoch=N" (a bare N:
+ * patience) turns EarlyStopping on; "" leaves it off. */
+DP_EXPORT int dp_control_early_stop(dp_control_conf *c, const char *spec, dp_err *e);
+/* "factor=X,patience=N,cooldown=N,min_lr=X,min_delta=X" (a bare N:
+ * patience): ReduceLROnPlateau on; "" off.  factor in (0, 1). */
+DP_EXPORT int dp_control_plateau(dp_control_conf *c, const char *spec, dp_err *e);
+/* Their messages name the setting ("patience 'x': want ..."), not the
+ * option.  The spec as text (buf), every setting, read back the same;
+ * "" when off. */
+DP_EXPORT const char *dp_control_early_stop_text(const dp_control_conf *c, char *buf, size_t len);
+DP_EXPORT const char *dp_control_plateau_text(const dp_control_conf *c, char *buf, size_t len);
+
+/* on_train_begin: a state with nothing seen, the plateau's rate lr. */
+DP_EXPORT void dp_control_start(const dp_control_conf *c, double lr, dp_control_state *s);
+/* on_epoch_end of epoch (0-based) with the monitored value: the state
+ * moved on, r said what fired.  A NaN is never an improvement. */
+DP_EXPORT void dp_control_epoch(const dp_control_conf *c, dp_control_state *s, uint64_t epoch,
+				double value, dp_control_result *r);
+/* The state as one line of key=value pairs (exact), and back.  parse:
+ * DP_EDATA naming the key that is wrong. */
+DP_EXPORT char *dp_control_state_format(const dp_control_state *s, dp_err *e);
+DP_EXPORT int dp_control_state_parse(dp_control_state *s, const char *text, dp_err *e);
+
 #ifdef __cplusplus
 }
 #endif

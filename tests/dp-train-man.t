@@ -66,6 +66,9 @@ ok test -s resnet18-photos.safetensors "the ResNet-18 example wrote its checkpoi
 ok test -s resnet20.safetensors "the ResNet-20 example wrote its checkpoint"
 ok test -s ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
 ok test -s dist.safetensors "the mpirun example wrote its checkpoint"
+like "$(dp-eval --model best.safetensors --data test.tfrecord --json - 2>&1)" '"loss":' \
+	"the training-control example wrote its best checkpoint, which dp-eval loads"
+like "$(cat ex-*.err)" "stopping early \(--early-stopping\)" "... and stopped early (random data)"
 ok $PY -c 'import json; t = json.load(open("trace.json")); assert {e["pid"] for e in t} == {0, 1, 2, 3}' \
 	"the mpirun example wrote a trace of 4 ranks"
 like "$(cat ex-*.err)" "resumed by 4 with the same global batch \(128\)" "the shared-file example resumes with 4 ranks"

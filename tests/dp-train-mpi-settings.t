@@ -89,6 +89,11 @@ ROWS=$(cat <<'EOF'
 --max-skipped|max_skipped|--skip-corrupt|--skip-corrupt --max-skipped 5
 --steps-per-epoch|steps_per_epoch||--steps-per-epoch 3
 --weight-decay|weight_decay||--weight-decay 0.1
+--monitor|monitor|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 2 --monitor val_accuracy
+--monitor-mode|monitor_mode|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 2 --monitor-mode max
+--early-stopping|early_stopping|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 3
+--reduce-lr-on-plateau|reduce_lr_on_plateau|--val all.tfr|--val all.tfr --reduce-lr-on-plateau 2
+--save-best|save_best|--val all.tfr|--val all.tfr --save-best b.st
 EOF
 )
 

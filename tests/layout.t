@@ -37,7 +37,7 @@ cd "$DP_SRC" || exit 1
 # The component of each public header (lib/dp*.h).
 comp_of() {
 	case $1 in
-	dp.h | dp_rng.h | dp_hash.h) echo common ;;
+	dp.h | dp_rng.h | dp_hash.h | dp_tar.h) echo common ;;
 	dp_record.h | dp_example.h | dp_encode.h | dp_shard.h | dp_shuffle.h | dp_events.h) echo records ;;
 	dp_image.h) echo image ;;
 	dp_s3.h) echo s3 ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ONNX export (dp_onnx.h) of every kind of model dp-train trains, checked
+# ONNX export (dp-ckpt export --format onnx, dp_onnx.h) of every kind of model dp-train trains, checked
 # by Debian's python3-onnx (onnx.checker with full checks, strict shape
 # inference) and run by an independent numpy evaluator (tests/onnx_ref.py,
 # written from the ONNX operator specifications): its probabilities must
@@ -15,7 +15,6 @@
 cd "$T"
 REF="$PY $DP_SRC/tests/onnx_ref.py"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-EXPORT="$DP_BUILD/tests/onnxtool"
 if ! $PY -c 'import onnx, numpy' 2>/dev/null; then
 	skip "python3-onnx is not installed (scripts/deps --test)"
 	done_testing
@@ -78,7 +77,7 @@ done
 check() {
 	local name=$1 line
 	shift
-	run "$EXPORT" "$name.st" "$name.onnx" "$@"
+	run dp-ckpt export "$name.st" -o "$name.onnx" ${1:+--classes "$1"}
 	is "$rc" 0 "$name: exported${err:+ ($err)}"
 	run $REF check "$name.onnx"
 	is "$rc" 0 "$name: onnx.checker (full) and strict shape inference pass${err:+: $(tail -n 3 <<<"$err")}"
@@ -123,12 +122,14 @@ like "$(cat img.info)" "meta image=" "img: the resize in the metadata"
 like "$(cat img.info)" "Add.*Mul" "img: mean and std in the graph"
 
 # refusals
-run "$EXPORT" mlp.st bad.onnx a,b
+run dp-ckpt export mlp.st -o bad.onnx --classes a,b
 is "$rc" 1 "class names of another count: refused"
 like "$err" "2 class names for a model of 5 classes" "... saying why"
 ok test ! -e bad.onnx "... and nothing written"
+run dp-ckpt export mlp.st -o w.safetensors --classes a,b,c,d,e
+is "$rc" 2 "--classes with the safetensors format: usage error"
 printf 'not a checkpoint' > junk.st
-run "$EXPORT" junk.st bad.onnx
+run dp-ckpt export --format onnx junk.st -o bad.onnx
 is "$rc" 1 "not a checkpoint: refused"
 like "$err" "junk.st" "... naming the file"
 ok test ! -e bad.onnx "... and nothing written"

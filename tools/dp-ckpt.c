@@ -15,6 +15,8 @@
 #include "cli.h"
 #include "dp.h"
 #include "dp_ckpt.h"
+#include "dp_onnx.h"
+#include "dp_serve.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -31,6 +33,8 @@
 /* Exit status of diff when the checkpoints differ (dp-ckpt(1)). */
 enum { EXIT_DIFFER = 3 };
 
+static int write_onnx(const dp_st *ck, const char *path, dp_err *e);
+
 /* ---- export formats: one line each -------------------------------------
  * name: --format's value; exts: the output names that choose it (a list
  * ending in NULL); write: ck's weights to path, whole or not at all. */
@@ -44,6 +48,8 @@ static const struct format {
 	 "weights and settings, no training state", dp_ckpt_export_safetensors},
 	{"pth", (const char *const[]){".pth", ".pt", NULL},
 	 "a state_dict as torch.save writes it", dp_ckpt_export_pth},
+	{"onnx", (const char *const[]){".onnx", NULL},
+	 "the model for ONNX runtimes (dp_onnx.h): opset 13, dynamic batch", write_onnx},
 };
 #define NFORMATS (sizeof formats / sizeof formats[0])
 
@@ -53,15 +59,15 @@ enum { C_SHOW = 1, C_DIFF, C_IMPORT, C_EXPORT };
 #define B(c) (1u << (c))
 
 enum {
-	OPT_JSON = 256, OPT_FORMAT, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_MODEL, OPT_SHAPE,
-	OPT_LOSS, OPT_HELP, OPT_VERSION
+	OPT_JSON = 256, OPT_FORMAT, OPT_CLASSES, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_MODEL,
+	OPT_SHAPE, OPT_LOSS, OPT_HELP, OPT_VERSION
 };
 
 static struct {
 	int cmd;
 	int json, weights, meta, quiet;
 	double tolerance; /* < 0: none (bits) */
-	const char *output, *format;
+	const char *output, *format, *classes;
 	const char *model, *shape; /* import */
 	int loss;
 } O = {.tolerance = -1, .loss = DP_LOSS_XENT};
@@ -82,6 +88,7 @@ static const struct {
 	{OPT_MODEL, B(C_IMPORT), "--model"},
 	{OPT_SHAPE, B(C_IMPORT), "--input-shape"},
 	{OPT_LOSS, B(C_IMPORT), "--loss"},
+	{OPT_CLASSES, B(C_EXPORT), "--classes"},
 };
 
 static void cmd_show(char **args, int n);
@@ -145,11 +152,14 @@ static void help(void)
 	       "      --format ");
 	for (size_t i = 0; i < NFORMATS; i++)
 		printf("%s%s", i ? "|" : "", formats[i].name);
-	printf("\n                         the output's format (default: by FILE's name:");
+	printf("\n                         the output's format (default: by FILE's name:\n"
+	       "                        ");
 	for (size_t i = 0; i < NFORMATS; i++)
 		for (const char *const *x = formats[i].exts; *x; x++)
 			printf(" %s", *x);
 	printf(")\n"
+	       "      --classes NAMES    onnx: class names (comma-separated, or @FILE one a\n"
+	       "                         line) into the file's metadata\n"
 	       "\n"
 	       "  -h, --help             this help\n"
 	       "  -V, --version          the version\n"
@@ -174,6 +184,7 @@ static void set_option(int c, const char *v, char **argv)
 		if (!(O.loss = dp_loss_parse(v)))
 			cli_usage_error("--loss: want xent or mse");
 		break;
+	case OPT_CLASSES: O.classes = v; break;
 	case 'h':
 	case OPT_HELP: help(); cli_exit_stdout();
 	case 'V':
@@ -197,6 +208,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"model", required_argument, NULL, OPT_MODEL},
 		{"input-shape", required_argument, NULL, OPT_SHAPE},
 		{"loss", required_argument, NULL, OPT_LOSS},
+		{"classes", required_argument, NULL, OPT_CLASSES},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{0, 0, 0, 0},
@@ -616,6 +628,25 @@ static const struct format *export_format(const char *out)
 	cli_usage_error("export: say --format (no format goes by the name of '%s')", out);
 }
 
+/* ONNX (dp_onnx.h), with --classes in its metadata. */
+static int write_onnx(const dp_st *ck, const char *path, dp_err *e)
+{
+	dp_onnx_opts o = {0};
+	char **names = NULL;
+	size_t k = 0;
+	if (O.classes) {
+		if (dp_classes_parse(O.classes, &k, &names, e) < 0) {
+			dp_preferr(e, "--classes");
+			return DP_EARG;
+		}
+		o.classes = (const char *const *)names;
+		o.nclasses = k;
+	}
+	int rc = dp_onnx_write(ck, &o, path, e);
+	free(names);
+	return rc;
+}
+
 static void cmd_export(char **args, int n)
 {
 	(void)n;
@@ -623,6 +654,9 @@ static void cmd_export(char **args, int n)
 	if (!O.output)
 		cli_usage_error("export: -o FILE is needed");
 	const struct format *f = export_format(O.output);
+	if (O.classes && f->write != write_onnx)
+		cli_usage_error("--classes: for --format onnx (the %s format keeps no class names)",
+				f->name);
 	if (!strcmp(O.output, "-") && isatty(STDOUT_FILENO))
 		cli_die("refusing to write a checkpoint to a terminal (redirect it, or -o FILE)");
 	if (dp_out_check(O.output, &e) < 0) /* before reading a large checkpoint */

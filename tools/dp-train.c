@@ -68,7 +68,8 @@ enum {
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN, O_LAST
+	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
+	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -158,6 +159,11 @@ static const struct option longopts[] = {
 	{"on-epoch-fail", no_argument, 0, O_ON_EPOCH_FAIL},
 	{"accumulate", required_argument, 0, O_ACCUMULATE},
 	{"clip-norm", required_argument, 0, O_CLIP_NORM},
+	{"monitor", required_argument, 0, O_MONITOR},
+	{"monitor-mode", required_argument, 0, O_MONITOR_MODE},
+	{"early-stopping", required_argument, 0, O_EARLY_STOP},
+	{"reduce-lr-on-plateau", required_argument, 0, O_PLATEAU},
+	{"save-best", required_argument, 0, O_SAVE_BEST},
 	{"help", no_argument, 0, O_HELP},
 	{"version", no_argument, 0, O_VERSION},
 	{0, 0, 0, 0},
@@ -188,6 +194,7 @@ static struct {
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
+	const char *save_best; /* --save-best PATH */
 	const char *reset; /* fine-tuning: patterns */
 	int classes;    /* --classes of a named model (0: its default) */
 	int json;
@@ -314,6 +321,19 @@ static void help(void)
 	       "                           position in the data; settings not given are taken from it\n"
 	       "      --init PATH          start from a checkpoint's weights (fine-tuning), or\n"
 	       "                           from a PyTorch state_dict with --model, --input-shape\n"
+	       "\n"
+	       "Training control (Keras' callbacks, on a validation metric; see dp-train(1)):\n"
+	       "      --monitor METRIC     what they watch: val_loss (default), val_accuracy, or\n"
+	       "                           val_ and any metric of dp-eval (val_f1_macro...)\n"
+	       "      --monitor-mode auto|min|max  better is lower or higher (default auto: higher\n"
+	       "                           for accuracy, precision, recall, f1, r2)\n"
+	       "      --early-stopping LIST  stop when it stops improving: patience=N (default\n"
+	       "                           0), min_delta=X, baseline=X, start_from_epoch=N; a\n"
+	       "                           bare N is the patience\n"
+	       "      --reduce-lr-on-plateau LIST  lower the rate when it stalls: factor=X\n"
+	       "                           (default 0.1), patience=N (10), cooldown=N (0),\n"
+	       "                           min_lr=X (0), min_delta=X (1e-4); a bare N: patience\n"
+	       "      --save-best PATH     the checkpoint of the best epoch so far ({epoch})\n"
 	       "\n"
 	       "Fine-tuning (PATTERNS: fnmatch patterns of tensor names or layers, comma-\n"
 	       "separated: 3, 3.weight, 4*; bias, bn, 1d: every bias, batchnorm, 1-D tensor):\n"
@@ -561,6 +581,28 @@ static int data_option(int c, const char *arg, int li)
 	return 1;
 }
 
+/* --monitor, --monitor-mode, --early-stopping, --reduce-lr-on-plateau:
+ * kept as given (the checkpoint's keys), checked now. */
+static void control_option(int c, const char *arg)
+{
+	dp_control_conf t;
+	dp_err e;
+	dp_control_init(&t);
+	int rc = c == O_MONITOR	       ? dp_control_monitor(&t, arg, NULL, &e)
+		 : c == O_MONITOR_MODE ? dp_control_monitor(&t, NULL, arg, &e)
+		 : c == O_EARLY_STOP   ? dp_control_early_stop(&t, arg, &e)
+				       : dp_control_plateau(&t, arg, &e);
+	if (rc < 0)
+		usage_error("--%s: %s", c == O_MONITOR ? "monitor" : c == O_MONITOR_MODE ? "monitor-mode"
+					 : c == O_EARLY_STOP			      ? "early-stopping"
+										      : "reduce-lr-on-plateau",
+			    e.msg);
+	*(c == O_MONITOR	? &C.monitor
+	  : c == O_MONITOR_MODE ? &C.monitor_mode
+	  : c == O_EARLY_STOP	? &C.early_stop
+				: &C.plateau) = arg;
+}
+
 /* The options of the data-parallel job: 1 when c is one of them. */
 static int dist_option(int c, const char *arg)
 {
@@ -673,6 +715,11 @@ static void parse_args(int argc, char **argv)
 		case O_TB_HIST: O.tb_hist = 1; break;
 		case O_ON_EPOCH: parse_on_epoch(optarg); break;
 		case O_ON_EPOCH_FAIL: O.on_epoch_fail = 1; break;
+		case O_MONITOR:
+		case O_MONITOR_MODE:
+		case O_EARLY_STOP:
+		case O_PLATEAU: control_option(c, optarg); break;
+		case O_SAVE_BEST: O.save_best = optarg; break;
 		case O_HELP: /* once per job under mpirun */
 			if (RANK == 0)
 				help();
@@ -729,7 +776,8 @@ static const struct {
 	{O_WARMUP_EPOCHS, DP_RUN_WARMUP_EPOCHS}, {O_STEPS_PER_EPOCH, DP_RUN_STEPS_PER_EPOCH},
 	{O_FREEZE, DP_RUN_FREEZE},
 	{O_LR_MULT, DP_RUN_LR_MULT}, {O_NO_DECAY, DP_RUN_NO_DECAY}, {O_SMOOTH, DP_RUN_SMOOTH},
-	{O_SYNC_BN, DP_RUN_SYNC_BN},
+	{O_SYNC_BN, DP_RUN_SYNC_BN}, {O_MONITOR, DP_RUN_MONITOR}, {O_MONITOR_MODE, DP_RUN_MONITOR_MODE},
+	{O_EARLY_STOP, DP_RUN_EARLY_STOP}, {O_PLATEAU, DP_RUN_PLATEAU},
 };
 
 /* Take keys (a list ending in -1; NULL: all) from checkpoint ck where the
@@ -770,19 +818,31 @@ static void tb_open(void)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
-/* The numbers of a job's log line as one event at its step. */
+/* The numbers of a job's log line as one event at its step; a line of
+ * training control (event=NAME) gives one scalar, NAME, its first number
+ * after the event. */
 static void tb_line(const char *const *keys, const char *const *vals, int n)
 {
 	int64_t step = 0;
+	char tag[64] = "";
+	int event = 0; /* 1: an event's scalar is due; 2: written */
 	for (int i = 0; TB && i < n; i++) {
 		char *end;
+		if (!strcmp(keys[i], "event")) {
+			snprintf(tag, sizeof tag, "%.*s", (int)strcspn(vals[i] + (vals[i][0] == '"'), "\""),
+				 vals[i] + (vals[i][0] == '"'));
+			event = 1;
+			continue;
+		}
 		double v = strtod(vals[i], &end);
-		if (*end || end == vals[i])
-			continue; /* not a number */
+		if (*end || end == vals[i] || event == 2)
+			continue; /* not a number, or past the event's */
 		if (!strcmp(keys[i], "step"))
 			step = (int64_t)v;
 		else if (strcmp(keys[i], "epoch"))
-			dp_summary_scalar(dp_events_summary(TB), keys[i], (float)v);
+			dp_summary_scalar(dp_events_summary(TB), event ? tag : keys[i], (float)v);
+		if (event && strcmp(keys[i], "step") && strcmp(keys[i], "epoch"))
+			event = 2;
 	}
 	dp_err e;
 	if (TB && dp_events_write(TB, step, 0, &e) < 0)
@@ -919,6 +979,11 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter 
 static dp_model *M;
 static dp_optim *OPT;
 static dp_trainer *TR; /* the step (dp_train.h) */
+/* Training control (dp_train.h): early stopping, the rate on a plateau,
+ * the best epoch; on when ctl_on. */
+static dp_control_conf CTL;
+static dp_control_state CS;
+static int ctl_on, ctl_stopped;
 static const char *last_ckpt;
 static uint64_t last_ckpt_step;
 static int have_ckpt;
@@ -963,6 +1028,10 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	if (posb.err)
 		cli_die("out of memory");
 	char *algos = conv_algos_text();
+	char *cst = ctl_on ? dp_control_state_format(&CS, &e) : NULL;
+	if (ctl_on && !cst)
+		cli_die_err(CLI_FAIL, &e);
+	C.control_state = cst ? cst : "";
 	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = SIZE;
@@ -983,6 +1052,8 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	dp_buf_free(&posb);
 	free(meta);
 	free(algos);
+	free(cst);
+	C.control_state = NULL;
 	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
@@ -1235,6 +1306,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, C.decode == DP_DECODE_IMAGE ? imgb : "",
 		C.hwc ? "hwc" : "chw", C.sync_bn);
 	/* what decides collectives (the skip counts' allreduce) and the ramp */
+	fprintf(f, "monitor=%s\nmonitor_mode=%s\nearly_stopping=%s\nreduce_lr_on_plateau=%s\nsave_best=%d\n",
+		opt_text(C.monitor), opt_text(C.monitor_mode), opt_text(C.early_stop), opt_text(C.plateau),
+		O.save_best != NULL);
 	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
 		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, C.steps_per_epoch);
 	if (fclose(f) != 0)
@@ -1278,7 +1352,9 @@ static uint64_t count_steps(dp_data *td)
  * --warmup-epochs (from the single-worker rate, Horovod's recipe). */
 static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
 {
-	double lr = dp_sched_lr(sched, C.lr * (C.scale_lr ? SIZE : 1), epoch, step);
+	/* the plateau's rate, or --lr; the schedule starts from it */
+	double base = CTL.plateau ? CS.lr : C.lr * (C.scale_lr ? SIZE : 1);
+	double lr = dp_sched_lr(sched, base, epoch, step);
 	if (ramp && step < ramp && C.scale_lr && SIZE > 1) {
 		double f0 = 1.0 / SIZE;
 		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
@@ -1624,6 +1700,8 @@ static void each_output(void (*fn)(const char *opt, const char *tmpl))
 		fn("-o", O.output);
 	if (RANK == 0 && O.ckpt)
 		fn("--checkpoint", O.ckpt);
+	if (RANK == 0 && O.save_best)
+		fn("--save-best", O.save_best);
 	if (O.log && (RANK == 0 || (O.log_all && names_rank(O.log))))
 		fn("--log", O.log);
 	if (O.timeline && (RANK == 0 || names_rank(O.timeline)))
@@ -1635,10 +1713,10 @@ static void each_output(void (*fn)(const char *opt, const char *tmpl))
  * one: the same kind of file, the latest state. */
 static void check_distinct_outputs(void)
 {
-	const char *opt[4] = {"-o", "--checkpoint", "--log", "--timeline"};
-	const char *val[4] = {O.output, O.ckpt, O.log, O.timeline};
-	for (int i = 0; i < 4; i++)
-		for (int j = i + 1; j < 4; j++) {
+	const char *opt[5] = {"-o", "--checkpoint", "--log", "--timeline", "--save-best"};
+	const char *val[5] = {O.output, O.ckpt, O.log, O.timeline, O.save_best};
+	for (int i = 0; i < 5; i++)
+		for (int j = i + 1; j < 5; j++) {
 			if (!val[i] || !val[j] || (i == 0 && j == 1))
 				continue;
 			char *a = rank_path(val[i]), *b = rank_path(val[j]);
@@ -2086,8 +2164,153 @@ static int train_epoch(uint64_t epoch)
 	return stopped;
 }
 
-/* After an epoch's updates: validation, and the checkpoint of
- * --checkpoint-every Ne. */
+/* ---- training control ------------------------------------------------------------------
+ *
+ * After validation: early stopping, the rate on a plateau and the best
+ * epoch (dp_control_epoch), decided by every rank from the job's exact
+ * validation sums (the same bits everywhere); each that fires says so in
+ * the log (and TensorBoard: tb_line) and in a note. */
+
+/* The monitored metric is one validation reports for this model: asked
+ * of a report of one sample, before the work. */
+static void check_monitor(void)
+{
+	dp_err e;
+	dp_eval *ev = dp_eval_new_for(M, 0, &e);
+	size_t k = dp_model_out_size(M);
+	float *out = cli_calloc(k, sizeof *out);
+	int32_t label = 0;
+	dp_eval_report r;
+	double v;
+	int rc = !ev ? -1
+		 : R.xent ? dp_eval_add_class(ev, out, &label, 1, NULL, NULL, NULL, &e)
+			  : dp_eval_add_regression(ev, out, out, 1, NULL, &e);
+	if (rc == 0)
+		rc = dp_eval_report_get(ev, &r, &e);
+	if (rc == 0)
+		rc = dp_eval_metric(&r, CTL.monitor + 4, NULL, &v, &e);
+	dp_eval_free(ev);
+	free(out);
+	if (rc < 0)
+		bad_setting(C.from[DP_RUN_MONITOR], "--monitor %s: %s", CTL.monitor, e.msg);
+}
+
+/* The settings (from the command line or the checkpoint resumed), and
+ * where they stand: a run resumed takes its checkpoint's state. */
+static void control_setup(void)
+{
+	dp_err e;
+	dp_control_init(&CTL);
+	const char *mon = C.monitor && *C.monitor ? C.monitor : NULL;
+	const char *mode = C.monitor_mode && *C.monitor_mode ? C.monitor_mode : NULL;
+	static char es_text[256], rlr_text[256];
+	if (dp_control_monitor(&CTL, mon, mode, &e) < 0)
+		bad_setting(1, "monitor: %s", e.msg);
+	if (dp_control_early_stop(&CTL, C.early_stop, &e) < 0)
+		bad_setting(1, "early_stopping: %s", e.msg);
+	if (dp_control_plateau(&CTL, C.plateau, &e) < 0)
+		bad_setting(1, "reduce_lr_on_plateau: %s", e.msg);
+	/* every setting in the checkpoints, defaults included */
+	C.early_stop = dp_control_early_stop_text(&CTL, es_text, sizeof es_text);
+	C.plateau = dp_control_plateau_text(&CTL, rlr_text, sizeof rlr_text);
+	CTL.save_best = O.save_best != NULL;
+	ctl_on = CTL.early_stop || CTL.plateau || CTL.save_best;
+	if (!ctl_on && (mon || mode))
+		usage_error("--monitor%s goes with --early-stopping, --reduce-lr-on-plateau or --save-best",
+			    mon ? "" : "-mode");
+	if (ctl_on && !O.nval && !O.val_cmd)
+		usage_error("--%s watches a validation metric: give --val or --val-cmd",
+			    CTL.early_stop ? "early-stopping" : CTL.plateau ? "reduce-lr-on-plateau" : "save-best");
+	if (ctl_on)
+		check_monitor();
+	dp_control_start(&CTL, C.lr * (C.scale_lr ? SIZE : 1), &CS);
+	if (ctl_on && O.resume && C.control_state && *C.control_state &&
+	    dp_control_state_parse(&CS, C.control_state, &e) < 0)
+		die_all(1, "%s: metadata: %s", C.src ? C.src : O.resume, e.msg);
+	if (CTL.early_stop && CS.stopped) {
+		ctl_stopped = 1;
+		note("%s: the run stopped early after epoch %" PRIu64 " (--early-stopping): nothing more "
+		     "to train", O.resume, CS.stopped_epoch + 1);
+	}
+}
+
+/* A log line of training control: epoch, step, event=NAME, then pairs;
+ * TensorBoard gets the first pair's value as the scalar NAME. */
+static void control_line(uint64_t epoch, const char *event, const char *const *k, const char *const *v, int n)
+{
+	char eb[24], sb[24], evq[64];
+	const char *keys[8] = {"epoch", "step", "event"}, *vals[8] = {eb, sb, evq};
+	snprintf(eb, sizeof eb, "%" PRIu64, epoch + 1);
+	snprintf(sb, sizeof sb, "%" PRIu64, R.ts.step);
+	snprintf(evq, sizeof evq, O.json ? "\"%s\"" : "%s", event);
+	for (int i = 0; i < n && i < 5; i++)
+		keys[3 + i] = k[i], vals[3 + i] = v[i];
+	log_line(keys, vals, 3 + n, 0);
+}
+
+/* Every rank decided the same (a collective): a difference is a bug. */
+static void control_agree(const dp_control_result *r)
+{
+	double f[3] = {r->stop, r->reduced, r->improved};
+	dp_err e;
+	if (SIZE == 1)
+		return;
+	if (dp_comm_allreduce_sum(COMM, f, 3, &e) < 0)
+		cli_die("training control: %s", e.msg);
+	for (int i = 0; i < 3; i++)
+		if (f[i] != 0 && f[i] != SIZE)
+			die_all(1, "training control: %.0f of %d ranks decided to %s: the ranks are out of "
+				"step (a bug; please report it)", f[i], SIZE,
+				i == 0 ? "stop" : i == 1 ? "lower the rate" : "save the best");
+}
+
+static void control_epoch(uint64_t epoch)
+{
+	if (!ctl_on)
+		return;
+	dp_eval_report rep;
+	dp_err e;
+	double v;
+	if (dp_eval_report_get(R.val, &rep, &e) < 0 || dp_eval_metric(&rep, CTL.monitor + 4, NULL, &v, &e) < 0)
+		die_all(2, "--monitor %s: %s", CTL.monitor, e.msg);
+	dp_control_result r;
+	dp_control_epoch(&CTL, &CS, epoch, v, &r);
+	control_agree(&r);
+	char vb[32], b1[32], b2[32];
+	snprintf(vb, sizeof vb, "%.6g", v);
+	if (r.improved) {
+		double t0 = dp_now();
+		save(O.save_best, &R.ts);
+		not_training(t0);
+		dp_buf q = DP_BUF_INIT;
+		dp_buf_json_str(&q, last_ckpt, strlen(last_ckpt), 0);
+		const char *k[] = {CTL.monitor, "checkpoint"}, *vv[] = {vb, q.p ? q.p : "\"\""};
+		control_line(epoch, "save_best", k, vv, 2);
+		dp_buf_free(&q);
+	}
+	if (r.reduced) {
+		snprintf(b1, sizeof b1, "%.12g", r.new_lr);
+		snprintf(b2, sizeof b2, "%.12g", r.old_lr);
+		const char *k[] = {"lr", "previous_lr", CTL.monitor}, *vv[] = {b1, b2, vb};
+		control_line(epoch, "reduce_lr_on_plateau", k, vv, 3);
+		note("epoch %" PRIu64 ": %s has not improved for %" PRIu64 " epoch%s: the rate lowered from "
+		     "%g to %g (--reduce-lr-on-plateau)", epoch + 1, CTL.monitor, CTL.rlr_patience,
+		     CTL.rlr_patience == 1 ? "" : "s", r.old_lr, r.new_lr);
+	}
+	if (r.stop) {
+		snprintf(b1, sizeof b1, "%.6g", CS.es_best);
+		snprintf(b2, sizeof b2, "%" PRIu64, CS.es_best_epoch + 1);
+		const char *k[] = {CTL.monitor, "best", "best_epoch"}, *vv[] = {vb, b1, b2};
+		control_line(epoch, "early_stopping", k, vv, 3);
+		note("epoch %" PRIu64 ": %s has not improved on %g (epoch %" PRIu64 ") for %" PRIu64
+		     " epoch%s: stopping early (--early-stopping)", epoch + 1, CTL.monitor, CS.es_best,
+		     CS.es_best_epoch + 1, CS.es_wait, CS.es_wait == 1 ? "" : "s");
+		ctl_stopped = 1;
+	}
+}
+
+/* After an epoch's updates: validation, training control, and the
+ * checkpoint of --checkpoint-every Ne. */
 static void end_epoch(uint64_t epoch)
 {
 	if (R.ts.epoch_step == 0)
@@ -2101,8 +2324,9 @@ static void end_epoch(uint64_t epoch)
 	}
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
+	control_epoch(epoch);
 	/* the last epoch's too, unless it is -o, which finish() writes */
-	int last = epoch + 1 >= C.epochs, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
+	int last = epoch + 1 >= C.epochs || ctl_stopped, own_path = O.ckpt && (!O.output || strcmp(O.ckpt, O.output));
 	if (O.ckpt_every && O.ckpt_epochs && (epoch + 1) % O.ckpt_every == 0 && (!last || own_path)) {
 		double t0 = dp_now();
 		save(R.ckpt_path, &R.ts);
@@ -2300,6 +2524,7 @@ int main(int argc, char **argv)
 		return show_summary();
 	check_ckpt_model();
 	check_options();
+	control_setup();
 	each_output(check_output); /* a run that could only fail at its end fails now */
 	check_distinct_outputs();
 	setup_model();
@@ -2309,11 +2534,11 @@ int main(int argc, char **argv)
 	tb_open();
 
 	/* the epochs */
-	for (uint64_t epoch = R.ts.epoch; epoch < C.epochs; epoch++) {
+	for (uint64_t epoch = R.ts.epoch; epoch < C.epochs && !ctl_stopped; epoch++) {
 		if (train_epoch(epoch))
 			break; /* --max-steps */
 		end_epoch(epoch);
-		if (epoch + 1 < C.epochs)
+		if (epoch + 1 < C.epochs && !ctl_stopped)
 			after_epoch(epoch + 1);
 	}
 

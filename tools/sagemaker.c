@@ -37,9 +37,11 @@
 #include "dp.h"
 #include "dp_ckpt.h"
 #include "dp_comm.h"
+#include "dp_tar.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -48,7 +50,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- a growing argv, NULL-terminated -------------------------------------- */
 
@@ -575,71 +576,26 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 /* ---- dp-eval: a processing job --------------------------------------------- */
 
 /* The first regular member of tar file path (gzip or not) whose name ends
- * in .safetensors, in an anonymous temporary file: "/proc/self/fd/N". */
+ * in .safetensors (dp_tar.h), in an anonymous temporary file:
+ * "/proc/self/fd/N". */
 static char *tar_member(const char *path, int quiet)
 {
-	gzFile z = gzopen(path, "rb");
-	unsigned char h[512];
-	char name[4096] = "", longname[4096] = "";
-	if (!z)
-		cli_die("%s: %s", path, strerror(errno ? errno : ENOMEM));
-	for (;;) {
-		int got = gzread(z, h, sizeof h), zero = 1;
-		if (got != (int)sizeof h)
-			break;
-		for (int i = 0; i < 512 && zero; i++)
-			zero = !h[i];
-		if (zero)
-			break;
-		char sz[13];
-		memcpy(sz, h + 124, 12);
-		sz[12] = 0;
-		char *end;
-		unsigned long long size = strtoull(sz, &end, 8);
-		if (h[124] & 0x80)
-			cli_die("%s: a member too large for this reader", path);
-		if (longname[0])
-			snprintf(name, sizeof name, "%s", longname);
-		else if (!memcmp(h + 257, "ustar", 5) && h[345])
-			snprintf(name, sizeof name, "%.155s/%.100s", (char *)h + 345, (char *)h + 0);
-		else
-			snprintf(name, sizeof name, "%.100s", (char *)h);
-		longname[0] = 0;
-		size_t nl = strlen(name);
-		int type = h[156];
-		if (type == 'L' && size < sizeof longname) { /* GNU: the next member's name */
-			if (gzread(z, longname, (unsigned)size) != (int)size)
-				break;
-			longname[size] = 0;
-			if (gzseek(z, (z_off_t)((512 - size % 512) % 512), SEEK_CUR) < 0)
-				break;
-			continue;
-		}
-		if ((type == '0' || type == 0) && nl > 12 && !strcmp(name + nl - 12, ".safetensors")) {
-			dp_err e;
-			int fd = dp_tmpfile(NULL, &e);
-			if (fd < 0)
-				cli_die("%s: %s", path, e.msg);
-			char buf[65536];
-			while (size > 0) {
-				unsigned want = size < sizeof buf ? (unsigned)size : (unsigned)sizeof buf;
-				if (gzread(z, buf, want) != (int)want)
-					cli_die("%s: %s: cut short", path, name);
-				if (dp_write_all(fd, buf, want, "temporary file", &e) < 0)
-					cli_die("%s", e.msg);
-				size -= want;
-			}
-			gzclose(z);
-			if (!quiet)
-				cli_warn("%s: the model is its member %s", path, name);
-			return fmt("/proc/self/fd/%d", fd);
-		}
-		if (gzseek(z, (z_off_t)((size + 511) / 512 * 512), SEEK_CUR) < 0)
-			break;
-	}
-	int err;
-	const char *msg = gzerror(z, &err);
-	cli_die("%s: %s", path, err ? msg : "no member named *.safetensors (want a dp-train checkpoint)");
+	dp_err e;
+	char name[4096];
+	int in = open(path, O_RDONLY | O_CLOEXEC), out = in < 0 ? -1 : dp_tmpfile(NULL, &e);
+	if (in < 0)
+		cli_die("%s: %s", path, strerror(errno));
+	if (out < 0)
+		cli_die("%s: %s", path, e.msg);
+	int rc = dp_tar_extract(in, path, ".safetensors", out, name, sizeof name, &e);
+	close(in);
+	if (rc < 0)
+		cli_die("%s", e.msg);
+	if (rc == 0)
+		cli_die("%s: no member named *.safetensors (want a dp-train checkpoint)", path);
+	if (!quiet)
+		cli_warn("%s: the model is its member %s", path, name);
+	return fmt("/proc/self/fd/%d", out);
 }
 
 /* The checkpoint in processing/input/model: a .safetensors file, else the

@@ -83,6 +83,11 @@ static const struct key {
 	KEY(DP_RUN_SYNC_BN, "sync_bn", K_BOOL, 0, F(sync_bn)),
 	[DP_RUN_RANKS] = {"ranks", K_INT, 0, F(ranks), 1, INT_MAX, 0, 0},
 	KEY(DP_RUN_PRECISION, "precision", K_PREC, WONLY, F(precision)),
+	KEY(DP_RUN_MONITOR, "monitor", K_PATS, 0, F(monitor)),
+	KEY(DP_RUN_MONITOR_MODE, "monitor_mode", K_PATS, 0, F(monitor_mode)),
+	KEY(DP_RUN_EARLY_STOP, "early_stopping", K_PATS, 0, F(early_stop)),
+	KEY(DP_RUN_PLATEAU, "reduce_lr_on_plateau", K_PATS, 0, F(plateau)),
+	KEY(DP_RUN_CONTROL_STATE, "control_state", K_PATS, 0, F(control_state)),
 };
 
 void dp_run_conf_init(dp_run_conf *c)
