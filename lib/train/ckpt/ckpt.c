@@ -45,6 +45,43 @@ static void set_dbl(dp_st_writer *w, const char *key, double v)
 	dp_st_set_meta(w, key, dp_fmt_double(v, b, sizeof b));
 }
 
+/* A checkpoint's metadata (dp-checkpoint(5)): the model's, the training
+ * state's, the optimizer's, then the caller's pairs (meta). */
+static void put_meta(dp_st_writer *w, dp_model *m, dp_optim *o, const dp_train_state *ts,
+		     const char *const *meta)
+{
+	char sb[64];
+	dp_shape in = dp_model_input(m);
+	dp_st_set_meta(w, "format", "dp-train/1");
+	dp_st_set_meta(w, "model", dp_model_spec(m));
+	dp_st_set_meta(w, "input_shape", dp_shape_format(&in, sb, sizeof sb));
+	dp_st_set_meta(w, "loss", dp_loss_name(dp_model_loss_kind(m)));
+	set_u64(w, "params", dp_model_nparams(m));
+	if (ts) {
+		set_u64(w, "seed", ts->seed);
+		set_u64(w, "step", ts->step);
+		set_u64(w, "epoch", ts->epoch);
+		set_u64(w, "epoch_step", ts->epoch_step);
+	}
+	if (o) {
+		const dp_optim_conf *c = dp_optim_conf_get(o);
+		dp_st_set_meta(w, "optimizer", dp_optim_name(c->kind));
+		if (c->kind == DP_OPTIM_SGD) {
+			set_dbl(w, "momentum", c->momentum);
+			set_dbl(w, "dampening", c->dampening);
+			dp_st_set_meta(w, "nesterov", c->nesterov ? "true" : "false");
+		} else {
+			set_dbl(w, "beta1", c->beta1);
+			set_dbl(w, "beta2", c->beta2);
+			set_dbl(w, "eps", c->eps);
+		}
+		set_dbl(w, "weight_decay", c->weight_decay);
+		set_u64(w, "optimizer_steps", dp_optim_steps(o));
+	}
+	for (const char *const *kv = meta; kv && kv[0] && kv[1]; kv += 2)
+		dp_st_set_meta(w, kv[0], kv[1]);
+}
+
 int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
 		 const char *const *meta, dp_err *e)
 {
@@ -80,36 +117,7 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 			       path);
 		goto out;
 	}
-	char sb[64];
-	dp_shape in = dp_model_input(m);
-	dp_st_set_meta(w, "format", "dp-train/1");
-	dp_st_set_meta(w, "model", dp_model_spec(m));
-	dp_st_set_meta(w, "input_shape", dp_shape_format(&in, sb, sizeof sb));
-	dp_st_set_meta(w, "loss", dp_loss_name(dp_model_loss_kind(m)));
-	set_u64(w, "params", np);
-	if (ts) {
-		set_u64(w, "seed", ts->seed);
-		set_u64(w, "step", ts->step);
-		set_u64(w, "epoch", ts->epoch);
-		set_u64(w, "epoch_step", ts->epoch_step);
-	}
-	if (o) {
-		const dp_optim_conf *c = dp_optim_conf_get(o);
-		dp_st_set_meta(w, "optimizer", dp_optim_name(c->kind));
-		if (c->kind == DP_OPTIM_SGD) {
-			set_dbl(w, "momentum", c->momentum);
-			set_dbl(w, "dampening", c->dampening);
-			dp_st_set_meta(w, "nesterov", c->nesterov ? "true" : "false");
-		} else {
-			set_dbl(w, "beta1", c->beta1);
-			set_dbl(w, "beta2", c->beta2);
-			set_dbl(w, "eps", c->eps);
-		}
-		set_dbl(w, "weight_decay", c->weight_decay);
-		set_u64(w, "optimizer_steps", dp_optim_steps(o));
-	}
-	for (const char *const *kv = meta; kv && kv[0] && kv[1]; kv += 2)
-		dp_st_set_meta(w, kv[0], kv[1]);
+	put_meta(w, m, o, ts, meta);
 	for (int i = 0; i < nt; i++) {
 		dp_tensor_info t;
 		dp_model_tensor(m, i, &t);
