@@ -141,13 +141,37 @@ static void fifo_break(const char *path, int wait_ms)
 	close(rw);
 }
 
-/* Every FIFO of the run broken (a failure or a signal). */
+/* The directories of --dir that fifo made: made[0..made_len) is the
+ * deepest, made_keep the length of its part that was there before. */
+static char made[PATH_MAX];
+static size_t made_len, made_keep;
+
+/* Remove the directories fifo made, deepest first, those left empty
+ * (async-signal-safe: rmdir). */
+static void made_dirs_remove(void)
+{
+	for (size_t n = made_len; n > made_keep; n--) {
+		if (made[n] != '/' && made[n] != 0)
+			continue;
+		char c = made[n];
+		made[n] = 0;
+		int rc = rmdir(made);
+		made[n] = c;
+		if (rc < 0)
+			break; /* not empty: nor are those above */
+	}
+	made_len = made_keep = 0;
+}
+
+/* Every FIFO of the run broken (a failure or a signal), and the
+ * directories it made removed. */
 static void fifo_break_all(int wait_ms)
 {
 	for (int i = 0; i < 2; i++) {
 		fifo_break(fifos[i], wait_ms);
 		fifos[i][0] = 0;
 	}
+	made_dirs_remove();
 }
 
 /* cli.on_fail: half-written outputs go, and a signal that cancelled an
@@ -624,19 +648,39 @@ static void cmd_get(char **urls, int n)
 
 /* ---- fifo: SageMaker Pipe mode ------------------------------------------------------------ */
 
+/* --dir and its parents, those missing made (and recorded in made[], to
+ * be removed at the end). */
 static void mkdirs(const char *dir)
 {
+	size_t len = strlen(dir);
+	if (len >= sizeof made)
+		cli_die("%s: name too long", dir);
 	char *p = cli_strdup(dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
+	int first = 1;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s)
 			continue;
+		char c = *s;
 		*s = 0;
-		if (mkdir(p, 0777) < 0 && errno != EEXIST)
+		signals_blocked(1);
+		int rc = mkdir(p, 0777);
+		if (rc == 0 && first) {
+			memcpy(made, dir, len + 1);
+			made_keep = (size_t)(s - p);
+			while (made_keep && made[made_keep - 1] != '/')
+				made_keep--;
+			made_keep -= made_keep > 0; /* the parent's length */
+			first = 0;
+		}
+		if (rc == 0)
+			made_len = (size_t)(s - p);
+		signals_blocked(0);
+		if (rc < 0 && errno != EEXIST)
 			cli_die("%s: cannot create: %s", p, strerror(errno));
-		*s = '/';
+		*s = c;
+		if (!c)
+			break;
 	}
-	if (mkdir(p, 0777) < 0 && errno != EEXIST)
-		cli_die("%s: cannot create: %s", p, strerror(errno));
 	free(p);
 }
 
@@ -752,6 +796,9 @@ static void cmd_fifo(char **urls, int n)
 		}
 		fifo_done(fd);
 	}
+	signals_blocked(1);
+	made_dirs_remove();
+	signals_blocked(0);
 	dp_objs_free(&all);
 	free(dir);
 }
