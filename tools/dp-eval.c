@@ -129,75 +129,75 @@ static const char usage_line[] =
 	"usage: dp-eval --model CHECKPOINT --data FILE... [--json FILE] [--require 'METRIC>=X']...\n"
 	"               [--predictions FILE]   (dp-eval --help lists every option)\n";
 
-static void help(void)
-{
-	printf("usage: dp-eval --model CHECKPOINT [--data] FILE... [OPTION]...\n"
-	       "       dp-eval --check METRICS.json --require EXPR...\n"
-	       "Evaluate a dp-train checkpoint on TFRecord files of tf.train.Example: loss,\n"
-	       "accuracy, top-k, per-class precision/recall/F1, confusion matrix (classifiers);\n"
-	       "MSE, RMSE, MAE, R2 (regression).  See dp-eval(1).\n"
-	       "\n"
-	       "Input:\n"
-	       "      --model PATH         the checkpoint (safetensors, from dp-train)\n"
-	       "      --data PATH          records: file, glob, FIFO or - (stdin); repeatable;\n"
-	       "                           {rank} and {size} are filled in; FILE operands too\n"
-	       "      --data-cmd CMD       read the stdout of CMD (sh -c) instead\n"
-	       "      --feature NAME       the input feature (default: the checkpoint's)\n"
-	       "      --label NAME         the label feature (default: the checkpoint's)\n"
-	       "      --decode-raw TYPE    bytes as raw uint8, float32, float64, or none\n"
-	       "                           (default: the checkpoint's)\n"
-	       "      --scale X            multiply inputs by X (default: the checkpoint's)\n"
-	       "      --layout chw|hwc     raw arrays' layout (default: the checkpoint's)\n"
-	       "      --decode image       JPEG/PNG records (default: the checkpoint's), resized\n"
-	       "                           (or --resize N then center-cropped) to the input shape\n"
-	       "      --mean M[,M,M]       image settings (default: the checkpoint's): per\n"
-	       "                           channel, subtracted after --scale\n"
-	       "      --std S[,S,S]        per channel, divided by after --mean\n"
-	       "      --resize N           shorter side to N, then center-cropped\n"
-	       "      --max-pixels N       larger images are refused\n"
-	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
-	       "      --skip-corrupt       skip (and count) images that do not decode\n"
-	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
-	       "      --max-skipped N|P%%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
-	       "                           when more than N records, or P%% of those read, are\n"
-	       "                           skipped (default 1%%)\n"
-	       "      --batch-size N       samples per forward pass (default 256)\n"
-	       "      --threads N          math threads (default 1)\n"
-	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
-	       "                           rank modulo the GPUs visible)\n"
-	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
-	       "                           tensor cores (CUDA build)\n"
-	       "\n"
-	       "Metrics:\n"
-	       "      --top-k K            also top-K accuracy (default 5 with more than 5\n"
-	       "                           classes; 0: none)\n"
-	       "      --classes NAMES      class names, comma-separated, or @FILE (one a line):\n"
-	       "                           shown in the report and JSON, usable in --require\n"
-	       "      --json FILE          write the metrics JSON to FILE (- for stdout), whole\n"
-	       "                           or not at all\n"
-	       "      --predictions FILE   write each record's prediction: JSON lines, or\n"
-	       "                           TFRecord when FILE ends in .tfrecord or .tfr\n"
-	       "                           (gzip with .gz); {rank} for one file per worker\n"
-	       "      --predictions-format jsonl|tfrecord  the format, whatever the name\n"
-	       "\n"
-	       "Gates:\n"
-	       "      --require EXPR       METRIC OP NUMBER with OP one of < <= > >=, e.g.\n"
-	       "                           'accuracy>=0.9', 'loss<0.4', 'recall[3]>0.8';\n"
-	       "                           repeatable; exit 3 when one fails\n"
-	       "      --check FILE         apply the --require gates to a metrics JSON written\n"
-	       "                           before, instead of evaluating a model\n"
-	       "\n"
-	       "  -q, --quiet              no report on stdout, no progress\n"
-	       "      --sagemaker[=ROOT]   run as a SageMaker processing job: the model from\n"
-	       "                           ROOT/processing/input/model, records from .../test, the\n"
-	       "                           JSON to ROOT/processing/evaluation/evaluation.json\n"
-	       "                           (ROOT: /opt/ml; see SAGEMAKER in dp-eval(1))\n"
-	       "      --help               this list\n"
-	       "      --version            the version\n"
-	       "\n"
-	       "Exit status: 0 done (every gate passed), 1 failure, 2 usage error, 3 a --require\n"
-	       "gate failed (the metrics JSON and predictions are written).\n");
-}
+static const char help_text[] =
+	"usage: dp-eval --model CHECKPOINT [--data] FILE... [OPTION]...\n"
+	"       dp-eval --check METRICS.json --require EXPR...\n"
+	"Evaluate a dp-train checkpoint on TFRecord files of tf.train.Example: loss,\n"
+	"accuracy, top-k, per-class precision/recall/F1, confusion matrix (classifiers);\n"
+	"MSE, RMSE, MAE, R2 (regression).  See dp-eval(1).\n"
+	"\n"
+	"Input:\n"
+	"      --model PATH         the checkpoint (safetensors, from dp-train)\n"
+	"      --data PATH          records: file, glob, FIFO or - (stdin); repeatable;\n"
+	"                           {rank} and {size} are filled in; FILE operands too\n"
+	"      --data-cmd CMD       read the stdout of CMD (sh -c) instead\n"
+	"      --feature NAME       the input feature (default: the checkpoint's)\n"
+	"      --label NAME         the label feature (default: the checkpoint's)\n"
+	"      --decode-raw TYPE    bytes as raw uint8, float32, float64, or none\n"
+	"                           (default: the checkpoint's)\n"
+	"      --scale X            multiply inputs by X (default: the checkpoint's)\n"
+	"      --layout chw|hwc     raw arrays' layout (default: the checkpoint's)\n"
+	"      --decode image       JPEG/PNG records (default: the checkpoint's), resized\n"
+	"                           (or --resize N then center-cropped) to the input shape\n"
+	"      --mean M[,M,M]       image settings (default: the checkpoint's): per\n"
+	"                           channel, subtracted after --scale\n"
+	"      --std S[,S,S]        per channel, divided by after --mean\n"
+	"      --resize N           shorter side to N, then center-cropped\n"
+	"      --max-pixels N       larger images are refused\n"
+	"      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	"      --skip-corrupt       skip (and count) images that do not decode\n"
+	"      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
+	"      --max-skipped N|P%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
+	"                           when more than N records, or P% of those read, are\n"
+	"                           skipped (default 1%)\n"
+	"      --batch-size N       samples per forward pass (default 256)\n"
+	"      --threads N          math threads (default 1)\n"
+	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	"                           rank modulo the GPUs visible)\n"
+	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	"                           tensor cores (CUDA build)\n"
+	"\n"
+	"Metrics:\n"
+	"      --top-k K            also top-K accuracy (default 5 with more than 5\n"
+	"                           classes; 0: none)\n"
+	"      --classes NAMES      class names, comma-separated, or @FILE (one a line):\n"
+	"                           shown in the report and JSON, usable in --require\n"
+	"      --json FILE          write the metrics JSON to FILE (- for stdout), whole\n"
+	"                           or not at all\n"
+	"      --predictions FILE   write each record's prediction: JSON lines, or\n"
+	"                           TFRecord when FILE ends in .tfrecord or .tfr\n"
+	"                           (gzip with .gz); {rank} for one file per worker\n"
+	"      --predictions-format jsonl|tfrecord  the format, whatever the name\n"
+	"\n"
+	"Gates:\n"
+	"      --require EXPR       METRIC OP NUMBER with OP one of < <= > >=, e.g.\n"
+	"                           'accuracy>=0.9', 'loss<0.4', 'recall[3]>0.8';\n"
+	"                           repeatable; exit 3 when one fails\n"
+	"      --check FILE         apply the --require gates to a metrics JSON written\n"
+	"                           before, instead of evaluating a model\n"
+	"\n"
+	"  -q, --quiet              no report on stdout, no progress\n"
+	"      --sagemaker[=ROOT]   run as a SageMaker processing job: the model from\n"
+	"                           ROOT/processing/input/model, records from .../test, the\n"
+	"                           JSON to ROOT/processing/evaluation/evaluation.json\n"
+	"                           (ROOT: /opt/ml; see SAGEMAKER in dp-eval(1))\n"
+	"      --help               this list\n"
+	"      --version            the version\n"
+	"\n"
+	"Exit status: 0 done (every gate passed), 1 failure, 2 usage error, 3 a --require\n"
+	"gate failed (the metrics JSON and predictions are written).\n";
+
+static void help(void) { fputs(help_text, stdout); }
 
 /* ---- messages ----------------------------------------------------------------
  *
@@ -781,6 +781,10 @@ static void text_report(dp_buf *b, const dp_eval_report *r, const char *model, d
 			  gr[i].passed ? "passed" : "FAILED");
 }
 
+static void json_classes(dp_buf *b, const dp_eval_report *r);
+static void json_outputs(dp_buf *b, const dp_eval_report *r);
+static void json_gates(dp_buf *b, const gate_result *gr);
+
 static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model *m, dp_data *d,
 			const char *feature, const char *label, int decode, const char *scale,
 			const gate_result *gr)
@@ -829,69 +833,86 @@ static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model 
 		dp_buf_printf(b, "}%s\n", i + 1 < nm ? "," : "");
 	}
 	dp_buf_printf(b, "  }");
-	size_t k = r->k;
-	if (r->kind == DP_EVAL_CLASS) {
-		dp_buf_printf(b, ",\n  \"classes\": [\n");
-		for (size_t j = 0; j < k; j++) {
-			const dp_eval_class *c = &r->classes[j];
-			dp_buf_printf(b, "    {\"class\": %zu", j);
-			if (NAMES) {
-				dp_buf_printf(b, ", \"name\": ");
-				jstr(b, NAMES[j]);
-			}
-			dp_buf_printf(b, ", \"precision\": ");
-			jnum(b, c->precision);
-			dp_buf_printf(b, ", \"recall\": ");
-			jnum(b, c->recall);
-			dp_buf_printf(b, ", \"f1\": ");
-			jnum(b, c->f1);
-			dp_buf_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
-				  c->support, c->predicted, j + 1 < k ? "," : "");
-		}
-		dp_buf_printf(b, "  ]");
-		if (r->confusion) {
-			dp_buf_printf(b, ",\n  \"confusion_matrix\": [\n");
-			for (size_t i = 0; i < k; i++) {
-				dp_buf_printf(b, "    [");
-				for (size_t j = 0; j < k; j++)
-					dp_buf_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
-				dp_buf_printf(b, "]%s\n", i + 1 < k ? "," : "");
-			}
-			dp_buf_printf(b, "  ]");
-		}
-	} else {
-		dp_buf_printf(b, ",\n  \"outputs\": [\n");
-		for (size_t j = 0; j < k; j++) {
-			const dp_eval_output *o = &r->outputs[j];
-			dp_buf_printf(b, "    {\"output\": %zu, \"mse\": ", j);
-			jnum(b, o->mse);
-			dp_buf_printf(b, ", \"mae\": ");
-			jnum(b, o->mae);
-			dp_buf_printf(b, ", \"r2\": ");
-			jnum(b, o->r2);
-			dp_buf_printf(b, "}%s\n", j + 1 < k ? "," : "");
-		}
-		dp_buf_printf(b, "  ]");
-	}
-	if (O.ngates) {
-		int all = 1;
-		dp_buf_printf(b, ",\n  \"gates\": [\n");
-		for (size_t i = 0; i < O.ngates; i++) {
-			dp_buf_printf(b, "    {\"require\": ");
-			jstr(b, O.gate_text[i]);
-			dp_buf_printf(b, ", \"metric\": ");
-			jstr(b, O.gates[i].metric);
-			dp_buf_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
-			jnum(b, O.gates[i].threshold);
-			dp_buf_printf(b, ", \"value\": ");
-			jnum(b, gr[i].value);
-			dp_buf_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
-				  i + 1 < O.ngates ? "," : "");
-			all &= gr[i].passed;
-		}
-		dp_buf_printf(b, "  ],\n  \"passed\": %s", all ? "true" : "false");
-	}
+	if (r->kind == DP_EVAL_CLASS)
+		json_classes(b, r);
+	else
+		json_outputs(b, r);
+	if (O.ngates)
+		json_gates(b, gr);
 	dp_buf_printf(b, "\n}\n");
+}
+
+/* The report's per-class figures, and the confusion matrix. */
+static void json_classes(dp_buf *b, const dp_eval_report *r)
+{
+	size_t k = r->k;
+	dp_buf_printf(b, ",\n  \"classes\": [\n");
+	for (size_t j = 0; j < k; j++) {
+		const dp_eval_class *c = &r->classes[j];
+		dp_buf_printf(b, "    {\"class\": %zu", j);
+		if (NAMES) {
+			dp_buf_printf(b, ", \"name\": ");
+			jstr(b, NAMES[j]);
+		}
+		dp_buf_printf(b, ", \"precision\": ");
+		jnum(b, c->precision);
+		dp_buf_printf(b, ", \"recall\": ");
+		jnum(b, c->recall);
+		dp_buf_printf(b, ", \"f1\": ");
+		jnum(b, c->f1);
+		dp_buf_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
+			  c->support, c->predicted, j + 1 < k ? "," : "");
+	}
+	dp_buf_printf(b, "  ]");
+	if (r->confusion) {
+		dp_buf_printf(b, ",\n  \"confusion_matrix\": [\n");
+		for (size_t i = 0; i < k; i++) {
+			dp_buf_printf(b, "    [");
+			for (size_t j = 0; j < k; j++)
+				dp_buf_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
+			dp_buf_printf(b, "]%s\n", i + 1 < k ? "," : "");
+		}
+		dp_buf_printf(b, "  ]");
+	}
+}
+
+/* The report's per-output figures (regression). */
+static void json_outputs(dp_buf *b, const dp_eval_report *r)
+{
+	size_t k = r->k;
+	dp_buf_printf(b, ",\n  \"outputs\": [\n");
+	for (size_t j = 0; j < k; j++) {
+		const dp_eval_output *o = &r->outputs[j];
+		dp_buf_printf(b, "    {\"output\": %zu, \"mse\": ", j);
+		jnum(b, o->mse);
+		dp_buf_printf(b, ", \"mae\": ");
+		jnum(b, o->mae);
+		dp_buf_printf(b, ", \"r2\": ");
+		jnum(b, o->r2);
+		dp_buf_printf(b, "}%s\n", j + 1 < k ? "," : "");
+	}
+	dp_buf_printf(b, "  ]");
+}
+
+/* The gates, each with its value and verdict, and the verdict of all. */
+static void json_gates(dp_buf *b, const gate_result *gr)
+{
+	int all = 1;
+	dp_buf_printf(b, ",\n  \"gates\": [\n");
+	for (size_t i = 0; i < O.ngates; i++) {
+		dp_buf_printf(b, "    {\"require\": ");
+		jstr(b, O.gate_text[i]);
+		dp_buf_printf(b, ", \"metric\": ");
+		jstr(b, O.gates[i].metric);
+		dp_buf_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
+		jnum(b, O.gates[i].threshold);
+		dp_buf_printf(b, ", \"value\": ");
+		jnum(b, gr[i].value);
+		dp_buf_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
+			  i + 1 < O.ngates ? "," : "");
+		all &= gr[i].passed;
+	}
+	dp_buf_printf(b, "  ],\n  \"passed\": %s", all ? "true" : "false");
 }
 
 /* b written to output o (opened on path), left to commit. */

@@ -231,178 +231,178 @@ static const char usage_line[] =
 	"                [--epochs N] [--batch-size N] [--optimizer sgd|adam|adamw] [--lr X]\n"
 	"                [-o CHECKPOINT] ...   (dp-train --help lists every option)\n";
 
-static void help(void)
-{
-	printf("usage: dp-train [OPTION]...\n"
-	       "Train a neural network on TFRecord files of tf.train.Example (see dp-train(1)).\n"
-	       "\n"
-	       "Data:\n"
-	       "      --train PATH         training records: file, glob, FIFO or - (stdin); repeatable;\n"
-	       "                           {rank} and {size} are filled in\n"
-	       "      --train-cmd CMD      run CMD (sh -c) each epoch and read its stdout instead;\n"
-	       "                           {epoch} (from 1), {rank}, {size} are filled in\n"
-	       "      --val PATH           validation records, evaluated after each epoch; repeatable\n"
-	       "      --val-cmd CMD        a command giving validation records each epoch\n"
-	       "      --feature NAME       the input feature (default image)\n"
-	       "      --label NAME         the label feature (default label): an int64 class\n"
-	       "                           (xent) or floats of the output size (mse)\n"
-	       "      --decode-raw TYPE    read a bytes feature as raw uint8, float32 or float64\n"
-	       "      --layout chw|hwc     raw arrays are C x H x W (default) or channels-last\n"
-	       "      --decode image       the feature is a JPEG or PNG file (tfrecord(5); with\n"
-	       "                           --feature image/encoded --label image/class/label),\n"
-	       "                           decoded and resized to the input shape's C x H x W\n"
-	       "      --mean M[,M,M]       per channel, subtracted after --scale (default 0)\n"
-	       "      --std S[,S,S]        per channel, divided by after --mean (default 1)\n"
-	       "      --augment LIST       training images: random-resized-crop (scale=MIN:MAX,\n"
-	       "                           ratio=MIN:MAX), crop-pad=N, flip, none\n"
-	       "      --resize N           validation images: shorter side to N, then the\n"
-	       "                           center crop (default with random-resized-crop: H/0.875)\n"
-	       "      --max-pixels N       larger images are refused (default 89478485)\n"
-	       "      --decode-threads N   threads decoding beside the reader (default 0)\n"
-	       "      --skip-corrupt       skip (and count) images that do not decode\n"
-	       "      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
-	       "      --max-skipped N|P%%  with --skip-corrupt: stop the run when more than N\n"
-	       "                           records, or P%% of those an epoch (or a validation)\n"
-	       "                           read, are skipped (default 1%%)\n"
-	       "      --scale X            multiply inputs by X (0.5, 1/255, 1e-3)\n"
-	       "      --shuffle-buffer N   shuffle through a buffer of N records (default 10000;\n"
-	       "                           0: keep the order)\n"
-	       "      --last-batch keep|drop  a partial last batch is trained on or dropped\n"
-	       "                           (default keep)\n"
-	       "      --cache file|memory|none  where a stream read once (stdin, FIFO) is kept\n"
-	       "                           for later epochs (default file: unlinked, in --cache-dir)\n"
-	       "      --cache-limit SIZE   most bytes of streams to keep (default 4G)\n"
-	       "      --cache-dir DIR      directory of the cache file (default $TMPDIR or /tmp)\n"
-	       "      --prefetch N         batches decoded ahead by a reader thread (default 2;\n"
-	       "                           0: read in the training thread)\n"
-	       "\n"
-	       "Model:\n"
-	       "      --model SPEC         layers, e.g. conv:32:3,relu,maxpool:2,flatten,dense:10,\n"
-	       "                           blocks res(ITEMS[|SHORTCUT]):relu, seq(ITEMS), NAME=ITEM\n"
-	       "                           (dp-train(1), MODELS); resnet18/34/50/101/152 or\n"
-	       "                           resnet20/32/44/56/110; @FILE: the spec from a file\n"
-	       "      --classes N          outputs of a named model (default 1000; resnet20...: 10)\n"
-	       "      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
-	       "      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
-	       "                           squared error on vectors\n"
-	       "      --summary            print the layers, shapes and parameters, and exit\n"
-	       "\n"
-	       "Training:\n"
-	       "      --epochs N           passes over the data (default 1)\n"
-	       "      --max-steps N        stop after N updates in all (a checkpoint resumes)\n"
-	       "      --batch-size N       samples per update (default 32)\n"
-	       "      --optimizer NAME     sgd, adam (default) or adamw\n"
-	       "      --lr X               learning rate (default 0.001; sgd 0.01)\n"
-	       "      --momentum M         sgd momentum (default 0)\n"
-	       "      --nesterov           sgd: Nesterov momentum\n"
-	       "      --dampening D        sgd: momentum dampening (default 0)\n"
-	       "      --beta1 B --beta2 B  adam, adamw (default 0.9, 0.999)\n"
-	       "      --eps E              adam, adamw (default 1e-8)\n"
-	       "      --weight-decay W     L2 penalty (sgd, adam) or decoupled decay (adamw;\n"
-	       "                           default 0, adamw 0.01)\n"
-	       "      --lr-schedule S      constant (default), step:EPOCHS[:GAMMA], cosine[:MIN_LR]\n"
-	       "      --warmup N           ramp the rate up linearly over the first N updates\n"
-	       "      --seed N             weights, dropout and shuffle (default 0)\n"
-	       "      --threads N          math threads (default 1)\n"
-	       "      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
-	       "                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
-	       "      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
-	       "                           tensor cores (CUDA build): float32 weights either way\n"
-	       "      --deterministic      GPU: cuDNN's algorithms by its heuristics, not timed:\n"
-	       "                           the same bits every run\n"
-	       "\n"
-	       "Checkpoints (safetensors, dp-checkpoint(5)):\n"
-	       "  -o, --output PATH        the final checkpoint\n"
-	       "      --checkpoint-every N  also save every N updates, or every N epochs with a\n"
-	       "                           suffix e (2e)\n"
-	       "      --checkpoint PATH    where those go (default the -o path); {step} and\n"
-	       "                           {epoch} are filled in\n"
-	       "      --resume PATH        continue a run from a checkpoint: weights, optimizer,\n"
-	       "                           position in the data; settings not given are taken from it\n"
-	       "      --init PATH          start from a checkpoint's weights (fine-tuning), or\n"
-	       "                           from a PyTorch state_dict with --model, --input-shape\n"
-	       "\n"
-	       "Training control (Keras' callbacks, on a validation metric; see dp-train(1)):\n"
-	       "      --monitor METRIC     what they watch: val_loss (default), val_accuracy, or\n"
-	       "                           val_ and any metric of dp-eval (val_f1_macro...)\n"
-	       "      --monitor-mode auto|min|max  better is lower or higher (default auto: higher\n"
-	       "                           for accuracy, precision, recall, f1, r2)\n"
-	       "      --early-stopping LIST  stop when it stops improving: patience=N (default\n"
-	       "                           0), min_delta=X, baseline=X, start_from_epoch=N; a\n"
-	       "                           bare N is the patience\n"
-	       "      --reduce-lr-on-plateau LIST  lower the rate when it stalls: factor=X\n"
-	       "                           (default 0.1), patience=N (10), cooldown=N (0),\n"
-	       "                           min_lr=X (0), min_delta=X (1e-4); a bare N: patience\n"
-	       "      --save-best PATH     the checkpoint of the best epoch so far ({epoch})\n"
-	       "\n"
-	       "Fine-tuning (PATTERNS: fnmatch patterns of tensor names or layers, comma-\n"
-	       "separated: 3, 3.weight, 4*; bias, bn, 1d: every bias, batchnorm, 1-D tensor):\n"
-	       "      --reset PATTERNS     re-initialise those tensors after --init\n"
-	       "      --freeze PATTERNS    keep those parameters fixed\n"
-	       "      --lr-mult 'PAT=X,...'  their learning rate times X (the first match)\n"
-	       "      --no-decay PATTERNS  no weight decay for those (e.g. bias,bn)\n"
-	       "      --label-smoothing X  cross-entropy against (1-X) one-hot + X/classes\n"
-	       "      --sync-bn            batchnorm statistics over the batch of all ranks\n"
-	       "\n"
-	       "Logs:\n"
-	       "      --log-format logfmt|json  training log lines (default logfmt)\n"
-	       "      --log FILE           write the log there (default stdout)\n"
-	       "      --log-every N        a training line every N updates (default 100)\n"
-	       "      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
-	       "  -q, --quiet              no progress bar, no notes on stderr\n"
-	       "      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
-	       "                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
-	       "      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
-	       "      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
-	       "                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
-	       "                           are filled in shell-quoted (also $DP_EPOCH,\n"
-	       "                           $DP_CHECKPOINT, $DP_TENSORBOARD); a failure is reported\n"
-	       "      --on-epoch-fail      a failing --on-epoch command ends the run (exit 1)\n"
-	       "\n"
-	       "Data parallelism (under mpirun; see DISTRIBUTED in dp-train(1)):\n"
-	       "      --shard-data         every rank takes a disjoint share of the training and\n"
-	       "                           validation records (default: when the paths or the\n"
-	       "                           command name no {rank})\n"
-	       "      --no-shard-data      every rank reads all its sources give\n"
-	       "      --uneven join|drop   when ranks' data runs out at different steps: train on\n"
-	       "                           until every rank is done (default), or end the epoch\n"
-	       "                           when the first is\n"
-	       "      --scale-lr           multiply --lr by the number of ranks\n"
-	       "      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
-	       "                           first E epochs\n"
-	       "      --steps-per-epoch N  the updates an epoch holds, for --warmup-epochs'\n"
-	       "                           ramp (default: counted from the files; needed with\n"
-	       "                           --train-cmd, whose epoch can be read only once)\n"
-	       "      --accumulate N       N micro-batches of --batch-size an update, their\n"
-	       "                           gradients summed before one allreduce (default 1)\n"
-	       "      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
-	       "                           most X (PyTorch's clip_grad_norm_)\n"
-	       "      --no-overlap         reduce the gradients after the backward pass, in one\n"
-	       "                           call, not in buckets during it\n"
-	       "      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
-	       "                           (default 1M)\n"
-	       "      --grad-dtype T       gradients on the wire: fp32 (default), bf16 or fp16\n"
-	       "                           (half the bytes; summed in fp32, the same on every rank)\n"
-	       "      --allreduce A        ring (default), hierarchical (within each host first,\n"
-	       "                           then a ring of one rank per host) or mpi (the MPI\n"
-	       "                           library's collectives)\n"
-	       "      --log-all-ranks      every rank also logs its own lines, with rank=R\n"
-	       "      --timeline FILE      a Chrome trace (chrome://tracing, Perfetto) of compute,\n"
-	       "                           allreduce and waits per rank; {rank}: a file each\n"
-	       "      --stall-timeout S    report ranks that keep the others waiting S seconds\n"
-	       "                           (default 60; 0: never)\n"
-	       "      --stall-abort S      end the job after waiting S seconds (default: never)\n"
-	       "\n"
-	       "      --sagemaker[=ROOT]   run as a SageMaker training job: options from the\n"
-	       "                           hyperparameters, records from the channels, the model\n"
-	       "                           to ROOT/model, a failure's reason to ROOT/output/failure\n"
-	       "                           (ROOT: /opt/ml; see SAGEMAKER in dp-train(1)); so does\n"
-	       "                           the lone argument train\n"
-	       "      --help               this list\n"
-	       "      --version            the version\n"
-	       "\n"
-	       "Exit status: 0 done, 1 failure, 2 usage error, 3 training diverged (loss not finite).\n");
-}
+static const char help_text[] =
+	"usage: dp-train [OPTION]...\n"
+	"Train a neural network on TFRecord files of tf.train.Example (see dp-train(1)).\n"
+	"\n"
+	"Data:\n"
+	"      --train PATH         training records: file, glob, FIFO or - (stdin); repeatable;\n"
+	"                           {rank} and {size} are filled in\n"
+	"      --train-cmd CMD      run CMD (sh -c) each epoch and read its stdout instead;\n"
+	"                           {epoch} (from 1), {rank}, {size} are filled in\n"
+	"      --val PATH           validation records, evaluated after each epoch; repeatable\n"
+	"      --val-cmd CMD        a command giving validation records each epoch\n"
+	"      --feature NAME       the input feature (default image)\n"
+	"      --label NAME         the label feature (default label): an int64 class\n"
+	"                           (xent) or floats of the output size (mse)\n"
+	"      --decode-raw TYPE    read a bytes feature as raw uint8, float32 or float64\n"
+	"      --layout chw|hwc     raw arrays are C x H x W (default) or channels-last\n"
+	"      --decode image       the feature is a JPEG or PNG file (tfrecord(5); with\n"
+	"                           --feature image/encoded --label image/class/label),\n"
+	"                           decoded and resized to the input shape's C x H x W\n"
+	"      --mean M[,M,M]       per channel, subtracted after --scale (default 0)\n"
+	"      --std S[,S,S]        per channel, divided by after --mean (default 1)\n"
+	"      --augment LIST       training images: random-resized-crop (scale=MIN:MAX,\n"
+	"                           ratio=MIN:MAX), crop-pad=N, flip, none\n"
+	"      --resize N           validation images: shorter side to N, then the\n"
+	"                           center crop (default with random-resized-crop: H/0.875)\n"
+	"      --max-pixels N       larger images are refused (default 89478485)\n"
+	"      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	"      --skip-corrupt       skip (and count) images that do not decode\n"
+	"      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
+	"      --max-skipped N|P%  with --skip-corrupt: stop the run when more than N\n"
+	"                           records, or P% of those an epoch (or a validation)\n"
+	"                           read, are skipped (default 1%)\n"
+	"      --scale X            multiply inputs by X (0.5, 1/255, 1e-3)\n"
+	"      --shuffle-buffer N   shuffle through a buffer of N records (default 10000;\n"
+	"                           0: keep the order)\n"
+	"      --last-batch keep|drop  a partial last batch is trained on or dropped\n"
+	"                           (default keep)\n"
+	"      --cache file|memory|none  where a stream read once (stdin, FIFO) is kept\n"
+	"                           for later epochs (default file: unlinked, in --cache-dir)\n"
+	"      --cache-limit SIZE   most bytes of streams to keep (default 4G)\n"
+	"      --cache-dir DIR      directory of the cache file (default $TMPDIR or /tmp)\n"
+	"      --prefetch N         batches decoded ahead by a reader thread (default 2;\n"
+	"                           0: read in the training thread)\n"
+	"\n"
+	"Model:\n"
+	"      --model SPEC         layers, e.g. conv:32:3,relu,maxpool:2,flatten,dense:10,\n"
+	"                           blocks res(ITEMS[|SHORTCUT]):relu, seq(ITEMS), NAME=ITEM\n"
+	"                           (dp-train(1), MODELS); resnet18/34/50/101/152 or\n"
+	"                           resnet20/32/44/56/110; @FILE: the spec from a file\n"
+	"      --classes N          outputs of a named model (default 1000; resnet20...: 10)\n"
+	"      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
+	"      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
+	"                           squared error on vectors\n"
+	"      --summary            print the layers, shapes and parameters, and exit\n"
+	"\n"
+	"Training:\n"
+	"      --epochs N           passes over the data (default 1)\n"
+	"      --max-steps N        stop after N updates in all (a checkpoint resumes)\n"
+	"      --batch-size N       samples per update (default 32)\n"
+	"      --optimizer NAME     sgd, adam (default) or adamw\n"
+	"      --lr X               learning rate (default 0.001; sgd 0.01)\n"
+	"      --momentum M         sgd momentum (default 0)\n"
+	"      --nesterov           sgd: Nesterov momentum\n"
+	"      --dampening D        sgd: momentum dampening (default 0)\n"
+	"      --beta1 B --beta2 B  adam, adamw (default 0.9, 0.999)\n"
+	"      --eps E              adam, adamw (default 1e-8)\n"
+	"      --weight-decay W     L2 penalty (sgd, adam) or decoupled decay (adamw;\n"
+	"                           default 0, adamw 0.01)\n"
+	"      --lr-schedule S      constant (default), step:EPOCHS[:GAMMA], cosine[:MIN_LR]\n"
+	"      --warmup N           ramp the rate up linearly over the first N updates\n"
+	"      --seed N             weights, dropout and shuffle (default 0)\n"
+	"      --threads N          math threads (default 1)\n"
+	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
+	"                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
+	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
+	"                           tensor cores (CUDA build): float32 weights either way\n"
+	"      --deterministic      GPU: cuDNN's algorithms by its heuristics, not timed:\n"
+	"                           the same bits every run\n"
+	"\n"
+	"Checkpoints (safetensors, dp-checkpoint(5)):\n"
+	"  -o, --output PATH        the final checkpoint\n"
+	"      --checkpoint-every N  also save every N updates, or every N epochs with a\n"
+	"                           suffix e (2e)\n"
+	"      --checkpoint PATH    where those go (default the -o path); {step} and\n"
+	"                           {epoch} are filled in\n"
+	"      --resume PATH        continue a run from a checkpoint: weights, optimizer,\n"
+	"                           position in the data; settings not given are taken from it\n"
+	"      --init PATH          start from a checkpoint's weights (fine-tuning), or\n"
+	"                           from a PyTorch state_dict with --model, --input-shape\n"
+	"\n"
+	"Training control (Keras' callbacks, on a validation metric; see dp-train(1)):\n"
+	"      --monitor METRIC     what they watch: val_loss (default), val_accuracy, or\n"
+	"                           val_ and any metric of dp-eval (val_f1_macro...)\n"
+	"      --monitor-mode auto|min|max  better is lower or higher (default auto: higher\n"
+	"                           for accuracy, precision, recall, f1, r2)\n"
+	"      --early-stopping LIST  stop when it stops improving: patience=N (default\n"
+	"                           0), min_delta=X, baseline=X, start_from_epoch=N; a\n"
+	"                           bare N is the patience\n"
+	"      --reduce-lr-on-plateau LIST  lower the rate when it stalls: factor=X\n"
+	"                           (default 0.1), patience=N (10), cooldown=N (0),\n"
+	"                           min_lr=X (0), min_delta=X (1e-4); a bare N: patience\n"
+	"      --save-best PATH     the checkpoint of the best epoch so far ({epoch})\n"
+	"\n"
+	"Fine-tuning (PATTERNS: fnmatch patterns of tensor names or layers, comma-\n"
+	"separated: 3, 3.weight, 4*; bias, bn, 1d: every bias, batchnorm, 1-D tensor):\n"
+	"      --reset PATTERNS     re-initialise those tensors after --init\n"
+	"      --freeze PATTERNS    keep those parameters fixed\n"
+	"      --lr-mult 'PAT=X,...'  their learning rate times X (the first match)\n"
+	"      --no-decay PATTERNS  no weight decay for those (e.g. bias,bn)\n"
+	"      --label-smoothing X  cross-entropy against (1-X) one-hot + X/classes\n"
+	"      --sync-bn            batchnorm statistics over the batch of all ranks\n"
+	"\n"
+	"Logs:\n"
+	"      --log-format logfmt|json  training log lines (default logfmt)\n"
+	"      --log FILE           write the log there (default stdout)\n"
+	"      --log-every N        a training line every N updates (default 100)\n"
+	"      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
+	"  -q, --quiet              no progress bar, no notes on stderr\n"
+	"      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
+	"                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
+	"      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
+	"      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
+	"                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
+	"                           are filled in shell-quoted (also $DP_EPOCH,\n"
+	"                           $DP_CHECKPOINT, $DP_TENSORBOARD); a failure is reported\n"
+	"      --on-epoch-fail      a failing --on-epoch command ends the run (exit 1)\n"
+	"\n"
+	"Data parallelism (under mpirun; see DISTRIBUTED in dp-train(1)):\n"
+	"      --shard-data         every rank takes a disjoint share of the training and\n"
+	"                           validation records (default: when the paths or the\n"
+	"                           command name no {rank})\n"
+	"      --no-shard-data      every rank reads all its sources give\n"
+	"      --uneven join|drop   when ranks' data runs out at different steps: train on\n"
+	"                           until every rank is done (default), or end the epoch\n"
+	"                           when the first is\n"
+	"      --scale-lr           multiply --lr by the number of ranks\n"
+	"      --warmup-epochs E    with --scale-lr: ramp the rate from --lr up over the\n"
+	"                           first E epochs\n"
+	"      --steps-per-epoch N  the updates an epoch holds, for --warmup-epochs'\n"
+	"                           ramp (default: counted from the files; needed with\n"
+	"                           --train-cmd, whose epoch can be read only once)\n"
+	"      --accumulate N       N micro-batches of --batch-size an update, their\n"
+	"                           gradients summed before one allreduce (default 1)\n"
+	"      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
+	"                           most X (PyTorch's clip_grad_norm_)\n"
+	"      --no-overlap         reduce the gradients after the backward pass, in one\n"
+	"                           call, not in buckets during it\n"
+	"      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
+	"                           (default 1M)\n"
+	"      --grad-dtype T       gradients on the wire: fp32 (default), bf16 or fp16\n"
+	"                           (half the bytes; summed in fp32, the same on every rank)\n"
+	"      --allreduce A        ring (default), hierarchical (within each host first,\n"
+	"                           then a ring of one rank per host) or mpi (the MPI\n"
+	"                           library's collectives)\n"
+	"      --log-all-ranks      every rank also logs its own lines, with rank=R\n"
+	"      --timeline FILE      a Chrome trace (chrome://tracing, Perfetto) of compute,\n"
+	"                           allreduce and waits per rank; {rank}: a file each\n"
+	"      --stall-timeout S    report ranks that keep the others waiting S seconds\n"
+	"                           (default 60; 0: never)\n"
+	"      --stall-abort S      end the job after waiting S seconds (default: never)\n"
+	"\n"
+	"      --sagemaker[=ROOT]   run as a SageMaker training job: options from the\n"
+	"                           hyperparameters, records from the channels, the model\n"
+	"                           to ROOT/model, a failure's reason to ROOT/output/failure\n"
+	"                           (ROOT: /opt/ml; see SAGEMAKER in dp-train(1)); so does\n"
+	"                           the lone argument train\n"
+	"      --help               this list\n"
+	"      --version            the version\n"
+	"\n"
+	"Exit status: 0 done, 1 failure, 2 usage error, 3 training diverged (loss not finite).\n";
+
+static void help(void) { fputs(help_text, stdout); }
 
 /* ---- messages ---------------------------------------------------------------
  *
@@ -642,13 +642,58 @@ static int dist_option(int c, const char *arg)
 	return 1;
 }
 
+/* The optimizer's options as given, applied once all are read (the kind
+ * brings its defaults: optim_done). */
+static struct {
+	double momentum, dampening, beta1, beta2, eps, wd; /* wd < 0: the kind's default */
+	int nesterov;
+	const char *name;
+} OPTS = {0, 0, 0.9, 0.999, 1e-8, -1, 0, "adam"};
+
+/* The options of the optimizer and its schedule: 1 when c is one of them. */
+static int optim_option(int c, const char *arg)
+{
+	switch (c) {
+	case O_OPTIMIZER:
+		if (!dp_optim_parse(arg))
+			usage_error("--optimizer '%s': want sgd, adam or adamw", arg);
+		OPTS.name = arg;
+		break;
+	case O_LR: C.lr = cli_real("--lr", arg, 0, 1e6); break;
+	case O_MOMENTUM: OPTS.momentum = cli_real("--momentum", arg, 0, 0.999999); break;
+	case O_NESTEROV: OPTS.nesterov = 1; break;
+	case O_DAMPENING: OPTS.dampening = cli_real("--dampening", arg, 0, 1); break;
+	case O_BETA1: OPTS.beta1 = cli_real("--beta1", arg, 0, 0.999999); break;
+	case O_BETA2: OPTS.beta2 = cli_real("--beta2", arg, 0, 0.999999); break;
+	case O_EPS: OPTS.eps = cli_real("--eps", arg, 0, 1); break;
+	case O_WD: OPTS.wd = cli_real("--weight-decay", arg, 0, 1e6); break;
+	case O_SCHEDULE: C.schedule = arg; break;
+	case O_WARMUP: C.warmup = cli_count("--warmup", arg, 0, UINT64_MAX / 2); break;
+	default: return 0;
+	}
+	return 1;
+}
+
+/* The optimizer's settings: its kind's defaults, then the options given. */
+static void optim_done(void)
+{
+	dp_optim_defaults(&C.opt, dp_optim_parse(OPTS.name));
+	C.opt.momentum = OPTS.momentum;
+	C.opt.dampening = OPTS.dampening;
+	C.opt.nesterov = OPTS.nesterov;
+	C.opt.beta1 = OPTS.beta1;
+	C.opt.beta2 = OPTS.beta2;
+	C.opt.eps = OPTS.eps;
+	if (OPTS.wd >= 0)
+		C.opt.weight_decay = OPTS.wd;
+	if (!O.given[O_LR])
+		C.lr = C.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	int c;
 	dp_optim_defaults(&C.opt, DP_OPTIM_ADAM);
-	double momentum = 0, dampening = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = -1;
-	int nesterov = 0;
-	const char *optname = "adam";
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
 	opterr = 0;
 	int li = 0;
@@ -668,21 +713,6 @@ static void parse_args(int argc, char **argv)
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
 		case O_BATCH: C.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
-		case O_OPTIMIZER:
-			if (!dp_optim_parse(optarg))
-				usage_error("--optimizer '%s': want sgd, adam or adamw", optarg);
-			optname = optarg;
-			break;
-		case O_LR: C.lr = cli_real("--lr", optarg, 0, 1e6); break;
-		case O_MOMENTUM: momentum = cli_real("--momentum", optarg, 0, 0.999999); break;
-		case O_NESTEROV: nesterov = 1; break;
-		case O_DAMPENING: dampening = cli_real("--dampening", optarg, 0, 1); break;
-		case O_BETA1: beta1 = cli_real("--beta1", optarg, 0, 0.999999); break;
-		case O_BETA2: beta2 = cli_real("--beta2", optarg, 0, 0.999999); break;
-		case O_EPS: eps = cli_real("--eps", optarg, 0, 1); break;
-		case O_WD: wd = cli_real("--weight-decay", optarg, 0, 1e6); break;
-		case O_SCHEDULE: C.schedule = optarg; break;
-		case O_WARMUP: C.warmup = cli_count("--warmup", optarg, 0, UINT64_MAX / 2); break;
 		case O_SEED: C.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
@@ -729,7 +759,8 @@ static void parse_args(int argc, char **argv)
 				cli_version();
 			cli_exit_stdout();
 		default:
-			if (!data_option(c, optarg, li) && !dist_option(c, optarg))
+			if (!data_option(c, optarg, li) && !dist_option(c, optarg) &&
+			    !optim_option(c, optarg))
 				cli_bad_option(c, argv);
 		}
 	}
@@ -739,17 +770,7 @@ static void parse_args(int argc, char **argv)
 		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
 	if (O.on_epoch_fail && !O.on_epoch)
 		usage_error("--on-epoch-fail goes with --on-epoch CMD");
-	dp_optim_defaults(&C.opt, dp_optim_parse(optname));
-	C.opt.momentum = momentum;
-	C.opt.dampening = dampening;
-	C.opt.nesterov = nesterov;
-	C.opt.beta1 = beta1;
-	C.opt.beta2 = beta2;
-	C.opt.eps = eps;
-	if (wd >= 0)
-		C.opt.weight_decay = wd;
-	if (!O.given[O_LR])
-		C.lr = C.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+	optim_done();
 	if (C.decode == DP_DECODE_IMAGE && !O.given[O_FEATURE]) /* tfrecord(5)'s names */
 		C.feature = "image/encoded";
 	if (C.decode == DP_DECODE_IMAGE && !O.given[O_LABEL])

@@ -45,6 +45,43 @@ static void set_dbl(dp_st_writer *w, const char *key, double v)
 	dp_st_set_meta(w, key, dp_fmt_double(v, b, sizeof b));
 }
 
+/* A checkpoint's metadata (dp-checkpoint(5)): the model's, the training
+ * state's, the optimizer's, then the caller's pairs (meta). */
+static void put_meta(dp_st_writer *w, dp_model *m, dp_optim *o, const dp_train_state *ts,
+		     const char *const *meta)
+{
+	char sb[64];
+	dp_shape in = dp_model_input(m);
+	dp_st_set_meta(w, "format", "dp-train/1");
+	dp_st_set_meta(w, "model", dp_model_spec(m));
+	dp_st_set_meta(w, "input_shape", dp_shape_format(&in, sb, sizeof sb));
+	dp_st_set_meta(w, "loss", dp_loss_name(dp_model_loss_kind(m)));
+	set_u64(w, "params", dp_model_nparams(m));
+	if (ts) {
+		set_u64(w, "seed", ts->seed);
+		set_u64(w, "step", ts->step);
+		set_u64(w, "epoch", ts->epoch);
+		set_u64(w, "epoch_step", ts->epoch_step);
+	}
+	if (o) {
+		const dp_optim_conf *c = dp_optim_conf_get(o);
+		dp_st_set_meta(w, "optimizer", dp_optim_name(c->kind));
+		if (c->kind == DP_OPTIM_SGD) {
+			set_dbl(w, "momentum", c->momentum);
+			set_dbl(w, "dampening", c->dampening);
+			dp_st_set_meta(w, "nesterov", c->nesterov ? "true" : "false");
+		} else {
+			set_dbl(w, "beta1", c->beta1);
+			set_dbl(w, "beta2", c->beta2);
+			set_dbl(w, "eps", c->eps);
+		}
+		set_dbl(w, "weight_decay", c->weight_decay);
+		set_u64(w, "optimizer_steps", dp_optim_steps(o));
+	}
+	for (const char *const *kv = meta; kv && kv[0] && kv[1]; kv += 2)
+		dp_st_set_meta(w, kv[0], kv[1]);
+}
+
 int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
 		 const char *const *meta, dp_err *e)
 {
@@ -80,36 +117,7 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 			       path);
 		goto out;
 	}
-	char sb[64];
-	dp_shape in = dp_model_input(m);
-	dp_st_set_meta(w, "format", "dp-train/1");
-	dp_st_set_meta(w, "model", dp_model_spec(m));
-	dp_st_set_meta(w, "input_shape", dp_shape_format(&in, sb, sizeof sb));
-	dp_st_set_meta(w, "loss", dp_loss_name(dp_model_loss_kind(m)));
-	set_u64(w, "params", np);
-	if (ts) {
-		set_u64(w, "seed", ts->seed);
-		set_u64(w, "step", ts->step);
-		set_u64(w, "epoch", ts->epoch);
-		set_u64(w, "epoch_step", ts->epoch_step);
-	}
-	if (o) {
-		const dp_optim_conf *c = dp_optim_conf_get(o);
-		dp_st_set_meta(w, "optimizer", dp_optim_name(c->kind));
-		if (c->kind == DP_OPTIM_SGD) {
-			set_dbl(w, "momentum", c->momentum);
-			set_dbl(w, "dampening", c->dampening);
-			dp_st_set_meta(w, "nesterov", c->nesterov ? "true" : "false");
-		} else {
-			set_dbl(w, "beta1", c->beta1);
-			set_dbl(w, "beta2", c->beta2);
-			set_dbl(w, "eps", c->eps);
-		}
-		set_dbl(w, "weight_decay", c->weight_decay);
-		set_u64(w, "optimizer_steps", dp_optim_steps(o));
-	}
-	for (const char *const *kv = meta; kv && kv[0] && kv[1]; kv += 2)
-		dp_st_set_meta(w, kv[0], kv[1]);
+	put_meta(w, m, o, ts, meta);
 	for (int i = 0; i < nt; i++) {
 		dp_tensor_info t;
 		dp_model_tensor(m, i, &t);
@@ -156,6 +164,11 @@ static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
 		snprintf(buf + n, len - n, "]");
 }
 
+static int is_float(int dt)
+{
+	return dt == DP_DT_F32 || dt == DP_DT_F16 || dt == DP_DT_BF16 || dt == DP_DT_F64;
+}
+
 /* The tensor `name` with dtype and shape as given, or an error. */
 static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, int ndim,
 				const int64_t *shape, dp_err *e)
@@ -166,7 +179,9 @@ static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, in
 			  dp_st_name(ck), name);
 		return NULL;
 	}
-	int same = t->dtype == dtype && t->ndim == ndim;
+	/* a float tensor of another width loads into a float32 one, converted,
+	 * as load_state_dict copies it */
+	int same = (t->dtype == dtype || (dtype == DP_DT_F32 && is_float(t->dtype))) && t->ndim == ndim;
 	for (int d = 0; same && d < ndim; d++)
 		same = t->shape[d] == shape[d];
 	if (!same) {
@@ -277,16 +292,25 @@ int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e
 		if (skip[i])
 			continue;
 		int dt = t.role == DP_TENSOR_COUNTER ? DP_DT_I64 : DP_DT_F32;
+		if (t.role == DP_TENSOR_COUNTER && !dp_st_meta(ck, "format") && !dp_st_find(ck, t.name)) {
+			/* a state_dict of torch before 0.4.1 (torchvision's first
+			 * hub files): load_state_dict counts the batches from 0 */
+			*dp_model_counter(m, t.layer) = 0;
+			continue;
+		}
 		const dp_st_tensor *s = want(ck, t.name, dt, t.ndim, t.shape, e);
 		if (!s) {
 			rc = e ? e->code : DP_EDATA;
 			goto out;
 		}
+		float *to = (t.role == DP_TENSOR_PARAM ? host : host + np) + t.off;
 		if (t.role == DP_TENSOR_COUNTER)
 			memcpy(dp_model_counter(m, t.layer), s->data, 8);
+		else if (s->dtype == DP_DT_F32)
+			memcpy(to, s->data, s->nbytes);
 		else
-			memcpy((t.role == DP_TENSOR_PARAM ? host : host + np) + t.off, s->data,
-			       s->nbytes);
+			for (size_t j = 0; j < t.count; j++)
+				to[j] = (float)dp_st_value(s, j);
 	}
 	if (!all_finite(host, np + nb)) {
 		rc = dp_seterr(e, DP_EDATA, "%s: weights are not finite (NaN or infinity)",

@@ -280,6 +280,38 @@ static int parse_conv(layer *L, char **f, int nf, const char *idx, dp_err *e)
 	return DP_OK;
 }
 
+/* maxpool:K[:S[:P]], avgpool:K[:S] (fields f[0..nf)) into L. */
+static int parse_pool(layer *L, char **f, int nf, const char *idx, dp_err *e)
+{
+	const char *it = L->text;
+	int maxf = L->kind == DP_LAYER_MAXPOOL ? 4 : 3;
+	if (nf == 4 && !strncmp(f[3], "pad=", 4))
+		f[3] += 4;
+	if (nf >= 2 && nf <= maxf) {
+		if (parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) == -2)
+			return too_large(e, idx, it, f[1], MAX_WINDOW, "for a window side");
+		if (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) == -2)
+			return too_large(e, idx, it, f[2], MAX_WINDOW, "for a stride");
+		if (nf == 4 && parse_pair_from(f[3], strlen(f[3]), 0, MAX_WINDOW, &L->ph, &L->pw) == -2)
+			return too_large(e, idx, it, f[3], MAX_WINDOW, "for padding");
+	}
+	if (nf < 2 || nf > maxf || parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) < 0 ||
+	    (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) < 0) ||
+	    (nf == 4 && parse_pair_from(f[3], strlen(f[3]), 0, MAX_WINDOW, &L->ph, &L->pw) < 0))
+		return dp_seterr(e, DP_EARG, "model: item %s '%s': want %s:SIZE[:STRIDE%s]", idx,
+				 it, f[0], maxf == 4 ? "[:PAD]" : "");
+	if (nf == 2) {
+		L->sh = L->kh;
+		L->sw = L->kw;
+	}
+	if (2 * L->ph > L->kh || 2 * L->pw > L->kw)
+		return dp_seterr(e, DP_EARG,
+				 "model: item %s '%s': padding %dx%d is more than half the "
+				 "%dx%d window (as PyTorch refuses)",
+				 idx, it, L->ph, L->pw, L->kh, L->kw);
+	return DP_OK;
+}
+
 /* Parse one item into L (kind and hyperparameters; shapes later). */
 int nn_parse_item(layer *L, const char *idx, dp_err *e)
 {
@@ -324,34 +356,10 @@ int nn_parse_item(layer *L, const char *idx, dp_err *e)
 			return rc;
 		break;
 	case DP_LAYER_MAXPOOL:
-	case DP_LAYER_AVGPOOL: {
-		int maxf = L->kind == DP_LAYER_MAXPOOL ? 4 : 3;
-		if (nf == 4 && !strncmp(f[3], "pad=", 4))
-			f[3] += 4;
-		if (nf >= 2 && nf <= maxf) {
-			if (parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) == -2)
-				return too_large(e, idx, it, f[1], MAX_WINDOW, "for a window side");
-			if (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) == -2)
-				return too_large(e, idx, it, f[2], MAX_WINDOW, "for a stride");
-			if (nf == 4 && parse_pair_from(f[3], strlen(f[3]), 0, MAX_WINDOW, &L->ph, &L->pw) == -2)
-				return too_large(e, idx, it, f[3], MAX_WINDOW, "for padding");
-		}
-		if (nf < 2 || nf > maxf || parse_pair(f[1], strlen(f[1]), MAX_WINDOW, &L->kh, &L->kw) < 0 ||
-		    (nf >= 3 && parse_pair(f[2], strlen(f[2]), MAX_WINDOW, &L->sh, &L->sw) < 0) ||
-		    (nf == 4 && parse_pair_from(f[3], strlen(f[3]), 0, MAX_WINDOW, &L->ph, &L->pw) < 0))
-			return dp_seterr(e, DP_EARG, "model: item %s '%s': want %s:SIZE[:STRIDE%s]", idx,
-					 it, f[0], maxf == 4 ? "[:PAD]" : "");
-		if (nf == 2) {
-			L->sh = L->kh;
-			L->sw = L->kw;
-		}
-		if (2 * L->ph > L->kh || 2 * L->pw > L->kw)
-			return dp_seterr(e, DP_EARG,
-					 "model: item %s '%s': padding %dx%d is more than half the "
-					 "%dx%d window (as PyTorch refuses)",
-					 idx, it, L->ph, L->pw, L->kh, L->kw);
+	case DP_LAYER_AVGPOOL:
+		if ((rc = parse_pool(L, f, nf, idx, e)) < 0)
+			return rc;
 		break;
-	}
 	case DP_LAYER_DROPOUT: {
 		char *end;
 		errno = 0;
