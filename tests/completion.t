@@ -9,7 +9,7 @@
 # Then TAB in an interactive bash and zsh (tests/readline.py).
 . "${DP_SRC:-.}/tests/lib.sh"
 
-PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep"
+PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep"
 BC=/usr/share/bash-completion/bash_completion
 if [ ! -f "$BC" ]; then
 	skip "bash-completion not installed (scripts/deps --test): completion not checked"

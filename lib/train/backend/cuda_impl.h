@@ -1,8 +1,10 @@
 /*
  * cuda_impl.h - what the CUDA backend's files share (lib/train/backend/
- * cuda.cu: the context, memory, dense layers, pooling, losses, optimizers;
- * cuda_conv.cu: convolutions, by cuDNN or im2col + cuBLAS; cuda_nhwc.cu:
- * channels-last activations of the tf32 and bf16 modes).  Private to them.
+ * cuda.cu: the context, memory, GEMMs, dense layers, the table;
+ * cuda_ops.cu: pooling, dropout, batchnorm, losses, optimizers;
+ * cuda_conv.cu: convolutions, by cuDNN or im2col + cuBLAS; cuda_nhwc.cu and
+ * cuda_nhwc_layers.cu: channels-last activations of the tf32 and bf16
+ * modes; cuda_prof.cu: DP_CUDA_PROFILE).  Private to them.
  *
  * Kernel launches go through LAUNCH so that tests/cudaemu can run these
  * files on the CPU (g++ -DDP_CUDA_EMU): a check of the kernels' arithmetic
@@ -215,6 +217,32 @@ void cu_gemm_batched(dp_bectx *c, cublasOperation_t ta, cublasOperation_t tb, in
 		     const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
 		     float *C, int ldc, long long sc, int count, bool lowp, const char *what);
 
+/* cuda_ops.cu: the backend's pooling, dropout, batchnorm, losses and
+ * optimizers (dp_backend.h) */
+void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y, int32_t *arg);
+void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, const int32_t *arg, float *dx);
+void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y);
+void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, float *dx);
+void cu_dropout_fwd(dp_bectx *c, const dp_dropout *d, int n, const float *x, float *y);
+void cu_dropout_bwd(dp_bectx *c, const dp_dropout *d, int n, const float *dy, float *dx);
+void cu_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, double *sums);
+void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, const float *gamma,
+		  const float *beta, float *run_mean, float *run_var, const double *sums, float *save,
+		  float *y);
+void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
+		       const float *dy, double *sums);
+void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
+		  const float *save, const double *sums, const float *dy, float *dx, float *dgamma,
+		  float *dbeta);
+void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_t *labels, float smooth,
+	     float scale, float *dlogits, double *stats);
+void cu_mse(dp_bectx *c, int n, int k, const float *pred, const float *target, float scale,
+	    float *dpred, double *stats);
+void cu_softmax(dp_bectx *c, int n, int k, const float *x, float *y);
+void cu_sgd(dp_bectx *c, size_t n, float *p, const float *g, float *buf, const dp_sgd_args *a);
+void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v,
+	     const dp_adam_args *a);
+
 /* cuda_prof.cu: PROF(c, "kind") at the top of a backend call times it
  * (DP_CUDA_PROFILE) */
 void cu_prof_open(dp_bectx *c);
@@ -245,7 +273,7 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 int cu_conv_algos(dp_bectx *c, char *buf, size_t len);
 int cu_conv_algos_take(dp_bectx *c, const char *algos);
 
-/* cuda_nhwc.cu: channels-last tensors.  tag_of: the tag of a buffer that
+/* cuda_nhwc.cu, cuda_nhwc_layers.cu: channels-last tensors.  tag_of: the tag of a buffer that
  * holds one (NULL: plain NCHW float32); nhwc_in: the tensor at x as
  * channels-last data of shape (n, c, h, w): x itself when it is one, else
  * converted into dst (nhwc_bytes of scratch); nhwc_flat: *p as NCHW

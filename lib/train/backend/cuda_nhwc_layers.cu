@@ -1,0 +1,557 @@
+/*
+ * cuda_nhwc_layers.cu - batch normalisation and pooling on channels-last
+ * tensors (lib/train/backend/cuda_nhwc.cu says how the CUDA backend keeps
+ * them): batchnorm's statistics as sums over the channels' rows
+ * (nhwc_col_sums, float32 sums of differences from the running mean,
+ * reduced in double in a fixed order), its forward and gradient 16 bytes
+ * at a time with each thread's channels' values in registers; pooling a
+ * thread per output (forward) or input (backward) position and 16 bytes of
+ * channels, max pooling's argmax in the same order as its output.
+ */
+#include "cuda_nhwc.h"
+
+/* ---- batch normalisation ---------------------------------------------------------- */
+
+/* Per channel: the statistics (this batch's from tot = sums of (x - m0),
+ * or all ranks' from sums), saved as (mean, inv), the running statistics
+ * updated, and ab (2, k) = (gamma inv, beta - mean gamma inv) for the
+ * forward. */
+__global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const double *sums,
+			   const float *gamma, const float *beta, float *run_mean, float *run_var,
+			   float *save, float *ab)
+{
+	int k = g.c;
+	FOR_EACH(ch, (size_t)k) {
+		double m = (double)g.n * g.hw, mean, var;
+		float mu, inv;
+		if (train) {
+			double cnt = sums && g.count > 0 ? g.count : m;
+			if (sums) {
+				mean = sums[ch] / cnt;
+				var = sums[k + ch] / cnt - mean * mean;
+			} else {
+				double a = run_mean[ch], d = tot[ch] / m;
+				mean = a + d;
+				var = tot[k + ch] / m - d * d;
+			}
+			var = var > 0 ? var : 0;
+			mu = (float)mean;
+			inv = (float)(1.0 / sqrt(var + g.eps));
+			double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
+			run_mean[ch] = (1 - g.momentum) * run_mean[ch] + g.momentum * mu;
+			run_var[ch] = (1 - g.momentum) * run_var[ch] + g.momentum * (float)unb;
+		} else {
+			mu = run_mean[ch];
+			inv = 1.0f / sqrtf(run_var[ch] + g.eps);
+		}
+		if (save) {
+			save[ch] = mu;
+			save[k + ch] = inv;
+		}
+		if (ab) {
+			float a = gamma[ch] * inv;
+			ab[ch] = a;
+			ab[k + ch] = beta[ch] - mu * a;
+		}
+	}
+}
+
+template <typename T> __global__ void k_bn_apply(const T *x, const float *ab, int k, size_t total, T *y)
+{
+	FOR_CHAN(i, ch, total, k)
+	{
+		float a = ab[ch], b = ab[k + ch];
+		y[i] = to<T>(fl(x[i]) * a + b);
+	}
+}
+
+template <typename T> __global__ void k_bn_apply_v(const T *x, const float *ab, int k, size_t nv, T *y)
+{
+	const int N = VN<T>::n;
+	CHAN_OF(i, cv, k / N);
+	float a[N], b[N];
+	for (int j = 0; j < N; j++) {
+		a[j] = ab[cv * N + j];
+		b[j] = ab[k + cv * N + j];
+	}
+	CHAN_LOOP(i, nv)
+	{
+		float f[N];
+		vld(x + i * N, f);
+		for (int j = 0; j < N; j++)
+			f[j] = f[j] * a[j] + b[j];
+		vst(y + i * N, f);
+	}
+}
+
+/* sums of x and x^2 from sums of (x - a) and (x - a)^2 over m values */
+__global__ void k_unshift(const double *tot, const float *m0, int k, double m, double *sums)
+{
+	FOR_EACH(ch, (size_t)k) {
+		double a = m0 ? m0[ch] : 0.0, s1 = tot[ch], s2 = tot[k + ch];
+		sums[ch] = s1 + m * a;
+		sums[k + ch] = s2 + 2 * a * s1 + m * a * a;
+	}
+}
+
+/* x's tag when batchnorm reads it channels-last; NULL also when the
+ * batchnorm is over other channels (after flatten: the caller reads x as
+ * NCHW float32, nhwc_flat) */
+static const nhwc_tag *bn_tag(dp_bectx *c, const dp_bnorm *g, const void *x)
+{
+	const nhwc_tag *t = tag_of(c, x);
+	if (t && (t->n != g->n || t->c != g->c || (size_t)t->h * t->w != (size_t)g->hw))
+		return NULL;
+	return t;
+}
+
+bool nhwc_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *run_mean,
+		     double *sums)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	size_t rows = (size_t)g->n * g->hw;
+	char *scr = (char *)cu_scratch(c, nhwc_chan_scratch(rows, g->c));
+	if (!scr)
+		return true;
+	double *tot = nhwc_col_sums(c, 1, x, NULL, rows, g->c, run_mean, NULL, scr);
+	LAUNCH(k_unshift, grid((size_t)g->c), THREADS, c->s, tot, run_mean, g->c, (double)rows, sums);
+	LAUNCHED(c, "batchnorm sums");
+	return true;
+}
+
+bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, const float *gamma,
+		    const float *beta, float *run_mean, float *run_var, const double *sums,
+		    float *save, float *y)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	size_t rows = (size_t)g->n * g->hw, total = rows * g->c;
+	char *scr = (char *)cu_scratch(c, nhwc_chan_scratch(rows, g->c) + align256(2 * (size_t)g->c * 4));
+	if (!scr)
+		return true;
+	float *ab = (float *)(scr + nhwc_chan_scratch(rows, g->c));
+	const double *tot = NULL;
+	if (train && !sums)
+		tot = nhwc_col_sums(c, 1, x, NULL, rows, g->c, run_mean, NULL, scr);
+	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
+	       run_mean, run_var, save, ab);
+	LAUNCHED(c, "batchnorm statistics");
+	size_t N = vec_n(c);
+	if (g->c % N == 0 && vec_ok(c, total, x, y))
+		BY_TYPE(c, LAUNCH(k_bn_apply_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s, (const T *)x,
+				  ab, g->c, total / N, (T *)y));
+	else
+		BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c,
+				  total, (T *)y));
+	LAUNCHED(c, "batchnorm");
+	tag_set(c, y, s.n, s.c, s.h, s.w);
+	return true;
+}
+
+/* dx = k (dy - mdy - xhat mdyx), or k dy (eval), with k = gamma inv */
+__global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, const float *gamma,
+			  const float *save, float *dgamma, float *dbeta, float *coef)
+{
+	int k = g.c;
+	FOR_EACH(ch, (size_t)k) {
+		if (dgamma) {
+			dgamma[ch] = (float)own[k + ch];
+			dbeta[ch] = (float)own[ch];
+		}
+		double cnt = sums && g.count > 0 ? g.count : (double)g.n * g.hw;
+		const double *s = sums ? sums : own;
+		float inv = save[k + ch];
+		coef[ch] = gamma[ch] * inv;
+		coef[k + ch] = g.eval ? 0.0f : (float)(s[ch] / cnt);
+		coef[2 * k + ch] = g.eval ? 0.0f : (float)(s[k + ch] / cnt);
+	}
+}
+
+template <typename T>
+__global__ void k_bn_dx_v(const T *x, const T *dy, const float *save, const float *coef, int k,
+			  size_t nv, T *dx)
+{
+	const int N = VN<T>::n;
+	CHAN_OF(i, cv, k / N);
+	/* dx = a dy - b - c x, folded per channel: a = k, b = k (mdy - mean inv mdyx),
+	 * c = k inv mdyx */
+	float a[N], b[N], cc[N];
+	for (int j = 0; j < N; j++) {
+		int ch = cv * N + j;
+		float m = save[ch], inv = save[k + ch], kk = coef[ch], mdy = coef[k + ch], mx = coef[2 * k + ch];
+		a[j] = kk;
+		b[j] = kk * (mdy - m * inv * mx);
+		cc[j] = kk * inv * mx;
+	}
+	CHAN_LOOP(i, nv)
+	{
+		float f[N], d[N];
+		vld(x + i * N, f);
+		vld(dy + i * N, d);
+		for (int j = 0; j < N; j++)
+			d[j] = a[j] * d[j] - b[j] - cc[j] * f[j];
+		vst(dx + i * N, d);
+	}
+}
+
+template <typename T>
+__global__ void k_bn_dx(const T *x, const T *dy, const float *save, const float *coef, int k,
+			size_t total, T *dx)
+{
+	FOR_CHAN(i, ch, total, k)
+	{
+		float m = save[ch], inv = save[k + ch], a = coef[ch], b = coef[k + ch], d = coef[2 * k + ch];
+		float xh = (fl(x[i]) - m) * inv;
+		dx[i] = to<T>(a * (fl(dy[i]) - b - xh * d));
+	}
+}
+
+/* own sums (2, k doubles) of dy and dy xhat; scr past them free for the
+ * converted dy */
+static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const float *save,
+			    const void *dy, char *scr)
+{
+	size_t rows = (size_t)g->n * g->hw;
+	return nhwc_col_sums(c, 2, x, dy, rows, g->c, NULL, save, scr);
+}
+
+bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
+			 const float *dy, double *sums)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	size_t rows = (size_t)g->n * g->hw, cs = nhwc_chan_scratch(rows, g->c);
+	char *scr = (char *)cu_scratch(c, cs + nhwc_bytes(c, rows * g->c));
+	if (!scr)
+		return true;
+	const void *d = nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr + cs);
+	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
+	   "batchnorm gradient sums");
+	return true;
+}
+
+bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
+		    const float *save, const double *sums, const float *dy, float *dx,
+		    float *dgamma, float *dbeta)
+{
+	const nhwc_tag *t = bn_tag(c, g, x);
+	if (!t)
+		return false;
+	nhwc_tag s = *t;
+	size_t rows = (size_t)g->n * g->hw, total = rows * g->c, cs = nhwc_chan_scratch(rows, g->c);
+	size_t cb = align256(3 * (size_t)g->c * sizeof(float));
+	char *scr = (char *)cu_scratch(c, cs + cb + nhwc_bytes(c, total));
+	if (!scr)
+		return true;
+	float *coef = (float *)(scr + cs);
+	const void *d = nhwc_in(c, dy, s.n, s.c, s.h, s.w, scr + cs + cb);
+	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
+	LAUNCHED(c, "batchnorm gradient");
+	if (dx) {
+		size_t N = vec_n(c);
+		if (g->c % N == 0 && vec_ok(c, total, x, d, dx))
+			BY_TYPE(c, LAUNCH(k_bn_dx_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s,
+					  (const T *)x, (const T *)d, save, coef, g->c, total / N, (T *)dx));
+		else
+			BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x,
+					  (const T *)d, save, coef, g->c, total, (T *)dx));
+		LAUNCHED(c, "batchnorm input gradient");
+		tag_set(c, dx, s.n, s.c, s.h, s.w);
+	}
+	return true;
+}
+
+/* ---- pooling: (n, h, w, c), arg in the same order as y --------------------------- */
+
+template <typename T>
+__global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t total)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+		y0 = y0 > 0 ? y0 : 0;
+		x0 = x0 > 0 ? x0 : 0;
+		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+		float m = -INFINITY;
+		for (int a = y0; a < y1; a++)
+			for (int b = x0; b < x1; b++) {
+				int idx = a * g.w + b;
+				float v = fl(x[((s * g.h + a) * g.w + b) * g.c + ch]);
+				if (v > m || isnan(v)) {
+					m = v;
+					best = idx;
+				}
+			}
+		y[i] = to<T>(m);
+		arg[i] = best;
+	}
+}
+
+/* the output windows (lo..hi) that contain input i */
+__device__ __forceinline__ void nwindows(int i, int k, int s, int out, int *lo, int *hi)
+{
+	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
+	int h = i / s;
+	*lo = l;
+	*hi = h < out - 1 ? h : out - 1;
+}
+
+template <typename T>
+__global__ void k_maxpool_bwd(dp_pool2d g, const T *dy, const int32_t *arg, T *dx, size_t total)
+{
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
+		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				size_t o = ((s * g.oh + oy) * g.ow + ox) * g.c + ch;
+				if (arg[o] == me)
+					acc += fl(dy[o]);
+			}
+		dx[i] = to<T>(acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool(dp_pool2d g, const T *x, T *y, size_t total)
+{
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		float acc = 0.0f;
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++)
+				acc += fl(x[((s * g.h + oy * g.sh + a) * g.w + ox * g.sw + b) * g.c + ch]);
+		y[i] = to<T>(acc * inv);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_bwd(dp_pool2d g, const T *dy, T *dx, size_t total)
+{
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, total) {
+		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi;
+		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++)
+				acc += fl(dy[((s * g.oh + oy) * g.ow + ox) * g.c + ch]) * inv;
+		dx[i] = to<T>(acc);
+	}
+}
+
+/* The same, N channels (16 bytes of them) a thread: the stem's max
+ * pooling and global average pooling move a ResNet's largest and widest
+ * tensors.  cv: the channel vector, r: the pixel of the output (forward)
+ * or input (backward). */
+template <int N> __device__ __forceinline__ void ild(const int32_t *p, int *a)
+{
+	for (int q = 0; q < N / 4; q++) {
+		uint4 v = ((const uint4 *)p)[q];
+		a[4 * q] = (int)v.x, a[4 * q + 1] = (int)v.y, a[4 * q + 2] = (int)v.z, a[4 * q + 3] = (int)v.w;
+	}
+}
+template <int N> __device__ __forceinline__ void ist(int32_t *p, const int *a)
+{
+	for (int q = 0; q < N / 4; q++) {
+		uint4 v;
+		v.x = (unsigned)a[4 * q], v.y = (unsigned)a[4 * q + 1], v.z = (unsigned)a[4 * q + 2],
+		v.w = (unsigned)a[4 * q + 3];
+		((uint4 *)p)[q] = v;
+	}
+}
+
+template <typename T>
+__global__ void k_maxpool_v(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
+		y0 = y0 > 0 ? y0 : 0;
+		x0 = x0 > 0 ? x0 : 0;
+		float m[N], v[N];
+		int best[N];
+		for (int j = 0; j < N; j++) {
+			m[j] = -INFINITY;
+			best[j] = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+		}
+		for (int a = y0; a < y1; a++)
+			for (int b = x0; b < x1; b++) {
+				vld(x + ((s * g.h + a) * g.w + b) * g.c + (size_t)cv * N, v);
+				for (int j = 0; j < N; j++)
+					if (v[j] > m[j] || isnan(v[j])) {
+						m[j] = v[j];
+						best[j] = a * g.w + b;
+					}
+			}
+		vst(y + i * N, m);
+		ist<N>(arg + i * N, best);
+	}
+}
+
+template <typename T>
+__global__ void k_maxpool_bwd_v(dp_pool2d g, const T *dy, const int32_t *arg, T *dx, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
+		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc[N], d[N];
+		int a[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				size_t o = ((s * g.oh + oy) * g.ow + ox) * g.c + (size_t)cv * N;
+				ild<N>(arg + o, a);
+				vld(dy + o, d);
+				for (int j = 0; j < N; j++)
+					if (a[j] == me)
+						acc[j] += d[j];
+			}
+		vst(dx + i * N, acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_v(dp_pool2d g, const T *x, T *y, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
+		size_t s = r / ((size_t)g.ow * g.oh);
+		float acc[N], v[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int a = 0; a < g.kh; a++)
+			for (int b = 0; b < g.kw; b++) {
+				vld(x + ((s * g.h + oy * g.sh + a) * g.w + ox * g.sw + b) * g.c + (size_t)cv * N, v);
+				for (int j = 0; j < N; j++)
+					acc[j] += v[j];
+			}
+		for (int j = 0; j < N; j++)
+			acc[j] *= inv;
+		vst(y + i * N, acc);
+	}
+}
+
+template <typename T> __global__ void k_avgpool_bwd_v(dp_pool2d g, const T *dy, T *dx, size_t nv)
+{
+	const int N = VN<T>::n;
+	int cvn = g.c / N;
+	float inv = 1.0f / (float)(g.kh * g.kw);
+	FOR_EACH(i, nv) {
+		int cv = (int)(i % (size_t)cvn);
+		size_t r = i / (size_t)cvn;
+		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
+		size_t s = r / ((size_t)g.w * g.h);
+		int ylo, yhi, xlo, xhi;
+		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		float acc[N], d[N];
+		for (int j = 0; j < N; j++)
+			acc[j] = 0.0f;
+		for (int oy = ylo; oy <= yhi; oy++)
+			for (int ox = xlo; ox <= xhi; ox++) {
+				vld(dy + ((s * g.oh + oy) * g.ow + ox) * g.c + (size_t)cv * N, d);
+				for (int j = 0; j < N; j++)
+					acc[j] += d[j] * inv;
+			}
+		vst(dx + i * N, acc);
+	}
+}
+
+static const nhwc_tag *pool_tag(dp_bectx *c, const dp_pool2d *g, const void *p, int out)
+{
+	const nhwc_tag *t = tag_of(c, p);
+	if (t && (t->n != g->n || t->c != g->c || t->h != (out ? g->oh : g->h) || t->w != (out ? g->ow : g->w)))
+		cu_fail(c, "pooling", "channels-last tensor of another shape");
+	return t;
+}
+
+/* Max pooling tags arg too: its backward knows the layout by it, whatever
+ * the layout of the dy it is given. */
+bool nhwc_pool_fwd(dp_bectx *c, int max, const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+{
+	if (!pool_tag(c, g, x, 0))
+		return false;
+	size_t total = (size_t)g->n * g->c * g->oh * g->ow, N = vec_n(c), nv = total / N;
+	bool v = g->c % N == 0 && vec_ok(c, total, x, y, arg);
+	if (total) {
+		if (max && v)
+			BY_TYPE(c, LAUNCH(k_maxpool_v<T>, grid(nv), THREADS, c->s, *g, (const T *)x, (T *)y, arg, nv));
+		else if (max)
+			BY_TYPE(c, LAUNCH(k_maxpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, arg, total));
+		else if (v)
+			BY_TYPE(c, LAUNCH(k_avgpool_v<T>, grid(nv), THREADS, c->s, *g, (const T *)x, (T *)y, nv));
+		else
+			BY_TYPE(c, LAUNCH(k_avgpool<T>, grid(total), THREADS, c->s, *g, (const T *)x, (T *)y, total));
+		LAUNCHED(c, "pooling");
+	}
+	tag_set(c, y, g->n, g->c, g->oh, g->ow);
+	if (max)
+		tag_set(c, arg, g->n, g->c, g->oh, g->ow);
+	return true;
+}
+
+bool nhwc_pool_bwd(dp_bectx *c, int max, const dp_pool2d *g, const float *dy, const int32_t *arg,
+		   float *dx)
+{
+	if (!pool_tag(c, g, max ? (const void *)arg : (const void *)dy, 1))
+		return false;
+	size_t total = (size_t)g->n * g->c * g->h * g->w;
+	size_t on = (size_t)g->n * g->c * g->oh * g->ow;
+	const void *d = nhwc_in(c, dy, g->n, g->c, g->oh, g->ow,
+				tag_of(c, dy) ? NULL : cu_scratch(c, nhwc_bytes(c, on)));
+	size_t N = vec_n(c), nv = total / N;
+	bool v = g->c % N == 0 && vec_ok(c, total, d, dx, arg);
+	if (total) {
+		if (max && v)
+			BY_TYPE(c, LAUNCH(k_maxpool_bwd_v<T>, grid(nv), THREADS, c->s, *g, (const T *)d, arg, (T *)dx, nv));
+		else if (max)
+			BY_TYPE(c, LAUNCH(k_maxpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, arg, (T *)dx, total));
+		else if (v)
+			BY_TYPE(c, LAUNCH(k_avgpool_bwd_v<T>, grid(nv), THREADS, c->s, *g, (const T *)d, (T *)dx, nv));
+		else
+			BY_TYPE(c, LAUNCH(k_avgpool_bwd<T>, grid(total), THREADS, c->s, *g, (const T *)d, (T *)dx, total));
+		LAUNCHED(c, "pooling gradient");
+	}
+	tag_set(c, dx, g->n, g->c, g->h, g->w);
+	return true;
+}
+
