@@ -101,7 +101,7 @@ is "$rc" 3 "get -o with a missing input: 3"
 ok test ! -e out2.txt "get -o: nothing written on failure"
 is "$(ls -a | grep -c '\.tmp\.')" 0 "get -o: no temporary file left"
 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 s3-pipe get d/b -o 'out-{rank}-of-{size}'
-ok test -s out-1-of-2 "get -o: {rank}/{size} from the environment"
+same_file out-1-of-2 d/b "get -o: {rank}/{size} from the environment"
 
 # ranges
 printf '0123456789' >ten
@@ -291,7 +291,7 @@ ok test ! -e 'brace/{rank}.txt' "... and removed the file named so"
 run s3-pipe rm --expand brace/0.txt
 is "$rc" 2 "rm --expand: usage error"
 OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 s3-pipe get d/b -o 'lit-{{rank}}-{rank}'
-ok test -s 'lit-{rank}-3' "-o: {{ }} literal braces beside {rank}"
+same_file 'lit-{rank}-3' d/b "-o: {{ }} literal braces beside {rank}"
 
 # put: two files for one name, --dryrun
 mkdir -p d1 d2 dup
