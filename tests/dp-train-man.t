@@ -59,13 +59,13 @@ while IFS= read -r -d '@' block; do
 	[ "$rc" = 0 ] || sed 's/^/#   /' "ex-$n.err" | head -5
 done < <(examples "$MAN1" | sed 's/^@@$/@/')
 ok test "$n" -ge 8 "found the examples ($n)"
-ok test -s mlp.safetensors "the first example wrote mlp.safetensors"
+ok_ckpt mlp.safetensors "the first example wrote mlp.safetensors"
 like "$(cat ex-2.out)" "total 1199882 parameters" "the --summary example prints the parameter count"
-ok test -s tuned.safetensors "the fine-tuning example wrote its checkpoint"
-ok test -s resnet18-photos.safetensors "the ResNet-18 example wrote its checkpoint"
-ok test -s resnet20.safetensors "the ResNet-20 example wrote its checkpoint"
-ok test -s ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
-ok test -s dist.safetensors "the mpirun example wrote its checkpoint"
+ok_ckpt tuned.safetensors "the fine-tuning example wrote its checkpoint"
+ok_ckpt resnet18-photos.safetensors "the ResNet-18 example wrote its checkpoint"
+ok_ckpt resnet20.safetensors "the ResNet-20 example wrote its checkpoint"
+ok_ckpt ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
+ok_ckpt dist.safetensors "the mpirun example wrote its checkpoint"
 like "$(dp-eval --model best.safetensors --data test.tfrecord --json - 2>&1)" '"loss":' \
 	"the training-control example wrote its best checkpoint, which dp-eval loads"
 like "$(cat ex-*.err)" "stopping early \(--early-stopping\)" "... and stopped early (random data)"
