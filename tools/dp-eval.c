@@ -22,6 +22,7 @@
 #include "dp_eval.h"
 #include "dp_example.h"
 #include "dp_nn.h"
+#include "dp_serve.h"
 #include "dp_record.h"
 
 #include <errno.h>
@@ -393,55 +394,24 @@ static const char *fmt_float(float f, char *buf, size_t len)
 
 /* ---- class names ----------------------------------------------------------------- */
 
-static char **NAMES;      /* k names or NULL */
-static char *NAMES_TEXT; /* the buffer they point into */
+static char **NAMES; /* k names (one block: free(NAMES)) or NULL */
 
-static void load_classes(size_t k)
+/* The class names: --classes, else the checkpoint's (dp-train keeps the
+ * names it was given or read in the records' image/class/text). */
+static void load_classes(size_t k, const char *from_ckpt)
 {
-	if (!O.classes)
-		return;
-	char *text;
-	if (O.classes[0] == '@') {
-		FILE *f = fopen(O.classes + 1, "r");
-		if (!f)
-			cli_die("%s: %s", O.classes + 1, strerror(errno));
-		size_t n = 0;
-		text = NULL;
-		if (getdelim(&text, &n, 0, f) < 0 && ferror(f))
-			cli_die("%s: %s", O.classes + 1, strerror(errno));
-		fclose(f);
-		if (!text)
-			text = cli_strdup("");
-		for (char *p = text; *p; p++)
-			if (*p == '\n')
-				*p = ',';
-		size_t l = strlen(text);
-		while (l && text[l - 1] == ',')
-			text[--l] = 0;
-		for (char *p = text; *p; p++)
-			if (*p == '\r')
-				*p = ' ';
-	} else {
-		text = cli_strdup(O.classes);
+	dp_err e;
+	size_t n = k;
+	if (O.classes) {
+		if (dp_classes_parse(O.classes, &n, &NAMES, &e) < 0)
+			usage_error("--classes: %s", e.msg);
+	} else if (from_ckpt) {
+		if (dp_classes_from_json(from_ckpt, &n, &NAMES, &e) < 0)
+			cli_die("%s: metadata 'classes': %s", O.model, e.msg);
+		if (n != k)
+			cli_die("%s: metadata 'classes': %zu names for a model of %zu classes", O.model,
+				n, k);
 	}
-	NAMES_TEXT = text;
-	NAMES = cli_calloc(k, sizeof *NAMES);
-	size_t n = 0;
-	char *save = NULL;
-	for (char *p = text;; p = NULL) {
-		char *tok = strtok_r(p, ",", &save);
-		if (!tok)
-			break;
-		if (n < k)
-			NAMES[n] = tok;
-		n++;
-	}
-	if (n != k)
-		usage_error("--classes: %zu names for a model of %zu classes", n, k);
-	for (size_t i = 0; i < k; i++)
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(NAMES[i], NAMES[j]))
-				usage_error("--classes: '%s' twice", NAMES[i]);
 }
 
 /* ---- --check: gates on a metrics JSON ---------------------------------------------- */
@@ -642,8 +612,8 @@ static void pred_flush(pred_out *p, int force)
 }
 
 /* One record's prediction.  k values of prob/out; t: targets (regression). */
-static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_t label,
-		     int32_t pred, double loss, const float *v, const float *t, size_t k)
+static void pred_row(pred_out *p, const char *src, uint64_t rec, const char *name, int cls,
+		     int32_t label, int32_t pred, double loss, const float *v, const float *t, size_t k)
 {
 	dp_err e;
 	char tb[40];
@@ -652,9 +622,15 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 		dp_buf_printf(b, "{\"file\":");
 		jstr(b, src);
 		dp_buf_printf(b, ",\"record\":%" PRIu64, rec);
+		if (name) {
+			dp_buf_printf(b, ",\"filename\":");
+			jstr(b, name);
+		}
 		if (cls) {
 			dp_buf_printf(b, ",\"label\":%" PRId32 ",\"predicted\":%" PRId32, label, pred);
 			if (NAMES) {
+				dp_buf_printf(b, ",\"label_name\":");
+				jstr(b, NAMES[label]);
 				dp_buf_printf(b, ",\"predicted_name\":");
 				jstr(b, NAMES[pred]);
 			}
@@ -685,6 +661,11 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 	float lf = (float)loss;
 	dp_exbuild_bytes(x, "file", 4, &sv, &sl, 1);
 	dp_exbuild_int64s(x, "record", 6, &r, 1);
+	if (name) {
+		const uint8_t *nv = (const uint8_t *)name;
+		size_t nl = strlen(name);
+		dp_exbuild_bytes(x, "filename", 8, &nv, &nl, 1);
+	}
 	if (cls) {
 		int64_t l = label, pr = pred;
 		dp_exbuild_int64s(x, "label", 5, &l, 1);
@@ -1129,7 +1110,7 @@ static void load_model(void)
 	/* how the records are read: the options, else the checkpoint's
 	 * settings (dp_run_conf), else dp-train's defaults */
 	static const int keys[] = {DP_RUN_FEATURE, DP_RUN_LABEL, DP_RUN_DECODE, DP_RUN_IMAGE,
-				   DP_RUN_LAYOUT, DP_RUN_SCALE, -1};
+				   DP_RUN_LAYOUT, DP_RUN_SCALE, DP_RUN_CLASSES, -1};
 	dp_run_conf *c = &R.run;
 	dp_run_conf_init(c);
 	if ((c->given[DP_RUN_FEATURE] = !!O.feature))
@@ -1173,7 +1154,7 @@ static void make_metrics(void)
 	if (O.classes && !R.cls)
 		usage_error("--classes: '%s' is a regression model", O.model);
 	if (R.cls)
-		load_classes(k);
+		load_classes(k, R.run.classes);
 	if (!(R.ev = dp_eval_new_for(R.m, topk, &e)))
 		cli_die_err(CLI_FAIL, &e);
 	dp_eval_report stub = {0};
@@ -1228,6 +1209,8 @@ static void open_data(void)
 	o.shard_count = own ? 1 : (unsigned)SIZE;
 	o.shard_block = O.batch;
 	o.origins = O.pred != NULL;
+	if (R.decode == DP_DECODE_IMAGE) /* each prediction names its image */
+		o.sample_name = "image/filename";
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
@@ -1259,7 +1242,8 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 	size_t k = R.k;
 	if (O.pred)
 		for (size_t i = 0; i < b->n; i++)
-			pred_row(&R.po, dp_data_source(R.d, b->src[i]), b->rec[i], R.cls,
+			pred_row(&R.po, dp_data_source(R.d, b->src[i]), b->rec[i],
+				 b->name ? b->name[i] : NULL, R.cls,
 				 R.cls ? b->y[i] : 0, R.cls ? r->pred[i] : 0, r->loss[i],
 				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
 				 k);
@@ -1379,7 +1363,6 @@ static int finish(void)
 	free(O.gates);
 	free(O.gate_text);
 	free(NAMES);
-	free(NAMES_TEXT);
 	if (cli_close_stdout() < 0)
 		return CLI_FAIL;
 	return R.gate_failed ? EVAL_GATE_FAILED : CLI_OK;
