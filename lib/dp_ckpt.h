@@ -205,6 +205,7 @@ enum dp_run_key {
 	DP_RUN_FREEZE, DP_RUN_LR_MULT,
 	DP_RUN_NO_DECAY, DP_RUN_SMOOTH, DP_RUN_SYNC_BN, DP_RUN_RANKS, DP_RUN_PRECISION,
 	DP_RUN_MONITOR, DP_RUN_MONITOR_MODE, DP_RUN_EARLY_STOP, DP_RUN_PLATEAU, DP_RUN_CONTROL_STATE,
+	DP_RUN_CLASSES,
 	DP_RUN_NKEYS
 };
 
@@ -236,6 +237,8 @@ typedef struct dp_run_conf {
 	 * as their texts ("" or NULL: off), and where they stand (the text
 	 * of dp_control_state_format) */
 	const char *monitor, *monitor_mode, *early_stop, *plateau, *control_state;
+	const char *classes;             /* the class names as a JSON array ("[\"cat\",...]"),
+					    or NULL (dp_classes_json) */
 	/* given[k]: the caller set key k itself: dp_run_conf_from leaves it;
 	 * from[k]: dp_run_conf_from took key k from a checkpoint */
 	unsigned char given[DP_RUN_NKEYS], from[DP_RUN_NKEYS];
@@ -259,6 +262,13 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * optimizer left out, then extra's pairs (may be NULL).  One block: free()
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
+
+/* Class names as the metadata key "classes" keeps them: a JSON array of
+ * distinct non-empty strings (malloc'd text; NULL when out of memory),
+ * and back: *names (*k pointers into one block, then NULL: free(*names)
+ * frees all), DP_EDATA for anything else. */
+DP_EXPORT char *dp_classes_json(const char *const *names, size_t k);
+DP_EXPORT int dp_classes_from_json(const char *text, size_t *k, char ***names, dp_err *e);
 
 
 
