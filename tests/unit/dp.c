@@ -587,7 +587,10 @@ static void test_spawn(void)
 	waitpid(pid, &st, 0);
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "... the child ran");
 	like(out, "SigBlk:\t0000000000000000", "... no signal blocked in the child");
-	like(out, "SigIgn:\t0000000000000000", "... none ignored (SIGPIPE at its default)");
+	const char *ig = strstr(out, "SigIgn:\t");
+	unsigned long long ign = ig ? strtoull(ig + 8, NULL, 16) : ~0ull;
+	/* signals 1 to 31; 32 and 33 are the C library's own, beyond signal() */
+	ok(!(ign & 0x7fffffffull), "... none ignored (SIGPIPE at its default): SigIgn %llx", ign);
 	like(out, "spawned", "... the environment given");
 	char *none[] = {"dp-no-such-program", NULL};
 	dp_child m = {NULL, none, NULL, -1, -1, -1, 0};
