@@ -126,7 +126,7 @@ is "$rc" 0 "... max mode (auto for accuracy) as Keras decides"
 [ "$rc" = 0 ] || diag "$err"
 run $PY -c 'import json,sys; [json.loads(l) for l in open("j.log")]; print([json.loads(l)["checkpoint"] for l in open("j.log") if "save_best" in l][0])'
 is "$out" 'b "1".st' "the JSON lines parse; the checkpoint's name escaped"
-ok test -s 'b "1".st' "... and that is the file written"
+ok_ckpt 'b "1".st' "... and that is the checkpoint written"
 
 # ---- under mpirun: every rank decides alike ------------------------------------------------------
 if have_mpirun; then

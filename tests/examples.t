@@ -90,7 +90,7 @@ run pipeline MIN_ACCURACY=0.999 all
 isnt "$rc" 0 "a gate the model fails stops make"
 like "$err" "gate accuracy>=0.999 failed: accuracy is 0\.[0-9]+" "... saying why"
 same_file "$W/release/model.safetensors" released.st "... and releases nothing new"
-ok test -s "$W/metrics.json" "... the metrics stay, to look at"
+ok_json "$W/metrics.json" "... the metrics stay, to look at"
 
 # ---- -j, one worker without mpirun
 W=$T/one

@@ -31,6 +31,7 @@
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
+#include "dp_serve.h"
 #include "dp_train.h"
 
 #include <errno.h>
@@ -200,6 +201,8 @@ static struct {
 	const char *save_best; /* --save-best PATH */
 	const char *reset; /* fine-tuning: patterns */
 	int classes;    /* --classes of a named model (0: its default) */
+	char **names;   /* --classes NAMES (one block), nnames of them */
+	size_t nnames;
 	int json;
 	const char *log;
 	uint64_t log_every;
@@ -228,6 +231,8 @@ static struct {
 	.log_every = 100,
 	.progress = -1,
 };
+
+static void classes_opt(const char *v);
 
 static const char usage_line[] =
 	"usage: dp-train --train FILE... | --train-cmd CMD  --model SPEC --input-shape CxHxW\n"
@@ -283,7 +288,9 @@ static const char help_text[] =
 	"                           blocks res(ITEMS[|SHORTCUT]):relu, seq(ITEMS), NAME=ITEM\n"
 	"                           (dp-train(1), MODELS); resnet18/34/50/101/152 or\n"
 	"                           resnet20/32/44/56/110; @FILE: the spec from a file\n"
-	"      --classes N          outputs of a named model (default 1000; resnet20...: 10)\n"
+	"      --classes N|NAMES    outputs of a named model (default 1000; resnet20...: 10),\n"
+	"                           or the class names (comma-separated, or @FILE one a\n"
+	"                           line, as tfr-cat writes them), kept in the checkpoint\n"
 	"      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
 	"      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
 	"                           squared error on vectors\n"
@@ -712,7 +719,7 @@ static void parse_args(int argc, char **argv)
 			O.given[c] = 1;
 		switch (c) {
 		case O_MODEL: C.model = optarg; break;
-		case O_CLASSES: O.classes = (int)cli_count("--classes", optarg, 2, 1 << 24); break;
+		case O_CLASSES: classes_opt(optarg); break;
 		case O_SYNC_BN: C.sync_bn = 1; break;
 		case O_INPUT_SHAPE: C.input_shape = optarg; break;
 		case O_LOSS:
@@ -1035,6 +1042,26 @@ static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 static char *conv_algos_text(void); /* the GPU's convolution algorithms, or NULL */
 
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
+/* The class names the training records gave (image/class/text), once
+ * every class was met under one name: into the checkpoints from then on. */
+static void records_classes(void)
+{
+	const char *const *names;
+	size_t k = TD && !C.classes ? dp_data_class_names(TD, &names) : 0;
+	if (!k)
+		return;
+	size_t n;
+	char **back;
+	dp_err e;
+	char *json = dp_classes_json(names, k);
+	if (json && dp_classes_from_json(json, &n, &back, &e) == 0) { /* distinct */
+		free(back);
+		C.classes = json;
+		return;
+	}
+	free(json);
+}
+
 static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
@@ -1067,6 +1094,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = SIZE;
+	records_classes();
 	char **meta = dp_run_conf_meta(&C, extra, &e);
 	if (!meta)
 		cli_die_err(CLI_FAIL, &e);
@@ -1267,6 +1295,10 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
+	/* images name their class (image/class/text): the names travel in the
+	 * checkpoint unless --classes gave them */
+	if (train && R.xent && C.decode == DP_DECODE_IMAGE && !C.classes)
+		o.class_text = "image/class/text";
 	input_opts(&o, &R.in, train);
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
@@ -1595,6 +1627,29 @@ static char *model_file(const char *path)
 	return b.p ? b.p : cli_strdup("");
 }
 
+/* --classes N (a named model's outputs) or NAMES (as many outputs, and
+ * the names kept in the checkpoint's metadata). */
+static void classes_opt(const char *v)
+{
+	dp_err e;
+	if (strspn(v, "0123456789") == strlen(v)) {
+		O.classes = (int)cli_count("--classes", v, 2, 1 << 24);
+		return;
+	}
+	O.nnames = 0;
+	free(O.names);
+	if (dp_classes_parse(v, &O.nnames, &O.names, &e) < 0)
+		usage_error("--classes: %s", e.msg);
+	if (O.nnames < 2)
+		usage_error("--classes: %zu name: a classifier has 2 classes or more", O.nnames);
+	O.classes = (int)O.nnames;
+	char *json = dp_classes_json((const char *const *)O.names, O.nnames);
+	if (!json)
+		cli_die("out of memory");
+	C.classes = json;
+	C.given[DP_RUN_CLASSES] = 1;
+}
+
 static void make_model(void)
 {
 	dp_err e;
@@ -1605,7 +1660,7 @@ static void make_model(void)
 	if (dp_shape_parse(C.input_shape, &R.in, &e) < 0)
 		bad_setting(C.from[DP_RUN_INPUT_SHAPE], "%s", e.msg);
 	char *spec = C.model[0] == '@' ? model_file(C.model + 1) : cli_strdup(C.model);
-	if (O.classes) {
+	if (O.classes && (!O.names || dp_model_named(spec))) {
 		int k = dp_model_named(spec);
 		if (!k)
 			usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
@@ -1626,6 +1681,9 @@ static void make_model(void)
 	free(spec);
 	C.model = dp_model_spec(M); /* as parsed: one line, comments gone */
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
+	if (O.names && (!R.xent || O.nnames != dp_model_out_size(M)))
+		usage_error("--classes: %zu names for a model of %zu %s", O.nnames,
+			    dp_model_out_size(M), R.xent ? "classes" : "outputs (a regression model)");
 }
 
 /* --summary: the layers, and the end of the run. */
