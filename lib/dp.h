@@ -234,6 +234,26 @@ DP_EXPORT int dp_shell_quote(dp_buf *b, const char *s);
 DP_EXPORT int dp_shell_run(const char *cmd, const char *const *env, int out_fd, int *status,
 			   dp_err *e);
 
+/* The one way libdp starts a child (dp_shell_run, --train-cmd, an S3
+ * credential_process): program path, or when NULL argv[0] found on PATH
+ * (unless it holds a '/'); the
+ * child's stdin, stdout and stderr from in, out and err (in -1: /dev/null;
+ * out or err -1: ours); every signal unblocked and at its default action
+ * (the threads libdp starts block them all, and SIGPIPE ignored by a tool
+ * would stay ignored across exec); env's "NAME=VALUE" pairs added to the
+ * environment (may be NULL); with die_with_thread, SIGTERM when the
+ * calling thread ends first (PR_SET_PDEATHSIG), so that a program killed
+ * leaves no child behind.  The pid to wait for in *pid; 0 or a negative
+ * status ("cannot run NAME: ..."). */
+typedef struct dp_child {
+	const char *path;
+	char *const *argv;
+	const char *const *env;
+	int in, out, err;
+	int die_with_thread;
+} dp_child;
+DP_EXPORT int dp_spawn(const dp_child *c, int *pid, dp_err *e);
+
 /* ---- Settings ----------------------------------------------------------
  * libdp reads no environment variable behind its caller's back.  The
  * overrides meant for tests, benchmarks and the curious (DP_BACKEND,

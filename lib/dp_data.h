@@ -5,7 +5,8 @@
  *   sources   files, glob patterns ({rank}, {size} expanded first; a
  *             name that exists is that file, only one that does not is
  *             a pattern), "-" for stdin, FIFOs; or a shell command run anew each epoch
- *             whose stdout is read ({epoch}, {rank}, {size} expanded).
+ *             whose stdout is read ({epoch} from 1, {epoch0} from 0, {rank},
+ *             {size} expanded).
  *             Compression is detected per source.  Regular files are
  *             re-read every epoch; a stream (stdin, FIFO) can be read only
  *             once, so its frames are kept as read - in memory or in an

@@ -8,16 +8,8 @@
 . "$DP_SRC/tests/mpi.sh"
 cd "$T" || exit 1
 
-$PY - <<'PY' || exit 1
-import numpy as np
-r = np.random.default_rng(5)
-c = r.normal(size=(4, 64)) * 0.35
-for name, n in (("tr", 120), ("va", 200)):
-    y = r.integers(0, 4, n)
-    np.savez(name + ".npz", x=(c[y] + r.normal(size=(n, 64))).astype("f4"), y=y)
-PY
-$PY "$DP_SRC/tests/mkexamples.py" tr.tfr npz tr.npz || exit 1
-$PY "$DP_SRC/tests/mkexamples.py" va.tfr npz va.npz || exit 1
+$PY "$DP_SRC/tests/mkexamples.py" tr.tfr blobs --n 120 --shape 64 --classes 4 --seed 1 || exit 1
+$PY "$DP_SRC/tests/mkexamples.py" va.tfr blobs --n 200 --shape 64 --classes 4 --seed 2 || exit 1
 mkdir -p runs/a runs/b runs/c
 e=1
 for r in a b c; do

@@ -159,4 +159,36 @@ is "$rc" 0 "the next sync: exit 0"
 is "$(grep -c '^s3-pipe: uploaded' <<<"$err")" $((33 - sent)) "... sends exactly the $((33 - sent)) files still missing"
 listing fail >l.fail
 is "$(wc -l <l.fail)" 33 "... and all 33 are there"
+
+# ---- interrupted part-way (SIGTERM: a script's background job ignores SIGINT) -------------------
+mkdir slow
+head -c 12000000 /dev/urandom >slow/big
+printf 'small\n' >slow/a
+s3_proxy --delay 1.5     # every request held 1.5 s: the parts are in flight a while
+s3-pipe sync --endpoint-url "$PROXY_URL" --part-size 5M slow s3://syn/slow 2>int.err &
+pid=$!
+for i in $(seq 1 300); do grep -q '^POST .*uploads' "$PROXY_LOG" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+kill -TERM $pid
+wait $pid
+is "$?" 143 "a sync interrupted by SIGTERM while its parts are in flight dies of it (143)"
+s3_proxy_stop
+run s3-pipe ls --uploads s3://syn/slow/
+is "$out" "" "... its multipart upload aborted, none left"
+listing slow >l.slow
+is "$(grep -c big l.slow)" 0 "... no partial object"
+run s3-pipe sync -v --part-size 5M slow s3://syn/slow
+like "$err" "uploaded slow/big to s3://syn/slow/big" "the next sync sends it"
+awsr s3 cp s3://syn/slow/big big.back >/dev/null 2>&1
+ok cmp -s big.back slow/big "... whole"
+
+# ---- a training job's TensorBoard directory, synced after each epoch ----------------------------
+$PY "$DP_SRC/tests/mkexamples.py" small.tfr random --n 64 --shape 16 --classes 4 --seed 1 || exit 1
+run dp-train --train small.tfr --val small.tfr --model dense:4 --input-shape 16 --epochs 3 -q \
+	--tensorboard tb --on-epoch 's3-pipe sync -v {tensorboard} s3://syn/runs/7/tb 2>>sync.log' --on-epoch-fail
+is "$rc" 0 "dp-train --on-epoch 's3-pipe sync {tensorboard} s3://...': exit 0"
+is "$(grep -c '^s3-pipe: uploaded tb/events.out.tfevents' sync.log)" 3 "... each epoch sent the event file, which grew"
+is "$(grep -c '0 copied' sync.log)" 0 "... never nothing"
+awsr s3 sync s3://syn/runs/7/tb tb.back >/dev/null 2>&1
+ok diff -r tb tb.back "... and S3 holds the directory's bytes after the last epoch"
 done_testing

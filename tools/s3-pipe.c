@@ -719,6 +719,48 @@ static void fifo_done(int fd)
 	signals_blocked(0);
 }
 
+/* The first epoch's reader: the FIFO of that epoch, E, and of the next
+ * are both made, and whichever a reader opens first is served the first
+ * epoch (polled with non-blocking opens, which fail with ENXIO until a
+ * reader has the FIFO open).  SageMaker numbers Pipe-mode FIFOs from 0,
+ * dp-train's {epoch} counts from 1: a reader that opens CHANNEL_1 first
+ * numbers from 1, and is served so from then on (*shift 1), instead of
+ * waiting for ever while this waits on CHANNEL_0.  The FIFO not taken goes
+ * (the next one is made again when its epoch comes).  Returns the write
+ * end, blocking, or -1 with errno. */
+static int first_reader(const char *dir, uint64_t epoch, uint64_t *shift)
+{
+	dp_err e = {0};
+	if (make_fifo(dir, epoch + 1, 1, &e) < 0)
+		die_err(&e);
+	for (;;) {
+		for (int i = 0; i < 2; i++) {
+			int fd = open(fifos[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+			if (fd < 0 && errno != ENXIO)
+				return -1;
+			if (fd < 0)
+				continue;
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+			signals_blocked(1);
+			if (i == 1) { /* the reader counts from 1: its FIFO is the epoch's */
+				unlink(fifos[0]);
+				memcpy(fifos[0], fifos[1], sizeof fifos[0]);
+			} else {
+				unlink(fifos[1]);
+			}
+			fifos[1][0] = 0;
+			signals_blocked(0);
+			*shift = (uint64_t)i;
+			if (i && O.verbose)
+				cli_warn("fifo=%s: the reader numbers epochs from %" PRIu64
+					 " ({epoch}): served so", fifos[0], epoch + 1);
+			return fd;
+		}
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
  * when a reader opens it.  The objects are listed first: no FIFO exists
  * before there is something to serve.  The next epoch's FIFO is made
@@ -757,6 +799,7 @@ static void cmd_fifo(char **urls, int n)
 	free(key);
 	if (make_fifo(dir, O.epoch, 0, &e) < 0)
 		die_err(&e);
+	uint64_t shift = 0; /* the reader's numbering over ours: 0 or 1 */
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
 		uint64_t epoch = O.epoch + k;
 		dp_objs objs = {0};
@@ -765,7 +808,7 @@ static void cmd_fifo(char **urls, int n)
 		if (O.verbose)
 			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", fifos[0],
 				 epoch, objs.n);
-		int fd = open(fifos[0], O_WRONLY | O_CLOEXEC);
+		int fd = k == 0 ? first_reader(dir, epoch, &shift) : open(fifos[0], O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
 			cli_die("%s: %s", fifos[0], strerror(errno)); /* on_fail breaks it */
 		dp_s3_stats st = {0};
@@ -790,7 +833,7 @@ static void cmd_fifo(char **urls, int n)
 			summary(&st);
 		}
 		dp_err e2 = {0};
-		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1, 1, &e2) < 0) {
+		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1 + shift, 1, &e2) < 0) {
 			fifo_done(fd); /* this epoch is whole: its reader gets all of it */
 			die_err(&e2);
 		}

@@ -144,13 +144,11 @@ static json_t *env_json(const char *var)
 }
 
 /* s in single quotes for sh -c. */
+/* s as one word of the shell (dp_shell_quote), malloc'd. */
 static char *sh_quote(const char *s)
 {
 	dp_buf b = DP_BUF_INIT;
-	dp_buf_addstr(&b, "'");
-	for (; *s; s++)
-		dp_buf_addstr(&b, *s == '\'' ? "'\\''" : (char[]){*s, 0});
-	dp_buf_addstr(&b, "'");
+	dp_shell_quote(&b, s);
 	char *r = dp_buf_take(&b);
 	if (!r)
 		cli_die("out of memory");
