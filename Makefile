@@ -53,8 +53,9 @@ PROVE ?= prove
 # ompi-c: Open MPI (dp-train's collectives); libturbojpeg and spng: JPEG and
 # PNG decoding (lib/image).
 # libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
-# tests' reference Example parser (lib/records/example.proto).
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c
+# tests' reference Example parser (lib/records/example.proto).  libzip:
+# PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c libzip
 # libmicrohttpd: dp-serve's HTTP server (the program's, not libdp's).
 PKGS := $(LIB_PKGS) libmicrohttpd
 # Targets that need no compiler skip the check (make clean, make help).

@@ -73,7 +73,16 @@ DP_EXPORT int dp_st_set_meta(dp_st_writer *w, const char *key, const char *value
 DP_EXPORT int dp_st_write(dp_st_writer *w, const char *path, dp_err *e);
 DP_EXPORT void dp_st_writer_free(dp_st_writer *w);
 
-/* Reader. */
+/* Reader.  dp_st_open and dp_st_open_mem read PyTorch's own files too
+ * (torch.save: the zip format of torch 1.6 and later, the legacy format of
+ * older ones and of torchvision's first hub files), as torch.load does
+ * with weights_only=True: a restricted unpickler takes only what a
+ * state_dict holds (tensors of the storage types, OrderedDict, nested
+ * dicts, lists, numbers and strings) and refuses anything else, naming
+ * it, without running anything from the file.  The state_dict is the
+ * file's object, or the one dict of tensors in it ({"state_dict": ...,
+ * "epoch": 3}); its tensors come out contiguous and little-endian, in the
+ * state_dict's order, with no metadata. */
 typedef struct dp_st dp_st;
 DP_EXPORT dp_st *dp_st_open(const char *path, dp_err *e); /* "-": stdin */
 /* Parse len bytes (copied); name is used in messages. */
@@ -85,6 +94,8 @@ DP_EXPORT const char *dp_st_meta(const dp_st *s, const char *key); /* NULL if ab
 DP_EXPORT int dp_st_meta_count(const dp_st *s);
 DP_EXPORT void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value);
 DP_EXPORT const char *dp_st_name(const dp_st *s);
+/* What the file was: "safetensors", or "pth" (below). */
+DP_EXPORT const char *dp_st_format(const dp_st *s);
 /* The file's bytes, as read and checked (to hand to dp_st_open_mem in
  * another process: dp-train's rank 0 sends them to the others). */
 DP_EXPORT const void *dp_st_bytes(const dp_st *s, size_t *len);
@@ -117,7 +128,10 @@ DP_EXPORT int dp_ckpt_load_weights(const dp_st *ck, dp_model *m, dp_err *e);
  * except the tensors that `reset` selects (dp_model_select; NULL: none),
  * which keep the values m has (dp_model_init's) and may be missing from
  * the file or have other shapes there.  The first tensor that differs is
- * named: one the model lacks, one missing, or one of another shape. */
+ * named: one the model lacks, one missing, or one of another shape.  As
+ * torch's load_state_dict: float tensors of another width (F16, BF16,
+ * F64) are converted; in a plain state_dict a missing num_batches_tracked
+ * (torch before 0.4.1) is 0. */
 DP_EXPORT int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e);
 /* Load optimizer state (same kind of optimizer) and its step count. */
 DP_EXPORT int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e);
@@ -160,6 +174,19 @@ DP_EXPORT int dp_st_diff_tensors(const dp_st_tensor *a, const dp_st_tensor *b, d
  * epoch_step, epoch_records, optimizer_steps: --resume refuses the file,
  * --init and dp-eval take it).  The formats of dp-ckpt export. */
 DP_EXPORT int dp_ckpt_export_safetensors(const dp_st *ck, const char *path, dp_err *e);
+/* The same weights as torch.save writes a state_dict (the zip format that
+ * torch 1.6 and later load, weights_only=True included): an OrderedDict
+ * of the tensors by name, for load_state_dict(strict=True).  Up to 4 GiB;
+ * a U16, U32 or U64 tensor (no torch dtype) is refused. */
+DP_EXPORT int dp_ckpt_export_pth(const dp_st *ck, const char *path, dp_err *e);
+/* A state_dict sd (a .pth, a plain safetensors file) as a dp-train
+ * checkpoint of the model spec on input_shape with loss (DP_LOSS_*), at
+ * path: its tensors checked as dp_ckpt_load_init checks them (each of the
+ * model's there, in its shape; none other), then saved with the model's
+ * metadata and meta's pairs (NULL-terminated; may be NULL), without
+ * optimizer or training state: what dp-eval and --init take. */
+DP_EXPORT int dp_ckpt_import(const dp_st *sd, const char *spec, const char *input_shape, int loss,
+			     const char *path, const char *const *meta, dp_err *e);
 
 /* ---- the run's settings: dp-checkpoint(5)'s metadata keys -----------------
  * Each key is named once, in lib/train/ckpt/run.c: dp-train writes a run's
@@ -178,6 +205,7 @@ enum dp_run_key {
 	DP_RUN_FREEZE, DP_RUN_LR_MULT,
 	DP_RUN_NO_DECAY, DP_RUN_SMOOTH, DP_RUN_SYNC_BN, DP_RUN_RANKS, DP_RUN_PRECISION,
 	DP_RUN_MONITOR, DP_RUN_MONITOR_MODE, DP_RUN_EARLY_STOP, DP_RUN_PLATEAU, DP_RUN_CONTROL_STATE,
+	DP_RUN_CLASSES,
 	DP_RUN_NKEYS
 };
 
@@ -209,6 +237,8 @@ typedef struct dp_run_conf {
 	 * as their texts ("" or NULL: off), and where they stand (the text
 	 * of dp_control_state_format) */
 	const char *monitor, *monitor_mode, *early_stop, *plateau, *control_state;
+	const char *classes;             /* the class names as a JSON array ("[\"cat\",...]"),
+					    or NULL (dp_classes_json) */
 	/* given[k]: the caller set key k itself: dp_run_conf_from leaves it;
 	 * from[k]: dp_run_conf_from took key k from a checkpoint */
 	unsigned char given[DP_RUN_NKEYS], from[DP_RUN_NKEYS];
@@ -232,6 +262,13 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * optimizer left out, then extra's pairs (may be NULL).  One block: free()
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
+
+/* Class names as the metadata key "classes" keeps them: a JSON array of
+ * distinct non-empty strings (malloc'd text; NULL when out of memory),
+ * and back: *names (*k pointers into one block, then NULL: free(*names)
+ * frees all), DP_EDATA for anything else. */
+DP_EXPORT char *dp_classes_json(const char *const *names, size_t k);
+DP_EXPORT int dp_classes_from_json(const char *text, size_t *k, char ***names, dp_err *e);
 
 
 

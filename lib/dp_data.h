@@ -5,7 +5,8 @@
  *   sources   files, glob patterns ({rank}, {size} expanded first; a
  *             name that exists is that file, only one that does not is
  *             a pattern), "-" for stdin, FIFOs; or a shell command run anew each epoch
- *             whose stdout is read ({epoch}, {rank}, {size} expanded).
+ *             whose stdout is read ({epoch} from 1, {epoch0} from 0, {rank},
+ *             {size} expanded).
  *             Compression is detected per source.  Regular files are
  *             re-read every epoch; a stream (stdin, FIFO) can be read only
  *             once, so its frames are kept as read - in memory or in an
@@ -115,6 +116,13 @@ typedef struct dp_data_opts {
 	void *(*alloc)(void *ctx, size_t bytes);
 	void (*free)(void *ctx, void *p);
 	void *alloc_ctx;
+	/* DP_LABEL_CLASS: a bytes feature naming each record's class
+	 * ("image/class/text", tfrecord(5)); the names met are gathered for
+	 * dp_data_class_names.  NULL: none. */
+	const char *class_text;
+	/* With origins: a bytes feature naming each sample ("image/filename"),
+	 * into dp_batch.name.  NULL: none. */
+	const char *sample_name;
 } dp_data_opts;
 
 typedef struct dp_batch {
@@ -126,6 +134,8 @@ typedef struct dp_batch {
 	/* With dp_data_opts.origins: where each sample came from. */
 	uint32_t *src;  /* (n) source index (dp_data_source) */
 	uint64_t *rec;  /* (n) record index in that source, from 0 */
+	char **name;    /* (n) with sample_name: its value (NUL-terminated, NULL
+			   when the record has none), valid until the next batch */
 	/* Where the epoch is after this batch: the records out of the
 	 * shuffle so far (those of other shards, and images skipped as
 	 * corrupt, included), for dp_data_epoch_at. */
@@ -173,6 +183,11 @@ DP_EXPORT const char *dp_data_source(const dp_data *d, size_t i);
  * an output that would replace an input. */
 DP_EXPORT int dp_data_reads(const dp_data *d, const char *path);
 DP_EXPORT void dp_data_close(dp_data *d);
+/* With dp_data_opts.class_text: the class names the records read so far
+ * gave, *names[label] (valid until dp_data_close): nclass when every
+ * class was met and each always under one name, else 0 (some unmet, or a
+ * class under two names: no names are better than wrong ones). */
+DP_EXPORT size_t dp_data_class_names(dp_data *d, const char *const **names);
 
 /* dp-train's and dp-eval's options of the input beside the images'
  * (dp_image_opt): name "layout" (chw or hwc) into *hwc, "decode-threads"

@@ -146,6 +146,14 @@ typedef int (*dp_eval_rows_fn)(void *arg, const dp_eval_rows *r, dp_err *e);
 DP_EXPORT dp_eval *dp_eval_new_for(const dp_model *m, size_t topk, dp_err *e);
 DP_EXPORT int dp_eval_data(dp_eval *ev, dp_model *m, dp_data *d, int want_prob,
 			   dp_eval_rows_fn each, void *arg, dp_err *e);
+/* Several models over the same data in one pass of reading: each batch of
+ * d's current epoch through ms[0..n) in turn (inference mode), each
+ * model's outputs added to evs[i] (dp_eval_new_for(ms[i])).  The models
+ * take the same input (the same size; the caller checks that they read
+ * their records alike).  The figures of each are those dp_eval_data
+ * gives it alone. */
+DP_EXPORT int dp_eval_data_many(dp_eval *const *evs, dp_model *const *ms, size_t n, dp_data *d,
+				dp_err *e);
 /* Sum every rank's accumulator (one dp_comm_allreduce_sum of the exact
  * state): afterwards each rank holds the whole job's, the bits one
  * process would have.  extra (nextra doubles, may be NULL) is summed in

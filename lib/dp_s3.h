@@ -222,10 +222,16 @@ DP_EXPORT int dp_s3_mkdir(dp_s3 *s, const dp_loc *l, dp_err *e);
  * "s3://b/k: AccessDenied: Access Denied (and 3 more not deleted)". */
 DP_EXPORT int dp_s3_rm_many(dp_s3 *s, const dp_objs *objs, dp_obj_cb cb, void *ctx, dp_err *e);
 
-/* One file to upload: src, a local path, to dst, a location's URL. */
+/* One file to upload: src, a local path, to dst, a location's URL; or
+ * to download (dp_s3_get_files): src an S3 URL, dst a local path. */
 typedef struct dp_s3_file {
 	const char *src;
 	const char *dst;
+	/* downloads: the object's size when known (no HEAD then) and its
+	 * time, given to the file (0: the time of the download) */
+	uint64_t size;
+	int known;
+	int64_t mtime;
 } dp_s3_file;
 
 /* Upload files[0..n) (each as dp_s3_put does), up to jobs at a time, each
@@ -238,6 +244,63 @@ typedef struct dp_s3_file {
 DP_EXPORT int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
 			      void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st,
 			      dp_err *e);
+
+/* Download S3 objects files[i].src to local files files[i].dst as
+ * dp_s3_put_files uploads: up to jobs at a time, each whole or not at
+ * all (a temporary file beside it, renamed), its directories made, its
+ * time set to files[i].mtime. */
+DP_EXPORT int dp_s3_get_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
+			      void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st,
+			      dp_err *e);
+
+/* ---- Buckets, sync ------------------------------------------------------------ */
+
+/* Make bucket (in the client's region: a LocationConstraint outside
+ * us-east-1), or remove it, empty (S3's BucketNotEmpty otherwise). */
+DP_EXPORT int dp_s3_mb(dp_s3 *s, const char *bucket, dp_err *e);
+DP_EXPORT int dp_s3_rb(dp_s3 *s, const char *bucket, dp_err *e);
+
+/* aws s3 sync's rule: does src (an object or file, with its size and
+ * time) need copying over dst (NULL: there is none)?  Yes when dst is
+ * missing or of another size; else, uploading, when the file is newer
+ * than the object; downloading, when the local file is newer than the
+ * object (changed since a download gave it the object's time: an object
+ * rewritten at the same size is not downloaded, as with aws), or (exact)
+ * when the times differ at all. */
+DP_EXPORT int dp_s3_sync_needed(const dp_obj *src, const dp_obj *dst, int download, int exact);
+
+typedef struct dp_s3_sync_conf {
+	int exact_timestamps; /* --exact-timestamps (downloads) */
+	int delete_extra;     /* --delete: what the destination has and the source has not */
+	int dryrun;           /* report what would be done, do nothing */
+	int jobs;             /* files at a time */
+	/* names relative to the two prefixes: kept (1) or left alone (0) by
+	 * --include/--exclude; NULL keeps all */
+	int (*keep)(void *ctx, const char *rel);
+	/* told of each file copied ("upload", "download") or deleted
+	 * ("delete"), one call at a time: after it was done, or with dryrun
+	 * instead; dst NULL for a delete */
+	void (*report)(void *ctx, const char *verb, const char *src, const char *dst);
+	void *ctx;
+} dp_s3_sync_conf;
+
+typedef struct dp_s3_sync_stats {
+	size_t copied, deleted, same; /* files */
+	dp_s3_stats io;
+} dp_s3_sync_stats;
+
+/* Make dst the same as src, one a local directory and the other an S3
+ * prefix (either may be the source): each name is a "directory" (an S3
+ * key is taken as key + '/', so that neither its neighbours nor the
+ * object of that very name are touched).  What dp_s3_sync_needed says is
+ * copied (uploads as dp_s3_put_files, downloads as dp_s3_get_files); with
+ * delete_extra the destination's files the source lacks are deleted,
+ * under that prefix alone.  A failure part-way leaves every file copied so
+ * far whole, and nothing of the others (multipart uploads aborted,
+ * downloads never renamed): the next sync copies what is still missing.
+ * Deletes come after the copies, and not after a failed copy. */
+DP_EXPORT int dp_s3_sync(dp_s3 *s, const char *src, const char *dst, const dp_s3_sync_conf *c,
+			 dp_s3_sync_stats *st, dp_err *e);
 
 /* A presigned URL for method ("GET" or "PUT") on an S3 object, valid for
  * expires seconds (1 to 604800).  malloc'd. */

@@ -61,6 +61,14 @@ DP_EXPORT int dp_split_of_hash(const dp_splits *s, uint64_t h);
 /* counts[k]: records of split k among positions 0..n-1, by seed. */
 DP_EXPORT void dp_split_counts(dp_splits *s, uint64_t n, uint64_t *counts);
 
+/* The fold (0 to k-1, k at most DP_SPLIT_MAX) of the record at position
+ * pos, k-fold cross-validation by seed: positions are cut into blocks of
+ * k, and block b's k positions get the folds 0..k-1 in a random order
+ * drawn from (seed, b) by a Fisher-Yates shuffle; so any n records fall
+ * into folds of n/k records, rounded down or up, as scikit-learn's KFold
+ * makes them. */
+DP_EXPORT int dp_fold_at(uint64_t seed, uint64_t pos, int k);
+
 /* The contiguous shard of the j-th of n records, in nshards shards. */
 DP_EXPORT uint64_t dp_shard_contiguous(uint64_t j, uint64_t n, uint64_t nshards);
 /* The first record (position) of contiguous shard k; k = nshards gives n. */

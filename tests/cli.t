@@ -6,7 +6,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 cd "$T" || exit 1
 V=$(sed -n 's/^VERSION := //p' "$DP_SRC/Makefile")
-PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep"
+PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep"
 
 for p in $PROGS; do
 	run $p --version
@@ -51,6 +51,7 @@ cmd() {
 		--epochs 3 --batch-size 2 --log-every 1 -q ;;
 	dp-eval) dp-eval --model m.st --data big.tfr --predictions - -q ;;
 	dp-ckpt) dp-ckpt export w.st -o - --format safetensors ;;
+	dp-serve) dp-serve --model m.st --max-queue 20000 big.tfr ;;
 	metrics-grep) metrics-grep big.log ;;
 	esac
 }

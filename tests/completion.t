@@ -9,7 +9,7 @@
 # Then TAB in an interactive bash and zsh (tests/readline.py).
 . "${DP_SRC:-.}/tests/lib.sh"
 
-PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep"
+PROGS="tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep"
 BC=/usr/share/bash-completion/bash_completion
 if [ ! -f "$BC" ]; then
 	skip "bash-completion not installed (scripts/deps --test): completion not checked"
@@ -75,7 +75,7 @@ like "$(comp "tfr-shard -")" "(^|$nl)-n$nl" "short options offered: tfr-shard -n
 is "$(comp "metrics-grep --m")" "--max$nl--max-line-length$nl--mean$nl--metric$nl--min" \
 	"several options on one --help line: metrics-grep --m"
 # s3-pipe's commands, options before them skipped with their arguments
-is "$(comp "s3-pipe " | tr '\n' ' ')" "fifo get ls presign put rm whoami " "s3-pipe's commands"
+is "$(comp "s3-pipe " | tr '\n' ' ')" "fifo get ls mb presign put rb rm sync whoami " "s3-pipe's commands"
 is "$(comp "s3-pipe --region eu-west-1 -v p")" "presign${nl}put" "... after options and their arguments"
 is "$(comp "s3-pipe get s3://b/k --sh")" "--shard$nl--shuffle" "options after the command"
 # values

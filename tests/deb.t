@@ -34,7 +34,7 @@ done
 # what each package holds (files and links, no directories)
 files() { dpkg-deb -c "$T/debs/${1}_${V}_$A.deb" | awk '$1 !~ /^d/ {print $6}' | sed 's|^\./||' | sort; }
 f=$(files dptools)
-for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep; do
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep; do
 	like "$f" "(^|$'\n')usr/bin/$p($'\n'|\$)" "dptools: usr/bin/$p"
 	like "$f" "usr/share/man/man1/$p\.1\.gz" "dptools: man1/$p.1"
 	like "$f" "usr/share/bash-completion/completions/$p($'\n'|\$)" "dptools: bash completion for $p"
@@ -69,7 +69,7 @@ fi
 # unpacked into a root of our own
 R="$T/root"
 for p in dptools libdp0 libdp-dev; do dpkg -x "$T/debs/${p}_${V}_$A.deb" "$R"; done
-for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep; do
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep; do
 	is "$("$R/usr/bin/$p" --version)" "$p (dptools) $V" "the packaged $p runs (--version)"
 done
 run sh -c "'$R/usr/bin/tfr-cat' --encode=json '$FIX/tfr-cat/small.jsonl' | '$R/usr/bin/tfr-cat' -c"

@@ -124,5 +124,5 @@ like "$s" "tests +SKIP unit-cuda: no CUDA device" "the GPU tests skip, saying wh
 like "$s" "correct +PASS 10 updates" "the loss-curve plumbing runs (CPU against CPU)"
 like "$s" "correct +PASS resnet18 step" "the resnet18 step runs against torch"
 unlike "$s" "FAIL" "no stage fails"
-ok test -s out/logs.tar.gz "its logs come back in one file"
+ok tar -tzf out/logs.tar.gz "its logs come back in one file (a gzip tar that lists)"
 done_testing

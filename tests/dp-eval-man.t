@@ -34,6 +34,11 @@ tfr-cat --encode images --classes-out classes.txt photos > photos.tfrecord
 dp-train --train photos.tfrecord --decode image --input-shape 3x16x16 --scale 1/255 \
 	--augment random-resized-crop,flip --model flatten,dense:2 --epochs 2 -q \
 	-o photos.safetensors > /dev/null
+# the runs of the several-models example: two models of the same data
+mkdir -p runs/1 runs/2
+cp model.safetensors runs/1/
+dp-train --train train.tfrecord --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 \
+	--model flatten,dense:32,relu,dense:10 --batch-size 64 --epochs 1 -q -o runs/2/model.safetensors > /dev/null
 man_examples "$PAGE" ../examples
 run_examples ../examples
 ok test "$n" -ge 6 "the page has examples ($n)"
@@ -48,4 +53,7 @@ like "$(cat out.5)" "        cat  " "... its classes named by --classes @classes
 like "$(cat out.6)" "gate samples>=1000: 1000 passed" "example 6: four workers"
 like "$(cat out.7)" "^0\.[0-9]+$" "example 7: a SageMaker processing job's evaluation.json"
 ok test ! -e pj/output/message "... and no failure message"
+like "$(cat out.10)" "best by accuracy: runs/[12]/model.safetensors " "example 10: the best of two runs"
+like "$(cat out.10)" "gate accuracy>=0.7: 0\.[0-9]+ passed" "... gated"
+ok cmp -s release/model.safetensors "$(sed -n 's/^best by accuracy: \([^ ]*\) .*/\1/p' out.10)" "... copied to release/"
 done_testing

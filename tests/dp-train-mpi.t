@@ -136,9 +136,11 @@ meta = {(e["pid"], e["args"]["name"]) for e in t if e["name"] == "process_name"}
 assert meta == {(0, "rank 0"), (1, "rank 1")}, meta
 ' "--timeline: Chrome trace JSON with both ranks, compute, allreduce and waits"
 run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --epochs 1 --batch-size 24 --timeline 'tl-{rank}.json'
-ok test -s tl-0.json -a -s tl-1.json "--timeline with {rank}: a file each"
+ok_json tl-0.json "--timeline with {rank}: a file each (rank 0's parses)"
+ok_json tl-1.json "... and rank 1's"
 run mpi 2 dp-train --train all.tfr "${COMMON[@]}" --epochs 1 --batch-size 24 --timeline 'tw-{rank:2}.json'
-ok test -s tw-00.json -a -s tw-01.json "--timeline with {rank:2}: a file each too"
+ok_json tw-00.json "--timeline with {rank:2}: a file each too"
+ok_json tw-01.json "... and rank 1's"
 
 # ---- per-rank data, uneven shards -------------------------------------------------------
 P=(--model "$CNN" --input-shape 1x8x8 --batch-size 16 --epochs 2 --log-every 100)

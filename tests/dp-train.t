@@ -76,7 +76,7 @@ is "$(echo "$out" | head -1)" "$(echo "$out" | head -1 | grep -E '^epoch=1 step=
 like "$out" "epoch=1 step=7 loss=" "a line closes each epoch (100 samples / 16 = 7 steps)"
 like "$out" "epoch=1 step=7 val_loss=[0-9.]+ val_accuracy=[0-9.]+ val_samples=30" "validation line after each epoch"
 like "$out" "epoch=2 step=14 val_loss=" "second epoch validated"
-ok test -s a.st "checkpoint written"
+ok_ckpt a.st "checkpoint written"
 vline=$(echo "$out" | grep val_loss | tail -1)
 unlike "$err" $'\r' "no progress bar when stderr is not a terminal"
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 --log-format json

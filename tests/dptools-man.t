@@ -29,7 +29,7 @@ run_examples ../ex
 is "$(ls data | tr '\n' ' ')" \
 	"train-00000-of-00002.tfrecord train-00001-of-00002.tfrecord val-00000-of-00002.tfrecord val-00001-of-00002.tfrecord " \
 	"tfr-shard: a split in shards for two workers"
-ok test -s model.safetensors "dp-train: the model"
+ok_ckpt model.safetensors "dp-train: the model"
 like "$(cat train.log)" "epoch=3 step=[0-9]+ val_loss=" "... its log, with validation"
 ok $PY -c 'import json, sys; j = json.load(open("metrics.json")); sys.exit(not (j["samples"] == 1000 and j["passed"]))' \
 	"dp-eval: 1000 test records, the gate passed"

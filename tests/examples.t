@@ -90,7 +90,7 @@ run pipeline MIN_ACCURACY=0.999 all
 isnt "$rc" 0 "a gate the model fails stops make"
 like "$err" "gate accuracy>=0.999 failed: accuracy is 0\.[0-9]+" "... saying why"
 same_file "$W/release/model.safetensors" released.st "... and releases nothing new"
-ok test -s "$W/metrics.json" "... the metrics stay, to look at"
+ok_json "$W/metrics.json" "... the metrics stay, to look at"
 
 # ---- -j, one worker without mpirun
 W=$T/one
@@ -125,6 +125,30 @@ run timeout $HANG env LRS="3e-3 1e-2" BATCHES="32" MPIRUN="$MPIRUN" "${SHORT[@]}
 	"$EX/sweep.sh" sw
 like_text "$out" $'^lr3e-3-batch32: up to date\nlr1e-2-batch32: up to date' "a second sweep trains nothing"
 is "$(ls -d sw/data)" "sw/data" "the runs share one data directory"
+
+# ---- K-fold cross-validation: 3 folds of 600 images
+run timeout $HANG make --no-print-directory -f "$EX/kfold.mk" -j3 W=kf K=3 LIMIT=600 EPOCHS=1 \
+	MODEL=flatten,dense:32,relu,dense:10 LR=3e-3
+is "$rc" 0 "examples/kfold.mk"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
+is "$(for f in 0 1 2; do tfr-cat -c kf/folds/$f/val.tfrecord; done | tr '\n' ' ')" "200 200 200 " \
+	"... three folds of 200 records"
+is "$(tfr-cat -c kf/folds/1/train.tfrecord)" 400 "... each fold's train the other 400"
+run $PY - kf/cv.tsv kf/fold-0/metrics.json kf/fold-1/metrics.json kf/fold-2/metrics.json <<'PY'
+import json, statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+js = [json.load(open(p))["metrics"] for p in sys.argv[2:]]
+for m, mean, std, lo, hi, n in rows:
+    v = [j[m]["value"] for j in js]
+    assert n == "3" and float(mean) == round(statistics.fmean(v), 4), (m, mean, v)
+    assert float(std) == round(statistics.pstdev(v), 4), (m, std, v)
+    assert float(lo) == round(min(v), 4) and float(hi) == round(max(v), 4), (m, lo, hi, v)
+print(" ".join(r[0] for r in rows))
+PY
+is "$rc:$out" "0:accuracy f1_macro loss" "... cv.tsv: each metric's mean, std, min and max over the folds' metrics JSONs"
+[ "$rc" = 0 ] || diag "$err"
+run make -q --no-print-directory -f "$EX/kfold.mk" W=kf K=3 LIMIT=600 EPOCHS=1 MODEL=flatten,dense:32,relu,dense:10 LR=3e-3
+is "$rc" 0 "... and a second make has nothing to do"
 
 # ---- make learn's script, on 1000 images: both runs, each gated
 run timeout $HANG env LIMIT=1000 TEST_LIMIT=200 LEARN_DIR="$T/learn" LEARN_THREADS=1 \

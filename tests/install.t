@@ -9,7 +9,7 @@ root="$T/root"
 V=$(sed -n 's/^VERSION := //p' "$DP_SRC/Makefile")
 run make -C "$DP_SRC" -s O="$DP_BUILD" install DESTDIR="$root" PREFIX=/opt/dp MANDIR=/opt/dp/man
 is "$rc" 0 "make install succeeds"
-for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep; do
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep; do
 	ok test -x "$root/opt/dp/bin/$p" "bin/$p installed"
 	ok test -f "$root/opt/dp/man/man1/$p.1" "man1/$p.1 installed under MANDIR"
 done
@@ -21,7 +21,7 @@ ok test -f "$root/opt/dp/include/dptools/dp_record.h" "public headers installed"
 is "$(cd "$root/opt/dp/include/dptools" && ls | grep -v '^dp.*\.h$')" "" "... and only the public dp*.h"
 ok test -f "$root/opt/dp/lib/pkgconfig/libdp.pc" "pkg-config file installed"
 ok test -f "$root/opt/dp/man/man3/libdp.3" "man3/libdp.3 installed"
-for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep; do
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep; do
 	ok test -f "$root/opt/dp/share/bash-completion/completions/$p" "bash completion for $p installed under PREFIX/share"
 done
 ok test -f "$root/opt/dp/share/zsh/site-functions/_dptools" "zsh completion installed under PREFIX/share/zsh"
@@ -31,7 +31,7 @@ like "$out" "NEEDED +libprotobuf-c" "libdp.so needs protobuf-c (its ONNX writer:
 run sh -c "nm -D --defined-only '$root/opt/dp/lib/libdp.so.$V' | awk '{print \$3}'"
 is "$(echo "$out" | grep -v '^dp_' | grep -v '^__odr_asan\.dp_')" "" "libdp.so exports only dp_* names (and ASan's ODR markers of them)"
 like "$out" "dp_crc32c" "... among them the public API"
-for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt metrics-grep; do
+for p in tfr-cat tfr-shard s3-pipe dp-train dp-eval dp-ckpt dp-serve metrics-grep; do
 	is "$("$root/opt/dp/bin/$p" --version)" "$p (dptools) $V" "$p --version names the Makefile's version"
 done
 like "$(sed -n 1p "$root/opt/dp/man/man1/tfr-cat.1")" "\"dptools $V\"" "installed man pages carry the version"

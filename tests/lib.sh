@@ -3,7 +3,8 @@
 #   . "${DP_SRC:-.}/tests/lib.sh"
 #   run tfr-cat -c data.tfrecord          # sets $out, $err (contents), $rc
 #   is "$rc" 0 "exit status"; is "$out" "3" "count"; like "$err" "CRC" "message"
-#   ok test -s file "file written";  skip "why" ;  done_testing
+#   ok_ckpt m.st "trained" (and ok_records, ok_json, ok_svg: outputs loaded,
+#   not merely there);  skip "why" ;  done_testing
 #
 # Every test runs in its own scratch directory $T (removed at exit unless
 # DP_KEEP=1), with the programs under test first on PATH (make check sets
@@ -17,6 +18,9 @@ case ":$PATH:" in *":$DP_BUILD/bin:"*) ;; *) PATH="$DP_BUILD/bin:$PATH" ;; esac
 export LC_ALL=C
 # Open MPI refuses root unless told; tests set it themselves.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# one math thread unless a test says otherwise (dp_default_threads): the same
+# figures on any machine, and between a process and ranks of a job
+export DP_THREADS=1
 # no test reaches the machine's own cloud credentials: no instance metadata
 # service, container endpoint or web identity but those a test starts
 export AWS_EC2_METADATA_DISABLED=true
@@ -148,6 +152,47 @@ same_file() { # a b name
 		_tap_result 1 "$3"
 		echo "#   $1 and $2 differ"
 	fi
+}
+
+# Outputs checked by loading them, not by their existing (a file of
+# garbage passes `test -s`):
+# ok_ckpt FILE NAME: a dp-train checkpoint that dp-ckpt reads whole, whose
+# metadata names a model and whose parameters are all there.
+ok_ckpt() {
+	local j rc
+	j=$(dp-ckpt show --json "$1" 2>&1) &&
+		$PY -c 'import json, sys
+d = json.loads(sys.argv[1]); m = d["metadata"]
+sys.exit(not (m.get("format") == "dp-train/1" and m.get("model") and
+              d["parameters"] > 0 and d["parameters"] == int(m["params"])))' "$j"
+	rc=$?
+	_tap_result $rc "$2"
+	[ $rc = 0 ] || printf '#   %s: %s\n' "$1" "$(head -c 300 <<<"$j")"
+}
+# ok_records FILE NAME: TFRecords that tfr-cat reads to the end, CRCs
+# checked, holding at least one record.
+ok_records() {
+	local n
+	n=$(tfr-cat -c "$1" 2>/dev/null)
+	[ "${n:-0}" -gt 0 ] 2>/dev/null
+	_tap_result $? "$2"
+}
+# ok_json FILE NAME: a file that parses as JSON (one document, or JSON lines).
+ok_json() {
+	$PY -c 'import json, sys
+t = open(sys.argv[1]).read()
+try:
+    json.loads(t)
+except ValueError:
+    [json.loads(l) for l in t.splitlines() if l.strip()] or sys.exit(1)' "$1" >/dev/null 2>&1
+	_tap_result $? "$2"
+}
+# ok_svg FILE NAME: an SVG document that parses as XML, with a path drawn.
+ok_svg() {
+	$PY -c 'import sys, xml.etree.ElementTree as E
+r = E.parse(sys.argv[1]).getroot()
+sys.exit(not (r.tag.endswith("svg") and any(e.tag.endswith(("path", "polyline")) for e in r.iter())))' "$1" >/dev/null 2>&1
+	_tap_result $? "$2"
 }
 
 skip() { # why: a skipped check is reported as a skip, never as a pass

@@ -89,7 +89,7 @@ for s in 2 3 4; do printf 'epoch=1 step=%d loss=0.%d\n' $s $((9 - s)) >> t2.log;
 # wait until the live chart holds all four points: on a loaded machine the
 # first rewrite may come before the last lines are read
 i=0; until grep -q 'data-points="4"' live.svg 2>/dev/null || [ $i -gt 600 ]; do sleep 0.1; i=$((i + 1)); done
-ok test -s live.svg "the chart is written while following"
+ok_svg live.svg "the chart is written while following"
 kill -INT $pid
 wait $pid
 is "$?" 0 "SIGINT ends following with status 0"
@@ -112,7 +112,7 @@ pid=$!
 ok wait_for n.out "^loss${TAB}nan${TAB}1" "NaN first: the row (and the chart's first rewrite)"
 printf 'epoch=1 step=2 loss=0.5\n' >> n.log
 i=0; until grep -q 'data-points="1"' n.svg 2>/dev/null || [ $i -gt 600 ]; do sleep 0.1; i=$((i + 1)); done
-ok test -s n.svg "NaN first: the chart is written with the first finite value"
+ok_svg n.svg "NaN first: the chart is written with the first finite value"
 stop $pid
 is "$rc" 0 "NaN first: status 0"
 is "$(cat n.err)" "metrics-grep: n.svg: 1 NaN or infinite value left out" "NaN first: only the count of what was left out"

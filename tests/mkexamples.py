@@ -7,6 +7,10 @@ the data) so that the tests do not check libdp against itself.
                 [--seed S] [--gzip] [--label-kind int|float|vector:K] [--bad MODE]
   mkexamples.py OUT idx DIR images labels [--limit N] [--offset K]   (Fashion-MNIST IDX files)
   mkexamples.py OUT npz FILE.npz [--kind ...]     x (n, ...) float32 and y (n,) int
+  mkexamples.py OUT blobs --n N --shape 64 --classes 4 [--spread 0.35] [--centers S] [--seed S]
+                noisy classes: class centers (drawn from --centers, so that a train and
+                a validation set share them) times --spread, plus standard normal noise:
+                a model learns them for some epochs, then overfits a small set
 Features: 'image' (the input) and 'label'.  OUT '-' is stdout.
 """
 import argparse, gzip, struct, sys
@@ -111,7 +115,9 @@ def idx(path, off):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("mode", choices=["random", "idx", "npz"])
+    ap.add_argument("mode", choices=["random", "idx", "npz", "blobs"])
+    ap.add_argument("--spread", type=float, default=0.35)
+    ap.add_argument("--centers", type=int, default=5)
     ap.add_argument("args", nargs="*")
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--shape", default="784")
@@ -142,6 +148,12 @@ def main():
             label_kind = "vector"
         else:
             ys = rng.integers(0, a.classes, size=a.n)
+    elif a.mode == "blobs":
+        shape = [int(s) for s in a.shape.split("x")]
+        c = np.random.default_rng(a.centers).normal(size=[a.classes] + shape) * a.spread
+        rng = np.random.default_rng(a.seed)
+        ys = rng.integers(0, a.classes, a.n)
+        xs = (c[ys] + rng.normal(size=[a.n] + shape)).astype(np.float32)
     elif a.mode == "idx":
         d, im, lb = a.args
         xs = idx(f"{d}/{im}", 16).reshape(-1, 28, 28)

@@ -70,7 +70,7 @@ dp-train --train reg.tfr --input-shape 7 --loss mse --model dense:8,tanh,batchno
 dp-train --train img.tfr --decode image --input-shape 3x8x8 --scale 1/255 --mean 0.5,0.4,0.3 \
 	--std 0.2,0.25,0.3 --model conv:4:3,relu,gap,flatten,dense:2 "${C[@]}" -o img.st
 for m in mlp cnn hwc res r20 reg img; do
-	ok test -s $m.st "$m: trained"
+	ok_ckpt $m.st "$m: trained"
 done
 
 # check NAME: exported, checked, run against dp-eval's predictions

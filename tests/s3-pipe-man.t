@@ -27,7 +27,7 @@ for i in 0 1 2; do
 	for r in $(seq 1 $((i + 3))); do printf '{"x":{"int64":[%d]},"part":{"int64":[%d]}}\n' $r $i; done |
 		tfr-cat --encode json >data/part-$i.tfrecord
 done
-ok test -s data/part-2.tfrecord "fixtures made with tfr-cat"
+ok_records data/part-2.tfrecord "fixtures made with tfr-cat"
 mkdir -p bucket/mnist
 $PY "$DP_SRC/tests/mkexamples.py" bucket/mnist/part-0.tfrecord random --n 64 --shape 784 --classes 10 --seed 1
 

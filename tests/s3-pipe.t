@@ -48,7 +48,7 @@ like "$err" "unknown command 'frob'" "unknown command named"
 run s3-pipe get --frob d/b
 is "$rc" 2 "unknown option: 2"
 is "$err" "s3-pipe: unknown option '--frob'
-usage: s3-pipe get|put|ls|fifo|presign|rm|whoami [OPTION]... URL...   (s3-pipe --help lists every option)" \
+usage: s3-pipe get|put|ls|fifo|presign|rm|whoami|sync|mb|rb [OPTION]... URL...   (s3-pipe --help lists every option)" \
 	"unknown option: the one wording, then the usage line"
 run s3-pipe get -x d/b
 like "$err" "^s3-pipe: unknown option '-x'" "unknown short option named"
@@ -101,7 +101,7 @@ is "$rc" 3 "get -o with a missing input: 3"
 ok test ! -e out2.txt "get -o: nothing written on failure"
 is "$(ls -a | grep -c '\.tmp\.')" 0 "get -o: no temporary file left"
 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 s3-pipe get d/b -o 'out-{rank}-of-{size}'
-ok test -s out-1-of-2 "get -o: {rank}/{size} from the environment"
+same_file out-1-of-2 d/b "get -o: {rank}/{size} from the environment"
 
 # ranges
 printf '0123456789' >ten
@@ -291,7 +291,7 @@ ok test ! -e 'brace/{rank}.txt' "... and removed the file named so"
 run s3-pipe rm --expand brace/0.txt
 is "$rc" 2 "rm --expand: usage error"
 OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 s3-pipe get d/b -o 'lit-{{rank}}-{rank}'
-ok test -s 'lit-{rank}-3' "-o: {{ }} literal braces beside {rank}"
+same_file 'lit-{rank}-3' d/b "-o: {{ }} literal braces beside {rank}"
 
 # put: two files for one name, --dryrun
 mkdir -p d1 d2 dup
@@ -326,7 +326,7 @@ wait $pid
 is "$?" 0 "fifo --epochs 2: exits 0 after the last epoch"
 same_file e0 all.expected "fifo: epoch 0 through pipes/train_0"
 same_file e1 all.expected "fifo: epoch 1 through pipes/train_1"
-is "$(ls -A pipes)" "" "fifo: no FIFO left once the epochs are served"
+ok test ! -e pipes "fifo: no FIFO left once the epochs are served, nor the --dir it made"
 
 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 \
 	s3-pipe fifo --channel val --dir 'p-{rank}' --epochs 2 --shuffle --seed 3 --shard '{rank}/{size}' d/ &
@@ -339,7 +339,23 @@ wait $pid
 is "$?" 0 "fifo: a reader closing early ends its epoch, not the run"
 s3-pipe get --shuffle --seed 3 --epoch 1 --shard 1/2 d/ >v1.expected
 same_file v1 v1.expected "fifo --shuffle --shard: epoch 1 is get --epoch 1 of the same shard"
-ok test -d p-1 "fifo --dir: {rank} expanded"
+ok test ! -e p-1 "fifo --dir: {rank} expanded (p-1 served), the directory made removed"
+
+# the directories fifo made go at the end, those that were there stay;
+# a signal too
+mkdir -p keep/old
+s3-pipe fifo --dir keep/new/deeper --epochs 1 d/ &
+pid=$!
+for i in $(seq 1 50); do [ -p keep/new/deeper/train_0 ] && break; sleep 0.1; done
+cat keep/new/deeper/train_0 >/dev/null
+wait $pid
+is "$(cd keep && find . | sort | tr '\n' ' ')" ". ./old " "fifo: keep/new/deeper made and removed, keep and keep/old left"
+s3-pipe fifo --dir keep/sig/x --epochs 1 d/ &
+pid=$!
+for i in $(seq 1 50); do [ -p keep/sig/x/train_0 ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+is "$?:$(cd keep && find . | sort | tr '\n' ' ')" "143:. ./old " "fifo killed (SIGTERM): its FIFO and directories gone"
 
 run s3-pipe fifo d/
 is "$rc" 2 "fifo without --dir: 2"

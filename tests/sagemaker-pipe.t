@@ -42,7 +42,7 @@ is "$?" 0 "s3-pipe fifo served both epochs of train"
 wait $fv
 is "$?" 0 "... and of validation"
 is "$(ls -A "$R/input/data")" "" "no FIFO left unread"
-ok test -s "$R/model/model.safetensors" "the model in ROOT/model"
+ok_ckpt "$R/model/model.safetensors" "the model in ROOT/model"
 is "$(grep -c val_loss <<<"$out")" 2 "a validation line an epoch, from validation_0 and validation_1"
 
 # the same records from files

@@ -44,7 +44,7 @@ DIRECT=(--train "$R/input/data/train/a.tfr" --train "$R/input/data/train/part/b.
 # ---- File mode ---------------------------------------------------------------------------------
 run timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "--sagemaker=ROOT: exit 0"
-ok test -s "$R/model/model.safetensors" "the model in ROOT/model"
+ok_ckpt "$R/model/model.safetensors" "the model in ROOT/model"
 ok test ! -e "$R/output/failure" "no failure file after a success"
 like "$err" "2 training sources" "both files of the train channel, its subfolder's too"
 run timeout 120 dp-train "${DIRECT[@]}" -o direct.st
@@ -60,7 +60,7 @@ like "$(grep -c val_loss sm.log)" "^2$" "the validation channel: a line an epoch
 rm -f "$R/model/model.safetensors"
 run env DP_SAGEMAKER_ROOT="$R" timeout 120 dp-train train
 is "$rc" 0 "dp-train train: SageMaker mode"
-ok test -s "$R/model/model.safetensors" "... the model written"
+ok_ckpt "$R/model/model.safetensors" "... the model written"
 # no detection from the files alone: a plain dp-train is a plain dp-train
 run env DP_SAGEMAKER_ROOT="$R" dp-train
 is "$rc" 2 "dp-train alone, a SageMaker tree present: still a usage error"
@@ -72,7 +72,7 @@ mkdir -p alt-model
 run env SM_MODEL_DIR="$T/alt-model" SM_HPS='{"model":"dense:5","input-shape":"12","epochs":1,"lr":0.5}' \
 	timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "SM_MODEL_DIR and SM_HPS: exit 0"
-ok test -s alt-model/model.safetensors "SM_MODEL_DIR: the model there"
+ok_ckpt alt-model/model.safetensors "SM_MODEL_DIR: the model there"
 is "$(grep -c '^epoch=1 .*lr=0.5 ' <<<"$out"):$(grep -c '^epoch=2' <<<"$out")" "1:0" \
 	"SM_HPS instead of the file (numbers as JSON numbers too)"
 run env SM_HPS='{"model":"dense:5","input-shape":"12","timeline":"trace.json","log":"/dev/null"}' \
@@ -92,7 +92,7 @@ like "$err" " 1 training source" "SM_CHANNEL_TRAIN: that folder's files"
 mkdir -p "$R/checkpoints"
 run timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "with ROOT/checkpoints: exit 0"
-ok test -s "$R/checkpoints/checkpoint.safetensors" "the epoch's checkpoint there"
+ok_ckpt "$R/checkpoints/checkpoint.safetensors" "the epoch's checkpoint there"
 run env SM_HPS='{"model":"dense:16,relu,dense:5","input-shape":"12","epochs":"3","batch-size":"32","lr":"0.01","log-every":"5","seed":"4","shuffle-buffer":"100","init":"nowhere.st"}' \
 	timeout 120 dp-train --sagemaker="$R"
 is "$rc" 0 "a restart: exit 0"
@@ -157,12 +157,13 @@ is "$rc" 1 "corrupt data: exit 1"
 like "$err" "c.tfr: record 0 at byte 0" "... the file and the place named"
 failure "corrupt data"
 rm "$R/input/data/train/part/c.tfr"
-echo '{"train": {"TrainingInputMode": "File"}, "tarin": {}}' >ic.json
+echo '{"tarin": {"TrainingInputMode": "File"}}' >ic.json
 cp "$R/input/config/inputdataconfig.json" ic.keep
 cp ic.json "$R/input/config/inputdataconfig.json"
 run dp-train --sagemaker="$R"
-like "$rc:$err" "^2:dp-train: channel 'tarin': dp-train reads the channels train" "an unknown channel: refused"
-failure "an unknown channel"
+like "$rc:$err" "^2:dp-train: no training data: no channel train \(or training\) \(the job's channels: tarin\)" \
+	"no train channel (a misspelt one): refused, naming the channels (others are taken as files: sagemaker-channels.t)"
+failure "no train channel"
 cp ic.keep "$R/input/config/inputdataconfig.json"
 run env SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 dp-train --sagemaker="$R"
 like "$rc:$err" "^2:dp-train: a job of 2 hosts \(algo-1, algo-2\): dp-train --sagemaker must run under mpirun" \
@@ -181,13 +182,13 @@ failure "a command-line error"
 rm -f "$R/model/model.safetensors"
 run env DP_SAGEMAKER_ROOT="$R" timeout 120 "$EX/entrypoint" train
 is "$rc" 0 "entrypoint train: exit 0"
-ok test -s "$R/model/model.safetensors" "... the model written"
+ok_ckpt "$R/model/model.safetensors" "... the model written"
 if have_mpirun; then
 	rm -f "$R/model/model.safetensors"
 	run env DP_SAGEMAKER_ROOT="$R" SM_NUM_GPUS=2 timeout 120 "$EX/entrypoint" train
 	is "$rc" 0 "entrypoint train, SM_NUM_GPUS=2: exit 0"
 	like "$err" "global batch 64 \(2 x 32\)" "... two ranks under mpirun"
-	ok test -s "$R/model/model.safetensors" "... the model written"
+	ok_ckpt "$R/model/model.safetensors" "... the model written"
 else
 	skip "no mpirun"; skip "no mpirun"; skip "no mpirun"
 fi

@@ -52,10 +52,10 @@ done
 
 # outputs the pages show
 is "$(tfr-cat -c train.tfrecord)" 5 "tfr-cat(1): -c counts"
-ok test -s relabelled.tfrecord "tfr-cat(1): the relabelling example wrote its file"
+ok_records relabelled.tfrecord "tfr-cat(1): the relabelling example wrote its file"
 is "$(tfr-cat -j relabelled.tfrecord | grep -c '"label":{"int64":\[4\]}')" 1 "tfr-cat(1): and changed the label"
 is "$(tfr-cat -c recovered.tfrecord)" 10 "tfr-cat(1): --skip-corrupt recovered both copies"
-ok test -s all.tfrecord.gz "tfr-cat(1): -z gzip -o wrote all.tfrecord.gz"
+ok_records all.tfrecord.gz "tfr-cat(1): -z gzip -o wrote all.tfrecord.gz"
 is "$(tfr-cat -c data.tfrecord)" 3 "tfr-cat(1): the CSV example"
 dump=$(printf '{"label":{"int64":[3]}}\n' | tfr-cat --encode json | od -An -tx1)
 shown=$(awk '/^ 12 00 00/ { on = 1 } on && /^\.fi/ { exit } on' "$DP_SRC/man/man5/tfrecord.5")

@@ -77,7 +77,7 @@ run tfr-shard --take 3/123456 -o 'w-{shard}-of-{nshards}' in.tfr
 is "$(ls w-*)" "w-000003-of-123456" "more than 5 digits when N needs them"
 
 run tfr-shard -n 2 -o 'deep/er/dir/s-{shard}' in.tfr
-ok test -s deep/er/dir/s-00000 "missing directories are created"
+ok_records deep/er/dir/s-00000 "missing directories are created"
 
 # ---- inputs: several files, stdin, '-', compression detected
 $REF gen a.tfr 10 --seed 2

@@ -46,6 +46,8 @@ static const struct format {
 } formats[] = {
 	{"safetensors", (const char *const[]){".safetensors", ".st", NULL},
 	 "weights and settings, no training state", dp_ckpt_export_safetensors},
+	{"pth", (const char *const[]){".pth", ".pt", NULL},
+	 "a state_dict as torch.save writes it", dp_ckpt_export_pth},
 	{"onnx", (const char *const[]){".onnx", NULL},
 	 "the model for ONNX runtimes (dp_onnx.h): opset 13, dynamic batch", write_onnx},
 };
@@ -53,17 +55,22 @@ static const struct format {
 
 /* ---- the command line ----------------------------------------------- */
 
-enum { C_SHOW = 1, C_DIFF, C_EXPORT };
+enum { C_SHOW = 1, C_DIFF, C_IMPORT, C_EXPORT };
 #define B(c) (1u << (c))
 
-enum { OPT_JSON = 256, OPT_FORMAT, OPT_CLASSES, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_HELP, OPT_VERSION };
+enum {
+	OPT_JSON = 256, OPT_FORMAT, OPT_CLASSES, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_MODEL,
+	OPT_SHAPE, OPT_LOSS, OPT_HELP, OPT_VERSION
+};
 
 static struct {
 	int cmd;
 	int json, weights, meta, quiet;
 	double tolerance; /* < 0: none (bits) */
 	const char *output, *format, *classes;
-} O = {.tolerance = -1};
+	const char *model, *shape; /* import */
+	int loss;
+} O = {.tolerance = -1, .loss = DP_LOSS_XENT};
 
 /* Which options apply to which subcommand. */
 static const struct {
@@ -76,13 +83,17 @@ static const struct {
 	{OPT_TOLERANCE, B(C_DIFF), "--tolerance"},
 	{OPT_META, B(C_DIFF), "--meta"},
 	{'q', B(C_DIFF), "--quiet"},
-	{'o', B(C_EXPORT), "--output"},
+	{'o', B(C_EXPORT) | B(C_IMPORT), "--output"},
 	{OPT_FORMAT, B(C_EXPORT), "--format"},
+	{OPT_MODEL, B(C_IMPORT), "--model"},
+	{OPT_SHAPE, B(C_IMPORT), "--input-shape"},
+	{OPT_LOSS, B(C_IMPORT), "--loss"},
 	{OPT_CLASSES, B(C_EXPORT), "--classes"},
 };
 
 static void cmd_show(char **args, int n);
 static void cmd_diff(char **args, int n);
+static void cmd_import(char **args, int n);
 static void cmd_export(char **args, int n);
 
 /* The subcommands: one line each (and a paragraph of help()). */
@@ -94,13 +105,14 @@ static const struct cmd {
 } cmds[] = {
 	[C_SHOW] = {"show", 1, "CKPT", cmd_show},
 	[C_DIFF] = {"diff", 2, "A B", cmd_diff},
+	[C_IMPORT] = {"import", 1, "FILE", cmd_import},
 	[C_EXPORT] = {"export", 1, "CKPT", cmd_export},
 };
 #define NCMDS ((int)(sizeof cmds / sizeof cmds[0]))
 
 static const char usage_line[] =
-	"usage: dp-ckpt show|diff|export [OPTION]... CKPT...   (dp-ckpt --help lists every "
-	"option)\n";
+	"usage: dp-ckpt show|diff|import|export [OPTION]... CKPT...   (dp-ckpt --help lists "
+	"every option)\n";
 
 static void help(void)
 {
@@ -108,13 +120,16 @@ static void help(void)
 	setvbuf(stdout, buf, _IOFBF, sizeof buf);
 	printf("usage: dp-ckpt COMMAND [OPTION]... CKPT...\n"
 	       "Look at checkpoints and move weights in and out of dptools.  A checkpoint is\n"
-	       "a safetensors file (dp-train's, or any state_dict); - is stdin.\n"
+	       "a safetensors file (dp-train's, or any state_dict) or a file of torch.save (a\n"
+	       "state_dict: .pth, .pt; read as torch.load(weights_only=True)); - is stdin.\n"
 	       "\n"
 	       "Commands:\n"
 	       "  show CKPT          the settings (metadata), the tensors (name, dtype, shape,\n"
 	       "                     role) and the parameter count\n"
 	       "  diff A B           compare tensor by tensor: for each that differs, how many\n"
 	       "                     values and the largest difference; exit 3 when they differ\n"
+	       "  import FILE -o F   a state_dict (a .pth) as safetensors; with --model, as a\n"
+	       "                     dp-train checkpoint of that model, checked tensor by tensor\n"
 	       "  export CKPT -o F   write the weights alone (no optimizer state, no rng.state,\n"
 	       "                     no training state) for other programs\n"
 	       "\n"
@@ -127,12 +142,18 @@ static void help(void)
 	       "                         the same (default: only identical bits do)\n"
 	       "      --meta             compare the metadata too\n"
 	       "  -q, --quiet            print nothing; the exit status says\n"
-	       "export:\n"
+	       "import:\n"
+	       "      --model SPEC       the model the tensors are (dp-train's --model)\n"
+	       "      --input-shape CxHxW  its input (or a length)\n"
+	       "      --loss xent|mse    its loss (default xent)\n"
+	       "import and export:\n"
 	       "  -o, --output FILE      where to write (- is stdout)\n"
+	       "export:\n"
 	       "      --format ");
 	for (size_t i = 0; i < NFORMATS; i++)
 		printf("%s%s", i ? "|" : "", formats[i].name);
-	printf("\n                         the output's format (default: by FILE's name:");
+	printf("\n                         the output's format (default: by FILE's name:\n"
+	       "                        ");
 	for (size_t i = 0; i < NFORMATS; i++)
 		for (const char *const *x = formats[i].exts; *x; x++)
 			printf(" %s", *x);
@@ -157,6 +178,12 @@ static void set_option(int c, const char *v, char **argv)
 	case 'q': O.quiet = 1; break;
 	case 'o': O.output = v; break;
 	case OPT_FORMAT: O.format = v; break;
+	case OPT_MODEL: O.model = v; break;
+	case OPT_SHAPE: O.shape = v; break;
+	case OPT_LOSS:
+		if (!(O.loss = dp_loss_parse(v)))
+			cli_usage_error("--loss: want xent or mse");
+		break;
 	case OPT_CLASSES: O.classes = v; break;
 	case 'h':
 	case OPT_HELP: help(); cli_exit_stdout();
@@ -178,6 +205,9 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"quiet", no_argument, NULL, 'q'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, OPT_FORMAT},
+		{"model", required_argument, NULL, OPT_MODEL},
+		{"input-shape", required_argument, NULL, OPT_SHAPE},
+		{"loss", required_argument, NULL, OPT_LOSS},
 		{"classes", required_argument, NULL, OPT_CLASSES},
 		{"help", no_argument, NULL, OPT_HELP},
 		{"version", no_argument, NULL, OPT_VERSION},
@@ -193,13 +223,13 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		set_option(c, optarg, argv);
 	}
 	if (optind >= argc)
-		cli_usage_error("no command (show, diff, export)");
+		cli_usage_error("no command (show, diff, import, export)");
 	for (int k = 1; k < NCMDS; k++)
 		if (cmds[k].name && !strcmp(argv[optind], cmds[k].name))
 			O.cmd = k;
 	if (!O.cmd) {
 		char *shown = dp_shown(argv[optind], strlen(argv[optind]));
-		cli_usage_error("unknown command '%s' (show, diff, export)", shown ? shown : "?");
+		cli_usage_error("unknown command '%s' (show, diff, import, export)", shown ? shown : "?");
 	}
 	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
@@ -325,10 +355,10 @@ static void cmd_show(char **args, int n)
 	if (O.json) {
 		dp_buf_addstr(&b, "{\"file\":");
 		add_text(&b, dp_st_name(ck));
-		dp_buf_printf(&b, ",\"format\":\"safetensors\",\"tensors\":%d,\"bytes\":%" PRIu64
+		dp_buf_printf(&b, ",\"format\":\"%s\",\"tensors\":%d,\"bytes\":%" PRIu64
 			      ",\"parameters\":%" PRIu64 ",\"buffers\":%" PRIu64
 			      ",\"optimizer\":%" PRIu64 ",\"metadata\":{",
-			      dp_st_count(ck), bytes, count[DP_CK_PARAM], count[DP_CK_BUFFER],
+			      dp_st_format(ck), dp_st_count(ck), bytes, count[DP_CK_PARAM], count[DP_CK_BUFFER],
 			      count[DP_CK_OPTIM]);
 		for (int i = 0; i < dp_st_meta_count(ck); i++) {
 			const char *k, *v;
@@ -351,7 +381,7 @@ static void cmd_show(char **args, int n)
 	} else {
 		char sz[32];
 		add_text(&b, dp_st_name(ck));
-		dp_buf_printf(&b, ": safetensors, %d tensors, %s of values\n", dp_st_count(ck),
+		dp_buf_printf(&b, ": %s, %d tensors, %s of values\n", dp_st_format(ck), dp_st_count(ck),
 			      dp_fmt_size(bytes, sz, sizeof sz));
 		dp_buf_printf(&b, "parameters: %" PRIu64 " in %" PRIu64 " tensors\n",
 			      count[DP_CK_PARAM], ntens[DP_CK_PARAM]);
@@ -633,6 +663,34 @@ static void cmd_export(char **args, int n)
 		cli_die_err(CLI_FAIL, &e);
 	dp_st *ck = open_ckpt(args[0]);
 	if (f->write(ck, O.output, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_st_close(ck);
+}
+
+/* ---- import ------------------------------------------------------------ */
+
+static void cmd_import(char **args, int n)
+{
+	(void)n;
+	dp_err e;
+	if (!O.output)
+		cli_usage_error("import: -o FILE is needed");
+	if (!O.model != !O.shape)
+		cli_usage_error("import: --model and --input-shape go together");
+	if (!strcmp(O.output, "-") && isatty(STDOUT_FILENO))
+		cli_die("refusing to write a checkpoint to a terminal (redirect it, or -o FILE)");
+	if (dp_out_check(O.output, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_st *ck = open_ckpt(args[0]);
+	if (dp_st_meta(ck, "format"))
+		cli_die("%s: a dp-train checkpoint already (dp-ckpt export writes its weights alone)",
+			dp_st_name(ck));
+	char producer[64];
+	snprintf(producer, sizeof producer, "dp-ckpt %s", dp_version());
+	const char *meta[] = {"producer", producer, NULL};
+	int rc = O.model ? dp_ckpt_import(ck, O.model, O.shape, O.loss, O.output, meta, &e)
+			 : dp_ckpt_export_safetensors(ck, O.output, &e);
+	if (rc < 0)
 		cli_die_err(CLI_FAIL, &e);
 	dp_st_close(ck);
 }

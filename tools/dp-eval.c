@@ -22,10 +22,13 @@
 #include "dp_eval.h"
 #include "dp_example.h"
 #include "dp_nn.h"
+#include "dp_serve.h"
 #include "dp_record.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <fcntl.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -51,11 +54,13 @@ enum {
 	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
 	O_SKIP_CORRUPT,
 	O_MAX_SKIPPED,
-	O_MAX_RECORD
+	O_MAX_RECORD, O_BEST, O_COPY_BEST
 };
 
 static const struct option longopts[] = {
 	{"model", required_argument, 0, O_MODEL},
+	{"best", required_argument, 0, O_BEST},
+	{"copy-best", required_argument, 0, O_COPY_BEST},
 	{"data", required_argument, 0, O_DATA},
 	{"data-cmd", required_argument, 0, O_DATA_CMD},
 	{"feature", required_argument, 0, O_FEATURE},
@@ -92,7 +97,10 @@ static const struct option longopts[] = {
 enum { PF_AUTO = 0, PF_JSONL, PF_TFRECORD };
 
 static struct {
-	const char *model;
+	const char *model;   /* the checkpoint evaluated (of models) */
+	const char **models; /* --model, globs expanded */
+	size_t nmodels;
+	const char *best, *copy_best; /* --best METRIC[:min|max], --copy-best PATH */
 	const char **data;
 	size_t ndata;
 	const char *data_cmd;
@@ -121,7 +129,7 @@ static struct {
 	.decode = -1,
 	.batch = 256,
 	.topk = -1,
-	.threads = 1,
+	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
 	.gpu = -1,
 };
 
@@ -137,7 +145,12 @@ static const char help_text[] =
 	"MSE, RMSE, MAE, R2 (regression).  See dp-eval(1).\n"
 	"\n"
 	"Input:\n"
-	"      --model PATH         the checkpoint (safetensors, from dp-train)\n"
+	"      --model PATH         the checkpoint (safetensors, from dp-train); repeated or\n"
+	"                           a glob ('runs/*/model.safetensors'): several, each\n"
+	"                           on the same records in one pass of reading, a row each\n"
+	"      --best METRIC[:min|max]  of several, the best by METRIC (default: lower for\n"
+	"                           loss, mse, rmse, mae; higher for the rest)\n"
+	"      --copy-best PATH     copy the best checkpoint there, whole or not at all\n"
 	"      --data PATH          records: file, glob, FIFO or - (stdin); repeatable;\n"
 	"                           {rank} and {size} are filled in; FILE operands too\n"
 	"      --data-cmd CMD       read the stdout of CMD (sh -c) instead\n"
@@ -161,7 +174,8 @@ static const char help_text[] =
 	"                           when more than N records, or P% of those read, are\n"
 	"                           skipped (default 1%)\n"
 	"      --batch-size N       samples per forward pass (default 256)\n"
-	"      --threads N          math threads (default 1)\n"
+	"      --threads N          math threads (default: the CPUs of the host shared by\n"
+	"                           its ranks)\n"
 	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
 	"                           rank modulo the GPUs visible)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
@@ -182,7 +196,8 @@ static const char help_text[] =
 	"Gates:\n"
 	"      --require EXPR       METRIC OP NUMBER with OP one of < <= > >=, e.g.\n"
 	"                           'accuracy>=0.9', 'loss<0.4', 'recall[3]>0.8';\n"
-	"                           repeatable; exit 3 when one fails\n"
+	"                           repeatable; exit 3 when one fails (of several\n"
+	"                           models: the best's, with --best)\n"
 	"      --check FILE         apply the --require gates to a metrics JSON written\n"
 	"                           before, instead of evaluating a model\n"
 	"\n"
@@ -226,6 +241,22 @@ static void push(const char ***v, size_t *n, const char *s)
 	(*v)[(*n)++] = s;
 }
 
+/* --model PATH, or a glob of several (sorted; none matching: an error). */
+static void add_models(const char *arg)
+{
+	struct stat st;
+	glob_t g;
+	if (stat(arg, &st) == 0 || !strpbrk(arg, "*?[")) {
+		push(&O.models, &O.nmodels, arg);
+		return;
+	}
+	if (glob(arg, 0, NULL, &g) != 0)
+		usage_error("--model %s: no checkpoint matches", arg);
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
+	globfree(&g);
+}
+
 static void parse_args(int argc, char **argv)
 {
 	int c;
@@ -260,7 +291,9 @@ static void parse_args(int argc, char **argv)
 			O.max_skipped = optarg;
 			break;
 		}
-		case O_MODEL: O.model = optarg; break;
+		case O_MODEL: add_models(optarg); break;
+		case O_BEST: O.best = optarg; break;
+		case O_COPY_BEST: O.copy_best = optarg; break;
 		case O_DATA: push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
 		case O_FEATURE: O.feature = optarg; break;
@@ -362,55 +395,24 @@ static const char *fmt_float(float f, char *buf, size_t len)
 
 /* ---- class names ----------------------------------------------------------------- */
 
-static char **NAMES;      /* k names or NULL */
-static char *NAMES_TEXT; /* the buffer they point into */
+static char **NAMES; /* k names (one block: free(NAMES)) or NULL */
 
-static void load_classes(size_t k)
+/* The class names: --classes, else the checkpoint's (dp-train keeps the
+ * names it was given or read in the records' image/class/text). */
+static void load_classes(size_t k, const char *from_ckpt)
 {
-	if (!O.classes)
-		return;
-	char *text;
-	if (O.classes[0] == '@') {
-		FILE *f = fopen(O.classes + 1, "r");
-		if (!f)
-			cli_die("%s: %s", O.classes + 1, strerror(errno));
-		size_t n = 0;
-		text = NULL;
-		if (getdelim(&text, &n, 0, f) < 0 && ferror(f))
-			cli_die("%s: %s", O.classes + 1, strerror(errno));
-		fclose(f);
-		if (!text)
-			text = cli_strdup("");
-		for (char *p = text; *p; p++)
-			if (*p == '\n')
-				*p = ',';
-		size_t l = strlen(text);
-		while (l && text[l - 1] == ',')
-			text[--l] = 0;
-		for (char *p = text; *p; p++)
-			if (*p == '\r')
-				*p = ' ';
-	} else {
-		text = cli_strdup(O.classes);
+	dp_err e;
+	size_t n = k;
+	if (O.classes) {
+		if (dp_classes_parse(O.classes, &n, &NAMES, &e) < 0)
+			usage_error("--classes: %s", e.msg);
+	} else if (from_ckpt) {
+		if (dp_classes_from_json(from_ckpt, &n, &NAMES, &e) < 0)
+			cli_die("%s: metadata 'classes': %s", O.model, e.msg);
+		if (n != k)
+			cli_die("%s: metadata 'classes': %zu names for a model of %zu classes", O.model,
+				n, k);
 	}
-	NAMES_TEXT = text;
-	NAMES = cli_calloc(k, sizeof *NAMES);
-	size_t n = 0;
-	char *save = NULL;
-	for (char *p = text;; p = NULL) {
-		char *tok = strtok_r(p, ",", &save);
-		if (!tok)
-			break;
-		if (n < k)
-			NAMES[n] = tok;
-		n++;
-	}
-	if (n != k)
-		usage_error("--classes: %zu names for a model of %zu classes", n, k);
-	for (size_t i = 0; i < k; i++)
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(NAMES[i], NAMES[j]))
-				usage_error("--classes: '%s' twice", NAMES[i]);
 }
 
 /* ---- --check: gates on a metrics JSON ---------------------------------------------- */
@@ -611,8 +613,8 @@ static void pred_flush(pred_out *p, int force)
 }
 
 /* One record's prediction.  k values of prob/out; t: targets (regression). */
-static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_t label,
-		     int32_t pred, double loss, const float *v, const float *t, size_t k)
+static void pred_row(pred_out *p, const char *src, uint64_t rec, const char *name, int cls,
+		     int32_t label, int32_t pred, double loss, const float *v, const float *t, size_t k)
 {
 	dp_err e;
 	char tb[40];
@@ -621,9 +623,15 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 		dp_buf_printf(b, "{\"file\":");
 		jstr(b, src);
 		dp_buf_printf(b, ",\"record\":%" PRIu64, rec);
+		if (name) {
+			dp_buf_printf(b, ",\"filename\":");
+			jstr(b, name);
+		}
 		if (cls) {
 			dp_buf_printf(b, ",\"label\":%" PRId32 ",\"predicted\":%" PRId32, label, pred);
 			if (NAMES) {
+				dp_buf_printf(b, ",\"label_name\":");
+				jstr(b, NAMES[label]);
 				dp_buf_printf(b, ",\"predicted_name\":");
 				jstr(b, NAMES[pred]);
 			}
@@ -654,6 +662,11 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, int cls, int32_
 	float lf = (float)loss;
 	dp_exbuild_bytes(x, "file", 4, &sv, &sl, 1);
 	dp_exbuild_int64s(x, "record", 6, &r, 1);
+	if (name) {
+		const uint8_t *nv = (const uint8_t *)name;
+		size_t nl = strlen(name);
+		dp_exbuild_bytes(x, "filename", 8, &nv, &nl, 1);
+	}
 	if (cls) {
 		int64_t l = label, pr = pred;
 		dp_exbuild_int64s(x, "label", 5, &l, 1);
@@ -955,8 +968,15 @@ static struct {
 
 static void check_args(void)
 {
-	if (!O.model)
+	if (!O.nmodels)
 		usage_error("no checkpoint: give --model PATH");
+	O.model = O.models[0];
+	if (O.nmodels > 1 && O.pred)
+		usage_error("--predictions: one model at a time (%zu given)", O.nmodels);
+	if (O.nmodels > 1 && O.ngates && !O.best)
+		usage_error("--require with several models gates the best: give --best METRIC");
+	if (O.copy_best && !O.best)
+		usage_error("--copy-best goes with --best METRIC");
 	if (!O.ndata && !O.data_cmd)
 		usage_error("no data: give --data FILE (or - for stdin)");
 	if (O.ndata && O.data_cmd)
@@ -1003,6 +1023,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
+	if (!O.threads)
+		O.threads = dp_default_threads(NULL, NULL);
 	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision};
 	char desc[256];
 	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)
@@ -1091,7 +1113,7 @@ static void load_model(void)
 	/* how the records are read: the options, else the checkpoint's
 	 * settings (dp_run_conf), else dp-train's defaults */
 	static const int keys[] = {DP_RUN_FEATURE, DP_RUN_LABEL, DP_RUN_DECODE, DP_RUN_IMAGE,
-				   DP_RUN_LAYOUT, DP_RUN_SCALE, -1};
+				   DP_RUN_LAYOUT, DP_RUN_SCALE, DP_RUN_CLASSES, -1};
 	dp_run_conf *c = &R.run;
 	dp_run_conf_init(c);
 	if ((c->given[DP_RUN_FEATURE] = !!O.feature))
@@ -1135,7 +1157,7 @@ static void make_metrics(void)
 	if (O.classes && !R.cls)
 		usage_error("--classes: '%s' is a regression model", O.model);
 	if (R.cls)
-		load_classes(k);
+		load_classes(k, R.run.classes);
 	if (!(R.ev = dp_eval_new_for(R.m, topk, &e)))
 		cli_die_err(CLI_FAIL, &e);
 	dp_eval_report stub = {0};
@@ -1190,6 +1212,8 @@ static void open_data(void)
 	o.shard_count = own ? 1 : (unsigned)SIZE;
 	o.shard_block = O.batch;
 	o.origins = O.pred != NULL;
+	if (R.decode == DP_DECODE_IMAGE) /* each prediction names its image */
+		o.sample_name = "image/filename";
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
@@ -1221,7 +1245,8 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 	size_t k = R.k;
 	if (O.pred)
 		for (size_t i = 0; i < b->n; i++)
-			pred_row(&R.po, dp_data_source(R.d, b->src[i]), b->rec[i], R.cls,
+			pred_row(&R.po, dp_data_source(R.d, b->src[i]), b->rec[i],
+				 b->name ? b->name[i] : NULL, R.cls,
 				 R.cls ? b->y[i] : 0, R.cls ? r->pred[i] : 0, r->loss[i],
 				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
 				 k);
@@ -1341,10 +1366,247 @@ static int finish(void)
 	free(O.gates);
 	free(O.gate_text);
 	free(NAMES);
-	free(NAMES_TEXT);
 	if (cli_close_stdout() < 0)
 		return CLI_FAIL;
 	return R.gate_failed ? EVAL_GATE_FAILED : CLI_OK;
+}
+
+/* ---- several models ----------------------------------------------------------------------
+ *
+ * Each checkpoint loaded (load_model, make_metrics for the first), all
+ * reading their records alike (else one pass could not serve them), then
+ * one pass of reading with every batch through every model
+ * (dp_eval_data_many), the workers' sums added per model; a row each, the
+ * JSON of each as dp-eval writes one, the best by --best, its gates and
+ * its copy. */
+static struct {
+	size_t n, best;
+	dp_model **m;
+	dp_st **ck;
+	dp_eval **ev;
+	dp_eval_report *rep;
+	double *value; /* --best's metric */
+} MM;
+
+/* What decides how a model's records are read, as text. */
+static char *reading(void)
+{
+	char img[512] = "", in[64];
+	dp_shape sh = dp_model_input(R.m);
+	if (R.decode == DP_DECODE_IMAGE)
+		dp_image_spec(&R.img, img, sizeof img);
+	char *t = NULL;
+	if (asprintf(&t, "feature %s, label %s, decode_raw %s, scale %s, layout %s, image %s, input %s, "
+		     "%s %zu", R.feature, R.label, dp_decode_name(R.decode), R.scale_text,
+		     R.hwc ? "hwc" : "chw", img, dp_shape_format(&sh, in, sizeof in),
+		     R.cls ? "classes" : "outputs", R.k) < 0)
+		cli_die("out of memory");
+	return t;
+}
+
+static void many_load(void)
+{
+	dp_err e;
+	MM.n = O.nmodels;
+	MM.m = cli_calloc(MM.n, sizeof *MM.m);
+	MM.ck = cli_calloc(MM.n, sizeof *MM.ck);
+	MM.ev = cli_calloc(MM.n, sizeof *MM.ev);
+	MM.rep = cli_calloc(MM.n, sizeof *MM.rep);
+	MM.value = cli_calloc(MM.n, sizeof *MM.value);
+	char *first = NULL;
+	for (size_t i = 0; i < MM.n; i++) {
+		O.model = O.models[i];
+		if (i)
+			dp_run_conf_free(&R.run);
+		load_model();
+		if (i == 0)
+			make_metrics();
+		else if (!(R.ev = dp_eval_new_for(R.m, dp_eval_topk(MM.ev[0]), &e)))
+			cli_die_err(CLI_FAIL, &e);
+		char *t = reading();
+		if (i && strcmp(t, first))
+			usage_error("%s reads its records otherwise than %s (%s; not %s): one pass "
+				    "cannot serve both; evaluate them apart", O.model, O.models[0], t, first);
+		if (i)
+			free(t);
+		else
+			first = t;
+		MM.m[i] = R.m, MM.ck[i] = R.ck, MM.ev[i] = R.ev;
+	}
+	free(first);
+	O.model = O.models[0];
+	R.m = MM.m[0], R.ck = MM.ck[0], R.ev = MM.ev[0];
+}
+
+/* The pass, the sums over the workers, each model's report. */
+static void many_evaluate(void)
+{
+	dp_err e, fe = {0};
+	int rc = dp_data_epoch(R.d, 0, 0, &fe);
+	if (rc == 0)
+		rc = dp_eval_data_many(MM.ev, MM.m, MM.n, R.d, &fe);
+	double *flags = cli_calloc((size_t)SIZE, sizeof *flags);
+	flags[RANK] = rc < 0;
+	if (rc < 0)
+		cli_warn("%s", fe.msg);
+	for (size_t i = 0; i < MM.n; i++)
+		if (dp_eval_allreduce(MM.ev[i], R.comm, i ? NULL : flags, i ? 0 : (size_t)SIZE, &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
+	if (rc < 0)
+		cli_exit(CLI_FAIL);
+	for (int r = 0; r < SIZE; r++)
+		if (flags[r] != 0)
+			cli_die("stopped: worker %d failed", r);
+	free(flags);
+	for (size_t i = 0; i < MM.n; i++)
+		if (dp_eval_report_get(MM.ev[i], &MM.rep[i], &e) < 0)
+			cli_die("%s: no records to evaluate", dp_data_nsources(R.d) ? dp_data_source(R.d, 0) : "input");
+}
+
+/* --best METRIC[:min|max]: MM.best, and every model's value. */
+static void many_best(void)
+{
+	if (!O.best)
+		return;
+	char metric[128];
+	const char *colon = strrchr(O.best, ':');
+	int dir = 0; /* 1 higher, -1 lower, 0 by the name */
+	if (colon && (!strcmp(colon, ":min") || !strcmp(colon, ":max")))
+		dir = strcmp(colon, ":max") ? -1 : 1;
+	snprintf(metric, sizeof metric, "%.*s", (int)(dir ? (size_t)(colon - O.best) : strlen(O.best)),
+		 O.best);
+	if (!dir) {
+		static const char *const low[] = {"loss", "mse", "rmse", "mae", "skipped"};
+		dir = 1;
+		for (size_t i = 0; i < sizeof low / sizeof low[0]; i++)
+			if (!strncmp(metric, low[i], strlen(low[i])))
+				dir = -1;
+	}
+	dp_err e;
+	for (size_t i = 0; i < MM.n; i++) {
+		if (dp_eval_metric(&MM.rep[i], metric, (const char *const *)NAMES, &MM.value[i], &e) < 0)
+			usage_error("--best %s: %s", O.best, e.msg);
+		double v = MM.value[i], b = MM.value[MM.best];
+		if (i && !isnan(v) && (isnan(b) || (dir > 0 ? v > b : v < b)))
+			MM.best = i; /* the first of equals */
+	}
+}
+
+/* The metrics table: a row a model, the best marked. */
+static void many_table(dp_buf *b)
+{
+	char nb[64];
+	size_t nm = dp_eval_metric_count(&MM.rep[0]), w = 5;
+	for (size_t i = 0; i < MM.n; i++)
+		w = strlen(O.models[i]) > w ? strlen(O.models[i]) : w;
+	dp_buf_printf(b, "  %-*s", (int)w, "model");
+	int *cw = cli_calloc(nm + 1, sizeof *cw); /* each column as wide as its name */
+	for (size_t j = 0; j < nm; j++) {
+		double v;
+		const char *name = dp_eval_metric_at(&MM.rep[0], j, nb, sizeof nb, &v);
+		cw[j] = strlen(name) > 9 ? (int)strlen(name) : 9;
+		dp_buf_printf(b, "  %*s", cw[j], name);
+	}
+	dp_buf_printf(b, "\n");
+	for (size_t i = 0; i < MM.n; i++) {
+		dp_buf_printf(b, "%c %-*s", O.best && i == MM.best ? '*' : ' ', (int)w, O.models[i]);
+		for (size_t j = 0; j < nm; j++) {
+			double v;
+			dp_eval_metric_at(&MM.rep[i], j, nb, sizeof nb, &v);
+			dp_buf_printf(b, v == floor(v) && fabs(v) < 1e12 ? "  %*.0f" : "  %*.6g", cw[j], v);
+		}
+		dp_buf_printf(b, "\n");
+	}
+	if (O.best)
+		dp_buf_printf(b, "best by %s: %s (%.6g)\n", O.best, O.models[MM.best], MM.value[MM.best]);
+	free(cw);
+}
+
+/* --copy-best: the checkpoint's bytes, whole or not at all. */
+static void copy_best(void)
+{
+	dp_err e;
+	dp_out o;
+	const char *src = O.models[MM.best];
+	int fd = open(src, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		cli_die("%s: %s", src, strerror(errno));
+	if (dp_out_open(&o, O.copy_best, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	char buf[1 << 16];
+	long n;
+	while ((n = dp_read_full(fd, buf, sizeof buf, src, &e)) > 0)
+		if (dp_write_all(o.fd, buf, (size_t)n, O.copy_best, &e) < 0)
+			break;
+	close(fd);
+	if (n < 0 || e.code) {
+		dp_out_abort(&o);
+		cli_die_err(CLI_FAIL, &e);
+	}
+	if (dp_out_commit(&o, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+}
+
+static int many_models(void)
+{
+	many_load();
+	open_data();
+	check_not_inputs();
+	many_evaluate();
+	many_best();
+	R.rep = MM.rep[MM.best];
+	apply_gates();
+	if (RANK == 0 && O.json) {
+		dp_buf j = DP_BUF_INIT;
+		dp_out jo;
+		size_t ng = O.ngates;
+		dp_buf_printf(&j, "{\"format\": \"dp-eval-models/1\", \"models\": [\n");
+		for (size_t i = 0; i < MM.n; i++) {
+			O.model = O.models[i];
+			O.ngates = O.best && i == MM.best ? ng : 0; /* the gates are the best's */
+			json_report(&j, &MM.rep[i], MM.ck[i], MM.m[i], R.d, R.feature, R.label, R.decode,
+				    R.scale_text, R.gr);
+			dp_buf_printf(&j, "%s", i + 1 < MM.n ? ",\n" : "");
+		}
+		O.ngates = ng;
+		dp_buf_printf(&j, "]");
+		if (O.best) {
+			dp_buf_printf(&j, ",\n\"best\": {\"model\": ");
+			jstr(&j, O.models[MM.best]);
+			dp_buf_printf(&j, ", \"by\": ");
+			jstr(&j, O.best);
+			dp_buf_printf(&j, ", \"value\": ");
+			jnum(&j, MM.value[MM.best]);
+			dp_buf_printf(&j, "}");
+		}
+		dp_buf_printf(&j, "}\n");
+		write_whole(&jo, O.json, &j);
+		dp_buf_free(&j);
+		if (dp_out_commit(&jo, NULL) < 0)
+			cli_die("--json %s: cannot write it", O.json);
+	}
+	if (RANK == 0 && O.copy_best)
+		copy_best();
+	if (RANK == 0 && !O.quiet && !(O.json && !strcmp(O.json, "-"))) {
+		dp_buf t = DP_BUF_INIT;
+		many_table(&t);
+		char vb[40];
+		for (size_t i = 0; i < O.ngates; i++)
+			dp_buf_printf(&t, "gate %s: %s %s\n", O.gate_text[i],
+				      fmt_num(R.gr[i].value, vb, sizeof vb), R.gr[i].passed ? "passed" : "FAILED");
+		if (t.err)
+			cli_die("out of memory");
+		fwrite(t.p, 1, t.len, stdout);
+		dp_buf_free(&t);
+	}
+	for (size_t i = 0; i < MM.n; i++) {
+		dp_eval_free(MM.ev[i]);
+		dp_model_free(MM.m[i]);
+		dp_st_close(MM.ck[i]);
+	}
+	R.ev = NULL, R.m = NULL, R.ck = NULL;
+	free(MM.m), free(MM.ck), free(MM.ev), free(MM.rep), free(MM.value);
+	return finish();
 }
 
 int main(int argc, char **argv)
@@ -1362,7 +1624,7 @@ int main(int argc, char **argv)
 	sm_eval_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
 	parse_args(argc, argv);
 	if (O.check) {
-		if (O.model || O.ndata || O.data_cmd || O.json || O.pred)
+		if (O.nmodels || O.ndata || O.data_cmd || O.json || O.pred)
 			usage_error("--check reads a metrics JSON: no --model, --data, --json or "
 				    "--predictions with it");
 		if (!O.ngates)
@@ -1372,6 +1634,8 @@ int main(int argc, char **argv)
 	check_args();
 	join_job();
 	check_outputs();
+	if (O.nmodels > 1 || O.best)
+		cli_exit(many_models());
 	load_model();
 	make_metrics();
 	open_data();

@@ -31,6 +31,7 @@
 #include "dp_hash.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
+#include "dp_serve.h"
 #include "dp_train.h"
 
 #include <errno.h>
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,7 +71,7 @@ enum {
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
 	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
-	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_LAST
+	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -102,6 +104,7 @@ static const struct option longopts[] = {
 	{"input-shape", required_argument, 0, O_INPUT_SHAPE},
 	{"loss", required_argument, 0, O_LOSS},
 	{"summary", no_argument, 0, O_SUMMARY},
+	{"recompute", optional_argument, 0, O_RECOMPUTE},
 	{"epochs", required_argument, 0, O_EPOCHS},
 	{"max-steps", required_argument, 0, O_MAX_STEPS},
 	{"batch-size", required_argument, 0, O_BATCH},
@@ -187,6 +190,7 @@ static struct {
 	const char *cache_dir;
 	int prefetch;
 	int summary;
+	const char *recompute; /* --recompute: patterns; "": every innermost block */
 	uint64_t max_steps;
 	int threads;
 	int gpu;           /* -1: the local rank's GPU */
@@ -197,6 +201,8 @@ static struct {
 	const char *save_best; /* --save-best PATH */
 	const char *reset; /* fine-tuning: patterns */
 	int classes;    /* --classes of a named model (0: its default) */
+	char **names;   /* --classes NAMES (one block), nnames of them */
+	size_t nnames;
 	int json;
 	const char *log;
 	uint64_t log_every;
@@ -220,11 +226,13 @@ static struct {
 	.bucket = 1u << 20,
 	.stall = 60,
 	.prefetch = 2,
-	.threads = 1,
+	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
 	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
 };
+
+static void classes_opt(const char *v);
 
 static const char usage_line[] =
 	"usage: dp-train --train FILE... | --train-cmd CMD  --model SPEC --input-shape CxHxW\n"
@@ -280,11 +288,20 @@ static const char help_text[] =
 	"                           blocks res(ITEMS[|SHORTCUT]):relu, seq(ITEMS), NAME=ITEM\n"
 	"                           (dp-train(1), MODELS); resnet18/34/50/101/152 or\n"
 	"                           resnet20/32/44/56/110; @FILE: the spec from a file\n"
-	"      --classes N          outputs of a named model (default 1000; resnet20...: 10)\n"
+	"      --classes N|NAMES    outputs of a named model (default 1000; resnet20...: 10),\n"
+	"                           or the class names (comma-separated, or @FILE one a\n"
+	"                           line, as tfr-cat writes them), kept in the checkpoint\n"
 	"      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
 	"      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
 	"                           squared error on vectors\n"
-	"      --summary            print the layers, shapes and parameters, and exit\n"
+	"      --summary            print the layers, shapes and parameters, the memory\n"
+	"                           a rank takes, and exit\n"
+	"      --recompute[=LIST]   keep only each segment's input and output from the\n"
+	"                           forward pass and compute the rest again in the\n"
+	"                           backward pass (the same gradients, less memory): every\n"
+	"                           innermost block and the runs of layers between, or the\n"
+	"                           blocks and runs of layers LIST's patterns name\n"
+	"                           (layer3.*,[2-7])\n"
 	"\n"
 	"Training:\n"
 	"      --epochs N           passes over the data (default 1)\n"
@@ -302,7 +319,8 @@ static const char help_text[] =
 	"      --lr-schedule S      constant (default), step:EPOCHS[:GAMMA], cosine[:MIN_LR]\n"
 	"      --warmup N           ramp the rate up linearly over the first N updates\n"
 	"      --seed N             weights, dropout and shuffle (default 0)\n"
-	"      --threads N          math threads (default 1)\n"
+	"      --threads N          math threads (default: the CPUs of the host shared by\n"
+	"                           its ranks)\n"
 	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
 	"                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
@@ -702,7 +720,7 @@ static void parse_args(int argc, char **argv)
 			O.given[c] = 1;
 		switch (c) {
 		case O_MODEL: C.model = optarg; break;
-		case O_CLASSES: O.classes = (int)cli_count("--classes", optarg, 2, 1 << 24); break;
+		case O_CLASSES: classes_opt(optarg); break;
 		case O_SYNC_BN: C.sync_bn = 1; break;
 		case O_INPUT_SHAPE: C.input_shape = optarg; break;
 		case O_LOSS:
@@ -710,6 +728,7 @@ static void parse_args(int argc, char **argv)
 				usage_error("--loss '%s': want xent or mse", optarg);
 			break;
 		case O_SUMMARY: O.summary = 1; break;
+		case O_RECOMPUTE: O.recompute = optarg ? optarg : ""; break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
 		case O_BATCH: C.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
@@ -1024,6 +1043,26 @@ static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
+/* The class names the training records gave (image/class/text), once
+ * every class was met under one name: into the checkpoints from then on. */
+static void records_classes(void)
+{
+	const char *const *names;
+	size_t k = TD && !C.classes ? dp_data_class_names(TD, &names) : 0;
+	if (!k)
+		return;
+	size_t n;
+	char **back;
+	dp_err e;
+	char *json = dp_classes_json(names, k);
+	if (json && dp_classes_from_json(json, &n, &back, &e) == 0) { /* distinct */
+		free(back);
+		C.classes = json;
+		return;
+	}
+	free(json);
+}
+
 static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
@@ -1056,6 +1095,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = SIZE;
+	records_classes();
 	char **meta = dp_run_conf_meta(&C, extra, &e);
 	if (!meta)
 		cli_die_err(CLI_FAIL, &e);
@@ -1086,6 +1126,7 @@ static struct {
 	const dp_backend *be;
 	dp_bectx *ctx;
 	char desc[256];           /* the backend, for the first note */
+	int cpus, local;          /* --threads by default: dp_default_threads's */
 	dp_st *ck;                /* the checkpoint resumed or started from, during set-up */
 	dp_shape in;              /* --input-shape */
 	int xent;                 /* classes (else mse) */
@@ -1129,6 +1170,42 @@ static void summary(dp_model *m)
 	}
 	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
 	       dp_loss_name(dp_model_loss_kind(m)));
+	int ns = dp_model_nsegments(m);
+	for (int s = 0; s < ns; s++) {
+		int first, last;
+		dp_layer_info la, lf;
+		dp_model_segment(m, s, &first, &last);
+		dp_model_layer(m, first, &la);
+		dp_model_layer(m, last, &lf);
+		printf("%s%s..%s%s", s ? ", " : "recomputed: ", la.name, lf.name,
+		       s + 1 == ns ? "\n" : "");
+	}
+	dp_model_mem mm;
+	dp_err e;
+	if (dp_model_plan(m, C.batch, &mm, &e) == 0) {
+		char p[32], g[32], ac[32], k[32], sc[32], gb[32];
+		printf("memory at batch %" PRIu64 ": parameters %s, their gradients %s, activations %s "
+		       "(%s kept for the backward pass, %s scratch), gradient buffers %s\n",
+		       C.batch, dp_fmt_size(mm.params + mm.buffers, p, sizeof p),
+		       dp_fmt_size(mm.grads, g, sizeof g), dp_fmt_size(mm.activations, ac, sizeof ac),
+		       dp_fmt_size(mm.kept, k, sizeof k), dp_fmt_size(mm.scratch, sc, sizeof sc),
+		       dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
+	}
+}
+
+/* What the bound model and its optimizer take, in a note. */
+static void memory_note(void)
+{
+	dp_model_mem mm;
+	dp_model_memory(M, &mm);
+	size_t opt = (size_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
+	char p[32], o[32], a[32], k[32], sc[32], gb[32];
+	note("memory: parameters %s (+ gradients, %s of optimizer state), activations %s (%s kept "
+	     "for the backward pass%s, %s scratch), gradient buffers %s",
+	     dp_fmt_size(mm.params + mm.buffers, p, sizeof p), dp_fmt_size(opt, o, sizeof o),
+	     dp_fmt_size(mm.activations, a, sizeof a), dp_fmt_size(mm.kept, k, sizeof k),
+	     dp_model_nsegments(M) ? ", --recompute" : "", dp_fmt_size(mm.scratch, sc, sizeof sc),
+	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
 }
 
 /* Whether a path template names {rank} (or {rank:W}): a file a rank. */
@@ -1220,6 +1297,10 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
+	/* images name their class (image/class/text): the names travel in the
+	 * checkpoint unless --classes gave them */
+	if (train && R.xent && C.decode == DP_DECODE_IMAGE && !C.classes)
+		o.class_text = "image/class/text";
 	input_opts(&o, &R.in, train);
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
@@ -1486,6 +1567,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
+	if (!O.threads)
+		O.threads = dp_default_threads(&R.cpus, &R.local);
 	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = C.precision,
 			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
@@ -1548,6 +1631,29 @@ static char *model_file(const char *path)
 	return b.p ? b.p : cli_strdup("");
 }
 
+/* --classes N (a named model's outputs) or NAMES (as many outputs, and
+ * the names kept in the checkpoint's metadata). */
+static void classes_opt(const char *v)
+{
+	dp_err e;
+	if (strspn(v, "0123456789") == strlen(v)) {
+		O.classes = (int)cli_count("--classes", v, 2, 1 << 24);
+		return;
+	}
+	O.nnames = 0;
+	free(O.names);
+	if (dp_classes_parse(v, &O.nnames, &O.names, &e) < 0)
+		usage_error("--classes: %s", e.msg);
+	if (O.nnames < 2)
+		usage_error("--classes: %zu name: a classifier has 2 classes or more", O.nnames);
+	O.classes = (int)O.nnames;
+	char *json = dp_classes_json((const char *const *)O.names, O.nnames);
+	if (!json)
+		cli_die("out of memory");
+	C.classes = json;
+	C.given[DP_RUN_CLASSES] = 1;
+}
+
 static void make_model(void)
 {
 	dp_err e;
@@ -1558,7 +1664,7 @@ static void make_model(void)
 	if (dp_shape_parse(C.input_shape, &R.in, &e) < 0)
 		bad_setting(C.from[DP_RUN_INPUT_SHAPE], "%s", e.msg);
 	char *spec = C.model[0] == '@' ? model_file(C.model + 1) : cli_strdup(C.model);
-	if (O.classes) {
+	if (O.classes && (!O.names || dp_model_named(spec))) {
 		int k = dp_model_named(spec);
 		if (!k)
 			usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
@@ -1579,6 +1685,9 @@ static void make_model(void)
 	free(spec);
 	C.model = dp_model_spec(M); /* as parsed: one line, comments gone */
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
+	if (O.names && (!R.xent || O.nnames != dp_model_out_size(M)))
+		usage_error("--classes: %zu names for a model of %zu %s", O.nnames,
+			    dp_model_out_size(M), R.xent ? "classes" : "outputs (a regression model)");
 }
 
 static void conv_algos_resume(void);
@@ -1633,6 +1742,8 @@ static int show_summary(void)
 	dp_err e;
 	if (C.freeze && *C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
+	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0)
+		usage_error("%s", e.msg);
 	if (RANK == 0)
 		summary(M);
 	summary_convs(M);
@@ -1986,6 +2097,11 @@ static void setup_model(void)
 		bad_setting(C.from[DP_RUN_SMOOTH], "--label-smoothing: %s", e.msg);
 	if (C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
+	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0) {
+		if (e.code == DP_EARG)
+			usage_error("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
+	}
 	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn};
 	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
 		cli_die_err(CLI_FAIL, &e);
@@ -2017,8 +2133,13 @@ static void setup_data(void)
 		if (!(R.val = dp_eval_new_for(M, 0, &e)))
 			cli_die("val: %s", e.msg);
 	}
-	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
+	char thr[128] = ""; /* where the default thread count came from */
+	if (R.cpus && (R.be->caps & DP_CAP_HOST_MEMORY))
+		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
+			 "%d rank%s on it; --threads sets it)", R.cpus, R.local, R.local == 1 ? "" : "s");
+	note("%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(M), R.desc, thr,
 	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
+	memory_note();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
 		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, C.accumulate,
@@ -2527,6 +2648,11 @@ static void finish(void)
 		check_same_state(R.ts.step);
 		comm_report();
 	}
+	struct rusage ru;
+	char pk[32];
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		note("peak memory: %s resident (rank %d)",
+		     dp_fmt_size((uint64_t)ru.ru_maxrss * 1024, pk, sizeof pk), RANK);
 	if (O.timeline && dp_comm_timeline_write(COMM, O.timeline, &e) < 0)
 		cli_die("timeline: %s", e.msg);
 }

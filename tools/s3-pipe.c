@@ -8,6 +8,8 @@
  *   s3-pipe presign URL           a presigned URL
  *   s3-pipe rm URL...             delete objects (and abandoned uploads)
  *   s3-pipe whoami                which credentials, region and endpoint it uses
+ *   s3-pipe sync SRC DST          a directory and an S3 prefix made the same
+ *   s3-pipe mb|rb s3://BUCKET     make a bucket, remove an empty one
  *
  * URLs are s3://bucket/key, file:///path or plain paths.  Options may come
  * before or after the command and the URLs.  The work is done by libdp's
@@ -48,14 +50,16 @@ enum {
 	S3P_TRANSFER = 5, /* the network or the server failed, retries exhausted */
 };
 
-enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM, C_WHOAMI };
-static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign", "rm", "whoami"};
+enum { C_NONE, C_GET, C_PUT, C_LS, C_FIFO, C_PRESIGN, C_RM, C_WHOAMI, C_SYNC, C_MB, C_RB, C_LAST };
+static const char *const cmd_names[] = {"", "get", "put", "ls", "fifo", "presign", "rm", "whoami",
+					"sync", "mb", "rb"};
 
 /* The command line. */
 static struct {
 	int cmd;
 	const char *output, *range, *shard, *channel, *dir, *method;
 	int shuffle, manifest, recursive, json, uploads, quiet, verbose, dryrun, expand, markers;
+	int delete_extra, exact; /* sync --delete, --exact-timestamps */
 	uint64_t seed, epoch, epochs;
 	uint64_t shard_i, shard_n; /* --shard I/N */
 	long expires;
@@ -137,13 +141,37 @@ static void fifo_break(const char *path, int wait_ms)
 	close(rw);
 }
 
-/* Every FIFO of the run broken (a failure or a signal). */
+/* The directories of --dir that fifo made: made[0..made_len) is the
+ * deepest, made_keep the length of its part that was there before. */
+static char made[PATH_MAX];
+static size_t made_len, made_keep;
+
+/* Remove the directories fifo made, deepest first, those left empty
+ * (async-signal-safe: rmdir). */
+static void made_dirs_remove(void)
+{
+	for (size_t n = made_len; n > made_keep; n--) {
+		if (made[n] != '/' && made[n] != 0)
+			continue;
+		char c = made[n];
+		made[n] = 0;
+		int rc = rmdir(made);
+		made[n] = c;
+		if (rc < 0)
+			break; /* not empty: nor are those above */
+	}
+	made_len = made_keep = 0;
+}
+
+/* Every FIFO of the run broken (a failure or a signal), and the
+ * directories it made removed. */
 static void fifo_break_all(int wait_ms)
 {
 	for (int i = 0; i < 2; i++) {
 		fifo_break(fifos[i], wait_ms);
 		fifos[i][0] = 0;
 	}
+	made_dirs_remove();
 }
 
 /* cli.on_fail: half-written outputs go, and a signal that cancelled an
@@ -262,7 +290,7 @@ static void dryrun(const char *verb, const char *a, const char *sep, const char 
 }
 
 static const char usage_line[] =
-	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami [OPTION]... URL...   (s3-pipe --help lists "
+	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami|sync|mb|rb [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
 
 static void help(void)
@@ -291,6 +319,11 @@ static void help(void)
 "                      of 1000 keys)\n"
 "  whoami              print the credentials' provider and key id (never the\n"
 "                      secret), when they expire, the region and the endpoint\n"
+"  sync SRC DST        make DST the same as SRC, a local directory and an S3\n"
+"                      prefix (either way), as aws s3 sync: copy what DST\n"
+"                      lacks, has in another size, or has older (-j at a time)\n"
+"  mb s3://BUCKET      make a bucket (in --region)\n"
+"  rb s3://BUCKET      remove an empty bucket\n"
 "\n"
 "Placeholders: {rank} and {size} are filled in -o, --dir and --shard (from\n"
 "OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE, SLURM_*; else 0 and 1), and in URLs only\n"
@@ -320,11 +353,15 @@ static void help(void)
 "      --json          ls: one JSON object per line\n"
 "      --page-size=N   ls: keys per listing request (default 1000)\n"
 "      --uploads       ls: multipart uploads in progress; rm: abort them\n"
-"      --dryrun        rm, put: print what would be done, do nothing\n"
+"      --dryrun        rm, put, sync: print what would be done, do nothing\n"
+"      --delete        sync: also delete what DST has and SRC has not (under\n"
+"                      DST's prefix only, and what the filters keep)\n"
+"      --exact-timestamps  sync from S3: copy a file of the same size whose\n"
+"                      time differs at all (default: when S3's is newer)\n"
 "      --dir-markers   put: also make the folder marker (an empty object KEY/)\n"
 "                      of the prefix and of every directory put (empty ones\n"
 "                      too); put PREFIX/ alone: only its marker\n"
-"      --include=PAT, --exclude=PAT  (get, put, ls, rm, fifo) keep or drop the\n"
+"      --include=PAT, --exclude=PAT  (get, put, ls, rm, fifo, sync) keep or drop the\n"
 "                      names under a URL or directory that match PAT (fnmatch:\n"
 "                      '*' crosses '/'); in order, the last that matches wins\n"
 "\n"
@@ -611,19 +648,39 @@ static void cmd_get(char **urls, int n)
 
 /* ---- fifo: SageMaker Pipe mode ------------------------------------------------------------ */
 
+/* --dir and its parents, those missing made (and recorded in made[], to
+ * be removed at the end). */
 static void mkdirs(const char *dir)
 {
+	size_t len = strlen(dir);
+	if (len >= sizeof made)
+		cli_die("%s: name too long", dir);
 	char *p = cli_strdup(dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
+	int first = 1;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s)
 			continue;
+		char c = *s;
 		*s = 0;
-		if (mkdir(p, 0777) < 0 && errno != EEXIST)
+		signals_blocked(1);
+		int rc = mkdir(p, 0777);
+		if (rc == 0 && first) {
+			memcpy(made, dir, len + 1);
+			made_keep = (size_t)(s - p);
+			while (made_keep && made[made_keep - 1] != '/')
+				made_keep--;
+			made_keep -= made_keep > 0; /* the parent's length */
+			first = 0;
+		}
+		if (rc == 0)
+			made_len = (size_t)(s - p);
+		signals_blocked(0);
+		if (rc < 0 && errno != EEXIST)
 			cli_die("%s: cannot create: %s", p, strerror(errno));
-		*s = '/';
+		*s = c;
+		if (!c)
+			break;
 	}
-	if (mkdir(p, 0777) < 0 && errno != EEXIST)
-		cli_die("%s: cannot create: %s", p, strerror(errno));
 	free(p);
 }
 
@@ -660,6 +717,48 @@ static void fifo_done(int fd)
 	memcpy(fifos[0], fifos[1], sizeof fifos[0]);
 	fifos[1][0] = 0;
 	signals_blocked(0);
+}
+
+/* The first epoch's reader: the FIFO of that epoch, E, and of the next
+ * are both made, and whichever a reader opens first is served the first
+ * epoch (polled with non-blocking opens, which fail with ENXIO until a
+ * reader has the FIFO open).  SageMaker numbers Pipe-mode FIFOs from 0,
+ * dp-train's {epoch} counts from 1: a reader that opens CHANNEL_1 first
+ * numbers from 1, and is served so from then on (*shift 1), instead of
+ * waiting for ever while this waits on CHANNEL_0.  The FIFO not taken goes
+ * (the next one is made again when its epoch comes).  Returns the write
+ * end, blocking, or -1 with errno. */
+static int first_reader(const char *dir, uint64_t epoch, uint64_t *shift)
+{
+	dp_err e = {0};
+	if (make_fifo(dir, epoch + 1, 1, &e) < 0)
+		die_err(&e);
+	for (;;) {
+		for (int i = 0; i < 2; i++) {
+			int fd = open(fifos[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+			if (fd < 0 && errno != ENXIO)
+				return -1;
+			if (fd < 0)
+				continue;
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+			signals_blocked(1);
+			if (i == 1) { /* the reader counts from 1: its FIFO is the epoch's */
+				unlink(fifos[0]);
+				memcpy(fifos[0], fifos[1], sizeof fifos[0]);
+			} else {
+				unlink(fifos[1]);
+			}
+			fifos[1][0] = 0;
+			signals_blocked(0);
+			*shift = (uint64_t)i;
+			if (i && O.verbose)
+				cli_warn("fifo=%s: the reader numbers epochs from %" PRIu64
+					 " ({epoch}): served so", fifos[0], epoch + 1);
+			return fd;
+		}
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
@@ -700,6 +799,7 @@ static void cmd_fifo(char **urls, int n)
 	free(key);
 	if (make_fifo(dir, O.epoch, 0, &e) < 0)
 		die_err(&e);
+	uint64_t shift = 0; /* the reader's numbering over ours: 0 or 1 */
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
 		uint64_t epoch = O.epoch + k;
 		dp_objs objs = {0};
@@ -708,7 +808,7 @@ static void cmd_fifo(char **urls, int n)
 		if (O.verbose)
 			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", fifos[0],
 				 epoch, objs.n);
-		int fd = open(fifos[0], O_WRONLY | O_CLOEXEC);
+		int fd = k == 0 ? first_reader(dir, epoch, &shift) : open(fifos[0], O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
 			cli_die("%s: %s", fifos[0], strerror(errno)); /* on_fail breaks it */
 		dp_s3_stats st = {0};
@@ -733,12 +833,15 @@ static void cmd_fifo(char **urls, int n)
 			summary(&st);
 		}
 		dp_err e2 = {0};
-		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1, 1, &e2) < 0) {
+		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1 + shift, 1, &e2) < 0) {
 			fifo_done(fd); /* this epoch is whole: its reader gets all of it */
 			die_err(&e2);
 		}
 		fifo_done(fd);
 	}
+	signals_blocked(1);
+	made_dirs_remove();
+	signals_blocked(0);
 	dp_objs_free(&all);
 	free(dir);
 }
@@ -960,7 +1063,7 @@ static void put_many(const char *url, char **args, int n)
 	} else if (l.n) {
 		dp_s3_file *f = cli_calloc(l.n, sizeof *f);
 		for (size_t i = 0; i < l.n; i++)
-			f[i] = (dp_s3_file){l.v[i].file, l.v[i].dst};
+			f[i] = (dp_s3_file){.src = l.v[i].file, .dst = l.v[i].dst};
 		dp_err e = {0};
 		dp_s3_stats st = {0};
 		t_start = dp_now();
@@ -1441,6 +1544,83 @@ static void cmd_whoami(int n)
 	out_line(line);
 }
 
+/* ---- sync, mb, rb ---------------------------------------------------------------------------- */
+
+static int sync_keep(void *ctx, const char *rel)
+{
+	(void)ctx;
+	return filtered_in(rel);
+}
+
+/* dp_s3_sync's report: --dryrun's lines, -v's notes, the progress. */
+static void sync_report(void *ctx, const char *verb, const char *src, const char *dst)
+{
+	(void)ctx;
+	if (O.dryrun) {
+		dryrun(verb, src, dst ? "to" : NULL, dst);
+	} else if (O.verbose) {
+		char *a = shown(src), *b = dst ? shown(dst) : NULL;
+		cli_warn("%s %s%s%s", !strcmp(verb, "upload") ? "uploaded" : !strcmp(verb, "download")
+			 ? "downloaded" : "removed", a, b ? " to " : "", b ? b : "");
+		free(a);
+		free(b);
+	} else if (O.conf.progress && cli_progress_due()) {
+		cli_progress("%s: %zu files", cli.prog, ++files_done);
+	}
+}
+
+/* sync SRC DST: one a local directory, the other an S3 prefix. */
+static void cmd_sync(char **args, int n)
+{
+	if (n != 2)
+		cli_usage_error("sync: want SRC and DST, a directory and an S3 prefix (either way)");
+	char *src = url_arg(args[0]), *dst = url_arg(args[1]);
+	dp_s3_sync_conf c = {.exact_timestamps = O.exact, .delete_extra = O.delete_extra,
+			     .dryrun = O.dryrun, .jobs = O.conf.concurrency, .keep = sync_keep,
+			     .report = sync_report};
+	dp_s3_sync_stats st = {0};
+	dp_err e = {0};
+	t_start = dp_now();
+	soft_cancel = 1; /* uploads abort, downloads leave no temporary: then die of the signal */
+	int rc = dp_s3_sync(S, src, dst, &c, &st, &e);
+	soft_cancel = 0;
+	if (rc == DP_EARG)
+		cli_usage_error("%s", e.msg);
+	if (rc < 0)
+		die_err(&e);
+	if (caught)
+		cli_exit(CLI_FAIL); /* on_fail re-raises it */
+	cli_progress_clear();
+	if (O.verbose && !O.dryrun)
+		cli_warn("%zu copied, %zu deleted, %zu already the same", st.copied, st.deleted, st.same);
+	summary(&st.io);
+	free(src);
+	free(dst);
+}
+
+/* mb / rb s3://BUCKET... */
+static void cmd_bucket(char **args, int n)
+{
+	const char *verb = cmd_names[O.cmd];
+	if (n < 1)
+		cli_usage_error("%s: no bucket (s3://BUCKET)", verb);
+	for (int i = 0; i < n; i++) {
+		dp_err e = {0};
+		dp_loc l;
+		char *u = url_arg(args[i]);
+		if (dp_loc_parse(u, &l, &e) < 0)
+			die_err(&e);
+		if (l.kind != DP_LOC_S3 || !*l.bucket || (*l.key && strcmp(l.key, "/")))
+			cli_usage_error("%s: %s: want s3://BUCKET", verb, u);
+		if ((O.cmd == C_MB ? dp_s3_mb : dp_s3_rb)(S, l.bucket, &e) < 0)
+			die_err(&e);
+		if (O.verbose)
+			cli_warn("%s s3://%s", O.cmd == C_MB ? "made bucket" : "removed bucket", l.bucket);
+		dp_loc_free(&l);
+		free(u);
+	}
+}
+
 /* ---- Command line -------------------------------------------------------------------------- */
 
 enum {
@@ -1448,10 +1628,11 @@ enum {
 	OPT_DIR, OPT_MANIFEST, OPT_NO_VERIFY, OPT_JSON, OPT_PAGE_SIZE, OPT_UPLOADS, OPT_EXPIRES,
 	OPT_METHOD, OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_NO_SIGN, OPT_ADDRESSING,
 	OPT_PART_SIZE, OPT_RETRIES, OPT_TIMEOUT, OPT_DRYRUN, OPT_DIR_MARKERS, OPT_EXPAND, OPT_INCLUDE, OPT_EXCLUDE,
+	OPT_DELETE, OPT_EXACT,
 };
 
 #define B(c) (1u << (c))
-#define ALL (B(C_GET) | B(C_PUT) | B(C_LS) | B(C_FIFO) | B(C_PRESIGN) | B(C_RM))
+#define ALL (B(C_GET) | B(C_PUT) | B(C_LS) | B(C_FIFO) | B(C_PRESIGN) | B(C_RM) | B(C_SYNC))
 
 /* Which commands take which option (the rest is a usage error). */
 static const struct {
@@ -1478,7 +1659,9 @@ static const struct {
 	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
 	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
 	{OPT_METHOD, B(C_PRESIGN), "--method"},
-	{OPT_DRYRUN, B(C_PUT) | B(C_RM), "--dryrun"},
+	{OPT_DRYRUN, B(C_PUT) | B(C_RM) | B(C_SYNC), "--dryrun"},
+	{OPT_DELETE, B(C_SYNC), "--delete"},
+	{OPT_EXACT, B(C_SYNC), "--exact-timestamps"},
 	{OPT_DIR_MARKERS, B(C_PUT), "--dir-markers"},
 	{OPT_EXPAND, ALL & ~B(C_RM), "--expand"},
 };
@@ -1521,6 +1704,8 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_EXPAND: O.expand = 1; break;
 	case OPT_INCLUDE: add_filter(1, v); break;
 	case OPT_EXCLUDE: add_filter(0, v); break;
+	case OPT_DELETE: O.delete_extra = 1; break;
+	case OPT_EXACT: O.exact = 1; break;
 	case OPT_ENDPOINT: O.conf.endpoint_url = v; break;
 	case OPT_REGION: O.conf.region = v; break;
 	case OPT_PROFILE: O.conf.profile = v; break;
@@ -1565,6 +1750,8 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"expand", no_argument, NULL, OPT_EXPAND},
 		{"include", required_argument, NULL, OPT_INCLUDE},
 		{"exclude", required_argument, NULL, OPT_EXCLUDE},
+		{"delete", no_argument, NULL, OPT_DELETE},
+		{"exact-timestamps", no_argument, NULL, OPT_EXACT},
 		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
 		{"region", required_argument, NULL, OPT_REGION},
 		{"profile", required_argument, NULL, OPT_PROFILE},
@@ -1592,18 +1779,19 @@ static char **parse_args(int argc, char **argv, int *nargs)
 	char **args = argv + optind;
 	if (optind >= argc)
 		cli_usage_error("no command");
-	for (int k = 1; k <= C_WHOAMI; k++)
+	for (int k = 1; k < C_LAST; k++)
 		if (!strcmp(args[0], cmd_names[k]))
 			O.cmd = k;
 	if (!O.cmd)
-		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm, whoami)",
+		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm, whoami, sync, "
+				"mb, rb)",
 				args[0]);
 	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
 			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
 	if (nfilters && O.manifest)
 		cli_usage_error("--include and --exclude do not apply to --manifest (it names each key)");
-	if (O.conf.part_size < (5u << 20) && O.cmd == C_PUT)
+	if (O.conf.part_size < (5u << 20) && (O.cmd == C_PUT || O.cmd == C_SYNC))
 		cli_usage_error("--part-size: S3 parts are at least 5M");
 	*nargs = argc - optind - 1;
 	return args + 1;
@@ -1628,7 +1816,7 @@ int main(int argc, char **argv)
 		O.conf.verbose = O.verbose > 1;
 	}
 	if (!O.quiet && isatty(STDERR_FILENO) && O.cmd != C_LS && O.cmd != C_PRESIGN &&
-	    O.cmd != C_RM && O.cmd != C_WHOAMI) {
+	    O.cmd != C_RM && O.cmd != C_WHOAMI && O.cmd != C_MB && O.cmd != C_RB) {
 		O.conf.progress = on_progress;
 		cli_progress_on(1);
 	}
@@ -1644,6 +1832,9 @@ int main(int argc, char **argv)
 	case C_FIFO: cmd_fifo(args, nargs); break;
 	case C_PRESIGN: cmd_presign(args, nargs); break;
 	case C_WHOAMI: cmd_whoami(nargs); break;
+	case C_SYNC: cmd_sync(args, nargs); break;
+	case C_MB:
+	case C_RB: cmd_bucket(args, nargs); break;
 	default: cmd_rm(args, nargs); break;
 	}
 	cli_progress_clear();

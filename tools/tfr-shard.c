@@ -9,6 +9,11 @@
  *        -> split (by seed from p, or by key hash) -> shard within the split
  *           (round-robin, contiguous, key hash, or by size) -> output
  *
+ * With --folds K the "splits" are fold f's train and val, 2K of them: a
+ * record's fold f is drawn by seed (dp_fold_at: folds of n/K records) or
+ * by key hash (K equal parts); it goes to fold f's val and to every other
+ * fold's train.
+ *
  * Records are passed through as the frames they were read as (never
  * re-framed).  Every output is a temporary file beside its final name until
  * the whole run has succeeded; then all are renamed into place.  Contiguous
@@ -59,6 +64,8 @@ static struct {
 	const char *split_spec;
 	const char *split_feature; /* --split-by hash:F */
 	const char *only;
+	uint64_t folds;       /* --folds K (0: none) */
+	int fold;             /* --fold F: only that fold's outputs (-1: all) */
 	int shuffle;
 	uint64_t window;
 	uint64_t seed;
@@ -74,7 +81,7 @@ static struct {
 	char **inputs;
 	int ninputs;
 } opt = {.by = -1, .memory = DEFAULT_MEMORY, .rank = -1, .size = -1, .comp = DP_COMP_NONE,
-	 .level = -1};
+	 .level = -1, .fold = -1};
 
 /* ---- state ------------------------------------------------------------- */
 
@@ -91,6 +98,7 @@ struct output {
 
 struct split {
 	const char *name; /* NULL without --split */
+	int fold;         /* --folds: the fold (train and val of each) */
 	int selected;
 	struct output *sh;
 	size_t nsh, capsh; /* fixed mode: nshards (or 1 with --take) */
@@ -100,9 +108,9 @@ struct split {
 };
 
 static struct {
-	dp_splits splits;
-	int nsplits; /* at least 1 (one unnamed split without --split) */
-	struct split sp[DP_SPLIT_MAX];
+	dp_splits splits; /* --split's; with --folds the K folds' */
+	int nsplits; /* at least 1 (one unnamed split without --split); 2K with --folds */
+	struct split sp[2 * DP_SPLIT_MAX];
 	int take;            /* shard written with --take, or -1 */
 	int fixed;           /* the number of shards is known up front */
 	int width;           /* digits of {shard} */
@@ -113,7 +121,7 @@ static struct {
 	uint64_t corrupt;
 	int warnings;
 	int quiet_warnings;  /* second pass: warned already */
-	uint64_t counts[DP_SPLIT_MAX];
+	uint64_t counts[DP_SPLIT_MAX]; /* records of each split (of each fold) */
 	uint64_t flush_every; /* 0: leave buffering to the writer */
 	dp_example ex;
 	dp_window *win;
@@ -171,6 +179,11 @@ static void help(void)
 	       "      --split-by RULE      seed (default: exact proportions, random by --seed)\n"
 	       "                           or hash:FEATURE (same value, same split)\n"
 	       "      --only NAME          write only split NAME\n"
+	       "      --folds K            K-fold cross-validation: K equal folds (by --seed, or\n"
+	       "                           --split-by hash:FEATURE); fold F's val is fold F, its\n"
+	       "                           train the other folds: splits train and val, {fold}\n"
+	       "                           (0 to K-1) in -o\n"
+	       "      --fold F             with --folds: write only fold F's train and val\n"
 	       "Order:\n"
 	       "      --shuffle            full seeded shuffle, spilling past --memory\n"
 	       "      --shuffle-window N   cheaper: shuffle through a window of N records\n"
@@ -230,13 +243,13 @@ static void pad(char *buf, size_t n, uint64_t v, int width)
 
 /* -o with these values, every placeholder checked: an unknown name or a
  * bad width is a usage error. */
-static char *tmpl_with(const char *shard, const char *nshards, const char *split)
+static char *tmpl_with(const char *shard, const char *nshards, const char *split, const char *fold_of)
 {
 	char rank[16], size[16];
 	snprintf(rank, sizeof rank, "%d", opt.rank);
 	snprintf(size, sizeof size, "%d", opt.size);
 	const char *vars[] = {"shard", shard, "nshards", nshards, "split", split,
-			      "rank",  rank,  "size",    size,    NULL};
+			      "rank",  rank,  "size",    size,    opt.folds ? "fold" : NULL, fold_of, NULL};
 	dp_err e;
 	char *name = dp_expand_strict(opt.tmpl, vars, &e);
 	if (!name && e.code == DP_ENOMEM)
@@ -251,10 +264,10 @@ static char *tmpl_with(const char *shard, const char *nshards, const char *split
  * part. */
 static int tmpl_uses(const char *var, int dir)
 {
-	const char *a[3] = {"00000", "00001", "a"}, *b[3] = {"00000", "00001", "a"};
-	int i = !strcmp(var, "shard") ? 0 : !strcmp(var, "nshards") ? 1 : 2;
-	b[i] = i == 2 ? "b" : "00002";
-	char *x = tmpl_with(a[0], a[1], a[2]), *y = tmpl_with(b[0], b[1], b[2]);
+	const char *a[4] = {"00000", "00001", "a", "0"}, *b[4] = {"00000", "00001", "a", "0"};
+	int i = !strcmp(var, "shard") ? 0 : !strcmp(var, "nshards") ? 1 : !strcmp(var, "split") ? 2 : 3;
+	b[i] = i == 2 ? "b" : i == 3 ? "1" : "00002";
+	char *x = tmpl_with(a[0], a[1], a[2], a[3]), *y = tmpl_with(b[0], b[1], b[2], b[3]);
 	if (dir) { /* compare the directory parts only */
 		char *sx = strrchr(x, '/'), *sy = strrchr(y, '/');
 		*(sx ? sx : x) = 0;
@@ -270,8 +283,9 @@ static int tmpl_uses(const char *var, int dir)
  * The placeholders were checked by tmpl_with at the start. */
 static char *out_name(int s, uint64_t k, uint64_t nshards)
 {
-	char shard[64], ns[64], rank[16], size[16];
+	char shard[64], ns[64], rank[16], size[16], fold[24];
 	int width = g.width;
+	snprintf(fold, sizeof fold, "%d", g.sp[s].fold);
 	if (nshards) {
 		int d = snprintf(ns, sizeof ns, "%" PRIu64, nshards);
 		if (d > width)
@@ -284,7 +298,7 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 	const char *vars[] = {"shard",   shard, "nshards", nshards ? ns : "{nshards}",
 			      "split",   g.sp[s].name ? g.sp[s].name : "",
 			      "rank",    rank,  "size",    size,
-			      NULL};
+			      opt.folds ? "fold" : NULL, fold, NULL};
 	return cli_expand(opt.tmpl, vars);
 }
 
@@ -610,7 +624,10 @@ static int fits(const struct output *o, size_t flen)
 	return 1;
 }
 
-/* The record at the next position goes to its split and shard.  k: its key
+static void place(int s, const uint8_t *frame, size_t flen, const struct keys *k, uint64_t pos);
+
+/* The record at the next position goes to its split and shard (with
+ * --folds: to its fold's val and the other folds' train).  k: its key
  * hashes when already computed, else NULL. */
 static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 {
@@ -626,6 +643,19 @@ static void assign(const uint8_t *frame, size_t flen, const struct keys *k)
 	if (g.splits.n)
 		s = opt.split_feature ? dp_split_of_hash(&g.splits, k->split_h)
 				      : dp_split_at(&g.splits, pos);
+	if (!opt.folds) {
+		place(s, frame, flen, k, pos);
+		return;
+	}
+	if (!opt.split_feature) /* folds of n/K records, rounded (dp_fold_at) */
+		s = dp_fold_at(opt.seed, pos, (int)opt.folds);
+	for (int f = 0; f < (int)opt.folds; f++) /* its fold's val, the others' train */
+		place(2 * f + (f == s), frame, flen, k, pos);
+}
+
+/* The record at position pos into split s: its shard there. */
+static void place(int s, const uint8_t *frame, size_t flen, const struct keys *k, uint64_t pos)
+{
 	struct split *sp = &g.sp[s];
 	uint64_t j = sp->seen++;
 	if (!sp->selected)
@@ -830,10 +860,17 @@ static void set_counts(uint64_t n)
 {
 	if (!g.splits.n)
 		g.counts[0] = n;
+	else if (opt.folds && !opt.split_feature)
+		for (uint64_t f = 0; f < opt.folds; f++) /* whole blocks of K, then the last's */
+			g.counts[f] = n / opt.folds;
 	else if (!opt.split_feature)
 		dp_split_counts(&g.splits, n, g.counts);
-	for (int s = 0; s < g.nsplits; s++)
-		g.sp[s].count = g.counts[s];
+	for (uint64_t p = n - n % (opt.folds ? opt.folds : 1); opt.folds && !opt.split_feature && p < n; p++)
+		g.counts[dp_fold_at(opt.seed, p, (int)opt.folds)]++;
+	for (int s = 0; s < g.nsplits; s++) /* with --folds: a fold's val, or all but it */
+		g.sp[s].count = !opt.folds ? g.counts[s]
+			      : s % 2	 ? g.counts[s / 2]
+					 : n - g.counts[s / 2];
 }
 
 static void empty_input(void)
@@ -1016,7 +1053,7 @@ static void parse_take(void)
 
 enum {
 	O_BY = 256, O_SPLIT, O_SPLIT_BY, O_ONLY, O_SHUFFLE, O_WINDOW, O_SEED, O_MEMORY, O_TMPDIR,
-	O_TAKE, O_RANK, O_SIZE, O_MAXREC, O_MAXBYTES, O_LEVEL, O_SKIP, O_MAXRECORD
+	O_TAKE, O_RANK, O_SIZE, O_MAXREC, O_MAXBYTES, O_LEVEL, O_SKIP, O_MAXRECORD, O_FOLDS, O_FOLD
 };
 
 static void parse_options(int argc, char **argv)
@@ -1026,6 +1063,7 @@ static void parse_options(int argc, char **argv)
 		{"by", required_argument, 0, O_BY},      {"split", required_argument, 0, O_SPLIT},
 		{"split-by", required_argument, 0, O_SPLIT_BY},
 		{"only", required_argument, 0, O_ONLY},  {"shuffle", no_argument, 0, O_SHUFFLE},
+		{"folds", required_argument, 0, O_FOLDS}, {"fold", required_argument, 0, O_FOLD},
 		{"shuffle-window", required_argument, 0, O_WINDOW},
 		{"seed", required_argument, 0, O_SEED},  {"memory", required_argument, 0, O_MEMORY},
 		{"tmpdir", required_argument, 0, O_TMPDIR},
@@ -1060,6 +1098,8 @@ static void parse_options(int argc, char **argv)
 								   : NULL;
 			break;
 		case O_ONLY: opt.only = optarg; break;
+		case O_FOLDS: opt.folds = cli_count("--folds", optarg, 2, DP_SPLIT_MAX); break;
+		case O_FOLD: opt.fold = (int)cli_count("--fold", optarg, 0, DP_SPLIT_MAX - 1); break;
 		case O_SHUFFLE: opt.shuffle = 1; break;
 		case O_WINDOW: opt.window = cli_count("--shuffle-window", optarg, 1, 1ull << 40); break;
 		case O_SEED: opt.seed = cli_count("--seed", optarg, 0, UINT64_MAX); break;
@@ -1102,6 +1142,24 @@ static void parse_options(int argc, char **argv)
 		cli_usage_error("stdin is a terminal: give FILE arguments or redirect the input");
 }
 
+/* --folds K: K equal parts, by seed (or --split-by hash:F), named 0..K-1;
+ * no --split; --only takes train or val; --fold F below K. */
+static void check_folds(void)
+{
+	char spec[256] = "";
+	dp_err e;
+	if (opt.split_spec)
+		cli_usage_error("--folds makes each fold's train and val: no --split with it");
+	for (uint64_t f = 0; f < opt.folds; f++)
+		snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%" PRIu64 "=1", f ? "," : "", f);
+	if (dp_splits_parse(&g.splits, spec, opt.seed, &e) < 0)
+		cli_die("--folds: %s", e.msg);
+	if (opt.fold >= (int)opt.folds)
+		cli_usage_error("--fold %d: want 0 to %" PRIu64, opt.fold, opt.folds - 1);
+	if (opt.only && strcmp(opt.only, "train") && strcmp(opt.only, "val"))
+		cli_usage_error("--only '%s': with --folds, train or val", opt.only);
+}
+
 /* Options that depend on each other: the shard mode, splits, the outputs. */
 static void check_options(void)
 {
@@ -1135,26 +1193,38 @@ static void check_options(void)
 	g.fixed = !size_mode;
 	g.width = 5;
 
-	if (opt.split_spec) {
+	if (opt.folds)
+		check_folds();
+	else if (opt.split_spec) {
 		dp_err e;
 		if (dp_splits_parse(&g.splits, opt.split_spec, opt.seed, &e) < 0)
 			cli_usage_error("%s", e.msg);
 	} else if (opt.split_feature) {
 		cli_usage_error("--split-by needs --split");
+	} else if (opt.fold >= 0) {
+		cli_usage_error("--fold needs --folds");
 	}
-	g.nsplits = g.splits.n ? g.splits.n : 1;
+	g.nsplits = opt.folds ? 2 * (int)opt.folds : g.splits.n ? g.splits.n : 1;
 	int only = -1;
-	if (opt.only) {
+	if (opt.only && !opt.folds) {
 		if (!g.splits.n)
 			cli_usage_error("--only needs --split");
 		if ((only = dp_splits_find(&g.splits, opt.only)) < 0)
 			cli_usage_error("--only '%s': no such split in --split %s", opt.only, opt.split_spec);
 	}
-	for (int s = 0; s < g.nsplits; s++) {
+	for (int s = 0; s < g.nsplits && !opt.folds; s++) {
 		g.sp[s].name = g.splits.n ? g.splits.name[s] : NULL;
 		g.sp[s].selected = only < 0 || only == s;
 	}
-	int nsel = only >= 0 ? 1 : g.nsplits;
+	for (int s = 0; s < g.nsplits && opt.folds; s++) {
+		g.sp[s].name = s % 2 ? "val" : "train";
+		g.sp[s].fold = s / 2;
+		g.sp[s].selected = (opt.fold < 0 || opt.fold == s / 2) &&
+				   (!opt.only || !strcmp(opt.only, g.sp[s].name));
+	}
+	int nsel = 0;
+	for (int s = 0; s < g.nsplits; s++)
+		nsel += g.sp[s].selected;
 	uint64_t nout = g.take >= 0 ? (uint64_t)nsel : (uint64_t)nsel * opt.nshards;
 	if (g.fixed && nout > MAX_OUTPUTS)
 		cli_usage_error("%" PRIu64 " outputs: more than %d", nout, MAX_OUTPUTS);
@@ -1168,9 +1238,12 @@ static void check_options(void)
 		int split = tmpl_uses("split", 0); /* and every placeholder checked */
 		if (split && !g.splits.n)
 			cli_usage_error("-o '%s': {split} without --split", opt.tmpl);
-		if (g.splits.n && only < 0 && !split)
+		if (g.splits.n && !opt.folds && only < 0 && !split)
 			cli_usage_error("-o '%s': needs {split} for the %d splits (or --only NAME)", opt.tmpl,
 				    g.splits.n);
+		if (opt.folds && ((!opt.only && !split) || (opt.fold < 0 && !tmpl_uses("fold", 0))))
+			cli_usage_error("-o '%s': needs {fold} and {split} for the %" PRIu64 " folds' train "
+					"and val (or --fold F, --only train|val)", opt.tmpl, opt.folds);
 	}
 	/* Many outputs: flush each sooner, so the writers' buffers stay small. */
 	if (nout > 64)

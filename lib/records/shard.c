@@ -16,6 +16,7 @@
 
 #define WEIGHT_MAX 1e6
 #define SPLIT_STREAM 0x73706c6974000000ull /* "split" */
+#define FOLD_STREAM 0x666f6c6400000000ull  /* "fold" */
 
 static int name_ok(const char *p, size_t n)
 {
@@ -142,6 +143,22 @@ void dp_split_counts(dp_splits *s, uint64_t n, uint64_t *counts)
 		counts[k] = ideal(s, k, full);
 	for (uint64_t p = full; p < n; p++)
 		counts[dp_split_at(s, p)]++;
+}
+
+int dp_fold_at(uint64_t seed, uint64_t pos, int k)
+{
+	uint8_t label[DP_SPLIT_MAX];
+	dp_rng r;
+	dp_rng_seed(&r, seed, FOLD_STREAM + pos / (uint64_t)k);
+	for (int i = 0; i < k; i++)
+		label[i] = (uint8_t)i;
+	for (int j = k - 1; j > 0; j--) {
+		int t = (int)dp_rng_below(&r, (uint64_t)j + 1);
+		uint8_t x = label[j];
+		label[j] = label[t];
+		label[t] = x;
+	}
+	return label[pos % (uint64_t)k];
 }
 
 uint64_t dp_shard_contiguous(uint64_t j, uint64_t n, uint64_t nshards)

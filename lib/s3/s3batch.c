@@ -1,6 +1,6 @@
 /*
  * s3batch.c - many objects at once: deletes batched into DeleteObjects
- * requests, and files uploaded several at a time.
+ * requests, and files uploaded or downloaded several at a time.
  *
  * Deletes.  S3 keys of one bucket go 1,000 to a DeleteObjects request (the
  * API's limit), in quiet mode, so the answer lists only the keys it could
@@ -14,7 +14,9 @@
  * workers (threads started with every signal blocked) each take the next
  * file and upload it with a client of their own, made from the caller's
  * settings, so that nothing of a client is shared between threads.  The
- * caller's concurrency is shared out between them.  A worker's client is
+ * caller's concurrency is shared out between them.  Downloads
+ * (dp_s3_get_files) go the same way, each to a temporary file renamed
+ * over its destination when whole.  A worker's client is
  * cancelled with the caller's (dp_s3_cancel), aborting its multipart
  * upload on the way.
  */
@@ -278,6 +280,7 @@ int dp_s3_rm_many(dp_s3 *s, const dp_objs *objs, dp_obj_cb cb, void *ctx, dp_err
 
 typedef struct putpool {
 	dp_s3 *s;
+	int (*one)(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e); /* put_file, get_file */
 	const dp_s3_file *files;
 	size_t n, next;
 	int per_worker; /* concurrency of each worker's client */
@@ -379,7 +382,7 @@ static void *put_worker(void *arg)
 		if (stop)
 			break;
 		dp_s3_stats one = {0};
-		int rc = put_file(c, &p->files[i], &one, &e);
+		int rc = p->one(c, &p->files[i], &one, &e);
 		st.bytes += one.bytes;
 		pthread_mutex_lock(&p->mu);
 		if (rc < 0 && !p->failed) {
@@ -405,8 +408,76 @@ static void *put_worker(void *arg)
 	return NULL;
 }
 
+/* Download one object with client c: to a temporary file beside f->dst
+ * (its directories made), renamed over it when whole, its time set to
+ * f->mtime when known (as aws s3 sync and cp do, so that the next sync
+ * finds it the same). */
+static int get_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
+{
+	dp_loc src;
+	int rc = dp_loc_parse(f->src, &src, e);
+	if (rc < 0)
+		return rc;
+	char *dir = strdup(f->dst);
+	if (!dir) {
+		dp_loc_free(&src);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	for (char *p = strchr(dir + 1, '/'); p && rc == DP_OK; p = strchr(p + 1, '/')) {
+		*p = 0;
+		if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+			rc = dp_syserr(e, "%s", dir);
+		*p = '/';
+	}
+	free(dir);
+	dp_out o;
+	if (rc == DP_OK)
+		rc = dp_out_open(&o, f->dst, e);
+	if (rc < 0) {
+		dp_loc_free(&src);
+		return rc;
+	}
+	dp_objs objs = {0};
+	dp_obj ob = {.kind = src.kind, .bucket = src.bucket, .key = src.key, .size = f->size,
+		     .known = f->known, .mtime = f->mtime};
+	rc = dp_objs_add(&objs, &ob, e);
+	if (rc == DP_OK)
+		rc = dp_s3_get(c, &objs, NULL, o.fd, f->dst, st, e);
+	dp_objs_free(&objs);
+	dp_loc_free(&src);
+	if (rc < 0) {
+		dp_out_abort(&o);
+		return rc;
+	}
+	if (f->mtime > 0) {
+		struct timespec t[2] = {{.tv_sec = f->mtime}, {.tv_sec = f->mtime}};
+		if (futimens(o.fd, t) < 0) {
+			dp_out_abort(&o);
+			return dp_syserr(e, "%s: set its time", f->dst);
+		}
+	}
+	return dp_out_commit(&o, e);
+}
+
+static int run_pool(dp_s3 *s, int (*one)(dp_s3 *, const dp_s3_file *, dp_s3_stats *, dp_err *),
+		    const dp_s3_file *files, size_t n, int jobs, void (*cb)(void *ctx, size_t i),
+		    void *ctx, dp_s3_stats *st, dp_err *e);
+
 int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
 		    void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st, dp_err *e)
+{
+	return run_pool(s, put_file, files, n, jobs, cb, ctx, st, e);
+}
+
+int dp_s3_get_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
+		    void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st, dp_err *e)
+{
+	return run_pool(s, get_file, files, n, jobs, cb, ctx, st, e);
+}
+
+static int run_pool(dp_s3 *s, int (*one)(dp_s3 *, const dp_s3_file *, dp_s3_stats *, dp_err *),
+		    const dp_s3_file *files, size_t n, int jobs, void (*cb)(void *ctx, size_t i),
+		    void *ctx, dp_s3_stats *st, dp_err *e)
 {
 	if (jobs < 1)
 		jobs = 1;
@@ -415,7 +486,7 @@ int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
 	if (jobs <= 1) {
 		/* in this thread, with this client */
 		for (size_t i = 0; i < n; i++) {
-			int rc = put_file(s, &files[i], st, e);
+			int rc = one(s, &files[i], st, e);
 			if (rc < 0)
 				return rc;
 			if (cb)
@@ -423,7 +494,7 @@ int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
 		}
 		return DP_OK;
 	}
-	putpool p = {.s = s, .files = files, .n = n, .cb = cb, .ctx = ctx};
+	putpool p = {.s = s, .one = one, .files = files, .n = n, .cb = cb, .ctx = ctx};
 	p.per_worker = s->conf.concurrency / jobs > 1 ? s->conf.concurrency / jobs : 1;
 	pthread_mutex_init(&p.mu, NULL);
 	pthread_t *t = calloc((size_t)jobs, sizeof *t);

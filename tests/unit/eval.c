@@ -162,7 +162,7 @@ static void test_class(void)
 	is_str(e.msg, "no metric 'recall[3]': class 3 is outside 0..2 (the model has 3 classes)",
 	       "... the message says the class is out of range");
 	ok(dp_eval_metric(&r, "f1[cow]", names, &v, &e) == DP_ENOTFOUND, "no class cow");
-	like(e.msg, "no metric 'f1[cow]': no class of that name (a number 0..2, or a name",
+	like(e.msg, "no metric 'f1[cow]': no class of that name (a number 0..2, or one of cat, dog, bird)",
 	     "... the message says no class has that name");
 	ok(dp_eval_metric(&r, "r2", NULL, &v, &e) == DP_ENOTFOUND, "no r2 for a classifier");
 	like(e.msg, "accuracy", "the message lists the metrics");
@@ -280,9 +280,17 @@ static void test_gates(void)
 	   "a class name holding an operator");
 	ok(dp_gate_parse("f1_macro<=1e-1", &g, &e) == 0 && g.op == DP_GATE_LE && g.threshold == 0.1,
 	   "<= with an exponent");
+	ok(dp_gate_parse("recall[Ankle boot]>=0.5", &g, &e) == 0 && !strcmp(g.metric, "recall[Ankle boot]") &&
+		   g.op == DP_GATE_GE && g.threshold == 0.5,
+	   "a class name with a space (%s)", e.msg);
+	ok(dp_gate_parse(" f1[\"a]b\"] > 0.1", &g, &e) == 0 && !strcmp(g.metric, "f1[a]b]"),
+	   "a class name with ] in double quotes");
+	ok(dp_gate_parse("f1['it''s']<1", &g, &e) == DP_EARG, "... quotes closed before their ]");
+	ok(dp_gate_parse("support['x y']<=3", &g, &e) == 0 && !strcmp(g.metric, "support[x y]"),
+	   "... single quotes");
 	const char *bad[] = {"accuracy", "accuracy=0.9", "accuracy==0.9", ">=0.9", "accuracy>=",
 			     "accuracy>=x", "accuracy>=0.9x", "accuracy>=inf", "acc uracy>=1",
-			     "accuracy!=1", NULL};
+			     "accuracy!=1", "recall[a] x>1", "f1[\"a]>1", NULL};
 	for (int i = 0; bad[i]; i++)
 		ok(dp_gate_parse(bad[i], &g, &e) == DP_EARG, "refused: '%s' (%s)", bad[i], e.msg);
 }

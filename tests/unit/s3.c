@@ -406,8 +406,27 @@ static void settings(void)
 	ok(system(p) == 0, "scratch directory removed");
 }
 
+/* aws s3 sync's rule, case by case (tests/s3-pipe-sync.t checks it
+ * against aws itself) */
+static void sync_rule(void)
+{
+	dp_obj a = {.size = 10, .mtime = 100}, b = {.size = 10, .mtime = 100};
+	ok(dp_s3_sync_needed(&a, NULL, 0, 0) && dp_s3_sync_needed(&a, NULL, 1, 0), "sync: missing: copied");
+	ok(!dp_s3_sync_needed(&a, &b, 0, 0) && !dp_s3_sync_needed(&a, &b, 1, 1), "sync: same size and time: not");
+	b.size = 11;
+	ok(dp_s3_sync_needed(&a, &b, 0, 0) && dp_s3_sync_needed(&a, &b, 1, 0), "sync: another size: copied");
+	b.size = 10, a.mtime = 101;
+	ok(dp_s3_sync_needed(&a, &b, 0, 0), "sync up: the file newer than its object: uploaded");
+	ok(!dp_s3_sync_needed(&a, &b, 1, 0), "sync down: the object newer, same size: not downloaded (aws)");
+	ok(dp_s3_sync_needed(&a, &b, 1, 1), "... with exact timestamps: downloaded");
+	a.mtime = 99;
+	ok(!dp_s3_sync_needed(&a, &b, 0, 0), "sync up: the file older than its object: not");
+	ok(dp_s3_sync_needed(&a, &b, 1, 0), "sync down: the local file newer than the object: downloaded");
+}
+
 int main(void)
 {
+	sync_rule();
 	locations();
 	ranges();
 	shuffle_shard();

@@ -164,6 +164,11 @@ static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
 		snprintf(buf + n, len - n, "]");
 }
 
+static int is_float(int dt)
+{
+	return dt == DP_DT_F32 || dt == DP_DT_F16 || dt == DP_DT_BF16 || dt == DP_DT_F64;
+}
+
 /* The tensor `name` with dtype and shape as given, or an error. */
 static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, int ndim,
 				const int64_t *shape, dp_err *e)
@@ -174,7 +179,9 @@ static const dp_st_tensor *want(const dp_st *ck, const char *name, int dtype, in
 			  dp_st_name(ck), name);
 		return NULL;
 	}
-	int same = t->dtype == dtype && t->ndim == ndim;
+	/* a float tensor of another width loads into a float32 one, converted,
+	 * as load_state_dict copies it */
+	int same = (t->dtype == dtype || (dtype == DP_DT_F32 && is_float(t->dtype))) && t->ndim == ndim;
 	for (int d = 0; same && d < ndim; d++)
 		same = t->shape[d] == shape[d];
 	if (!same) {
@@ -285,16 +292,25 @@ int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e
 		if (skip[i])
 			continue;
 		int dt = t.role == DP_TENSOR_COUNTER ? DP_DT_I64 : DP_DT_F32;
+		if (t.role == DP_TENSOR_COUNTER && !dp_st_meta(ck, "format") && !dp_st_find(ck, t.name)) {
+			/* a state_dict of torch before 0.4.1 (torchvision's first
+			 * hub files): load_state_dict counts the batches from 0 */
+			*dp_model_counter(m, t.layer) = 0;
+			continue;
+		}
 		const dp_st_tensor *s = want(ck, t.name, dt, t.ndim, t.shape, e);
 		if (!s) {
 			rc = e ? e->code : DP_EDATA;
 			goto out;
 		}
+		float *to = (t.role == DP_TENSOR_PARAM ? host : host + np) + t.off;
 		if (t.role == DP_TENSOR_COUNTER)
 			memcpy(dp_model_counter(m, t.layer), s->data, 8);
+		else if (s->dtype == DP_DT_F32)
+			memcpy(to, s->data, s->nbytes);
 		else
-			memcpy((t.role == DP_TENSOR_PARAM ? host : host + np) + t.off, s->data,
-			       s->nbytes);
+			for (size_t j = 0; j < t.count; j++)
+				to[j] = (float)dp_st_value(s, j);
 	}
 	if (!all_finite(host, np + nb)) {
 		rc = dp_seterr(e, DP_EDATA, "%s: weights are not finite (NaN or infinity)",

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "dp_ckpt.h"
 #include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -30,7 +31,8 @@ enum kind {
 	K_REAL,   /* double, min..max */
 	K_BOOL,   /* int: "true" or "false" */
 	K_PATS,   /* const char *: "" for none */
-	K_LOSS, K_DECODE, K_IMAGE, K_LAYOUT, K_SCALE, K_LAST_BATCH, K_SCHED, K_OPTIM, K_PREC
+	K_LOSS, K_DECODE, K_IMAGE, K_LAYOUT, K_SCALE, K_LAST_BATCH, K_SCHED, K_OPTIM, K_PREC,
+	K_CLASSES /* const char *: a JSON array of the class names, "" for none */
 };
 enum { OWN = 1, /* written by dp_ckpt_save */ WONLY = 2 /* written, never taken back */ };
 
@@ -88,6 +90,7 @@ static const struct key {
 	KEY(DP_RUN_EARLY_STOP, "early_stopping", K_PATS, 0, F(early_stop)),
 	KEY(DP_RUN_PLATEAU, "reduce_lr_on_plateau", K_PATS, 0, F(plateau)),
 	KEY(DP_RUN_CONTROL_STATE, "control_state", K_PATS, 0, F(control_state)),
+	KEY(DP_RUN_CLASSES, "classes", K_CLASSES, 0, F(classes)),
 };
 
 void dp_run_conf_init(dp_run_conf *c)
@@ -196,6 +199,21 @@ static int take(dp_run_conf *c, const dp_st *ck, int k, const char *v, dp_err *e
 		c->scale_text = c->kept[k];
 		return DP_OK;
 	case K_LAST_BATCH: *(int *)f = !strcmp(v, "drop"); return DP_OK;
+	case K_CLASSES: {
+		size_t n = 0;
+		char **names = NULL;
+		if (!*v) {
+			*(const char **)f = NULL;
+			return DP_OK;
+		}
+		if (dp_classes_from_json(v, &n, &names, &pe) < 0)
+			return bad(ck, e, " 'classes': %s", pe.msg);
+		free(names);
+		if (!(c->kept[k] = strdup(v)))
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		*(const char **)f = c->kept[k];
+		return DP_OK;
+	}
 	case K_OPTIM: {
 		int kind = dp_optim_parse(v);
 		if (!kind)
@@ -274,6 +292,7 @@ static const char *text(const dp_run_conf *c, int k, char *buf, size_t len, dp_e
 	}
 	case K_OPTIM: return dp_optim_name(c->opt.kind);
 	case K_PREC: return dp_precision_name(c->precision);
+	case K_CLASSES: return c->classes ? c->classes : "";
 	}
 	return "";
 }
@@ -311,4 +330,63 @@ char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *
 	m[2 * n] = NULL;
 	dp_buf_free(&b);
 	return m;
+}
+
+/* ---- class names as metadata --------------------------------------------------- */
+
+char *dp_classes_json(const char *const *names, size_t k)
+{
+	dp_buf b = DP_BUF_INIT;
+	dp_buf_addstr(&b, "[");
+	for (size_t i = 0; i < k; i++) {
+		if (i)
+			dp_buf_addstr(&b, ",");
+		dp_buf_json_str(&b, names[i], strlen(names[i]), 0);
+	}
+	dp_buf_addstr(&b, "]");
+	return dp_buf_take(&b);
+}
+
+int dp_classes_from_json(const char *text, size_t *kp, char ***namesp, dp_err *e)
+{
+	json_error_t je;
+	json_t *a = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+	size_t k = json_array_size(a), total = 0;
+	if (!json_is_array(a) || !k) {
+		json_decref(a);
+		return dp_seterr(e, DP_EDATA, "not a JSON array of class names");
+	}
+	for (size_t i = 0; i < k; i++) {
+		json_t *x = json_array_get(a, i);
+		if (!json_is_string(x) || !json_string_length(x) ||
+		    strlen(json_string_value(x)) != json_string_length(x)) {
+			json_decref(a);
+			return dp_seterr(e, DP_EDATA, "name %zu is not a non-empty string", i);
+		}
+		for (size_t j = 0; j < i; j++)
+			if (json_equal(x, json_array_get(a, j))) {
+				char *sh = dp_shown(json_string_value(x), json_string_length(x));
+				dp_seterr(e, DP_EDATA, "'%s' twice", sh ? sh : "?");
+				free(sh);
+				json_decref(a);
+				return DP_EDATA;
+			}
+		total += json_string_length(x) + 1;
+	}
+	char **names = malloc((k + 1) * sizeof *names + total);
+	if (!names) {
+		json_decref(a);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	char *p = (char *)(names + k + 1);
+	for (size_t i = 0; i < k; i++) {
+		json_t *x = json_array_get(a, i);
+		names[i] = memcpy(p, json_string_value(x), json_string_length(x) + 1);
+		p += json_string_length(x) + 1;
+	}
+	names[k] = NULL;
+	json_decref(a);
+	*kp = k;
+	*namesp = names;
+	return DP_OK;
 }

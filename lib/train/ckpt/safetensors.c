@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "dp_ckpt.h"
+#include "pth_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -212,8 +213,11 @@ int dp_st_write(dp_st_writer *w, const char *path, dp_err *e)
 
 struct dp_st {
 	char *name;
-	uint8_t *buf; /* the whole file */
+	const char *format; /* "safetensors", "pth" */
+	uint8_t *buf; /* the whole file (a .pth: its tensors) */
 	size_t len;
+	uint8_t *raw; /* a .pth: the whole file */
+	size_t rawlen;
 	dp_st_tensor *t;
 	int n;
 	char **meta; /* key, value, ... */
@@ -231,6 +235,7 @@ void dp_st_close(dp_st *s)
 	free(s->t);
 	free(s->meta);
 	free(s->buf);
+	free(s->raw);
 	free(s->name);
 	free(s);
 }
@@ -391,6 +396,47 @@ static dp_st *st_new(const char *name, dp_err *e)
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
 	}
+	s->format = "safetensors";
+	return s;
+}
+
+dp_st *ckpt_st_adopt(const char *name, const char *format, uint8_t *buf, size_t len,
+		     dp_st_tensor *t, int n, dp_err *e)
+{
+	dp_st *s = st_new(name, e);
+	if (!s) {
+		for (int i = 0; i < n; i++)
+			free((char *)t[i].name);
+		free(t);
+		free(buf);
+		return NULL;
+	}
+	s->format = format;
+	s->buf = buf;
+	s->len = len;
+	s->t = t;
+	s->n = n;
+	return s;
+}
+
+/* s->buf holds a whole file: parse it as what it is (safetensors, or
+ * torch.save's formats) into s, or into the dp_st returned in its place. */
+static dp_st *parse_file(dp_st *s, dp_err *e)
+{
+	if (pth_detect(s->buf, s->len)) {
+		dp_st *p = pth_open_mem(s->buf, s->len, s->name, e);
+		if (p) { /* the file's bytes, for dp_st_bytes */
+			p->raw = s->buf;
+			p->rawlen = s->len;
+			s->buf = NULL;
+		}
+		dp_st_close(s);
+		return p;
+	}
+	if (parse_header(s, e) < 0) {
+		dp_st_close(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -408,11 +454,7 @@ dp_st *dp_st_open_mem(const void *buf, size_t len, const char *name, dp_err *e)
 	if (len)
 		memcpy(s->buf, buf, len);
 	s->len = len;
-	if (parse_header(s, e) < 0) {
-		dp_st_close(s);
-		return NULL;
-	}
-	return s;
+	return parse_file(s, e);
 }
 
 /* The bytes of tensor data a header (hdr[0..n), JSON) describes: the
@@ -435,6 +477,36 @@ static uint64_t data_extent(const uint8_t *hdr, size_t n)
 	return end;
 }
 
+/* The rest of a stream that began with head[0..n), to its end: at most
+ * the machine's memory (a file of torch.save is read whole). */
+static int read_all(dp_st *s, int fd, const uint8_t *head, size_t n, dp_err *e)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	uint64_t max = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : (1ull << 34);
+	size_t cap = 1 << 20;
+	if (!(s->buf = malloc(cap)))
+		return dp_seterr(e, DP_ENOMEM, "%s: out of memory", s->name);
+	memcpy(s->buf, head, n);
+	s->len = n;
+	for (;;) {
+		if (s->len == cap) {
+			if (cap >= max)
+				return dp_seterr(e, DP_ELIMIT, "%s: more than the machine's memory", s->name);
+			uint8_t *b = realloc(s->buf, cap * 2);
+			if (!b)
+				return dp_seterr(e, DP_ENOMEM, "%s: out of memory", s->name);
+			s->buf = b;
+			cap *= 2;
+		}
+		long got = dp_read_full(fd, s->buf + s->len, cap - s->len, s->name, e);
+		if (got < 0)
+			return (int)got;
+		s->len += (size_t)got;
+		if (s->len < cap)
+			return DP_OK;
+	}
+}
+
 /* A checkpoint that is not a regular file (a FIFO, stdin, /dev/zero): its
  * header's length, its header, then the data the header describes and not
  * a byte more; never read until memory runs out. */
@@ -446,6 +518,8 @@ static int read_stream(dp_st *s, int fd, dp_err *e)
 		return (int)got;
 	uint64_t hl = 0;
 	memcpy(&hl, len8, 8);
+	if (got >= 4 && (!memcmp(len8, "PK", 2) || (len8[0] == 0x80 && len8[1] >= 2 && len8[1] <= 5)))
+		return read_all(s, fd, len8, (size_t)got, e); /* torch.save's, perhaps */
 	if (got < 8 || hl > MAX_HEADER) { /* parse_header says so */
 		s->buf = malloc(8);
 		if (!s->buf)
@@ -523,11 +597,7 @@ dp_st *dp_st_open(const char *path, dp_err *e)
 	}
 	if (!std)
 		close(fd);
-	if (parse_header(s, e) < 0) {
-		dp_st_close(s);
-		return NULL;
-	}
-	return s;
+	return parse_file(s, e);
 fail:
 	if (!std)
 		close(fd);
@@ -538,6 +608,7 @@ fail:
 int dp_st_count(const dp_st *s) { return s->n; }
 const dp_st_tensor *dp_st_at(const dp_st *s, int i) { return i >= 0 && i < s->n ? &s->t[i] : NULL; }
 const char *dp_st_name(const dp_st *s) { return s->name; }
+const char *dp_st_format(const dp_st *s) { return s->format; }
 int dp_st_meta_count(const dp_st *s) { return s->nmeta; }
 
 void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
@@ -548,8 +619,8 @@ void dp_st_meta_at(const dp_st *s, int i, const char **key, const char **value)
 
 const void *dp_st_bytes(const dp_st *s, size_t *len)
 {
-	*len = s->len;
-	return s->buf;
+	*len = s->raw ? s->rawlen : s->len;
+	return s->raw ? s->raw : s->buf;
 }
 
 const dp_st_tensor *dp_st_find(const dp_st *s, const char *name)

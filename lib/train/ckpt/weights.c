@@ -142,3 +142,24 @@ int dp_ckpt_export_safetensors(const dp_st *ck, const char *path, dp_err *e)
 	dp_st_writer_free(w);
 	return rc;
 }
+
+int dp_ckpt_import(const dp_st *sd, const char *spec, const char *input_shape, int loss,
+		   const char *path, const char *const *meta, dp_err *e)
+{
+	dp_shape in;
+	dp_bectx *ctx = NULL;
+	int rc = dp_shape_parse(input_shape, &in, e);
+	if (rc < 0)
+		return rc;
+	dp_model *m = dp_model_new(spec, &in, loss, e);
+	if (!m)
+		return e ? e->code : DP_EARG;
+	if ((rc = dp_backend_cpu.open(&ctx, NULL, NULL, 0, e)) == 0 &&
+	    (rc = dp_model_bind(m, &dp_backend_cpu, ctx, 1, e)) == 0 &&
+	    (rc = dp_ckpt_load_init(sd, m, NULL, e)) == 0)
+		rc = dp_ckpt_save(path, m, NULL, NULL, meta, e);
+	dp_model_free(m);
+	if (ctx)
+		dp_backend_cpu.close(ctx);
+	return rc;
+}

@@ -579,6 +579,26 @@ static int per_index(const dp_eval_report *r, const char *base)
 	return 0;
 }
 
+/* The class names, quoted as a gate takes them ("'T-shirt/top', 'Ankle boot',
+ * ..."), escaped, the first few; "" without names. */
+static void name_list(char *buf, size_t len, const dp_eval_report *r, const char *const *names)
+{
+	size_t l = 0;
+	buf[0] = 0;
+	for (size_t j = 0; names && j < r->k && l + 8 < len; j++) {
+		char *sh = names[j] ? dp_shown(names[j], strlen(names[j])) : NULL;
+		int w = snprintf(buf + l, len - l, "%s%s%s%s", j ? ", " : "",
+				 strchr(sh ? sh : "", ']') ? "\"" : "", sh ? sh : "?",
+				 strchr(sh ? sh : "", ']') ? "\"" : "");
+		free(sh);
+		if (w < 0 || (size_t)w >= len - l - 8) {
+			snprintf(buf + l, len - l, ", ...");
+			return;
+		}
+		l += (size_t)w;
+	}
+}
+
 int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
 		   double *value, dp_err *e)
 {
@@ -601,10 +621,11 @@ int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const 
 					 "model has %zu %s%s)",
 					 name, what, j, r->k - 1, r->k, what,
 					 r->kind == DP_EVAL_CLASS ? "es" : "s");
+		char nl[400];
+		name_list(nl, sizeof nl, r, names);
 		return dp_seterr(e, DP_ENOTFOUND, "no metric '%s': no %s of that name (a number "
-				 "0..%zu%s)",
-				 name, what, r->k - 1,
-				 r->kind == DP_EVAL_CLASS ? ", or a name given with --classes" : "");
+				 "0..%zu%s%s)",
+				 name, what, r->k - 1, *nl ? ", or one of " : "", nl);
 	}
 	if (ix > 0) {
 		if (r->kind == DP_EVAL_CLASS && r->classes) {
@@ -637,9 +658,13 @@ int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const 
 		if (w > 0)
 			l += (size_t)w;
 	}
-	return dp_seterr(e, DP_ENOTFOUND, "no metric '%s' (there are %s, and %s)", name, list,
-			 r->kind == DP_EVAL_CLASS ? "precision[C], recall[C], f1[C], support[C] per class C"
-						  : "mse[J], mae[J], r2[J] per output J");
+	char nl[400];
+	name_list(nl, sizeof nl, r, names);
+	return dp_seterr(e, DP_ENOTFOUND, "no metric '%s' (there are %s, and %s%zu%s%s)", name, list,
+			 r->kind == DP_EVAL_CLASS
+				 ? "precision[C], recall[C], f1[C], support[C] per class C: 0.."
+				 : "mse[J], mae[J], r2[J] per output J: 0..",
+			 r->k ? r->k - 1 : 0, *nl ? " or a name: " : "", nl);
 }
 
 /* ---- gates ----------------------------------------------------------------------------- */
@@ -675,23 +700,44 @@ const char *dp_gate_op_name(int op)
 int dp_gate_parse(const char *s, dp_gate *g, dp_err *e)
 {
 	memset(g, 0, sizeof *g);
-	const char *rb = strchr(s, '[') ? strchr(s, ']') : NULL; /* class names may hold < > */
+	/* METRIC[CLASS]: a class name may hold spaces and < > = (recall[Ankle
+	 * boot]); one holding ']' is quoted, "..." or '...' (f1["a]b"]) */
+	const char *a = s, *lb = strchr(s, '['), *rb = NULL, *q0 = NULL, *q1 = NULL;
+	while (*a == ' ')
+		a++;
+	if (lb && (lb[1] == '"' || lb[1] == '\'')) {
+		q0 = lb + 1;
+		q1 = strchr(q0 + 1, *q0);
+		if (!q1 || q1[1] != ']')
+			return dp_seterr(e, DP_EARG, "'%s': a class name opened with %c and not closed "
+					 "with %c]", s, *q0, *q0);
+		rb = q1 + 1;
+	} else if (lb) {
+		rb = strchr(lb, ']');
+	}
 	const char *op = strpbrk(rb ? rb : s, "<>=!");
 	if (!op)
 		return dp_seterr(e, DP_EARG,
 				 "'%s': want METRIC OP NUMBER, OP one of < <= > >= (e.g. accuracy>=0.9)",
 				 s);
-	const char *a = s, *b = op;
-	while (*a == ' ')
-		a++;
+	const char *b = op;
 	while (b > a && b[-1] == ' ')
 		b--;
 	if (b == a || (size_t)(b - a) >= sizeof g->metric)
 		return dp_seterr(e, DP_EARG, "'%s': no metric name before the operator", s);
 	for (const char *p = a; p < b; p++)
-		if (*p == ' ')
+		if (*p == ' ' && !(lb && rb && p > lb && p < rb))
 			return dp_seterr(e, DP_EARG, "'%s': a space inside the metric name", s);
-	memcpy(g->metric, a, (size_t)(b - a));
+	if (rb && b != rb + 1)
+		return dp_seterr(e, DP_EARG, "'%s': text after the class's ']'", s);
+	if (q0) { /* the name without its quotes */
+		size_t n = (size_t)(q0 - a), m = (size_t)(q1 - q0 - 1);
+		memcpy(g->metric, a, n);
+		memcpy(g->metric + n, q0 + 1, m);
+		g->metric[n + m] = ']';
+	} else {
+		memcpy(g->metric, a, (size_t)(b - a));
+	}
 	const char *num;
 	if (op[0] == '<' && op[1] == '=')
 		g->op = DP_GATE_LE, num = op + 2;

@@ -88,6 +88,53 @@ int dp_eval_data(dp_eval *ev, dp_model *m, dp_data *d, int want_prob, dp_eval_ro
 	return DP_OK;
 }
 
+int dp_eval_data_many(dp_eval *const *evs, dp_model *const *ms, size_t n, dp_data *d, dp_err *e)
+{
+	rows_buf *rb = calloc(n ? n : 1, sizeof *rb);
+	if (!rb)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	int rc = DP_OK;
+	for (size_t i = 0; i < n && rc == DP_OK; i++)
+		if (dp_eval_k(evs[i]) != dp_model_out_size(ms[i]) ||
+		    (dp_eval_kind(evs[i]) == DP_EVAL_CLASS) != (dp_model_loss_kind(ms[i]) == DP_LOSS_XENT) ||
+		    dp_model_in_size(ms[i]) != dp_model_in_size(ms[0]))
+			rc = dp_seterr(e, DP_EARG, "eval: model %zu: its accumulator or its input "
+				       "differs", i);
+	const dp_batch *b;
+	while (rc == DP_OK && (rc = dp_data_next(d, &b, e)) == 1) {
+		rc = DP_OK;
+		for (size_t i = 0; i < n && rc == DP_OK; i++) {
+			dp_bectx *ctx;
+			const dp_backend *be = dp_model_backend(ms[i], &ctx);
+			size_t k = dp_eval_k(evs[i]);
+			dp_pass pass = {0};
+			if ((rc = rows_grow(&rb[i], b->n, k, 0, e)) < 0 ||
+			    (rc = dp_model_forward(ms[i], b->x, b->n, &pass, e)) < 0)
+				break;
+			be->download(ctx, rb[i].out, dp_model_output(ms[i]), b->n * k * sizeof(float));
+			if ((rc = be->sync(ctx, e)) < 0)
+				break;
+			rc = dp_eval_kind(evs[i]) == DP_EVAL_CLASS
+				     ? dp_eval_add_class(evs[i], rb[i].out, b->y, b->n, NULL, NULL, NULL, e)
+				     : dp_eval_add_regression(evs[i], rb[i].out, b->t, b->n, NULL, e);
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		free(rb[i].out);
+		free(rb[i].prob);
+		free(rb[i].pred);
+		free(rb[i].loss);
+	}
+	free(rb);
+	if (rc < 0)
+		return rc;
+	dp_data_stats st;
+	dp_data_stats_get(d, &st);
+	for (size_t i = 0; i < n; i++)
+		dp_eval_add_skipped(evs[i], st.corrupt);
+	return DP_OK;
+}
+
 int dp_eval_allreduce(dp_eval *ev, dp_comm *c, double *extra, size_t nextra, dp_err *e)
 {
 	if (dp_comm_size(c) == 1)

@@ -395,12 +395,23 @@ void dp_data_close(dp_data *d)
 		}
 		free(b->src);
 		free(b->rec);
+		for (size_t j = 0; b->name && j < d->o.batch; j++)
+			free(b->name[j]);
+		free(b->name);
 	}
 	free(d->slots);
+	free(d->sample_name);
 	free(d->order);
 	if (d->threaded) {
 		pthread_mutex_destroy(&d->mu);
 		pthread_cond_destroy(&d->cv);
+	}
+	if (d->class_text) {
+		for (size_t i = 0; d->names && i < d->o.nclass; i++)
+			free(d->names[i]);
+		free(d->names);
+		free(d->class_text);
+		pthread_mutex_destroy(&d->names_mu);
 	}
 	free(d->feature);
 	free(d->label);
@@ -447,6 +458,17 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	d->cache_dir = strdup(dp_tmpdir(o->cache_dir));
 	if (!d->feature || !d->label || (o->cmd && !d->cmd) || !d->cache_dir)
 		goto nomem;
+	if (o->origins && o->sample_name && !(d->sample_name = strdup(o->sample_name)))
+		goto nomem;
+	if (o->class_text && o->label_kind == DP_LABEL_CLASS) {
+		if (!(d->class_text = strdup(o->class_text)) ||
+		    !(d->names = calloc(o->nclass, sizeof *d->names))) {
+			free(d->class_text);
+			d->class_text = NULL;
+			goto nomem;
+		}
+		pthread_mutex_init(&d->names_mu, NULL);
+	}
 	if (o->decode == DP_DECODE_IMAGE) {
 		dp_image_tf *t = &d->o.image;
 		t->channels = (int)o->shape[0];
@@ -498,6 +520,8 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 			goto nomem;
 		if (o->origins && (!(b->src = malloc(o->batch * sizeof *b->src)) ||
 				   !(b->rec = malloc(o->batch * sizeof *b->rec))))
+			goto nomem;
+		if (o->origins && o->sample_name && !(b->name = calloc(o->batch, sizeof *b->name)))
 			goto nomem;
 	}
 	if (d->threaded) {
@@ -619,4 +643,19 @@ size_t dp_data_nsources(const dp_data *d) { return d->nsrc; }
 const char *dp_data_source(const dp_data *d, size_t i)
 {
 	return i < d->nsrc ? d->src[i].name : NULL;
+}
+
+size_t dp_data_class_names(dp_data *d, const char *const **names)
+{
+	size_t n = 0;
+	if (!d->class_text)
+		return 0;
+	pthread_mutex_lock(&d->names_mu);
+	while (n < d->o.nclass && d->names[n])
+		n++;
+	if (n < d->o.nclass || d->names_bad)
+		n = 0;
+	pthread_mutex_unlock(&d->names_mu);
+	*names = (const char *const *)d->names;
+	return n;
 }

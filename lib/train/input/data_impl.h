@@ -50,6 +50,12 @@ typedef struct worker {
 struct dp_data {
 	dp_data_opts o;
 	char *feature, *label, *cmd, *cache_dir;
+	/* class_text: the names met (nclass of them, NULL unmet), under names_mu
+	 * (decode threads); names_bad: a class met under two names */
+	char *class_text, **names;
+	char *sample_name; /* dp_data_opts.sample_name, with origins */
+	int names_bad;
+	pthread_mutex_t names_mu;
 	char *cmd_run; /* the command of the epoch, expanded: for messages */
 	source *src;
 	size_t nsrc;

@@ -325,6 +325,30 @@ static int check_dims(worker *w, size_t src, uint64_t index, uint64_t offset, dp
 	return DP_OK;
 }
 
+/* Class `label` is named by the record's class_text feature, if it has
+ * one: the first name met is kept, another one later marks the names bad. */
+static void note_class(dp_data *d, const dp_example *ex, size_t label)
+{
+	const dp_feature *f = dp_example_get(ex, d->class_text);
+	const uint8_t *p;
+	size_t n;
+	if (!f || f->kind != DP_KIND_BYTES || f->count != 1 || !dp_feature_bytes0(f, &p, &n) || !n ||
+	    memchr(p, 0, n))
+		return;
+	pthread_mutex_lock(&d->names_mu);
+	char *have = d->names[label];
+	if (!have) {
+		if ((have = malloc(n + 1))) {
+			memcpy(have, p, n);
+			have[n] = 0;
+			d->names[label] = have;
+		}
+	} else if (strlen(have) != n || memcmp(have, p, n)) {
+		d->names_bad = 1;
+	}
+	pthread_mutex_unlock(&d->names_mu);
+}
+
 /* Decode record (data, len) into sample i of batch b with worker w.
  * DP_OK, BAD_IMAGE (e set), or an error. */
 int data_decode(worker *w, const uint8_t *data, size_t len, size_t src, uint64_t index,
@@ -348,6 +372,18 @@ int data_decode(worker *w, const uint8_t *data, size_t len, size_t src, uint64_t
 	if (b->src) {
 		b->src[i] = (uint32_t)src;
 		b->rec[i] = index;
+	}
+	if (b->name) { /* the record's name (image/filename), if it has one */
+		const dp_feature *fn = dp_example_get(&w->ex, d->sample_name);
+		const uint8_t *p;
+		size_t pl;
+		free(b->name[i]);
+		b->name[i] = NULL;
+		if (fn && fn->kind == DP_KIND_BYTES && dp_feature_bytes0(fn, &p, &pl) && !memchr(p, 0, pl) &&
+		    (b->name[i] = malloc(pl + 1))) {
+			memcpy(b->name[i], p, pl);
+			b->name[i][pl] = 0;
+		}
 	}
 	int rc;
 	if (d->o.decode == DP_DECODE_IMAGE) {
@@ -388,6 +424,8 @@ label:
 				       "classes)",
 				       d->label, v, d->o.nclass - 1, d->o.nclass);
 		b->y[i] = (int32_t)v;
+		if (d->class_text)
+			note_class(d, &w->ex, (size_t)v);
 	} else {
 		size_t k = d->o.label_size;
 		float *t = b->t + i * k;

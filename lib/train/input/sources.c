@@ -1,7 +1,7 @@
 /*
  * sources.c - where the training input's records come from (dp_data.h):
  * files and globs, streams (stdin, FIFOs, cached to a file or memory for
- * later epochs), commands ({epoch}, {rank}... filled in, run by /bin/sh),
+ * later epochs), commands ({epoch} from 1, {epoch0} from 0, {rank}... filled in, run by /bin/sh),
  * opened in an epoch's order and read record by record.
  */
 #define _GNU_SOURCE
@@ -68,12 +68,17 @@ static int add_path(dp_data *d, const char *path, dp_err *e)
  * name, value pair or NULL) in tmpl. */
 static char *expand(const dp_data *d, const char *tmpl, const char *name, const char *value)
 {
-	char rb[16], sb[16];
-	const char *vars[7];
+	char rb[16], sb[16], e0[24];
+	const char *vars[9];
 	int n = 0;
 	if (name) {
 		vars[n++] = name;
 		vars[n++] = value;
+	}
+	if (name && !strcmp(name, "epoch")) { /* {epoch0}: from 0, as SageMaker's FIFOs */
+		snprintf(e0, sizeof e0, "%llu", strtoull(value, NULL, 10) - 1);
+		vars[n++] = "epoch0";
+		vars[n++] = e0;
 	}
 	if (d->o.size > 0) {
 		snprintf(rb, sizeof rb, "%d", d->o.rank);
@@ -137,19 +142,16 @@ static int spawn(dp_data *d, const char *cmd, dp_err *e)
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return dp_syserr(e, "command: pipe");
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(fds[0]);
-		close(fds[1]);
-		return dp_syserr(e, "command: fork");
-	}
-	if (pid == 0) {
-		dup2(fds[1], STDOUT_FILENO);
-		signal(SIGPIPE, SIG_DFL); /* we may stop reading early: let it end quietly */
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
+	/* stdin and stderr ours; SIGPIPE at its default (dp_spawn): we may stop
+	 * reading early, and the command then ends quietly */
+	char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+	dp_child c = {"/bin/sh", argv, NULL, STDIN_FILENO, fds[1], -1, 0};
+	int pid, rc = dp_spawn(&c, &pid, e);
 	close(fds[1]);
+	if (rc < 0) {
+		close(fds[0]);
+		return dp_preferr(e, "command");
+	}
 	d->child = pid;
 	return fds[0];
 }
