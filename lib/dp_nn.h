@@ -228,7 +228,7 @@ typedef struct dp_pass {
 
 /* Forward n <= max_batch samples x (host, (n, in_size) floats, from the
  * backend's host_alloc or, on the CPU, any memory; unchanged until the
- * next backward or loss returns). */
+ * backward pass returns: a recomputed segment reads it again). */
 DP_EXPORT int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp_err *e);
 /* The output of the last forward: (dev) (n, out_size) logits or values. */
 DP_EXPORT const float *dp_model_output(const dp_model *m);
@@ -259,6 +259,55 @@ DP_EXPORT int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *
  * parameters, in the order a backward pass makes them (the gradient
  * buffer is left as it is). */
 DP_EXPORT int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e);
+
+/* ---- memory: recomputation, micro-batches in flight ------------------------
+ * A bound model keeps from a training forward pass only what its backward
+ * pass reads (lib/train/model/memory.c): the input of each dense, conv
+ * and batchnorm layer, the output of each activation, the model's
+ * output; what no backward pass reads (the layers of a frozen start of
+ * the model: they keep no activation) is scratch shared by every pass.
+ *
+ * Recomputation (torch.utils.checkpoint): the layers of each segment
+ * keep nothing from the forward pass but the segment's input and output;
+ * the backward pass runs the segment again when it gets there, with the
+ * same dropout masks and the batchnorm statistics of the first pass (its
+ * running statistics move once), so the gradients are the same bits.
+ * patterns: NULL, none; "" or "blocks", every innermost block (res(...)
+ * or seq(...) holding no other block: torchvision ResNets' residual
+ * blocks) and each run of layers between them (a ResNet's stem, its
+ * head); else comma-separated fnmatch(3) patterns over the paths of
+ * blocks and layers ("layer3.*", "[2-7]"): each block named is a segment
+ * (with what is inside it), each run of consecutive layers named outside
+ * them another.  DP_EARG for a pattern that names nothing and for a run
+ * that is not a segment (a layer after it reads inside it).  Before or
+ * after dp_model_bind (the activations are planned again). */
+DP_EXPORT int dp_model_set_recompute(dp_model *m, const char *patterns, dp_err *e);
+DP_EXPORT int dp_model_nsegments(const dp_model *m);
+/* Segment s: its layers first to last. */
+DP_EXPORT void dp_model_segment(const dp_model *m, int s, int *first, int *last);
+
+/* Slots: the activations of k micro-batches in flight (a pipeline stage
+ * runs the forward passes of several before their backward passes):
+ * dp_model_use_slot(m, j) makes the next forward, loss and backward
+ * those of slot j, and a backward pass of slot j goes back through what
+ * slot j's forward kept.  1 by default. */
+DP_EXPORT int dp_model_set_slots(dp_model *m, int k, dp_err *e);
+DP_EXPORT int dp_model_slots(const dp_model *m);
+DP_EXPORT int dp_model_use_slot(dp_model *m, int j, dp_err *e);
+
+/* What the bound model allocated on its backend, in bytes. */
+typedef struct dp_model_mem {
+	size_t params, grads, buffers; /* weights, their gradients, running statistics */
+	size_t activations;            /* kept + scratch */
+	size_t kept;                   /* of them, kept from forward to backward (all slots) */
+	size_t scratch;                /* of them, shared: what nothing keeps, recomputed insides */
+	size_t grad_scratch;           /* the backward pass's gradient buffers */
+	size_t total;                  /* all of the above */
+} dp_model_mem;
+DP_EXPORT void dp_model_memory(const dp_model *m, dp_model_mem *mm);
+/* The same for a model not bound yet, as dp_model_bind would allocate it
+ * for batches of max_batch (but the backend's convolution workspace). */
+DP_EXPORT int dp_model_plan(dp_model *m, size_t max_batch, dp_model_mem *mm, dp_err *e);
 
 /* Inference on n samples: out (host, (n, out_size)) receives class
  * probabilities (xent: softmax of the logits) or the outputs (mse). */

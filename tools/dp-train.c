@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,7 +71,7 @@ enum {
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
 	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
-	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_LAST
+	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -103,6 +104,7 @@ static const struct option longopts[] = {
 	{"input-shape", required_argument, 0, O_INPUT_SHAPE},
 	{"loss", required_argument, 0, O_LOSS},
 	{"summary", no_argument, 0, O_SUMMARY},
+	{"recompute", optional_argument, 0, O_RECOMPUTE},
 	{"epochs", required_argument, 0, O_EPOCHS},
 	{"max-steps", required_argument, 0, O_MAX_STEPS},
 	{"batch-size", required_argument, 0, O_BATCH},
@@ -188,6 +190,7 @@ static struct {
 	const char *cache_dir;
 	int prefetch;
 	int summary;
+	const char *recompute; /* --recompute: patterns; "": every innermost block */
 	uint64_t max_steps;
 	int threads;
 	int gpu;           /* -1: the local rank's GPU */
@@ -223,7 +226,7 @@ static struct {
 	.bucket = 1u << 20,
 	.stall = 60,
 	.prefetch = 2,
-	.threads = 1,
+	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
 	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
@@ -291,7 +294,14 @@ static const char help_text[] =
 	"      --input-shape SHAPE  C x H x W (1x28x28), H x W, or a length (784)\n"
 	"      --loss xent|mse      softmax cross-entropy on classes (default) or mean\n"
 	"                           squared error on vectors\n"
-	"      --summary            print the layers, shapes and parameters, and exit\n"
+	"      --summary            print the layers, shapes and parameters, the memory\n"
+	"                           a rank takes, and exit\n"
+	"      --recompute[=LIST]   keep only each segment's input and output from the\n"
+	"                           forward pass and compute the rest again in the\n"
+	"                           backward pass (the same gradients, less memory): every\n"
+	"                           innermost block and the runs of layers between, or the\n"
+	"                           blocks and runs of layers LIST's patterns name\n"
+	"                           (layer3.*,[2-7])\n"
 	"\n"
 	"Training:\n"
 	"      --epochs N           passes over the data (default 1)\n"
@@ -309,7 +319,8 @@ static const char help_text[] =
 	"      --lr-schedule S      constant (default), step:EPOCHS[:GAMMA], cosine[:MIN_LR]\n"
 	"      --warmup N           ramp the rate up linearly over the first N updates\n"
 	"      --seed N             weights, dropout and shuffle (default 0)\n"
-	"      --threads N          math threads (default 1)\n"
+	"      --threads N          math threads (default: the CPUs of the host shared by\n"
+	"                           its ranks)\n"
 	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
 	"                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
@@ -717,6 +728,7 @@ static void parse_args(int argc, char **argv)
 				usage_error("--loss '%s': want xent or mse", optarg);
 			break;
 		case O_SUMMARY: O.summary = 1; break;
+		case O_RECOMPUTE: O.recompute = optarg ? optarg : ""; break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
 		case O_BATCH: C.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
@@ -1114,6 +1126,7 @@ static struct {
 	const dp_backend *be;
 	dp_bectx *ctx;
 	char desc[256];           /* the backend, for the first note */
+	int cpus, local;          /* --threads by default: dp_default_threads's */
 	dp_st *ck;                /* the checkpoint resumed or started from, during set-up */
 	dp_shape in;              /* --input-shape */
 	int xent;                 /* classes (else mse) */
@@ -1157,6 +1170,42 @@ static void summary(dp_model *m)
 	}
 	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
 	       dp_loss_name(dp_model_loss_kind(m)));
+	int ns = dp_model_nsegments(m);
+	for (int s = 0; s < ns; s++) {
+		int first, last;
+		dp_layer_info la, lf;
+		dp_model_segment(m, s, &first, &last);
+		dp_model_layer(m, first, &la);
+		dp_model_layer(m, last, &lf);
+		printf("%s%s..%s%s", s ? ", " : "recomputed: ", la.name, lf.name,
+		       s + 1 == ns ? "\n" : "");
+	}
+	dp_model_mem mm;
+	dp_err e;
+	if (dp_model_plan(m, C.batch, &mm, &e) == 0) {
+		char p[32], g[32], ac[32], k[32], sc[32], gb[32];
+		printf("memory at batch %" PRIu64 ": parameters %s, their gradients %s, activations %s "
+		       "(%s kept for the backward pass, %s scratch), gradient buffers %s\n",
+		       C.batch, dp_fmt_size(mm.params + mm.buffers, p, sizeof p),
+		       dp_fmt_size(mm.grads, g, sizeof g), dp_fmt_size(mm.activations, ac, sizeof ac),
+		       dp_fmt_size(mm.kept, k, sizeof k), dp_fmt_size(mm.scratch, sc, sizeof sc),
+		       dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
+	}
+}
+
+/* What the bound model and its optimizer take, in a note. */
+static void memory_note(void)
+{
+	dp_model_mem mm;
+	dp_model_memory(M, &mm);
+	size_t opt = (size_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
+	char p[32], o[32], a[32], k[32], sc[32], gb[32];
+	note("memory: parameters %s (+ gradients, %s of optimizer state), activations %s (%s kept "
+	     "for the backward pass%s, %s scratch), gradient buffers %s",
+	     dp_fmt_size(mm.params + mm.buffers, p, sizeof p), dp_fmt_size(opt, o, sizeof o),
+	     dp_fmt_size(mm.activations, a, sizeof a), dp_fmt_size(mm.kept, k, sizeof k),
+	     dp_model_nsegments(M) ? ", --recompute" : "", dp_fmt_size(mm.scratch, sc, sizeof sc),
+	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
 }
 
 /* Whether a path template names {rank} (or {rank:W}): a file a rank. */
@@ -1518,6 +1567,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
+	if (!O.threads)
+		O.threads = dp_default_threads(&R.cpus, &R.local);
 	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = C.precision,
 			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
@@ -1645,6 +1696,8 @@ static int show_summary(void)
 	dp_err e;
 	if (C.freeze && *C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
+	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0)
+		usage_error("%s", e.msg);
 	if (RANK == 0)
 		summary(M);
 	dp_model_free(M);
@@ -1996,6 +2049,11 @@ static void setup_model(void)
 		bad_setting(C.from[DP_RUN_SMOOTH], "--label-smoothing: %s", e.msg);
 	if (C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
+	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0) {
+		if (e.code == DP_EARG)
+			usage_error("%s", e.msg);
+		cli_die_err(CLI_FAIL, &e);
+	}
 	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn};
 	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
 		cli_die_err(CLI_FAIL, &e);
@@ -2027,8 +2085,13 @@ static void setup_data(void)
 		if (!(R.val = dp_eval_new_for(M, 0, &e)))
 			cli_die("val: %s", e.msg);
 	}
-	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
+	char thr[128] = ""; /* where the default thread count came from */
+	if (R.cpus && (R.be->caps & DP_CAP_HOST_MEMORY))
+		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
+			 "%d rank%s on it; --threads sets it)", R.cpus, R.local, R.local == 1 ? "" : "s");
+	note("%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(M), R.desc, thr,
 	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
+	memory_note();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
 		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, C.accumulate,
@@ -2537,6 +2600,11 @@ static void finish(void)
 		check_same_state(R.ts.step);
 		comm_report();
 	}
+	struct rusage ru;
+	char pk[32];
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		note("peak memory: %s resident (rank %d)",
+		     dp_fmt_size((uint64_t)ru.ru_maxrss * 1024, pk, sizeof pk), RANK);
 	if (O.timeline && dp_comm_timeline_write(COMM, O.timeline, &e) < 0)
 		cli_die("timeline: %s", e.msg);
 }

@@ -48,7 +48,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +56,6 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
 
 enum { K_WEB = 1, K_PROCESS, K_CONTAINER, K_IMDS };
 
@@ -527,30 +525,14 @@ static int run_cmd(char **argv, dp_buf *out, char *errtxt, size_t errsz, int *st
 		}
 		return rc;
 	}
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-	posix_spawnattr_init(&at);
-	sigset_t none, all;
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&at, &none);   /* the caller's threads block them all */
-	posix_spawnattr_setsigdefault(&at, &all); /* SIGPIPE and the tool's handlers */
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	pid_t pid;
-	int err = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	dp_child ch = {NULL, argv, NULL, -1, po[1], pe[1], 0};
+	int pid, rc = dp_spawn(&ch, &pid, e);
 	close(po[1]);
 	close(pe[1]);
-	if (err) {
+	if (rc < 0) {
 		close(po[0]);
 		close(pe[0]);
-		errno = err;
-		return dp_syserr(e, "%s: cannot run %s", what, argv[0]);
+		return dp_preferr(e, "%s", what);
 	}
 	size_t el = 0;
 	struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};

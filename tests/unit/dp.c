@@ -16,6 +16,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_count(void)
@@ -561,6 +562,44 @@ static void test_read_file(void)
 	rmdir(dir);
 }
 
+/* dp_spawn: a child with every signal unblocked and at its default
+ * though its parent blocks them all and ignores SIGPIPE, the environment
+ * given added, a program found on PATH, one missing named. */
+static void test_spawn(void)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	void (*pipe_was)(int) = signal(SIGPIPE, SIG_IGN);
+	int fds[2];
+	dp_err e;
+	ok(pipe(fds) == 0, "pipe");
+	char *argv[] = {"sh", "-c", "grep -E '^Sig(Blk|Ign)' /proc/self/status; echo \"$DPX\"", NULL};
+	const char *env[] = {"DPX=spawned", NULL};
+	dp_child c = {NULL, argv, env, -1, fds[1], -1, 1};
+	int pid, st;
+	ok(dp_spawn(&c, &pid, &e) == 0, "dp_spawn: sh found on PATH");
+	close(fds[1]);
+	char out[512] = "";
+	long n = dp_read_full(fds[0], out, sizeof out - 1, "pipe", &e);
+	out[n > 0 ? n : 0] = 0;
+	close(fds[0]);
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "... the child ran");
+	like(out, "SigBlk:\t0000000000000000", "... no signal blocked in the child");
+	const char *ig = strstr(out, "SigIgn:\t");
+	unsigned long long ign = ig ? strtoull(ig + 8, NULL, 16) : ~0ull;
+	/* signals 1 to 31; 32 and 33 are the C library's own, beyond signal() */
+	ok(!(ign & 0x7fffffffull), "... none ignored (SIGPIPE at its default): SigIgn %llx", ign);
+	like(out, "spawned", "... the environment given");
+	char *none[] = {"dp-no-such-program", NULL};
+	dp_child m = {NULL, none, NULL, -1, -1, -1, 0};
+	ok(dp_spawn(&m, &pid, &e) < 0, "a program not on PATH refused");
+	like(e.msg, "cannot run dp-no-such-program", "... named");
+	signal(SIGPIPE, pipe_was);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void test_settings(void)
 {
 	setenv("DP_UNIT_TEST_SETTING", "42", 1);
@@ -589,6 +628,7 @@ int main(void)
 	test_out_paths();
 	test_fmt_double();
 	test_read_file();
+	test_spawn();
 	test_settings();
 	return done_testing();
 }

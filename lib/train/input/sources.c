@@ -142,19 +142,16 @@ static int spawn(dp_data *d, const char *cmd, dp_err *e)
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return dp_syserr(e, "command: pipe");
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(fds[0]);
-		close(fds[1]);
-		return dp_syserr(e, "command: fork");
-	}
-	if (pid == 0) {
-		dup2(fds[1], STDOUT_FILENO);
-		signal(SIGPIPE, SIG_DFL); /* we may stop reading early: let it end quietly */
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		_exit(127);
-	}
+	/* stdin and stderr ours; SIGPIPE at its default (dp_spawn): we may stop
+	 * reading early, and the command then ends quietly */
+	char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+	dp_child c = {"/bin/sh", argv, NULL, STDIN_FILENO, fds[1], -1, 0};
+	int pid, rc = dp_spawn(&c, &pid, e);
 	close(fds[1]);
+	if (rc < 0) {
+		close(fds[0]);
+		return dp_preferr(e, "command");
+	}
 	d->child = pid;
 	return fds[0];
 }

@@ -233,6 +233,28 @@ static layer *new_node(dp_model *m, dp_err *e)
 	return L;
 }
 
+/* A block of layers [lo, the last so far] named path. */
+static int add_block(dp_model *m, int lo, const char *path, dp_err *e)
+{
+	if (lo > m->n - 1)
+		return DP_OK; /* an empty seq() */
+	nn_block *b = realloc(m->blk, ((size_t)m->nblk + 1) * sizeof *b);
+	if (!b)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	m->blk = b;
+	b += m->nblk;
+	if (!(b->name = strdup(path)))
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	m->nblk++;
+	b->lo = lo;
+	b->hi = m->n - 1;
+	b->inner = 1; /* blocks end inner first: one that holds this ends before it */
+	for (int j = 0; j < m->nblk - 1; j++)
+		if (m->blk[j].lo >= lo && m->blk[j].hi <= b->hi)
+			b->inner = 0;
+	return DP_OK;
+}
+
 /* The items as nodes in the order they run; *cur: the node they read
  * first (-1: the input), then their last. */
 static int flatten(dp_model *m, const gitem *it, int n, const char *path, int depth, int *cur,
@@ -243,9 +265,10 @@ static int flatten(dp_model *m, const gitem *it, int n, const char *path, int de
 		snprintf(num, sizeof num, "%d", k);
 		if (join_path(self, path, it[k].name ? it[k].name : num, e) < 0)
 			return DP_EARG;
-		int rc, in = *cur;
+		int rc, in = *cur, first = m->n;
 		if (it[k].type == 's') {
-			if ((rc = flatten(m, it[k].kid, it[k].nkid, self, depth + 1, cur, e)) < 0)
+			if ((rc = flatten(m, it[k].kid, it[k].nkid, self, depth + 1, cur, e)) < 0 ||
+			    (rc = add_block(m, first, self, e)) < 0)
 				return rc;
 			continue;
 		}
@@ -282,6 +305,8 @@ static int flatten(dp_model *m, const gitem *it, int n, const char *path, int de
 				return rc;
 		}
 		*cur = m->n - 1;
+		if (it[k].type == 'r' && (rc = add_block(m, first, self, e)) < 0)
+			return rc;
 	}
 	return DP_OK;
 }
@@ -375,6 +400,7 @@ void nn_plan_grads(dp_model *m)
 		L->needg = (L->wn && !L->frozen) || (L->src >= 0 && m->l[L->src].needg) ||
 			   (L->src2 >= 0 && m->l[L->src2].needg);
 	}
+	m->need_dx = m->lo > 0 && m->l[m->lo - 1].needg;
 }
 
 /* Shapes, parameters, and what each layer may compute in place. */
@@ -437,6 +463,10 @@ static int plan(dp_model *m, dp_err *e)
 		}
 	}
 	nn_plan_grads(m);
+	m->lo = 0;
+	m->hi = m->n;
+	m->sp = m->nparams;
+	m->sb = m->nbuffers;
 	dp_shape cur = m->l[m->n - 1].out;
 	if (m->loss == DP_LOSS_XENT && (cur.rank != 1 || cur.c < 2)) {
 		char sb[64];
@@ -512,6 +542,8 @@ void dp_model_free(dp_model *m)
 	nn_unbind(m);
 	nn_free_layers(m);
 	free(m->spec);
+	free(m->recompute);
+	free(m->seg);
 	free(m);
 }
 

@@ -29,140 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- binding ------------------------------------------------------------ */
-
-/* Everything dp_model_bind allocated, freed. */
-void nn_unbind(dp_model *m)
-{
-	if (!m->be)
-		return;
-	const dp_backend *be = m->be;
-	for (int i = 0; i < m->n; i++) {
-		be->free(m->ctx, m->l[i].ybuf);
-		be->free(m->ctx, m->l[i].aux);
-		m->l[i].ybuf = NULL;
-		m->l[i].aux = NULL;
-	}
-	for (int i = 0; i < m->ngbuf; i++)
-		be->free(m->ctx, m->gbuf[i]);
-	free(m->gbuf);
-	free(m->gslot);
-	free(m->hsums);
-	m->gbuf = NULL;
-	m->gslot = NULL;
-	m->hsums = NULL;
-	m->ngbuf = 0;
-	void *bufs[] = {m->params, m->grads, m->bufs, m->xbuf, m->ybuf,
-			m->ws,     m->stats, m->prob, m->sums};
-	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-		be->free(m->ctx, bufs[i]);
-	m->params = m->grads = m->bufs = m->xbuf = m->prob = NULL;
-	m->ybuf = m->ws = NULL;
-	m->stats = m->sums = NULL;
-	m->be = NULL;
-}
-
-
-/* Does layer i produce its output in a buffer of its own? */
-static int needs_ybuf(const dp_model *m, int i)
-{
-	const layer *L = &m->l[i];
-	switch (L->kind) {
-	case DP_LAYER_FLATTEN:
-	case DP_LAYER_SOFTMAX:
-		return 0;
-	case DP_LAYER_RELU:
-	case DP_LAYER_TANH:
-	case DP_LAYER_SIGMOID:
-	case DP_LAYER_ADD:
-		return !L->fused && !L->inplace;
-	default:
-		return 1;
-	}
-}
-
-static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_ctx, dp_err *e);
-
-int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_batch, dp_err *e)
-{
-	nn_unbind(m);
-	if (max_batch == 0 || max_batch > (1u << 24))
-		return dp_seterr(e, DP_EARG, "batch size %zu out of range", max_batch);
-	m->be = be;
-	m->ctx = ctx;
-	m->max_batch = max_batch;
-	size_t nb = max_batch, maxact = dp_shape_size(&m->in), ws = 0;
-	size_t outsz = dp_model_out_size(m);
-#define ALLOC(dst, bytes)                                                                          \
-	do {                                                                                       \
-		if (!((dst) = be->alloc(ctx, (bytes))))                                            \
-			goto nomem;                                                                \
-	} while (0)
-	for (int i = 0; i < m->n; i++) {
-		layer *L = &m->l[i];
-		size_t osz = dp_shape_size(&L->out);
-		if (osz > maxact)
-			maxact = osz;
-		if (needs_ybuf(m, i))
-			ALLOC(L->ybuf, nb * osz * sizeof(float));
-		if (L->kind == DP_LAYER_MAXPOOL)
-			ALLOC(L->aux, nb * osz * sizeof(int32_t));
-		if (L->kind == DP_LAYER_BATCHNORM)
-			ALLOC(L->aux, 2 * (size_t)L->in.c * sizeof(float));
-		if (L->kind == DP_LAYER_CONV) {
-			dp_conv2d g = {(int)nb,  L->in.c, L->in.h, L->in.w, L->units, L->out.h, L->out.w,
-				       L->kh,   L->kw,   L->sh,   L->sw,   L->ph,    L->pw};
-			size_t w = be->conv_ws(ctx, &g);
-			if (w > ws)
-				ws = w;
-		}
-	}
-	/* the gradient buffers the backward pass needs at most (nothing frozen) */
-	if (!(m->gslot = malloc((size_t)m->n * sizeof *m->gslot)))
-		goto nomem;
-	int *frozen = malloc((size_t)m->n * sizeof *frozen);
-	if (!frozen)
-		goto nomem;
-	for (int i = 0; i < m->n; i++) {
-		frozen[i] = m->l[i].frozen;
-		m->l[i].frozen = 0;
-	}
-	nn_plan_grads(m);
-	int most = walk(m, 0, 0, NULL, NULL, NULL);
-	for (int i = 0; i < m->n; i++)
-		m->l[i].frozen = frozen[i];
-	free(frozen);
-	nn_plan_grads(m);
-	if (!(m->gbuf = calloc((size_t)most, sizeof *m->gbuf)))
-		goto nomem;
-	m->ngbuf = most;
-	for (int i = 0; i < most; i++)
-		ALLOC(m->gbuf[i], nb * maxact * sizeof(float));
-	if (m->maxc) {
-		ALLOC(m->sums, 2 * (size_t)m->maxc * sizeof(double));
-		if (!(m->hsums = malloc((2 * (size_t)m->maxc + 1) * sizeof(double))))
-			goto nomem;
-	}
-	ALLOC(m->params, (m->nparams ? m->nparams : 1) * sizeof(float));
-	ALLOC(m->grads, (m->nparams ? m->nparams : 1) * sizeof(float));
-	ALLOC(m->bufs, (m->nbuffers ? m->nbuffers : 1) * sizeof(float));
-	ALLOC(m->xbuf, nb * dp_shape_size(&m->in) * sizeof(float));
-	ALLOC(m->ybuf, nb * (outsz > 1 ? outsz : 1) * sizeof(float));
-	ALLOC(m->ws, ws ? ws : 64);
-	ALLOC(m->stats, 2 * sizeof(double));
-	ALLOC(m->prob, nb * outsz * sizeof(float));
-#undef ALLOC
-	be->fill(ctx, m->params, 0, m->nparams);
-	be->fill(ctx, m->grads, 0, m->nparams);
-	if (m->nbuffers)
-		be->fill(ctx, m->bufs, 0, m->nbuffers);
-	return DP_OK;
-nomem:
-	nn_unbind(m);
-	return dp_seterr(e, DP_ENOMEM, "out of memory for a model of %zu parameters with batch %zu",
-			 m->nparams, max_batch);
-}
-
 /* A standard normal deviate from two of the stream's numbers (Box-Muller). */
 static double normal_at(uint64_t key, size_t j)
 {
@@ -173,11 +39,14 @@ static double normal_at(uint64_t key, size_t j)
 
 void dp_model_init(dp_model *m, uint64_t seed)
 {
-	float *host = malloc((m->nparams + m->nbuffers + 1) * sizeof(float));
+	/* the stage's layers alone, each as in the whole model (offsets from
+	 * the stage's first parameter and buffer) */
+	float *host = malloc((m->sp + m->sb + 1) * sizeof(float));
 	if (!host)
 		return;
-	float *hb = host + m->nparams;
-	for (int i = 0; i < m->n; i++) {
+	float *hb = host + m->sp - m->blo;
+	host -= m->plo;
+	for (int i = m->lo; i < m->hi; i++) {
 		layer *L = &m->l[i];
 		if (L->kind == DP_LAYER_BATCHNORM) {
 			for (size_t j = 0; j < L->wn; j++) {
@@ -205,9 +74,10 @@ void dp_model_init(dp_model *m, uint64_t seed)
 		for (size_t j = 0; j < L->wn + L->bn; j++)
 			host[L->woff + j] = (2 * dp_rng_unit(dp_rng_at(key, j)) - 1) * bound;
 	}
-	m->be->upload(m->ctx, m->params, host, m->nparams * sizeof(float));
-	if (m->nbuffers)
-		m->be->upload(m->ctx, m->bufs, hb, m->nbuffers * sizeof(float));
+	host += m->plo;
+	m->be->upload(m->ctx, m->params, host, m->sp * sizeof(float));
+	if (m->sb)
+		m->be->upload(m->ctx, m->bufs, host + m->sp, m->sb * sizeof(float));
 	free(host);
 }
 
@@ -276,6 +146,116 @@ static int bn_synced(const dp_model *m, const layer *L)
 	return m->sync && L->kind == DP_LAYER_BATCHNORM && !L->frozen;
 }
 
+size_t nn_node_size(const dp_model *m, int i)
+{
+	if (i >= m->n)
+		return m->lo > 0 ? dp_shape_size(&m->l[m->lo - 1].out) : dp_shape_size(&m->in);
+	return i < 0 ? dp_shape_size(&m->in) : dp_shape_size(&m->l[i].out);
+}
+
+/* Batchnorm layer L's forward.  A replay normalises with the statistics
+ * the first pass had (its own batch's again, or --sync-bn's sums it
+ * kept) and moves a scratch copy of the running statistics, not the
+ * model's: they move once a micro-batch. */
+static int bnorm_fwd(dp_model *m, layer *L, size_t n, int train, int replay, const float *cur,
+		     float *y, dp_err *e)
+{
+	const dp_backend *be = m->be;
+	int t = train && !L->frozen;
+	dp_bnorm g = bnorm_geom(L, n);
+	const double *sums = NULL;
+	float *rm = nn_run(m, L), *rv = rm + L->in.c;
+	if (t && replay) {
+		rm = m->runs;
+		rv = m->runs + L->in.c;
+	}
+	if (t && bn_synced(m, L) && replay) {
+		sums = L->ssum;
+	} else if (t && bn_synced(m, L)) {
+		double count = (double)n * g.hw;
+		be->bnorm_sums(m->ctx, &g, cur, m->sums);
+		int rc = sync_sums(m, m->sums, 2 * g.c, &count, e);
+		if (rc < 0)
+			return rc;
+		L->count = g.count = count;
+		sums = m->sums;
+		if (L->ssum) /* a recomputed segment's: for its replay */
+			be->copy(m->ctx, L->ssum, m->sums, 2 * (size_t)g.c * sizeof(double));
+	}
+	be->bnorm_fwd(m->ctx, &g, t, cur, nn_w(m, L), nn_b(m, L), rm, rv, sums, L->aux, y);
+	if (t && !replay)
+		L->tracked++;
+	return DP_OK;
+}
+
+int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int replay, dp_err *e)
+{
+	const dp_backend *be = m->be;
+	dp_bectx *c = m->ctx;
+	layer *L = &m->l[i];
+	float *y = L->ybuf;
+	const float *cur = L->src >= m->lo ? m->l[L->src].y : m->xin;
+	int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
+	L->x = cur;
+	switch (L->kind) {
+	case DP_LAYER_DENSE:
+		be->dense_fwd(c, (int)n, isz, out, cur, nn_w(m, L), L->bn ? nn_b(m, L) : NULL, y,
+			      L->act);
+		break;
+	case DP_LAYER_CONV: {
+		dp_conv2d g = conv_geom(L, n);
+		be->conv_fwd(c, &g, cur, nn_w(m, L), L->bn ? nn_b(m, L) : NULL, y, L->act, m->ws);
+		break;
+	}
+	case DP_LAYER_MAXPOOL: {
+		dp_pool2d g = pool_geom(L, n);
+		be->maxpool_fwd(c, &g, cur, y, L->aux);
+		break;
+	}
+	case DP_LAYER_AVGPOOL: {
+		dp_pool2d g = pool_geom(L, n);
+		be->avgpool_fwd(c, &g, cur, y);
+		break;
+	}
+	case DP_LAYER_DROPOUT:
+		if (train && L->p > 0) {
+			dp_dropout d = dropout_of(m, i, n, p);
+			be->dropout_fwd(c, &d, (int)n, cur, y);
+		} else {
+			y = (float *)cur;
+		}
+		break;
+	case DP_LAYER_RELU:
+	case DP_LAYER_TANH:
+	case DP_LAYER_SIGMOID:
+		if (L->fused)
+			y = (float *)cur;
+		else if (L->inplace)
+			be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y = (float *)cur);
+		else
+			be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y);
+		break;
+	case DP_LAYER_BATCHNORM: {
+		int rc = bnorm_fwd(m, L, n, train, replay, cur, y, e);
+		if (rc < 0)
+			return rc;
+		break;
+	}
+	case DP_LAYER_ADD: {
+		const float *b = L->src2 >= m->lo ? m->l[L->src2].y : m->xin;
+		if (L->inplace)
+			y = (float *)cur;
+		be->add(c, n * (size_t)out, cur, b, y, L->act);
+		break;
+	}
+	default: /* flatten, softmax (applied by the loss or predict) */
+		y = (float *)cur;
+		break;
+	}
+	L->y = y;
+	return DP_OK;
+}
+
 int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp_err *e)
 {
 	if (!m->be)
@@ -283,93 +263,21 @@ int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp
 	if (n == 0 || n > m->max_batch)
 		return dp_seterr(e, DP_EARG, "batch of %zu samples: the model takes 1 to %zu", n,
 				 m->max_batch);
-	const dp_backend *be = m->be;
-	dp_bectx *c = m->ctx;
-	const float *in = be->stage(c, m->xbuf, x, n * dp_shape_size(&m->in) * sizeof(float));
+	m->slots[m->slot].valid = 0;
+	m->xin = m->be->stage(m->ctx, m->xbuf, x, n * nn_node_size(m, m->n) * sizeof(float));
 	int train = p && p->train;
-	for (int i = 0; i < m->n; i++) {
-		layer *L = &m->l[i];
-		float *y = L->ybuf;
-		const float *cur = L->src >= 0 ? m->l[L->src].y : in;
-		int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
-		L->x = cur;
-		switch (L->kind) {
-		case DP_LAYER_DENSE:
-			be->dense_fwd(c, (int)n, isz, out, cur, m->params + L->woff,
-				      L->bn ? m->params + L->boff : NULL, y, L->act);
-			break;
-		case DP_LAYER_CONV: {
-			dp_conv2d g = conv_geom(L, n);
-			be->conv_fwd(c, &g, cur, m->params + L->woff, L->bn ? m->params + L->boff : NULL,
-				     y, L->act, m->ws);
-			break;
-		}
-		case DP_LAYER_MAXPOOL: {
-			dp_pool2d g = pool_geom(L, n);
-			be->maxpool_fwd(c, &g, cur, y, L->aux);
-			break;
-		}
-		case DP_LAYER_AVGPOOL: {
-			dp_pool2d g = pool_geom(L, n);
-			be->avgpool_fwd(c, &g, cur, y);
-			break;
-		}
-		case DP_LAYER_DROPOUT:
-			if (train && L->p > 0) {
-				dp_dropout d = dropout_of(m, i, n, p);
-				be->dropout_fwd(c, &d, (int)n, cur, y);
-			} else {
-				y = (float *)cur;
-			}
-			break;
-		case DP_LAYER_RELU:
-		case DP_LAYER_TANH:
-		case DP_LAYER_SIGMOID:
-			if (L->fused)
-				y = (float *)cur;
-			else if (L->inplace)
-				be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y = (float *)cur);
-			else
-				be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y);
-			break;
-		case DP_LAYER_BATCHNORM: {
-			int t = train && !L->frozen;
-			dp_bnorm g = bnorm_geom(L, n);
-			const double *sums = NULL;
-			if (t && bn_synced(m, L)) {
-				double count = (double)n * g.hw;
-				be->bnorm_sums(c, &g, cur, m->sums);
-				int rc = sync_sums(m, m->sums, 2 * g.c, &count, e);
-				if (rc < 0)
-					return rc;
-				L->count = g.count = count;
-				sums = m->sums;
-			}
-			be->bnorm_fwd(c, &g, t, cur, m->params + L->woff, m->params + L->boff,
-				      m->bufs + L->roff, m->bufs + L->roff + L->in.c, sums, L->aux, y);
-			if (t)
-				L->tracked++;
-			break;
-		}
-		case DP_LAYER_ADD: {
-			const float *b = L->src2 >= 0 ? m->l[L->src2].y : in;
-			if (L->inplace)
-				y = (float *)cur;
-			be->add(c, n * (size_t)out, cur, b, y, L->act);
-			break;
-		}
-		default: /* flatten, softmax (applied by the loss or predict) */
-			y = (float *)cur;
-			break;
-		}
-		L->y = y;
-	}
-	m->out = m->l[m->n - 1].y;
-	m->last_n = n;
-	m->last_train = train;
 	if (p)
 		m->last_pass = *p;
+	for (int i = m->lo; i < m->hi; i++) {
+		int rc = nn_layer_fwd(m, i, n, train, p, 0, e);
+		if (rc < 0)
+			return rc;
+	}
+	m->out = m->l[m->hi - 1].y;
+	m->last_n = n;
+	m->last_train = train;
 	m->dout = NULL;
+	nn_keep_slot(m);
 	return DP_OK;
 }
 
@@ -413,6 +321,15 @@ static int take(uint64_t *busy, int *most)
 	return s;
 }
 
+/* The node a layer reads as src: itself, or m->n for the stage's input. */
+static int node(const dp_model *m, int src) { return src >= m->lo ? src : m->n; }
+
+/* Does the output of node src (m->n: the stage's input) need a gradient? */
+static int wants(const dp_model *m, int src)
+{
+	return src >= m->lo ? m->l[src].needg : m->need_dx;
+}
+
 /* Hand buffer t, the gradient from one reader of node src, to src: it
  * becomes src's gradient, or is added to what other readers gave. */
 static void deliver(dp_model *m, size_t n, int exec, int src, int t, uint64_t *busy)
@@ -423,40 +340,65 @@ static void deliver(dp_model *m, size_t n, int exec, int src, int t, uint64_t *b
 		return;
 	}
 	if (exec)
-		m->be->add(m->ctx, n * dp_shape_size(&m->l[src].out), m->gbuf[gs[src]], m->gbuf[t],
+		m->be->add(m->ctx, n * nn_node_size(m, src), m->gbuf[gs[src]], m->gbuf[t],
 			   m->gbuf[gs[src]], DP_ACT_NONE);
 	*busy &= ~(1ull << t);
 }
 
+/* Recomputation: segment L->seg's layers run again, from the input and
+ * the statistics its first pass kept, when the backward pass reaches its
+ * last layer i. */
+static int replay(dp_model *m, int i, size_t n, dp_err *e)
+{
+	const layer *L = &m->l[i];
+	if (L->seg < 0)
+		return DP_OK;
+	int a = m->seg[L->seg][0] > m->lo ? m->seg[L->seg][0] : m->lo;
+	int f = m->seg[L->seg][1] < m->hi - 1 ? m->seg[L->seg][1] : m->hi - 1;
+	if (i != f)
+		return DP_OK;
+	for (int j = a; j <= f; j++) {
+		int rc = nn_layer_fwd(m, j, n, 1, &m->last_pass, 1, e);
+		if (rc < 0)
+			return rc;
+	}
+	return DP_OK;
+}
+
 /* The backward pass, last layer first (exec 0: only count the gradient
  * buffers it takes, which is returned; exec 2: only the sums of --sync-bn
- * and the hooks, as a worker without samples makes them).  Each layer's output gradient is
- * in buffer gslot[i]; a layer working in place hands its buffer down,
- * others write a fresh one; where two layers read one output (a residual
- * block's input) their gradients are added. */
+ * and the hooks, as a worker without samples makes them).  Each layer's
+ * output gradient is in buffer gslot[i]; a layer working in place hands
+ * its buffer down, others write a fresh one; where two layers read one
+ * output (a residual block's input) their gradients are added.  The
+ * stage's input is node m->n: its gradient, when wanted, is left in
+ * buffer m->dx_slot. */
 static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_ctx, dp_err *e)
 {
 	const dp_backend *be = m->be;
 	dp_bectx *c = m->ctx;
 	int *gs = m->gslot, most = 1, rc;
 	uint64_t busy = 1; /* buffer 0: the loss's gradient */
-	for (int i = 0; i < m->n; i++)
+	for (int i = 0; i <= m->n; i++)
 		gs[i] = -1;
-	gs[m->n - 1] = 0;
-	for (int i = m->n - 1; i >= 0; i--) {
+	gs[m->hi - 1] = 0;
+	m->dx_slot = -1;
+	for (int i = m->hi - 1; i >= m->lo; i--) {
 		layer *L = &m->l[i];
 		int s = gs[i];
 		if (exec == 2) {
-			if (bn_synced(m, L) && L->needg && L->src >= 0 && m->l[L->src].needg &&
+			if (bn_synced(m, L) && L->needg && wants(m, L->src) &&
 			    (rc = sync_sums(m, NULL, 2 * L->in.c, NULL, e)) < 0)
 				return rc;
 		} else if (L->needg && s >= 0) {
+			if (exec && (rc = replay(m, i, n, e)) < 0)
+				return rc;
 			float *dy = exec ? m->gbuf[s] : NULL;
-			int want = L->src >= 0 && m->l[L->src].needg, t = -1;
+			int want = wants(m, L->src), t = -1;
 			int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
-			float *dw = exec ? m->grads + L->woff : NULL;
-			float *db = exec && L->bn ? m->grads + L->boff : NULL;
-			const float *w = exec ? m->params + L->woff : NULL;
+			float *dw = exec ? nn_dw(m, L) : NULL;
+			float *db = exec && L->bn ? nn_db(m, L) : NULL;
+			const float *w = exec ? nn_w(m, L) : NULL;
 			switch (L->kind) {
 			case DP_LAYER_DENSE:
 			case DP_LAYER_CONV:
@@ -493,14 +435,14 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 				}
 				busy &= ~(1ull << s);
 				if (want)
-					deliver(m, n, exec, L->src, t, &busy);
+					deliver(m, n, exec, node(m, L->src), t, &busy);
 				break;
 			}
 			case DP_LAYER_ADD: {
 				if (exec && L->act)
 					be->act_bwd(c, L->act, n * (size_t)out, L->y, dy, dy);
-				int s2 = L->src2;
-				if (s2 >= 0 && m->l[s2].needg) {
+				int s2 = node(m, L->src2);
+				if (wants(m, L->src2)) {
 					if (gs[s2] < 0) {
 						gs[s2] = take(&busy, &most);
 						if (exec)
@@ -522,7 +464,7 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 				}
 			pass:
 				if (want)
-					deliver(m, n, exec, L->src, s, &busy);
+					deliver(m, n, exec, node(m, L->src), s, &busy);
 				else
 					busy &= ~(1ull << s);
 				break;
@@ -531,13 +473,17 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			if (exec && L->frozen && L->wn) /* frozen: no gradient, as requires_grad=False */
 				be->fill(c, dw, 0, L->wn + L->bn);
 		} else if (exec && L->wn) {
-			be->fill(c, m->grads + L->woff, 0, L->wn + L->bn);
+			be->fill(c, nn_dw(m, L), 0, L->wn + L->bn);
 		}
-		if (exec && L->wn && hook && (rc = hook(hook_ctx, i, L->woff, L->wn + L->bn, e)) < 0)
+		if (exec && L->wn && hook &&
+		    (rc = hook(hook_ctx, i, L->woff - m->plo, L->wn + L->bn, e)) < 0)
 			return rc;
 	}
+	m->dx_slot = gs[m->n];
 	return exec ? DP_OK : most;
 }
+
+int nn_walk_count(dp_model *m) { return walk(m, 0, 0, NULL, NULL, NULL); }
 
 int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, dp_err *e)
 {
@@ -552,7 +498,7 @@ int dp_model_backward(dp_model *m, size_t n, dp_grad_hook hook, void *hook_ctx, 
 int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e)
 {
 	int rc;
-	for (int i = 0; i < m->n && m->sync; i++) {
+	for (int i = m->lo; i < m->hi && m->sync; i++) {
 		layer *L = &m->l[i];
 		double count = 0;
 		if (!bn_synced(m, L))
@@ -566,9 +512,8 @@ int dp_model_idle(dp_model *m, dp_grad_hook hook, void *hook_ctx, dp_err *e)
 		dp_bnorm g = bnorm_geom(L, 0);
 		L->count = g.count = count;
 		m->be->upload(m->ctx, m->sums, m->hsums, 2 * (size_t)L->in.c * sizeof(double));
-		m->be->bnorm_fwd(m->ctx, &g, 1, m->xbuf, m->params + L->woff, m->params + L->boff,
-				 m->bufs + L->roff, m->bufs + L->roff + L->in.c, m->sums, L->aux,
-				 L->ybuf);
+		m->be->bnorm_fwd(m->ctx, &g, 1, m->xbuf, nn_w(m, L), nn_b(m, L), nn_run(m, L),
+				 nn_run(m, L) + L->in.c, m->sums, L->aux, L->ybuf);
 		L->tracked++;
 	}
 	return walk(m, 0, 2, hook, hook_ctx, e);
@@ -679,6 +624,7 @@ int dp_model_freeze(dp_model *m, const char *patterns, dp_err *e)
 				m->l[t.layer].frozen = 0;
 		}
 		nn_plan_grads(m);
+		rc = nn_plan_memory(m, e); /* what the frozen layers made is kept no more */
 	}
 	free(sel);
 	return rc;

@@ -35,11 +35,38 @@ typedef struct layer {
 	size_t roff;               /* running mean, then var, in the buffers */
 	int64_t tracked;           /* batchnorm: batches seen in training */
 	double count;              /* batchnorm under --sync-bn: values a channel over all ranks */
-	float *ybuf;               /* (dev) own output buffer, if it needs one */
+	float *ybuf;               /* (dev) own output buffer, if it needs one (the slot's) */
 	const float *y;            /* output of the last forward */
 	const float *x;            /* input of the last forward */
 	void *aux;                 /* (dev) maxpool argmax, batchnorm saved statistics */
+	double *ssum;              /* (dev) --sync-bn's sums of the forward, for a replay */
+	/* the activation plan (memory.c) */
+	int owner;                 /* the layer whose buffer holds this output in training; -1:
+				      the stage's input */
+	int seg;                   /* the recompute segment it is in; -1: none */
+	int yreg, areg;            /* where ybuf and aux live: NN_NOWHERE, NN_SLOT, NN_SHARED */
+	size_t yoff, aoff, soff;   /* their offsets there (soff: ssum's, in the slot) */
 } layer;
+
+/* A block of the spec (res(...) or seq(...)): its layers [lo, hi] in
+ * running order, its path. */
+typedef struct nn_block {
+	int lo, hi;
+	char *name;
+	int inner; /* holds no block */
+} nn_block;
+
+/* What a slot keeps of its forward pass for the backward one. */
+typedef struct nn_slot {
+	const float *in;     /* the stage's input as the passes read it */
+	const float *out;
+	size_t n;
+	int train, valid;
+	dp_pass pass;
+	const float **x, **y; /* each layer's (n of each) */
+} nn_slot;
+
+enum { NN_NOWHERE = 0, NN_SLOT = 1, NN_SHARED = 2 };
 
 struct dp_model {
 	char *spec;
@@ -53,12 +80,30 @@ struct dp_model {
 	int maxc;        /* the most channels of a batchnorm */
 	dp_sum_fn sync;  /* --sync-bn: sums across ranks */
 	void *sync_ctx;
+	nn_block *blk;   /* the spec's blocks */
+	int nblk;
+	/* the stage bound (dp_model_set_stage): layers [lo, hi), their
+	 * parameters from plo and running statistics from blo of the whole
+	 * model's layout, sp and sb of them */
+	int lo, hi;
+	size_t plo, blo, sp, sb;
+	int need_dx;     /* the gradient of the stage's input is wanted */
+	/* recomputation (dp_model_set_recompute): segments [a, f] */
+	int (*seg)[2];
+	int nseg;
+	char *recompute; /* the patterns as given ("" : the innermost blocks) */
 	/* bound */
 	const dp_backend *be;
 	dp_bectx *ctx;
 	size_t max_batch;
 	float *params, *grads, *bufs;
-	float *xbuf;       /* (dev) staged input */
+	float *xbuf;       /* (dev) staged input (the slot's) */
+	/* activations (memory.c): a region per slot, one shared */
+	int nslots, slot;
+	nn_slot *slots;
+	char *slot_mem, *shared_mem; /* (dev) */
+	size_t slot_bytes, shared_bytes, xoff;
+	float *runs;       /* (dev) 2 maxc: a replay's running statistics, discarded */
 	void *ybuf;        /* (dev) staged labels */
 	float **gbuf;      /* (dev) gradient buffers of the backward pass */
 	int ngbuf;
@@ -70,9 +115,11 @@ struct dp_model {
 	double *hsums;     /* (host) 2 maxc + 1 */
 	float *prob;       /* (dev) softmax for predict */
 	const float *out;  /* output of the last forward */
+	const float *xin;  /* its input (staged) */
 	size_t last_n;
 	int last_train;
 	dp_pass last_pass;
+	int dx_slot;       /* after backward: the gradient buffer of the stage's input; -1 */
 };
 
 
@@ -91,6 +138,14 @@ static inline int is_act(int kind)
 	return kind == DP_LAYER_RELU || kind == DP_LAYER_TANH || kind == DP_LAYER_SIGMOID;
 }
 
+/* Layer L's weight, bias, their gradients, running statistics in the
+ * bound stage's buffers (offsets are the whole model's). */
+static inline float *nn_w(const dp_model *m, const layer *L) { return m->params + (L->woff - m->plo); }
+static inline float *nn_b(const dp_model *m, const layer *L) { return m->params + (L->boff - m->plo); }
+static inline float *nn_dw(const dp_model *m, const layer *L) { return m->grads + (L->woff - m->plo); }
+static inline float *nn_db(const dp_model *m, const layer *L) { return m->grads + (L->boff - m->plo); }
+static inline float *nn_run(const dp_model *m, const layer *L) { return m->bufs + (L->roff - m->blo); }
+
 /* ---- spec.c ---- */
 /* A whole number s[0..len) into *out: 0; -1 when it is not one, -2 when
  * it is larger than max. */
@@ -107,7 +162,26 @@ void nn_free_layers(dp_model *m);
  * and every one after). */
 void nn_plan_grads(dp_model *m);
 
-/* ---- nn.c ---- */
+/* ---- memory.c ---- */
 void nn_unbind(dp_model *m);
+/* The plan of the activations from the layers' settings (frozen, the
+ * stage, the segments, the slots), their memory allocated anew when m is
+ * bound; after dp_model_freeze and the other settings that change it. */
+int nn_plan_memory(dp_model *m, dp_err *e);
+/* Does layer i write an output buffer of its own when training? */
+int nn_has_ybuf(const dp_model *m, int i);
+/* Pointers into slot k's memory (ybuf, aux, xbuf...). */
+void nn_point_slot(dp_model *m, int k);
+/* What a forward pass made, kept in the current slot for its backward. */
+void nn_keep_slot(dp_model *m);
+
+/* ---- nn.c ---- */
+/* Layer i's forward pass (replay: again in a backward pass, from what
+ * the first one kept: no running statistics moved, no collective). */
+int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int replay, dp_err *e);
+/* Floats a sample of node i's output (i == m->n: the stage's input). */
+size_t nn_node_size(const dp_model *m, int i);
+/* The gradient buffers a backward pass takes at most. */
+int nn_walk_count(dp_model *m);
 
 #endif

@@ -512,5 +512,11 @@ void nn_free_layers(dp_model *m)
 		free(m->l[i].name);
 	}
 	free(m->l);
+	for (int i = 0; i < m->nblk; i++)
+		free(m->blk[i].name);
+	free(m->blk);
+	m->l = NULL;
+	m->blk = NULL;
+	m->n = m->nblk = 0;
 }
 
