@@ -80,8 +80,8 @@ typedef struct dp_image_info {
 DP_EXPORT int dp_image_format_of(const void *p, size_t n);
 /* "jpeg", "png", "webp", "tiff", "bmp", "pnm", "unknown". */
 DP_EXPORT const char *dp_image_format_name(int format);
-/* Read the header only.  DP_EDATA with the decoder's reason ("not a JPEG or
- * PNG file", "PNG: invalid signature"). */
+/* Read the header only.  DP_EDATA with the decoder's reason ("not an image
+ * file", "PNG: invalid signature"). */
 DP_EXPORT int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e);
 
 /* A decoder with its buffers, for one thread at a time. */
