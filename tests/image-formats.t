@@ -84,6 +84,54 @@ like "$err" "PNM: 16 bits a sample" "a 16-bit PGM: refused (Pillow would clip it
 run $IMG decode ascii.ppm 3
 like "$err" "PNM P3: only binary" "an ASCII PPM: refused"
 
+# ---- damaged images in records: one bad file never costs the good ones ----------------------
+# dmg.tfr: for each format, its file cut at 16 places from inside the
+# header to one byte short (label 0, named cut-K-FILE), each followed by the
+# whole file (label 1); whole.tfr: the whole ones alone
+$PY - <<'PY' || exit 1
+import base64, json
+b64 = lambda b: base64.b64encode(b).decode()
+def rec(b, y, name):
+    return json.dumps({"image/encoded": {"bytes": [b64(b)]}, "image/filename": {"bytes": [b64(name.encode())]},
+                       "image/class/label": {"int64": [y]}}) + "\n"
+n = 0
+with open("dmg.json", "w") as d, open("whole.json", "w") as w:
+    for f in ["lossy.webp", "lossless.webp", "lzw.tif", "jpeg.tif", "raw.tif", "rgb.bmp", "pal.bmp",
+              "rgb.ppm", "gray.pgm"]:
+        j = open(f, "rb").read()
+        for k in sorted({8 + (len(j) - 9) * i // 15 for i in range(16)}):
+            d.write(rec(j[:k], 0, f"cut-{k}-{f}")); n += 1
+            d.write(rec(j, 1, f)); w.write(rec(j, 1, f))
+open("ncut", "w").write(str(n))
+PY
+tfr-cat --encode json dmg.json >dmg.tfr && tfr-cat --encode json whole.json >whole.tfr || exit 1
+NCUT=$(cat ncut)
+D=(--decode image --model flatten,dense:2 --input-shape 3x8x8 --scale 1/255 --batch-size 16
+	--shuffle-buffer 0 --seed 1 --epochs 1 -q)
+run timeout 120 dp-train --train dmg.tfr "${D[@]}" -o never.st
+is "$rc" 1 "a cut WebP, TIFF, BMP or PNM in the records stops training without --skip-corrupt"
+like "$err" "dmg.tfr: record 0 at byte 0: cut-8-lossy.webp: not an image file" "... naming the file, record, byte offset, image and reason"
+ok test ! -e never.st "... and writes no checkpoint"
+for th in 0 2; do
+	run timeout 120 dp-train --train dmg.tfr --val dmg.tfr "${D[@]}" --skip-corrupt --max-skipped 100% \
+		--decode-threads $th -o dmg$th.st
+	is "$rc" 0 "--skip-corrupt, $th decode threads: trains past the $NCUT cut images"
+	is "$(grep -c ': cut-[0-9]*-[a-z]*\.[a-z]*: .*; skipped$' <<<"$err")" $((2 * NCUT)) \
+		"... exactly the cut ones skipped, in training and validation, each named"
+	like "$out" "val_samples=$NCUT val_skipped=$NCUT\$" "... every whole image validated"
+done
+for f in lossy.webp lzw.tif rgb.bmp gray.pgm; do
+	like "$err" "dmg.tfr: record [0-9]+ at byte [1-9][0-9]*: cut-[0-9]+-$f: (WebP|TIFF|BMP|PNM): [^;]+; skipped" \
+		"a cut $f: its record, byte offset, name and the decoder's reason"
+done
+ok cmp -s dmg0.st dmg2.st "... the same model whatever the threads"
+run timeout 120 dp-train --train whole.tfr "${D[@]}" -o whole.st
+is "$($PY "$DP_SRC/tests/maxdiff.py" whole.st dmg0.st)" 0.0 \
+	"the model trained past the cut images is the one of the whole images alone, to the bit"
+run timeout 60 dp-eval --model whole.st --data dmg.tfr --skip-corrupt --max-skipped 100% --predictions dp.jsonl
+is "$rc" 0 "dp-eval --skip-corrupt: the whole images evaluated"
+like "$out" "^samples=$NCUT skipped=$NCUT " "... samples=$NCUT skipped=$NCUT"
+
 # ---- a folder of them all, as ImageFolder reads it -----------------------------------------
 mkdir -p set/a set/b
 i=0
