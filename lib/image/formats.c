@@ -33,19 +33,6 @@ static inline uint8_t luma(const uint8_t *s)
 	return (uint8_t)((s[0] * 19595u + s[1] * 38470u + s[2] * 7471u + 0x8000u) >> 16);
 }
 
-static int check_size(uint32_t w, uint32_t h, uint64_t max_pixels, const char *what, dp_err *e)
-{
-	uint64_t lim = max_pixels ? max_pixels : DP_IMAGE_MAX_PIXELS;
-	if (!w || !h)
-		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", what, w, h);
-	if ((uint64_t)w * h > lim)
-		return dp_seterr(e, DP_ELIMIT,
-				 "image of %ux%u pixels, more than the limit of %llu (a "
-				 "decompression bomb?): raise --max-pixels if it is real",
-				 w, h, (unsigned long long)lim);
-	return DP_OK;
-}
-
 /* np pixels of pc samples each (1, 3 or 4) at src, into x->px as ch
  * channels (1 or 3).  src may be x->px itself (the output never runs
  * ahead of the input). */
@@ -92,7 +79,7 @@ static int decode_webp(dp_image_dec *x, const void *p, size_t n, int ch, uint64_
 {
 	dp_image_info in;
 	int rc = img_webp_info(p, n, &in, e);
-	if (rc < 0 || (rc = check_size(in.width, in.height, max_pixels, "WebP", e)) < 0)
+	if (rc < 0 || (rc = img_check_size(in.width, in.height, max_pixels, e)) < 0)
 		return rc;
 	size_t np = (size_t)in.width * in.height;
 	if (img_grow((void **)&x->px, &x->pxcap, np * 3) < 0)
@@ -264,7 +251,7 @@ static int decode_tiff(dp_image_dec *x, const void *p, size_t n, int ch, uint64_
 		return e ? e->code : DP_EDATA;
 	int rc = tiff_header(t, &m, &in, e);
 	if (rc == 0)
-		rc = check_size(in.width, in.height, max_pixels, "TIFF", e);
+		rc = img_check_size(in.width, in.height, max_pixels, e);
 	size_t np = (size_t)in.width * in.height;
 	if (rc == 0 && img_grow((void **)&x->px, &x->pxcap, np * 4) < 0)
 		rc = dp_seterr(e, DP_ENOMEM, "out of memory for a %ux%u image", in.width, in.height);
@@ -350,7 +337,7 @@ static int decode_stb(dp_image_dec *x, const void *p, size_t n, const char *what
 {
 	dp_image_info in;
 	int rc = stb_header(p, n, what, &in, e), iw, ih, comp;
-	if (rc < 0 || (rc = check_size(in.width, in.height, max_pixels, what, e)) < 0 ||
+	if (rc < 0 || (rc = img_check_size(in.width, in.height, max_pixels, e)) < 0 ||
 	    (rc = stb_whole(p, n, what, in.width, in.height, e)) < 0)
 		return rc;
 	/* gray stays gray (1 sample), color comes as RGB (alpha dropped) */

@@ -99,7 +99,7 @@ int img_grow(void **p, size_t *cap, size_t n)
 	return DP_OK;
 }
 
-static int check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e)
+int img_check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e)
 {
 	uint64_t lim = max_pixels ? max_pixels : DP_IMAGE_MAX_PIXELS;
 	if (!w || !h)
@@ -214,7 +214,7 @@ static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t
 	int rc = png_open(&ctx, p, n, &ih, e);
 	if (rc < 0)
 		return rc;
-	if ((rc = check_size(ih.width, ih.height, max_pixels, e)) < 0)
+	if ((rc = img_check_size(ih.width, ih.height, max_pixels, e)) < 0)
 		goto out;
 	/* gray straight to gray; anything else through RGBA8 (palette,
 	 * tRNS, 16-bit, alpha all resolved by libspng) */
@@ -362,7 +362,7 @@ int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int d
 	jpeg_begin(&j, p, n);
 	struct jpeg_decompress_struct *ci = &j.ci;
 	jpeg_read_header(ci, TRUE);
-	if ((j.rc = check_size(ci->image_width, ci->image_height, max_pixels, e)) < 0)
+	if ((j.rc = img_check_size(ci->image_width, ci->image_height, max_pixels, e)) < 0)
 		longjmp(j.jb, 1);
 	/* the bound on the scans' work: DP_IMAGE_MAX_SCAN_PASSES times the
 	 * blocks of all components (known once the first scan's header is
