@@ -110,7 +110,7 @@ static size_t ws_of(const dp_bectx *c, const conv_plan *p, int impl, int pass)
 {
 	switch (impl) {
 	case CPU_IM2COL:
-		return cpu_im2col_ws(&p->g, pass);
+		return cpu_im2col_ws(c, &p->g, pass);
 	case CPU_WINO:
 		return cpu_wino_ws(c, &p->g, pass == CPU_PASS_DX);
 	case CPU_GEMM:
@@ -421,7 +421,7 @@ size_t cpu_conv_ws(dp_bectx *c, const dp_conv2d *g)
 	conv_plan *p = plan_bind(c, g);
 	if (p)
 		return p->ws;
-	size_t a = cpu_im2col_ws(g, CPU_PASS_DX); /* out of memory: im2col */
+	size_t a = cpu_im2col_ws(c, g, CPU_PASS_DW); /* out of memory: im2col */
 	return a;
 }
 
@@ -444,20 +444,36 @@ void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 	}
 }
 
+/* dy *= act'(y) and db = the sum of dy per channel, sample after sample,
+ * for channels lo..hi (each channel's sum its own: any threads alike). */
+typedef struct dy_job {
+	const dp_conv2d *g;
+	const float *y;
+	float *dy, *db;
+	int act;
+} dy_job;
+
+static void dy_part(void *a, size_t lo, size_t hi)
+{
+	const dy_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t ohw = (size_t)g->oh * g->ow, ys = (size_t)g->k * ohw;
+	if (j->db)
+		memset(j->db + lo, 0, (hi - lo) * sizeof *j->db);
+	for (int s = 0; s < g->n; s++) {
+		float *dyn = j->dy + s * ys + lo * ohw;
+		cpu_act_grad(j->act, j->y + s * ys + lo * ohw, dyn, (hi - lo) * ohw);
+		if (j->db)
+			cpu_add_row_sums(j->db + lo, dyn, hi - lo, ohw);
+	}
+}
+
 void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
 		  float *dy, float *dx, float *dw, float *db, int act, void *ws)
 {
 	conv_plan *p = plan_for(c, g);
-	size_t ohw = (size_t)g->oh * g->ow, ys = (size_t)g->k * ohw;
-	/* dy *= act'(y), db = the sum of dy per channel (sample after sample) */
-	if (db)
-		memset(db, 0, (size_t)g->k * sizeof *db);
-	for (int s = 0; s < g->n; s++) {
-		float *dyn = dy + s * ys;
-		cpu_act_grad(act, y + s * ys, dyn, ys);
-		if (db)
-			cpu_add_row_sums(db, dyn, (size_t)g->k, ohw);
-	}
+	dy_job j = {g, y, dy, db, act};
+	cpu_par_range(c, (size_t)g->k, 1, dy_part, &j);
 	switch (p ? p->impl[CPU_PASS_DW] : CPU_IM2COL) {
 	case CPU_WINO:
 		cpu_wino_dw(c, g, x, dy, dw, ws);
