@@ -2681,6 +2681,7 @@ static int close_all(void)
 
 int main(int argc, char **argv)
 {
+	cli_blas_kernels(argv); /* OpenBLAS's kernels for this CPU */
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;
