@@ -1613,10 +1613,10 @@ static uint64_t count_steps(dp_data *td)
 static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
 {
 	/* the plateau's rate, or --lr; the schedule starts from it */
-	double base = CTL.plateau ? CS.lr : C.lr * (C.scale_lr ? SIZE : 1);
+	double base = CTL.plateau ? CS.lr : C.lr * (C.scale_lr ? REPS : 1);
 	double lr = dp_sched_lr(sched, base, epoch, step);
-	if (ramp && step < ramp && C.scale_lr && SIZE > 1) {
-		double f0 = 1.0 / SIZE;
+	if (ramp && step < ramp && C.scale_lr && REPS > 1) {
+		double f0 = 1.0 / REPS;
 		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
 	}
 	return lr;
@@ -2556,7 +2556,7 @@ static void control_setup(void)
 			    CTL.early_stop ? "early-stopping" : CTL.plateau ? "reduce-lr-on-plateau" : "save-best");
 	if (ctl_on)
 		check_monitor();
-	dp_control_start(&CTL, C.lr * (C.scale_lr ? SIZE : 1), &CS);
+	dp_control_start(&CTL, C.lr * (C.scale_lr ? REPS : 1), &CS);
 	if (ctl_on && O.resume && C.control_state && *C.control_state &&
 	    dp_control_state_parse(&CS, C.control_state, &e) < 0)
 		die_all(1, "%s: metadata: %s", C.src ? C.src : O.resume, e.msg);
