@@ -41,24 +41,7 @@ ROUNDS=${ROUNDS:-3}
 PY=${PY:-/usr/bin/python3}
 say() { echo "bench/dp-train-cuda.sh: $*"; }
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-	say "SKIP: no CUDA device (nvidia-smi lists no GPU); run it on a machine with one"
-	exit 0
-fi
-DP_TRAIN=${DP_TRAIN:-}
-if [ -z "$DP_TRAIN" ]; then
-	for c in build-cuda/bin/dp-train "$(command -v dp-train || true)"; do
-		[ -n "$c" ] && [ -x "$c" ] || continue
-		if "$c" --help >/dev/null 2>&1 && ldd "$c" 2>/dev/null | grep -q libcublas; then
-			DP_TRAIN=$c
-			break
-		fi
-	done
-fi
-if [ -z "$DP_TRAIN" ]; then
-	say "SKIP: no CUDA build of dp-train: make BACKEND=cuda first (or DP_TRAIN=path)"
-	exit 0
-fi
+. "$(dirname "$0")/cuda.sh.inc"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/dpbench.XXXXXX")
 trap 'rm -rf "$T"' EXIT INT TERM

@@ -31,24 +31,7 @@ PY=${PY:-python3}
 CASES=${CASES:-"resnet50:256:bf16 resnet50:256:tf32 resnet18:256:bf16"}
 say() { echo "bench/resnet-cuda.sh: $*"; }
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-	say "SKIP: no CUDA device (nvidia-smi lists no GPU); run it on a machine with one"
-	exit 0
-fi
-DP_TRAIN=${DP_TRAIN:-}
-if [ -z "$DP_TRAIN" ]; then
-	for c in build-cuda/bin/dp-train "$(command -v dp-train || true)"; do
-		[ -n "$c" ] && [ -x "$c" ] || continue
-		if ldd "$c" 2>/dev/null | grep -q libcublas; then
-			DP_TRAIN=$c
-			break
-		fi
-	done
-fi
-if [ -z "$DP_TRAIN" ]; then
-	say "SKIP: no CUDA build of dp-train: make BACKEND=cuda first (or DP_TRAIN=path)"
-	exit 0
-fi
+. "$(dirname "$0")/cuda.sh.inc"
 if ! $PY -c 'import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
 	say "SKIP: no PyTorch with CUDA and torchvision at PY=$PY"
 	exit 0

@@ -257,7 +257,7 @@ DP_EXPORT int dp_spawn(const dp_child *c, int *pid, dp_err *e);
 /* ---- Settings ----------------------------------------------------------
  * libdp reads no environment variable behind its caller's back.  The
  * overrides meant for tests, benchmarks and the curious (DP_BACKEND,
- * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE,
+ * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE, DP_THREADS,
  * DP_CUDA_CONV_BUDGET: each documented where it acts) reach the library
  * only through dp_setting_set(), or dp_settings_from_env(), which a program
  * calls once, before it starts threads, to take every DP_* variable of its
@@ -269,7 +269,7 @@ DP_EXPORT const char *dp_setting(const char *name);
 /* The environment variable name, NULL when unset or empty: the one way
  * libdp reads its environment.  What it reads, all of it (libdp(3),
  * ENVIRONMENT): TMPDIR (dp_tmpdir), the launchers' rank variables
- * (dp_rank_size, dp_comm), CUDA_VISIBLE_DEVICES (the CUDA backend),
+ * (dp_rank_size, dp_comm, dp_default_threads), CUDA_VISIBLE_DEVICES (the CUDA backend),
  * AWS_* and HOME (dp_s3_conf), DP_* through dp_settings_from_env only. */
 DP_EXPORT const char *dp_env(const char *name);
 /* Where temporary files go: dir when given and not empty, else $TMPDIR
@@ -281,6 +281,15 @@ DP_EXPORT const char *dp_tmpdir(const char *dir);
  * OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK, SLURM_PROCID/
  * SLURM_NTASKS; otherwise 0 and 1. */
 DP_EXPORT void dp_rank_size(int *rank, int *size);
+/* The math threads a process uses when not told: the CPUs of its host
+ * shared by the ranks it runs (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
+ * SLURM_NTASKS_PER_NODE; else every rank of dp_rank_size on this host),
+ * at most the CPUs it may run on (its affinity mask, the container's
+ * cgroup CPU limit), 1 to 256.  *cpus gets the CPUs it may run on, *local
+ * the ranks on its host (either may be NULL).  The setting DP_THREADS
+ * (tests: one thread, the same figures on any machine) gives the answer
+ * (*cpus and *local 0). */
+DP_EXPORT int dp_default_threads(int *cpus, int *local);
 
 /* Expand {rank} and {size} (and any {name} in vars) in tmpl into a new
  * malloc'd string.  {name:W} zero-pads a whole number to W digits (1 to

@@ -286,12 +286,18 @@ h = json.dumps({"__metadata__": {"format": "pt", "model": "dense:4194304", "inpu
                                  "loss": "xent"}}).encode()
 open("tiny.st", "wb").write(struct.pack("<Q", len(h)) + h)
 PYEOF
-run bash -c 'ulimit -v 2097152; exec dp-eval --model tiny.st --data test.tfr'
-is "$rc" 1 "a $(stat -c %s tiny.st)-byte checkpoint whose metadata says dense:4194304: refused"
-like "$err" "tiny.st: no tensor '0.weight'" "... for the tensor it lacks, before gigabytes are allocated"
-run bash -c 'ulimit -v 2097152; exec timeout 20 dp-eval --model /dev/zero --data test.tfr'
-is "$rc" 1 "--model /dev/zero: refused, not read until memory runs out"
-like "$err" "/dev/zero: .*not a safetensors file" "... saying it is not a checkpoint"
+# (not under AddressSanitizer, which reserves terabytes of address space,
+# as tfr-cat-bad.t does)
+if nm "$(command -v dp-eval)" 2>/dev/null | grep -q __asan_init; then
+	for i in 1 2 3 4; do skip "ulimit -v under AddressSanitizer"; done
+else
+	run bash -c 'ulimit -v 2097152; exec dp-eval --model tiny.st --data test.tfr'
+	is "$rc" 1 "a $(stat -c %s tiny.st)-byte checkpoint whose metadata says dense:4194304: refused"
+	like "$err" "tiny.st: no tensor '0.weight'" "... for the tensor it lacks, before gigabytes are allocated"
+	run bash -c 'ulimit -v 2097152; exec timeout 20 dp-eval --model /dev/zero --data test.tfr'
+	is "$rc" 1 "--model /dev/zero: refused, not read until memory runs out"
+	like "$err" "/dev/zero: .*not a safetensors file" "... saying it is not a checkpoint"
+fi
 mkfifo ck.fifo
 timeout 60 cat m.st > ck.fifo &
 run timeout 60 dp-eval --model ck.fifo --data test.tfr -q --json fifo.json

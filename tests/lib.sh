@@ -18,6 +18,9 @@ case ":$PATH:" in *":$DP_BUILD/bin:"*) ;; *) PATH="$DP_BUILD/bin:$PATH" ;; esac
 export LC_ALL=C
 # Open MPI refuses root unless told; tests set it themselves.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# one math thread unless a test says otherwise (dp_default_threads): the same
+# figures on any machine, and between a process and ranks of a job
+export DP_THREADS=1
 # no test reaches the machine's own cloud credentials: no instance metadata
 # service, container endpoint or web identity but those a test starts
 export AWS_EC2_METADATA_DISABLED=true

@@ -157,12 +157,13 @@ is "$rc" 1 "corrupt data: exit 1"
 like "$err" "c.tfr: record 0 at byte 0" "... the file and the place named"
 failure "corrupt data"
 rm "$R/input/data/train/part/c.tfr"
-echo '{"train": {"TrainingInputMode": "File"}, "tarin": {}}' >ic.json
+echo '{"tarin": {"TrainingInputMode": "File"}}' >ic.json
 cp "$R/input/config/inputdataconfig.json" ic.keep
 cp ic.json "$R/input/config/inputdataconfig.json"
 run dp-train --sagemaker="$R"
-like "$rc:$err" "^2:dp-train: channel 'tarin': dp-train reads the channels train" "an unknown channel: refused"
-failure "an unknown channel"
+like "$rc:$err" "^2:dp-train: no training data: no channel train \(or training\) \(the job's channels: tarin\)" \
+	"no train channel (a misspelt one): refused, naming the channels (others are taken as files: sagemaker-channels.t)"
+failure "no train channel"
 cp ic.keep "$R/input/config/inputdataconfig.json"
 run env SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 dp-train --sagemaker="$R"
 like "$rc:$err" "^2:dp-train: a job of 2 hosts \(algo-1, algo-2\): dp-train --sagemaker must run under mpirun" \

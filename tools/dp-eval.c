@@ -129,7 +129,7 @@ static struct {
 	.decode = -1,
 	.batch = 256,
 	.topk = -1,
-	.threads = 1,
+	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
 	.gpu = -1,
 };
 
@@ -174,7 +174,8 @@ static const char help_text[] =
 	"                           when more than N records, or P% of those read, are\n"
 	"                           skipped (default 1%)\n"
 	"      --batch-size N       samples per forward pass (default 256)\n"
-	"      --threads N          math threads (default 1)\n"
+	"      --threads N          math threads (default: the CPUs of the host shared by\n"
+	"                           its ranks)\n"
 	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
 	"                           rank modulo the GPUs visible)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
@@ -1022,6 +1023,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
+	if (!O.threads)
+		O.threads = dp_default_threads(NULL, NULL);
 	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = O.precision};
 	char desc[256];
 	if (R.be->open(&R.ctx, &bo, desc, sizeof desc, &e) < 0)

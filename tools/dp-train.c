@@ -235,7 +235,7 @@ static struct {
 	.bucket = 1u << 20,
 	.stall = 60,
 	.prefetch = 2,
-	.threads = 1,
+	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
 	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
@@ -329,7 +329,8 @@ static const char help_text[] =
 	"      --lr-schedule S      constant (default), step:EPOCHS[:GAMMA], cosine[:MIN_LR]\n"
 	"      --warmup N           ramp the rate up linearly over the first N updates\n"
 	"      --seed N             weights, dropout and shuffle (default 0)\n"
-	"      --threads N          math threads (default 1)\n"
+	"      --threads N          math threads (default: the CPUs of the host shared by\n"
+	"                           its ranks)\n"
 	"      --gpu N              the GPU to use, in a CUDA build (default: the local\n"
 	"                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
@@ -1156,6 +1157,7 @@ static struct {
 	const dp_backend *be;
 	dp_bectx *ctx;
 	char desc[256];           /* the backend, for the first note */
+	int cpus, local;          /* --threads by default: dp_default_threads's */
 	dp_st *ck;                /* the checkpoint resumed or started from, during set-up */
 	dp_shape in;              /* --input-shape */
 	int xent;                 /* classes (else mse) */
@@ -1729,6 +1731,8 @@ static void join_job(void)
 {
 	dp_err e;
 	R.be = dp_backend_default();
+	if (!O.threads)
+		O.threads = dp_default_threads(&R.cpus, &R.local);
 	dp_backend_opts bo = {.threads = O.threads, .device = O.gpu, .precision = C.precision,
 			      .deterministic = O.deterministic};
 	if (R.be->open(&R.ctx, &bo, R.desc, sizeof R.desc, &e) < 0)
@@ -2275,7 +2279,11 @@ static void setup_data(void)
 		if (!(R.val = dp_eval_new_for(M, 0, &e)))
 			cli_die("val: %s", e.msg);
 	}
-	note("%zu parameters, %s, %s; %zu training source%s", dp_model_nparams(M), R.desc,
+	char thr[128] = ""; /* where the default thread count came from */
+	if (R.cpus && (R.be->caps & DP_CAP_HOST_MEMORY))
+		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
+			 "%d rank%s on it; --threads sets it)", R.cpus, R.local, R.local == 1 ? "" : "s");
+	note("%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(M), R.desc, thr,
 	     dp_comm_desc(COMM), TD ? dp_data_nsources(TD) : 0,
 	     TD && dp_data_nsources(TD) == 1 ? "" : "s");
 	memory_note();

@@ -361,6 +361,20 @@ static void user_args(args *user, int argc, char **argv)
 
 /* ---- dp-train: a training job ---------------------------------------------- */
 
+/* A File-mode channel's folder: SM_CHANNEL_<NAME>, else ROOT/input/data/NAME. */
+static char *channel_dir(const char *root, const char *name)
+{
+	char var[128];
+	int l = snprintf(var, sizeof var, "SM_CHANNEL_%s", name);
+	for (int i = 11; i < l && i < (int)sizeof var; i++)
+		var[i] = (char)(var[i] == '-' ? '_' : var[i] >= 'a' && var[i] <= 'z' ? var[i] - 32 : var[i]);
+	return dp_env(var) ? cli_strdup(dp_env(var)) : fmt("%s/input/data/%s", root, name);
+}
+
+/* The job's File-mode channels, by name, and their folders: hyperparameters
+ * name files in them ("init": "pretrained/resnet18.pth"). */
+static args chan_names, chan_dirs;
+
 /* A channel's records as dp-train's option opt ("train", "val"). */
 static void add_channel(args *a, const char *root, const char *name, const char *mode,
 			const char *wrap, const char *opt, uint64_t first)
@@ -385,11 +399,7 @@ static void add_channel(args *a, const char *root, const char *name, const char 
 	if (strcmp(mode, "File") && strcmp(mode, "FastFile"))
 		cli_usage_error("channel '%s': TrainingInputMode '%s': want File, FastFile or Pipe",
 				name, mode);
-	char var[128], *dir;
-	int l = snprintf(var, sizeof var, "SM_CHANNEL_%s", name);
-	for (int i = 11; i < l && i < (int)sizeof var; i++)
-		var[i] = (char)(var[i] == '-' ? '_' : var[i] >= 'a' && var[i] <= 'z' ? var[i] - 32 : var[i]);
-	dir = dp_env(var) ? cli_strdup(dp_env(var)) : fmt("%s/input/data/%s", root, name);
+	char *dir = channel_dir(root, name);
 	if (!is_dir(dir))
 		cli_die("channel '%s': %s: not a folder", name, dir);
 	if (!add_files(a, opt, dir))
@@ -397,19 +407,16 @@ static void add_channel(args *a, const char *root, const char *name, const char 
 	free(dir);
 }
 
-/* Which of dp-train's inputs a channel is: "train", "val", "" (test:
- * dp-eval's); anything else is refused. */
+/* Which of dp-train's inputs a channel is: "train", "val", or "" (test,
+ * dp-eval's; any other, such as a fine-tuning job's "pretrained": its
+ * files are there for the hyperparameters to name). */
 static const char *channel_opt(const char *name)
 {
 	if (!strcmp(name, "train") || !strcmp(name, "training"))
 		return "train";
 	if (!strcmp(name, "validation") || !strcmp(name, "val"))
 		return "val";
-	if (!strcmp(name, "test"))
-		return "";
-	cli_usage_error("channel '%s': dp-train reads the channels train (or training) and "
-			"validation (or val); test is left to dp-eval",
-			name);
+	return "";
 }
 
 /* The channels of inputdataconfig.json (or the folders of input/data). */
@@ -438,14 +445,26 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 		cli_die("%s: want a JSON object of channels", conf);
 	const char *name, *seen[2] = {NULL, NULL};
 	json_t *c;
+	int has_train = 0;
 	json_object_foreach(cfg, name, c) {
 		const char *opt = channel_opt(name);
 		const char *mode = json_string_value(json_object_get(c, "TrainingInputMode"));
 		const char *dist = json_string_value(json_object_get(c, "S3DistributionType"));
 		const char *wrap = json_string_value(json_object_get(c, "RecordWrapperType"));
 		int v = !strcmp(opt, "val");
-		if (!*opt)
+		if (!mode || strcmp(mode, "Pipe")) { /* its files, for the hyperparameters */
+			push(&chan_names, cli_strdup(name));
+			push(&chan_dirs, channel_dir(root, name));
+		}
+		if (!*opt) {
+			if (mode && !strcmp(mode, "Pipe") && strcmp(name, "test"))
+				cli_usage_error("channel '%s' in Pipe mode: dp-train reads the channels "
+						"train and validation, and takes the others as files: want "
+						"File or FastFile",
+						name);
 			continue;
+		}
+		has_train |= !v;
 		if (seen[v])
 			cli_usage_error("channels '%s' and '%s': give one", seen[v], name);
 		seen[v] = name;
@@ -465,8 +484,85 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 		}
 		add_channel(d, root, name, mode, wrap, opt, first);
 	}
+	if (!has_train && !gave(given, "train") && !gave(given, "train-cmd")) {
+		dp_buf names = DP_BUF_INIT;
+		json_object_foreach(cfg, name, c) {
+			dp_buf_addstr(&names, names.len ? ", " : "");
+			dp_buf_shown(&names, name, strlen(name));
+		}
+		cli_usage_error("no training data: no channel train (or training)%s%s%s",
+				names.len ? " (the job's channels: " : "", names.len ? names.p : "",
+				names.len ? ")" : "");
+	}
 	json_decref(cfg);
 	free(conf);
+}
+
+/* Collect every regular file of a channel (at most 8 named). */
+typedef struct chan_files {
+	size_t n;
+	char *first;
+	dp_buf names;
+} chan_files;
+
+static int chan_file(void *ctx, const dp_walk_entry *w, dp_err *e)
+{
+	chan_files *f = ctx;
+	if (!S_ISREG(w->st->st_mode))
+		return DP_OK;
+	if (!f->n++)
+		f->first = cli_strdup(w->path);
+	if (f->n <= 8) {
+		dp_buf_addstr(&f->names, f->n > 1 ? ", " : "");
+		dp_buf_shown(&f->names, w->rel, strlen(w->rel));
+	}
+	return DP_OK;
+}
+
+/* Hyperparameters that name files (init, resume, @FILE of model and
+ * classes) in the job's channels: "CHANNEL/PATH" is PATH in that
+ * channel's folder, a lone "CHANNEL" its one file.  Other values are left
+ * as they are. */
+static void channel_files(args *h, const char *src)
+{
+	static const char *const keys[] = {"--init=", "--resume=", "--model=@", "--classes=@", NULL};
+	for (size_t i = 0; i < h->n; i++)
+		for (const char *const *k = keys; *k; k++) {
+			size_t kl = strlen(*k);
+			const char *v = h->v[i];
+			if (strncmp(v, *k, kl) || v[kl] == '/' || !v[kl])
+				continue;
+			v += kl;
+			size_t cl = strcspn(v, "/");
+			for (size_t c = 0; c < chan_names.n; c++) {
+				if (strlen(chan_names.v[c]) != cl || strncmp(chan_names.v[c], v, cl))
+					continue;
+				char *to;
+				if (v[cl] == '/') {
+					to = fmt("%.*s%s%s", (int)kl, h->v[i], chan_dirs.v[c], v + cl);
+				} else {
+					chan_files f = {0, NULL, DP_BUF_INIT};
+					dp_err e;
+					if (dp_walk(chan_dirs.v[c], chan_file, &f, &e) < 0)
+						cli_die("%s", e.msg);
+					if (f.n != 1)
+						cli_usage_error("%s: hyperparameter '%.*s' names channel '%s', "
+								"which holds %zu files%s%s%s: name one, "
+								"'%s/FILE'",
+								src, (int)(kl - 3 - (k[0][kl - 1] == '@')),
+								h->v[i] + 2, chan_names.v[c], f.n,
+								f.n ? " (" : "", f.n ? f.names.p : "",
+								f.n > 8 ? ", ...)" : f.n ? ")" : "",
+								chan_names.v[c]);
+					to = fmt("%.*s%s", (int)kl, h->v[i], f.first);
+					free(f.first);
+					dp_buf_free(&f.names);
+				}
+				free(h->v[i]);
+				h->v[i] = to;
+				break;
+			}
+		}
 }
 
 /* ROOT/checkpoints, when it exists: --checkpoint there, and --resume from
@@ -555,6 +651,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 			push(&given, cli_strdup(p->v[i]));
 	uint64_t first = resume_from(&d, &h, &given, root);
 	train_channels(&d, &given, root, hosts, size, first);
+	channel_files(&h, src);
 	if (!gave(&given, "output")) {
 		const char *md = dp_env("SM_MODEL_DIR");
 		char *mdir = md ? cli_strdup(md) : fmt("%s/model", root);

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -126,6 +127,66 @@ void dp_rank_size(int *rank, int *size)
 		*rank = r >= 0 ? r : 0;
 	if (*size < 0)
 		*size = s > 0 ? s : 1;
+}
+
+/* ---- Threads ------------------------------------------------------------ */
+
+/* The container's CPU limit (cgroup v2 cpu.max "QUOTA PERIOD"), rounded
+ * up; 0 when none. */
+static int cgroup_cpus(void)
+{
+	FILE *f = fopen("/sys/fs/cgroup/cpu.max", "re");
+	long long q = 0, p = 0;
+	char word[32] = "";
+	if (!f)
+		return 0;
+	int n = fscanf(f, "%31s %lld", word, &p);
+	fclose(f);
+	if (n != 2 || !strcmp(word, "max") || p <= 0 || (q = atoll(word)) <= 0)
+		return 0;
+	return (int)((q + p - 1) / p);
+}
+
+int dp_default_threads(int *cpus, int *local)
+{
+	const char *forced = dp_setting("DP_THREADS");
+	int loc = 0, size = -1, rank = -1, n;
+	if (forced && (n = atoi(forced)) > 0) { /* nothing to say where it came from */
+		if (cpus)
+			*cpus = 0;
+		if (local)
+			*local = 0;
+		return n > 256 ? 256 : n;
+	}
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+	int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
+	int quota = cgroup_cpus();
+	if (online < 1)
+		online = 1;
+	if (mine < 1)
+		mine = 1;
+	if (quota > 0 && quota < mine)
+		mine = quota;
+	if (!env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &loc) && !env_int("MPI_LOCALNRANKS", &loc) &&
+	    !env_int("SLURM_NTASKS_PER_NODE", &loc)) {
+		dp_rank_size(&rank, &size);
+		loc = size; /* a launcher that says nothing of hosts: all on this one */
+	}
+	if (loc < 1)
+		loc = 1;
+	/* the host's CPUs shared by its ranks, and no more than this rank may use
+	 * (mpirun --bind-to core gives each its own) */
+	n = (int)(online / loc);
+	if (mine < n)
+		n = mine;
+	if (n < 1)
+		n = 1;
+	if (cpus)
+		*cpus = mine;
+	if (local)
+		*local = loc;
+	return n > 256 ? 256 : n;
 }
 
 /* The value of variable name[0..len) for dp_expand, or NULL. */

@@ -187,69 +187,29 @@ static inline int emu_dnn_shapes(cudnnTensorDescriptor_t x, cudnnFilterDescripto
 	       x->dt == y->dt && x->f == w->f && x->f == y->f;
 }
 
-static inline cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
-								 cudnnFilterDescriptor_t w,
-								 cudnnConvolutionDescriptor_t d,
-								 cudnnTensorDescriptor_t y, int req,
-								 int *returned, cudnnConvolutionFwdAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(x, w, d, y))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionFwdAlgoPerf_t, 1, 1, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-static inline cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
-	cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnTensorDescriptor_t dx, int req, int *returned,
-	cudnnConvolutionBwdDataAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(dx, w, d, dy))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionBwdDataAlgoPerf_t, 1, 0, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-static inline cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
-	cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnFilterDescriptor_t dw, int req, int *returned,
-	cudnnConvolutionBwdFilterAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(x, dw, d, dy))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionBwdFilterAlgoPerf_t, 1, 0, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-static inline cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
-								   cudnnFilterDescriptor_t w,
-								   cudnnConvolutionDescriptor_t d,
-								   cudnnTensorDescriptor_t y, int req,
-								   int *returned, cudnnConvolutionFwdAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(x, w, d, y))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionFwdAlgoPerf_t, 0, 1, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-static inline cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
-	cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnTensorDescriptor_t dx, int req, int *returned,
-	cudnnConvolutionBwdDataAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(dx, w, d, dy))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionBwdDataAlgoPerf_t, 0, 0, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-static inline cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-	cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnFilterDescriptor_t dw, int req, int *returned,
-	cudnnConvolutionBwdFilterAlgoPerf_t *r)
-{
-	if (!emu_dnn_shapes(x, dw, d, dy))
-		return CUDNN_STATUS_BAD_PARAM;
-	EMU_DNN_LIST(cudnnConvolutionBwdFilterAlgoPerf_t, 0, 0, req, r);
-	return CUDNN_STATUS_SUCCESS;
-}
-
+/* The three passes' algorithm queries and workspace sizes: a, b, c are the
+ * descriptors in each call's order (forward: x, w, y; data gradient: w,
+ * dy, dx; filter gradient: x, dy, dw), SHAPES their check. */
+#define EMU_DNN_QUERY(NAME, P, TIMED, FWD, SHAPES)                                              \
+	static inline cudnnStatus_t NAME(cudnnHandle_t h, emu_tensor *a, emu_tensor *b,          \
+					 cudnnConvolutionDescriptor_t d, emu_tensor *c, int req,   \
+					 int *returned, P *r)                                      \
+	{                                                                                         \
+		if (!(SHAPES))                                                                    \
+			return CUDNN_STATUS_BAD_PARAM;                                            \
+		EMU_DNN_LIST(P, TIMED, FWD, req, r);                                              \
+		return CUDNN_STATUS_SUCCESS;                                                      \
+	}
+#define EMU_DNN_WS(NAME, SHAPES)                                                                \
+	static inline cudnnStatus_t NAME(cudnnHandle_t h, emu_tensor *a, emu_tensor *b,          \
+					 cudnnConvolutionDescriptor_t d, emu_tensor *c, int algo,  \
+					 size_t *bytes)                                            \
+	{                                                                                         \
+		return (SHAPES) ? emu_dnn_ws(algo, bytes) : CUDNN_STATUS_BAD_PARAM;               \
+	}
+#define EMU_FWD emu_dnn_shapes(a, b, d, c)
+#define EMU_DATA emu_dnn_shapes(c, a, d, b)
+#define EMU_FILTER emu_dnn_shapes(a, c, d, b)
 static inline cudnnStatus_t emu_dnn_ws(int algo, size_t *bytes)
 {
 	if (algo < 0 || algo > 2)
@@ -257,26 +217,15 @@ static inline cudnnStatus_t emu_dnn_ws(int algo, size_t *bytes)
 	*bytes = emu_algo_ws(algo);
 	return CUDNN_STATUS_SUCCESS;
 }
-static inline cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
-								    cudnnFilterDescriptor_t w,
-								    cudnnConvolutionDescriptor_t d,
-								    cudnnTensorDescriptor_t y, int algo,
-								    size_t *bytes)
-{
-	return emu_dnn_shapes(x, w, d, y) ? emu_dnn_ws(algo, bytes) : CUDNN_STATUS_BAD_PARAM;
-}
-static inline cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
-	cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnTensorDescriptor_t dx, int algo, size_t *bytes)
-{
-	return emu_dnn_shapes(dx, w, d, dy) ? emu_dnn_ws(algo, bytes) : CUDNN_STATUS_BAD_PARAM;
-}
-static inline cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
-	cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
-	cudnnConvolutionDescriptor_t d, cudnnFilterDescriptor_t dw, int algo, size_t *bytes)
-{
-	return emu_dnn_shapes(x, dw, d, dy) ? emu_dnn_ws(algo, bytes) : CUDNN_STATUS_BAD_PARAM;
-}
+EMU_DNN_QUERY(cudnnFindConvolutionForwardAlgorithm, cudnnConvolutionFwdAlgoPerf_t, 1, 1, EMU_FWD)
+EMU_DNN_QUERY(cudnnFindConvolutionBackwardDataAlgorithm, cudnnConvolutionBwdDataAlgoPerf_t, 1, 0, EMU_DATA)
+EMU_DNN_QUERY(cudnnFindConvolutionBackwardFilterAlgorithm, cudnnConvolutionBwdFilterAlgoPerf_t, 1, 0, EMU_FILTER)
+EMU_DNN_QUERY(cudnnGetConvolutionForwardAlgorithm_v7, cudnnConvolutionFwdAlgoPerf_t, 0, 1, EMU_FWD)
+EMU_DNN_QUERY(cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnConvolutionBwdDataAlgoPerf_t, 0, 0, EMU_DATA)
+EMU_DNN_QUERY(cudnnGetConvolutionBackwardFilterAlgorithm_v7, cudnnConvolutionBwdFilterAlgoPerf_t, 0, 0, EMU_FILTER)
+EMU_DNN_WS(cudnnGetConvolutionForwardWorkspaceSize, EMU_FWD)
+EMU_DNN_WS(cudnnGetConvolutionBackwardDataWorkspaceSize, EMU_DATA)
+EMU_DNN_WS(cudnnGetConvolutionBackwardFilterWorkspaceSize, EMU_FILTER)
 
 /* ---- the passes, in double ---- */
 

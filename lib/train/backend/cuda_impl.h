@@ -186,6 +186,28 @@ template <> __device__ __forceinline__ bf16 to<bf16>(float v) { return __float2b
 __device__ __forceinline__ float fl(float v) { return v; }
 __device__ __forceinline__ float fl(bf16 v) { return __bfloat162float(v); }
 
+/* Pooling: the window of output (oy, ox) inside the image, rows y0..y1-1,
+ * columns x0..x1-1 (padding left out: max pooling starts from -infinity
+ * at its first position, as PyTorch's, so padding never wins); and the
+ * output windows lo..hi along one axis that contain input i (o s <= i <
+ * o s + k). */
+__device__ __forceinline__ void pool_window(const dp_pool2d &g, int oy, int ox, int *y0, int *y1,
+					    int *x0, int *x1)
+{
+	int a = oy * g.sh - g.ph, b = ox * g.sw - g.pw;
+	*y1 = a + g.kh < g.h ? a + g.kh : g.h;
+	*x1 = b + g.kw < g.w ? b + g.kw : g.w;
+	*y0 = a > 0 ? a : 0;
+	*x0 = b > 0 ? b : 0;
+}
+__device__ __forceinline__ void pool_windows(int i, int k, int s, int out, int *lo, int *hi)
+{
+	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
+	int h = i / s;
+	*lo = l;
+	*hi = h < out - 1 ? h : out - 1;
+}
+
 /* Tree sum of v over the block (THREADS threads); the result in thread 0
  * and returned to all. */
 template <typename T> __device__ T block_sum(T v)

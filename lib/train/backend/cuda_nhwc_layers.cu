@@ -277,10 +277,8 @@ __global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t to
 		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
 		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
 		size_t s = r / ((size_t)g.ow * g.oh);
-		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
-		y0 = y0 > 0 ? y0 : 0;
-		x0 = x0 > 0 ? x0 : 0;
+		int y0, y1, x0, x1;
+		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
 		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
 		float m = -INFINITY;
 		for (int a = y0; a < y1; a++)
@@ -297,15 +295,6 @@ __global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t to
 	}
 }
 
-/* the output windows (lo..hi) that contain input i */
-__device__ __forceinline__ void nwindows(int i, int k, int s, int out, int *lo, int *hi)
-{
-	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
-	int h = i / s;
-	*lo = l;
-	*hi = h < out - 1 ? h : out - 1;
-}
-
 template <typename T>
 __global__ void k_maxpool_bwd(dp_pool2d g, const T *dy, const int32_t *arg, T *dx, size_t total)
 {
@@ -314,8 +303,8 @@ __global__ void k_maxpool_bwd(dp_pool2d g, const T *dy, const int32_t *arg, T *d
 		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
 		size_t s = r / ((size_t)g.w * g.h);
 		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
-		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
-		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc = 0.0f;
 		for (int oy = ylo; oy <= yhi; oy++)
 			for (int ox = xlo; ox <= xhi; ox++) {
@@ -350,8 +339,8 @@ template <typename T> __global__ void k_avgpool_bwd(dp_pool2d g, const T *dy, T 
 		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
 		size_t s = r / ((size_t)g.w * g.h);
 		int ylo, yhi, xlo, xhi;
-		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc = 0.0f;
 		for (int oy = ylo; oy <= yhi; oy++)
 			for (int ox = xlo; ox <= xhi; ox++)
@@ -391,10 +380,8 @@ __global__ void k_maxpool_v(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t 
 		size_t r = i / (size_t)cvn;
 		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
 		size_t s = r / ((size_t)g.ow * g.oh);
-		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
-		y0 = y0 > 0 ? y0 : 0;
-		x0 = x0 > 0 ? x0 : 0;
+		int y0, y1, x0, x1;
+		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
 		float m[N], v[N];
 		int best[N];
 		for (int j = 0; j < N; j++) {
@@ -426,8 +413,8 @@ __global__ void k_maxpool_bwd_v(dp_pool2d g, const T *dy, const int32_t *arg, T 
 		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
 		size_t s = r / ((size_t)g.w * g.h);
 		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
-		nwindows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
-		nwindows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc[N], d[N];
 		int a[N];
 		for (int j = 0; j < N; j++)
@@ -481,8 +468,8 @@ template <typename T> __global__ void k_avgpool_bwd_v(dp_pool2d g, const T *dy, 
 		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
 		size_t s = r / ((size_t)g.w * g.h);
 		int ylo, yhi, xlo, xhi;
-		nwindows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		nwindows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc[N], d[N];
 		for (int j = 0; j < N; j++)
 			acc[j] = 0.0f;

@@ -19,12 +19,8 @@ __global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *ar
 		size_t pl = i / ohw;
 		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
 		const float *xp = x + pl * g.h * g.w;
-		/* the window inside the image; from -infinity at its first
-		 * position, as PyTorch (padding never wins) */
-		int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-		int y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h, x1 = x0 + g.kw < g.w ? x0 + g.kw : g.w;
-		y0 = y0 > 0 ? y0 : 0;
-		x0 = x0 > 0 ? x0 : 0;
+		int y0, y1, x0, x1;
+		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
 		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
 		float m = -INFINITY;
 		for (int a = y0; a < y1; a++)
@@ -41,16 +37,6 @@ __global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *ar
 	}
 }
 
-/* The output windows (oy, ox ranges) that contain input (iy, ix). */
-__device__ __forceinline__ void windows(int i, int k, int s, int out, int *lo, int *hi)
-{
-	/* o * s <= i < o * s + k */
-	int l = i - k + 1 <= 0 ? 0 : (i - k + s) / s;
-	int h = i / s;
-	*lo = l;
-	*hi = h < out - 1 ? h : out - 1;
-}
-
 /* dx = the sum of dy over the windows whose maximum was this input, in
  * raster order of the windows (the CPU's order of additions). */
 __global__ void k_maxpool_bwd(dp_pool2d g, const float *dy, const int32_t *arg, float *dx)
@@ -60,8 +46,8 @@ __global__ void k_maxpool_bwd(dp_pool2d g, const float *dy, const int32_t *arg, 
 		size_t pl = i / hw;
 		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
 		int ylo, yhi, xlo, xhi;
-		windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
-		windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc = 0.0f;
 		for (int oy = ylo; oy <= yhi; oy++)
 			for (int ox = xlo; ox <= xhi; ox++) {
@@ -97,8 +83,8 @@ __global__ void k_avgpool_bwd(dp_pool2d g, const float *dy, float *dx)
 		size_t pl = i / hw;
 		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
 		int ylo, yhi, xlo, xhi;
-		windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
 		float acc = 0.0f;
 		for (int oy = ylo; oy <= yhi; oy++)
 			for (int ox = xlo; ox <= xhi; ox++)
