@@ -1527,6 +1527,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	if (!f)
 		cli_die("out of memory");
 	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40], sc[40], cn[40];
+	/* first: the stages decide which ranks are replicas (the data's split) */
+	fprintf(f, "pipeline_stages=%d\nmicro_batches=%" PRIu64 "\npipeline_schedule=%s\n", O.stages,
+		O.micro, dp_pipe_schedule_name(O.psched));
 	fprintf(f,
 		"build=%s\nbackend=%s\nmpi=%s\nresume=%d\ninit=%d\nsummary=%d\nscale=%s\n"
 		"model=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
