@@ -117,6 +117,19 @@ typedef struct dp_train_state {
 DP_EXPORT int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
 		 const char *const *meta, dp_err *e);
 
+/* A checkpoint in parts (a pipeline's stages: dp_train.h): dp_ckpt_part
+ * gives the tensors of a stage's model m (bound) and its optimizer o (may
+ * be NULL) as bytes (malloc'd, *len of them: DP_EDATA when a parameter is
+ * not finite); dp_ckpt_save_parts writes from every stage's part the file
+ * dp_ckpt_save writes of the whole model, the same bytes: m is any
+ * stage's model (it knows the whole graph) and o its optimizer (the
+ * settings and the steps; every stage's are alike).  DP_EARG when a
+ * tensor of the model is in no part. */
+DP_EXPORT void *dp_ckpt_part(dp_model *m, dp_optim *o, size_t *len, dp_err *e);
+DP_EXPORT int dp_ckpt_save_parts(const char *path, dp_model *m, dp_optim *o,
+				 const void *const *parts, const size_t *lens, int nparts,
+				 const dp_train_state *ts, const char *const *meta, dp_err *e);
+
 /* The model a checkpoint describes (unbound; from its metadata). */
 DP_EXPORT dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e);
 /* Load weights and running statistics into m (bound), checking that
