@@ -130,6 +130,14 @@ DP_EXPORT int dp_tb_run_end(dp_tb_run *r, int ok, dp_err *e);
 /* Close every file (NULL: nothing): the first error. */
 DP_EXPORT int dp_tb_run_close(dp_tb_run *r, dp_err *e);
 
+/* The event files of a log folder as TensorBoard finds them: every regular
+ * file with "tfevents" in its name, at any depth (links to folders not
+ * followed; 64 deep at most), in byte order of names folder by folder, each with its
+ * run, the folder it is in relative to dir ("" for dir's own, "train",
+ * "validation"...): path, run pairs ending in NULL, in one block to free();
+ * NULL with e set when a folder cannot be read. */
+DP_EXPORT char **dp_tb_find(const char *dir, dp_err *e);
+
 /* ---- Reading ------------------------------------------------------------ */
 
 typedef struct dp_event_scalar {

@@ -113,4 +113,24 @@ head -c -3 "$ev" > cut.ev
 run metrics-grep --logfmt=val_loss --count cut.ev
 is "$rc" 1 "an event file cut short: exit 1"
 like "$err" "cut\.ev: .*truncated" "... said so"
+# ---- a log folder, as TensorBoard reads it: runs name the values --------------------
+run metrics-grep --count tb
+is "$rc" 0 "a folder: exit 0"
+is "$(cut -f1 <<<"$out" | tr '\n' ' ')" "name loss accuracy lr samples_per_sec val_loss val_accuracy val_samples train/epoch_loss train/epoch_accuracy train/epoch_learning_rate validation/epoch_loss validation/epoch_accuracy " \
+	"the folder's own scalars, then train/'s and validation/'s as RUN/TAG"
+like "$out" $'validation/epoch_loss\t3' "... one a epoch (3)"
+metrics-grep --logfmt=validation/epoch_loss --csv tb >vel.csv
+metrics-grep --logfmt=val_loss --csv train.log >vl.csv
+run $PY - vel.csv vl.csv <<'PY'
+import csv, sys
+got = [(float(r["value"]), int(r["step"])) for r in csv.DictReader(open(sys.argv[1]))]
+want = [float(r["value"]) for r in csv.DictReader(open(sys.argv[2]))]
+assert [s for _, s in got] == list(range(len(want))) and len(want) == 3, (got, want)
+assert all(abs(g - w) <= 1e-5 * abs(w) for (g, _), w in zip(got, want)), (got, want)
+PY
+is "$rc" 0 "validation/epoch_loss: the log's val_loss at steps 0, 1, 2 (Keras's count of epochs)"
+mkdir -p empty/sub && touch empty/sub/notes.txt
+run metrics-grep empty
+is "$rc" 1 "a folder without event files: exit 1"
+like "$err" "^metrics-grep: empty: a folder without event files" "... said"
 done_testing

@@ -4,14 +4,17 @@
  * per-step scalars and the run's settings (the hparams plugin's session,
  * a text summary), DIR/train/ and DIR/validation/ for the epoch metrics
  * under shared tags, so that TensorBoard draws training and validation
- * curves on one chart.  Built on dp_events alone.
+ * curves on one chart.  Built on dp_events alone.  And the other way: the
+ * event files of a log folder, with their runs, as TensorBoard finds them.
  */
 #define _GNU_SOURCE
 #include "dp_events.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct dp_tb_run {
 	char *dir;
@@ -134,4 +137,97 @@ int dp_tb_run_close(dp_tb_run *r, dp_err *e)
 	free(r->dir);
 	free(r);
 	return rc;
+}
+
+/* ---- finding a log folder's event files ---------------------------------------- */
+
+struct found {
+	dp_buf b;     /* path\0run\0... */
+	size_t n;
+	int depth;
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* dir's entries, sorted; the event files into f, the folders walked. */
+static int walk(struct found *f, const char *dir, const char *run, dp_err *e)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return dp_syserr(e, "%s", dir);
+	char **names = NULL;
+	size_t nn = 0, cap = 0;
+	struct dirent *de;
+	int rc = DP_OK;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (nn == cap) {
+			char **t = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
+			if (!t) {
+				rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
+				break;
+			}
+			names = t;
+		}
+		if (!(names[nn] = strdup(de->d_name))) {
+			rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
+			break;
+		}
+		nn++;
+	}
+	closedir(d);
+	if (rc == DP_OK)
+		qsort(names, nn, sizeof *names, cmp_str);
+	for (size_t i = 0; rc == DP_OK && i < nn; i++) {
+		dp_buf p = DP_BUF_INIT, r = DP_BUF_INIT;
+		dp_buf_printf(&p, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", names[i]);
+		dp_buf_printf(&r, "%s%s%s", run, *run ? "/" : "", names[i]);
+		struct stat st;
+		if (p.err || r.err)
+			rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
+		else if (lstat(p.p, &st) == 0 && S_ISDIR(st.st_mode)) { /* links to folders: not followed */
+			if (f->depth >= 64)
+				rc = dp_seterr(e, DP_ELIMIT, "%s: folders more than 64 deep", p.p);
+			else {
+				f->depth++;
+				rc = walk(f, p.p, r.p, e);
+				f->depth--;
+			}
+		} else if (strstr(names[i], "tfevents") && stat(p.p, &st) == 0 && S_ISREG(st.st_mode)) {
+			dp_buf_add(&f->b, p.p, p.len + 1);
+			dp_buf_add(&f->b, run, strlen(run) + 1);
+			f->n++;
+		}
+		dp_buf_free(&p);
+		dp_buf_free(&r);
+	}
+	for (size_t i = 0; i < nn; i++)
+		free(names[i]);
+	free(names);
+	return rc;
+}
+
+char **dp_tb_find(const char *dir, dp_err *e)
+{
+	struct found f = {DP_BUF_INIT, 0, 0};
+	if (walk(&f, dir, "", e) < 0) {
+		dp_buf_free(&f.b);
+		return NULL;
+	}
+	char **m = f.b.err ? NULL : malloc((2 * f.n + 1) * sizeof *m + f.b.len);
+	if (!m) {
+		dp_buf_free(&f.b);
+		dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
+		return NULL;
+	}
+	char *p = f.b.len ? memcpy((char *)(m + 2 * f.n + 1), f.b.p, f.b.len) : NULL;
+	for (size_t i = 0; i < 2 * f.n; i++, p += strlen(p) + 1)
+		m[i] = p;
+	m[2 * f.n] = NULL;
+	dp_buf_free(&f.b);
+	return m;
 }
