@@ -370,13 +370,8 @@ int pipe_step(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int las
 	t->micro++;
 	if (!last)
 		goto out;
-	if ((rc = update(t, lr, e)) < 0)
-		goto out;
-	r->updated = 1;
-	r->loss_sum = t->pend_loss;
-	r->correct = t->pend_correct;
-	r->samples = t->pend_samples;
-	dp_step_drop(t);
+	if ((rc = update(t, lr, e)) == DP_OK)
+		train_updated(t, r);
 out:
 	free(kind);
 	free(mb);

@@ -261,12 +261,17 @@ static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr
 	int rc = update(t, s, lr, t1, e);
 	if (rc < 0)
 		return rc;
+	train_updated(t, r);
+	return DP_OK;
+}
+
+void train_updated(dp_trainer *t, dp_step_result *r)
+{
 	r->updated = 1;
 	r->loss_sum = t->pend_loss;
 	r->correct = t->pend_correct;
 	r->samples = t->pend_samples;
 	dp_step_drop(t);
-	return DP_OK;
 }
 
 int dp_step_run(dp_trainer *t, const dp_step *s, uint64_t step, double lr, dp_step_result *r,

@@ -50,6 +50,9 @@ uint64_t train_full(const dp_trainer *t);
  * update's mean, clipping (the norm over a pipeline's stages), the
  * optimizer's step. */
 int train_apply(dp_trainer *t, double lr, dp_err *e);
+/* After an update: r has the sums of its micro-batches, which are
+ * forgotten. */
+void train_updated(dp_trainer *t, dp_step_result *r);
 
 /* ---- pipeline.c ---- */
 int pipe_open(dp_trainer *t, dp_err *e);
