@@ -336,6 +336,11 @@ int dp_trainer_reads(const dp_trainer *t) { return !t->p || t->p->plan.stage == 
 
 int dp_trainer_same_as(const dp_trainer *t, int r) { return t->p ? r % t->p->plan.stages : 0; }
 
+int dp_trainer_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e)
+{
+	return t->p ? pipe_eval(t, ev, d, e) : dp_eval_data(ev, t->m, d, 0, NULL, NULL, e);
+}
+
 int dp_trainer_save(dp_trainer *t, const char *path, const dp_train_state *ts,
 		    const char *const *meta, dp_err *e)
 {

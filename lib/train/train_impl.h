@@ -63,6 +63,7 @@ void pipe_free(dp_trainer *t);
 int pipe_step(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int last,
 	      dp_step_result *r, dp_err *e);
 int pipe_agree(dp_trainer *t, dp_step *s, dp_err *e);
+int pipe_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e);
 int pipe_save(dp_trainer *t, const char *path, const dp_train_state *ts, const char *const *meta,
 	      dp_err *e);
 
