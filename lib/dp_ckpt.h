@@ -264,6 +264,9 @@ DP_EXPORT void dp_run_conf_init(dp_run_conf *c);
 DP_EXPORT void dp_run_conf_free(dp_run_conf *c);
 /* The metadata name of key k ("batch_size"). */
 DP_EXPORT const char *dp_run_key_name(int k);
+/* How the value of the key named name reads: 'n' a number, 'b' true or
+ * false, 's' text (the hparams' types); 0 for no such key. */
+DP_EXPORT int dp_run_key_type(const char *name);
 /* Take into c each of keys (a list ending in -1; NULL: every key but
  * precision) that checkpoint ck holds and c->given does not mark, in the
  * order of enum dp_run_key (the optimizer's kind before its settings:
@@ -275,6 +278,11 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * optimizer left out, then extra's pairs (may be NULL).  One block: free()
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
+/* c's settings for people (the hparams of dp-train --tensorboard): every
+ * key, the optimizer's own of its kind, in the order of enum dp_run_key,
+ * but the training control's state and the class names; as
+ * dp_run_conf_meta's block. */
+DP_EXPORT char **dp_run_conf_settings(const dp_run_conf *c, dp_err *e);
 
 /* Class names as the metadata key "classes" keeps them: a JSON array of
  * distinct non-empty strings (malloc'd text; NULL when out of memory),

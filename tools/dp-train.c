@@ -378,8 +378,10 @@ static const char help_text[] =
 	"      --log-every N        a training line every N updates (default 100)\n"
 	"      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
 	"  -q, --quiet              no progress bar, no notes on stderr\n"
-	"      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
-	"                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
+	"      --tensorboard DIR    also write TensorBoard event files as Keras does: the\n"
+	"                           log's values and the run's settings (hparams) in\n"
+	"                           DIR/events.out.tfevents.TIME.HOST, epoch_loss...\n"
+	"                           in DIR/train/ and DIR/validation/ (new files each run)\n"
 	"      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
 	"      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
 	"                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
@@ -882,14 +884,41 @@ static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
 
-static dp_events *TB; /* --tensorboard's event file */
+static dp_tb_run *TB;       /* --tensorboard's run folder (Keras's layout) */
+static char **tb_argv;     /* the command line, for its settings */
+static int tb_argc;
 
+/* The run folder, its settings first: the hparams and the command line. */
 static void tb_open(void)
 {
 	dp_err e;
-	if (O.tensorboard && RANK == 0 && !(TB = dp_events_create(O.tensorboard, &e)))
+	if (!O.tensorboard || RANK != 0)
+		return;
+	if (!(TB = dp_tb_run_open(O.tensorboard, &e)))
 		cli_die("--tensorboard: %s", e.msg);
+	dp_buf cmd = DP_BUF_INIT, types = DP_BUF_INIT;
+	for (int i = 0; i < tb_argc; i++) { /* quoted where the shell needs it */
+		const char *a = i ? tb_argv[i] : DP_PROG;
+		dp_buf_addstr(&cmd, i ? " " : "");
+		if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+				    "_@%+=:,./-") == strlen(a))
+			dp_buf_addstr(&cmd, a);
+		else
+			dp_shell_quote(&cmd, a);
+	}
+	C.ranks = SIZE;
+	char **kv = dp_run_conf_settings(&C, &e);
+	for (char **x = kv; x && x[0]; x += 2)
+		dp_buf_add(&types, &(char){(char)dp_run_key_type(x[0])}, 1);
+	if (!kv || cmd.err || types.err)
+		cli_die("--tensorboard: %s", kv ? "out of memory" : e.msg);
+	if (dp_tb_run_settings(TB, cmd.p, (const char *const *)kv, types.p, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+	free(kv);
+	dp_buf_free(&cmd);
+	dp_buf_free(&types);
 }
+
 
 /* The numbers of a job's log line as one event at its step; a line of
  * training control (event=NAME) gives one scalar, NAME, its first number
@@ -913,19 +942,20 @@ static void tb_line(const char *const *keys, const char *const *vals, int n)
 		if (!strcmp(keys[i], "step"))
 			step = (int64_t)v;
 		else if (strcmp(keys[i], "epoch"))
-			dp_summary_scalar(dp_events_summary(TB), event ? tag : keys[i], (float)v);
+			dp_summary_scalar(dp_events_summary(dp_tb_run_steps(TB)), event ? tag : keys[i],
+					  (float)v);
 		if (event && strcmp(keys[i], "step") && strcmp(keys[i], "epoch"))
 			event = 2;
 	}
 	dp_err e;
-	if (TB && dp_events_write(TB, step, 0, &e) < 0)
+	if (TB && dp_events_write(dp_tb_run_steps(TB), step, 0, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
 static void tb_close(void)
 {
 	dp_err e;
-	if (dp_events_close(TB, &e) < 0)
+	if (dp_tb_run_close(TB, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 	TB = NULL;
 }
@@ -977,6 +1007,8 @@ typedef struct meter {
 	double t0;
 } meter;
 
+static meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
+
 static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
 		       double skipped, double dt, double lr, int has_acc, int own)
 {
@@ -1017,6 +1049,9 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 		cli_die("log: %s", e.msg);
 	dp_comm_event(COMM, "metrics", 1, t, dp_now());
 	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 0);
+	tb_ep.loss += v[0];
+	tb_ep.correct += v[1];
+	tb_ep.samples += (uint64_t)v[2];
 	memset(mt, 0, sizeof *mt);
 	mt->t0 = dp_now();
 }
@@ -2699,6 +2734,32 @@ static void control_epoch(uint64_t epoch)
 	}
 }
 
+/* An epoch's metrics as Keras writes them: train/ and validation/ with
+ * the same tags, at the epoch's number from 0. */
+static void tb_epoch(uint64_t epoch)
+{
+	dp_err e;
+	if (!TB)
+		return;
+	const char *tn[] = {"loss", "accuracy", "learning_rate"};
+	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
+	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, R.lr};
+	int has_acc = R.xent, rc = 0;
+	if (!has_acc)
+		tn[1] = tn[2], tv[1] = tv[2];
+	if (tb_ep.samples)
+		rc = dp_tb_run_epoch(TB, DP_TB_TRAIN, (int64_t)epoch, tn, tv, 3 - !has_acc, &e);
+	memset(&tb_ep, 0, sizeof tb_ep);
+	dp_eval_report r;
+	if (rc == 0 && VD && dp_eval_report_get(R.val, &r, NULL) == 0) {
+		const char *vn[] = {"loss", has_acc ? "accuracy" : "mae"};
+		double vv[] = {r.loss, has_acc ? r.accuracy : r.mae};
+		rc = dp_tb_run_epoch(TB, DP_TB_VALIDATION, (int64_t)epoch, vn, vv, 2, &e);
+	}
+	if (rc < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
 /* After an epoch's updates: validation, training control, and the
  * checkpoint of --checkpoint-every Ne. */
 static void end_epoch(uint64_t epoch)
@@ -2712,6 +2773,7 @@ static void end_epoch(uint64_t epoch)
 		validate(epoch, R.ts.step);
 		R.mt.t0 = dp_now(); /* rates count training time only */
 	}
+	tb_epoch(epoch);
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
 	control_epoch(epoch);
@@ -2743,13 +2805,14 @@ static void tb_histograms(void)
 		if (t.role != DP_TENSOR_PARAM)
 			continue;
 		snprintf(tag, sizeof tag, "weights/%s", t.name);
-		dp_summary_histogram(dp_events_summary(TB), tag, w + t.off, t.count, 30);
+		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + t.off, t.count, 30);
 		snprintf(tag, sizeof tag, "gradients/%s", t.name);
-		dp_summary_histogram(dp_events_summary(TB), tag, w + np + t.off, t.count, 30);
+		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + np + t.off,
+				     t.count, 30);
 	}
 	free(w);
 	dp_err e;
-	if (dp_events_write(TB, (int64_t)R.ts.step, 0, &e) < 0)
+	if (dp_events_write(dp_tb_run_steps(TB), (int64_t)R.ts.step, 0, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
@@ -2892,6 +2955,7 @@ int main(int argc, char **argv)
 		set_rank(r, z);
 	}
 	sm_train_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
+	tb_argc = argc, tb_argv = argv;
 	dp_run_conf_init(&C);
 	parse_args(argc, argv);
 	if (O.resume && O.init)
@@ -2939,6 +3003,9 @@ int main(int argc, char **argv)
 	}
 
 	finish();
+	dp_err e;
+	if (TB && dp_tb_run_end(TB, 1, &e) < 0) /* before the last --on-epoch sends the files */
+		cli_die("--tensorboard: %s", e.msg);
 	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
 	tb_close();
 	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */
