@@ -325,8 +325,8 @@ static int stb_whole(const uint8_t *b, size_t n, const char *what, uint32_t w, u
 				break;
 			}
 			unsigned v = 0;
-			while (i < n && b[i] >= '0' && b[i] <= '9')
-				v = v > 99999 ? v : v * 10 + (unsigned)(b[i++] - '0');
+			for (; i < n && b[i] >= '0' && b[i] <= '9'; i++)
+				v = v > 99999 ? v : v * 10 + (unsigned)(b[i] - '0');
 			if (tok == 2)
 				*maxval = v;
 		}
