@@ -330,8 +330,9 @@ static int stb_whole(const uint8_t *b, size_t n, const char *what, uint32_t w, u
 			if (tok == 2)
 				*maxval = v;
 		}
-		if (*maxval == 0)
-			return dp_seterr(e, DP_EDATA, "%s: a maxval of 0", what);
+		if (*maxval == 0 || *maxval > 255) /* stb_image's own reading of it may overflow */
+			return dp_seterr(e, DP_EDATA, "%s: a maxval of %s (1 to 255 are read)", what,
+					 *maxval ? "more than 255" : "0");
 		off = i + 1;
 		need = (uint64_t)w * h * (b[1] == '6' ? 3 : 1);
 	}
