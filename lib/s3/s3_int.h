@@ -8,7 +8,8 @@
  *   s3xml.c   the XML answers, read with expat
  *   s3.c      one request: URL, signature, libcurl options, response
  *             headers, S3 errors, retries; the simple operations
- *   s3get.c   the streaming reader (parallel ranged GETs, in order)
+ *   s3get.c   the streaming reader (parallel ranged GETs, in order), with
+ *             s3get_threads.c and s3get_xfer.c behind s3get.h
  *   s3put.c   the streaming writer (multipart upload)
  *   s3objs.c  locations, object lists, shuffle and shard, manifests
  *   s3batch.c many objects at once: DeleteObjects, parallel uploads
