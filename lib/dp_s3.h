@@ -106,7 +106,7 @@ typedef struct dp_s3_conf {
 	int no_verify;            /* skip the MD5 check of single-part objects */
 	/* Log lines (logfmt, no newline), or NULL: one per retry; with verbose
 	 * also one per request. */
-	void (*log)(void *ctx, const char *line);
+	dp_msg_fn log;
 	void *log_ctx;
 	int verbose;
 	/* Bytes delivered so far, called a few times a second by long

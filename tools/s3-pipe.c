@@ -223,13 +223,7 @@ static const char usage_line[] =
 	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami|sync|mb|rb [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
 
-static void help(void)
-{
-	/* all of it in the buffer: a failed write (--help >/dev/full) is then
-	 * reported by cli_exit_stdout with its own errno */
-	static char buf[16384];
-	setvbuf(stdout, buf, _IOFBF, sizeof buf);
-	printf(
+static const char help_text[] =
 "usage: s3-pipe COMMAND [OPTION]... URL...\n"
 "Stream objects between S3 (or any S3-compatible store) and pipes, files and\n"
 "FIFOs.  URLs are s3://bucket/key, file:///path or plain paths; a URL ending\n"
@@ -325,7 +319,15 @@ static void help(void)
 "endpoint, the EC2 instance metadata service; never on the command line.\n"
 "Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
 "5 transfer failed (network or server, after retries), 141 reader gone.\n"
-"See s3-pipe(1).\n");
+"See s3-pipe(1).\n";
+
+static void help(void)
+{
+	/* all of it in the buffer: a failed write (--help >/dev/full) is then
+	 * reported by cli_exit_stdout with its own errno */
+	static char buf[16384];
+	setvbuf(stdout, buf, _IOFBF, sizeof buf);
+	fputs(help_text, stdout);
 }
 
 /* ---- Progress and logs -------------------------------------------------------------- */

@@ -249,7 +249,7 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
  * half random (a generator per thread: any thread may call it). */
 double s3_backoff(const dp_s3 *s, int attempt);
 /* Log a line through conf.log (printf-style). */
-void s3_log(const dp_s3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define s3_log(s, ...) dp_msgf((s)->conf.log, (s)->conf.log_ctx, __VA_ARGS__)
 /* Sleep up to secs, returning early (-1) when cancelled. */
 int s3_sleep(dp_s3 *s, double secs);
 /* HEAD an object: size, etag, mtime. */
