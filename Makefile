@@ -72,6 +72,36 @@ MHD_LIBS := $(shell pkg-config --libs libmicrohttpd)
 endif
 PROTOC_C ?= protoc-c
 
+# ---- oneDNN (Debian's libdnnl-dev, optional): the CPU backend's convolutions
+# where it measures faster (lib/train/backend/cpu_dnnl.c); without it they
+# are our own.  DNNL=auto|0|1, DNNL_HOME (default /usr): one line says
+# which.  oneDNN runs on OpenMP (libgomp) threads.
+DNNL ?= auto
+DNNL_HOME ?= /usr
+DNNL_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+ifneq ($(DNNL),0)
+DNNL_INC := $(firstword $(foreach d,$(DNNL_HOME)/include /usr/include,$(if $(wildcard $(d)/oneapi/dnnl/dnnl.h),$(d))))
+DNNL_LIBDIR := $(firstword $(foreach d,$(DNNL_HOME)/lib/$(DNNL_MULTIARCH) $(DNNL_HOME)/lib64 $(DNNL_HOME)/lib /usr/lib/$(DNNL_MULTIARCH),$(if $(wildcard $(d)/libdnnl.so),$(d))))
+endif
+DNNL_SAY := $(if $(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),yes)
+ifneq ($(and $(DNNL_INC),$(DNNL_LIBDIR)),)
+DNNL_VERSION := $(shell sed -n 's/^\#define DNNL_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(DNNL_INC)/oneapi/dnnl/dnnl_version.h | paste -sd.)
+DNNL_CPPFLAGS := -DDP_WITH_DNNL $(if $(filter $(DNNL_INC),/usr/include),,-isystem $(DNNL_INC))
+DNNL_LIBS := $(if $(filter $(DNNL_LIBDIR),/usr/lib/$(DNNL_MULTIARCH)),,-L$(DNNL_LIBDIR) -Wl,-rpath,$(DNNL_LIBDIR)) -ldnnl -lgomp
+DNNL_STATE := on
+ifneq ($(DNNL_SAY),)
+$(info dptools: ✓ oneDNN $(DNNL_VERSION) ($(DNNL_INC)/oneapi/dnnl/dnnl.h, $(DNNL_LIBDIR)): CPU convolutions chosen per shape among oneDNN's and ours)
+endif
+else ifeq ($(DNNL),1)
+$(error ✗ oneDNN not found (DNNL=1): no oneapi/dnnl/dnnl.h and libdnnl.so under $(DNNL_HOME) or /usr: install libdnnl-dev (scripts/deps) or set DNNL_HOME)
+else
+DNNL_STATE := off
+ifneq ($(DNNL_SAY),)
+$(info dptools: ✗ oneDNN $(if $(filter 0,$(DNNL)),off (DNNL=0),not found (libdnnl-dev; scripts/deps installs it)): CPU convolutions by our own kernels only)
+endif
+endif
+LIB_LIBS += $(DNNL_LIBS)
+
 # ---- sources -------------------------------------------------------------
 # lib/ is one folder per component (records, image, s3, train, metrics,
 # over common), the public headers at its top, private ones beside their code;
@@ -106,7 +136,7 @@ MAN_SRC := $(MAN1) $(MAN3) $(MAN5) $(MAN7)
 MAN_OUT := $(patsubst man/%,$(O)/man/%,$(MAN_SRC))
 MAN_DATE := $(shell { [ -n "$$SOURCE_DATE_EPOCH" ] && date -u -d "@$$SOURCE_DATE_EPOCH" +%F; } || git log -1 --format=%cs 2>/dev/null || grep -x '[0-9-]*' scripts/commit-date || date -u +%F)
 
-ALL_CPPFLAGS := -Ilib $(PKG_CFLAGS) -DDP_BACKEND_$(BACKEND) -DDP_VERSION='"$(VERSION)"' $(CPPFLAGS)
+ALL_CPPFLAGS := -Ilib $(PKG_CFLAGS) $(DNNL_CPPFLAGS) -DDP_BACKEND_$(BACKEND) -DDP_VERSION='"$(VERSION)"' $(CPPFLAGS)
 ALL_CFLAGS := $(DP_CFLAGS) $(CFLAGS)
 # Only what the public headers mark DP_EXPORT leaves libdp.so (nm -D: dp_*).
 LIB_CFLAGS := -fvisibility=hidden
@@ -186,6 +216,13 @@ $(O)/lib/train/backend/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -
 
 # The CPU backend's elementwise loops are written to vectorise (lib/train/backend/cpu*.c),
 $(patsubst lib/%.c,$(O)/lib/%.o,$(wildcard lib/train/backend/cpu*.c)): ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# its oneDNN calls set OpenMP's thread count, and rebuild when oneDNN comes or goes
+$(O)/lib/train/backend/cpu_dnnl.o: ALL_CFLAGS += -fopenmp
+$(O)/lib/train/backend/cpu_dnnl.o $(O)/lib/train/backend/backend.o: $(O)/.dnnl-$(DNNL_STATE)
+$(O)/.dnnl-$(DNNL_STATE):
+	@mkdir -p $(@D)
+	@rm -f $(O)/.dnnl-*
+	@touch $@
 # and so are the image resampler's (lib/image/transform.c)
 $(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
@@ -235,6 +272,20 @@ $(O)/bin/%: tools/%.c $(CLI_OBJ) $(O)/libdp.a
 $(O)/tests/%: tests/unit/%.c $(O)/libdp.a $(PB_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) -I$(GEN) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(PB_OBJ) $(O)/libdp.a $(LINK_LIBS) $(PB_LIBS)
+
+# The CPU backend as a build without oneDNN has it (DNNL=0), beside a build
+# with it: tests/unit/convimpl.c over lib/train/backend/cpu*.c and
+# backend.c compiled without DP_WITH_DNNL (objects before libdp.a take the
+# place of its own), checking that it says so and computes the same.
+ifeq ($(DNNL_STATE),on)
+NODNNL_OBJ := $(patsubst lib/train/backend/%.c,$(O)/tests/nodnnl/%.o,$(wildcard lib/train/backend/cpu*.c) lib/train/backend/backend.c)
+$(NODNNL_OBJ): $(O)/tests/nodnnl/%.o: lib/train/backend/%.c $(wildcard lib/train/backend/*.h) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(filter-out $(DNNL_CPPFLAGS),$(ALL_CPPFLAGS)) $(ALL_CFLAGS) -O3 -fno-math-errno -ffp-contract=off -c -o $@ $<
+UNIT_BINS += $(O)/tests/convimpl-nodnnl
+$(O)/tests/convimpl-nodnnl: tests/unit/convimpl.c tests/unit/tap.h $(NODNNL_OBJ) $(O)/libdp.a
+	$(CC) $(ALL_CPPFLAGS) -DDP_EXPECT_NO_DNNL -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(NODNNL_OBJ) $(O)/libdp.a $(LINK_LIBS)
+endif
 
 # Test programs: libdp's functions driven from the shell tests.
 TEST_PROGS += $(O)/tests/imgtool $(O)/tests/ctltool

@@ -1,7 +1,7 @@
 /* convshapes.c - bench/resnet.sh: the CPU backend's convolutions, shape by
  * shape, against the SGEMM ceiling of the same sizes.
  *
- *   convshapes resnet20|resnet18 THREADS BATCH [ROUNDS [CONV_ALGO]]
+ *   convshapes resnet20|resnet18|resnet50[:SIZE] THREADS BATCH [ROUNDS [IMPL]]
  *
  * For each distinct convolution of the network: the time of its forward
  * pass and of its backward pass (filter and input gradients) through
@@ -15,8 +15,11 @@
  * warm-up: on a shared machine the best is the least disturbed.  The
  * fraction of the ceiling is the GEMMs' time over the convolution's
  * (above 100%: Winograd does fewer multiplications).  Totals weigh each
- * shape by how often the network uses it.  CONV_ALGO: dp_backend_opts'
- * conv_algo (0 automatic, 1 im2col only, 2 Winograd wherever it applies).  Built by the benchmark:
+ * shape by how often the network uses it, and the line under each says
+ * which implementation ran each pass and why (conv_explain).  IMPL: auto
+ * (measured, the default), pinned (--deterministic's rule), or one forced
+ * where it applies: im2col, winograd, gemm, onednn.  SIZE: the input's
+ * (resnet18 and resnet50, default 224).  Built by the benchmark:
  * cc -Ilib convshapes.c -Lbuild -ldp $(pkg-config --libs openblas) */
 #include "dp_backend.h"
 
@@ -40,37 +43,74 @@ static double now(void)
 }
 
 typedef struct shape {
-	const char *name;
+	char name[40];
 	int uses; /* convolutions of this shape in the network */
 	int c, h, k, kh, s, p;
 } shape;
 
-static const shape resnet20[] = {
-	{"conv1 1>16 3x3 28", 1, 1, 28, 16, 3, 1, 1},
-	{"layer1 16>16 3x3 28", 6, 16, 28, 16, 3, 1, 1},
-	{"layer2.0 16>32 3x3/2 28", 1, 16, 28, 32, 3, 2, 1},
-	{"layer2 32>32 3x3 14", 5, 32, 14, 32, 3, 1, 1},
-	{"layer2.0 down 16>32 1x1/2", 1, 16, 28, 32, 1, 2, 0},
-	{"layer3.0 32>64 3x3/2 14", 1, 32, 14, 64, 3, 2, 1},
-	{"layer3 64>64 3x3 7", 5, 64, 7, 64, 3, 1, 1},
-	{"layer3.0 down 32>64 1x1/2", 1, 32, 14, 64, 1, 2, 0},
-	{NULL, 0, 0, 0, 0, 0, 0, 0},
-};
+static int nshape;
+static shape shapes[64];
 
-static const shape resnet18[] = {
-	{"conv1 3>64 7x7/2 224", 1, 3, 224, 64, 7, 2, 3},
-	{"layer1 64>64 3x3 56", 4, 64, 56, 64, 3, 1, 1},
-	{"layer2.0 64>128 3x3/2 56", 1, 64, 56, 128, 3, 2, 1},
-	{"layer2 128>128 3x3 28", 3, 128, 28, 128, 3, 1, 1},
-	{"layer2.0 down 64>128 1x1/2", 1, 64, 56, 128, 1, 2, 0},
-	{"layer3.0 128>256 3x3/2 28", 1, 128, 28, 256, 3, 2, 1},
-	{"layer3 256>256 3x3 14", 3, 256, 14, 256, 3, 1, 1},
-	{"layer3.0 down 128>256 1x1/2", 1, 128, 28, 256, 1, 2, 0},
-	{"layer4.0 256>512 3x3/2 14", 1, 256, 14, 512, 3, 2, 1},
-	{"layer4 512>512 3x3 7", 3, 512, 7, 512, 3, 1, 1},
-	{"layer4.0 down 256>512 1x1/2", 1, 256, 14, 512, 1, 2, 0},
-	{NULL, 0, 0, 0, 0, 0, 0, 0},
-};
+/* Add a use of a shape (counted where it repeats). */
+static void add(const char *name, int c, int h, int k, int kh, int s, int p)
+{
+	for (int i = 0; i < nshape; i++) {
+		shape *t = &shapes[i];
+		if (t->c == c && t->h == h && t->k == k && t->kh == kh && t->s == s && t->p == p) {
+			t->uses++;
+			return;
+		}
+	}
+	shape *t = &shapes[nshape++];
+	snprintf(t->name, sizeof t->name, "%s %d>%d %dx%d%s%s %d", name, c, k, kh, kh,
+		 s > 1 ? "/" : "", s > 1 ? "2" : "", h);
+	t->uses = 1, t->c = c, t->h = h, t->k = k, t->kh = kh, t->s = s, t->p = p;
+}
+
+/* The convolutions of torchvision's resnet18 / resnet50 at 3 x size x
+ * size (size a multiple of 32), and of the CIFAR resnet20 at 1x28x28. */
+static void network(const char *net, int size)
+{
+	char l[16];
+	if (!strcmp(net, "resnet20")) {
+		add("conv1", 1, 28, 16, 3, 1, 1);
+		for (int i = 0, c = 16, h = 28; i < 3; i++, c *= 2) {
+			snprintf(l, sizeof l, "layer%d", i + 1);
+			int in = i ? c / 2 : c, h0 = h;
+			h = i ? h / 2 : h;
+			add(l, in, h0, c, 3, i ? 2 : 1, 1);
+			for (int b = 1; b < 6; b++)
+				add(l, c, h, c, 3, 1, 1);
+			if (i)
+				add(l, in, h0, c, 1, 2, 0);
+		}
+		return;
+	}
+	int bottleneck = !strcmp(net, "resnet50"), h = size / 4;
+	int blocks[4] = {2, 2, 2, 2}, in = 64;
+	if (bottleneck)
+		blocks[1] = 4, blocks[2] = 6, blocks[3] = 3;
+	add("conv1", 3, size, 64, 7, 2, 3);
+	for (int i = 0, w = 64; i < 4; i++, w *= 2) {
+		snprintf(l, sizeof l, "layer%d", i + 1);
+		int out = bottleneck ? 4 * w : w;
+		for (int b = 0; b < blocks[i]; b++) {
+			int s = b == 0 && i > 0 ? 2 : 1, h1 = h / s;
+			if (bottleneck) {
+				add(l, in, h, w, 1, 1, 0);
+				add(l, w, h, w, 3, s, 1);
+				add(l, w, h1, out, 1, 1, 0);
+			} else {
+				add(l, in, h, w, 3, s, 1);
+				add(l, w, h1, w, 3, 1, 1);
+			}
+			if (b == 0 && (s > 1 || in != out))
+				add(l, in, h, out, 1, s, 0);
+			in = out;
+			h = h1;
+		}
+	}
+}
 
 static float *randbuf(size_t n, unsigned *seed)
 {
@@ -89,33 +129,47 @@ static float *randbuf(size_t n, unsigned *seed)
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: convshapes resnet20|resnet18 THREADS BATCH [ROUNDS [CONV_ALGO]]\n");
+		fprintf(stderr, "usage: convshapes resnet20|resnet18|resnet50[:SIZE] THREADS BATCH "
+				"[ROUNDS [IMPL]]\n");
 		return 2;
 	}
-	const shape *net = strcmp(argv[1], "resnet18") ? resnet20 : resnet18;
+	char net[32];
+	int size = 224;
+	snprintf(net, sizeof net, "%s", argv[1]);
+	if (strchr(net, ':')) {
+		size = atoi(strchr(net, ':') + 1);
+		*strchr(net, ':') = 0;
+	}
+	network(net, size);
 	int threads = atoi(argv[2]), n = atoi(argv[3]), rounds = argc > 4 ? atoi(argv[4]) : 5;
-	int algo = argc > 5 ? atoi(argv[5]) : 0;
+	/* the implementation (dp_backend_opts.conv_algo): auto (measured), pinned
+	 * (--deterministic's), im2col, winograd, gemm, onednn */
+	static const char *const impls[] = {"auto", "im2col", "winograd", "gemm", "onednn"};
+	int algo = 0, pinned = argc > 5 && !strcmp(argv[5], "pinned");
+	for (int i = 0; argc > 5 && i < 5; i++)
+		if (!strcmp(argv[5], impls[i]))
+			algo = i;
 	if (threads == 1)
 		clock_id = CLOCK_PROCESS_CPUTIME_ID;
 	const dp_backend *be = &dp_backend_cpu;
-	dp_backend_opts o = {threads, -1, algo, DP_PREC_FP32};
+	dp_backend_opts o = {threads, -1, algo, DP_PREC_FP32, pinned, NULL};
 	dp_bectx *ctx;
 	dp_err err;
 	char desc[128];
 	if (be->open(&ctx, &o, desc, sizeof desc, &err) != DP_OK)
 		return 1;
 	openblas_set_num_threads(threads);
-	printf("%s, batch %d, %s, times: %s\n", argv[1], n, desc,
-	       threads == 1 ? "CPU" : "wall clock");
+	printf("%s, batch %d, %s, convolutions %s, times: %s\n", argv[1], n, desc,
+	       argc > 5 ? argv[5] : "auto", threads == 1 ? "CPU" : "wall clock");
 	printf("%-28s %4s %8s %8s %8s %7s %7s %7s\n", "convolution", "uses", "fwd_ms", "bwd_ms",
 	       "gemm_ms", "GFLOP/s", "ceiling", "dw_ms");
 	double tconv = 0, tgemm = 0, flops = 0;
 	unsigned seed = 1;
-	for (const shape *s = net; s->name; s++) {
+	for (const shape *s = shapes; s < shapes + nshape; s++) {
 		int oh = (s->h + 2 * s->p - s->kh) / s->s + 1;
 		dp_conv2d g = {n, s->c, s->h, s->h, s->k, oh, oh, s->kh, s->kh, s->s, s->s, s->p, s->p};
 		size_t xs = (size_t)n * s->c * s->h * s->h, ys = (size_t)n * s->k * oh * oh;
-		int ckk = s->c * s->kh * s->kh, nohw = n * oh * oh, first = s == net;
+		int ckk = s->c * s->kh * s->kh, nohw = n * oh * oh, first = s == shapes;
 		float *x = randbuf(xs, &seed), *w = randbuf((size_t)s->k * ckk, &seed);
 		float *y = randbuf(ys, &seed), *dy = randbuf(ys, &seed), *dx = randbuf(xs, &seed);
 		float *dw = randbuf((size_t)s->k * ckk, &seed);
@@ -148,6 +202,9 @@ int main(int argc, char **argv)
 		double f = (first ? 2 : 3) * 2.0 * s->k * (double)ckk * nohw;
 		printf("%-28s %4d %8.2f %8.2f %8.2f %7.1f %6.0f%% %7.2f\n", s->name, s->uses, 1e3 * bf,
 		       1e3 * bb, 1e3 * bg, f / (bf + bb) / 1e9, 100 * bg / (bf + bb), 1e3 * bw);
+		char why[512];
+		if (be->conv_explain(ctx, &g, why, sizeof why) > 0)
+			printf("    %s\n", why);
 		tconv += s->uses * (bf + bb);
 		tgemm += s->uses * bg;
 		flops += s->uses * f;

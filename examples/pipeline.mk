@@ -11,6 +11,8 @@
 #   DATA/train-0000R-of-0000N.tfrecord   train/val split, N shards   tfr-shard --split
 #   DATA/val-0000R-of-0000N.tfrecord
 #   W/model.safetensors, W/train.log     training on N workers       mpirun -np N dp-train
+#   W/best.safetensors                   its best epoch (EARLY_STOP or PLATEAU set)
+#   W/tb/                                TensorBoard, sent each epoch (SYNC set)
 #   W/metrics.json, W/report.txt         evaluation on the test set  dp-eval --json
 #   W/release/model.safetensors          the model, if it passes     dp-eval --check --require
 #   W/loss.svg, W/loss.tsv               the loss curve              metrics-grep --plot
@@ -50,6 +52,15 @@ LR ?= 1e-3
 THREADS ?= 1
 LOG_EVERY ?= 50
 TRAIN_FLAGS ?=
+# training control on the validation loss, as Keras' callbacks (empty: off):
+# EARLY_STOP=patience=2 stops when it stalls, PLATEAU=factor=0.5,patience=1
+# lowers the rate; with either, the best epoch is kept (W/best.safetensors),
+# and it is what is evaluated and released
+EARLY_STOP ?=
+PLATEAU ?=
+# where W/tb (TensorBoard) goes after each epoch, only what changed: an
+# s3:// prefix, or a directory (empty: no TensorBoard)
+SYNC ?=
 MIN_ACCURACY ?= 0.85
 # more gates, space-separated: GATES='recall[Shirt]>=0.5 loss<0.5'
 GATES ?=
@@ -62,6 +73,8 @@ shard = $(foreach i,$(ids),$(DATA)/$1-$(shell printf '%05d-of-%05d' $i $(NP)).tf
 TRAIN_SHARDS := $(call shard,train)
 VAL_SHARDS := $(if $(SPLIT),$(call shard,val))
 ALL_GATES := $(strip accuracy>=$(MIN_ACCURACY) $(GATES))
+BEST := $(if $(EARLY_STOP)$(PLATEAU),$(W)/best.safetensors)
+MODEL_FILE := $(or $(BEST),$(W)/model.safetensors)
 
 # $(call setting,FILE,TEXT): FILE holding TEXT, rewritten only when TEXT
 # changes; rules that depend on FILE run again only then.  A dry run
@@ -75,7 +88,8 @@ setting = $(shell mkdir -p $(dir $1) && t=$(call quote,$2) && \
 CONVERT_SET := $(call setting,$(DATA)/settings/convert.txt,$(LIMIT) $(TEST_LIMIT))
 SHARD_SET := $(call setting,$(DATA)/settings/shard-$(NP).txt,$(SPLIT) $(SEED))
 TRAIN_SET := $(call setting,$(W)/settings/train.txt,$(NP) $(MODEL) $(EPOCHS) $(BATCH) \
-	$(OPTIMIZER) $(LR) $(SEED) $(THREADS) $(LOG_EVERY) $(SPLIT) $(TRAIN_FLAGS) $(DATA))
+	$(OPTIMIZER) $(LR) $(SEED) $(THREADS) $(LOG_EVERY) $(SPLIT) $(TRAIN_FLAGS) $(DATA) \
+	$(EARLY_STOP) $(PLATEAU) $(SYNC))
 EVAL_SET := $(call setting,$(W)/settings/eval.txt,$(CLASSES))
 GATE_SET := $(call setting,$(W)/settings/gate.txt,$(ALL_GATES))
 
@@ -107,24 +121,28 @@ $(TRAIN_SHARDS) $(VAL_SHARDS) &: $(DATA)/train.tfrecord $(SHARD_SET)
 	  -o '$(DATA)/$(if $(SPLIT),{split},train)-{shard}-of-{nshards}.tfrecord' $<
 
 # ---- 3. training: worker R reads shard R ({rank:5}: tfr-shard's 00001)
-$(W)/model.safetensors $(W)/train.log &: $(TRAIN_SHARDS) $(VAL_SHARDS) $(TRAIN_SET)
+$(W)/model.safetensors $(W)/train.log $(BEST) &: $(TRAIN_SHARDS) $(VAL_SHARDS) $(TRAIN_SET)
 	$(LAUNCH) dp-train --train '$(DATA)/train-{rank:5}-of-{size:5}.tfrecord' \
 	  $(if $(SPLIT),--val '$(DATA)/val-{rank:5}-of-{size:5}.tfrecord') \
 	  --decode-raw uint8 --scale 1/255 --input-shape 1x28x28 --model '$(MODEL)' \
 	  --optimizer $(OPTIMIZER) --lr $(LR) --batch-size $(BATCH) --epochs $(EPOCHS) \
 	  --seed $(SEED) --threads $(THREADS) --log-every $(LOG_EVERY) -q $(TRAIN_FLAGS) \
+	  $(if $(EARLY_STOP),--early-stopping $(EARLY_STOP)) \
+	  $(if $(PLATEAU),--reduce-lr-on-plateau $(PLATEAU)) $(if $(BEST),--save-best $(BEST)) \
+	  $(if $(SYNC),--tensorboard $(W)/tb --on-epoch-fail \
+	    --on-epoch 's3-pipe sync {tensorboard} $(SYNC)') \
 	  -o $(W)/model.safetensors | tee $(W)/train.log
 
 # ---- 4. evaluation on the test set (the workers share it) and the report
-$(W)/metrics.json $(W)/report.txt &: $(W)/model.safetensors $(DATA)/test.tfrecord $(EVAL_SET)
-	$(LAUNCH) dp-eval --model $(W)/model.safetensors --data $(DATA)/test.tfrecord \
+$(W)/metrics.json $(W)/report.txt &: $(MODEL_FILE) $(DATA)/test.tfrecord $(EVAL_SET)
+	$(LAUNCH) dp-eval --model $(MODEL_FILE) --data $(DATA)/test.tfrecord \
 	  --classes '$(CLASSES)' --json $(W)/metrics.json > $(W)/report.txt
 	@cat $(W)/report.txt
 
 # ---- 5. the gate: the model is released only when its metrics pass
-$(W)/release/model.safetensors: $(W)/metrics.json $(W)/model.safetensors $(GATE_SET)
+$(W)/release/model.safetensors: $(W)/metrics.json $(MODEL_FILE) $(GATE_SET)
 	dp-eval --check $(W)/metrics.json $(foreach g,$(ALL_GATES),--require '$g')
-	@mkdir -p $(@D) && cp $(W)/model.safetensors $@.tmp && mv $@.tmp $@
+	@mkdir -p $(@D) && cp $(MODEL_FILE) $@.tmp && mv $@.tmp $@
 
 # ---- 6. the loss curve out of the training log
 $(W)/loss.svg $(W)/loss.tsv &: $(W)/train.log
@@ -138,11 +156,12 @@ define summary
 @echo
 @echo "Fashion-MNIST, $(NP) worker(s), $(EPOCHS) epoch(s): $(MODEL)"
 @echo "  data     $(DATA)/  (train $(call count,$(TRAIN_SHARDS))$(if $(SPLIT),$(comma) val $(call count,$(VAL_SHARDS))) in $(NP) shard(s); test $(call count,$(DATA)/test.tfrecord))"
-@echo "  model    $(W)/model.safetensors"
+@echo "  model    $(if $(BEST),$(MODEL_FILE) (the best epoch's),$(MODEL_FILE))"
 @echo "  metrics  $(W)/metrics.json  (test accuracy $(acc); report $(W)/report.txt)"
 @echo "  gate     $(ALL_GATES): passed; released as $(W)/release/model.safetensors"
 @echo "  log      $(W)/train.log"
 @echo "  plot     $(W)/loss.svg  (values $(W)/loss.tsv)"
+$(if $(SYNC),@echo "  tb       $(W)/tb/  (sent to $(SYNC) after each epoch)")
 endef
 comma := ,
 summary:

@@ -264,7 +264,7 @@ DP_EXPORT int dp_spawn(const dp_child *c, int *pid, dp_err *e);
 /* ---- Settings ----------------------------------------------------------
  * libdp reads no environment variable behind its caller's back.  The
  * overrides meant for tests, benchmarks and the curious (DP_BACKEND,
- * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE, DP_THREADS,
+ * DP_COMM, DP_NCCL, DP_MD5, DP_CRC32C, DP_S3_GET_MODE, DP_THREADS, DP_CPU_CONV,
  * DP_CUDA_CONV_BUDGET: each documented where it acts) reach the library
  * only through dp_setting_set(), or dp_settings_from_env(), which a program
  * calls once, before it starts threads, to take every DP_* variable of its

@@ -8,9 +8,11 @@
  * plans shapes and calls these functions, so a GPU backend replaces the
  * CPU one without touching them.
  *
- *   cpu   lib/train/backend/cpu.c: OpenBLAS SGEMM (im2col convolutions), plain C
- *         loops for the rest.  Always built: it is the reference that other
- *         backends are tested against.
+ *   cpu   lib/train/backend/cpu.c: OpenBLAS SGEMM, plain C loops; convolutions
+ *         by im2col, a batch-wide GEMM, Winograd or oneDNN (when the build
+ *         found it), chosen per shape (cpu_plan.c).  Always built: im2col
+ *         and the loops are the reference that other backends are tested
+ *         against.
  *   cuda  lib/train/backend/cuda.cu (make BACKEND=cuda): cuBLAS GEMMs (im2col
  *         convolutions), CUDA kernels for the rest, one GPU per process;
  *         tested against the CPU one (tests/unit/cuda.c).
@@ -111,12 +113,15 @@ typedef struct dp_backend_opts {
 	int threads;   /* worker threads for the math (CPU: OpenBLAS); 0: 1 */
 	int device;    /* device ordinal (GPU backends); -1: choose (local rank) */
 	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
-			* faster algorithms where they apply (CPU: Winograd) */
+			* faster algorithms where they apply (CPU: Winograd);
+			* CPU: 3 one GEMM over the batch, 4 oneDNN, where they
+			* apply (im2col elsewhere) */
 	int precision; /* enum dp_precision; a backend refuses what it lacks */
-	/* GPU convolution algorithms (cuDNN): deterministic 1: by the library's
-	 * heuristics, the same every run, rather than measured at each shape's
-	 * first use; algos: the choices conv_algos() wrote (another rank's, a
-	 * checkpoint's), taken for the shapes they name (NULL: none) */
+	/* Convolution algorithms (cuDNN's, the CPU's implementations):
+	 * deterministic 1: by a rule, the same every run, rather than measured
+	 * at each shape's first use; algos: the choices conv_algos() wrote
+	 * (another rank's, a checkpoint's), taken for the shapes they name
+	 * (NULL: none) */
 	int deterministic;
 	const char *algos;
 } dp_backend_opts;
@@ -193,6 +198,11 @@ typedef struct dp_backend {
 	 * a choice to record. */
 	int (*conv_algos)(dp_bectx *ctx, char *buf, size_t len);
 	int (*conv_algos_take)(dp_bectx *ctx, const char *algos);
+	/* For people: what runs shape g (seen already: conv_ws) and why, one
+	 * line into buf ("measured: forward onednn (im2col 3.1 ms, onednn 1.2
+	 * ms); ..."): its length, -1 when g was not seen or it does not fit.
+	 * NULL in backends without a choice to explain. */
+	int (*conv_explain)(dp_bectx *ctx, const dp_conv2d *g, char *buf, size_t len);
 	/* maxpool: arg (n, c, oh, ow) receives the index in the unpadded
 	 * (h, w) plane of each window's maximum (as PyTorch: the first one on
 	 * ties, a NaN over any number, the window's first position inside the
@@ -285,8 +295,9 @@ DP_EXPORT const dp_backend *dp_backend_default(void);
 DP_EXPORT const dp_backend *dp_backend_find(const char *name);
 /* What this build is, one line, the same in two processes only when they
  * run the same build: "dptools 0.1.0; gcc 12.2.0; CFLAGS -O2 -g; backends
- * cpu (OpenBLAS 0.3.21)" (the BLAS and CUDA runtime versions are those of
- * the libraries loaded). */
+ * cpu (OpenBLAS 0.3.21, oneDNN 2.6.3)" (the BLAS, oneDNN and CUDA runtime
+ * versions are those of the libraries loaded; no oneDNN in a build
+ * without it). */
 DP_EXPORT const char *dp_build(void);
 
 

@@ -100,6 +100,20 @@ is "$(ls "$W/data" | grep tfrecord | tr '\n' ' ')" "test.tfrecord train-00000-of
 	"... one shard"
 is "$(tfr-cat -c "$W/data/train-00000-of-00001.tfrecord")" 2500 "... of every training record (LIMIT=2500)"
 
+# ---- training control, and TensorBoard sent after each epoch (to a
+# directory, as to an S3 prefix); the data of the first run
+W=$T/ctl
+run pipeline DATA="$T/demo/data" EPOCHS=6 LR=3e-2 EARLY_STOP=patience=1 PLATEAU=factor=0.5,patience=0 \
+	SYNC="$T/tb-sent" all
+is "$rc" 0 "EARLY_STOP, PLATEAU and SYNC"
+[ "$rc" = 0 ] || printf '%s\n' "$err" | tail -n 5 | sed 's/^/#   /'
+like_text "$out" "  model    $W/best.safetensors \(the best epoch's\)"$'\n' "... the best epoch is the model"
+same_file "$W/release/model.safetensors" "$W/best.safetensors" "... released once it passed the gate"
+best=$(awk '/^epoch=.* val_loss=/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+	if (!n++ || v["val_loss"] + 0 < min) { min = v["val_loss"] + 0; e = v["epoch"] } } END { print e }' "$W/train.log")
+is "$(json "$W/metrics.json" 'j["model"]["epoch"]')" "$best" "... the epoch of the lowest val_loss in the log (epoch $best)"
+ok diff -r "$W/tb" "$T/tb-sent" "... its TensorBoard directory sent, whole, after the last epoch"
+
 # ---- Fashion-MNIST as PNG and JPEG files
 run timeout $HANG env FASHION_N=300 EPOCHS=1 FASHION_DIR="$T/fimg" "$EX/fashion-images.sh"
 is "$rc" 0 "examples/fashion-images.sh"

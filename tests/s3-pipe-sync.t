@@ -133,8 +133,25 @@ run s3-pipe sync --delete s3://syn/sp dl-sp
 awsr s3 sync --delete s3://syn/aw dl-aw >/dev/null 2>&1
 ok diff -r dl-sp dl-aw "downloaded with --delete: the same files as aws's"
 
-run s3-pipe sync tree dl-sp
-like "$rc:$err" "^2:.*one side a local directory, the other an S3 prefix" "two directories: usage error"
+run s3-pipe sync s3://syn/sp s3://syn/aw
+like "$rc:$err" "^2:.*two S3 prefixes" "two S3 prefixes: usage error"
+
+# two directories (file:// and paths work wherever s3:// does): copied with
+# the source's times, compared by size and exact time
+mkdir -p loc/d && printf a >loc/x && printf bb >loc/d/y && printf c >loc/d/z
+run s3-pipe sync -v loc "file://$PWD/loc2"
+is "$rc" 0 "two directories: exit 0"
+like "$err" "copied loc/d/y to $PWD/loc2/d/y" "... -v names each copy"
+ok diff -r loc loc2 "... the same files"
+is "$(stat -c %Y loc/d/y)" "$(stat -c %Y loc2/d/y)" "... with the source's times"
+run s3-pipe sync -v loc loc2
+like "$err" "0 copied, 0 deleted, 3 already the same" "the next sync copies nothing"
+printf q >loc/x && touch -d '2001-02-03 04:05:06' loc/x && printf extra >loc2/extra && rm loc/d/z
+run s3-pipe sync --dryrun loc loc2
+is "$out" "(dryrun) copy: loc/x to loc2/x" "a file of the same size and an older time is copied; nothing deleted without --delete"
+run s3-pipe sync --delete loc loc2
+is "$rc:$(cat loc2/x)" "0:q" "... copied"
+is "$(cd loc2 && find . -type f | sort | tr '\n' ' ')" "./d/y ./x " "--delete: what the source has not is gone"
 run s3-pipe sync tree/f11 s3://syn/sp
 like "$rc:$err" "^2:.*not a directory" "a file as the source: usage error"
 run s3-pipe sync nothere s3://syn/sp

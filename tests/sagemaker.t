@@ -217,6 +217,20 @@ else
 fi
 run "$EX/entrypoint" dp-train --version
 like "$rc:$out" "^0:dp-train \(dptools\)" "entrypoint COMMAND: runs it"
+# an endpoint: `docker run IMAGE serve` with the model the job wrote
+if command -v curl >/dev/null; then
+	rm -f port
+	DP_SAGEMAKER_ROOT="$R" SAGEMAKER_BIND_TO_PORT=0 timeout 120 "$EX/entrypoint" serve --bind 127.0.0.1 \
+		--port-file port --stats-every 0 2>serve.log &
+	spid=$!
+	for _ in $(seq 100); do [ -s port ] && break; sleep 0.1; done
+	like "$(curl -s --max-time 10 "http://127.0.0.1:$(cat port)/ping")" '"input_shape": "' \
+		"entrypoint serve: dp-serve answers /ping with the job's model"
+	kill $spid; wait $spid
+	is "$?" 0 "... and stops on SIGTERM, exit 0"
+else
+	skip "no curl"; skip "no curl"
+fi
 
 # ---- dp-eval in a processing job ---------------------------------------------------------------------
 P=$T/proc

@@ -194,7 +194,7 @@ static struct {
 	uint64_t max_steps;
 	int threads;
 	int gpu;           /* -1: the local rank's GPU */
-	int deterministic; /* --deterministic: cuDNN's algorithms pinned, not timed */
+	int deterministic; /* --deterministic: convolution algorithms pinned, not timed */
 	uint64_t ckpt_every;
 	int ckpt_epochs; /* ckpt_every counts epochs */
 	const char *ckpt, *output, *resume, *init;
@@ -325,8 +325,8 @@ static const char help_text[] =
 	"                           rank modulo the GPUs visible; CUDA_VISIBLE_DEVICES)\n"
 	"      --precision fp32|tf32|bf16  matrix products in float32 (default), or on\n"
 	"                           tensor cores (CUDA build): float32 weights either way\n"
-	"      --deterministic      GPU: cuDNN's algorithms by its heuristics, not timed:\n"
-	"                           the same bits every run\n"
+	"      --deterministic      each convolution's algorithms by a rule, not timed\n"
+	"                           (cuDNN's, the CPU's): the same bits every run\n"
 	"\n"
 	"Checkpoints (safetensors, dp-checkpoint(5)):\n"
 	"  -o, --output PATH        the final checkpoint\n"
@@ -1040,7 +1040,7 @@ static void average_buffers(void)
 /* A pattern option's value (none: ""), for the settings and metadata. */
 static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 
-static char *conv_algos_text(void); /* the GPU's convolution algorithms, or NULL */
+static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
 /* The class names the training records gave (image/class/text), once
@@ -1690,6 +1690,52 @@ static void make_model(void)
 			    dp_model_out_size(M), R.xent ? "classes" : "outputs (a regression model)");
 }
 
+static void conv_algos_resume(void);
+
+/* The geometry of convolution layer li at batch n. */
+static dp_conv2d conv_of(const dp_layer_info *li, uint64_t n)
+{
+	dp_conv2d g = {(int)n,      li->in.c, li->in.h, li->in.w, li->units, li->out.h, li->out.w,
+		       li->kh,      li->kw,   li->sh,   li->sw,   li->ph,    li->pw};
+	return g;
+}
+
+/* --summary: what runs each convolution layer at --batch-size and why,
+ * from the backend (which times them now, as the run would, unless
+ * --deterministic or a checkpoint's choices say). */
+static void summary_convs(dp_model *m)
+{
+	int n = dp_model_nlayers(m), wn = 5, any = 0;
+	dp_err e;
+	for (int i = 0; i < n; i++) {
+		dp_layer_info li;
+		dp_model_layer(m, i, &li);
+		if (li.kind != DP_LAYER_CONV)
+			continue;
+		any = 1;
+		wn = (int)strlen(li.name) > wn ? (int)strlen(li.name) : wn;
+	}
+	if (!any || !R.be->conv_explain)
+		return;
+	conv_algos_resume();
+	if (dp_model_bind(m, R.be, R.ctx, C.batch, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (RANK != 0)
+		return;
+	printf("convolutions at batch %" PRIu64 " (%s):\n", C.batch, R.desc);
+	for (int i = 0; i < n; i++) {
+		dp_layer_info li;
+		dp_model_layer(m, i, &li);
+		if (li.kind != DP_LAYER_CONV)
+			continue;
+		dp_conv2d g = conv_of(&li, C.batch);
+		char why[1024];
+		if (R.be->conv_explain(R.ctx, &g, why, sizeof why) < 0)
+			snprintf(why, sizeof why, "(not chosen)");
+		printf("%-5d  %-*s  %s\n", i, wn, li.name, why);
+	}
+}
+
 /* --summary: the layers, and the end of the run. */
 static int show_summary(void)
 {
@@ -1700,6 +1746,7 @@ static int show_summary(void)
 		usage_error("%s", e.msg);
 	if (RANK == 0)
 		summary(M);
+	summary_convs(M);
 	dp_model_free(M);
 	dp_st_close(R.ck);
 	dp_comm_close(COMM);
@@ -1980,11 +2027,12 @@ static void resume_state(dp_st *ck)
 	}
 }
 
-/* The GPU's convolution algorithms: those the checkpoint resumed from
- * recorded, for its shapes (on the same GPU model, library and precision;
- * ignored elsewhere); after binding, rank 0's choices on every rank, so
- * that the ranks run the same algorithms (a rank whose own timing chose
- * otherwise would keep the others waiting). */
+/* The convolution algorithms (cuDNN's, the CPU's implementations): those
+ * the checkpoint resumed from recorded, for its shapes (on the same GPU
+ * model or CPU kernels, libraries, precision and threads; ignored
+ * elsewhere); after binding, rank 0's choices on every rank, so that the
+ * ranks run the same algorithms (a rank whose own timing chose otherwise
+ * would keep the others waiting, and compute other bits). */
 static void conv_algos_resume(void)
 {
 	const char *a = R.ck && O.resume ? dp_st_meta(R.ck, "conv_algos") : NULL;
@@ -1992,7 +2040,7 @@ static void conv_algos_resume(void)
 		R.be->conv_algos_take(R.ctx, a);
 }
 
-/* The GPU's convolution algorithms as text (conv_algos), or NULL. */
+/* The convolution algorithms as text (conv_algos), or NULL. */
 static char *conv_algos_text(void)
 {
 	char *t = NULL;

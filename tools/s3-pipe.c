@@ -1200,8 +1200,13 @@ static void sync_report(void *ctx, const char *verb, const char *src, const char
 		dryrun(verb, src, dst ? "to" : NULL, dst);
 	} else if (O.verbose) {
 		char *a = shown(src), *b = dst ? shown(dst) : NULL;
-		cli_warn("%s %s%s%s", !strcmp(verb, "upload") ? "uploaded" : !strcmp(verb, "download")
-			 ? "downloaded" : "removed", a, b ? " to " : "", b ? b : "");
+		static const char *const done[][2] = {{"upload", "uploaded"},
+			{"download", "downloaded"}, {"copy", "copied"}, {"delete", "removed"}};
+		const char *what = verb;
+		for (size_t i = 0; i < sizeof done / sizeof done[0]; i++)
+			if (!strcmp(verb, done[i][0]))
+				what = done[i][1];
+		cli_warn("%s %s%s%s", what, a, b ? " to " : "", b ? b : "");
 		free(a);
 		free(b);
 	} else if (O.conf.progress && cli_progress_due()) {
@@ -1209,11 +1214,11 @@ static void sync_report(void *ctx, const char *verb, const char *src, const char
 	}
 }
 
-/* sync SRC DST: one a local directory, the other an S3 prefix. */
+/* sync SRC DST: a local directory and an S3 prefix, or two directories. */
 static void cmd_sync(char **args, int n)
 {
 	if (n != 2)
-		cli_usage_error("sync: want SRC and DST, a directory and an S3 prefix (either way)");
+		cli_usage_error("sync: want SRC and DST, a directory and an S3 prefix (either way) or two directories");
 	char *src = url_arg(args[0]), *dst = url_arg(args[1]);
 	dp_s3_sync_conf c = {.exact_timestamps = O.exact, .delete_extra = O.delete_extra,
 			     .dryrun = O.dryrun, .jobs = O.conf.concurrency, .keep = sync_keep,

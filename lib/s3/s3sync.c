@@ -11,7 +11,9 @@
  * pair the same.  Copies go through the batch pool of s3batch.c (uploads
  * whole or aborted, downloads renamed into place when whole); deletes
  * (delete_extra) through dp_s3_rm_many, under the destination's prefix
- * alone, and only after every copy succeeded.
+ * alone, and only after every copy succeeded.  Two local directories
+ * (file:// or paths, so a pipeline runs offline first) sync as a download
+ * does, compared by size and exact time.
  */
 #define _GNU_SOURCE
 #include "s3_int.h"
@@ -244,12 +246,23 @@ int dp_s3_sync(dp_s3 *s, const char *src, const char *dst, const dp_s3_sync_conf
 		st = &local;
 	int rc = side_open(s, &a, src, 1, c, e);
 	if (rc == DP_OK && (rc = side_open(s, &b, dst, 0, c, e)) == DP_OK &&
-	    a.loc.kind == b.loc.kind)
-		rc = dp_seterr(e, DP_EARG, "sync %s to %s: one side a local directory, the other an "
-			       "S3 prefix", src, dst);
-	int download = a.loc.kind == DP_LOC_S3;
+	    a.loc.kind == DP_LOC_S3 && b.loc.kind == DP_LOC_S3)
+		rc = dp_seterr(e, DP_EARG, "sync %s to %s: two S3 prefixes (sync each with a local "
+			       "directory)", src, dst);
+	/* local to local (a pipeline run offline first): copied as downloads
+	 * are, with the source's time, and compared by size and time exactly */
+	int both_local = a.loc.kind == DP_LOC_FILE && b.loc.kind == DP_LOC_FILE;
+	int download = a.loc.kind == DP_LOC_S3 || both_local;
+	dp_s3_sync_conf lc;
+	if (both_local) {
+		lc = *c;
+		lc.exact_timestamps = 1;
+		p.c = c = &lc;
+	}
 	if (rc == DP_OK)
 		rc = make_plan(&a, &b, download, &p, e);
+	if (rc == DP_OK && both_local)
+		p.verb = "copy";
 	if (rc == DP_OK && c->dryrun) {
 		for (size_t i = 0; c->report && i < p.ncopy; i++)
 			c->report(c->ctx, p.verb, p.copy[i].src, p.copy[i].dst);

@@ -14,6 +14,7 @@ extern const dp_backend dp_backend_cuda;
 int cudaRuntimeGetVersion(int *version) __attribute__((weak));
 #endif
 char *openblas_get_config(void); /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Haswell ..." */
+const char *cpu_dnnl_version(int isa_too); /* cpu_dnnl.c: "oneDNN 2.6.3", NULL without */
 
 #ifndef DP_BUILD_CFLAGS
 #define DP_BUILD_CFLAGS "?"
@@ -52,13 +53,14 @@ const char *dp_build(void)
 		cudaRuntimeGetVersion(&rt);
 	snprintf(cuda, sizeof cuda, "cuda (CUDA runtime %d.%d), ", rt / 1000, rt % 1000 / 10);
 #endif
-	snprintf(id, sizeof id, "dptools %s; %s %s; CFLAGS %s; backends %scpu (%.*s)", dp_version(),
+	const char *dn = cpu_dnnl_version(0);
+	snprintf(id, sizeof id, "dptools %s; %s %s; CFLAGS %s; backends %scpu (%.*s%s%s)", dp_version(),
 #ifdef __clang__
 		 "clang",
 #else
 		 "gcc",
 #endif
-		 __VERSION__, DP_BUILD_CFLAGS, cuda, n, cfg ? cfg : "");
+		 __VERSION__, DP_BUILD_CFLAGS, cuda, n, cfg ? cfg : "", dn ? ", " : "", dn ? dn : "");
 	return id;
 }
 

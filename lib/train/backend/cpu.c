@@ -49,20 +49,31 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 	if (!c)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->threads = o && o->threads > 0 ? o->threads : 1;
-	c->conv_algo = o ? o->conv_algo : 0;
+	int rc = cpu_conv_open(c, o, e);
+	if (rc < 0) {
+		cpu_conv_close(c);
+		free(c);
+		return rc;
+	}
 	openblas_set_num_threads(c->threads);
 	cpu_par_start(c);
-	if (desc)
-		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels), %d thread%s",
-			 openblas_get_corename(), c->threads, c->threads == 1 ? "" : "s");
+	if (desc) {
+		const char *dn = cpu_dnnl_version(1);
+		snprintf(desc, desc_len, "cpu: OpenBLAS (%s kernels)%s%s, %d thread%s",
+			 openblas_get_corename(), dn ? ", " : "", dn ? dn : "", c->threads,
+			 c->threads == 1 ? "" : "s");
+	}
 	*ctx = c;
 	return DP_OK;
 }
 
 static void cpu_close(dp_bectx *ctx)
 {
-	if (ctx && ctx->pool.tid)
+	if (!ctx)
+		return;
+	if (ctx->pool.tid)
 		cpu_par_stop(&ctx->pool, ctx->helpers);
+	cpu_conv_close(ctx);
 	free(ctx);
 }
 
@@ -87,7 +98,16 @@ static const void *cpu_stage(dp_bectx *ctx, void *dev, const void *host, size_t 
 	return host; /* the CPU reads host memory where it is */
 }
 
-static int cpu_sync(dp_bectx *ctx, dp_err *e) { return DP_OK; }
+/* The work is done when the calls return; a library's failure since the
+ * last sync (cpu_dnnl.c) is reported once. */
+static int cpu_sync(dp_bectx *ctx, dp_err *e)
+{
+	if (!ctx->fail[0])
+		return DP_OK;
+	dp_seterr(e, DP_EIO, "%s", ctx->fail);
+	ctx->fail[0] = 0;
+	return DP_EIO;
+}
 
 static void cpu_fill(dp_bectx *ctx, float *p, float v, size_t n)
 {
@@ -213,6 +233,13 @@ HOT static void add_rows(float *acc, const float *x, size_t rows, size_t cols)
 			acc[j] += x[r * cols + j];
 }
 
+/* For cpu_plan.c (plain functions in between, as cpu_bias_act). */
+void cpu_act_grad(int act, const float *y, float *dy, size_t n) { act_grad(act, y, dy, n); }
+void cpu_add_row_sums(float *acc, const float *x, size_t rows, size_t cols)
+{
+	add_row_sums(acc, x, rows, cols);
+}
+
 static void cpu_act_fwd(dp_bectx *ctx, int act, size_t n, const float *x, float *y)
 {
 	if (x != y)
@@ -268,203 +295,6 @@ static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x,
 	if (dx)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
 			    in, 0.0f, dx, in);
-}
-
-/* ---- convolution ------------------------------------------------------- */
-
-/* Columns of one input position (ki, kj) of the kernel: output x ranges
- * [lo, hi) read inside the image; the rest is padding. */
-static void out_range(int pad, int k, int stride, int in, int out, int *lo, int *hi)
-{
-	/* ix = ox * stride - pad + k must lie in [0, in) */
-	int l = pad - k > 0 ? (pad - k + stride - 1) / stride : 0;
-	int h = (in + pad - k + stride - 1) / stride; /* first ox with ix >= in */
-	if (h > out)
-		h = out;
-	if (h < l)
-		h = l;
-	if (l > out)
-		l = out;
-	*lo = l;
-	*hi = h;
-}
-
-/* y (rows, n): row r filled with v[r]. */
-HOT static void fill_rows(float *y, size_t rows, size_t n, const float *v)
-{
-	for (size_t r = 0; r < rows; r++)
-		for (size_t i = 0; i < n; i++)
-			y[r * n + i] = v[r];
-}
-
-/* Short rows: an inline loop beats a call to memcpy. */
-static inline void copy_to(float *restrict y, const float *restrict x, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		y[i] = x[i];
-}
-
-static inline void add_to(float *restrict y, const float *restrict x, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		y[i] += x[i];
-}
-
-/* col (c*kh*kw, oh*ow) from one sample x (c, h, w).  Its rows are short
- * (a row of the output plane, with a pixel or two of padding): GCC would
- * turn the copy and the zero fills into calls to memmove and memset, two
- * or three a row, which took longer than the copying (7% of a resnet20
- * step); the loops are kept as loops. */
-NO_LIBCALLS HOT static void im2col(const dp_conv2d *g, const float *x, float *col)
-{
-	int ohw = g->oh * g->ow;
-	for (int ci = 0; ci < g->c; ci++) {
-		const float *xc = x + (size_t)ci * g->h * g->w;
-		for (int ki = 0; ki < g->kh; ki++)
-			for (int kj = 0; kj < g->kw; kj++) {
-				float *row = col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
-				int lo, hi;
-				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
-				for (int oy = 0; oy < g->oh; oy++) {
-					float *r = row + (size_t)oy * g->ow;
-					int iy = oy * g->sh - g->ph + ki;
-					if (iy < 0 || iy >= g->h) {
-						memset(r, 0, (size_t)g->ow * sizeof *r);
-						continue;
-					}
-					const float *xr = xc + (size_t)iy * g->w - g->pw + kj;
-					for (int ox = 0; ox < lo; ox++)
-						r[ox] = 0;
-					if (g->sw == 1)
-						copy_to(r + lo, xr + lo, (size_t)(hi - lo));
-					else
-						for (int ox = lo; ox < hi; ox++)
-							r[ox] = xr[ox * g->sw];
-					for (int ox = hi; ox < g->ow; ox++)
-						r[ox] = 0;
-				}
-			}
-	}
-}
-
-/* dx (c, h, w) = the sum of col's entries at each input position. */
-HOT static void col2im(const dp_conv2d *g, const float *col, float *dx)
-{
-	int ohw = g->oh * g->ow;
-	memset(dx, 0, (size_t)g->c * g->h * g->w * sizeof *dx);
-	for (int ci = 0; ci < g->c; ci++) {
-		float *xc = dx + (size_t)ci * g->h * g->w;
-		for (int ki = 0; ki < g->kh; ki++)
-			for (int kj = 0; kj < g->kw; kj++) {
-				const float *row =
-					col + ((size_t)(ci * g->kh + ki) * g->kw + kj) * ohw;
-				int lo, hi;
-				out_range(g->pw, kj, g->sw, g->w, g->ow, &lo, &hi);
-				for (int oy = 0; oy < g->oh; oy++) {
-					int iy = oy * g->sh - g->ph + ki;
-					if (iy < 0 || iy >= g->h)
-						continue;
-					const float *r = row + (size_t)oy * g->ow;
-					float *xr = xc + (size_t)iy * g->w - g->pw + kj;
-					if (g->sw == 1)
-						add_to(xr + lo, r + lo, (size_t)(hi - lo));
-					else
-						for (int ox = lo; ox < hi; ox++)
-							xr[ox * g->sw] += r[ox];
-				}
-			}
-	}
-}
-
-/* A 1x1 convolution with stride 1 and no padding reads x as its columns. */
-static int conv_is_pointwise(const dp_conv2d *g)
-{
-	return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
-	       g->oh == g->h && g->ow == g->w;
-}
-
-static size_t cpu_conv_ws(dp_bectx *ctx, const dp_conv2d *g)
-{
-	size_t ws = conv_is_pointwise(g) ? 0
-					 : 2 * (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
-	for (int backward = 0; backward < 2; backward++) {
-		size_t w = cpu_wino_use(ctx, g, backward) ? cpu_wino_ws(ctx, g, backward) : 0;
-		ws = ws > w ? ws : w;
-	}
-	return ws;
-}
-
-static void cpu_conv_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
-			 const float *b, float *y, int act, void *ws)
-{
-	if (cpu_wino_use(ctx, g, 0)) {
-		cpu_wino_fwd(ctx, g, x, w, b, act, y, ws);
-		return;
-	}
-	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
-	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	float *col = ws;
-	for (int s = 0; s < g->n; s++) {
-		const float *xn = x + s * xs;
-		float *yn = y + s * ys;
-		const float *cn = xn;
-		if (!conv_is_pointwise(g)) {
-			im2col(g, xn, col);
-			cn = col;
-		}
-		/* y_n (k, ohw) = b + w (k, ckk) col (ckk, ohw): starting from the
-		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
-		if (b)
-			fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
-			    cn, ohw, b ? 1.0f : 0.0f, yn, ohw);
-		if (act)
-			act_apply(act, yn, ys);
-	}
-}
-
-static void cpu_conv_bwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
-			 const float *y, float *dy, float *dx, float *dw, float *db, int act,
-			 void *ws)
-{
-	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
-	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	/* the filter gradient takes Winograd wherever the forward pass does
-	 * (cpu_wino.c says why) */
-	int pointwise = conv_is_pointwise(g), wino_dx = dx && cpu_wino_use(ctx, g, 1);
-	int wino_dw = cpu_wino_use(ctx, g, 0);
-	float *col = ws, *dcol = pointwise ? NULL : col + (size_t)ckk * ohw;
-	if (db)
-		memset(db, 0, (size_t)g->k * sizeof *db);
-	for (int s = 0; s < g->n; s++) {
-		const float *xn = x + s * xs;
-		float *dyn = dy + s * ys;
-		act_grad(act, y + s * ys, dyn, ys);
-		if (db)
-			add_row_sums(db, dyn, (size_t)g->k, (size_t)ohw);
-		if (!wino_dw) {
-			const float *cn = xn;
-			if (!pointwise) {
-				im2col(g, xn, col);
-				cn = col;
-			}
-			/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f, dyn,
-				    ohw, cn, ohw, s ? 1.0f : 0.0f, dw, ckk);
-		}
-		if (!dx || wino_dx)
-			continue;
-		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
-		float *dxn = dx + s * xs;
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, w, ckk, dyn,
-			    ohw, 0.0f, pointwise ? dxn : dcol, ohw);
-		if (!pointwise)
-			col2im(g, dcol, dxn);
-	}
-	if (wino_dw)
-		cpu_wino_dw(ctx, g, x, dy, dw, ws);
-	if (wino_dx)
-		cpu_wino_dx(ctx, g, dy, w, dx, ws);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
@@ -1009,6 +839,9 @@ const dp_backend dp_backend_cpu = {
 	.conv_ws = cpu_conv_ws,
 	.conv_fwd = cpu_conv_fwd,
 	.conv_bwd = cpu_conv_bwd,
+	.conv_algos = cpu_conv_algos,
+	.conv_algos_take = cpu_conv_algos_take,
+	.conv_explain = cpu_conv_explain,
 	.maxpool_fwd = cpu_maxpool_fwd,
 	.maxpool_bwd = cpu_maxpool_bwd,
 	.avgpool_fwd = cpu_avgpool_fwd,

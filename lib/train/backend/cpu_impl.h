@@ -1,8 +1,9 @@
 /*
  * cpu_impl.h - private to lib/train/backend/cpu*.c: the CPU backend's
- * instance, its pool of helper threads (cpu_pool.c), its Winograd
- * convolutions (cpu_wino.c) and what they share with the reference loops
- * of cpu.c.  Not installed.
+ * instance, its pool of helper threads (cpu_pool.c), its convolutions
+ * (the choice per shape: cpu_plan.c; im2col and batch-wide GEMMs:
+ * cpu_conv.c; Winograd: cpu_wino.c; oneDNN: cpu_dnnl.c) and what they
+ * share with the reference loops of cpu.c.  Not installed.
  */
 #ifndef DP_CPU_IMPL_H
 #define DP_CPU_IMPL_H
@@ -49,11 +50,37 @@ typedef struct par_helper {
 	int worker;
 } par_helper;
 
+/* ---- cpu_plan.c: the implementation of each convolution ---- */
+enum cpu_conv_impl { CPU_IM2COL, CPU_WINO, CPU_GEMM, CPU_DNNL, CPU_NIMPL };
+enum cpu_conv_pass { CPU_PASS_FWD, CPU_PASS_DX, CPU_PASS_DW };
+typedef struct cpu_dnnl cpu_dnnl; /* a shape's oneDNN primitives (cpu_dnnl.c) */
+
+/* One convolution shape: the implementation of each pass (enum
+ * cpu_conv_impl by enum cpu_conv_pass), how it was chosen, the times
+ * measured (ms, 0: not timed). */
+typedef struct conv_plan {
+	dp_conv2d g;
+	signed char impl[3];
+	int bound;        /* seen by conv_ws (else a smaller batch of such a shape) */
+	size_t ws;        /* the most workspace any candidate takes (conv_ws) */
+	const char *how;  /* "measured", "pinned", "given", "forced", ... */
+	float ms[3][CPU_NIMPL];
+	cpu_dnnl *dn;     /* NULL: oneDNN does not take it (or is not built in) */
+} conv_plan;
+
 struct dp_bectx {
 	int threads;
-	int conv_algo; /* dp_backend_opts.conv_algo */
 	par_pool pool; /* threads - 1 helpers (none for one thread) */
 	par_helper *helpers;
+	/* convolutions (cpu_plan.c) */
+	int force;     /* an implementation for every shape it takes; -1: chosen */
+	int pinned;    /* dp_backend_opts.deterministic */
+	char *algos;   /* choices given (dp_backend_opts.algos, conv_algos_take) */
+	conv_plan *plan;
+	int nplan, cap;
+	struct dnnl_engine *dn_engine; /* oneDNN's (cpu_dnnl.c) */
+	struct dnnl_stream *dn_stream;
+	char fail[160]; /* a library's failure, for sync() */
 };
 
 /* Start threads - 1 helpers (fewer when it cannot: the same results). */
@@ -66,13 +93,69 @@ void cpu_par_run(dp_bectx *c, int n, par_fn *fn, void *arg);
 /* ---- cpu.c ---- */
 /* y = act(y + b) over n elements (b a scalar: one conv channel). */
 void cpu_bias_act(float *y, size_t n, float b, int act);
+/* dy *= act'(from the output y), n elements. */
+void cpu_act_grad(int act, const float *y, float *dy, size_t n);
+/* acc[r] += the sum of row r of x (rows, cols), in a fixed order. */
+void cpu_add_row_sums(float *acc, const float *x, size_t rows, size_t cols);
+
+/* ---- cpu_plan.c: the backend's convolution calls (dp_backend.h) ---- */
+int cpu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e);
+void cpu_conv_close(dp_bectx *c);
+size_t cpu_conv_ws(dp_bectx *c, const dp_conv2d *g);
+void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *b,
+		  float *y, int act, void *ws);
+void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
+		  float *dy, float *dx, float *dw, float *db, int act, void *ws);
+int cpu_conv_algos(dp_bectx *c, char *buf, size_t len);
+int cpu_conv_algos_take(dp_bectx *c, const char *algos);
+int cpu_conv_explain(dp_bectx *c, const dp_conv2d *g, char *buf, size_t len);
+/* "im2col", "winograd", "gemm", "onednn" and back (-1: none of them) */
+int cpu_conv_impl_parse(const char *s);
+const char *cpu_conv_impl_name(int impl);
+
+/* ---- cpu_conv.c: im2col (a GEMM a sample) and gemm (one over the batch) ----
+ * x (n, c, h, w), w (k, c, kh, kw), y and dy (n, k, oh, ow); fwd: y =
+ * act(conv(x, w) + b) (b may be NULL); dw, dx: the filter and input
+ * gradients of dy (its activation's derivative applied), overwritten;
+ * ws: the workspace of *_ws bytes. */
+size_t cpu_im2col_ws(const dp_conv2d *g, int pass);
+void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+		    const float *b, float *y, int act, void *ws);
+void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
+		   void *ws);
+void cpu_im2col_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
+		   void *ws);
+int cpu_gemm_fits(const dp_conv2d *g);
+size_t cpu_gemm_ws(const dp_conv2d *g);
+void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+		  const float *b, float *y, int act, void *ws);
+void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
+		 void *ws);
+void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
+		 void *ws);
+
+/* ---- cpu_dnnl.c: oneDNN's convolutions (nothing without DP_WITH_DNNL) ----
+ * open: its engine and stream; version: "oneDNN 2.6.3", with isa_too
+ * "oneDNN 2.6.3 (avx512_core)", NULL when not built in; make: a shape's primitives (NULL where oneDNN does not
+ * take the shape); ws: the most workspace a pass takes; the passes as
+ * cpu_conv.c's.  A failure of the library is kept in ctx->fail. */
+int cpu_dnnl_open(dp_bectx *c, dp_err *e);
+void cpu_dnnl_close(dp_bectx *c);
+const char *cpu_dnnl_version(int isa_too);
+cpu_dnnl *cpu_dnnl_make(dp_bectx *c, const dp_conv2d *g);
+void cpu_dnnl_free(cpu_dnnl *d);
+size_t cpu_dnnl_ws(const cpu_dnnl *d);
+void cpu_dnnl_fwd(dp_bectx *c, cpu_dnnl *d, const float *x, const float *w, const float *b,
+		  int act, float *y, void *ws);
+void cpu_dnnl_dx(dp_bectx *c, cpu_dnnl *d, const float *dy, const float *w, float *dx, void *ws);
+void cpu_dnnl_dw(dp_bectx *c, cpu_dnnl *d, const float *x, const float *dy, float *dw, void *ws);
 
 /* ---- cpu_wino.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) ----
- * use: whether layer g takes it (forward: backward 0, and for the filter
- * gradient; the input gradient: backward 1), by ctx->conv_algo; ws: the
- * workspace it needs (the conv_ws share); fwd: y = act(conv(x, w) + b);
- * dx: the input gradient of dy; dw: the filter gradient. */
-int cpu_wino_use(const dp_bectx *ctx, const dp_conv2d *g, int backward);
+ * fits: whether layer g takes it; ws: the workspace it needs (forward and
+ * filter gradient: backward 0; input gradient: backward 1); fwd: y =
+ * act(conv(x, w) + b); dx: the input gradient of dy; dw: the filter
+ * gradient. */
+int cpu_wino_fits(const dp_conv2d *g);
 size_t cpu_wino_ws(const dp_bectx *ctx, const dp_conv2d *g, int backward);
 void cpu_wino_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
 		  int act, float *y, void *ws);

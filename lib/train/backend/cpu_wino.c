@@ -508,30 +508,17 @@ static wino wino_bwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 			 ctx->pool.nhelp + 1);
 }
 
-/* conv_algo of the instance: 0 automatic, 1 im2col always, 2 Winograd
- * wherever it applies (tests compare the two).  Automatic uses it for the
- * forward pass, and for the input gradient of padded ("same")
- * convolutions, the ResNets' (resnet20, 1x28x28, batch 128, one thread
- * on this project's AMD EPYC with AVX-512 (OpenBLAS's Cooperlake kernels),
- * 16 steps, CPU time, alternated, load 2:
- * 7.86-7.94 s against 8.07-8.28 s with Adam, 7.47-7.51 against 7.86-8.29
- * with SGD when every input gradient took Winograd).  Without padding
- * the input gradient's transform covers an output larger than the layer's
- * and im2col stays faster (the seed CNN's step: 2.23-2.31 s against
- * 2.29-2.48 with Winograd). */
-int cpu_wino_use(const dp_bectx *ctx, const dp_conv2d *g, int backward)
-{
-	if (ctx->conv_algo == 1 || !wino_fits(g))
-		return 0;
-	return !backward || ctx->conv_algo == 2 || (g->ph >= 1 && g->pw >= 1);
-}
-
-
-/* The filter gradient takes Winograd wherever the forward pass does
- * (cpu_wino_use(ctx, g, 0)): resnet20's (bench/convshapes.c, batch 128,
- * one thread, CPU time) 10.96 -> 7.77 ms at 16x28x28, 8.78 -> 6.17 at
- * 32x14x14, 8.00 -> 8.16 at 64x7x7 (where the 2x2 tiles cover 8x8), all
- * convolutions 405 -> 363 ms a step. */
+/* Whether a layer takes it: cpu_plan.c decides where it runs.  Measured
+ * before that choice was made per shape (resnet20, 1x28x28, batch 128,
+ * one thread on this project's AMD EPYC with AVX-512, OpenBLAS's
+ * Cooperlake kernels, CPU time, alternated): the forward pass 7.86-7.94 s
+ * against 8.07-8.28 s for 16 steps; the input gradient of padded layers
+ * 7.47-7.51 against 7.86-8.29; without padding the input gradient's
+ * transform covers an output larger than the layer's and im2col stayed
+ * faster (the seed CNN's step: 2.23-2.31 s against 2.29-2.48); the filter
+ * gradient 10.96 -> 7.77 ms at 16x28x28, 8.78 -> 6.17 at 32x14x14, 8.00 ->
+ * 8.16 at 64x7x7 (where the 2x2 tiles cover 8x8). */
+int cpu_wino_fits(const dp_conv2d *g) { return wino_fits(g); }
 
 size_t cpu_wino_ws(const dp_bectx *ctx, const dp_conv2d *g, int backward)
 {
