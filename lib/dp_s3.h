@@ -28,7 +28,6 @@
 
 #include "dp.h"
 
-#include <limits.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -307,9 +306,10 @@ DP_EXPORT void dp_s3_plan_free(dp_s3_plan *p);
  * blocked: dp_s3_fifos_break may run in a signal handler.  Start zeroed. */
 #define DP_S3_FIFO_MARK "\nS3PIPE:ERR" /* what a reader of a broken epoch reads last:
 					* never a whole TFRecord header, a line of its own */
+#define DP_S3_FIFO_PATH 4096 /* bytes of a FIFO's or directory's name, at most */
 typedef struct dp_s3_fifos {
-	char path[2][PATH_MAX];
-	char made[PATH_MAX]; /* the deepest directory made, [0..made_len) */
+	char path[2][DP_S3_FIFO_PATH];
+	char made[DP_S3_FIFO_PATH]; /* the deepest directory made, [0..made_len) */
 	size_t made_len, made_keep; /* made_keep: the length of what was there */
 } dp_s3_fifos;
 /* dir and its missing parents made (and noted, to be removed at the end). */

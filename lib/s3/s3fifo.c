@@ -73,7 +73,7 @@ int dp_s3_fifos_mkdirs(dp_s3_fifos *f, const char *dir, dp_err *e)
 int dp_s3_fifos_make(dp_s3_fifos *f, const char *dir, const char *channel, uint64_t epoch,
 		     int slot, dp_err *e)
 {
-	char path[PATH_MAX];
+	char path[DP_S3_FIFO_PATH];
 	if (snprintf(path, sizeof path, "%s/%s_%" PRIu64, dir, channel, epoch) >= (int)sizeof path)
 		return dp_seterr(e, DP_EARG, "%s/%s_%" PRIu64 ": name too long", dir, channel, epoch);
 	struct stat sb;
