@@ -730,39 +730,12 @@ int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *l
 {
 	*data = NULL;
 	*len = 0;
-	if (l->kind == DP_LOC_FILE) {
-		int fd = open(l->key, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			int saved = errno;
-			dp_syserr(e, "%s", l->key);
-			if (e && (saved == ENOENT || saved == ENOTDIR))
-				e->code = DP_ENOTFOUND;
-			return e ? e->code : DP_EIO;
-		}
-		dp_buf b;
-		dp_buf_init(&b, max);
-		char tmp[65536];
-		int rc = DP_OK;
-		for (;;) {
-			ssize_t n = read(fd, tmp, sizeof tmp);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				rc = dp_syserr(e, "%s: read", l->key);
-				break;
-			}
-			if (n == 0)
-				break;
-			if (dp_buf_add(&b, tmp, (size_t)n) == DP_ELIMIT)
-				rc = dp_seterr(e, DP_ELIMIT, "%s: larger than %zu bytes", l->key, max);
-			else if (b.err)
-				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-			if (rc < 0)
-				break;
-		}
-		close(fd);
+	if (l->kind == DP_LOC_FILE) { /* dp_read_file, a missing file DP_ENOTFOUND */
+		dp_buf b = DP_BUF_INIT;
+		int rc = dp_read_file(strcmp(l->key, "-") ? l->key : "./-", l->key, max, &b, e);
+		if (rc < 0 && e && (e->sys == ENOENT || e->sys == ENOTDIR))
+			rc = e->code = DP_ENOTFOUND;
 		*len = rc == DP_OK ? b.len : 0;
-		dp_buf_add(&b, "", 0); /* "" when empty: dp_buf_take leaves it unterminated */
 		*data = rc == DP_OK ? dp_buf_take(&b) : NULL;
 		dp_buf_free(&b);
 		if (rc == DP_OK && !*data)

@@ -237,6 +237,38 @@ typedef struct npy_header {
 	int nd;
 } npy_header;
 
+/* The header's shape, "(a, b, ...)" at sh, into dims (at most 32): their
+ * number, or -1. */
+static int npy_shape(const char *sh, uint64_t *dims, dp_err *e)
+{
+	int nd = 0;
+	const char *q = sh + 1;
+	for (;;) {
+		while (isspace((unsigned char)*q))
+			q++;
+		if (*q == ')')
+			break;
+		if (!isdigit((unsigned char)*q) || nd == 32) {
+			dp_seterr(e, DP_EDATA, "npy header: a bad 'shape'");
+			return -1;
+		}
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(q, &end, 10);
+		if (errno || v > (1ull << 40)) {
+			dp_seterr(e, DP_EDATA, "npy header: a dimension too large");
+			return -1;
+		}
+		dims[nd++] = v;
+		q = end;
+		while (isspace((unsigned char)*q))
+			q++;
+		if (*q == ',')
+			q++;
+	}
+	return nd;
+}
+
 static int npy_parse(const uint8_t *p, size_t len, npy_header *nh, dp_err *e)
 {
 	if (len < 10 || memcmp(p, "\x93NUMPY", 6)) {
@@ -301,33 +333,9 @@ static int npy_parse(const uint8_t *p, size_t len, npy_header *nh, dp_err *e)
 		free(shown);
 		return -1;
 	}
-	/* the shape: (a, b, ...) */
-	uint64_t *dims = nh->dims;
-	int nd = 0;
-	const char *q = sh + 1;
-	for (;;) {
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q == ')')
-			break;
-		if (!isdigit((unsigned char)*q) || nd == 32) {
-			dp_seterr(e, DP_EDATA, "npy header: a bad 'shape'");
-			return -1;
-		}
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(q, &end, 10);
-		if (errno || v > (1ull << 40)) {
-			dp_seterr(e, DP_EDATA, "npy header: a dimension too large");
-			return -1;
-		}
-		dims[nd++] = v;
-		q = end;
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q == ',')
-			q++;
-	}
+	int nd = npy_shape(sh, nh->dims, e);
+	if (nd < 0)
+		return -1;
 	nh->off = off;
 	nh->hl = hl;
 	nh->es = es;
