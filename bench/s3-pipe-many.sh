@@ -23,18 +23,6 @@ NAME=bench/s3-pipe-many.sh TAG=s3many PEERS=""
 echo "making $N files of 4 KiB..."
 mkdir "$W/files" && (cd "$W/files" && head -c $((N * 4096)) /dev/urandom | split -b 4096 -a 5 -d - f) || exit 1
 
-# run NAME CMD: time CMD (sh -c); append the seconds to $W/NAME
-run() {
-	name=$1
-	shift
-	/usr/bin/time -f "%e" -o "$W/t" sh -c "$*" >/dev/null 2>"$W/err" || {
-		echo "$name failed:" >&2
-		cat "$W/err" >&2
-		exit 1
-	}
-	cat "$W/t" >>"$W/$name"
-}
-median() { sort -n "$1" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 count() { "$S3PIPE" ls -r "s3://many/$1/" 2>/dev/null | wc -l; }
 
 echo "timing, $REPEAT rounds (alternating tools; medians)..."

@@ -29,18 +29,6 @@ find "$W/d" -type f -exec touch -d '2020-01-01' {} +
 "$S3PIPE" sync "$W/d" s3://sync/sp || exit 1
 "$AWS" --endpoint-url "$RGW_URL" s3 sync --quiet "$W/d" s3://sync/aw || exit 1
 
-# run NAME CMD: time CMD (sh -c); append the seconds to $W/NAME
-run() {
-	name=$1
-	shift
-	/usr/bin/time -f "%e" -o "$W/t" sh -c "$*" >/dev/null 2>"$W/err" || {
-		echo "$name failed:" >&2
-		cat "$W/err" >&2
-		exit 1
-	}
-	cat "$W/t" >>"$W/$name"
-}
-median() { sort -n "$1" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 etags() { "$S3PIPE" ls --json "s3://sync/$1/" | grep -o '"etag":"[^,]*' | sort | md5sum; }
 
 echo "timing, $REPEAT rounds of $CHANGED changed files (alternating tools; medians)..."
