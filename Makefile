@@ -54,8 +54,10 @@ PROVE ?= prove
 # PNG decoding (lib/image).
 # libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
 # tests' reference Example parser (lib/records/example.proto).  libzip:
-# PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).
-LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c libzip
+# PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).  libwebp,
+# libtiff-4 and stb (stb_image): the images ImageFolder reads past JPEG and
+# PNG (lib/image/formats.c).
+LIB_PKGS := zlib jansson libpcre2-8 openblas libcurl expat libcrypto ompi-c libturbojpeg libjpeg spng libprotobuf-c libzip libwebp libtiff-4 stb
 # libmicrohttpd: dp-serve's HTTP server (the program's, not libdp's).
 PKGS := $(LIB_PKGS) libmicrohttpd
 # Targets that need no compiler skip the check (make clean, make help).

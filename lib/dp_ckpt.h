@@ -117,6 +117,19 @@ typedef struct dp_train_state {
 DP_EXPORT int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
 		 const char *const *meta, dp_err *e);
 
+/* A checkpoint in parts (a pipeline's stages: dp_train.h): dp_ckpt_part
+ * gives the tensors of a stage's model m (bound) and its optimizer o (may
+ * be NULL) as bytes (malloc'd, *len of them: DP_EDATA when a parameter is
+ * not finite); dp_ckpt_save_parts writes from every stage's part the file
+ * dp_ckpt_save writes of the whole model, the same bytes: m is any
+ * stage's model (it knows the whole graph) and o its optimizer (the
+ * settings and the steps; every stage's are alike).  DP_EARG when a
+ * tensor of the model is in no part. */
+DP_EXPORT void *dp_ckpt_part(dp_model *m, dp_optim *o, size_t *len, dp_err *e);
+DP_EXPORT int dp_ckpt_save_parts(const char *path, dp_model *m, dp_optim *o,
+				 const void *const *parts, const size_t *lens, int nparts,
+				 const dp_train_state *ts, const char *const *meta, dp_err *e);
+
 /* The model a checkpoint describes (unbound; from its metadata). */
 DP_EXPORT dp_model *dp_ckpt_model(const dp_st *ck, dp_err *e);
 /* Load weights and running statistics into m (bound), checking that
@@ -251,6 +264,9 @@ DP_EXPORT void dp_run_conf_init(dp_run_conf *c);
 DP_EXPORT void dp_run_conf_free(dp_run_conf *c);
 /* The metadata name of key k ("batch_size"). */
 DP_EXPORT const char *dp_run_key_name(int k);
+/* How the value of the key named name reads: 'n' a number, 'b' true or
+ * false, 's' text (the hparams' types); 0 for no such key. */
+DP_EXPORT int dp_run_key_type(const char *name);
 /* Take into c each of keys (a list ending in -1; NULL: every key but
  * precision) that checkpoint ck holds and c->given does not mark, in the
  * order of enum dp_run_key (the optimizer's kind before its settings:
@@ -262,6 +278,11 @@ DP_EXPORT int dp_run_conf_from(dp_run_conf *c, const dp_st *ck, const int *keys,
  * optimizer left out, then extra's pairs (may be NULL).  One block: free()
  * it.  NULL with e set when out of memory or the schedule does not parse. */
 DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e);
+/* c's settings for people (the hparams of dp-train --tensorboard): every
+ * key, the optimizer's own of its kind, in the order of enum dp_run_key,
+ * but the training control's state and the class names; as
+ * dp_run_conf_meta's block. */
+DP_EXPORT char **dp_run_conf_settings(const dp_run_conf *c, dp_err *e);
 
 /* "epoch_records": each rank's position in its epoch (records read, a
  * batch with a skipped record taking more than its size), as the text the

@@ -144,6 +144,28 @@ DP_EXPORT int dp_comm_grads_wait(dp_comm *c, dp_err *e);
  * dp_comm as its context. */
 DP_EXPORT int dp_comm_hook(void *c, int layer, size_t off, size_t count, dp_err *e);
 
+/* ---- groups and messages (pipelines: dp_train.h) ------------------------------
+ * dp_comm_split: the workers of c that give the same color, as a job of
+ * their own (ranked by key, then by rank in c): its collectives and
+ * gradient steps are among them alone.  A collective of c.  It takes c's
+ * settings but reduces gradients after the backward pass (no thread of
+ * its own: the caller's thread is the one in MPI), and is closed with
+ * dp_comm_close before c.  In a job of one: a job of one. */
+DP_EXPORT dp_comm *dp_comm_split(dp_comm *c, int color, int key, dp_err *e);
+/* Send bytes of host memory buf to worker `to` of c, under tag (which message
+ * of a protocol it is): returns once the bytes are copied out, before
+ * they arrive, so two workers sending to each other never wait on each
+ * other.  Messages from one worker to another with one tag arrive in the
+ * order sent. */
+DP_EXPORT int dp_comm_send(dp_comm *c, const void *buf, size_t bytes, int to, int tag, dp_err *e);
+/* Receive exactly bytes from worker `from` under tag into host memory buf:
+ * waits (polled: a stall is reported, what naming the message, and ends
+ * after stall_abort); DP_EDATA for a message of another length. */
+DP_EXPORT int dp_comm_recv(dp_comm *c, void *buf, size_t bytes, int from, int tag,
+			   const char *what, dp_err *e);
+/* Wait for every message sent to have been taken. */
+DP_EXPORT int dp_comm_send_wait(dp_comm *c, dp_err *e);
+
 /* Where the time of the gradient steps went, since open (seconds). */
 typedef struct dp_comm_stats {
 	uint64_t steps;    /* grads_wait calls */

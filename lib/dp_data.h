@@ -15,7 +15,7 @@
  *   records   parsed in place (dp_example_parse, zero-copy); the input
  *             feature is a float_list, an int64_list, or bytes of raw
  *             little-endian uint8/float32/float64 (decode; channels-last
- *             arrays transposed to C, H, W with hwc), or a JPEG or PNG
+ *             arrays transposed to C, H, W with hwc), or an
  *             image (DP_DECODE_IMAGE: decoded, resized, augmented and
  *             normalised by dp_image_transform, with a seed of its own
  *             per (seed, epoch, source, record), so its augmentation

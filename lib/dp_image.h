@@ -1,9 +1,12 @@
 /*
- * dp_image.h - JPEG and PNG images: header probe, decode, and the
- * transforms of an image input pipeline (resize, crops, flip, normalise).
+ * dp_image.h - images: header probe, decode, and the transforms of an
+ * image input pipeline (resize, crops, flip, normalise).
  *
  *   decode    JPEG through libjpeg-turbo's TurboJPEG API, PNG through
- *             libspng.  Any stored form (grayscale, RGB, palette, 16-bit,
+ *             libspng; what else torchvision's ImageFolder reads through
+ *             the libraries made for it: WebP (libwebp), TIFF (libtiff),
+ *             BMP and binary PPM/PGM (stb_image; lib/image/formats.c says
+ *             which of their forms are refused).  Any stored form (grayscale, RGB, palette, 16-bit,
  *             alpha, CMYK JPEG) is converted to the 1 or 3 channels asked
  *             for: alpha is dropped (as Pillow's convert("RGB")), 16-bit
  *             samples keep their high byte, gray is repeated into RGB, RGB
@@ -51,7 +54,10 @@
 extern "C" {
 #endif
 
-enum dp_image_format { DP_IMAGE_UNKNOWN = 0, DP_IMAGE_JPEG = 1, DP_IMAGE_PNG = 2 };
+enum dp_image_format {
+	DP_IMAGE_UNKNOWN = 0, DP_IMAGE_JPEG = 1, DP_IMAGE_PNG = 2, DP_IMAGE_WEBP = 3,
+	DP_IMAGE_TIFF = 4, DP_IMAGE_BMP = 5, DP_IMAGE_PNM = 6
+};
 
 /* Pillow's Image.MAX_IMAGE_PIXELS: the default pixel limit. */
 #define DP_IMAGE_MAX_PIXELS 89478485u
@@ -70,12 +76,12 @@ typedef struct dp_image_info {
 	int palette;            /* PNG: indexed color */
 } dp_image_info;
 
-/* The format from the first bytes; DP_IMAGE_UNKNOWN if neither. */
+/* The format from the first bytes; DP_IMAGE_UNKNOWN if none of them. */
 DP_EXPORT int dp_image_format_of(const void *p, size_t n);
-/* "jpeg", "png", "unknown". */
+/* "jpeg", "png", "webp", "tiff", "bmp", "pnm", "unknown". */
 DP_EXPORT const char *dp_image_format_name(int format);
-/* Read the header only.  DP_EDATA with the decoder's reason ("not a JPEG or
- * PNG file", "PNG: invalid signature"). */
+/* Read the header only.  DP_EDATA with the decoder's reason ("not an image
+ * file", "PNG: invalid signature"). */
 DP_EXPORT int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e);
 
 /* A decoder with its buffers, for one thread at a time. */

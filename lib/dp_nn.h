@@ -130,7 +130,8 @@ typedef struct dp_layer_info {
 	const char *text;      /* the spec item as written */
 	dp_shape in, out;
 	size_t nparams;        /* trainable floats of this layer */
-	size_t param_off;      /* where they start in the parameter buffer */
+	size_t param_off;      /* where they start in the parameter buffer (the stage's) */
+	int staged;            /* in the stage bound (dp_model_set_stage; every layer without) */
 	int fused;             /* an activation computed by the layer before it */
 	const char *name;      /* its path: "4", "layer1.0.conv1", "layer1.0" (an add) */
 	int depth;             /* the blocks it is in */
@@ -166,6 +167,8 @@ typedef struct dp_tensor_info {
 
 DP_EXPORT int dp_model_ntensors(const dp_model *m);
 DP_EXPORT void dp_model_tensor(const dp_model *m, int i, dp_tensor_info *out);
+/* Is name a tensor of the model's graph (of any stage)? */
+DP_EXPORT int dp_model_knows_tensor(const dp_model *m, const char *name);
 /* The int64 counter behind a DP_TENSOR_COUNTER tensor (by layer). */
 DP_EXPORT int64_t *dp_model_counter(dp_model *m, int layer);
 
@@ -294,6 +297,48 @@ DP_EXPORT void dp_model_segment(const dp_model *m, int s, int *first, int *last)
 DP_EXPORT int dp_model_set_slots(dp_model *m, int k, dp_err *e);
 DP_EXPORT int dp_model_slots(const dp_model *m);
 DP_EXPORT int dp_model_use_slot(dp_model *m, int j, dp_err *e);
+
+/* ---- pipeline stages ---------------------------------------------------------
+ * A model cut into stages of consecutive layers, each stage on ranks of
+ * its own (dp_train.h's pipeline): a stage ends where one tensor alone
+ * goes on (no later layer reads an earlier one, nor the model's input):
+ * after a residual block, not inside it.
+ *
+ * dp_model_cuts: the cut of about equal cost, the largest stage's cost as
+ * small as the cut points allow (a linear partition): first[s] is stage
+ * s's first layer, first[stages] the number of layers.  cost: each
+ * layer's (measured), or NULL for dp_model_layer_cost's estimate.
+ * DP_EARG when the model has fewer than stages - 1 cut points. */
+DP_EXPORT int dp_model_can_cut(const dp_model *m, int after);
+/* Multiply-adds of layer i's forward and backward passes, a sample: 3x
+ * the forward's for dense and conv layers, a few per output for the rest. */
+DP_EXPORT double dp_model_layer_cost(const dp_model *m, int i);
+DP_EXPORT int dp_model_cuts(const dp_model *m, int stages, const double *cost, int *first,
+			    dp_err *e);
+/* Before dp_model_bind: m becomes its layers [first, end) alone.  Its
+ * parameters, buffers and tensors are theirs (dp_model_nparams, _tensor:
+ * offsets from the stage's first; names the whole model's), its input the
+ * output of layer first - 1 (floats a sample: dp_model_stage_in), its
+ * output layer end - 1's (dp_model_stage_out); dp_model_loss only in the
+ * last stage, dp_model_set_output_grad in the others; the gradient of its
+ * input, wanted when an earlier layer trains, is dp_model_input_grad's. */
+DP_EXPORT int dp_model_set_stage(dp_model *m, int first, int end, dp_err *e);
+DP_EXPORT void dp_model_stage(const dp_model *m, int *first, int *end);
+DP_EXPORT size_t dp_model_stage_in(const dp_model *m);
+DP_EXPORT size_t dp_model_stage_out(const dp_model *m);
+/* Does the stage have a backward pass (a layer of it trains, or one
+ * before it)?  Its input gradient is wanted when the stage before has one. */
+DP_EXPORT int dp_model_stage_trains(const dp_model *m);
+DP_EXPORT int dp_model_stage_wants_dx(const dp_model *m);
+/* The whole model's parameters (a stage's model: all the stages'). */
+DP_EXPORT size_t dp_model_total_params(const dp_model *m);
+/* A stage but the last: d loss / d output of the last forward pass (dy,
+ * host, (n, stage_out) floats: the next stage's dp_model_input_grad), for
+ * dp_model_backward. */
+DP_EXPORT int dp_model_set_output_grad(dp_model *m, const float *dy, size_t n, dp_err *e);
+/* After dp_model_backward: (dev) (n, stage_in) floats, the gradient of the
+ * stage's input; NULL when no layer before the stage trains. */
+DP_EXPORT const float *dp_model_input_grad(const dp_model *m);
 
 /* What the bound model allocated on its backend, in bytes. */
 typedef struct dp_model_mem {

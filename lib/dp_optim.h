@@ -90,6 +90,12 @@ DP_EXPORT void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, con
  * Returns the norm before clipping, -1 when out of memory (g unchanged). */
 DP_EXPORT double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n,
 			       double max_norm);
+/* Its two halves, for gradients in pieces (a pipeline's stages): the sum
+ * of squares of g (double, index order; -1: out of memory), and g scaled
+ * as clip_grad_norm_ scales it for the norm of all the pieces. */
+DP_EXPORT double dp_grads_sumsq(const dp_backend *be, dp_bectx *ctx, const float *g, size_t n);
+DP_EXPORT void dp_grads_clip_to(const dp_backend *be, dp_bectx *ctx, float *g, size_t n,
+				double norm, double max_norm);
 
 /* ---- learning-rate schedules ---------------------------------------------
  *   constant           lr

@@ -53,11 +53,19 @@ extern "C" {
 typedef struct dp_trainer dp_trainer;
 
 typedef struct dp_step_conf {
-	uint64_t batch;      /* samples of a micro-batch on each rank (--batch-size) */
-	uint64_t accumulate; /* micro-batches an update (0 and 1: each is an update) */
+	uint64_t batch;      /* samples of a micro-batch on each rank (--batch-size);
+				a pipeline: of a step of each replica */
+	uint64_t accumulate; /* micro-batches an update (0 and 1: each is an update);
+				a pipeline: steps */
 	double clip_norm;    /* the gradients' global L2 norm at most this; 0: no clipping */
 	uint64_t seed;       /* dropout masks: (seed, step, layer, sample) */
 	int sync_bn;         /* batchnorm statistics over every rank's batch */
+	/* a pipeline (below): the model in `stages` stages (0, 1: none), a
+	 * step cut into `micro` micro-batches (0: batch or 4 x stages, the
+	 * fewer), the schedule */
+	int stages;
+	uint64_t micro;
+	int schedule; /* DP_PIPE_1F1B (0), DP_PIPE_GPIPE */
 } dp_step_conf;
 
 /* A trainer of model m (bound, its frozen tensors set with dp_model_freeze
@@ -118,6 +126,84 @@ DP_EXPORT int dp_trainer_average_buffers(dp_trainer *t, dp_err *e);
 /* FNV-1a 64 (mixed) of everything a rank trains: weights, running
  * statistics, optimizer state; the same on every rank after every step. */
 DP_EXPORT int dp_trainer_state_hash(dp_trainer *t, uint64_t *hash, dp_err *e);
+
+/* ---- pipelines: a model larger than one rank --------------------------------
+ *
+ * SageMaker's model parallelism, GPipe's pipeline: the model cut into S
+ * stages of about equal cost (dp_model_cuts), each on ranks of its own;
+ * under mpirun -np S x D, rank r is stage r % S of data-parallel replica
+ * r / S.  A replica's step (conf.batch samples, read by its first stage,
+ * its slice of every global batch as a data-parallel rank's) is cut into
+ * conf.micro micro-batches that flow through the stages: activations
+ * forward and their gradients back as MPI point-to-point messages
+ * (dp_comm_send), the labels from the first stage to the last.  The
+ * schedule of each stage (F: a micro-batch's forward pass, B: its
+ * backward pass):
+ *   gpipe  F0 F1 ... F(M-1), then B0 ... B(M-1) (fill, drain): the
+ *          activations of all M micro-batches are kept;
+ *   1f1b   S - 1 - s forwards, then a forward and a backward in turn,
+ *          then the backwards left (PipeDream-Flush): at most S - s kept.
+ * Both leave the same S - 1 bubbles a step: (S-1)/(M+S-1) of its time.
+ * Each stage's gradients are summed over its replicas (a group of the
+ * job: dp_comm_split), clipped by the norm over every stage, and its
+ * optimizer steps its own parameters.  The result is the update of one
+ * rank over the same global batch in micro-batches of the same size
+ * (--batch-size batch/micro --accumulate micro x D), dropout masks
+ * included (drawn by the samples' places in it), batchnorm's statistics
+ * over each micro-batch; the stages' checkpoints are one file
+ * (dp_trainer_save).  --sync-bn is refused. */
+
+#define DP_MAX_STAGES 64
+enum { DP_PIPE_1F1B = 0, DP_PIPE_GPIPE = 1 };
+/* "1f1b", "gpipe"; -1 for anything else. */
+DP_EXPORT int dp_pipe_schedule_parse(const char *s);
+DP_EXPORT const char *dp_pipe_schedule_name(int schedule);
+
+typedef struct dp_pipe_plan {
+	int stages, replicas;  /* S, D */
+	int stage, replica;    /* this rank's */
+	uint64_t micro;        /* micro-batches a step */
+	size_t micro_batch;    /* samples of a micro-batch at most */
+	int slots;             /* micro-batches in flight on this stage at most */
+	int first[DP_MAX_STAGES + 1]; /* stage k is layers [first[k], first[k + 1]) */
+} dp_pipe_plan;
+
+/* The pipeline of conf (conf.stages > 1) for rank `rank` of a job of
+ * size, and model m (unbound) set up for it: its stage
+ * (dp_model_set_stage) and the micro-batches it keeps in flight
+ * (dp_model_set_slots); bind it for p->micro_batch samples next.  DP_EARG
+ * when size is not stages x replicas, a step has fewer samples than
+ * micro-batches, or the model fewer cut points than stages - 1. */
+DP_EXPORT int dp_pipe_plan_model(dp_model *m, const dp_step_conf *conf, int rank, int size,
+				 dp_pipe_plan *p, dp_err *e);
+
+/* Where a pipeline's time went, this rank's, since the trainer began. */
+typedef struct dp_pipe_stats {
+	uint64_t steps, micro;  /* pipeline steps, micro-batches */
+	double step_time;       /* seconds in the steps' micro-batches */
+	double busy_time;       /* of them, in forward and backward passes */
+	double theory;          /* the schedule's bubble: (S-1)/(M+S-1) */
+} dp_pipe_stats;
+DP_EXPORT int dp_trainer_pipe(const dp_trainer *t, dp_pipe_plan *p, dp_pipe_stats *st);
+
+/* ---- the trainer over its ranks, with or without a pipeline ---------------- */
+
+/* The data-parallel replicas (the ranks, without a pipeline) and this
+ * rank's among them (*replica); dp_trainer_reads: 1 when this rank reads
+ * training batches (a pipeline's first stages). */
+DP_EXPORT int dp_trainer_replicas(const dp_trainer *t, int *replica);
+DP_EXPORT int dp_trainer_reads(const dp_trainer *t);
+/* The lowest rank that trains the same weights as rank r (0, or r's
+ * stage's first replica). */
+DP_EXPORT int dp_trainer_same_as(const dp_trainer *t, int r);
+/* Every rank starts from the weights and running statistics of the first
+ * rank that trains the same ones.  A collective. */
+DP_EXPORT int dp_trainer_broadcast(dp_trainer *t, dp_err *e);
+/* The checkpoint of the whole model (dp_ckpt_save's file), written by rank
+ * 0 at path: a pipeline's first replica's stages send it their tensors.
+ * A collective. */
+DP_EXPORT int dp_trainer_save(dp_trainer *t, const char *path, const dp_train_state *ts,
+			      const char *const *meta, dp_err *e);
 
 /* ---- training control: what a job does by itself at an epoch's end -------
  *

@@ -89,6 +89,9 @@ ROWS=$(cat <<'EOF'
 --max-skipped|max_skipped|--skip-corrupt|--skip-corrupt --max-skipped 5
 --steps-per-epoch|steps_per_epoch||--steps-per-epoch 3
 --weight-decay|weight_decay||--weight-decay 0.1
+--pipeline-stages|pipeline_stages||--pipeline-stages 2
+--micro-batches|micro_batches|--pipeline-stages 2|--pipeline-stages 2 --micro-batches 2
+--pipeline-schedule|pipeline_schedule|--pipeline-stages 2|--pipeline-stages 2 --pipeline-schedule gpipe
 --monitor|monitor|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 2 --monitor val_accuracy
 --monitor-mode|monitor_mode|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 2 --monitor-mode max
 --early-stopping|early_stopping|--val all.tfr --early-stopping 2|--val all.tfr --early-stopping 3

@@ -21,26 +21,28 @@ except (OSError, ValueError):
     pass
 print(n)')
 $PY "$DP_SRC/tests/mkexamples.py" v.tfr random --n 16 --shape 6 --classes 3 --seed 1 || exit 1
+# the backend: OpenBLAS and its kernels, oneDNN where the build has it
+CPU='cpu: OpenBLAS \([^)]*\)(, oneDNN [^,]*)?'
 ARGS=(--train v.tfr --input-shape 6 --model dense:3 --epochs 1 -o m.st)
 
 run dp-train "${ARGS[@]}"
 is "$rc" 0 "dp-train without --threads"
 want=$([ "$cpus" -gt 256 ] && echo 256 || echo "$cpus")
-like "$err" "cpu: [^,]*, $want threads? \\(the CPUs this rank may use, $cpus, or its share of the host's: 1 rank on it; --threads sets it\\)" \
+like "$err" "$CPU, $want threads? \\(the CPUs this rank may use, $cpus, or its share of the host's: 1 rank on it; --threads sets it\\)" \
 	"one process: every CPU it may use ($cpus), said in the first note"
 run dp-train "${ARGS[@]}" --threads 3
-like "$err" "cpu: [^,]*, 3 threads, single process" "--threads wins, and nothing to explain"
+like "$err" "$CPU, 3 threads, single process" "--threads wins, and nothing to explain"
 run env DP_THREADS=1 dp-train "${ARGS[@]}"
-like "$err" "cpu: [^,]*, 1 thread, single process" "DP_THREADS wins (the tests' one thread)"
+like "$err" "$CPU, 1 thread, single process" "DP_THREADS wins (the tests' one thread)"
 run env OMPI_COMM_WORLD_LOCAL_SIZE=4 dp-train "${ARGS[@]}"
 n=$((cpus / 4)); [ "$n" -lt 1 ] && n=1
-like "$err" "cpu: [^,]*, $n threads? \\(the CPUs this rank may use, $cpus, or its share of the host's: 4 ranks on it" \
+like "$err" "$CPU, $n threads? \\(the CPUs this rank may use, $cpus, or its share of the host's: 4 ranks on it" \
 	"a host running 4 ranks: a quarter of its CPUs each ($n)"
 
 # under mpirun: each rank's share (Open MPI says how many ranks a host runs)
 run mpi 2 dp-train "${ARGS[@]}"
 is "$rc" 0 "mpirun -np 2 without --threads"
-got=$(sed -n 's/.*cpu: [^,]*, \([0-9]*\) threads\{0,1\} (the CPUs this rank may use.*2 ranks on it.*/\1/p' <<<"$err")
+got=$(sed -n 's/.*cpu: .*, \([0-9]*\) threads\{0,1\} (the CPUs this rank may use.*2 ranks on it.*/\1/p' <<<"$err")
 ok test -n "$got" -a "${got:-0}" -ge 1 -a "${got:-0}" -le "$(( cpus / 2 > 0 ? cpus / 2 : 1 ))" \
 	"mpirun -np 2: each rank at most half the host's CPUs (${got:-none})"
 
@@ -50,5 +52,5 @@ mkdir -p "$R/input/config" "$R/input/data/train" "$R/model"
 cp v.tfr "$R/input/data/train/"
 echo '{"model": "dense:3", "input_shape": "6"}' >"$R/input/config/hyperparameters.json"
 run dp-train --sagemaker="$R"
-like "$rc:$err" "^0:.*cpu: [^,]*, $want threads? \\(the CPUs this rank may use, $cpus" "--sagemaker: every CPU of the instance too"
+like "$rc:$err" "^0:.*$CPU, $want threads? \\(the CPUs this rank may use, $cpus" "--sagemaker: every CPU of the instance too"
 done_testing

@@ -175,11 +175,11 @@ is "$rc" 1 "a second way into one folder: an error (each folder read once)"
 like "$err" "loop/dog: the same folder as loop/cat/alsodog" "... naming both"
 rm loop/cat/alsodog
 d=loop/cat; for i in $(seq 1 40); do d=$d/d; done; mkdir -p "$d" && cp set/cat/good1.jpg "$d/deep.jpg"
-printf 'webp' > loop/dog/c.webp; printf 'bmp' > loop/dog/d.bmp
+printf 'gif' > loop/dog/c.gif; printf 'txt' > loop/dog/d.txt
 run tfr-cat --encode images loop -o loop.tfr
 is "$rc" 0 "a folder 41 deep is walked (it was dropped silently below 32)"
 is "$(tfr-cat -c loop.tfr)" 3 "... its image encoded"
-like "$err" "loop: left out 2 files that are not .jpg, .jpeg or .png images \(e.g. dog/c.webp\)" \
+like "$err" "loop: left out 2 files that are not images ImageFolder reads \(\.jpg .*\.webp\) \(e.g. dog/c.gif\)" \
 	"files that are not images: counted and said"
 
 # ---- names and limits of image records ---------------------------------------------------

@@ -58,12 +58,13 @@ like "$out" "val_loss	6" "a log and an event file in one run"
 run metrics-grep --logfmt=loss,val_loss --no-header "$ev"
 want=$out
 size=$(stat -c %s "$ev")
-head -c $((size / 2)) "$ev" > live.ev
+cut=$((size - 300)) # in the scalars' events (the settings come first, ~2 KB)
+head -c $cut "$ev" > live.ev
 metrics-grep -f --logfmt=loss,val_loss --no-header live.ev > follow.out 2> follow.err &
 mg=$!
 for i in $(seq 100); do [ -s follow.out ] && break; sleep 0.1; done
-ok grep -Eq $'^loss\t[0-9]' follow.out "-f: the values of the first half come out"
-tail -c +$((size / 2 + 1)) "$ev" >> live.ev
+ok grep -Eq $'^loss\t[0-9]' follow.out "-f: the values of the first part come out"
+tail -c +$((cut + 1)) "$ev" >> live.ev
 n=$(wc -l <<<"$want")
 for i in $(seq 100); do [ "$(wc -l < follow.out)" -ge "$n" ] && break; sleep 0.1; done
 kill -TERM $mg
@@ -101,7 +102,7 @@ is "$rc" 3 "a TFRecord file of Examples is not taken for events (nothing found)"
 $PY - "$ev" bad.ev <<'PY'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())
-b[len(b) // 2] ^= 0xff
+b[len(b) - 300] ^= 0xff
 open(sys.argv[2], "wb").write(b)
 PY
 run metrics-grep --logfmt=loss --count bad.ev
@@ -112,4 +113,24 @@ head -c -3 "$ev" > cut.ev
 run metrics-grep --logfmt=val_loss --count cut.ev
 is "$rc" 1 "an event file cut short: exit 1"
 like "$err" "cut\.ev: .*truncated" "... said so"
+# ---- a log folder, as TensorBoard reads it: runs name the values --------------------
+run metrics-grep --count tb
+is "$rc" 0 "a folder: exit 0"
+is "$(cut -f1 <<<"$out" | tr '\n' ' ')" "name loss accuracy lr samples_per_sec val_loss val_accuracy val_samples train/epoch_loss train/epoch_accuracy train/epoch_learning_rate validation/epoch_loss validation/epoch_accuracy " \
+	"the folder's own scalars, then train/'s and validation/'s as RUN/TAG"
+like "$out" $'validation/epoch_loss\t3' "... one a epoch (3)"
+metrics-grep --logfmt=validation/epoch_loss --csv tb >vel.csv
+metrics-grep --logfmt=val_loss --csv train.log >vl.csv
+run $PY - vel.csv vl.csv <<'PY'
+import csv, sys
+got = [(float(r["value"]), int(r["step"])) for r in csv.DictReader(open(sys.argv[1]))]
+want = [float(r["value"]) for r in csv.DictReader(open(sys.argv[2]))]
+assert [s for _, s in got] == list(range(len(want))) and len(want) == 3, (got, want)
+assert all(abs(g - w) <= 1e-5 * abs(w) for (g, _), w in zip(got, want)), (got, want)
+PY
+is "$rc" 0 "validation/epoch_loss: the log's val_loss at steps 0, 1, 2 (Keras's count of epochs)"
+mkdir -p empty/sub && touch empty/sub/notes.txt
+run metrics-grep empty
+is "$rc" 1 "a folder without event files: exit 1"
+like "$err" "^metrics-grep: empty: a folder without event files" "... said"
 done_testing

@@ -33,6 +33,10 @@ signatures still hold) to the upstream server, injecting faults:
                     "LOOP"; a request with that token is answered, not forwarded,
                     with the first page again: its keys too (MODE keys) or
                     without them (MODE token): a server that repeats itself
+  --uploads-loop    a ListMultipartUploads answer says it is truncated, its next
+                    markers "LOOP" and "LOOPID"; a request from those markers is
+                    answered, not forwarded, with the same page: markers that do
+                    not go forward
   --list-nul        in every ListObjectsV2 answer, the first <Key> gets "%00"
                     (a url-encoded NUL) in front
   --delay SECONDS   hold every request this long before forwarding it, and
@@ -141,6 +145,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(body)
                 return
+        if a.uploads_loop and "uploads" in q and q.get("key-marker") == ["LOOP"] and \
+                st.page is not None:
+            st.note("%s %s loop" % (self.command, target))
+            self._answer(200, st.page)
+            return
         if a.list_loop and q.get("continuation-token") == ["LOOP"] and st.page is not None:
             st.note("%s %s loop" % (self.command, target))
             self._answer(200, st.page)
@@ -190,6 +199,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                     b"</ListBucketResult>")
                 st.page = data if a.list_loop == "keys" else \
                     re.sub(rb"<Contents>.*?</Contents>", b"", data, flags=re.S)
+        if a.uploads_loop and self.command == "GET" and "uploads" in q and resp.status == 200:
+            import re
+            data = re.sub(rb"<IsTruncated>[^<]*</IsTruncated>", b"<IsTruncated>true</IsTruncated>", data)
+            data = re.sub(rb"<Next(KeyMarker|UploadIdMarker)>[^<]*</Next(KeyMarker|UploadIdMarker)>|"
+                          rb"<Next(KeyMarker|UploadIdMarker)/>", b"", data)
+            data = data.replace(b"</ListMultipartUploadsResult>",
+                                b"<NextKeyMarker>LOOP</NextKeyMarker><NextUploadIdMarker>LOOPID"
+                                b"</NextUploadIdMarker></ListMultipartUploadsResult>")
+            st.page = data
         if a.refuse_delete and self.command == "POST" and "delete" in q and resp.status == 200:
             import re
             keys = [k for k in re.findall(rb"<Key>(.*?)</Key>", body)
@@ -264,6 +282,7 @@ def main():
     p.add_argument("--delay", type=float, default=0)
     p.add_argument("--list-loop", choices=("keys", "token"))
     p.add_argument("--list-nul", action="store_true")
+    p.add_argument("--uploads-loop", action="store_true")
     p.add_argument("--region-400", action="store_true")
     p.add_argument("--log")
     a = p.parse_args()

@@ -213,6 +213,16 @@ run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/
 is "$rc" 1 "a listing that starts over: 1"
 like "$err" "the listing went back \(a page began at a key already listed\)" "... saying so"
 s3_proxy_stop
+# the same for the upload listing (ls --uploads, rm --uploads): its key and
+# upload-id markers must go forward
+s3_proxy --uploads-loop
+for c in "ls --uploads" "rm --uploads"; do
+	run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" $c s3://safe/f/
+	is "$rc" 1 "upload markers that do not go forward, $c: 1 (not endless)"
+	like "$err" "s3://safe/f/: the upload listing went back \(its next marker is not past the last\)" \
+		"... saying so"
+done
+s3_proxy_stop
 # a url-encoded %00 in a listed key would cut it short: refused
 s3_proxy --list-nul
 run timeout 30 s3-pipe --endpoint-url "$PROXY_URL" ls -r s3://safe/f/

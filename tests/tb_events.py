@@ -11,6 +11,7 @@ import struct
 import sys
 
 import events_pb2 as pb
+import hparams_pb2 as hp
 from tfr_frame import crc32c, frame, mask
 
 
@@ -25,6 +26,29 @@ def records(path):
         assert mask(crc32c(body)) == d, "data CRC at byte %d" % i
         yield body
         i += 16 + n
+
+
+def plugin_values(summary):
+    """The text and hparams plugins' values: {tag: {"text": ...}} or
+    {tag: {"hparams": {...}, "start": t}} or {tag: {"status": NAME, "end": t}}."""
+    out = {}
+    for v in summary.value:
+        name = v.metadata.plugin_data.plugin_name
+        if name == "text":
+            assert v.tensor.dtype == pb.DT_STRING, v
+            out[v.tag] = {"text": v.tensor.string_val[0].decode()}
+        elif name == "hparams":
+            d = hp.HParamsPluginData()
+            d.ParseFromString(v.metadata.plugin_data.content)
+            kind = d.WhichOneof("data")
+            if kind == "session_start_info":
+                s = d.session_start_info
+                out[v.tag] = {"hparams": {k: getattr(x, x.WhichOneof("kind")) for k, x in s.hparams.items()},
+                              "start": s.start_time_secs, "version": d.version}
+            elif kind == "session_end_info":
+                out[v.tag] = {"status": hp.Status.Name(d.session_end_info.status),
+                              "end": d.session_end_info.end_time_secs}
+    return out
 
 
 def dump(path):
@@ -47,6 +71,9 @@ def dump(path):
                                    "bucket_limit": list(h.bucket_limit),
                                    "bucket": list(h.bucket)}
             out["values"] = vals
+            plugins = plugin_values(ev.summary)
+            if plugins:
+                out["plugins"] = plugins
         print(json.dumps(out))
 
 

@@ -71,7 +71,8 @@ enum {
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
 	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
-	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE, O_LAST
+	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE,
+	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -162,6 +163,9 @@ static const struct option longopts[] = {
 	{"on-epoch-fail", no_argument, 0, O_ON_EPOCH_FAIL},
 	{"accumulate", required_argument, 0, O_ACCUMULATE},
 	{"clip-norm", required_argument, 0, O_CLIP_NORM},
+	{"pipeline-stages", required_argument, 0, O_PIPE_STAGES},
+	{"micro-batches", required_argument, 0, O_MICRO},
+	{"pipeline-schedule", required_argument, 0, O_PIPE_SCHED},
 	{"monitor", required_argument, 0, O_MONITOR},
 	{"monitor-mode", required_argument, 0, O_MONITOR_MODE},
 	{"early-stopping", required_argument, 0, O_EARLY_STOP},
@@ -216,6 +220,11 @@ static struct {
 	int wire, algo; /* --grad-dtype, --allreduce (DP_WIRE_*, DP_ALLREDUCE_*) */
 	int log_all;
 	const char *timeline;
+	/* pipeline stages (dp_train.h): S (1: none), micro-batches a step (0:
+	 * the default), the schedule */
+	int stages;
+	uint64_t micro;
+	int psched;
 	double stall, stall_abort;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
 	int tb_hist, on_epoch_fail;
@@ -230,6 +239,7 @@ static struct {
 	.gpu = -1,
 	.log_every = 100,
 	.progress = -1,
+	.stages = 1,
 };
 
 static void classes_opt(const char *v);
@@ -255,7 +265,8 @@ static const char help_text[] =
 	"                           (xent) or floats of the output size (mse)\n"
 	"      --decode-raw TYPE    read a bytes feature as raw uint8, float32 or float64\n"
 	"      --layout chw|hwc     raw arrays are C x H x W (default) or channels-last\n"
-	"      --decode image       the feature is a JPEG or PNG file (tfrecord(5); with\n"
+	"      --decode image       the feature is an image file (JPEG, PNG, WebP, TIFF,\n"
+	"                           BMP, PPM, PGM: tfrecord(5); with\n"
 	"                           --feature image/encoded --label image/class/label),\n"
 	"                           decoded and resized to the input shape's C x H x W\n"
 	"      --mean M[,M,M]       per channel, subtracted after --scale (default 0)\n"
@@ -367,8 +378,10 @@ static const char help_text[] =
 	"      --log-every N        a training line every N updates (default 100)\n"
 	"      --progress, --no-progress  a progress bar on stderr (default: when a terminal)\n"
 	"  -q, --quiet              no progress bar, no notes on stderr\n"
-	"      --tensorboard DIR    also write the log's values as TensorBoard scalars to\n"
-	"                           DIR/events.out.tfevents.TIME.HOST (a new file each run)\n"
+	"      --tensorboard DIR    also write TensorBoard event files as Keras does: the\n"
+	"                           log's values and the run's settings (hparams) in\n"
+	"                           DIR/events.out.tfevents.TIME.HOST, epoch_loss...\n"
+	"                           in DIR/train/ and DIR/validation/ (new files each run)\n"
 	"      --tensorboard-histograms  and weight and gradient histograms each epoch\n"
 	"      --on-epoch CMD       run CMD (sh -c) after each epoch's checkpoint and events,\n"
 	"                           and wait for it; {epoch}, {checkpoint}, {tensorboard}\n"
@@ -394,6 +407,14 @@ static const char help_text[] =
 	"                           gradients summed before one allreduce (default 1)\n"
 	"      --clip-norm X        scale the summed gradients down to an L2 norm of at\n"
 	"                           most X (PyTorch's clip_grad_norm_)\n"
+	"      --pipeline-stages S  cut the model into S stages of about equal cost, each\n"
+	"                           on ranks of its own: mpirun -np S x D runs D replicas\n"
+	"                           of the pipeline (rank r: stage r mod S, replica r/S)\n"
+	"      --micro-batches M    with --pipeline-stages: each replica's step of\n"
+	"                           --batch-size samples in M micro-batches through the\n"
+	"                           stages (default: 4 x S, at most the batch)\n"
+	"      --pipeline-schedule 1f1b|gpipe  the stages' order of forward and backward\n"
+	"                           passes (default 1f1b: fewer activations kept)\n"
 	"      --no-overlap         reduce the gradients after the backward pass, in one\n"
 	"                           call, not in buckets during it\n"
 	"      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
@@ -433,12 +454,18 @@ static void help(void) { fputs(help_text, stdout); }
 
 static dp_comm *COMM; /* the job, once joined */
 static int RANK, SIZE = 1;
+/* The data-parallel replicas, this rank's among them: the ranks and this
+ * one without --pipeline-stages; with it, rank r is stage r % S of
+ * replica r / S, and only the first stages read training data. */
+static int REPS = 1, REP;
 
 /* Who we are in the job: the rank's messages say so (cli_set_rank). */
 static void set_rank(int rank, int size)
 {
 	RANK = rank;
 	SIZE = size;
+	REPS = O.stages > 1 && size % O.stages == 0 ? size / O.stages : size;
+	REP = O.stages > 1 ? rank / O.stages : rank;
 	cli_set_rank(rank, size);
 }
 
@@ -729,6 +756,14 @@ static void parse_args(int argc, char **argv)
 			break;
 		case O_SUMMARY: O.summary = 1; break;
 		case O_RECOMPUTE: O.recompute = optarg ? optarg : ""; break;
+		case O_PIPE_STAGES:
+			O.stages = (int)cli_count("--pipeline-stages", optarg, 1, DP_MAX_STAGES);
+			break;
+		case O_MICRO: O.micro = cli_count("--micro-batches", optarg, 1, 1u << 20); break;
+		case O_PIPE_SCHED:
+			if ((O.psched = dp_pipe_schedule_parse(optarg)) < 0)
+				usage_error("--pipeline-schedule '%s': want 1f1b or gpipe", optarg);
+			break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
 		case O_BATCH: C.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
@@ -849,14 +884,41 @@ static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
 
-static dp_events *TB; /* --tensorboard's event file */
+static dp_tb_run *TB;       /* --tensorboard's run folder (Keras's layout) */
+static char **tb_argv;     /* the command line, for its settings */
+static int tb_argc;
 
+/* The run folder, its settings first: the hparams and the command line. */
 static void tb_open(void)
 {
 	dp_err e;
-	if (O.tensorboard && RANK == 0 && !(TB = dp_events_create(O.tensorboard, &e)))
+	if (!O.tensorboard || RANK != 0)
+		return;
+	if (!(TB = dp_tb_run_open(O.tensorboard, &e)))
 		cli_die("--tensorboard: %s", e.msg);
+	dp_buf cmd = DP_BUF_INIT, types = DP_BUF_INIT;
+	for (int i = 0; i < tb_argc; i++) { /* quoted where the shell needs it */
+		const char *a = i ? tb_argv[i] : DP_PROG;
+		dp_buf_addstr(&cmd, i ? " " : "");
+		if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+				    "_@%+=:,./-") == strlen(a))
+			dp_buf_addstr(&cmd, a);
+		else
+			dp_shell_quote(&cmd, a);
+	}
+	C.ranks = SIZE;
+	char **kv = dp_run_conf_settings(&C, &e);
+	for (char **x = kv; x && x[0]; x += 2)
+		dp_buf_add(&types, &(char){(char)dp_run_key_type(x[0])}, 1);
+	if (!kv || cmd.err || types.err)
+		cli_die("--tensorboard: %s", kv ? "out of memory" : e.msg);
+	if (dp_tb_run_settings(TB, cmd.p, (const char *const *)kv, types.p, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
+	free(kv);
+	dp_buf_free(&cmd);
+	dp_buf_free(&types);
 }
+
 
 /* The numbers of a job's log line as one event at its step; a line of
  * training control (event=NAME) gives one scalar, NAME, its first number
@@ -880,19 +942,20 @@ static void tb_line(const char *const *keys, const char *const *vals, int n)
 		if (!strcmp(keys[i], "step"))
 			step = (int64_t)v;
 		else if (strcmp(keys[i], "epoch"))
-			dp_summary_scalar(dp_events_summary(TB), event ? tag : keys[i], (float)v);
+			dp_summary_scalar(dp_events_summary(dp_tb_run_steps(TB)), event ? tag : keys[i],
+					  (float)v);
 		if (event && strcmp(keys[i], "step") && strcmp(keys[i], "epoch"))
 			event = 2;
 	}
 	dp_err e;
-	if (TB && dp_events_write(TB, step, 0, &e) < 0)
+	if (TB && dp_events_write(dp_tb_run_steps(TB), step, 0, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
 static void tb_close(void)
 {
 	dp_err e;
-	if (dp_events_close(TB, &e) < 0)
+	if (dp_tb_run_close(TB, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 	TB = NULL;
 }
@@ -944,6 +1007,8 @@ typedef struct meter {
 	double t0;
 } meter;
 
+static meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
+
 static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
 		       double skipped, double dt, double lr, int has_acc, int own)
 {
@@ -974,8 +1039,9 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
 {
 	double t = dp_now(), dt = t - mt->t0;
-	dp_data_stats ds;
-	dp_data_stats_get(TD, &ds);
+	dp_data_stats ds = {0};
+	if (TD)
+		dp_data_stats_get(TD, &ds);
 	double v[4] = {mt->loss, mt->correct, (double)mt->samples, (double)ds.corrupt};
 	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 1);
 	dp_err e;
@@ -983,6 +1049,9 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 		cli_die("log: %s", e.msg);
 	dp_comm_event(COMM, "metrics", 1, t, dp_now());
 	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 0);
+	tb_ep.loss += v[0];
+	tb_ep.correct += v[1];
+	tb_ep.samples += (uint64_t)v[2];
 	memset(mt, 0, sizeof *mt);
 	mt->t0 = dp_now();
 }
@@ -1066,7 +1135,6 @@ static void records_classes(void)
 static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
-	double t0 = dp_now();
 	char producer[64], sb[24], eb[24];
 	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
 	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
@@ -1081,7 +1149,9 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
 	if (dp_comm_allgather(COMM, &data_pos, pos, sizeof data_pos, &e) < 0)
 		cli_die("checkpoint: %s", e.msg);
-	char *posb = dp_run_epoch_records_text(pos, ts->epoch_step ? SIZE : 0);
+	for (int r = 0; r < REPS; r++) /* a replica's first stage reads */
+		pos[r] = pos[r * (SIZE / REPS)];
+	char *posb = dp_run_epoch_records_text(pos, ts->epoch_step ? REPS : 0);
 	free(pos);
 	if (!posb)
 		cli_die("out of memory");
@@ -1092,12 +1162,12 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	C.control_state = cst ? cst : "";
 	const char *extra[] = {"epoch_records", posb, "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
-	C.ranks = SIZE;
+	C.ranks = REPS;
 	records_classes();
 	char **meta = dp_run_conf_meta(&C, extra, &e);
 	if (!meta)
 		cli_die_err(CLI_FAIL, &e);
-	if (RANK == 0 && dp_ckpt_save(path, M, OPT, ts, (const char *const *)meta, &e) < 0) {
+	if (dp_trainer_save(TR, path, ts, (const char *const *)meta, &e) < 0) {
 		if (e.code == DP_EDATA)
 			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
 				 have_ckpt ? "; the last good checkpoint is " : "",
@@ -1113,7 +1183,6 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	free(algos);
 	free(cst);
 	C.control_state = NULL;
-	dp_comm_event(COMM, "checkpoint", 1, t0, dp_now());
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -1206,6 +1275,132 @@ static void memory_note(void)
 	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
 }
 
+/* ---- pipeline stages (--pipeline-stages: dp_train.h) ------------------------------ */
+
+/* The micro-batches of a replica's step (dp_pipe_plan's default). */
+static uint64_t pipe_micro(void)
+{
+	uint64_t four = 4 * (uint64_t)O.stages;
+	return O.micro ? O.micro : C.batch < four ? C.batch : four;
+}
+
+/* The schedule's bubble: S - 1 idle slots of a stage in M + S - 1. */
+static double pipe_theory(uint64_t micro)
+{
+	return (double)(O.stages - 1) / (double)(micro + (uint64_t)O.stages - 1);
+}
+
+/* Stage k's layers [first[k], first[k + 1]): their parameters and their
+ * estimated cost (dp_model_layer_cost: multiply-adds a sample). */
+static size_t stage_params(dp_model *m, const int *first, int k, double *cost)
+{
+	size_t n = 0;
+	*cost = 0;
+	for (int i = first[k]; i < first[k + 1]; i++) {
+		dp_layer_info li;
+		dp_model_layer(m, i, &li);
+		n += li.nparams;
+		*cost += dp_model_layer_cost(m, i);
+	}
+	return n;
+}
+
+/* --summary: the cut of the model into stages. */
+static void pipeline_summary(dp_model *m)
+{
+	int first[DP_MAX_STAGES + 1], S = O.stages;
+	dp_err e;
+	if (dp_model_cuts(m, S, NULL, first, &e) < 0)
+		usage_error("--pipeline-stages %d: %s", S, e.msg);
+	size_t total = dp_model_nparams(m);
+	printf("pipeline: %d stages of about equal cost (multiply-adds a sample, forward and "
+	       "backward, estimated); mpirun -np %d x replicas\n", S, S);
+	printf("%-5s  %-7s  %-30s  %10s  %10s  %s\n", "stage", "layers", "first..last", "cost",
+	       "params", "memory");
+	for (int k = 0; k < S; k++) {
+		double cost;
+		size_t np = stage_params(m, first, k, &cost);
+		dp_layer_info a, b;
+		dp_model_layer(m, first[k], &a);
+		dp_model_layer(m, first[k + 1] - 1, &b);
+		char range[16], names[96], mem[32];
+		snprintf(range, sizeof range, "%d-%d", first[k], first[k + 1] - 1);
+		snprintf(names, sizeof names, "%s..%s", a.name, b.name);
+		printf("%-5d  %-7s  %-30s  %10.4g  %10zu  %s (%.1f%%)\n", k, range, names, cost, np,
+		       dp_fmt_size(np * sizeof(float), mem, sizeof mem),
+		       total ? 100.0 * (double)np / (double)total : 0.0);
+	}
+	uint64_t mb = pipe_micro();
+	printf("bubble: (S-1)/(M+S-1) = %d/%" PRIu64 " = %.1f%% of a step with %" PRIu64
+	       " micro-batches of %" PRIu64 "; activations kept on stage s: %" PRIu64 " micro-batches "
+	       "(gpipe), S - s (1f1b, %s)\n",
+	       S - 1, mb + (uint64_t)S - 1, 100 * pipe_theory(mb), mb, (C.batch + mb - 1) / mb, mb,
+	       O.psched == DP_PIPE_GPIPE ? "not chosen" : "chosen");
+}
+
+/* The pipeline of the run, in a note: the stages, the parameters a rank
+ * holds, the schedule and its bubble. */
+static void pipeline_note(void)
+{
+	dp_pipe_plan pl;
+	if (!dp_trainer_pipe(TR, &pl, NULL))
+		return;
+	dp_buf b = DP_BUF_INIT;
+	size_t total = dp_model_total_params(M);
+	for (int k = 0; k < pl.stages; k++) {
+		double cost;
+		size_t np = stage_params(M, pl.first, k, &cost);
+		char mem[32];
+		dp_buf_printf(&b, "%sstage %d layers %d-%d %s (%.1f%%)", k ? ", " : "", k, pl.first[k],
+			      pl.first[k + 1] - 1, dp_fmt_size(np * sizeof(float), mem, sizeof mem),
+			      total ? 100.0 * (double)np / (double)total : 0.0);
+	}
+	if (b.err)
+		cli_die("out of memory");
+	note("pipeline: %d stages x %d replica%s, a step of %" PRIu64 " samples in %" PRIu64
+	     " micro-batches of %zu, %s schedule (bubble %.1f%% in theory); parameters a rank: %s",
+	     pl.stages, pl.replicas, pl.replicas == 1 ? "" : "s", C.batch, pl.micro, pl.micro_batch,
+	     dp_pipe_schedule_name(O.psched), 100 * pipe_theory(pl.micro), b.p);
+	dp_buf_free(&b);
+}
+
+/* At the end: the bubble measured on each stage (the time of its steps
+ * not in forward and backward passes, its replicas' mean) against the
+ * schedule's.  A collective. */
+static void pipeline_report(void)
+{
+	dp_pipe_plan pl;
+	dp_pipe_stats st;
+	dp_err e;
+	if (!dp_trainer_pipe(TR, &pl, &st))
+		return;
+	double mine = st.step_time > 0 ? 1 - st.busy_time / st.step_time : -1;
+	double *all = cli_calloc((size_t)SIZE, sizeof *all);
+	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	dp_buf b = DP_BUF_INIT;
+	double sum = 0;
+	int n = 0;
+	for (int k = 0; k < pl.stages; k++) {
+		double v = 0;
+		int m = 0;
+		for (int r = k; r < SIZE; r += pl.stages)
+			if (all[r] >= 0)
+				v += all[r], m++;
+		if (!m)
+			continue;
+		dp_buf_printf(&b, "%sstage %d %.1f%%", n ? ", " : "", k, 100 * v / m);
+		sum += v / m;
+		n++;
+	}
+	free(all);
+	if (n)
+		note("pipeline: bubble %.1f%% of the steps' time measured (%s), %.1f%% in theory "
+		     "((S-1)/(M+S-1), stages of equal cost, messages free); %" PRIu64 " steps",
+		     100 * sum / n, b.p ? b.p : "", 100 * st.theory, st.steps);
+	dp_buf_free(&b);
+}
+
 /* Whether a path template names {rank} (or {rank:W}): a file a rank. */
 static int names_rank(const char *tmpl)
 {
@@ -1226,7 +1421,7 @@ static int per_rank(const char *const *paths, size_t n, const char *cmd)
 /* Whether the ranks split the records of these sources between them. */
 static int shared(const char *const *paths, size_t n, const char *cmd)
 {
-	return SIZE > 1 && (O.shard >= 0 ? O.shard : !per_rank(paths, n, cmd));
+	return REPS > 1 && (O.shard >= 0 ? O.shard : !per_rank(paths, n, cmd));
 }
 
 /* A skipped image (--skip-corrupt), from a reader thread. */
@@ -1274,7 +1469,7 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.nclass = o.label_size = dp_model_out_size(M);
 	o.batch = C.batch;
 	/* with several ranks a short global batch is dropped by all (main) */
-	o.drop_last = train && SIZE == 1 ? C.drop_last : 0;
+	o.drop_last = train && REPS == 1 ? C.drop_last : 0;
 	o.shuffle = train ? C.shuffle : 0;
 	o.seed = C.seed;
 	/* a stream read in a single epoch needs no cache (nor counted first) */
@@ -1283,13 +1478,13 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.cache_limit = O.cache_limit;
 	o.cache_dir = O.cache_dir;
 	o.prefetch = O.prefetch;
-	o.rank = RANK;
-	o.size = SIZE;
+	o.rank = REP; /* a pipeline's replica: its first stage reads */
+	o.size = REPS;
 	if (shared(paths, n, cmd)) {
 		/* training: rank r takes the r-th slice of every global batch
 		 * (dp_data.h); validation: every size-th record */
-		o.shard_index = (unsigned)RANK;
-		o.shard_count = (unsigned)SIZE;
+		o.shard_index = (unsigned)REP;
+		o.shard_count = (unsigned)REPS;
 		o.shard_block = train ? C.batch : 0;
 	}
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
@@ -1368,6 +1563,9 @@ static char *settings_text(const dp_optim_conf *oc)
 	if (!f)
 		cli_die("out of memory");
 	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40], sc[40], cn[40];
+	/* first: the stages decide which ranks are replicas (the data's split) */
+	fprintf(f, "pipeline_stages=%d\nmicro_batches=%" PRIu64 "\npipeline_schedule=%s\n", O.stages,
+		O.micro, dp_pipe_schedule_name(O.psched));
 	fprintf(f,
 		"build=%s\nbackend=%s\nmpi=%s\nresume=%d\ninit=%d\nsummary=%d\nscale=%s\n"
 		"model=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
@@ -1422,18 +1620,21 @@ static char *settings_text(const dp_optim_conf *oc)
 static uint64_t count_steps(dp_data *td)
 {
 	dp_err e;
-	if (dp_data_epoch(td, 0, UINT64_MAX / 2, &e) < 0)
-		cli_die("train: %s", e.msg);
-	const dp_batch *b;
-	int rc;
-	while ((rc = dp_data_next(td, &b, &e)) == 1)
-		;
-	if (rc < 0)
-		cli_die("train: %s", e.msg);
-	dp_data_stats st;
-	dp_data_stats_get(td, &st);
-	uint64_t own = st.records - st.not_in_shard, bs = C.batch;
-	uint64_t mine = C.drop_last ? own / bs : (own + bs - 1) / bs;
+	uint64_t mine = 0;
+	if (td) { /* a pipeline's later stages read nothing */
+		if (dp_data_epoch(td, 0, UINT64_MAX / 2, &e) < 0)
+			cli_die("train: %s", e.msg);
+		const dp_batch *b;
+		int rc;
+		while ((rc = dp_data_next(td, &b, &e)) == 1)
+			;
+		if (rc < 0)
+			cli_die("train: %s", e.msg);
+		dp_data_stats st;
+		dp_data_stats_get(td, &st);
+		uint64_t own = st.records - st.not_in_shard, bs = C.batch;
+		mine = C.drop_last ? own / bs : (own + bs - 1) / bs;
+	}
 	uint64_t *all = calloc((size_t)SIZE, sizeof *all);
 	if (!all)
 		cli_die("out of memory");
@@ -1441,7 +1642,7 @@ static uint64_t count_steps(dp_data *td)
 		cli_die("train: %s", e.msg);
 	uint64_t steps = all[0];
 	int use_min = C.drop_last || O.uneven_drop;
-	for (int r = 1; r < SIZE; r++)
+	for (int r = SIZE / REPS; r < SIZE; r += SIZE / REPS)
 		steps = use_min ? (all[r] < steps ? all[r] : steps) : (all[r] > steps ? all[r] : steps);
 	free(all);
 	return C.drop_last ? steps / C.accumulate : (steps + C.accumulate - 1) / C.accumulate;
@@ -1453,10 +1654,10 @@ static uint64_t count_steps(dp_data *td)
 static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
 {
 	/* the plateau's rate, or --lr; the schedule starts from it */
-	double base = CTL.plateau ? CS.lr : C.lr * (C.scale_lr ? SIZE : 1);
+	double base = CTL.plateau ? CS.lr : C.lr * (C.scale_lr ? REPS : 1);
 	double lr = dp_sched_lr(sched, base, epoch, step);
-	if (ramp && step < ramp && C.scale_lr && SIZE > 1) {
-		double f0 = 1.0 / SIZE;
+	if (ramp && step < ramp && C.scale_lr && REPS > 1) {
+		double f0 = 1.0 / REPS;
 		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
 	}
 	return lr;
@@ -1478,18 +1679,22 @@ static void check_same_state(uint64_t step)
 	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
 	log_line(keys, vals, 2, 1);
 	int bad = 0;
-	for (int r = 1; r < SIZE; r++)
-		if (all[r] != all[0]) {
+	for (int r = 1; r < SIZE; r++) {
+		int r0 = dp_trainer_same_as(TR, r); /* a pipeline: r's stage's first replica */
+		if (all[r] != all[r0]) {
 			if (RANK == 0)
-				fprintf(stderr, "%s: rank %d: weights or optimizer state differ from rank 0's "
+				fprintf(stderr, "%s: rank %d: weights or optimizer state differ from rank %d's "
 					"(hash %016" PRIx64 ", not %016" PRIx64 ")\n",
-					cli.prog, r, all[r], all[0]);
+					cli.prog, r, r0, all[r], all[r0]);
 			bad = 1;
 		}
+	}
 	free(all);
 	if (bad)
 		die_all(1, "the ranks ended out of step: a bug; please report it");
-	if (SIZE > 1)
+	if (O.stages > 1 && REPS > 1)
+		note("each stage's %d replicas hold the same weights and optimizer state", REPS);
+	else if (SIZE > 1 && O.stages <= 1)
 		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", SIZE, hb);
 }
 
@@ -1744,6 +1949,8 @@ static int show_summary(void)
 		usage_error("%s", e.msg);
 	if (RANK == 0)
 		summary(M);
+	if (RANK == 0 && O.stages > 1)
+		pipeline_summary(M);
 	summary_convs(M);
 	dp_model_free(M);
 	dp_st_close(R.ck);
@@ -1825,6 +2032,24 @@ static void check_options(void)
 	if (O.output && !strcmp(O.output, "-") && !O.log)
 		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
 	check_streams();
+	if (O.stages > 1) {
+		if (SIZE % O.stages)
+			usage_error("--pipeline-stages %d under %d rank%s: start stages x replicas ranks "
+				    "(mpirun -np %d, %d, ...)", O.stages, SIZE, SIZE == 1 ? "" : "s",
+				    O.stages, 2 * O.stages);
+		if (O.nval || O.val_cmd)
+			usage_error("--val with --pipeline-stages: not supported yet; evaluate the "
+				    "checkpoint with dp-eval");
+		if (C.sync_bn)
+			usage_error("--sync-bn with --pipeline-stages: not supported (batchnorm's "
+				    "statistics are each micro-batch's)");
+		if (pipe_micro() > C.batch)
+			usage_error("--micro-batches %" PRIu64 " of a step of %" PRIu64 " samples "
+				    "(--batch-size): at most one a sample", pipe_micro(), C.batch);
+	} else if (O.given[O_MICRO] || O.given[O_PIPE_SCHED]) {
+		usage_error("--%s needs --pipeline-stages S (S > 1)",
+			    O.given[O_MICRO] ? "micro-batches" : "pipeline-schedule");
+	}
 	if (C.warmup_epochs > 0 && !C.scale_lr)
 		bad_setting(C.from[DP_RUN_WARMUP_EPOCHS] && C.from[DP_RUN_SCALE_LR], "--warmup-epochs ramps up to the rate of --scale-lr: give --scale-lr too "
 			    "(or --warmup N to ramp from 0)");
@@ -1911,7 +2136,7 @@ static void check_distinct_outputs(void)
 static void check_not_input(const char *opt, const char *tmpl)
 {
 	char *path = rank_path(tmpl);
-	int t = dp_data_reads(TD, path), v = !t && dp_data_reads(VD, path);
+	int t = TD && dp_data_reads(TD, path), v = !t && VD && dp_data_reads(VD, path);
 	if (t || v)
 		cli_die("%s %s: is one of the %s files: it would be %s", opt, path,
 			t ? "training" : "validation",
@@ -1928,7 +2153,8 @@ static void check_outputs_not_inputs(void)
 						     (RANK != 0 && !names_rank(O.log)));
 	if (RANK == 0 && O.output && !strcmp(O.output, "-"))
 		to_stdout = 1;
-	if (to_stdout && (dp_data_reads(TD, "/proc/self/fd/1") || dp_data_reads(VD, "/proc/self/fd/1")))
+	if (to_stdout && ((TD && dp_data_reads(TD, "/proc/self/fd/1")) ||
+			  (VD && dp_data_reads(VD, "/proc/self/fd/1"))))
 		cli_die("stdout: is one of the training or validation files: writing there would "
 			"damage them");
 }
@@ -1954,9 +2180,9 @@ static void open_log(void)
 			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
-/* Resuming with another number of ranks: only with the same global
- * batch, and data split between the ranks (so that it goes on where it
- * was). */
+/* Resuming with another number of ranks (a pipeline's: of replicas):
+ * only with the same global batch, and data split between the ranks (so
+ * that it goes on where it was). */
 static void check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	dp_run_conf saved; /* as the checkpoint has them, given or not */
@@ -1970,14 +2196,14 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0, moved;
 	if (R.ts.epoch >= C.epochs)
 		return;
-	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, SIZE, split, &moved, &e) < 0)
+	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, REPS, split, &moved, &e) < 0)
 		die_all(1, "%s", e.msg);
 	if (!moved)
 		return;
-	uint64_t g1 = C.batch * C.accumulate * (uint64_t)SIZE;
+	uint64_t g1 = C.batch * C.accumulate * (uint64_t)REPS;
 	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
 	     "): the data goes on where it was",
-	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", SIZE, g1);
+	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
 }
 
 /* The optimizer state and the position in the data of the run resumed. */
@@ -1993,8 +2219,8 @@ static void resume_state(dp_st *ck)
 	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
 	check_resume_ranks(ck, ck_ranks);
 	/* this rank's position in the epoch, when the job is the same */
-	if (ck_ranks == SIZE && R.ts.epoch_step &&
-	    dp_run_epoch_records(ck, ck_ranks, RANK, &resume_pos, &e) < 0)
+	if (ck_ranks == REPS && R.ts.epoch_step &&
+	    dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
 		die_all(1, "%s", e.msg);
 }
 
@@ -2050,8 +2276,17 @@ static void conv_algos_agree(void)
 static void setup_model(void)
 {
 	dp_err e;
+	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn,
+			   O.stages, O.micro, O.psched};
+	uint64_t bind = C.batch;
+	if (O.stages > 1) { /* this rank's stage of the model, micro-batches in flight */
+		dp_pipe_plan pl;
+		if (dp_pipe_plan_model(M, &sc, RANK, SIZE, &pl, &e) < 0)
+			die_all(e.code == DP_EARG ? 2 : 1, "--pipeline-stages: %s", e.msg);
+		bind = pl.micro_batch;
+	}
 	conv_algos_resume();
-	if (dp_model_bind(M, R.be, R.ctx, C.batch, &e) < 0)
+	if (dp_model_bind(M, R.be, R.ctx, bind, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	conv_algos_agree();
 	if (!(OPT = dp_optim_new(&C.opt, R.be, R.ctx, dp_model_nparams(M), &e)))
@@ -2073,7 +2308,6 @@ static void setup_model(void)
 			usage_error("%s", e.msg);
 		cli_die_err(CLI_FAIL, &e);
 	}
-	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn};
 	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
 		cli_die_err(CLI_FAIL, &e);
 	R.ts = (dp_train_state){C.seed, 0, 0, 0};
@@ -2086,9 +2320,9 @@ static void setup_model(void)
 			die_all(1, "%s", e.msg);
 		resume_state(R.ck);
 	}
-	/* every worker starts from worker 0's weights and running statistics */
-	if (dp_comm_bcast(COMM, dp_model_params(M), dp_model_nparams(M) * sizeof(float), 0, &e) < 0 ||
-	    dp_comm_bcast(COMM, dp_model_buffers(M), dp_model_nbuffers(M) * sizeof(float), 0, &e) < 0)
+	/* every worker starts from worker 0's weights and running statistics
+	 * (a pipeline's: its stage's first replica's) */
+	if (dp_trainer_broadcast(TR, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 }
 
@@ -2098,7 +2332,8 @@ static void setup_data(void)
 {
 	dp_err e;
 	int tshare = shared(O.train, O.ntrain, O.train_cmd);
-	TD = open_data(O.train, O.ntrain, O.train_cmd, 1);
+	if (dp_trainer_reads(TR)) /* not a pipeline's later stages */
+		TD = open_data(O.train, O.ntrain, O.train_cmd, 1);
 	if (O.nval || O.val_cmd) {
 		VD = open_data(O.val, O.nval, O.val_cmd, 0);
 		if (!(R.val = dp_eval_new_for(M, 0, &e)))
@@ -2109,18 +2344,20 @@ static void setup_data(void)
 		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
 			 "%d rank%s on it; --threads sets it)", R.cpus, R.local, R.local == 1 ? "" : "s");
 	note("%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(M), R.desc, thr,
-	     dp_comm_desc(COMM), dp_data_nsources(TD), dp_data_nsources(TD) == 1 ? "" : "s");
+	     dp_comm_desc(COMM), TD ? dp_data_nsources(TD) : 0,
+	     TD && dp_data_nsources(TD) == 1 ? "" : "s");
 	memory_note();
+	pipeline_note();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
-		snprintf(how, sizeof how, "%" PRIu64 " micro-batches of %d x %" PRIu64, C.accumulate,
-			 SIZE, C.batch);
+		snprintf(how, sizeof how, "%" PRIu64 " %s of %d x %" PRIu64, C.accumulate,
+			 O.stages > 1 ? "steps" : "micro-batches", REPS, C.batch);
 	else
-		snprintf(how, sizeof how, "%d x %" PRIu64, SIZE, C.batch);
-	if (SIZE > 1 || C.accumulate > 1)
-		note("global batch %" PRIu64 " (%s)%s%s%s", C.batch * C.accumulate * SIZE, how,
-		     SIZE > 1 ? "; training data " : "",
-		     SIZE == 1 ? "" : tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
+		snprintf(how, sizeof how, "%d x %" PRIu64, REPS, C.batch);
+	if (REPS > 1 || C.accumulate > 1)
+		note("global batch %" PRIu64 " (%s)%s%s%s", C.batch * C.accumulate * REPS, how,
+		     REPS > 1 ? "; training data " : "",
+		     REPS == 1 ? "" : tshare ? "shared: rank r takes the r-th slice of each global batch" : "per rank",
 		     O.overlap ? "" : "; gradients reduced after the backward pass (--no-overlap)");
 	if (R.ck) {
 		if (O.resume && R.ts.epoch >= C.epochs)
@@ -2136,7 +2373,7 @@ static void setup_data(void)
 		dp_st_close(R.ck);
 		R.ck = NULL;
 	}
-	if (C.warmup_epochs > 0 && SIZE > 1) {
+	if (C.warmup_epochs > 0 && REPS > 1) {
 		/* the ramp's length: given, from the checkpoint resumed, or
 		 * counted from the files (a pass without decoding); a command's
 		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
@@ -2166,6 +2403,8 @@ static dp_step next_step(int *out, double *t0)
 	dp_err e;
 	dp_step s = {0};
 	*t0 = dp_now();
+	if (!TD) /* a pipeline's later stage: the first stage's counts come */
+		*out = 1;
 	if (!*out) {
 		const dp_batch *b;
 		int rc = dp_data_next(TD, &b, &e);
@@ -2254,11 +2493,11 @@ static int train_epoch(uint64_t epoch)
 	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
 	R.ts.epoch = epoch;
 	R.ts.epoch_step = skip;
-	if (dp_data_epoch_at(TD, epoch, skip * C.accumulate, skip ? resume_pos : 0, &e) < 0)
+	if (TD && dp_data_epoch_at(TD, epoch, skip * C.accumulate, skip ? resume_pos : 0, &e) < 0)
 		cli_die("train: %s", e.msg);
 	data_pos = skip ? resume_pos : 0;
 	resume_pos = 0;
-	uint64_t G = C.batch * (uint64_t)SIZE, short_steps = 0; /* a micro-batch's */
+	uint64_t G = C.batch * (uint64_t)REPS, short_steps = 0; /* a micro-batch's */
 	int out = 0, stopped = 0; /* out: this rank's data is over */
 	double t0 = dp_now();
 	for (;;) {
@@ -2277,7 +2516,7 @@ static int train_epoch(uint64_t epoch)
 			     epoch + 1, R.ts.step + 1, s.first_out, s.gn);
 			break;
 		}
-		if (SIZE > 1 && C.drop_last && s.gn < G) {
+		if (REPS > 1 && C.drop_last && s.gn < G) {
 			note("epoch %" PRIu64 ": the last global batch (%" PRIu64 " of %" PRIu64
 			     " samples) dropped (--last-batch drop)",
 			     epoch + 1, s.gn, G);
@@ -2294,15 +2533,16 @@ static int train_epoch(uint64_t epoch)
 		train_step(epoch, NULL, dp_now());
 		after_update(epoch);
 	}
-	if (short_steps > 1 && SIZE > 1 && !O.uneven_drop)
+	if (short_steps > 1 && REPS > 1 && !O.uneven_drop)
 		note("epoch %" PRIu64 ": the ranks' data ran out at different steps: %" PRIu64
 		     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
 		     "adding none (--uneven join)",
 		     epoch + 1, short_steps, G);
 	if (R.mt.steps)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
-	dp_data_stats ds;
-	dp_data_stats_get(TD, &ds);
+	dp_data_stats ds = {0};
+	if (TD)
+		dp_data_stats_get(TD, &ds);
 	double dt = dp_now() - t0;
 	/* the job's images skipped as corrupt, of the records it decoded */
 	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
@@ -2384,7 +2624,7 @@ static void control_setup(void)
 			    CTL.early_stop ? "early-stopping" : CTL.plateau ? "reduce-lr-on-plateau" : "save-best");
 	if (ctl_on)
 		check_monitor();
-	dp_control_start(&CTL, C.lr * (C.scale_lr ? SIZE : 1), &CS);
+	dp_control_start(&CTL, C.lr * (C.scale_lr ? REPS : 1), &CS);
 	if (ctl_on && O.resume && C.control_state && *C.control_state &&
 	    dp_control_state_parse(&CS, C.control_state, &e) < 0)
 		die_all(1, "%s: metadata: %s", C.src ? C.src : O.resume, e.msg);
@@ -2470,6 +2710,32 @@ static void control_epoch(uint64_t epoch)
 	}
 }
 
+/* An epoch's metrics as Keras writes them: train/ and validation/ with
+ * the same tags, at the epoch's number from 0. */
+static void tb_epoch(uint64_t epoch)
+{
+	dp_err e;
+	if (!TB)
+		return;
+	const char *tn[] = {"loss", "accuracy", "learning_rate"};
+	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
+	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, R.lr};
+	int has_acc = R.xent, rc = 0;
+	if (!has_acc)
+		tn[1] = tn[2], tv[1] = tv[2];
+	if (tb_ep.samples)
+		rc = dp_tb_run_epoch(TB, DP_TB_TRAIN, (int64_t)epoch, tn, tv, 3 - !has_acc, &e);
+	memset(&tb_ep, 0, sizeof tb_ep);
+	dp_eval_report r;
+	if (rc == 0 && VD && dp_eval_report_get(R.val, &r, NULL) == 0) {
+		const char *vn[] = {"loss", has_acc ? "accuracy" : "mae"};
+		double vv[] = {r.loss, has_acc ? r.accuracy : r.mae};
+		rc = dp_tb_run_epoch(TB, DP_TB_VALIDATION, (int64_t)epoch, vn, vv, 2, &e);
+	}
+	if (rc < 0)
+		cli_die("--tensorboard: %s", e.msg);
+}
+
 /* After an epoch's updates: validation, training control, and the
  * checkpoint of --checkpoint-every Ne. */
 static void end_epoch(uint64_t epoch)
@@ -2483,6 +2749,7 @@ static void end_epoch(uint64_t epoch)
 		validate(epoch, R.ts.step);
 		R.mt.t0 = dp_now(); /* rates count training time only */
 	}
+	tb_epoch(epoch);
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
 	control_epoch(epoch);
@@ -2514,13 +2781,14 @@ static void tb_histograms(void)
 		if (t.role != DP_TENSOR_PARAM)
 			continue;
 		snprintf(tag, sizeof tag, "weights/%s", t.name);
-		dp_summary_histogram(dp_events_summary(TB), tag, w + t.off, t.count, 30);
+		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + t.off, t.count, 30);
 		snprintf(tag, sizeof tag, "gradients/%s", t.name);
-		dp_summary_histogram(dp_events_summary(TB), tag, w + np + t.off, t.count, 30);
+		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + np + t.off,
+				     t.count, 30);
 	}
 	free(w);
 	dp_err e;
-	if (dp_events_write(TB, (int64_t)R.ts.step, 0, &e) < 0)
+	if (dp_events_write(dp_tb_run_steps(TB), (int64_t)R.ts.step, 0, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
@@ -2618,6 +2886,7 @@ static void finish(void)
 	if (SIZE > 1) {
 		check_same_state(R.ts.step);
 		comm_report();
+		pipeline_report();
 	}
 	struct rusage ru;
 	char pk[32];
@@ -2662,6 +2931,7 @@ int main(int argc, char **argv)
 		set_rank(r, z);
 	}
 	sm_train_args(&argc, &argv, longopts); /* --sagemaker: the job's files as options */
+	tb_argc = argc, tb_argv = argv;
 	dp_run_conf_init(&C);
 	parse_args(argc, argv);
 	if (O.resume && O.init)
@@ -2709,6 +2979,9 @@ int main(int argc, char **argv)
 	}
 
 	finish();
+	dp_err e;
+	if (TB && dp_tb_run_end(TB, 1, &e) < 0) /* before the last --on-epoch sends the files */
+		cli_die("--tensorboard: %s", e.msg);
 	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
 	tb_close();
 	cli_exit(close_all()); /* a failure by way of cli_exit: cli.failure_file */

@@ -134,7 +134,9 @@ static void help(void)
 	      "  -h, --help               this help\n"
 	      "  -V, --version            the version\n"
 	      "\n"
-	      "FILE - or none: standard input.  Exit status: 0 values found, 1 failure,\n"
+	      "FILE - or none: standard input; a folder: a TensorBoard log folder, its\n"
+	      "event files' values named RUN/TAG (validation/epoch_loss) for those below it.\n"
+	      "Exit status: 0 values found, 1 failure,\n"
 	      "2 usage error (bad option, regex or definitions), 3 no value found.\n",
 	      stdout);
 	cli_exit_stdout();
@@ -483,6 +485,7 @@ struct source {
 	int evfd;    /* an event file followed (-f), or -1 */
 	off_t evpos; /* ... read up to there */
 	const char *name;
+	const char *run; /* an event file of a log folder: its run ("train"), or NULL */
 	int done;
 	unsigned long long binary, nlong; /* lines skipped: NUL bytes, too long */
 };
@@ -610,6 +613,10 @@ static int read_records(struct source *s, dp_reader *r, uint64_t *good, dp_err *
 		dp_buf_printf(&line, "step=%" PRId64, ev.step);
 		for (size_t i = 0; i < ev.nscalars; i++) {
 			dp_buf_add(&line, " ", 1);
+			if (s->run && *s->run) { /* TensorBoard's run/tag */
+				put_key(&line, s->run, strlen(s->run));
+				dp_buf_add(&line, "/", 1);
+			}
 			put_key(&line, ev.scalars[i].tag, ev.scalars[i].tag_len);
 			dp_buf_add(&line, "=", 1);
 			put_value(&line, &ev.scalars[i]);
@@ -1161,16 +1168,65 @@ static void set_up(char **files, int nfiles)
 	}
 }
 
+/* A folder among the files is a TensorBoard log folder: its event files
+ * take its place, each with its run (dp_tb_find), which names its values
+ * as TensorBoard does (validation/epoch_loss).  The lists become new
+ * blocks (free them); found[] keeps the blocks of the names (64 folders at
+ * most). */
+static void expand_folders(char ***files, char ***runs, int *nfiles, char ***found, int *nfound)
+{
+	size_t n = 0, cap = (size_t)*nfiles + 1;
+	char **f = cli_calloc(cap, sizeof *f), **r = cli_calloc(cap, sizeof *r);
+	for (int i = 0; i < *nfiles; i++) {
+		const char *path = (*files)[i];
+		struct stat st;
+		char **m = NULL;
+		dp_err e;
+		if (strcmp(path, "-") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+			if (*nfound == 64)
+				cli_usage_error("more than 64 folders");
+			if (!(m = dp_tb_find(path, &e))) {
+				cli_warn("%s", e.msg);
+				G.failed = 1;
+				continue;
+			}
+			found[(*nfound)++] = m;
+			if (!m[0]) {
+				cli_warn("%s: a folder without event files (tfevents in their names)", path);
+				G.failed = 1;
+			}
+		}
+		size_t k = 0;
+		while (m && m[2 * k])
+			k++;
+		if (n + (m ? k : 1) >= cap) {
+			cap = 2 * (n + k + 1);
+			char **nf = realloc(f, cap * sizeof *f), **nr = nf ? realloc(r, cap * sizeof *r) : NULL;
+			if (!nf || !nr)
+				cli_die("out of memory");
+			f = nf, r = nr;
+		}
+		for (size_t j = 0; m && j < k; j++, n++)
+			f[n] = m[2 * j], r[n] = m[2 * j + 1];
+		if (!m)
+			f[n] = (char *)path, r[n++] = NULL;
+	}
+	*files = f;
+	*runs = r;
+	*nfiles = (int)n;
+}
+
 /* Open the files (none: stdin) into src and read them: one after the
  * other, each closed once read, or all together when following (each then
  * holds a descriptor to the end).  Returns the number opened. */
-static int read_sources(struct source *src, char **files, int nfiles)
+static int read_sources(struct source *src, char **files, char **runs, int nfiles)
 {
 	int nsrc = 0;
 	unsigned flags = G.follow ? DP_LINES_FOLLOW : 0;
 	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
 		const char *path = nfiles ? files[i] : "-";
 		struct source *s = &src[nsrc];
+		s->run = nfiles ? runs[i] : NULL;
 		if (open_source(s, path, flags) != 0) {
 			if (s->fd >= 0)
 				close(s->fd);
@@ -1235,13 +1291,18 @@ int main(int argc, char **argv)
 	if (!G.m)
 		cli_die("out of memory");
 	int first = parse_args(argc, argv);
-	char **files = argv + first;
-	int nfiles = argc - first;
+	char **files = argv + first, **runs = NULL, **found[64];
+	int nfiles = argc - first, nfound = 0, given = nfiles;
 	set_up(files, nfiles);
+	expand_folders(&files, &runs, &nfiles, found, &nfound);
 	struct source *src = cli_calloc((size_t)(nfiles ? nfiles : 1), sizeof *src);
-	int nsrc = read_sources(src, files, nfiles);
+	int nsrc = given && !nfiles ? 0 : read_sources(src, files, runs, nfiles); /* not stdin */
 	int status = finish(src, nsrc);
 	free(src);
+	free(files);
+	free(runs);
+	for (int i = 0; i < nfound; i++)
+		free(found[i]);
 	dp_buf_free(&obuf);
 	dp_plot_free(G.chart);
 	dp_matcher_free(G.m);

@@ -517,7 +517,8 @@ static void encode_images(const char *path)
 	size_t left = dp_image_set_left_out(set, &eg);
 	char *egs = left ? dp_shown(eg, strlen(eg)) : NULL;
 	if (left)
-		cli_warn("%s: left out %zu file%s that %s not .jpg, .jpeg or .png images (%s%s)", path,
+		cli_warn("%s: left out %zu file%s that %s not images ImageFolder reads (.jpg .jpeg .png "
+			 ".ppm .bmp .pgm .tif .tiff .webp) (%s%s)", path,
 			 left, left == 1 ? "" : "s", left == 1 ? "is" : "are", left == 1 ? "" : "e.g. ",
 			 egs ? egs : "?");
 	free(egs);
@@ -561,7 +562,8 @@ static void help(void)
 	       "      --encode=json=proto  JSON lines in protobuf's JSON mapping (--json=proto)\n"
 	       "      --encode=csv       CSV with a header row (RFC 4180)\n"
 	       "      --encode=idx       IDX (MNIST) files: tfr-cat --encode=idx IMAGES LABELS\n"
-	       "      --encode=images    JPEG/PNG files: DIR with one folder per class, or a\n"
+	       "      --encode=images    image files (JPEG, PNG, WebP, TIFF, BMP, PPM, PGM): DIR\n"
+	       "                         with one folder per class, or a\n"
 	       "                         PATH,LABEL list; one image record each (tfrecord(5))\n"
 	       "      --classes-out=FILE  with --encode=images: the class names, one a line, in\n"
 	       "                         label order, for dp-eval's class names (tfr-cat(1))\n"

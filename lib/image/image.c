@@ -1,5 +1,6 @@
 /*
- * image.c - JPEG and PNG headers and decoding (dp_image.h).
+ * image.c - JPEG and PNG headers and decoding (dp_image.h); the other
+ * formats are formats.c's.
  *
  * JPEG goes through libjpeg-turbo's libjpeg API, strict: a libjpeg warning
  * (a truncated file, a corrupt segment, which libjpeg would fill with
@@ -39,6 +40,16 @@ int dp_image_format_of(const void *p, size_t n)
 		return DP_IMAGE_JPEG;
 	if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8))
 		return DP_IMAGE_PNG;
+	if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4))
+		return DP_IMAGE_WEBP;
+	if (n >= 4 && (!memcmp(b, "II*\0", 4) || !memcmp(b, "MM\0*", 4) || !memcmp(b, "II+\0", 4) ||
+		       !memcmp(b, "MM\0+", 4)))
+		return DP_IMAGE_TIFF;
+	if (n >= 2 && b[0] == 'B' && b[1] == 'M')
+		return DP_IMAGE_BMP;
+	if (n >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '7' &&
+	    (b[2] == ' ' || b[2] == '\n' || b[2] == '\r' || b[2] == '\t' || b[2] == '#'))
+		return DP_IMAGE_PNM;
 	return DP_IMAGE_UNKNOWN;
 }
 
@@ -47,6 +58,10 @@ const char *dp_image_format_name(int format)
 	switch (format) {
 	case DP_IMAGE_JPEG: return "jpeg";
 	case DP_IMAGE_PNG: return "png";
+	case DP_IMAGE_WEBP: return "webp";
+	case DP_IMAGE_TIFF: return "tiff";
+	case DP_IMAGE_BMP: return "bmp";
+	case DP_IMAGE_PNM: return "pnm";
 	default: return "unknown";
 	}
 }
@@ -84,7 +99,7 @@ int img_grow(void **p, size_t *cap, size_t n)
 	return DP_OK;
 }
 
-static int check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e)
+int img_check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e)
 {
 	uint64_t lim = max_pixels ? max_pixels : DP_IMAGE_MAX_PIXELS;
 	if (!w || !h)
@@ -146,8 +161,11 @@ int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e)
 		info->depth = 8;
 		return rc;
 	}
-	return dp_seterr(e, DP_EDATA, "not a JPEG or PNG file (%s)",
-			 n < 8 ? "too short" : "no JPEG or PNG signature at its start");
+	if (info->format != DP_IMAGE_UNKNOWN)
+		return img_other_info(info->format, p, n, info, e);
+	return dp_seterr(e, DP_EDATA, "not an image file (%s)",
+			 n < 8 ? "too short"
+			       : "no JPEG, PNG, WebP, TIFF, BMP or PNM signature at its start");
 }
 
 /* ---- decode ------------------------------------------------------------------ */
@@ -196,7 +214,7 @@ static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t
 	int rc = png_open(&ctx, p, n, &ih, e);
 	if (rc < 0)
 		return rc;
-	if ((rc = check_size(ih.width, ih.height, max_pixels, e)) < 0)
+	if ((rc = img_check_size(ih.width, ih.height, max_pixels, e)) < 0)
 		goto out;
 	/* gray straight to gray; anything else through RGBA8 (palette,
 	 * tRNS, 16-bit, alpha all resolved by libspng) */
@@ -344,7 +362,7 @@ int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int d
 	jpeg_begin(&j, p, n);
 	struct jpeg_decompress_struct *ci = &j.ci;
 	jpeg_read_header(ci, TRUE);
-	if ((j.rc = check_size(ci->image_width, ci->image_height, max_pixels, e)) < 0)
+	if ((j.rc = img_check_size(ci->image_width, ci->image_height, max_pixels, e)) < 0)
 		longjmp(j.jb, 1);
 	/* the bound on the scans' work: DP_IMAGE_MAX_SCAN_PASSES times the
 	 * blocks of all components (known once the first scan's header is
@@ -414,8 +432,12 @@ int dp_image_decode(dp_image_dec *x, const void *p, size_t n, int channels, int 
 	case DP_IMAGE_PNG:
 		rc = decode_png(x, p, n, channels, max_pixels, w, h, e);
 		break;
+	case DP_IMAGE_UNKNOWN:
+		return dp_seterr(e, DP_EDATA, "not an image file (no JPEG, PNG, WebP, TIFF, BMP or "
+				 "PNM signature at its start)");
 	default:
-		return dp_seterr(e, DP_EDATA, "not a JPEG or PNG file");
+		rc = img_other_decode(dp_image_format_of(p, n), x, p, n, channels, max_pixels, w, h, e);
+		break;
 	}
 	if (rc == DP_OK)
 		*px = x->px;

@@ -37,6 +37,20 @@ int dp_image_jpeg_region(dp_image_dec *x, const void *p, size_t n, int ch, int d
  * of JPEG file"), for a stream of tables alone too. */
 int img_jpeg_header(const void *p, size_t n, uint32_t *w, uint32_t *h, int *channels, dp_err *e);
 
+/* WebP, TIFF, BMP and PNM (formats.c): the header (size, channels as
+ * stored), and the decode to ch channels in x->px, as dp_image_probe and
+ * dp_image_decode. */
+int img_other_info(int format, const void *p, size_t n, dp_image_info *info, dp_err *e);
+int img_other_decode(int format, dp_image_dec *x, const void *p, size_t n, int ch,
+		     uint64_t max_pixels, uint32_t *w, uint32_t *h, dp_err *e);
+int img_webp_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
+int img_tiff_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
+const char *img_stb_name(int format);
+
+/* DP_OK when a w x h image is within max_pixels (0: DP_IMAGE_MAX_PIXELS),
+ * else DP_ELIMIT (DP_EDATA for no pixels), said for the user. */
+int img_check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e);
+
 /* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
 int img_grow(void **p, size_t *cap, size_t n);
 

@@ -42,11 +42,16 @@ struct dp_image_set {
 	dp_exbuild eb;
 };
 
+/* torchvision's IMG_EXTENSIONS: the files its ImageFolder takes. */
 static int is_image_name(const char *s)
 {
+	static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+					  ".pgm", ".tif", ".tiff", ".webp", NULL};
 	const char *dot = strrchr(s, '.');
-	return dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
-		       !strcasecmp(dot, ".png"));
+	for (const char *const *x = ext; dot && *x; x++)
+		if (!strcasecmp(dot, *x))
+			return 1;
+	return 0;
 }
 
 static int add_item(dp_image_set *s, const char *path, const char *name, size_t cls, dp_err *e)
@@ -228,8 +233,8 @@ dp_image_set *dp_image_set_open(const char *path, dp_err *e)
 		 : S_ISDIR(st.st_mode) ? open_dir(s, path, e)
 				       : open_list(s, path, e);
 	if (rc == DP_OK && !s->n)
-		rc = dp_seterr(e, DP_EDATA, "%s: no .jpg, .jpeg or .png files in its class folders",
-			       path);
+		rc = dp_seterr(e, DP_EDATA, "%s: no image files (.jpg .jpeg .png .ppm .bmp .pgm .tif "
+			       ".tiff .webp) in its class folders", path);
 	if (rc < 0) {
 		dp_image_set_close(s);
 		return NULL;
@@ -273,7 +278,7 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 	if (!in.width || !in.height)
 		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", t->shown, in.width,
 				 in.height);
-	static const char *fmt[] = {"", "JPEG", "PNG"};
+	static const char *fmt[] = {"", "JPEG", "PNG", "WEBP", "TIFF", "BMP", "PNM"};
 	const uint8_t *v[1];
 	size_t vl[1];
 	int64_t iv;
@@ -355,7 +360,9 @@ int dp_image_of_record(const dp_example *ex, const char *feature, uint64_t index
 	} else {
 		int fmt = dp_image_format_of(*data, *n);
 		snprintf(buf, len, "%llu.%s", (unsigned long long)index,
-			 fmt == DP_IMAGE_JPEG ? "jpg" : fmt == DP_IMAGE_PNG ? "png" : "bin");
+			 fmt == DP_IMAGE_JPEG ? "jpg" : fmt == DP_IMAGE_PNG ? "png"
+				: fmt == DP_IMAGE_WEBP ? "webp" : fmt == DP_IMAGE_TIFF ? "tif"
+				: fmt == DP_IMAGE_BMP ? "bmp" : fmt == DP_IMAGE_PNM ? "ppm" : "bin");
 	}
 	return DP_OK;
 }

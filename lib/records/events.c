@@ -26,6 +26,13 @@
 
 /* ---- Encoding ------------------------------------------------------------ */
 
+static double wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 static void pb_varint(dp_buf *b, uint64_t v)
@@ -127,6 +134,117 @@ int dp_summary_histogram(dp_buf *summary, const char *tag, const float *x, size_
 	return summary->err;
 }
 
+/* Summary.value of tag with metadata naming plugin (its content, when
+ * given) and the TensorProto body tensor (a sub-message, as is). */
+static int plugin_value(dp_buf *summary, const char *tag, const char *plugin, const dp_buf *content,
+			const dp_buf *tensor)
+{
+	dp_buf pd = DP_BUF_INIT, md = DP_BUF_INIT, v = DP_BUF_INIT;
+	pb_bytes(&pd, 1, plugin, strlen(plugin));   /* PluginData.plugin_name */
+	if (content && content->len)
+		pb_bytes(&pd, 2, content->p, content->len); /* .content */
+	pb_bytes(&md, 1, pd.p, pd.len);              /* SummaryMetadata.plugin_data */
+	pb_bytes(&v, 1, tag, strlen(tag));           /* Value.tag */
+	pb_bytes(&v, 9, md.p, md.len);               /* Value.metadata */
+	pb_bytes(&v, 8, tensor->p, tensor->len);     /* Value.tensor */
+	pb_bytes(summary, 1, v.p, v.len);
+	int err = pd.err ? pd.err : md.err ? md.err : v.err;
+	if (err && !summary->err)
+		summary->err = err;
+	dp_buf_free(&pd);
+	dp_buf_free(&md);
+	dp_buf_free(&v);
+	return summary->err;
+}
+
+int dp_summary_text(dp_buf *summary, const char *tag, const char *text)
+{
+	/* TensorProto { dtype = DT_STRING (7); tensor_shape = {} (a scalar,
+	 * as tf.summary.text writes); string_val = 8 } */
+	dp_buf t = DP_BUF_INIT;
+	pb_tag(&t, 1, WT_VARINT);
+	pb_varint(&t, 7);
+	pb_bytes(&t, 2, "", 0);
+	pb_bytes(&t, 8, text, strlen(text));
+	int rc = t.err ? (summary->err = t.err) : plugin_value(summary, tag, "text", NULL, &t);
+	dp_buf_free(&t);
+	return rc;
+}
+
+/* The hparams plugin's values carry TensorBoard's NULL_TENSOR: an empty
+ * float vector, TensorProto { dtype = DT_FLOAT; tensor_shape { dim {} } }. */
+static int hparams_value(dp_buf *summary, const char *tag, const dp_buf *data)
+{
+	static const uint8_t null_tensor[] = {0x08, 0x01, 0x12, 0x02, 0x12, 0x00};
+	dp_buf t = DP_BUF_INIT, c = DP_BUF_INIT;
+	dp_buf_add(&t, null_tensor, sizeof null_tensor);
+	/* HParamsPluginData { version = 1 (0: left out); the data's field } */
+	dp_buf_add(&c, data->p, data->len);
+	int rc = t.err || c.err || data->err ? (summary->err = DP_ENOMEM)
+					      : plugin_value(summary, tag, "hparams", &c, &t);
+	dp_buf_free(&t);
+	dp_buf_free(&c);
+	return rc;
+}
+
+int dp_summary_hparams_start(dp_buf *summary, const char *const *kv, const char *types,
+			     double start_time)
+{
+	dp_buf ssi = DP_BUF_INIT, ent = DP_BUF_INIT, val = DP_BUF_INIT, d = DP_BUF_INIT;
+	for (const char *const *x = kv; x && x[0] && x[1]; x += 2) {
+		int type = types ? types[(x - kv) / 2] : 0;
+		if (!x[1][0])
+			continue;
+		/* google.protobuf.Value { number_value = 2 | string_value = 3 |
+		 * bool_value = 4 } */
+		char *end;
+		errno = 0;
+		double num = strtod(x[1], &end);
+		dp_buf_reset(&val);
+		if (type != 's' && type != 'n' && (!strcmp(x[1], "true") || !strcmp(x[1], "false"))) {
+			pb_tag(&val, 4, WT_VARINT);
+			pb_varint(&val, x[1][0] == 't');
+		} else if (type != 's' && type != 'b' && !*end && !errno && isfinite(num) &&
+			   strspn(x[1], "0123456789+-.eE") == strlen(x[1])) { /* no hex, inf, nan */
+			pb_double(&val, 2, num);
+		} else {
+			pb_bytes(&val, 3, x[1], strlen(x[1]));
+		}
+		/* map<string, Value> hparams = 1: entries { key = 1; value = 2 } */
+		dp_buf_reset(&ent);
+		pb_bytes(&ent, 1, x[0], strlen(x[0]));
+		pb_bytes(&ent, 2, val.p, val.len);
+		pb_bytes(&ssi, 1, ent.p, ent.len);
+	}
+	pb_double(&ssi, 5, start_time ? start_time : wall_now()); /* start_time_secs */
+	pb_bytes(&d, 3, ssi.p, ssi.len);                         /* .session_start_info */
+	if (ssi.err || ent.err || val.err)
+		d.err = DP_ENOMEM;
+	int rc = hparams_value(summary, "_hparams_/session_start_info", &d);
+	dp_buf_free(&ssi);
+	dp_buf_free(&ent);
+	dp_buf_free(&val);
+	dp_buf_free(&d);
+	return rc;
+}
+
+int dp_summary_hparams_end(dp_buf *summary, int ok, double end_time)
+{
+	/* SessionEndInfo { status = 1 (STATUS_SUCCESS 1, STATUS_FAILURE 2);
+	 * end_time_secs = 2 } as HParamsPluginData.session_end_info = 4 */
+	dp_buf sei = DP_BUF_INIT, d = DP_BUF_INIT;
+	pb_tag(&sei, 1, WT_VARINT);
+	pb_varint(&sei, ok ? 1 : 2);
+	pb_double(&sei, 2, end_time ? end_time : wall_now());
+	pb_bytes(&d, 4, sei.p, sei.len);
+	if (sei.err)
+		d.err = DP_ENOMEM;
+	int rc = hparams_value(summary, "_hparams_/session_end_info", &d);
+	dp_buf_free(&sei);
+	dp_buf_free(&d);
+	return rc;
+}
+
 int dp_event_encode(dp_buf *out, double wall_time, int64_t step, const char *file_version,
 		    const dp_buf *summary)
 {
@@ -150,13 +268,6 @@ struct dp_events {
 	dp_writer *w;
 	dp_buf sum, ev;
 };
-
-static double wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* mkdir -p dir */
 static int make_dirs(const char *dir, dp_err *e)

@@ -16,28 +16,11 @@
  * The timeline gets "agree", "forward", "backward" and "update" events.
  */
 #define _GNU_SOURCE
-#include "dp_train.h"
+#include "train_impl.h"
 #include "dp_hash.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct dp_trainer {
-	dp_model *m;
-	dp_optim *o;
-	dp_comm *c;
-	const dp_backend *be;
-	dp_bectx *ctx;
-	dp_step_conf conf;
-	int rank, size, xent;
-	uint64_t *counts; /* (size) every rank's samples in a micro-batch */
-	size_t glo;       /* gradients below glo: the frozen prefix, zero, not summed */
-	float *acc;       /* (dev) the update's gradients so far (accumulate > 1) */
-	uint64_t micro;   /* micro-batches in acc */
-	uint64_t micro_gn; /* the job's samples in them */
-	double pend_loss, pend_correct; /* this rank's sums over them */
-	uint64_t pend_samples;
-};
 
 /* --sync-bn: batchnorm sums over the ranks (a dp_sum_fn). */
 static int bn_sum(void *comm, double *v, size_t n, dp_err *e)
@@ -53,6 +36,8 @@ static size_t frozen_prefix(const dp_model *m)
 	for (int i = 0; i < dp_model_nlayers(m); i++) {
 		dp_layer_info li;
 		dp_model_layer(m, i, &li);
+		if (!li.staged) /* another stage's (a pipeline) */
+			continue;
 		if (li.nparams && !li.frozen)
 			break;
 		if (li.nparams)
@@ -89,10 +74,14 @@ dp_trainer *dp_trainer_new(dp_model *m, dp_optim *o, dp_comm *c, const dp_step_c
 		dp_trainer_free(t);
 		return NULL;
 	}
-	if (t->conf.accumulate > 1 &&
-	    !(t->acc = t->be->alloc(t->ctx, dp_model_nparams(m) * sizeof(float)))) {
+	if ((t->conf.accumulate > 1 || t->conf.stages > 1) &&
+	    !(t->acc = t->be->alloc(t->ctx, (dp_model_nparams(m) + 1) * sizeof(float)))) {
 		dp_trainer_free(t);
 		dp_seterr(e, DP_ENOMEM, "--accumulate: out of memory for the gradients' sum");
+		return NULL;
+	}
+	if (t->conf.stages > 1 && pipe_open(t, e) < 0) {
+		dp_trainer_free(t);
 		return NULL;
 	}
 	if (t->conf.sync_bn && t->size > 1)
@@ -104,6 +93,7 @@ void dp_trainer_free(dp_trainer *t)
 {
 	if (!t)
 		return;
+	pipe_free(t);
 	if (t->acc)
 		t->be->free(t->ctx, t->acc);
 	free(t->counts);
@@ -112,6 +102,8 @@ void dp_trainer_free(dp_trainer *t)
 
 int dp_step_agree(dp_trainer *t, dp_step *s, dp_err *e)
 {
+	if (t->p)
+		return pipe_agree(t, s, e);
 	double t0 = dp_now();
 	uint64_t n = s->n;
 	int rc = dp_comm_allgather(t->c, &n, t->counts, sizeof n, e);
@@ -192,7 +184,6 @@ static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_err 
 {
 	float *g = dp_model_grads(t->m);
 	size_t np = dp_model_nparams(t->m);
-	uint64_t full = t->conf.accumulate * t->conf.batch * (uint64_t)t->size;
 	int rc = dp_comm_grads_begin(t->c, g + t->glo, np - t->glo, e);
 	if (rc == 0)
 		rc = s->n ? dp_model_backward(t->m, s->n, acc_hook, t, e) : idle_grads(t, e);
@@ -202,13 +193,36 @@ static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_err 
 	dp_comm_event(t->c, "backward", 1, t0, t1);
 	if ((rc = dp_comm_grads_wait(t->c, e)) < 0)
 		return rc;
-	double t2 = dp_now();
+	return train_apply(t, lr, e);
+}
+
+uint64_t train_full(const dp_trainer *t)
+{
+	return t->conf.accumulate * t->conf.batch * (uint64_t)(t->p ? t->p->plan.replicas : t->size);
+}
+
+int train_apply(dp_trainer *t, double lr, dp_err *e)
+{
+	double t0 = dp_now();
+	float *g = dp_model_grads(t->m);
+	size_t np = dp_model_nparams(t->m);
+	uint64_t full = train_full(t);
 	if (t->conf.accumulate > 1 && t->micro_gn != full) /* a short update */
 		t->be->scale(t->ctx, g, (float)((double)full / (double)t->micro_gn), np);
-	if (t->conf.clip_norm > 0 && dp_grads_clip(t->be, t->ctx, g, np, t->conf.clip_norm) < 0)
-		return dp_seterr(e, DP_ENOMEM, "--clip-norm: out of memory");
+	if (t->conf.clip_norm > 0) {
+		/* the norm of every parameter's gradient: a pipeline's stages'
+		 * (each replica's are the same: the first's are summed) */
+		double ss = dp_grads_sumsq(t->be, t->ctx, g, np);
+		if (ss < 0)
+			return dp_seterr(e, DP_ENOMEM, "--clip-norm: out of memory");
+		int rc;
+		if (t->p && (ss = t->p->plan.replica ? 0 : ss,
+			     (rc = dp_comm_allreduce_sum(t->c, &ss, 1, e)) < 0))
+			return rc;
+		dp_grads_clip_to(t->be, t->ctx, g, np, sqrt(ss), t->conf.clip_norm);
+	}
 	dp_optim_step(t->o, dp_model_params(t->m), g, lr);
-	dp_comm_event(t->c, "update", 1, t2, dp_now());
+	dp_comm_event(t->c, "update", 1, t0, dp_now());
 	return DP_OK;
 }
 
@@ -216,7 +230,7 @@ static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_err 
 static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int last,
 		       dp_step_result *r, dp_err *e)
 {
-	uint64_t N = t->conf.accumulate, full = N * t->conf.batch * (uint64_t)t->size;
+	uint64_t N = t->conf.accumulate, full = train_full(t);
 	double st[2] = {0, 0}, t0 = dp_now();
 	memset(r, 0, sizeof *r);
 	if (s->n) {
@@ -258,7 +272,8 @@ static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr
 int dp_step_run(dp_trainer *t, const dp_step *s, uint64_t step, double lr, dp_step_result *r,
 		dp_err *e)
 {
-	return micro_batch(t, s, step, lr, t->micro + 1 >= t->conf.accumulate, r, e);
+	int last = t->micro + 1 >= t->conf.accumulate;
+	return t->p ? pipe_step(t, s, step, lr, last, r, e) : micro_batch(t, s, step, lr, last, r, e);
 }
 
 uint64_t dp_step_pending(const dp_trainer *t) { return t->micro; }
@@ -270,22 +285,59 @@ int dp_step_flush(dp_trainer *t, uint64_t step, double lr, dp_step_result *r, dp
 		memset(r, 0, sizeof *r);
 		return DP_OK;
 	}
-	return micro_batch(t, &none, step, lr, 1, r, e);
+	return t->p ? pipe_step(t, &none, step, lr, 1, r, e) : micro_batch(t, &none, step, lr, 1, r, e);
 }
 
 void dp_step_drop(dp_trainer *t)
 {
-	t->micro = t->micro_gn = 0;
+	t->micro = t->micro_gn = t->pend_micro = 0;
 	t->pend_loss = t->pend_correct = 0;
 	t->pend_samples = 0;
 }
 
+/* The ranks that train the same weights as this one: the job, or its
+ * stage's replicas. */
+static dp_comm *replicas_comm(const dp_trainer *t) { return t->p ? t->p->grp : t->c; }
+
 int dp_trainer_average_buffers(dp_trainer *t, dp_err *e)
 {
 	double t0 = dp_now();
+	dp_comm *c = replicas_comm(t);
 	size_t nb = dp_model_nbuffers(t->m);
-	int rc = t->size > 1 && nb ? dp_comm_allreduce_mean(t->c, dp_model_buffers(t->m), nb, e) : 0;
+	int rc = dp_comm_size(c) > 1 && nb ? dp_comm_allreduce_mean(c, dp_model_buffers(t->m), nb, e)
+					   : 0;
 	dp_comm_event(t->c, "average", 1, t0, dp_now());
+	return rc;
+}
+
+int dp_trainer_broadcast(dp_trainer *t, dp_err *e)
+{
+	dp_comm *c = replicas_comm(t);
+	int rc = dp_comm_bcast(c, dp_model_params(t->m), dp_model_nparams(t->m) * sizeof(float), 0, e);
+	if (rc == 0)
+		rc = dp_comm_bcast(c, dp_model_buffers(t->m), dp_model_nbuffers(t->m) * sizeof(float), 0,
+				   e);
+	return rc;
+}
+
+int dp_trainer_replicas(const dp_trainer *t, int *replica)
+{
+	if (replica)
+		*replica = t->p ? t->p->plan.replica : t->rank;
+	return t->p ? t->p->plan.replicas : t->size;
+}
+
+int dp_trainer_reads(const dp_trainer *t) { return !t->p || t->p->plan.stage == 0; }
+
+int dp_trainer_same_as(const dp_trainer *t, int r) { return t->p ? r % t->p->plan.stages : 0; }
+
+int dp_trainer_save(dp_trainer *t, const char *path, const dp_train_state *ts,
+		    const char *const *meta, dp_err *e)
+{
+	double t0 = dp_now();
+	int rc = t->p ? pipe_save(t, path, ts, meta, e)
+		      : t->rank == 0 ? dp_ckpt_save(path, t->m, t->o, ts, meta, e) : DP_OK;
+	dp_comm_event(t->c, "checkpoint", 1, t0, dp_now());
 	return rc;
 }
 

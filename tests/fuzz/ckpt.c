@@ -8,21 +8,51 @@
  * metadata value is read.  When its metadata describe a model small enough
  * (bounded memory), the model is built, bound to the CPU backend, its
  * weights loaded and, if they load, a forward pass runs on zeros and must
- * give probabilities in [0, 1] (NaN only when huge weights overflow).  Beyond those
- * checks: no crash, leak or hang.
+ * give probabilities in [0, 1] (NaN only when huge weights overflow).  The
+ * same bytes are also read as a stream (a pipe, as `dp-eval --model -`
+ * reads stdin: only as far as the header describes), which must accept
+ * them exactly when the reader of a whole file does, with the same tensors.
+ * Beyond those checks: no crash, leak or hang.
  */
 #define _GNU_SOURCE
 #include "dp_ckpt.h"
 #include "fuzz.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dp_bectx *ctx;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* data read as a stream: through a pipe holding all of it (the input is
+ * small enough for a pipe's buffer), opened by name as a FIFO would be;
+ * NULL when the pipe cannot hold it (nothing checked then) */
+static dp_st *open_stream(const uint8_t *data, size_t size, int *tried, dp_err *e)
+{
+	int p[2];
+	*tried = 0;
+	if (pipe(p) < 0)
+		return NULL;
+	dp_st *s = NULL;
+	if (fcntl(p[1], F_SETPIPE_SZ, 1 << 20) >= (int)size + 1 &&
+	    write(p[1], data, size) == (ssize_t)size) {
+		char name[64];
+		snprintf(name, sizeof name, "/dev/fd/%d", p[0]);
+		close(p[1]);
+		p[1] = -1;
+		*tried = 1;
+		s = dp_st_open(name, e);
+	}
+	if (p[1] >= 0)
+		close(p[1]);
+	close(p[0]);
+	return s;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -30,6 +60,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!ctx && dp_backend_cpu.open(&ctx, NULL, NULL, 0, &e) < 0)
 		abort();
 	dp_st *s = dp_st_open_mem(data, size, "fuzz.safetensors", &e);
+	int tried;
+	dp_err es;
+	dp_st *ss = open_stream(data, size, &tried, &es);
+	if (tried) {
+		CHECK(!ss == !s, "the stream reader %s what the file reader %s (%s)",
+		      ss ? "accepts" : "refuses", s ? "accepts" : "refuses", ss ? e.msg : es.msg);
+		if (ss && s) {
+			CHECK(dp_st_count(ss) == dp_st_count(s), "the stream has %d tensors, the file %d",
+			      dp_st_count(ss), dp_st_count(s));
+			for (int i = 0; i < dp_st_count(s); i++)
+				CHECK(dp_st_at(ss, i)->nbytes == dp_st_at(s, i)->nbytes &&
+				      !memcmp(dp_st_at(ss, i)->data, dp_st_at(s, i)->data, dp_st_at(s, i)->nbytes),
+				      "tensor %d differs read as a stream", i);
+		}
+		if (!ss)
+			CHECK(es.msg[0], "a stream refused without a message");
+	}
+	dp_st_close(ss);
 	if (!s) {
 		CHECK(e.msg[0], "a refusal without a message");
 		return 0;

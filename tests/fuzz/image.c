@@ -1,5 +1,6 @@
 /*
- * image.c - libFuzzer target: JPEG and PNG bytes through the image decode
+ * image.c - libFuzzer target: image bytes (JPEG, PNG, WebP, TIFF, BMP, PNM)
+ * through the image decode
  * path (dp_image.h): probe, decode to gray and RGB, and the training
  * transform (random resized crop, padding crop, flip, normalisation).
  *

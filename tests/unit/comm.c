@@ -229,6 +229,71 @@ static int test_timeline(dp_comm *c)
 	return 0;
 }
 
+/* Groups (dp_comm_split) and messages: even and odd ranks sum apart; big
+ * messages both ways round the ring at once (no rank waits for a
+ * receiver); a message of another length is an error. */
+static void test_groups(dp_comm *c)
+{
+	dp_err e;
+	dp_comm *g = dp_comm_split(c, rank % 2, -rank, &e);
+	ok(g != NULL, "split: %s", g ? dp_comm_desc(g) : e.msg);
+	if (!g)
+		return;
+	int gs = (size + 1 - rank % 2) / 2;
+	ok(dp_comm_size(g) == gs && dp_comm_rank(g) == gs - 1 - rank / 2,
+	   "a group of the %s ranks, ranked by key (%d of %d)", rank % 2 ? "odd" : "even",
+	   dp_comm_rank(g), dp_comm_size(g));
+	double d = rank + 1, want = 0;
+	for (int r = rank % 2; r < size; r += 2)
+		want += r + 1;
+	ok(dp_comm_allreduce_sum(g, &d, 1, &e) == 0 && d == want, "a sum within the group (%g)", d);
+	float gr[3000];
+	for (int i = 0; i < 3000; i++)
+		gr[i] = (float)(rank + 1);
+	int rc = dp_comm_grads_begin(g, gr, 3000, &e);
+	if (rc == 0)
+		rc = dp_comm_grads_ready(g, 0, 3000, &e);
+	if (rc == 0)
+		rc = dp_comm_grads_wait(g, &e);
+	ok(rc == 0 && gr[0] == (float)want && gr[2999] == (float)want, "gradients summed within it");
+	if (size == 1) {
+		ok(dp_comm_send(c, gr, 4, 0, 1, &e) == DP_EARG, "a message to oneself: refused");
+	} else {
+		size_t n = 1u << 20; /* 4 MiB: past any eager limit */
+		float *out = malloc(n * sizeof *out), *in1 = malloc(n * sizeof *in1),
+		      *in2 = malloc(n * sizeof *in2);
+		int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+		for (size_t i = 0; i < n; i++)
+			out[i] = (float)rank * 1000 + (float)(i % 977);
+		rc = dp_comm_send(c, out, n * 4, next, 1, &e);
+		if (rc == 0)
+			rc = dp_comm_send(c, out, n * 4, prev, 2, &e);
+		memset(out, 0, n * 4); /* the bytes were copied out */
+		if (rc == 0)
+			rc = dp_comm_recv(c, in1, n * 4, prev, 1, "from the left", &e);
+		if (rc == 0)
+			rc = dp_comm_recv(c, in2, n * 4, next, 2, "from the right", &e);
+		if (rc == 0)
+			rc = dp_comm_send_wait(c, &e);
+		int good = rc == 0;
+		for (size_t i = 0; good && i < n; i++)
+			good = in1[i] == (float)prev * 1000 + (float)(i % 977) &&
+			       in2[i] == (float)next * 1000 + (float)(i % 977);
+		ok(good, "4 MiB both ways round the ring at once%s%s", rc ? ": " : "", rc ? e.msg : "");
+		if (rank == 0)
+			rc = dp_comm_send(c, out, 8, 1, 3, &e);
+		else if (rank == 1)
+			rc = dp_comm_recv(c, in1, 16, 0, 3, "the short one", &e);
+		ok(rank != 1 || (rc == DP_EDATA && strstr(e.msg, "the short one: 8 bytes, not the 16 expected")),
+		   "a message of another length: named (%s)", rank == 1 ? e.msg : "rank 1's");
+		dp_comm_send_wait(c, &e);
+		free(out);
+		free(in1);
+		free(in2);
+	}
+	dp_comm_close(g);
+}
+
 int main(void)
 {
 	dp_err e;
@@ -253,6 +318,7 @@ int main(void)
 	test_protocol(c);
 	test_collectives(c);
 	test_settings(c);
+	test_groups(c);
 	if (test_timeline(c) < 0)
 		return 1;
 	dp_comm_close(c);

@@ -159,6 +159,45 @@ int main(void)
 	rmdir(sub);
 	rmdir(dir);
 
+	/* ---- plugin values and the run folder ---- */
+	dp_buf t = DP_BUF_INIT;
+	dp_summary_text(&t, "s", "hi");
+	/* Value { tag "s"; metadata { plugin_data { plugin_name "text" } };
+	 * tensor { dtype DT_STRING; tensor_shape {}; string_val "hi" } } */
+	static const uint8_t want_t[] = {0x0a, 0x17, 0x0a, 0x01, 's', 0x4a, 0x08, 0x0a, 0x06, 0x0a, 0x04,
+					 't', 'e', 'x', 't', 0x42, 0x08, 0x08, 0x07, 0x12, 0x00, 0x42,
+					 0x02, 'h', 'i'};
+	ok(t.len == sizeof want_t && !memcmp(t.p, want_t, t.len),
+	   "Summary{Value{tag, metadata{plugin text}, tensor{DT_STRING, scalar, string_val}}}");
+	dp_buf_free(&t);
+	char run[64];
+	snprintf(run, sizeof run, "%s/run", dir);
+	mkdir(dir, 0700);
+	dp_tb_run *tr = dp_tb_run_open(run, &err);
+	ok(tr != NULL, "a run folder");
+	if (tr) {
+		const char *kv[] = {"lr", "0.1", "model", "dense:4", "flag", "true", "empty", "", NULL};
+		ok(dp_tb_run_settings(tr, "dp-train --lr 0.1", kv, "nssn", &err) == 0, "its settings");
+		const char *names[] = {"loss"};
+		double v[] = {0.5};
+		ok(dp_tb_run_epoch(tr, DP_TB_TRAIN, 0, names, v, 1, &err) == 0, "an epoch of train/");
+		ok(dp_tb_run_epoch(tr, DP_TB_STEPS, 0, names, v, 1, &err) == DP_EARG,
+		   "epochs go to train/ or validation/ only");
+		ok(dp_tb_run_end(tr, 1, &err) == 0 && dp_tb_run_end(tr, 1, &err) == 0, "the end, once");
+		char path[128];
+		snprintf(path, sizeof path, "%s/train", run);
+		struct stat st;
+		ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "train/ made at its first epoch");
+		snprintf(path, sizeof path, "%s/validation", run);
+		ok(stat(path, &st) < 0, "validation/ not made without an epoch of its own");
+		ok(dp_tb_run_close(tr, &err) == 0, "closed");
+		dp_buf cmd = DP_BUF_INIT;
+		dp_buf_printf(&cmd, "rm -r '%s'", run);
+		ok(dp_shell_run(cmd.p, NULL, -1, NULL, &err) == 0, "(cleaned up)");
+		dp_buf_free(&cmd);
+	}
+	rmdir(dir);
+
 	/* ---- shell commands ---- */
 	dp_buf q = DP_BUF_INIT;
 	dp_shell_quote(&q, "it's a $file");

@@ -56,7 +56,7 @@ static void put_meta(dp_st_writer *w, dp_model *m, dp_optim *o, const dp_train_s
 	dp_st_set_meta(w, "model", dp_model_spec(m));
 	dp_st_set_meta(w, "input_shape", dp_shape_format(&in, sb, sizeof sb));
 	dp_st_set_meta(w, "loss", dp_loss_name(dp_model_loss_kind(m)));
-	set_u64(w, "params", dp_model_nparams(m));
+	set_u64(w, "params", dp_model_total_params(m));
 	if (ts) {
 		set_u64(w, "seed", ts->seed);
 		set_u64(w, "step", ts->step);
@@ -82,25 +82,86 @@ static void put_meta(dp_st_writer *w, dp_model *m, dp_optim *o, const dp_train_s
 		dp_st_set_meta(w, kv[0], kv[1]);
 }
 
-int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
-		 const char *const *meta, dp_err *e)
+/* ---- a checkpoint in parts ----------------------------------------------------
+ * A part is a stage's tensors as records, in the host's byte order (parts
+ * travel between the ranks of one job):
+ *     u16 name length, name, u8 dtype, u8 ndim, i64 shape[ndim],
+ *     u64 bytes, the bytes
+ * padded with zeros to a multiple of 4 bytes. */
+
+typedef struct part_rec {
+	const char *name;
+	size_t nlen;
+	int dtype, ndim;
+	int64_t shape[4];
+	const void *data;
+	size_t nbytes;
+} part_rec;
+
+static void put_rec(dp_buf *b, const char *name, int dtype, int ndim, const int64_t *shape,
+		    const void *data, size_t nbytes)
+{
+	uint16_t nl = (uint16_t)strlen(name);
+	uint8_t hd[2] = {(uint8_t)dtype, (uint8_t)ndim};
+	uint64_t nb = nbytes;
+	dp_buf_add(b, &nl, sizeof nl);
+	dp_buf_add(b, name, nl);
+	dp_buf_add(b, hd, 2);
+	dp_buf_add(b, shape, (size_t)ndim * sizeof *shape);
+	dp_buf_add(b, &nb, sizeof nb);
+	dp_buf_add(b, data, nbytes);
+}
+
+/* The next record of a part at *p (end: its end): 1, 0 at the end, -1 when
+ * it is cut short (a part of another build). */
+static int get_rec(const char **p, const char *end, part_rec *r)
+{
+	const char *q = *p;
+	uint16_t nl;
+	uint64_t nb;
+	if (end - q < 2)
+		return 0;
+	memcpy(&nl, q, 2);
+	if (!nl)
+		return 0; /* padding */
+	q += 2;
+	if ((size_t)(end - q) < (size_t)nl + 2)
+		return -1;
+	r->name = q;
+	r->nlen = nl;
+	q += nl;
+	r->dtype = (uint8_t)q[0];
+	r->ndim = (uint8_t)q[1];
+	q += 2;
+	if (r->ndim > 4 || (size_t)(end - q) < (size_t)r->ndim * 8 + 8)
+		return -1;
+	memcpy(r->shape, q, (size_t)r->ndim * 8);
+	q += r->ndim * 8;
+	memcpy(&nb, q, 8);
+	q += 8;
+	if ((uint64_t)(end - q) < nb)
+		return -1;
+	r->data = q;
+	r->nbytes = (size_t)nb;
+	*p = q + nb;
+	return 1;
+}
+
+void *dp_ckpt_part(dp_model *m, dp_optim *o, size_t *len, dp_err *e)
 {
 	size_t np = dp_model_nparams(m), nb = dp_model_nbuffers(m);
 	int ns = o ? dp_optim_nstates(o) : 0;
-	const dp_backend *be = NULL;
-	int nt = dp_model_ntensors(m), rc = DP_OK;
-	float *host = malloc((np * (1 + (size_t)ns) + nb + 1) * sizeof(float));
-	int64_t *counters = calloc((size_t)nt + 1, sizeof *counters);
-	dp_st_writer *w = dp_st_writer_new();
-	if (!host || !counters || !w) {
-		rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-		goto out;
-	}
+	int nt = dp_model_ntensors(m);
 	dp_bectx *ctx;
-	be = dp_model_backend(m, &ctx);
+	const dp_backend *be = dp_model_backend(m, &ctx);
 	if (!be) {
-		rc = dp_seterr(e, DP_EARG, "%s: model not bound", path);
-		goto out;
+		dp_seterr(e, DP_EARG, "checkpoint: model not bound");
+		return NULL;
+	}
+	float *host = malloc((np * (1 + (size_t)ns) + nb + 1) * sizeof(float));
+	if (!host) {
+		dp_seterr(e, DP_ENOMEM, "checkpoint: out of memory");
+		return NULL;
 	}
 	float *hp = host, *hb = host + np, *hs = host + np + nb;
 	be->download(ctx, hp, dp_model_params(m), np * sizeof(float));
@@ -108,26 +169,24 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 		be->download(ctx, hb, dp_model_buffers(m), nb * sizeof(float));
 	for (int j = 0; j < ns; j++)
 		be->download(ctx, hs + (size_t)j * np, dp_optim_state(o, j), np * sizeof(float));
-	if ((rc = be->sync(ctx, e)) < 0) { /* a device fault: the copies are not the weights */
-		dp_preferr(e, "%s: not written", path);
-		goto out;
+	if (be->sync(ctx, e) < 0) { /* a device fault: the copies are not the weights */
+		free(host);
+		return NULL;
 	}
 	if (!all_finite(hp, np) || !all_finite(hb, nb) || !all_finite(hs, np * (size_t)ns)) {
-		rc = dp_seterr(e, DP_EDATA, "%s: not written: the model's parameters are not finite",
-			       path);
-		goto out;
+		free(host);
+		dp_seterr(e, DP_EDATA, "the model's parameters are not finite");
+		return NULL;
 	}
-	put_meta(w, m, o, ts, meta);
+	dp_buf b = DP_BUF_INIT;
 	for (int i = 0; i < nt; i++) {
 		dp_tensor_info t;
 		dp_model_tensor(m, i, &t);
-		if (t.role == DP_TENSOR_COUNTER) {
-			counters[i] = *dp_model_counter(m, t.layer);
-			dp_st_add(w, t.name, DP_DT_I64, 0, t.shape, &counters[i]);
-		} else {
-			dp_st_add(w, t.name, DP_DT_F32, t.ndim, t.shape,
-				  (t.role == DP_TENSOR_PARAM ? hp : hb) + t.off);
-		}
+		if (t.role == DP_TENSOR_COUNTER)
+			put_rec(&b, t.name, DP_DT_I64, 0, t.shape, dp_model_counter(m, t.layer), 8);
+		else
+			put_rec(&b, t.name, DP_DT_F32, t.ndim, t.shape,
+				(t.role == DP_TENSOR_PARAM ? hp : hb) + t.off, t.count * sizeof(float));
 	}
 	for (int j = 0; j < ns; j++)
 		for (int i = 0; i < nt; i++) {
@@ -137,7 +196,87 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 				continue;
 			char name[128];
 			optim_tensor_name(name, sizeof name, &t, o, j);
-			dp_st_add(w, name, DP_DT_F32, t.ndim, t.shape, hs + (size_t)j * np + t.off);
+			put_rec(&b, name, DP_DT_F32, t.ndim, t.shape, hs + (size_t)j * np + t.off,
+				t.count * sizeof(float));
+		}
+	while (b.len % 4)
+		dp_buf_add(&b, "", 1);
+	free(host);
+	if (b.err) {
+		dp_buf_free(&b);
+		dp_seterr(e, DP_ENOMEM, "checkpoint: out of memory");
+		return NULL;
+	}
+	*len = b.len;
+	return b.p ? b.p : calloc(1, 4);
+}
+
+/* The record named name among the parts' (n of them), or NULL. */
+static const part_rec *find_rec(const part_rec *r, size_t n, const char *name)
+{
+	size_t len = strlen(name);
+	for (size_t i = 0; i < n; i++)
+		if (r[i].nlen == len && !memcmp(r[i].name, name, len))
+			return &r[i];
+	return NULL;
+}
+
+int dp_ckpt_save_parts(const char *path, dp_model *m, dp_optim *o, const void *const *parts,
+		       const size_t *lens, int nparts, const dp_train_state *ts,
+		       const char *const *meta, dp_err *e)
+{
+	dp_shape in = dp_model_input(m);
+	dp_err e2;
+	/* the whole model, as one rank has it: its tensors' names in order */
+	dp_model *whole = dp_model_new(dp_model_spec(m), &in, dp_model_loss_kind(m), &e2);
+	dp_st_writer *w = dp_st_writer_new();
+	part_rec *rec = NULL;
+	size_t nrec = 0, cap = 0;
+	int rc = DP_OK;
+	if (!whole || !w) {
+		rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	for (int k = 0; k < nparts; k++) {
+		const char *p = parts[k], *end = p + lens[k];
+		part_rec r;
+		int got;
+		while ((got = get_rec(&p, end, &r)) == 1) {
+			if (nrec == cap) {
+				cap = cap ? 2 * cap : 256;
+				part_rec *t = realloc(rec, cap * sizeof *t);
+				if (!t) {
+					rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
+					goto out;
+				}
+				rec = t;
+			}
+			rec[nrec++] = r;
+		}
+		if (got < 0) {
+			rc = dp_seterr(e, DP_EDATA, "%s: part %d of the checkpoint is cut short", path, k);
+			goto out;
+		}
+	}
+	put_meta(w, m, o, ts, meta);
+	int nt = dp_model_ntensors(whole), ns = o ? dp_optim_nstates(o) : 0;
+	for (int j = -1; j < ns; j++) /* the model's tensors, then each state's */
+		for (int i = 0; i < nt; i++) {
+			dp_tensor_info t;
+			char name[128];
+			dp_model_tensor(whole, i, &t);
+			if (j >= 0 && t.role != DP_TENSOR_PARAM)
+				continue;
+			if (j >= 0)
+				optim_tensor_name(name, sizeof name, &t, o, j);
+			const part_rec *r = find_rec(rec, nrec, j < 0 ? t.name : name);
+			if (!r && j >= 0)
+				continue; /* a frozen tensor: no state */
+			if (!r) {
+				rc = dp_seterr(e, DP_EARG, "%s: no stage holds tensor '%s'", path, t.name);
+				goto out;
+			}
+			dp_st_add(w, j < 0 ? t.name : name, r->dtype, r->ndim, r->shape, r->data);
 		}
 	uint64_t rng[4];
 	if (ts) {
@@ -150,8 +289,22 @@ int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_stat
 	rc = dp_st_write(w, path, e);
 out:
 	dp_st_writer_free(w);
-	free(host);
-	free(counters);
+	dp_model_free(whole);
+	free(rec);
+	return rc;
+}
+
+int dp_ckpt_save(const char *path, dp_model *m, dp_optim *o, const dp_train_state *ts,
+		 const char *const *meta, dp_err *e)
+{
+	size_t len = 0;
+	void *part = dp_ckpt_part(m, o, &len, e);
+	if (!part) {
+		dp_preferr(e, "%s: not written", path);
+		return e ? e->code : DP_EDATA;
+	}
+	int rc = dp_ckpt_save_parts(path, m, o, (const void *const *)&part, &len, 1, ts, meta, e);
+	free(part);
 	return rc;
 }
 
@@ -263,16 +416,11 @@ int dp_ckpt_load_init(const dp_st *ck, dp_model *m, const char *reset, dp_err *e
 	}
 	if ((rc = dp_model_select(m, reset, skip, e)) < 0)
 		goto out;
-	/* a tensor the model does not have means another model */
+	/* a tensor the model does not have means another model (a pipeline
+	 * stage's model knows the other stages' tensors) */
 	for (int i = 0; i < dp_st_count(ck); i++) {
 		const char *n = dp_st_at(ck, i)->name;
-		int found = !model_tensor_name(ck, n);
-		for (int j = 0; j < nt && !found; j++) {
-			dp_tensor_info t;
-			dp_model_tensor(m, j, &t);
-			found = !strcmp(t.name, n);
-		}
-		if (!found) {
+		if (model_tensor_name(ck, n) && !dp_model_knows_tensor(m, n)) {
 			rc = dp_seterr(e, DP_EDATA,
 				       "%s: tensor '%s' is not in the model (a checkpoint of another "
 				       "model?)",

@@ -123,6 +123,20 @@ void dp_run_conf_free(dp_run_conf *c)
 
 const char *dp_run_key_name(int k) { return k >= 0 && k < DP_RUN_NKEYS ? keys[k].name : "?"; }
 
+int dp_run_key_type(const char *name)
+{
+	for (int k = 0; k < DP_RUN_NKEYS; k++) {
+		if (strcmp(keys[k].name, name))
+			continue;
+		switch (keys[k].kind) {
+		case K_COUNT0: case K_COUNT: case K_INT: case K_REAL: return 'n';
+		case K_BOOL: return 'b';
+		default: return 's';
+		}
+	}
+	return 0;
+}
+
 static int bad(const dp_st *ck, dp_err *e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(const dp_st *ck, dp_err *e, const char *fmt, ...)
 {
@@ -297,7 +311,21 @@ static const char *text(const dp_run_conf *c, int k, char *buf, size_t len, dp_e
 	return "";
 }
 
-char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e)
+/* A key the settings of a run (dp_run_conf_settings) leave out: the
+ * state of training control, the class names, the other optimizer's. */
+static int not_setting(const dp_run_conf *c, int k)
+{
+	int sgd = c->opt.kind == DP_OPTIM_SGD;
+	switch (k) {
+	case DP_RUN_CONTROL_STATE: case DP_RUN_CLASSES: return 1;
+	case DP_RUN_MOMENTUM: case DP_RUN_DAMPENING: case DP_RUN_NESTEROV: return !sgd;
+	case DP_RUN_BETA1: case DP_RUN_BETA2: case DP_RUN_EPS: return sgd;
+	}
+	return 0;
+}
+
+/* dp_run_conf_meta (all 0) and dp_run_conf_settings (all 1). */
+static char **conf_pairs(const dp_run_conf *c, const char *const *extra, int all, dp_err *e)
 {
 	dp_buf b = DP_BUF_INIT; /* key\0value\0... */
 	size_t n = 0;
@@ -307,7 +335,7 @@ char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *
 	}
 	for (int k = 0; k < DP_RUN_NKEYS; k++) {
 		char buf[512];
-		if (keys[k].flags & OWN)
+		if (all ? not_setting(c, k) : (keys[k].flags & OWN) != 0)
 			continue;
 		const char *v = text(c, k, buf, sizeof buf, e);
 		if (!v) {
@@ -330,6 +358,16 @@ char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *
 	m[2 * n] = NULL;
 	dp_buf_free(&b);
 	return m;
+}
+
+char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra, dp_err *e)
+{
+	return conf_pairs(c, extra, 0, e);
+}
+
+char **dp_run_conf_settings(const dp_run_conf *c, dp_err *e)
+{
+	return conf_pairs(c, NULL, 1, e);
 }
 
 /* ---- class names as metadata --------------------------------------------------- */

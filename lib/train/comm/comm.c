@@ -103,6 +103,59 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 	return c;
 }
 
+dp_comm *dp_comm_split(dp_comm *c, int color, int key, dp_err *e)
+{
+	dp_comm *g = calloc(1, sizeof *g);
+	if (!g) {
+		dp_seterr(e, DP_ENOMEM, "out of memory");
+		return NULL;
+	}
+	g->be = c->be;
+	g->ctx = c->ctx;
+	g->host = c->host;
+	g->size = 1;
+	g->conf = c->conf;
+	g->conf.overlap = 0; /* one thread in MPI: the caller's */
+	snprintf(g->desc, sizeof g->desc, "single process");
+	snprintf(g->lib, sizeof g->lib, "%s", c->lib);
+	pthread_mutex_init(&g->smu, NULL);
+	pthread_mutex_init(&g->tmu, NULL);
+	if (c->mpi && comm_mpi_split(c, g, color, key, e) < 0) {
+		dp_comm_close(g);
+		return NULL;
+	}
+	return g;
+}
+
+static int peer_ok(dp_comm *c, int r, dp_err *e)
+{
+	if (r < 0 || r >= c->size || r == c->rank || !c->mpi)
+		return dp_seterr(e, DP_EARG, "comm: a message between rank %d and rank %d of %d",
+				 c->rank, r, c->size);
+	return DP_OK;
+}
+
+int dp_comm_send(dp_comm *c, const void *buf, size_t bytes, int to, int tag, dp_err *e)
+{
+	if (peer_ok(c, to, e) < 0)
+		return DP_EARG;
+	void *h = malloc(bytes ? bytes : 1);
+	if (!h)
+		return dp_seterr(e, DP_ENOMEM, "out of memory for a message of %zu bytes", bytes);
+	memcpy(h, buf, bytes);
+	return comm_mpi_send(c, h, bytes, to, tag, e);
+}
+
+int dp_comm_recv(dp_comm *c, void *buf, size_t bytes, int from, int tag, const char *what,
+		 dp_err *e)
+{
+	if (peer_ok(c, from, e) < 0)
+		return DP_EARG;
+	return comm_mpi_recv(c, buf, bytes, from, tag, what, e);
+}
+
+int dp_comm_send_wait(dp_comm *c, dp_err *e) { return c->mpi ? comm_mpi_send_wait(c, e) : DP_OK; }
+
 void dp_comm_close(dp_comm *c)
 {
 	if (!c)
@@ -483,7 +536,7 @@ void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1)
 static const char *category(const char *name)
 {
 	static const char *const comm[] = {"allreduce", "wait", "agree", "metrics", "average",
-					   "broadcast", NULL};
+					   "broadcast", "recv", NULL};
 	static const char *const io[] = {"data", "checkpoint", NULL};
 	for (int i = 0; comm[i]; i++)
 		if (!strcmp(name, comm[i]))

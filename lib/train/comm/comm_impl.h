@@ -74,6 +74,15 @@ int comm_mpi_allgather(dp_comm *c, const void *mine, void *all, size_t bytes, co
  * concatenated in rank order) and lens[size]; others get *all = NULL. */
 int comm_mpi_gather(dp_comm *c, const void *mine, size_t len, char **all, size_t *lens,
 		    const char *what, dp_err *e);
+/* A group of parent's job (dp_comm_split): c's MPI side, from parent's. */
+int comm_mpi_split(dp_comm *parent, dp_comm *c, int color, int key, dp_err *e);
+/* Point to point: send takes copy (malloc'd, bytes long: freed once
+ * sent, or on failure); recv waits for exactly bytes (polled); send_wait
+ * waits for every send to be done. */
+int comm_mpi_send(dp_comm *c, void *copy, size_t bytes, int to, int tag, dp_err *e);
+int comm_mpi_recv(dp_comm *c, void *buf, size_t bytes, int from, int tag, const char *what,
+		  dp_err *e);
+int comm_mpi_send_wait(dp_comm *c, dp_err *e);
 /* Gradients: sum floats [lo, hi) of buf (host) in place, in the
  * background when the communication thread runs, else at once. */
 int comm_mpi_grads_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *e);

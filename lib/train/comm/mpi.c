@@ -54,6 +54,12 @@ typedef struct job {
 struct comm_mpi {
 	MPI_Comm world; /* our collectives */
 	MPI_Comm ctl;   /* stall announcements */
+	MPI_Comm p2p;   /* point-to-point messages (dp_comm_send, dp_comm_recv) */
+	int child;      /* a group of another dp_comm's job (dp_comm_split): no MPI_Finalize */
+	/* sends not known to be done: their bytes, copied out */
+	MPI_Request *sreq;
+	void **sbuf;
+	size_t ns, scap;
 	int thread_ok;  /* MPI gave MPI_THREAD_SERIALIZED or better */
 	uint64_t seq;   /* collectives posted */
 	int64_t *heard; /* per rank: the collective it said it waits in, -1: none */
@@ -299,6 +305,9 @@ static int find_hosts(dp_comm *c, dp_err *e)
 	return DP_OK;
 }
 
+static int join(dp_comm *c, dp_err *e);
+static int drain_sends(dp_comm *c, dp_err *e);
+
 int comm_mpi_open(dp_comm *c, dp_err *e)
 {
 	int inited = 0, prov = 0, rc;
@@ -311,7 +320,7 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 	if (!m)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	c->mpi = m;
-	m->world = m->ctl = m->local = m->cross = MPI_COMM_NULL;
+	m->world = m->ctl = m->p2p = m->local = m->cross = MPI_COMM_NULL;
 	m->thread_ok = prov >= MPI_THREAD_SERIALIZED;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
@@ -319,22 +328,58 @@ int comm_mpi_open(dp_comm *c, dp_err *e)
 	if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->world)) != MPI_SUCCESS ||
 	    (rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->ctl)) != MPI_SUCCESS)
 		return mpierr(rc, "MPI_Comm_dup", e);
+	char v[MPI_MAX_LIBRARY_VERSION_STRING];
+	int vl = 0;
+	MPI_Get_library_version(v, &vl);
+	v[strcspn(v, ",\n")] = 0;
+	snprintf(c->lib, sizeof c->lib, "%.100s", v);
+	if ((rc = join(c, e)) < 0)
+		return rc;
+	snprintf(c->desc, sizeof c->desc, "%.100s, %d rank%s", v, c->size, c->size == 1 ? "" : "s");
+	return comm_mpi_configure(c, e);
+}
+
+/* A job's communicators set up (world and ctl made): its rank, size,
+ * hosts, point-to-point communicator.  Every member. */
+static int join(dp_comm *c, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	int rc;
+	if ((rc = MPI_Comm_dup(m->world, &m->p2p)) != MPI_SUCCESS)
+		return mpierr(rc, "MPI_Comm_dup", e);
 	MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
 	MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
+	MPI_Comm_set_errhandler(m->p2p, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(m->world, &c->rank);
 	MPI_Comm_size(m->world, &c->size);
 	if (!(m->heard = malloc((size_t)c->size * sizeof *m->heard)))
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	for (int r = 0; r < c->size; r++)
 		m->heard[r] = -1;
-	if ((rc = find_hosts(c, e)) < 0)
+	return find_hosts(c, e);
+}
+
+int comm_mpi_split(dp_comm *parent, dp_comm *c, int color, int key, dp_err *e)
+{
+	struct comm_mpi *pm = parent->mpi, *m = calloc(1, sizeof *m);
+	int rc;
+	if (!m)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	c->mpi = m;
+	m->world = m->ctl = m->p2p = m->local = m->cross = MPI_COMM_NULL;
+	m->child = 1;
+	m->thread_ok = pm->thread_ok;
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->cv, NULL);
+	pthread_cond_init(&m->dcv, NULL);
+	if ((rc = MPI_Comm_split(pm->world, color, key, &m->world)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_split(pm->ctl, color, key, &m->ctl)) != MPI_SUCCESS)
+		return mpierr(rc, "MPI_Comm_split", e);
+	snprintf(c->lib, sizeof c->lib, "%s", parent->lib);
+	if ((rc = join(c, e)) < 0)
 		return rc;
-	char v[MPI_MAX_LIBRARY_VERSION_STRING];
-	int vl = 0;
-	MPI_Get_library_version(v, &vl);
-	v[strcspn(v, ",\n")] = 0;
-	snprintf(c->lib, sizeof c->lib, "%.100s", v);
-	snprintf(c->desc, sizeof c->desc, "%.100s, %d rank%s", v, c->size, c->size == 1 ? "" : "s");
+	snprintf(c->desc, sizeof c->desc, "%.100s, a group of %d rank%s", c->lib, c->size,
+		 c->size == 1 ? "" : "s");
 	return comm_mpi_configure(c, e);
 }
 
@@ -367,6 +412,9 @@ void comm_mpi_close(dp_comm *c)
 		}
 		listen_ctl(c);
 	}
+	drain_sends(c, NULL);
+	if (m->p2p != MPI_COMM_NULL)
+		MPI_Comm_free(&m->p2p);
 	if (m->local != MPI_COMM_NULL)
 		MPI_Comm_free(&m->local);
 	if (m->cross != MPI_COMM_NULL)
@@ -377,7 +425,7 @@ void comm_mpi_close(dp_comm *c)
 		MPI_Comm_free(&m->ctl);
 	int fin = 0;
 	MPI_Finalized(&fin);
-	if (!fin)
+	if (!fin && !m->child)
 		MPI_Finalize();
 	pthread_mutex_destroy(&m->mu);
 	pthread_cond_destroy(&m->cv);
@@ -389,6 +437,8 @@ void comm_mpi_close(dp_comm *c)
 	free(m->wire[1]);
 	free(m->rq);
 	free(m->host_of);
+	free(m->sreq);
+	free(m->sbuf);
 	free(m);
 	c->mpi = NULL;
 }
@@ -502,6 +552,143 @@ out:
 	free(dsp);
 	return rc;
 }
+
+/* ---- point to point -------------------------------------------------------------------
+ *
+ * Messages of a pipeline: each send's bytes are copied out and sent with
+ * MPI_Isend, so a rank that sends goes on at once (two neighbours sending
+ * to each other never wait on each other, whatever MPI's eager limit); the
+ * copies are freed as their sends complete, tested at every send and
+ * receive.  A message is one MPI message (of floats: 8 GiB at most). */
+
+/* Wait for every send (e: report a failure), or (e NULL: closing) free
+ * those that are done and leave the rest. */
+static int drain_sends(dp_comm *c, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	int rc = DP_OK;
+	if (e && m->ns)
+		rc = wait_all(c, m->sreq, (int)m->ns, m->seq, "sending to the next stages", e);
+	size_t k = 0;
+	for (size_t i = 0; i < m->ns; i++) {
+		int done = 1;
+		if (!e)
+			MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE);
+		if (done && rc >= 0) {
+			free(m->sbuf[i]);
+		} else {
+			m->sreq[k] = m->sreq[i];
+			m->sbuf[k++] = m->sbuf[i];
+		}
+	}
+	m->ns = k;
+	return rc;
+}
+
+/* The sends that are done, freed (without waiting). */
+static void reap_sends(struct comm_mpi *m)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < m->ns; i++) {
+		int done = 0;
+		MPI_Test(&m->sreq[i], &done, MPI_STATUS_IGNORE);
+		if (done) {
+			free(m->sbuf[i]);
+		} else {
+			m->sreq[k] = m->sreq[i];
+			m->sbuf[k++] = m->sbuf[i];
+		}
+	}
+	m->ns = k;
+}
+
+/* A message of bytes as MPI counts it: floats when it is whole floats (8
+ * GiB at most), else bytes (2 GiB). */
+static int msg_type(size_t bytes, MPI_Datatype *t, int *count)
+{
+	if (bytes % 4 == 0 && bytes / 4 <= INT_MAX) {
+		*t = MPI_FLOAT;
+		*count = (int)(bytes / 4);
+		return 1;
+	}
+	*t = MPI_BYTE;
+	*count = (int)bytes;
+	return bytes <= INT_MAX;
+}
+
+int comm_mpi_send(dp_comm *c, void *copy, size_t bytes, int to, int tag, dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	MPI_Datatype t;
+	int count;
+	reap_sends(m);
+	if (!msg_type(bytes, &t, &count)) {
+		free(copy);
+		return dp_seterr(e, DP_ELIMIT, "send: a message of %zu bytes: too long", bytes);
+	}
+	if (m->ns == m->scap) {
+		size_t nc = m->scap ? 2 * m->scap : 16;
+		MPI_Request *r = realloc(m->sreq, nc * sizeof *r);
+		if (r)
+			m->sreq = r;
+		void **b = realloc(m->sbuf, nc * sizeof *b);
+		if (b)
+			m->sbuf = b;
+		if (!r || !b) {
+			free(copy);
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+		}
+		m->scap = nc;
+	}
+	int rc = MPI_Isend(copy, count, t, to, tag, m->p2p, &m->sreq[m->ns]);
+	if (rc != MPI_SUCCESS) {
+		free(copy);
+		return mpierr(rc, "send", e);
+	}
+	m->sbuf[m->ns++] = copy;
+	return DP_OK;
+}
+
+int comm_mpi_recv(dp_comm *c, void *buf, size_t bytes, int from, int tag, const char *what,
+		  dp_err *e)
+{
+	struct comm_mpi *m = c->mpi;
+	MPI_Datatype t;
+	MPI_Request r;
+	MPI_Status st;
+	int count, flag = 0, rc;
+	if (!msg_type(bytes, &t, &count))
+		return dp_seterr(e, DP_ELIMIT, "%s: a message of %zu bytes: too long", what, bytes);
+	if ((rc = MPI_Irecv(buf, count, t, from, tag, m->p2p, &r)) != MPI_SUCCESS)
+		return mpierr(rc, what, e);
+	poll_state p;
+	poll_start(c, &p, m->seq, what);
+	for (;;) {
+		reap_sends(m);
+		memset(&st, 0, sizeof st);
+		if ((rc = MPI_Test(&r, &flag, &st)) != MPI_SUCCESS) {
+			int cls = 0;
+			MPI_Error_class(rc, &cls);
+			if (cls == MPI_ERR_TRUNCATE)
+				return dp_seterr(e, DP_EDATA, "%s: a message longer than the %zu bytes "
+						 "expected", what, bytes);
+			return mpierr(rc, what, e);
+		}
+		if (flag)
+			break;
+		if ((rc = poll_idle(c, &p, e)) < 0)
+			return rc;
+	}
+	poll_end(c, &p);
+	int got = 0;
+	MPI_Get_count(&st, t, &got);
+	if (got != count)
+		return dp_seterr(e, DP_EDATA, "%s: %zu bytes, not the %zu expected", what,
+				 (size_t)got * (t == MPI_FLOAT ? 4 : 1), bytes);
+	return DP_OK;
+}
+
+int comm_mpi_send_wait(dp_comm *c, dp_err *e) { return drain_sends(c, e); }
 
 /* ---- gradients ----------------------------------------------------------------------- */
 

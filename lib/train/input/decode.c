@@ -235,7 +235,7 @@ static int decode_image(worker *w, const dp_feature *fx, size_t src, uint64_t in
 	if (fx->kind != DP_KIND_BYTES || fx->count != 1 || dp_feature_bytes0(fx, &p, &len) != 1)
 		return rec_err(d, src, index, offset, e,
 			       "feature '%s' is a%s %s list of %zu values: --decode image wants one "
-			       "bytes value, the JPEG or PNG file",
+			       "bytes value, the image file",
 			       d->feature, fx->kind == DP_KIND_INT64 ? "n" : "",
 			       dp_kind_name(fx->kind), fx->count);
 	uint64_t seed = dp_rng_key(d->o.seed, 4,

@@ -493,6 +493,7 @@ dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e
 	m->in = *in;
 	m->loss = loss;
 	m->first_param = -1;
+	m->dx_slot = -1;
 	while (isspace((unsigned char)*spec))
 		spec++;
 	if ((rc = arch_spec(spec, &arch, e)) < 0)
@@ -553,8 +554,8 @@ dp_shape dp_model_output_shape(const dp_model *m) { return m->l[m->n - 1].out; }
 int dp_model_loss_kind(const dp_model *m) { return m->loss; }
 size_t dp_model_in_size(const dp_model *m) { return dp_shape_size(&m->in); }
 size_t dp_model_out_size(const dp_model *m) { return dp_shape_size(&m->l[m->n - 1].out); }
-size_t dp_model_nparams(const dp_model *m) { return m->nparams; }
-size_t dp_model_nbuffers(const dp_model *m) { return m->nbuffers; }
+size_t dp_model_nparams(const dp_model *m) { return m->sp; }
+size_t dp_model_nbuffers(const dp_model *m) { return m->sb; }
 int dp_model_nlayers(const dp_model *m) { return m->n; }
 size_t dp_model_max_batch(const dp_model *m) { return m->max_batch; }
 
@@ -595,7 +596,8 @@ void dp_model_layer(const dp_model *m, int i, dp_layer_info *out)
 	out->in = L->in;
 	out->out = L->out;
 	out->nparams = L->wn + L->bn;
-	out->param_off = L->woff;
+	out->param_off = L->woff >= m->plo ? L->woff - m->plo : 0; /* in the stage's buffer */
+	out->staged = i >= m->lo && i < m->hi;
 	out->fused = L->fused;
 	out->name = L->name;
 	out->depth = L->depth;
@@ -621,18 +623,40 @@ static int tensors_of(const layer *L)
 	return L->kind == DP_LAYER_BATCHNORM ? 5 : L->wn ? 1 + (L->bn > 0) : 0;
 }
 
-int dp_model_ntensors(const dp_model *m)
+int nn_ntensors(const dp_model *m, int all)
 {
 	int n = 0;
-	for (int i = 0; i < m->n; i++)
+	for (int i = all ? 0 : m->lo; i < (all ? m->n : m->hi); i++)
 		n += tensors_of(&m->l[i]);
 	return n;
 }
 
+int dp_model_ntensors(const dp_model *m) { return nn_ntensors(m, 0); }
+
 void dp_model_tensor(const dp_model *m, int idx, dp_tensor_info *t)
 {
+	nn_tensor(m, idx, 0, t);
+	if (t->role == DP_TENSOR_PARAM)
+		t->off -= m->plo;
+	else if (t->role == DP_TENSOR_BUFFER)
+		t->off -= m->blo;
+}
+
+int dp_model_knows_tensor(const dp_model *m, const char *name)
+{
+	for (int i = 0; i < nn_ntensors(m, 1); i++) {
+		dp_tensor_info t;
+		nn_tensor(m, i, 1, &t);
+		if (!strcmp(t.name, name))
+			return 1;
+	}
+	return 0;
+}
+
+void nn_tensor(const dp_model *m, int idx, int all, dp_tensor_info *t)
+{
 	memset(t, 0, sizeof *t);
-	for (int i = 0; i < m->n; i++) {
+	for (int i = all ? 0 : m->lo; i < m->n; i++) {
 		const layer *L = &m->l[i];
 		int nt = tensors_of(L);
 		if (idx >= nt) {

@@ -286,6 +286,8 @@ int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_gr
 {
 	if (!m->out || n != m->last_n)
 		return dp_seterr(e, DP_EARG, "loss: no forward pass of %zu samples", n);
+	if (m->hi != m->n)
+		return dp_seterr(e, DP_EARG, "loss: a pipeline stage but the last has no loss");
 	const dp_backend *be = m->be;
 	int k = (int)dp_model_out_size(m);
 	float *dout = want_grad ? m->gbuf[0] : NULL;
@@ -382,7 +384,8 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 	for (int i = 0; i <= m->n; i++)
 		gs[i] = -1;
 	gs[m->hi - 1] = 0;
-	m->dx_slot = -1;
+	if (exec)
+		m->dx_slot = -1;
 	for (int i = m->hi - 1; i >= m->lo; i--) {
 		layer *L = &m->l[i];
 		int s = gs[i];
@@ -479,7 +482,8 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 		    (rc = hook(hook_ctx, i, L->woff - m->plo, L->wn + L->bn, e)) < 0)
 			return rc;
 	}
-	m->dx_slot = gs[m->n];
+	if (exec)
+		m->dx_slot = gs[m->n];
 	return exec ? DP_OK : most;
 }
 
@@ -568,9 +572,11 @@ static int item_selects(const dp_model *m, const char *item, const dp_tensor_inf
 	return fnmatch(item, t->name, 0) == 0;
 }
 
-int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e)
+/* dp_model_select over the tensors of the whole graph (sel: nn_ntensors(m, 1)
+ * of them): a stage's patterns name tensors of other stages too. */
+static int select_all(const dp_model *m, const char *patterns, int *sel, dp_err *e)
 {
-	int nt = dp_model_ntensors(m);
+	int nt = nn_ntensors(m, 1);
 	for (int i = 0; i < nt; i++)
 		sel[i] = 0;
 	if (!patterns)
@@ -590,7 +596,7 @@ int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e
 		int any = 0;
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
-			dp_model_tensor(m, i, &t);
+			nn_tensor(m, i, 1, &t);
 			if (item_selects(m, item, &t)) {
 				any = 1;
 				if (!sel[i])
@@ -607,19 +613,33 @@ int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e
 	return DP_OK;
 }
 
+int dp_model_select(const dp_model *m, const char *patterns, int *sel, dp_err *e)
+{
+	int nt = nn_ntensors(m, 1), base = nt - nn_ntensors(m, 0), rc;
+	for (int i = m->hi; i < m->n; i++) /* the stage's tensors: [base, base + its count) */
+		base -= m->l[i].kind == DP_LAYER_BATCHNORM ? 5 : m->l[i].wn ? 1 + (m->l[i].bn > 0) : 0;
+	int *all = calloc((size_t)nt + 1, sizeof *all);
+	if (!all)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	if ((rc = select_all(m, patterns, all, e)) == DP_OK)
+		memcpy(sel, all + base, (size_t)nn_ntensors(m, 0) * sizeof *sel);
+	free(all);
+	return rc;
+}
+
 int dp_model_freeze(dp_model *m, const char *patterns, dp_err *e)
 {
-	int nt = dp_model_ntensors(m);
+	int nt = nn_ntensors(m, 1);
 	int *sel = calloc((size_t)nt + 1, sizeof *sel);
 	if (!sel)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = dp_model_select(m, patterns, sel, e);
-	if (rc == DP_OK) {
+	int rc = select_all(m, patterns, sel, e);
+	if (rc == DP_OK) { /* every layer's, a stage's or not: which need gradients */
 		for (int i = 0; i < m->n; i++)
 			m->l[i].frozen = m->l[i].wn > 0;
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
-			dp_model_tensor(m, i, &t);
+			nn_tensor(m, i, 1, &t);
 			if (t.role == DP_TENSOR_PARAM && !sel[i])
 				m->l[t.layer].frozen = 0;
 		}

@@ -158,6 +158,10 @@ int nn_plan_layer(layer *L, const dp_shape *o2, dp_err *e);
 void nn_free_layers(dp_model *m);
 
 /* ---- graph.c ---- */
+/* The tensors of the stage (all 0; offsets the whole model's) or of the
+ * whole graph (all 1). */
+int nn_ntensors(const dp_model *m, int all);
+void nn_tensor(const dp_model *m, int idx, int all, dp_tensor_info *t);
 /* Which layers' outputs need a gradient (those with parameters to train,
  * and every one after). */
 void nn_plan_grads(dp_model *m);

@@ -246,7 +246,7 @@ void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *
 	be->add(ctx, n, acc, g, acc, DP_ACT_NONE);
 }
 
-double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double max_norm)
+double dp_grads_sumsq(const dp_backend *be, dp_bectx *ctx, const float *g, size_t n)
 {
 	const float *h = g;
 	float *tmp = NULL;
@@ -260,10 +260,24 @@ double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, do
 	for (size_t i = 0; i < n; i++)
 		ss += (double)h[i] * h[i];
 	free(tmp);
-	double norm = sqrt(ss), coef = max_norm / (norm + 1e-6);
+	return ss;
+}
+
+void dp_grads_clip_to(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double norm,
+		      double max_norm)
+{
+	double coef = max_norm / (norm + 1e-6);
 	if (coef < 1)
 		be->scale(ctx, g, (float)coef, n);
-	return norm;
+}
+
+double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double max_norm)
+{
+	double ss = dp_grads_sumsq(be, ctx, g, n);
+	if (ss < 0)
+		return -1;
+	dp_grads_clip_to(be, ctx, g, n, sqrt(ss), max_norm);
+	return sqrt(ss);
 }
 
 /* ---- schedules ------------------------------------------------------------ */
