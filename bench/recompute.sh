@@ -12,8 +12,9 @@
 # %M: parameters, optimizer, data and libraries included, so the ratio of
 # RSS understates the ratio of activations).  Step time: training
 # samples/s of forward + backward + SGD (momentum 0.9) on random records,
-# dp-train's from its log intervals after the first (bench/resnet.sh's
-# method), PyTorch's over STEPS steps after one warm-up, the same thread
+# dp-train's from the times its log lines (one a step, flushed) arrive,
+# after the first (its samples_per_sec field is rounded to whole samples,
+# 0 for resnet50 on a CPU), PyTorch's over STEPS steps after one warm-up, the same thread
 # count for both (THREADS, default 2: OPENBLAS_NUM_THREADS,
 # OMP_NUM_THREADS, torch.set_num_threads).  Each of the four runs
 # alternates ROUNDS (default 1) times; medians are printed.  BATCH
@@ -71,9 +72,10 @@ ours() {
 		--classes 10 --input-shape 3x224x224 --batch-size "$BATCH" --threads "$THREADS" \
 		--log-every 1 --epochs 1 --optimizer sgd --lr 0.1 --momentum 0.9 --prefetch 0 \
 		--shuffle-buffer 0 "$@" 2> "$T/err" |
-		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' |
-		awk -v b="$BATCH" 'NR > 1 { n = ($1 - last) * b; s += n; t += n / $2 }
-			{ last = $1 } END { printf "%.2f ", s / t }'
+		while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done |
+		sed -n 's/^\([0-9.]*\) .*step=\([0-9]*\) .*/\2 \1/p' |
+		awk -v b="$BATCH" 'NR > 1 { s += ($1 - last) * b; t += $2 - lt }
+			{ last = $1; lt = $2 } END { printf "%.2f ", t > 0 ? s / t : 0 }'
 	printf '%s ' "$(cat "$T/rss")"
 	sed -n 's/.*activations \([0-9.]* [KMG]iB\) .*/\1/p' "$T/err" | tr -d ' '
 }

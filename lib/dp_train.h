@@ -41,6 +41,7 @@
 #include "dp_ckpt.h"
 #include "dp_comm.h"
 #include "dp_data.h"
+#include "dp_eval.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
 
@@ -199,6 +200,15 @@ DP_EXPORT int dp_trainer_same_as(const dp_trainer *t, int r);
 /* Every rank starts from the weights and running statistics of the first
  * rank that trains the same ones.  A collective. */
 DP_EXPORT int dp_trainer_broadcast(dp_trainer *t, dp_err *e);
+/* Validation: the batches of d's current epoch (dp_data_epoch first)
+ * through the model in inference mode, added to ev (dp_eval_data's
+ * figures): without a pipeline dp_eval_data itself; with one, d is read
+ * by each replica's first stage (NULL on the other ranks), the batches go
+ * through the stages in pieces of the micro-batch the model is bound for,
+ * and the last stage adds them to its ev (the others' stay empty: sum
+ * them with dp_eval_allreduce over the job).  A collective of each
+ * replica's stages. */
+DP_EXPORT int dp_trainer_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e);
 /* The checkpoint of the whole model (dp_ckpt_save's file), written by rank
  * 0 at path: a pipeline's first replica's stages send it their tensors.
  * A collective. */

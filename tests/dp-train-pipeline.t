@@ -4,7 +4,7 @@
 # GPipe and 1F1B, against one process over the same global batch in
 # micro-batches of the same size (--batch-size B/M --accumulate M x D), 20
 # updates of a model with batchnorm, dropout and a residual block: the same
-# loss lines and weights (bit for bit with one replica; within 1e-5 with two,
+# loss and validation lines and weights (bit for bit with one replica; within 1e-5 with two,
 # whose sums run in another order; their running statistics are the
 # replicas' mean, as in plain data parallelism).  The checkpoint is one
 # file of the single-rank names (dp-eval reads it, --resume goes on from it
@@ -15,6 +15,7 @@
 
 cd "$T"
 $PY "$DP_SRC/tests/mkexamples.py" all.tfr random --n 320 --shape 1x8x8 --classes 4 --seed 1
+$PY "$DP_SRC/tests/mkexamples.py" val.tfr random --n 50 --shape 1x8x8 --classes 4 --seed 2
 CNN='conv:4:3:1:1,batchnorm,relu,res(conv:4:3:1:1,batchnorm,relu,dropout:0.2,conv:4:3:1:1,batchnorm):relu,maxpool:2,flatten,dropout:0.25,dense:16,relu,dense:4'
 COMMON=(--train all.tfr --model "$CNN" --input-shape 1x8x8 --seed 3 --epochs 1 --log-every 1
 	--optimizer sgd --momentum 0.9 --lr 0.05 --shuffle-buffer 64 --prefetch 1)
@@ -36,6 +37,7 @@ wdiff() {
 }
 small() { awk -v d="$1" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 1e-5) }'; }
 losses() { sed -n 's/.* step=\([0-9]*\) loss=\([0-9.e+-]*\) .*/\1 \2/p' "$1"; }
+vals() { grep '^epoch=.* val_loss=' "$1"; }
 
 if ! have_mpirun; then
 	skip "mpirun is not installed (apt-get install openmpi-bin)"
@@ -43,9 +45,10 @@ if ! have_mpirun; then
 fi
 
 # ---- the reference: one process, global batch 16 in micro-batches of 4 ------------------
-run dp-train "${COMMON[@]}" --batch-size 4 --accumulate 4 -o one.st --log one.log
+run dp-train "${COMMON[@]}" --batch-size 4 --accumulate 4 -o one.st --log one.log --val val.tfr
 is "$rc" 0 "one process trains"
 is "$(losses one.log | wc -l)" 20 "20 updates"
+like "$(vals one.log)" "val_samples=50$" "and validates"
 
 # ---- 2 stages, 1 replica, 1F1B: the same bits --------------------------------------------
 run mpi 2 dp-train "${COMMON[@]}" --batch-size 16 --pipeline-stages 2 --micro-batches 4 \
@@ -61,18 +64,21 @@ is "$(maxdiff one.st s2.st)" "0.0" "the checkpoint: one process's tensors, names
 
 # ---- 4 stages (oversubscribed), GPipe ----------------------------------------------------
 run mpi 4 dp-train "${COMMON[@]}" --batch-size 16 --pipeline-stages 4 --micro-batches 4 \
-	--pipeline-schedule gpipe -o s4.st --log s4.log
+	--pipeline-schedule gpipe -o s4.st --log s4.log --val val.tfr
 is "$rc" 0 "4 stages x 1 replica train (GPipe)"
 like "$err" "4 stages x 1 replica, .* gpipe schedule \(bubble 42\.9% in theory\)" "GPipe's bubble: 3/7"
 is "$(losses s4.log)" "$(losses one.log)" "4 stages: the same losses"
 is "$(maxdiff one.st s4.st)" "0.0" "4 stages: the same bits"
+is "$(vals s4.log)" "$(vals one.log)" "4 stages: validation through the stages gives one process's line"
 
 # ---- 2 stages x 2 replicas, 1F1B, and GPipe with clipping --------------------------------
 run mpi 4 dp-train "${COMMON[@]}" --batch-size 8 --pipeline-stages 2 --micro-batches 2 \
-	-o s22.st --log s22.log
+	-o s22.st --log s22.log --val val.tfr
 is "$rc" 0 "2 stages x 2 replicas train"
 like "$err" "global batch 16 \(2 x 8\); training data shared" "the replicas share the global batch"
 like "$err" "each stage's 2 replicas hold the same weights and optimizer state" "the replicas agree"
+like "$(vals s22.log)" "^epoch=1 step=20 val_loss=[0-9.]+ val_accuracy=[0-9.]+ val_samples=50$" \
+	"2 x 2: the replicas' validation shares add up to every record once"
 d=$(wdiff one.st s22.st)
 ok small "$d" "2 x 2: weights and momentum within 1e-5 of one process ($d)"
 ok $PY "$DP_SRC/tests/torch_ref.py" finite s22.st "2 x 2: the running statistics (the replicas' mean) are finite"
@@ -117,10 +123,9 @@ is "$rc" 2 "--micro-batches without --pipeline-stages: exit 2"
 like "$err" "--micro-batches needs --pipeline-stages" "... says so"
 run mpi 2 dp-train "${COMMON[@]}" --batch-size 2 --pipeline-stages 2 --micro-batches 4
 is "$rc" 2 "more micro-batches than samples: exit 2"
-run mpi 2 dp-train "${COMMON[@]}" --pipeline-stages 2 --val all.tfr
-is "$rc" 2 "--val with stages: exit 2"
-like "$err" "--val with --pipeline-stages: not supported yet; evaluate the checkpoint with dp-eval" \
-	"... says what to do instead"
+run mpi 2 dp-train "${COMMON[@]}" --pipeline-stages 2 --sync-bn
+is "$rc" 2 "--sync-bn with stages: exit 2"
+like "$err" "--sync-bn with --pipeline-stages: not supported" "... says so"
 run mpi 2 dp-train --train all.tfr --model dense:4 --input-shape 64 --pipeline-stages 2
 is "$rc" 2 "a model of one layer in 2 stages: exit 2"
 like "$err" "--pipeline-stages: " "... says why"

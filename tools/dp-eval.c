@@ -1443,6 +1443,7 @@ static int many_models(void)
 
 int main(int argc, char **argv)
 {
+	cli_blas_kernels(argv); /* OpenBLAS's kernels for this CPU */
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;

@@ -1750,8 +1750,7 @@ static void validate(uint64_t epoch, uint64_t step)
 	dp_err e;
 	double t0 = dp_now();
 	dp_eval_reset(R.val);
-	if (dp_data_epoch(VD, epoch, 0, &e) < 0 ||
-	    dp_eval_data(R.val, M, VD, 0, NULL, NULL, &e) < 0)
+	if ((VD && dp_data_epoch(VD, epoch, 0, &e) < 0) || dp_trainer_eval(TR, R.val, VD, &e) < 0)
 		cli_die("val: %s", e.msg);
 	dp_comm_event(COMM, "validate", 1, t0, dp_now());
 	val_line(epoch, step, 1);
@@ -2037,9 +2036,6 @@ static void check_options(void)
 			usage_error("--pipeline-stages %d under %d rank%s: start stages x replicas ranks "
 				    "(mpirun -np %d, %d, ...)", O.stages, SIZE, SIZE == 1 ? "" : "s",
 				    O.stages, 2 * O.stages);
-		if (O.nval || O.val_cmd)
-			usage_error("--val with --pipeline-stages: not supported yet; evaluate the "
-				    "checkpoint with dp-eval");
 		if (C.sync_bn)
 			usage_error("--sync-bn with --pipeline-stages: not supported (batchnorm's "
 				    "statistics are each micro-batch's)");
@@ -2335,7 +2331,8 @@ static void setup_data(void)
 	if (dp_trainer_reads(TR)) /* not a pipeline's later stages */
 		TD = open_data(O.train, O.ntrain, O.train_cmd, 1);
 	if (O.nval || O.val_cmd) {
-		VD = open_data(O.val, O.nval, O.val_cmd, 0);
+		if (dp_trainer_reads(TR))
+			VD = open_data(O.val, O.nval, O.val_cmd, 0);
 		if (!(R.val = dp_eval_new_for(M, 0, &e)))
 			cli_die("val: %s", e.msg);
 	}
@@ -2744,7 +2741,7 @@ static void end_epoch(uint64_t epoch)
 		die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
 			C.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
 	R.steps_per_epoch = R.ts.epoch_step;
-	if (VD) {
+	if (R.val) {
 		average_buffers();
 		validate(epoch, R.ts.step);
 		R.mt.t0 = dp_now(); /* rates count training time only */
@@ -2920,6 +2917,7 @@ static int close_all(void)
 
 int main(int argc, char **argv)
 {
+	cli_blas_kernels(argv); /* OpenBLAS's kernels for this CPU */
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;

@@ -33,6 +33,9 @@
 #define TAG_GRAD 12
 #define TAG_LABELS 13
 #define TAG_PART 14
+#define TAG_EVAL 15     /* a validation batch's size, stage to stage */
+#define TAG_EVAL_ACT 16 /* its activations */
+#define TAG_EVAL_LAB 17 /* its labels, first stage to last */
 
 int dp_pipe_schedule_parse(const char *s)
 {
@@ -370,17 +373,111 @@ int pipe_step(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int las
 	t->micro++;
 	if (!last)
 		goto out;
-	if ((rc = update(t, lr, e)) < 0)
-		goto out;
-	r->updated = 1;
-	r->loss_sum = t->pend_loss;
-	r->correct = t->pend_correct;
-	r->samples = t->pend_samples;
-	dp_step_drop(t);
+	if ((rc = update(t, lr, e)) == DP_OK)
+		train_updated(t, r);
 out:
 	free(kind);
 	free(mb);
 	return rc;
+}
+
+/* Validation batch b (n samples: 0 on a first stage at the data's end)
+ * through this stage in pieces of the micro-batch size; the last stage
+ * adds the outputs to ev. */
+static int eval_batch(dp_trainer *t, dp_eval *ev, const dp_batch *b, uint64_t n, float *out,
+		      dp_err *e)
+{
+	pipe *p = t->p;
+	size_t mb = p->plan.micro_batch, k = dp_model_out_size(t->m);
+	int cls = dp_eval_kind(ev) == DP_EVAL_CLASS, rc;
+	void *lab = p->lab;
+	if (p->prev < 0 && p->next < 0)
+		return dp_seterr(e, DP_EARG, "eval: a pipeline of one stage");
+	if (p->prev < 0 && (rc = dp_comm_send(t->c, cls ? (const void *)b->y : b->t, n * p->lab_sz,
+					     p->first_rank + p->plan.stages - 1, TAG_EVAL_LAB, e)) < 0)
+		return rc;
+	if (p->next < 0 && (rc = dp_comm_recv(t->c, lab, n * p->lab_sz, p->first_rank,
+					     TAG_EVAL_LAB, "validation labels", e)) < 0)
+		return rc;
+	for (uint64_t off = 0; off < n; off += mb) {
+		size_t len = (size_t)(n - off < mb ? n - off : mb);
+		const float *x = p->xin;
+		if (p->prev < 0)
+			x = b->x + off * p->in_sz;
+		else if ((rc = dp_comm_recv(t->c, p->xin, len * p->in_sz * sizeof(float), p->prev,
+					    TAG_EVAL_ACT, "validation activations", e)) < 0)
+			return rc;
+		dp_pass pass = {0};
+		if ((rc = dp_model_use_slot(t->m, 0, e)) < 0 ||
+		    (rc = dp_model_forward(t->m, x, len, &pass, e)) < 0)
+			return rc;
+		if (p->next >= 0) {
+			const float *y = host_of(t, dp_model_output(t->m), len * p->out_sz);
+			if ((rc = dp_comm_send(t->c, y, len * p->out_sz * sizeof(float), p->next,
+					       TAG_EVAL_ACT, e)) < 0 ||
+			    (rc = dp_comm_send_wait(t->c, e)) < 0)
+				return rc;
+			continue;
+		}
+		t->be->download(t->ctx, out, dp_model_output(t->m), len * k * sizeof(float));
+		if ((rc = t->be->sync(t->ctx, e)) < 0)
+			return rc;
+		const char *l = (const char *)lab + off * p->lab_sz;
+		rc = cls ? dp_eval_add_class(ev, out, (const int32_t *)l, len, NULL, NULL, NULL, e)
+			 : dp_eval_add_regression(ev, out, (const float *)l, len, NULL, e);
+		if (rc < 0)
+			return rc;
+	}
+	return DP_OK;
+}
+
+int pipe_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e)
+{
+	pipe *p = t->p;
+	float *out = NULL;
+	int rc = DP_OK;
+	if (p->next < 0 && !(out = malloc(p->plan.micro_batch * dp_model_out_size(t->m) *
+					   sizeof *out + 1)))
+		return dp_seterr(e, DP_ENOMEM, "eval: out of memory");
+	for (;;) {
+		const dp_batch *b = NULL;
+		uint64_t n = 0;
+		if (p->prev < 0) { /* the first stage reads, and says how much */
+			if ((rc = d ? dp_data_next(d, &b, e) : 0) < 0)
+				break;
+			n = rc == 1 ? b->n : 0;
+			for (int k = 1; k < p->plan.stages && rc >= 0; k++)
+				rc = dp_comm_send(t->c, &n, sizeof n, p->first_rank + k, TAG_EVAL, e);
+			if (rc < 0 || (rc = dp_comm_send_wait(t->c, e)) < 0)
+				break;
+		} else if ((rc = dp_comm_recv(t->c, &n, sizeof n, p->first_rank, TAG_EVAL,
+					      "the validation batch's size", e)) < 0) {
+			break;
+		}
+		if (!n)
+			break;
+		if (p->next < 0 && n * p->lab_sz > p->lab_cap) {
+			if (p->lab)
+				t->be->host_free(t->ctx, p->lab);
+			p->lab_cap = 0;
+			if (!(p->lab = t->be->host_alloc(t->ctx, (size_t)n * p->lab_sz))) {
+				rc = dp_seterr(e, DP_ENOMEM, "eval: out of memory for the labels");
+				break;
+			}
+			p->lab_cap = (size_t)n * p->lab_sz;
+		}
+		if ((rc = eval_batch(t, ev, b, n, out, e)) < 0)
+			break;
+	}
+	free(out);
+	if (rc < 0)
+		return rc;
+	if (p->prev < 0 && d) {
+		dp_data_stats st; /* exact: the pass has reached the epoch's end */
+		dp_data_stats_get(d, &st);
+		dp_eval_add_skipped(ev, st.corrupt);
+	}
+	return DP_OK;
 }
 
 int pipe_save(dp_trainer *t, const char *path, const dp_train_state *ts, const char *const *meta,

@@ -261,12 +261,17 @@ static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr
 	int rc = update(t, s, lr, t1, e);
 	if (rc < 0)
 		return rc;
+	train_updated(t, r);
+	return DP_OK;
+}
+
+void train_updated(dp_trainer *t, dp_step_result *r)
+{
 	r->updated = 1;
 	r->loss_sum = t->pend_loss;
 	r->correct = t->pend_correct;
 	r->samples = t->pend_samples;
 	dp_step_drop(t);
-	return DP_OK;
 }
 
 int dp_step_run(dp_trainer *t, const dp_step *s, uint64_t step, double lr, dp_step_result *r,
@@ -330,6 +335,11 @@ int dp_trainer_replicas(const dp_trainer *t, int *replica)
 int dp_trainer_reads(const dp_trainer *t) { return !t->p || t->p->plan.stage == 0; }
 
 int dp_trainer_same_as(const dp_trainer *t, int r) { return t->p ? r % t->p->plan.stages : 0; }
+
+int dp_trainer_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e)
+{
+	return t->p ? pipe_eval(t, ev, d, e) : dp_eval_data(ev, t->m, d, 0, NULL, NULL, e);
+}
 
 int dp_trainer_save(dp_trainer *t, const char *path, const dp_train_state *ts,
 		    const char *const *meta, dp_err *e)

@@ -50,6 +50,9 @@ uint64_t train_full(const dp_trainer *t);
  * update's mean, clipping (the norm over a pipeline's stages), the
  * optimizer's step. */
 int train_apply(dp_trainer *t, double lr, dp_err *e);
+/* After an update: r has the sums of its micro-batches, which are
+ * forgotten. */
+void train_updated(dp_trainer *t, dp_step_result *r);
 
 /* ---- pipeline.c ---- */
 int pipe_open(dp_trainer *t, dp_err *e);
@@ -60,6 +63,7 @@ void pipe_free(dp_trainer *t);
 int pipe_step(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int last,
 	      dp_step_result *r, dp_err *e);
 int pipe_agree(dp_trainer *t, dp_step *s, dp_err *e);
+int pipe_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e);
 int pipe_save(dp_trainer *t, const char *path, const dp_train_state *ts, const char *const *meta,
 	      dp_err *e);
 
