@@ -523,12 +523,6 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void push(const char ***v, size_t *n, const char *s)
-{
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
-	(*v)[(*n)++] = s;
-}
-
 /* --checkpoint-every N (updates) or Ne (epochs). */
 static void parse_ckpt_every(const char *arg)
 {
@@ -578,9 +572,9 @@ static int data_option(int c, const char *arg, int li)
 			usage_error("--max-skipped %s", ie.msg);
 		O.max_skipped = arg;
 		break;
-	case O_TRAIN: push(&O.train, &O.ntrain, arg); break;
+	case O_TRAIN: cli_push(&O.train, &O.ntrain, arg); break;
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
-	case O_VAL: push(&O.val, &O.nval, arg); break;
+	case O_VAL: cli_push(&O.val, &O.nval, arg); break;
 	case O_VAL_CMD: O.val_cmd = arg; break;
 	case O_FEATURE: C.feature = arg; break;
 	case O_LABEL: C.label = arg; break;
