@@ -103,6 +103,13 @@ is "$(maxdiff s2.st resumed.st)" "0.0" "... ends where the run without a break e
 run dp-train "${COMMON[@]}" --batch-size 4 --accumulate 4 --resume half.st -o resumed1.st
 is "$rc" 0 "--resume it in one process (--batch-size 4 --accumulate 4)"
 is "$(maxdiff one.st resumed1.st)" "0.0" "... the same end"
+run mpi 4 dp-train "${COMMON[@]}" --batch-size 8 --pipeline-stages 2 --micro-batches 2 \
+	--max-steps 7 -o half22.st
+run mpi 2 dp-train "${COMMON[@]}" --batch-size 4 --accumulate 2 --resume half22.st -o resumed2.st
+is "$rc" 0 "--resume 2 stages x 2 replicas as 2 ranks of plain data parallelism"
+like "$err" "saved by 2 ranks, resumed by 2 with the same global batch \(16\)" "... the replicas counted as ranks"
+d=$(wdiff s22.st resumed2.st)
+ok small "$d" "... the weights of the run without a break, within 1e-5 ($d): the data goes on where it was"
 
 # ---- --summary -------------------------------------------------------------------------
 run dp-train --model "$CNN" --input-shape 1x8x8 --summary --pipeline-stages 4 --batch-size 16

@@ -2178,8 +2178,10 @@ static void open_log(void)
 
 /* Resuming with another number of ranks (a pipeline's: of replicas):
  * only with the same global batch, and data split between the ranks (so
- * that it goes on where it was). */
-static void check_resume_ranks(dp_st *ck, int ck_ranks)
+ * that it goes on where it was).  Returns 1 when the ranks read their
+ * data as the run saved did (the same ranks, batch and accumulation:
+ * their saved positions in the epoch hold). */
+static int check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	dp_run_conf saved; /* as the checkpoint has them, given or not */
 	static const int keys[] = {DP_RUN_BATCH, DP_RUN_ACCUMULATE, -1};
@@ -2192,8 +2194,10 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	uint64_t ckb = saved.batch, cka = saved.accumulate, N = C.accumulate;
 	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = C.batch * N * (uint64_t)REPS;
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if ((ck_ranks == REPS && cka == N && ckb == C.batch) || R.ts.epoch >= C.epochs)
-		return;
+	if (ck_ranks == REPS && cka == N && ckb == C.batch)
+		return 1;
+	if (R.ts.epoch >= C.epochs)
+		return 0;
 	if (ck_ranks == REPS && g0 != g1)
 		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
 			   "); this run's is %" PRIu64 ": the position in the data counts updates of "
@@ -2218,6 +2222,7 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
 	     "): the data goes on where it was",
 	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
+	return 0;
 }
 
 /* The optimizer state and the position in the data of the run resumed. */
@@ -2231,10 +2236,11 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, C.seed);
 	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
-	check_resume_ranks(ck, ck_ranks);
-	/* this rank's position in the epoch, when the job is the same */
+	int same = check_resume_ranks(ck, ck_ranks);
+	/* this rank's position in the epoch, when the job reads as it did
+	 * (else the batches of the epoch so far are counted again) */
 	const char *p = dp_st_meta(ck, "epoch_records");
-	for (int i = 0; p && *p && ck_ranks == REPS && R.ts.epoch_step; i++) {
+	for (int i = 0; p && *p && same && R.ts.epoch_step; i++) {
 		char *end;
 		errno = 0;
 		unsigned long long v = strtoull(p, &end, 10);
