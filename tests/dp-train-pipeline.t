@@ -119,6 +119,19 @@ like "$out" $'\n3 +10-15 +4\\.\\.9 +[0-9.e+]+ +1108 +4\\.3 KiB \\(75\\.5%\\)' ".
 like "$out" "bubble: \(S-1\)/\(M\+S-1\) = 3/19 = 15\.8% of a step with 16 micro-batches of 1" \
 	"... and the bubble of the default micro-batches (4 x S)"
 
+# ---- --memory-limit: a model too large for one rank, in 2 stages -------------------------
+$PY "$DP_SRC/tests/mkexamples.py" m.tfr random --n 64 --shape 256 --classes 10 --seed 1
+MLP=(--train m.tfr --model dense:512,relu,dense:512,relu,dense:512,relu,dense:10 --input-shape 256
+	--batch-size 32 --epochs 1 --memory-limit 7M)
+run dp-train "${MLP[@]}"
+is "$rc" 1 "a model over --memory-limit on one rank: exit 1"
+like "$err" "dp-train: memory: the model takes 10\.4 MiB on this rank \(weights, gradients and optimizer state 10\.1 MiB, .*\), over --memory-limit 7 MiB: .*--pipeline-stages" \
+	"... saying how much, and what would cut it"
+run mpi 2 dp-train "${MLP[@]}" --pipeline-stages 2
+is "$rc" 0 "in 2 stages it fits"
+like "$err" "parameters a rank: stage 0 layers 0-2 1\.5 MiB \(59\.6%\), stage 1 layers 3-6 1\.0 MiB \(40\.4%\)" \
+	"... each rank holding its stage's parameters"
+
 # ---- usage errors ----------------------------------------------------------------------
 run mpi 3 dp-train "${COMMON[@]}" --batch-size 16 --pipeline-stages 2
 is "$rc" 2 "3 ranks for 2 stages: exit 2"
