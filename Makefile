@@ -89,7 +89,7 @@ DNNL_SAY := $(if $(filter-out $(NODEPS_GOALS),$(or $(MAKECMDGOALS),all)),yes)
 ifneq ($(and $(DNNL_INC),$(DNNL_LIBDIR)),)
 DNNL_VERSION := $(shell sed -n 's/^\#define DNNL_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(DNNL_INC)/oneapi/dnnl/dnnl_version.h | paste -sd.)
 DNNL_CPPFLAGS := -DDP_WITH_DNNL $(if $(filter $(DNNL_INC),/usr/include),,-isystem $(DNNL_INC))
-DNNL_LIBS := $(if $(filter $(DNNL_LIBDIR),/usr/lib/$(DNNL_MULTIARCH)),,-L$(DNNL_LIBDIR) -Wl,-rpath,$(DNNL_LIBDIR)) -ldnnl -lgomp
+DNNL_LIBS := $(if $(filter $(DNNL_LIBDIR),/usr/lib/$(DNNL_MULTIARCH)),,-L$(DNNL_LIBDIR) -Wl,-rpath,$(DNNL_LIBDIR)) -ldnnl
 DNNL_STATE := on
 ifneq ($(DNNL_SAY),)
 $(info dptools: ✓ oneDNN $(DNNL_VERSION) ($(DNNL_INC)/oneapi/dnnl/dnnl.h, $(DNNL_LIBDIR)): CPU convolutions chosen per shape among oneDNN's and ours)
@@ -102,7 +102,8 @@ ifneq ($(DNNL_SAY),)
 $(info dptools: ✗ oneDNN $(if $(filter 0,$(DNNL)),off (DNNL=0),not found (libdnnl-dev; scripts/deps installs it)): CPU convolutions by our own kernels only)
 endif
 endif
-LIB_LIBS += $(DNNL_LIBS)
+# The CPU backend's threads: OpenMP's (GCC's libgomp), with or without oneDNN.
+LIB_LIBS += $(DNNL_LIBS) -lgomp
 
 # ---- sources -------------------------------------------------------------
 # lib/ is one folder per component (records, image, s3, train, metrics,
@@ -218,8 +219,8 @@ $(O)/lib/train/backend/backend.o $(O)/tests/cudaemu/backend.o: ALL_CPPFLAGS += -
 
 # The CPU backend's elementwise loops are written to vectorise (lib/train/backend/cpu*.c),
 $(patsubst lib/%.c,$(O)/lib/%.o,$(wildcard lib/train/backend/cpu*.c)): ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
-# its oneDNN calls set OpenMP's thread count, and rebuild when oneDNN comes or goes
-$(O)/lib/train/backend/cpu_dnnl.o: ALL_CFLAGS += -fopenmp
+# its threads are OpenMP's (cpu_pool.c), and oneDNN's; it rebuilds when oneDNN comes or goes
+$(patsubst lib/%.c,$(O)/lib/%.o,$(wildcard lib/train/backend/cpu*.c)): ALL_CFLAGS += -fopenmp
 $(O)/lib/train/backend/cpu_dnnl.o $(O)/lib/train/backend/backend.o: $(O)/.dnnl-$(DNNL_STATE)
 $(O)/.dnnl-$(DNNL_STATE):
 	@mkdir -p $(@D)
@@ -283,7 +284,7 @@ ifeq ($(DNNL_STATE),on)
 NODNNL_OBJ := $(patsubst lib/train/backend/%.c,$(O)/tests/nodnnl/%.o,$(wildcard lib/train/backend/cpu*.c) lib/train/backend/backend.c)
 $(NODNNL_OBJ): $(O)/tests/nodnnl/%.o: lib/train/backend/%.c $(wildcard lib/train/backend/*.h) $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(filter-out $(DNNL_CPPFLAGS),$(ALL_CPPFLAGS)) $(ALL_CFLAGS) -O3 -fno-math-errno -ffp-contract=off -c -o $@ $<
+	$(CC) $(filter-out $(DNNL_CPPFLAGS),$(ALL_CPPFLAGS)) $(ALL_CFLAGS) -O3 -fno-math-errno -ffp-contract=off -fopenmp -c -o $@ $<
 UNIT_BINS += $(O)/tests/convimpl-nodnnl
 $(O)/tests/convimpl-nodnnl: tests/unit/convimpl.c tests/unit/tap.h $(NODNNL_OBJ) $(O)/libdp.a
 	$(CC) $(ALL_CPPFLAGS) -DDP_EXPECT_NO_DNNL -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) $(PROG_LDFLAGS) -o $@ $< $(NODNNL_OBJ) $(O)/libdp.a $(LINK_LIBS)

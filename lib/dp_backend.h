@@ -299,6 +299,14 @@ DP_EXPORT const dp_backend *dp_backend_find(const char *name);
  * versions are those of the libraries loaded; no oneDNN in a build
  * without it). */
 DP_EXPORT const char *dp_build(void);
+/* OpenBLAS's kernels for this CPU when its own choice is a fallback older
+ * than the CPU (an OPENBLAS_CORETYPE name: "SkylakeX" where AVX-512 runs,
+ * "Haswell" where AVX2 and FMA do), else NULL.  OpenBLAS 0.3.21 (Debian
+ * 12) takes an Intel model it does not know, Sapphire Rapids for one, for
+ * a Prescott, whose SSE3 kernels run SGEMM at a fifth of the speed.  It
+ * chooses when it is loaded, from OPENBLAS_CORETYPE: a program that wants
+ * the better kernels sets it and starts again (tools/cli.h). */
+DP_EXPORT const char *dp_blas_kernels_better(void);
 
 
 #ifdef __cplusplus

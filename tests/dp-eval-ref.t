@@ -13,10 +13,7 @@
 cd "$T"
 REF="$PY $DP_SRC/tests/eval_ref.py"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-if ! $PY -c 'import numpy' 2>/dev/null; then
-	skip "python3-numpy is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-numpy is not installed (scripts/deps --test)" $PY -c 'import numpy'
 TORCH=1
 $PY "$DP_SRC/tests/torch_ref.py" check || TORCH=0
 

@@ -53,4 +53,16 @@ cp v.tfr "$R/input/data/train/"
 echo '{"model": "dense:3", "input_shape": "6"}' >"$R/input/config/hyperparameters.json"
 run dp-train --sagemaker="$R"
 like "$rc:$err" "^0:.*$CPU, $want threads? \\(the CPUs this rank may use, $cpus" "--sagemaker: every CPU of the instance too"
+# OpenBLAS's kernels: where it fell back to ones older than the CPU (0.3.21
+# takes a Sapphire Rapids for a Prescott), dp-train starts again with
+# OPENBLAS_CORETYPE naming those the CPU runs; a user's OPENBLAS_CORETYPE wins
+OLD='Prescott|Core2|Penryn|Dunnington|Nehalem|Sandybridge|Atom|Nano|Katmai|Coppermine|Northwood|Banias|Athlon|Opteron|Opteron_SSE3|Barcelona|Bobcat|Bulldozer|Piledriver|Steamroller|Excavator'
+run env -u OPENBLAS_CORETYPE dp-train "${ARGS[@]}" --threads 1
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+	unlike "$rc:$err" "cpu: OpenBLAS \\(($OLD) kernels\\)" "an AVX2 CPU runs OpenBLAS's AVX2 kernels or newer, whatever OpenBLAS took it for"
+else
+	skip "no AVX2 here: OpenBLAS's own choice stands"
+fi
+run env OPENBLAS_CORETYPE=Prescott dp-train "${ARGS[@]}" --threads 1
+like "$rc:$err" "^0:.*cpu: OpenBLAS \\(Prescott kernels\\)" "OPENBLAS_CORETYPE set: it wins"
 done_testing

@@ -202,6 +202,16 @@ skip() { # why: a skipped check is reported as a skip, never as a pass
 
 diag() { printf '# %s\n' "$*"; }
 
+# require WHY CMD...: unless CMD succeeds (an optional package there, e.g.
+# $PY -c 'import numpy'), the whole test is one skip saying WHY.
+require() {
+	local why=$1
+	shift
+	"$@" 2>/dev/null && return 0
+	skip "$why"
+	done_testing
+}
+
 done_testing() {
 	echo "1..$_tap_n"
 	[ "$_tap_fail" = 0 ]

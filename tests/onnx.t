@@ -15,10 +15,7 @@
 cd "$T"
 REF="$PY $DP_SRC/tests/onnx_ref.py"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-if ! $PY -c 'import onnx, numpy' 2>/dev/null; then
-	skip "python3-onnx is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-onnx is not installed (scripts/deps --test)" $PY -c 'import onnx, numpy'
 
 $PY - <<'EOF'
 import numpy as np

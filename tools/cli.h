@@ -21,9 +21,12 @@
 #define DP_CLI_H
 
 #include "dp.h"
+#include "dp_backend.h"
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* CLI_PIPE: the reader of our output went away (EPIPE, or SIGPIPE's own
  * 128 + 13): the program ends quietly with it, as when SIGPIPE ends it in
@@ -121,5 +124,20 @@ void *cli_realloc(void *p, size_t n);
 char *cli_strdup(const char *s);
 /* Grow *pp (an array of *cap elements of `size` bytes) to hold at least n. */
 void cli_grow(void *pp, size_t *cap, size_t n, size_t size);
+
+/* First thing in main of a program that runs the math: where OpenBLAS
+ * fell back to kernels older than this CPU (dp_blas_kernels_better) and
+ * OPENBLAS_CORETYPE does not choose them, start the program again with it
+ * naming the better ones, so that OpenBLAS loads them.  Static inline: only
+ * the programs that call it link the math. */
+static inline void cli_blas_kernels(char **argv)
+{
+	const char *k;
+	if (getenv("OPENBLAS_CORETYPE") || !(k = dp_blas_kernels_better()))
+		return;
+	if (setenv("OPENBLAS_CORETYPE", k, 1) == 0)
+		execv("/proc/self/exe", argv);
+	unsetenv("OPENBLAS_CORETYPE"); /* no /proc: OpenBLAS's own choice */
+}
 
 #endif

@@ -741,6 +741,7 @@ static int predict_files(void)
 
 int main(int argc, char **argv)
 {
+	cli_blas_kernels(argv); /* OpenBLAS's kernels for this CPU */
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	sm_serve_args(&argc, &argv, longopts); /* `serve`: SageMaker's hosting contract */

@@ -1158,18 +1158,18 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
 	if (dp_comm_allgather(COMM, &data_pos, pos, sizeof data_pos, &e) < 0)
 		cli_die("checkpoint: %s", e.msg);
-	dp_buf posb = DP_BUF_INIT;
-	for (int r = 0; ts->epoch_step && r < REPS; r++) /* a replica's first stage reads */
-		dp_buf_printf(&posb, "%s%" PRIu64, r ? "," : "", pos[r * (SIZE / REPS)]);
+	for (int r = 0; r < REPS; r++) /* a replica's first stage reads */
+		pos[r] = pos[r * (SIZE / REPS)];
+	char *posb = dp_run_epoch_records_text(pos, ts->epoch_step ? REPS : 0);
 	free(pos);
-	if (posb.err)
+	if (!posb)
 		cli_die("out of memory");
 	char *algos = conv_algos_text();
 	char *cst = ctl_on ? dp_control_state_format(&CS, &e) : NULL;
 	if (ctl_on && !cst)
 		cli_die_err(CLI_FAIL, &e);
 	C.control_state = cst ? cst : "";
-	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
+	const char *extra[] = {"epoch_records", posb, "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = REPS;
 	records_classes();
@@ -1187,7 +1187,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	last_ckpt = path;
 	last_ckpt_step = ts->step;
 	have_ckpt = 1;
-	dp_buf_free(&posb);
+	free(posb);
 	free(meta);
 	free(algos);
 	free(cst);
@@ -2220,34 +2220,16 @@ static int check_resume_ranks(dp_st *ck, int ck_ranks)
 	if (dp_run_conf_from(&saved, ck, keys, &e) < 0)
 		die_all(1, "%s", e.msg);
 	dp_run_conf_free(&saved);
-	uint64_t ckb = saved.batch, cka = saved.accumulate, N = C.accumulate;
-	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = C.batch * N * (uint64_t)REPS;
-	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if (ck_ranks == REPS && cka == N && ckb == C.batch)
+	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0, moved;
+	if (ck_ranks == REPS && saved.batch == C.batch && saved.accumulate == C.accumulate)
 		return 1;
 	if (R.ts.epoch >= C.epochs)
 		return 0;
-	if (ck_ranks == REPS && g0 != g1)
-		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
-			   "); this run's is %" PRIu64 ": the position in the data counts updates of "
-			   "%" PRIu64 ": resume it with --batch-size %" PRIu64 "%s",
-			dp_st_name(ck), g0, ck_ranks, ckb * cka, g1, g0, ckb,
-			cka > 1 ? " and its --accumulate" : "");
-	if (g0 != g1 || !split) {
-		char hint[160] = "";
-		if (split && g0 % (REPS * C.batch) == 0 && N != g0 / (REPS * C.batch))
-			snprintf(hint, sizeof hint, ", or with --accumulate %" PRIu64 " to keep the global batch",
-				 g0 / (REPS * C.batch));
-		else if (split && g0 % (REPS * N) == 0)
-			snprintf(hint, sizeof hint,
-				 ", or with --batch-size %" PRIu64 " to keep the global batch",
-				 g0 / (REPS * N));
-		die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64 " (global batch %" PRIu64
-			   "); this run has %d x %" PRIu64 " = %" PRIu64 "%s: resume it with %d rank%s%s",
-			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, REPS, C.batch * N, g1,
-			split ? "" : " and its data is per rank ({rank})", ck_ranks,
-			ck_ranks == 1 ? "" : "s", hint);
-	}
+	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, REPS, split, &moved, &e) < 0)
+		die_all(1, "%s", e.msg);
+	if (!moved)
+		return 0;
+	uint64_t g1 = C.batch * C.accumulate * (uint64_t)REPS;
 	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
 	     "): the data goes on where it was",
 	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
@@ -2268,18 +2250,8 @@ static void resume_state(dp_st *ck)
 	int same = check_resume_ranks(ck, ck_ranks);
 	/* this rank's position in the epoch, when the job reads as it did
 	 * (else the batches of the epoch so far are counted again) */
-	const char *p = dp_st_meta(ck, "epoch_records");
-	for (int i = 0; p && *p && same && R.ts.epoch_step; i++) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(p, &end, 10);
-		if (end == p || errno || (*end && *end != ','))
-			die_all(1, "%s: metadata 'epoch_records' is '%s', not %d counts", dp_st_name(ck),
-				dp_st_meta(ck, "epoch_records"), ck_ranks);
-		if (i == REP)
-			resume_pos = v;
-		p = *end ? end + 1 : end;
-	}
+	if (same && R.ts.epoch_step && dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
+		die_all(1, "%s", e.msg);
 }
 
 /* The convolution algorithms (cuDNN's, the CPU's implementations): those
@@ -2980,6 +2952,7 @@ static int close_all(void)
 
 int main(int argc, char **argv)
 {
+	cli_blas_kernels(argv); /* OpenBLAS's kernels for this CPU */
 	cli.prog = DP_PROG;
 	cli.usage = usage_line;
 	cli.before_msg = before_msg;

@@ -14,6 +14,7 @@ extern const dp_backend dp_backend_cuda;
 int cudaRuntimeGetVersion(int *version) __attribute__((weak));
 #endif
 char *openblas_get_config(void); /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Haswell ..." */
+char *openblas_get_corename(void); /* "Haswell": the kernels it chose for this CPU */
 const char *cpu_dnnl_version(int isa_too); /* cpu_dnnl.c: "oneDNN 2.6.3", NULL without */
 
 #ifndef DP_BUILD_CFLAGS
@@ -62,6 +63,30 @@ const char *dp_build(void)
 #endif
 		 __VERSION__, DP_BUILD_CFLAGS, cuda, n, cfg ? cfg : "", dn ? ", " : "", dn ? dn : "");
 	return id;
+}
+
+const char *dp_blas_kernels_better(void)
+{
+	/* the kernels of OpenBLAS's DYNAMIC_ARCH list older than AVX2 */
+	static const char *const old[] = {"Prescott", "Core2",     "Penryn",   "Dunnington",
+					  "Nehalem",  "Sandybridge", "Atom",   "Nano",
+					  "Katmai",   "Coppermine", "Northwood", "Banias",
+					  "Athlon",   "Opteron",   "Opteron_SSE3", "Barcelona",
+					  "Bobcat",   "Bulldozer", "Piledriver", "Steamroller",
+					  "Excavator"};
+	const char *core = openblas_get_corename();
+	int older = 0;
+	for (size_t i = 0; core && i < sizeof old / sizeof old[0]; i++)
+		older |= !strcmp(core, old[i]);
+	if (!older)
+		return NULL;
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+	return NULL;
 }
 
 /* DP_BACKEND names a backend this build lacks: open() says so. */

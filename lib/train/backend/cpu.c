@@ -13,12 +13,12 @@
  *  - elementwise work is fused where a layer allows (bias + activation,
  *    activation derivative + bias gradient), and nothing is cleared that
  *    is about to be overwritten.
- * SGEMM uses the threads given to open() (1 by default: bit-reproducible
- * and the fair one-core comparison), and so do Winograd's transforms,
- * batchnorm and max pooling (cpu_par_run, cpu_pool.c); the rest runs in
- * the calling thread.  Summation orders are fixed, so results are
- * deterministic.  3x3 stride-1 convolutions may take Winograd's algorithm
- * instead (cpu_wino.c).
+ * Every part runs on the threads given to open() (OpenMP's: cpu_pool.c):
+ * GEMMs cut by rows or columns, elementwise loops by ranges, batchnorm by
+ * channels, pooling by planes, convolutions by samples (cpu_conv.c, and
+ * cpu_plan.c's choice among it, cpu_wino.c and oneDNN).  Summation orders
+ * are fixed, so results are deterministic, and a part computes the same
+ * whichever thread runs it.
  */
 #define _GNU_SOURCE
 #include "cpu_impl.h"
@@ -55,7 +55,8 @@ static int cpu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t
 		free(c);
 		return rc;
 	}
-	openblas_set_num_threads(c->threads);
+	/* OpenBLAS on the thread that calls it: the parts are ours (cpu_pool.c) */
+	openblas_set_num_threads(1);
 	cpu_par_start(c);
 	if (desc) {
 		const char *dn = cpu_dnnl_version(1);
@@ -71,8 +72,6 @@ static void cpu_close(dp_bectx *ctx)
 {
 	if (!ctx)
 		return;
-	if (ctx->pool.tid)
-		cpu_par_stop(&ctx->pool, ctx->helpers);
 	cpu_conv_close(ctx);
 	free(ctx);
 }
@@ -109,16 +108,42 @@ static int cpu_sync(dp_bectx *ctx, dp_err *e)
 	return DP_EIO;
 }
 
+/* An elementwise call's arguments, for cpu_par_range. */
+typedef struct ew_job {
+	int act;
+	float v;
+	const float *a, *b;
+	float *y;
+	const dp_dropout *d;
+	const dp_sgd_args *sgd;
+	const dp_adam_args *adam;
+	float *m, *w;
+} ew_job;
+
+static void fill_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	for (size_t i = lo; i < hi; i++)
+		j->y[i] = j->v;
+}
+
 static void cpu_fill(dp_bectx *ctx, float *p, float v, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		p[i] = v;
+	ew_job j = {.v = v, .y = p};
+	cpu_par_range(ctx, n, CPU_EW_MIN, fill_part, &j);
+}
+
+static void scale_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	for (size_t i = lo; i < hi; i++)
+		j->y[i] *= j->v;
 }
 
 static void cpu_scale(dp_bectx *ctx, float *p, float s, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		p[i] *= s;
+	ew_job j = {.v = s, .y = p};
+	cpu_par_range(ctx, n, CPU_EW_MIN, scale_part, &j);
 }
 
 /* ---- activations ---------------------------------------------------- */
@@ -240,22 +265,37 @@ void cpu_add_row_sums(float *acc, const float *x, size_t rows, size_t cols)
 	add_row_sums(acc, x, rows, cols);
 }
 
+static void act_fwd_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	if (j->a != j->y)
+		memcpy(j->y + lo, j->a + lo, (hi - lo) * sizeof *j->y);
+	act_apply(j->act, j->y + lo, hi - lo);
+}
+
 static void cpu_act_fwd(dp_bectx *ctx, int act, size_t n, const float *x, float *y)
 {
-	if (x != y)
-		memcpy(y, x, n * sizeof *y);
-	act_apply(act, y, n);
+	ew_job j = {.act = act, .a = x, .y = y};
+	cpu_par_range(ctx, n, CPU_EW_MIN, act_fwd_part, &j);
+}
+
+/* a: the output, b: its gradient, y: the input's */
+static void act_bwd_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	if (j->b != j->y)
+		memcpy(j->y + lo, j->b + lo, (hi - lo) * sizeof *j->y);
+	act_grad(j->act, j->a + lo, j->y + lo, hi - lo);
 }
 
 static void cpu_act_bwd(dp_bectx *ctx, int act, size_t n, const float *y, const float *dy,
 			float *dx)
 {
-	if (dx != dy)
-		memcpy(dx, dy, n * sizeof *dx);
-	act_grad(act, y, dx, n);
+	ew_job j = {.act = act, .a = y, .b = dy, .y = dx};
+	cpu_par_range(ctx, n, CPU_EW_MIN, act_bwd_part, &j);
 }
 
-HOT static void cpu_add(dp_bectx *ctx, size_t n, const float *a, const float *b, float *y, int act)
+HOT static void add_act(size_t n, const float *a, const float *b, float *y, int act)
 {
 	if (act == DP_ACT_RELU) {
 		for (size_t i = 0; i < n; i++) {
@@ -269,14 +309,25 @@ HOT static void cpu_add(dp_bectx *ctx, size_t n, const float *a, const float *b,
 	act_apply(act, y, n);
 }
 
+static void add_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	add_act(hi - lo, j->a + lo, j->b + lo, j->y + lo, j->act);
+}
+
+static void cpu_add(dp_bectx *ctx, size_t n, const float *a, const float *b, float *y, int act)
+{
+	ew_job j = {.act = act, .a = a, .b = b, .y = y};
+	cpu_par_range(ctx, n, CPU_EW_MIN, add_part, &j);
+}
+
 /* ---- dense ------------------------------------------------------------ */
 
 static void cpu_dense_fwd(dp_bectx *ctx, int n, int in, int out, const float *x, const float *w,
 			  const float *b, float *y, int act)
 {
 	/* y = x w^T: (n, in) (in, out) */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
-		    y, out);
+	cpu_sgemm(ctx, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 	bias_rows_act(y, (size_t)n, (size_t)out, b, act);
 }
 
@@ -289,12 +340,11 @@ static void cpu_dense_bwd(dp_bectx *ctx, int n, int in, int out, const float *x,
 		add_rows(db, dy, (size_t)n, (size_t)out);
 	}
 	/* dw = dy^T x: (out, n) (n, in) */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-		    0.0f, dw, in);
+	cpu_sgemm(ctx, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw, in);
 	/* dx = dy w: (n, out) (out, in) */
 	if (dx)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
-			    in, 0.0f, dx, in);
+		cpu_sgemm(ctx, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx,
+			  in);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
@@ -332,12 +382,13 @@ static inline void maxpool22_row(const float *r0, const float *r1, int w, int ow
 	}
 }
 
-/* All planes of a 2x2, stride 2 pooling (one call: the multiversioned
+/* Planes lo..hi-1 of a 2x2, stride 2 pooling (one call: the multiversioned
  * function is chosen once, not per row). */
-HOT static void maxpool22(const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+HOT static void maxpool22(const dp_pool2d *g, const float *x, float *y, int32_t *arg, size_t lo,
+			  size_t hi)
 {
-	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-	for (size_t pl = 0; pl < planes; pl++) {
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = lo; pl < hi; pl++) {
 		const float *xp = x + pl * hw;
 		for (int oy = 0; oy < g->oh; oy++)
 			maxpool22_row(xp + (size_t)2 * oy * g->w, xp + (size_t)(2 * oy + 1) * g->w, g->w,
@@ -355,13 +406,17 @@ static inline void pool_range(int o, int s, int k, int p, int in, int *lo, int *
 	*hi = b > in ? in : b;
 }
 
-/* The general max pooling, a plane (sample, channel) a part of cpu_par_run. */
+/* A pooling call's arguments, for cpu_par_range over its planes (sample,
+ * channel): each plane's work its own. */
 typedef struct pool_job {
 	const dp_pool2d *g;
 	const float *x;
 	float *y;
 	int32_t *arg;
+	const int32_t *carg;
 } pool_job;
+
+#define PLANES_MIN 4
 
 static void maxpool_one(const pool_job *jb, size_t plane)
 {
@@ -393,38 +448,35 @@ static void maxpool_one(const pool_job *jb, size_t plane)
 		}
 }
 
-static void maxpool_plane(void *a, int plane, int worker)
+static void maxpool_part(void *a, size_t lo, size_t hi)
 {
-	(void)worker;
-	maxpool_one(a, (size_t)plane);
+	const pool_job *j = a;
+	const dp_pool2d *g = j->g;
+	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && !g->ph && !g->pw &&
+	    g->ow <= POOL_ROW_MAX) {
+		maxpool22(g, j->x, j->y, j->arg, lo, hi);
+		return;
+	}
+	for (size_t pl = lo; pl < hi; pl++)
+		maxpool_one(j, pl);
 }
 
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
 			    int32_t *arg)
 {
-	if (g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && !g->ph && !g->pw &&
-	    g->ow <= POOL_ROW_MAX) {
-		maxpool22(g, x, y, arg);
-		return;
-	}
-	pool_job j = {g, x, y, arg};
-	size_t planes = (size_t)g->n * g->c;
-	if (planes <= INT_MAX) {
-		cpu_par_run(ctx, (int)planes, maxpool_plane, &j);
-		return;
-	}
-	for (size_t pl = 0; pl < planes; pl++) /* more planes than cpu_par_run counts */
-		maxpool_one(&j, pl);
+	pool_job j = {g, x, y, arg, NULL};
+	cpu_par_range(ctx, (size_t)g->n * g->c, PLANES_MIN, maxpool_part, &j);
 }
 
-static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
-			    float *dx)
+static void maxpool_bwd_part(void *a, size_t lo, size_t hi)
 {
-	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-	for (size_t pl = 0; pl < planes; pl++) {
-		float *dp = dx + pl * hw;
-		const float *dyp = dy + pl * ohw;
-		const int32_t *ap = arg + pl * ohw;
+	const pool_job *j = a;
+	const dp_pool2d *g = j->g;
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	for (size_t pl = lo; pl < hi; pl++) {
+		float *dp = j->y + pl * hw;
+		const float *dyp = j->x + pl * ohw;
+		const int32_t *ap = j->carg + pl * ohw;
 		memset(dp, 0, hw * sizeof *dp); /* one plane: stays in L1 for the scatter */
 		for (size_t o = 0; o < ohw; o++)
 			if (ap[o] >= 0) /* -1: a window of padding only */
@@ -432,13 +484,22 @@ static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, 
 	}
 }
 
-static void cpu_avgpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y)
+static void cpu_maxpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, const int32_t *arg,
+			    float *dx)
 {
-	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	pool_job j = {g, dy, dx, NULL, arg};
+	cpu_par_range(ctx, (size_t)g->n * g->c, PLANES_MIN, maxpool_bwd_part, &j);
+}
+
+static void avgpool_part(void *a, size_t lo, size_t hi)
+{
+	const pool_job *jb = a;
+	const dp_pool2d *g = jb->g;
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	float inv = 1.0f / (float)(g->kh * g->kw);
-	for (size_t pl = 0; pl < planes; pl++) {
-		const float *xp = x + pl * hw;
-		float *yp = y + pl * ohw;
+	for (size_t pl = lo; pl < hi; pl++) {
+		const float *xp = jb->x + pl * hw;
+		float *yp = jb->y + pl * ohw;
 		for (int oy = 0; oy < g->oh; oy++)
 			for (int ox = 0; ox < g->ow; ox++) {
 				const float *w0 = xp + (size_t)oy * g->sh * g->w + (size_t)ox * g->sw;
@@ -451,13 +512,21 @@ static void cpu_avgpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, f
 	}
 }
 
-static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, float *dx)
+static void cpu_avgpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y)
 {
-	size_t planes = (size_t)g->n * g->c, hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
+	pool_job j = {g, x, y, NULL, NULL};
+	cpu_par_range(ctx, (size_t)g->n * g->c, PLANES_MIN, avgpool_part, &j);
+}
+
+static void avgpool_bwd_part(void *a, size_t lo, size_t hi)
+{
+	const pool_job *jb = a;
+	const dp_pool2d *g = jb->g;
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	float inv = 1.0f / (float)(g->kh * g->kw);
-	for (size_t pl = 0; pl < planes; pl++) {
-		float *dp = dx + pl * hw;
-		const float *dyp = dy + pl * ohw;
+	for (size_t pl = lo; pl < hi; pl++) {
+		float *dp = jb->y + pl * hw;
+		const float *dyp = jb->x + pl * ohw;
 		memset(dp, 0, hw * sizeof *dp);
 		for (int oy = 0; oy < g->oh; oy++)
 			for (int ox = 0; ox < g->ow; ox++) {
@@ -470,28 +539,42 @@ static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, 
 	}
 }
 
+static void cpu_avgpool_bwd(dp_bectx *ctx, const dp_pool2d *g, const float *dy, float *dx)
+{
+	pool_job j = {g, dy, dx, NULL, NULL};
+	cpu_par_range(ctx, (size_t)g->n * g->c, PLANES_MIN, avgpool_bwd_part, &j);
+}
+
 /* ---- dropout ------------------------------------------------------------ */
 
-HOT static void dropout_apply(const dp_dropout *d, int n, const float *in, float *out)
+/* out[i] = in[i] masked and scaled for elements lo..hi-1 of the batch */
+HOT static void dropout_apply(const dp_dropout *d, size_t lo, size_t hi, const float *in,
+			      float *out)
 {
-	size_t total = (size_t)n * d->per_sample;
 	uint64_t c0 = d->sample0 * d->per_sample, key = d->key;
 	uint32_t thr = d->threshold;
 	float sc = d->scale;
-	for (size_t i = 0; i < total; i++) {
+	for (size_t i = lo; i < hi; i++) {
 		uint32_t r = (uint32_t)(dp_rng_at(key, c0 + i) >> 32);
 		out[i] = r >= thr ? in[i] * sc : 0.0f;
 	}
 }
 
+static void dropout_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	dropout_apply(j->d, lo, hi, j->a, j->y);
+}
+
 static void cpu_dropout_fwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *x, float *y)
 {
-	dropout_apply(d, n, x, y);
+	ew_job j = {.d = d, .a = x, .y = y};
+	cpu_par_range(ctx, (size_t)n * d->per_sample, CPU_EW_MIN, dropout_part, &j);
 }
 
 static void cpu_dropout_bwd(dp_bectx *ctx, const dp_dropout *d, int n, const float *dy, float *dx)
 {
-	dropout_apply(d, n, dy, dx);
+	cpu_dropout_fwd(ctx, d, n, dy, dx);
 }
 
 /* ---- batch normalisation ---------------------------------------------- */
@@ -783,8 +866,7 @@ static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
 
 /* ---- optimizers --------------------------------------------------------- */
 
-HOT static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
-		    const dp_sgd_args *a)
+HOT static void sgd(size_t n, float *p, const float *g, float *buf, const dp_sgd_args *a)
 {
 	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
 	for (size_t i = 0; i < n; i++) {
@@ -800,8 +882,21 @@ HOT static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float
 	}
 }
 
-HOT static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
-		     const dp_adam_args *a)
+static void sgd_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	sgd(hi - lo, j->y + lo, j->a + lo, j->m + lo, j->sgd);
+}
+
+/* p: y, g: a, buf: m */
+static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *buf,
+		    const dp_sgd_args *a)
+{
+	ew_job j = {.y = p, .a = g, .m = buf, .sgd = a};
+	cpu_par_range(ctx, n, CPU_EW_MIN, sgd_part, &j);
+}
+
+HOT static void adam(size_t n, float *p, const float *g, float *m, float *v, const dp_adam_args *a)
 {
 	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
 	float wd = a->weight_decay, eps = a->eps, ss = a->step_size, bc2 = a->bias2_sqrt;
@@ -816,6 +911,20 @@ HOT static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, floa
 		float denom = sqrtf(vi) / bc2 + eps;
 		p[i] = p[i] * decay - ss * mi / denom;
 	}
+}
+
+static void adam_part(void *arg, size_t lo, size_t hi)
+{
+	const ew_job *j = arg;
+	adam(hi - lo, j->y + lo, j->a + lo, j->m + lo, j->w + lo, j->adam);
+}
+
+/* p: y, g: a, m: m, v: w */
+static void cpu_adam(dp_bectx *ctx, size_t n, float *p, const float *g, float *m, float *v,
+		     const dp_adam_args *a)
+{
+	ew_job j = {.y = p, .a = g, .m = m, .w = v, .adam = a};
+	cpu_par_range(ctx, n, CPU_EW_MIN, adam_part, &j);
 }
 
 const dp_backend dp_backend_cpu = {

@@ -1,7 +1,10 @@
 /*
  * cpu_conv.c - the CPU backend's own GEMM convolutions (cpu_impl.h): im2col
  * + SGEMM one sample at a time ("im2col", the reference), and the same
- * over the whole batch in one GEMM ("gemm", for small planes).
+ * over the whole batch in one GEMM ("gemm", for small planes).  Both run on
+ * the backend's threads: im2col a block of samples a thread (each its own
+ * columns; the filter gradient summed a block at a time, then the blocks
+ * in order), gemm's GEMMs cut by rows or columns (cpu_sgemm).
  *
  *  - im2col: NCHW, the sample's column matrix (c*kh*kw, oh*ow) stays in the
  *    L2 cache, the GEMM output is the sample's NCHW block directly (no
@@ -15,8 +18,10 @@
  *    GEMM n times as wide instead of n narrow ones; y and dy pass through
  *    a (k, n*oh*ow) copy.  Its workspace grows with the batch: offered
  *    for planes under 16x16 within GEMM_WS_MAX.
- * Both are deterministic: a fixed order of sums, the filter gradient summed
- * over samples inside one GEMM (gemm) or sample after sample (im2col).
+ * Both are deterministic: a fixed order of sums for a number of threads,
+ * the filter gradient summed over samples inside one GEMM (gemm) or sample
+ * after sample within a thread's block (im2col: one block on one thread,
+ * so one thread sums as before threads were cut in).
  * The bias gradient and the activation's derivative are cpu_plan.c's,
  * applied to dy before these run.
  */
@@ -140,23 +145,58 @@ static int conv_is_pointwise(const dp_conv2d *g)
 
 /* ---- im2col, a sample at a time ---- */
 
-size_t cpu_im2col_ws(const dp_conv2d *g, int pass)
+/* Threads' blocks of samples: as many as threads, at most one a sample. */
+static int blocks_of(const dp_bectx *ctx, const dp_conv2d *g)
 {
-	if (conv_is_pointwise(g))
-		return 0;
-	size_t col = (size_t)g->c * g->kh * g->kw * g->oh * g->ow * sizeof(float);
-	return pass == CPU_PASS_FWD ? col : 2 * col;
+	return ctx->threads < g->n ? ctx->threads : g->n;
 }
 
-void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
-		    const float *b, float *y, int act, void *ws)
+static size_t col_floats(const dp_conv2d *g)
 {
-	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	return conv_is_pointwise(g) ? 0 : (size_t)g->c * g->kh * g->kw * g->oh * g->ow;
+}
+
+/* Columns for each block (forward, input gradient), and for the filter
+ * gradient the sums of every block but the first. */
+size_t cpu_im2col_ws(const dp_bectx *ctx, const dp_conv2d *g, int pass)
+{
+	size_t b = (size_t)blocks_of(ctx, g), col = (b * col_floats(g) + 16 * b) * sizeof(float);
+	if (pass == CPU_PASS_DW)
+		col += (b - 1) * ((size_t)g->k * g->c * g->kh * g->kw + 16) * sizeof(float);
+	return col;
+}
+
+/* A block's own columns (64-byte aligned) */
+static float *block_col(const dp_conv2d *g, void *ws, int b)
+{
+	return (float *)ws + (size_t)b * ((col_floats(g) + 15) / 16 * 16);
+}
+
+typedef struct im2col_job {
+	const dp_conv2d *g;
+	const float *x, *w, *b, *dy;
+	float *y, *dx, *dw;
+	int act, blocks;
+	void *ws;
+} im2col_job;
+
+static void block_range(const im2col_job *j, int blk, int *s0, int *s1)
+{
+	*s0 = (int)((long)j->g->n * blk / j->blocks);
+	*s1 = (int)((long)j->g->n * (blk + 1) / j->blocks);
+}
+
+static void im2col_fwd_part(void *a, int blk, int worker)
+{
+	const im2col_job *j = a;
+	const dp_conv2d *g = j->g;
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow, s0, s1;
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	float *col = ws;
-	for (int s = 0; s < g->n; s++) {
-		const float *xn = x + s * xs;
-		float *yn = y + s * ys;
+	float *col = block_col(g, j->ws, blk);
+	block_range(j, blk, &s0, &s1);
+	for (int s = s0; s < s1; s++) {
+		const float *xn = j->x + s * xs;
+		float *yn = j->y + s * ys;
 		const float *cn = xn;
 		if (!conv_is_pointwise(g)) {
 			im2col(g, xn, col, (size_t)ohw);
@@ -164,47 +204,97 @@ void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const flo
 		}
 		/* y_n (k, ohw) = b + w (k, ckk) col (ckk, ohw): starting from the
 		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
-		if (b)
-			fill_rows(yn, (size_t)g->k, (size_t)ohw, b);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, w, ckk,
-			    cn, ohw, b ? 1.0f : 0.0f, yn, ohw);
-		if (act)
-			cpu_bias_act(yn, ys, 0.0f, act);
+		if (j->b)
+			fill_rows(yn, (size_t)g->k, (size_t)ohw, j->b);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, j->w, ckk,
+			    cn, ohw, j->b ? 1.0f : 0.0f, yn, ohw);
+		if (j->act)
+			cpu_bias_act(yn, ys, 0.0f, j->act);
 	}
 }
 
-void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
-		   void *ws)
+void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+		    const float *b, float *y, int act, void *ws)
 {
-	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
+	im2col_job j = {.g = g, .x = x, .w = w, .b = b, .y = y, .act = act,
+			.blocks = blocks_of(ctx, g), .ws = ws};
+	cpu_par_run(ctx, j.blocks, im2col_fwd_part, &j);
+}
+
+/* Block blk's filter gradient: into dw (the first block), else into its
+ * sums after the columns. */
+static float *block_dw(const im2col_job *j, int blk)
+{
+	const dp_conv2d *g = j->g;
+	if (!blk)
+		return j->dw;
+	float *after = block_col(g, j->ws, j->blocks);
+	return after + (size_t)(blk - 1) * (((size_t)g->k * g->c * g->kh * g->kw + 15) / 16 * 16);
+}
+
+static void im2col_dw_part(void *a, int blk, int worker)
+{
+	const im2col_job *j = a;
+	const dp_conv2d *g = j->g;
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow, s0, s1;
 	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	float *col = ws;
-	for (int s = 0; s < g->n; s++) {
-		const float *cn = x + s * xs;
+	float *col = block_col(g, j->ws, blk), *dw = block_dw(j, blk);
+	block_range(j, blk, &s0, &s1);
+	for (int s = s0; s < s1; s++) {
+		const float *cn = j->x + s * xs;
 		if (!conv_is_pointwise(g)) {
 			im2col(g, cn, col, (size_t)ohw);
 			cn = col;
 		}
 		/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f,
-			    dy + s * ys, ohw, cn, ohw, s ? 1.0f : 0.0f, dw, ckk);
+			    j->dy + s * ys, ohw, cn, ohw, s > s0 ? 1.0f : 0.0f, dw, ckk);
+	}
+}
+
+/* dw += the other blocks' sums, in block order, over dw's elements lo..hi */
+static void dw_sum_part(void *a, size_t lo, size_t hi)
+{
+	const im2col_job *j = a;
+	for (int blk = 1; blk < j->blocks; blk++) {
+		const float *p = block_dw(j, blk);
+		for (size_t i = lo; i < hi; i++)
+			j->dw[i] += p[i];
+	}
+}
+
+void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
+		   void *ws)
+{
+	im2col_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .blocks = blocks_of(ctx, g), .ws = ws};
+	cpu_par_run(ctx, j.blocks, im2col_dw_part, &j);
+	if (j.blocks > 1)
+		cpu_par_range(ctx, (size_t)g->k * g->c * g->kh * g->kw, CPU_EW_MIN, dw_sum_part, &j);
+}
+
+static void im2col_dx_part(void *a, int blk, int worker)
+{
+	const im2col_job *j = a;
+	const dp_conv2d *g = j->g;
+	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow, pointwise = conv_is_pointwise(g), s0, s1;
+	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
+	float *dcol = block_col(g, j->ws, blk);
+	block_range(j, blk, &s0, &s1);
+	for (int s = s0; s < s1; s++) {
+		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
+		float *dxn = j->dx + s * xs;
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, j->w, ckk,
+			    j->dy + s * ys, ohw, 0.0f, pointwise ? dxn : dcol, ohw);
+		if (!pointwise)
+			col2im(g, dcol, dxn, (size_t)ohw);
 	}
 }
 
 void cpu_im2col_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		   void *ws)
 {
-	int ckk = g->c * g->kh * g->kw, ohw = g->oh * g->ow, pointwise = conv_is_pointwise(g);
-	size_t xs = (size_t)g->c * g->h * g->w, ys = (size_t)g->k * ohw;
-	float *dcol = ws;
-	for (int s = 0; s < g->n; s++) {
-		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
-		float *dxn = dx + s * xs;
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, w, ckk,
-			    dy + s * ys, ohw, 0.0f, pointwise ? dxn : dcol, ohw);
-		if (!pointwise)
-			col2im(g, dcol, dxn, (size_t)ohw);
-	}
+	im2col_job j = {.g = g, .w = w, .dy = dy, .dx = dx, .blocks = blocks_of(ctx, g), .ws = ws};
+	cpu_par_run(ctx, j.blocks, im2col_dx_part, &j);
 }
 
 /* ---- gemm: the whole batch in one GEMM ---- */
@@ -225,41 +315,72 @@ int cpu_gemm_fits(const dp_conv2d *g)
 	return g->oh * g->ow <= GEMM_PLANE_MAX && cpu_gemm_ws(g) <= GEMM_WS_MAX;
 }
 
-/* col (ckk, n ohw): every sample's columns side by side. */
-static void batch_cols(const dp_conv2d *g, const float *x, float *col)
+typedef struct gemm_conv_job {
+	const dp_conv2d *g;
+	const float *x, *b, *dy;
+	float *col, *t, *y, *dx;
+	int act;
+} gemm_conv_job;
+
+/* col (ckk, n ohw): every sample's columns side by side, samples lo..hi */
+static void batch_cols_part(void *a, size_t lo, size_t hi)
 {
+	const gemm_conv_job *j = a;
+	const dp_conv2d *g = j->g;
 	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
-	for (int s = 0; s < g->n; s++)
-		im2col(g, x + s * xs, col + s * ohw, ld);
+	for (size_t s = lo; s < hi; s++)
+		im2col(g, j->x + s * xs, j->col + s * ohw, ld);
 }
 
-/* t (k, n ohw) from dy (n, k, ohw) */
-static void gather_k(const dp_conv2d *g, const float *dy, float *t)
+/* t (k, n ohw) from dy (n, k, ohw), samples lo..hi */
+static void gather_k_part(void *a, size_t lo, size_t hi)
 {
+	const gemm_conv_job *j = a;
+	const dp_conv2d *g = j->g;
 	size_t ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
-	for (int s = 0; s < g->n; s++)
+	for (size_t s = lo; s < hi; s++)
 		for (int k = 0; k < g->k; k++)
-			memcpy(t + k * ld + s * ohw, dy + ((size_t)s * g->k + k) * ohw,
-			       ohw * sizeof *t);
+			memcpy(j->t + k * ld + s * ohw, j->dy + (s * g->k + k) * ohw,
+			       ohw * sizeof *j->t);
+}
+
+/* y (n, k, ohw) = act(t (k, n ohw) + b), samples lo..hi */
+static void scatter_k_part(void *a, size_t lo, size_t hi)
+{
+	const gemm_conv_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
+	for (size_t s = lo; s < hi; s++)
+		for (int k = 0; k < g->k; k++) {
+			float *yr = j->y + (s * g->k + k) * ohw;
+			memcpy(yr, j->t + k * ld + s * ohw, ohw * sizeof *yr);
+			if (j->b || j->act)
+				cpu_bias_act(yr, ohw, j->b ? j->b[k] : 0.0f, j->act);
+		}
+}
+
+/* dx samples lo..hi from dcol (in col) */
+static void col2im_part(void *a, size_t lo, size_t hi)
+{
+	const gemm_conv_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
+	for (size_t s = lo; s < hi; s++)
+		col2im(g, j->col + s * ohw, j->dx + s * xs, ld);
 }
 
 void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 		  const float *b, float *y, int act, void *ws)
 {
 	int ckk = g->c * g->kh * g->kw;
-	size_t ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
-	float *col = ws, *t = col + (size_t)ckk * ld;
-	batch_cols(g, x, col);
+	size_t ld = (size_t)g->n * g->oh * g->ow;
+	gemm_conv_job j = {.g = g, .x = x, .b = b, .y = y, .act = act, .col = ws};
+	j.t = j.col + (size_t)ckk * ld;
+	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
 	/* t (k, n ohw) = w (k, ckk) col (ckk, n ohw) */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, (int)ld, ckk, 1.0f, w, ckk, col,
-		    (int)ld, 0.0f, t, (int)ld);
-	for (int s = 0; s < g->n; s++)
-		for (int k = 0; k < g->k; k++) {
-			float *yr = y + ((size_t)s * g->k + k) * ohw;
-			memcpy(yr, t + k * ld + s * ohw, ohw * sizeof *yr);
-			if (b || act)
-				cpu_bias_act(yr, ohw, b ? b[k] : 0.0f, act);
-		}
+	cpu_sgemm(ctx, CblasNoTrans, CblasNoTrans, g->k, (int)ld, ckk, 1.0f, w, ckk, j.col, (int)ld,
+		  0.0f, j.t, (int)ld);
+	cpu_par_range(ctx, (size_t)g->n, 1, scatter_k_part, &j);
 }
 
 void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
@@ -267,24 +388,25 @@ void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float 
 {
 	int ckk = g->c * g->kh * g->kw;
 	size_t ld = (size_t)g->n * g->oh * g->ow;
-	float *col = ws, *t = col + (size_t)ckk * ld;
-	batch_cols(g, x, col);
-	gather_k(g, dy, t);
+	gemm_conv_job j = {.g = g, .x = x, .dy = dy, .col = ws};
+	j.t = j.col + (size_t)ckk * ld;
+	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
+	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
 	/* dw (k, ckk) = t (k, n ohw) col^T (n ohw, ckk) */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, (int)ld, 1.0f, t, (int)ld,
-		    col, (int)ld, 0.0f, dw, ckk);
+	cpu_sgemm(ctx, CblasNoTrans, CblasTrans, g->k, ckk, (int)ld, 1.0f, j.t, (int)ld, j.col,
+		  (int)ld, 0.0f, dw, ckk);
 }
 
 void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		 void *ws)
 {
 	int ckk = g->c * g->kh * g->kw;
-	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
-	float *dcol = ws, *t = dcol + (size_t)ckk * ld;
-	gather_k(g, dy, t);
+	size_t ld = (size_t)g->n * g->oh * g->ow;
+	gemm_conv_job j = {.g = g, .dy = dy, .dx = dx, .col = ws};
+	j.t = j.col + (size_t)ckk * ld;
+	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
 	/* dcol (ckk, n ohw) = w^T (ckk, k) t (k, n ohw) */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld, g->k, 1.0f, w, ckk, t,
-		    (int)ld, 0.0f, dcol, (int)ld);
-	for (int s = 0; s < g->n; s++)
-		col2im(g, dcol + s * ohw, dx + s * xs, ld);
+	cpu_sgemm(ctx, CblasTrans, CblasNoTrans, ckk, (int)ld, g->k, 1.0f, w, ckk, j.t, (int)ld, 0.0f,
+		  j.col, (int)ld);
+	cpu_par_range(ctx, (size_t)g->n, 1, col2im_part, &j);
 }

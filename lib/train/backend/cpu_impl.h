@@ -9,6 +9,7 @@
 #define DP_CPU_IMPL_H
 
 #include "dp_backend.h"
+#include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -28,27 +29,9 @@
 #define NO_LIBCALLS
 #endif
 
-/* ---- cpu_pool.c: a pool for the backend's own loops ---- */
+/* ---- cpu_pool.c: the backend's threads (OpenMP's, oneDNN's too) ---- */
 typedef void par_fn(void *arg, int i, int worker);
-
-typedef struct par_pool {
-	int nhelp;
-	pthread_t *tid;
-	pthread_mutex_t mu;
-	pthread_cond_t go, idle;
-	par_fn *fn;
-	void *arg;
-	int n;
-	atomic_int next;
-	int busy;      /* helpers still in the current job */
-	unsigned gen;  /* jobs started */
-	int quit;
-} par_pool;
-
-typedef struct par_helper {
-	par_pool *pool;
-	int worker;
-} par_helper;
+typedef void cpu_range_fn(void *arg, size_t lo, size_t hi);
 
 /* ---- cpu_plan.c: the implementation of each convolution ---- */
 enum cpu_conv_impl { CPU_IM2COL, CPU_WINO, CPU_GEMM, CPU_DNNL, CPU_NIMPL };
@@ -69,9 +52,7 @@ typedef struct conv_plan {
 } conv_plan;
 
 struct dp_bectx {
-	int threads;
-	par_pool pool; /* threads - 1 helpers (none for one thread) */
-	par_helper *helpers;
+	int threads;   /* OpenMP's threads for every part of the work */
 	/* convolutions (cpu_plan.c) */
 	int force;     /* an implementation for every shape it takes; -1: chosen */
 	int pinned;    /* dp_backend_opts.deterministic */
@@ -83,12 +64,20 @@ struct dp_bectx {
 	char fail[160]; /* a library's failure, for sync() */
 };
 
-/* Start threads - 1 helpers (fewer when it cannot: the same results). */
+/* Make the threads - 1 helpers, every signal blocked. */
 void cpu_par_start(dp_bectx *c);
-void cpu_par_stop(par_pool *p, par_helper *h);
-/* fn(arg, i, worker) for every i < n, on the calling thread (worker 0)
- * and the helpers. */
+/* fn(arg, i, worker) for every i < n on the calling thread (worker 0) and
+ * the helpers (worker < threads). */
 void cpu_par_run(dp_bectx *c, int n, par_fn *fn, void *arg);
+/* fn(arg, lo, hi) over parts of [0, n) of min items at least (a thread's;
+ * elementwise loops: CPU_EW_MIN). */
+#define CPU_EW_MIN 16384
+void cpu_par_range(dp_bectx *c, size_t n, size_t min, cpu_range_fn *fn, void *arg);
+/* cblas_sgemm (row-major) cut into parts for the threads: the same
+ * results as one call. */
+void cpu_sgemm(dp_bectx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
+	       float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *cc,
+	       int ldc);
 
 /* ---- cpu.c ---- */
 /* y = act(y + b) over n elements (b a scalar: one conv channel). */
@@ -118,7 +107,7 @@ const char *cpu_conv_impl_name(int impl);
  * act(conv(x, w) + b) (b may be NULL); dw, dx: the filter and input
  * gradients of dy (its activation's derivative applied), overwritten;
  * ws: the workspace of *_ws bytes. */
-size_t cpu_im2col_ws(const dp_conv2d *g, int pass);
+size_t cpu_im2col_ws(const dp_bectx *ctx, const dp_conv2d *g, int pass);
 void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 		    const float *b, float *y, int act, void *ws);
 void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,

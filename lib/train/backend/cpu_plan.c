@@ -110,7 +110,7 @@ static size_t ws_of(const dp_bectx *c, const conv_plan *p, int impl, int pass)
 {
 	switch (impl) {
 	case CPU_IM2COL:
-		return cpu_im2col_ws(&p->g, pass);
+		return cpu_im2col_ws(c, &p->g, pass);
 	case CPU_WINO:
 		return cpu_wino_ws(c, &p->g, pass == CPU_PASS_DX);
 	case CPU_GEMM:
@@ -222,25 +222,51 @@ static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 	}
 }
 
-/* Seconds one run of impl on pass takes: the best of up to 3 after a
- * warm-up (1 when a run takes more than 50 ms; none when the warm-up took
- * 3 times `beat`, the best of another: it loses either way). */
-static double time_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b, double beat)
+/* Seconds one run of impl on pass takes. */
+static double time_once(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 {
-	double t0 = dp_now(), best;
+	double t0 = dp_now();
 	run_pass(c, p, impl, pass, b);
-	best = dp_now() - t0;
-	if (best > 3 * beat)
-		return best;
-	int runs = best > 0.05 ? 1 : 3;
-	best = 1e30;
-	for (int r = 0; r < runs; r++) {
-		t0 = dp_now();
-		run_pass(c, p, impl, pass, b);
-		double t = dp_now() - t0;
-		best = t < best ? t : best;
+	return dp_now() - t0;
+}
+
+/* The best of a pass's candidates, their ms into p->ms[pass]: a warm-up run
+ * each, the pinned choice first (one whose warm-up took 3 times the best
+ * so far is out: it loses either way), then rounds over those left, one
+ * run each a round, 3 rounds (2 when a run takes more than 50 ms).  Runs
+ * in turn, not one candidate's after another's: on a loaded machine a
+ * burst of other work slows one run of each, not every run of one. */
+static int time_pass(dp_bectx *c, conv_plan *p, int pass, int pin, bench *b)
+{
+	double t[CPU_NIMPL], best = 1e30;
+	int live[CPU_NIMPL] = {0};
+	for (int k = 0; k < CPU_NIMPL; k++) {
+		int i = k ? k - (k <= pin) : pin; /* pin, then the others in order */
+		if (!applies(p, i))
+			continue;
+		t[i] = time_once(c, p, i, pass, b);
+		p->ms[pass][i] = (float)(1e3 * t[i]);
+		live[i] = t[i] <= 3 * best;
+		best = t[i] < best ? t[i] : best;
 	}
-	return best;
+	int rounds = best > 0.05 ? 2 : 3;
+	for (int r = 0; r < rounds; r++)
+		for (int i = 0; i < CPU_NIMPL; i++)
+			if (live[i] && (r == 0 || t[i] <= 3 * best)) {
+				double u = time_once(c, p, i, pass, b);
+				t[i] = r == 0 || u < t[i] ? u : t[i];
+				best = t[i] < best ? t[i] : best;
+				p->ms[pass][i] = (float)(1e3 * t[i]);
+			}
+	/* another implementation only where it beats the pinned one by 3% */
+	int choice = pin;
+	double bar = p->ms[pass][pin] / 1.03;
+	for (int i = 0; i < CPU_NIMPL; i++)
+		if (applies(p, i) && p->ms[pass][i] < bar) {
+			bar = p->ms[pass][i];
+			choice = i;
+		}
+	return choice;
 }
 
 /* Time every candidate of every pass; keep the fastest.  Where the buffers
@@ -260,20 +286,7 @@ static void measure(dp_bectx *c, conv_plan *p)
 		p->impl[pass] = (signed char)pin;
 		if (!okay)
 			continue;
-		/* the pinned choice first: the others race it */
-		double beat = p->ms[pass][pin] = (float)(1e3 * time_pass(c, p, pin, pass, &b, 1e30));
-		for (int i = 0; i < CPU_NIMPL; i++) {
-			if (i == pin || !applies(p, i))
-				continue;
-			p->ms[pass][i] = (float)(1e3 * time_pass(c, p, i, pass, &b, beat / 1e3));
-			beat = p->ms[pass][i] < beat ? p->ms[pass][i] : beat;
-		}
-		double best = p->ms[pass][pin] / 1.03;
-		for (int i = 0; i < CPU_NIMPL; i++)
-			if (applies(p, i) && p->ms[pass][i] < best) {
-				best = p->ms[pass][i];
-				p->impl[pass] = (signed char)i;
-			}
+		p->impl[pass] = (signed char)time_pass(c, p, pass, pin, &b);
 	}
 	p->how = okay ? "measured" : "pinned (no memory to measure)";
 	void *bufs[] = {b.x, b.w, b.y, b.dy, b.dx, b.dw, b.ws};
@@ -421,7 +434,7 @@ size_t cpu_conv_ws(dp_bectx *c, const dp_conv2d *g)
 	conv_plan *p = plan_bind(c, g);
 	if (p)
 		return p->ws;
-	size_t a = cpu_im2col_ws(g, CPU_PASS_DX); /* out of memory: im2col */
+	size_t a = cpu_im2col_ws(c, g, CPU_PASS_DW); /* out of memory: im2col */
 	return a;
 }
 
@@ -444,20 +457,36 @@ void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 	}
 }
 
+/* dy *= act'(y) and db = the sum of dy per channel, sample after sample,
+ * for channels lo..hi (each channel's sum its own: any threads alike). */
+typedef struct dy_job {
+	const dp_conv2d *g;
+	const float *y;
+	float *dy, *db;
+	int act;
+} dy_job;
+
+static void dy_part(void *a, size_t lo, size_t hi)
+{
+	const dy_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t ohw = (size_t)g->oh * g->ow, ys = (size_t)g->k * ohw;
+	if (j->db)
+		memset(j->db + lo, 0, (hi - lo) * sizeof *j->db);
+	for (int s = 0; s < g->n; s++) {
+		float *dyn = j->dy + s * ys + lo * ohw;
+		cpu_act_grad(j->act, j->y + s * ys + lo * ohw, dyn, (hi - lo) * ohw);
+		if (j->db)
+			cpu_add_row_sums(j->db + lo, dyn, hi - lo, ohw);
+	}
+}
+
 void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
 		  float *dy, float *dx, float *dw, float *db, int act, void *ws)
 {
 	conv_plan *p = plan_for(c, g);
-	size_t ohw = (size_t)g->oh * g->ow, ys = (size_t)g->k * ohw;
-	/* dy *= act'(y), db = the sum of dy per channel (sample after sample) */
-	if (db)
-		memset(db, 0, (size_t)g->k * sizeof *db);
-	for (int s = 0; s < g->n; s++) {
-		float *dyn = dy + s * ys;
-		cpu_act_grad(act, y + s * ys, dyn, ys);
-		if (db)
-			cpu_add_row_sums(db, dyn, (size_t)g->k, ohw);
-	}
+	dy_job j = {g, y, dy, db, act};
+	cpu_par_range(c, (size_t)g->k, 1, dy_part, &j);
 	switch (p ? p->impl[CPU_PASS_DW] : CPU_IM2COL) {
 	case CPU_WINO:
 		cpu_wino_dw(c, g, x, dy, dw, ws);

@@ -367,6 +367,35 @@ static void wino_output_part(void *a, int i, int worker)
 		    j->y + g * p->cout * ohw + (size_t)o0 * ohw, job_planes(j, worker));
 }
 
+/* The 16 GEMMs of a round, one a part: forward (and input gradient)
+ * M[xi] (t, cout) = V[xi] (t, cin) U[xi]^T, or filter gradient dU[xi]
+ * (cout, cin) (+)= Q[xi]^T (cout, t) V[xi] (t, cin), Q in M's place. */
+typedef struct wino_gemms {
+	const wino *p;
+	wino_bufs w;
+	size_t t;
+	const float *u;
+	int dw;
+	float beta;
+} wino_gemms;
+
+static void wino_gemm_part(void *a, int xi, int worker)
+{
+	const wino_gemms *j = a;
+	const wino *p = j->p;
+	(void)worker;
+	if (j->dw)
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)j->t, 1.0f,
+			    j->w.m + (size_t)xi * j->t * p->cout, p->cout,
+			    j->w.v + (size_t)xi * j->t * p->cin, p->cin, j->beta,
+			    j->w.u + (size_t)xi * p->cout * p->cin, p->cin);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->t, p->cout, p->cin, 1.0f,
+			    j->w.v + (size_t)xi * j->t * p->cin, p->cin,
+			    j->u + (size_t)xi * p->cout * p->cin, p->cin, 0.0f,
+			    j->w.m + (size_t)xi * j->t * p->cout, p->cout);
+}
+
 static wino_job wino_round(const wino *p, wino_bufs w, int s0)
 {
 	wino_job j = {.p = p, .w = w, .nbi = (p->cin + 15) / 16, .nbo = (p->cout + 15) / 16};
@@ -390,11 +419,8 @@ static void wino_conv(dp_bectx *ctx, const wino *p, const float *x, const float 
 		j.b = b;
 		j.act = act;
 		cpu_par_run(ctx, j.gn * j.nbi, wino_input_part, &j);
-		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j.t, p->cout, p->cin,
-				    1.0f, j.w.v + (size_t)xi * j.t * p->cin, p->cin,
-				    u + (size_t)xi * p->cout * p->cin, p->cin, 0.0f,
-				    j.w.m + (size_t)xi * j.t * p->cout, p->cout);
+		wino_gemms gj = {p, j.w, j.t, u, 0, 0.0f};
+		cpu_par_run(ctx, 16, wino_gemm_part, &gj);
 		cpu_par_run(ctx, j.gn * j.nbo, wino_output_part, &j);
 	}
 }
@@ -485,11 +511,8 @@ static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const flo
 		j.dy = dy + (size_t)s0 * ys;
 		cpu_par_run(ctx, j.gn * (j.nbi + j.nbo), wino_dw_part, &j);
 		/* dU[xi] (cout, cin) += Q[xi]^T (cout, t) V[xi] (t, cin) */
-		for (int xi = 0; xi < 16; xi++)
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p->cout, p->cin, (int)j.t,
-				    1.0f, w.m + (size_t)xi * j.t * p->cout, p->cout,
-				    w.v + (size_t)xi * j.t * p->cin, p->cin, s0 ? 1.0f : 0.0f,
-				    w.u + (size_t)xi * p->cout * p->cin, p->cin);
+		wino_gemms gj = {p, w, j.t, NULL, 1, s0 ? 1.0f : 0.0f};
+		cpu_par_run(ctx, 16, wino_gemm_part, &gj);
 	}
 	wino_filters_grad(w.u, p->cout, p->cin, dw);
 }
@@ -497,7 +520,7 @@ static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const flo
 static wino wino_fwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 {
 	return wino_plan(g->n, g->c, g->h, g->w, g->k, g->oh, g->ow, g->ph, g->pw,
-			 ctx->pool.nhelp + 1);
+			 ctx->threads);
 }
 
 /* The input gradient: dy (n, k, oh, ow) convolved with the flipped,
@@ -505,7 +528,7 @@ static wino wino_fwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 static wino wino_bwd_plan(const dp_bectx *ctx, const dp_conv2d *g)
 {
 	return wino_plan(g->n, g->k, g->oh, g->ow, g->c, g->h, g->w, 2 - g->ph, 2 - g->pw,
-			 ctx->pool.nhelp + 1);
+			 ctx->threads);
 }
 
 /* Whether a layer takes it: cpu_plan.c decides where it runs.  Measured
