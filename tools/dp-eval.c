@@ -236,25 +236,19 @@ static void before_msg(void)
 		cli_usage_error(__VA_ARGS__); \
 	} while (0)
 
-static void push(const char ***v, size_t *n, const char *s)
-{
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
-	(*v)[(*n)++] = s;
-}
-
 /* --model PATH, or a glob of several (sorted; none matching: an error). */
 static void add_models(const char *arg)
 {
 	struct stat st;
 	glob_t g;
 	if (stat(arg, &st) == 0 || !strpbrk(arg, "*?[")) {
-		push(&O.models, &O.nmodels, arg);
+		cli_push(&O.models, &O.nmodels, arg);
 		return;
 	}
 	if (glob(arg, 0, NULL, &g) != 0)
 		usage_error("--model %s: no checkpoint matches", arg);
 	for (size_t i = 0; i < g.gl_pathc; i++)
-		push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
+		cli_push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
 	globfree(&g);
 }
 
@@ -295,7 +289,7 @@ static void parse_args(int argc, char **argv)
 		case O_MODEL: add_models(optarg); break;
 		case O_BEST: O.best = optarg; break;
 		case O_COPY_BEST: O.copy_best = optarg; break;
-		case O_DATA: push(&O.data, &O.ndata, optarg); break;
+		case O_DATA: cli_push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
 		case O_FEATURE: O.feature = optarg; break;
 		case O_LABEL: O.label = optarg; break;
@@ -330,7 +324,7 @@ static void parse_args(int argc, char **argv)
 			O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
 				usage_error("--require %s", e.msg);
-			push(&O.gate_text, &O.ngates, optarg);
+			cli_push(&O.gate_text, &O.ngates, optarg);
 			break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
@@ -351,7 +345,7 @@ static void parse_args(int argc, char **argv)
 		}
 	}
 	for (int i = optind; i < argc; i++)
-		push(&O.data, &O.ndata, argv[i]);
+		cli_push(&O.data, &O.ndata, argv[i]);
 	cli_set_rank(RANK, SIZE);
 }
 
@@ -829,7 +823,7 @@ static void check_args(void)
 		O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 		if (dp_gate_max_skipped(lim, &O.gates[O.ngates], &e) < 0)
 			usage_error("--max-skipped %s", e.msg);
-		push(&O.gate_text, &O.ngates, text);
+		cli_push(&O.gate_text, &O.ngates, text);
 	}
 }
 

@@ -528,12 +528,6 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void push(const char ***v, size_t *n, const char *s)
-{
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
-	(*v)[(*n)++] = s;
-}
-
 /* --checkpoint-every N (updates) or Ne (epochs). */
 static void parse_ckpt_every(const char *arg)
 {
@@ -583,9 +577,9 @@ static int data_option(int c, const char *arg, int li)
 			usage_error("--max-skipped %s", ie.msg);
 		O.max_skipped = arg;
 		break;
-	case O_TRAIN: push(&O.train, &O.ntrain, arg); break;
+	case O_TRAIN: cli_push(&O.train, &O.ntrain, arg); break;
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
-	case O_VAL: push(&O.val, &O.nval, arg); break;
+	case O_VAL: cli_push(&O.val, &O.nval, arg); break;
 	case O_VAL_CMD: O.val_cmd = arg; break;
 	case O_FEATURE: C.feature = arg; break;
 	case O_LABEL: C.label = arg; break;
@@ -1118,7 +1112,6 @@ static void average_buffers(void)
 /* A pattern option's value (none: ""), for the settings and metadata. */
 static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 
-static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
 /* The class names the training records gave (image/class/text), once
@@ -1140,6 +1133,8 @@ static void records_classes(void)
 	}
 	free(json);
 }
+
+static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
 static void save(const char *tmpl, const dp_train_state *ts)
 {
@@ -2268,18 +2263,7 @@ static void conv_algos_resume(void)
 }
 
 /* The convolution algorithms as text (conv_algos), or NULL. */
-static char *conv_algos_text(void)
-{
-	char *t = NULL;
-	for (size_t len = 4096; R.be->conv_algos && len <= (1u << 24); len *= 2) {
-		free(t);
-		t = cli_calloc(len, 1);
-		if (R.be->conv_algos(R.ctx, t, len) >= 0)
-			return t;
-	}
-	free(t);
-	return NULL;
-}
+static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.ctx); }
 
 static void conv_algos_agree(void)
 {
