@@ -14,47 +14,15 @@
 # Needs radosgw & co. and awscli (scripts/deps --test).  Run by `make bench`.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${DP_BUILD:-$PWD/build}/bin
-S3PIPE=$BIN/s3-pipe
-AWS=/usr/bin/aws
 REPEAT=${REPEAT:-3}
 N=${N:-1000}
-[ -x "$S3PIPE" ] || { echo "bench/s3-pipe-many.sh: $S3PIPE missing: run make" >&2; exit 1; }
-for p in radosgw "$AWS" /usr/bin/time; do
-	command -v "$p" >/dev/null || { echo "bench/s3-pipe-many.sh: $p missing (scripts/deps --test)" >&2; exit 1; }
-done
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/s3many.XXXXXX") || exit 1
-cleanup() {
-	tests/rgw stop "$W/rgw" 2>/dev/null
-	rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-echo "starting radosgw..."
-env=$(tests/rgw start "$W/rgw" $$) || exit 1
-eval "$env"
-export AWS_ACCESS_KEY_ID=$RGW_KEY AWS_SECRET_ACCESS_KEY=$RGW_SECRET AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=$RGW_URL AWS_EC2_METADATA_DISABLED=true HOME=$W
-unset AWS_PROFILE AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE AWS_CA_BUNDLE AWS_SESSION_TOKEN
+NAME=bench/s3-pipe-many.sh TAG=s3many PEERS=""
+. bench/rgw.sh.inc
 "$AWS" --endpoint-url "$RGW_URL" s3 mb s3://many >/dev/null || exit 1
 
 echo "making $N files of 4 KiB..."
 mkdir "$W/files" && (cd "$W/files" && head -c $((N * 4096)) /dev/urandom | split -b 4096 -a 5 -d - f) || exit 1
 
-# run NAME CMD: time CMD (sh -c); append the seconds to $W/NAME
-run() {
-	name=$1
-	shift
-	/usr/bin/time -f "%e" -o "$W/t" sh -c "$*" >/dev/null 2>"$W/err" || {
-		echo "$name failed:" >&2
-		cat "$W/err" >&2
-		exit 1
-	}
-	cat "$W/t" >>"$W/$name"
-}
-median() { sort -n "$1" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 count() { "$S3PIPE" ls -r "s3://many/$1/" 2>/dev/null | wc -l; }
 
 echo "timing, $REPEAT rounds (alternating tools; medians)..."

@@ -29,30 +29,11 @@
 # of free memory (memstore keeps objects in RAM).  Run by `make bench`.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${DP_BUILD:-$PWD/build}/bin
-S3PIPE=$BIN/s3-pipe
-AWS=/usr/bin/aws
 REPEAT=${REPEAT:-5}
-[ -x "$S3PIPE" ] || { echo "bench/s3-pipe.sh: $S3PIPE missing: run make" >&2; exit 1; }
-for p in radosgw "$AWS" rclone /usr/bin/time; do
-	command -v "$p" >/dev/null || { echo "bench/s3-pipe.sh: $p missing (scripts/deps --test)" >&2; exit 1; }
-done
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/s3bench.XXXXXX") || exit 1
+export RGW_MEMSTORE_BYTES=8G
+NAME=bench/s3-pipe.sh TAG=s3bench PEERS=rclone
+. bench/rgw.sh.inc
 SHM=$(mktemp -d /dev/shm/s3bench.XXXXXX 2>/dev/null || mktemp -d "$W/shm.XXXXXX")
-cleanup() {
-	tests/rgw stop "$W/rgw" 2>/dev/null
-	rm -rf "$W" "$SHM"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-echo "starting radosgw..."
-env=$(RGW_MEMSTORE_BYTES=8G tests/rgw start "$W/rgw" $$) || exit 1
-eval "$env"
-export AWS_ACCESS_KEY_ID=$RGW_KEY AWS_SECRET_ACCESS_KEY=$RGW_SECRET AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=$RGW_URL AWS_EC2_METADATA_DISABLED=true HOME=$W
-unset AWS_PROFILE AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE AWS_CA_BUNDLE AWS_SESSION_TOKEN
 unset DP_S3_GET_MODE DP_MD5
 export RCLONE_CONFIG_BENCH_TYPE=s3 RCLONE_CONFIG_BENCH_PROVIDER=Ceph
 export RCLONE_CONFIG_BENCH_ENDPOINT=$RGW_URL RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=$RGW_KEY

@@ -16,31 +16,11 @@
 # Needs radosgw & co. and awscli (scripts/deps --test).  Run by `make bench`.
 set -u
 cd "$(dirname "$0")/.."
-BIN=${DP_BUILD:-$PWD/build}/bin
-S3PIPE=$BIN/s3-pipe
-AWS=/usr/bin/aws
 REPEAT=${REPEAT:-5}
 N=${N:-1000}
 CHANGED=${CHANGED:-10}
-[ -x "$S3PIPE" ] || { echo "bench/s3-sync.sh: $S3PIPE missing: run make" >&2; exit 1; }
-for p in radosgw "$AWS" /usr/bin/time; do
-	command -v "$p" >/dev/null || { echo "bench/s3-sync.sh: $p missing (scripts/deps --test)" >&2; exit 1; }
-done
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/s3sync.XXXXXX") || exit 1
-cleanup() {
-	tests/rgw stop "$W/rgw" 2>/dev/null
-	rm -rf "$W"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-echo "starting radosgw..."
-env=$(tests/rgw start "$W/rgw" $$) || exit 1
-eval "$env"
-export AWS_ACCESS_KEY_ID=$RGW_KEY AWS_SECRET_ACCESS_KEY=$RGW_SECRET AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL=$RGW_URL AWS_EC2_METADATA_DISABLED=true HOME=$W
-unset AWS_PROFILE AWS_CONFIG_FILE AWS_SHARED_CREDENTIALS_FILE AWS_CA_BUNDLE AWS_SESSION_TOKEN
+NAME=bench/s3-sync.sh TAG=s3sync PEERS=""
+. bench/rgw.sh.inc
 "$S3PIPE" mb s3://sync || exit 1
 
 echo "making $N files of 4 KiB, synced once by each tool..."
@@ -49,18 +29,6 @@ find "$W/d" -type f -exec touch -d '2020-01-01' {} +
 "$S3PIPE" sync "$W/d" s3://sync/sp || exit 1
 "$AWS" --endpoint-url "$RGW_URL" s3 sync --quiet "$W/d" s3://sync/aw || exit 1
 
-# run NAME CMD: time CMD (sh -c); append the seconds to $W/NAME
-run() {
-	name=$1
-	shift
-	/usr/bin/time -f "%e" -o "$W/t" sh -c "$*" >/dev/null 2>"$W/err" || {
-		echo "$name failed:" >&2
-		cat "$W/err" >&2
-		exit 1
-	}
-	cat "$W/t" >>"$W/$name"
-}
-median() { sort -n "$1" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 etags() { "$S3PIPE" ls --json "s3://sync/$1/" | grep -o '"etag":"[^,]*' | sort | md5sum; }
 
 echo "timing, $REPEAT rounds of $CHANGED changed files (alternating tools; medians)..."

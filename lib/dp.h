@@ -63,6 +63,13 @@ DP_EXPORT int dp_syserr(dp_err *e, const char *fmt, ...) __attribute__((format(p
 /* Prefix an existing message: "ctx: old message". */
 DP_EXPORT int dp_preferr(dp_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The one shape of message callback: a line of text (no newline) that the
+ * caller prints as it chooses (libdp never prints), ctx its own. */
+typedef void (*dp_msg_fn)(void *ctx, const char *msg);
+/* Format a message (cut at 2 KiB) and hand it to fn; fn NULL: nothing. */
+DP_EXPORT void dp_msgf(dp_msg_fn fn, void *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* ---- Outputs written whole or not at all ------------------------------
  *
  * dp_out_open opens a temporary file in the directory of the destination
@@ -333,6 +340,9 @@ DP_EXPORT int dp_parse_count(const char *opt, const char *s, uint64_t min, uint6
  * DP_DOUBLE_BUF bytes always hold it.  Returns buf. */
 #define DP_DOUBLE_BUF 32
 DP_EXPORT const char *dp_fmt_double(double v, char *buf, size_t len);
+/* The same for a float: the shortest text that reads back as f ("0.1",
+ * not "0.100000001"); "NaN", "Infinity", "-Infinity" (JSON5's words). */
+DP_EXPORT const char *dp_fmt_float(float f, char *buf, size_t len);
 
 /* Monotonic time in seconds. */
 DP_EXPORT double dp_now(void);

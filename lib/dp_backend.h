@@ -293,6 +293,9 @@ DP_EXPORT extern const dp_backend dp_backend_cpu;
 DP_EXPORT const dp_backend *dp_backend_default(void);
 /* A backend by name ("cpu", "cuda"), or NULL when not built in. */
 DP_EXPORT const dp_backend *dp_backend_find(const char *name);
+/* be's convolution algorithms (conv_algos) as text, in a buffer grown as
+ * needed up to 16 MiB, malloc'd; NULL when be keeps none, or out of memory. */
+DP_EXPORT char *dp_backend_conv_algos_text(const dp_backend *be, dp_bectx *ctx);
 /* What this build is, one line, the same in two processes only when they
  * run the same build: "dptools 0.1.0; gcc 12.2.0; CFLAGS -O2 -g; backends
  * cpu (OpenBLAS 0.3.21, oneDNN 2.6.3)" (the BLAS, oneDNN and CUDA runtime

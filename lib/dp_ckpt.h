@@ -284,6 +284,23 @@ DP_EXPORT char **dp_run_conf_meta(const dp_run_conf *c, const char *const *extra
  * dp_run_conf_meta's block. */
 DP_EXPORT char **dp_run_conf_settings(const dp_run_conf *c, dp_err *e);
 
+/* "epoch_records": each rank's position in its epoch (records read, a
+ * batch with a skipped record taking more than its size), as the text the
+ * key keeps ("1200,1187,..."), malloc'd (NULL when out of memory); and
+ * back, rank's count into *pos when ck holds the key (else *pos is left),
+ * DP_EDATA "ck: metadata 'epoch_records' is 'x', not 4 counts" otherwise. */
+DP_EXPORT char *dp_run_epoch_records_text(const uint64_t *pos, int ranks);
+DP_EXPORT int dp_run_epoch_records(const dp_st *ck, int ranks, int rank, uint64_t *pos, dp_err *e);
+/* Resuming ck, saved by ck_ranks ranks of saved's batch size and
+ * accumulation, with ranks ranks of now's: the same job, or another
+ * number of ranks with the same global batch when the data is split
+ * between the ranks (split), which then goes on where it was (*moved 1).
+ * Otherwise DP_EARG, e saying what ck was saved by and how to resume it
+ * (--batch-size, --accumulate, the number of ranks). */
+DP_EXPORT int dp_run_resume_ranks(const dp_st *ck, const dp_run_conf *saved, int ck_ranks,
+				  const dp_run_conf *now, int ranks, int split, int *moved,
+				  dp_err *e);
+
 /* Class names as the metadata key "classes" keeps them: a JSON array of
  * distinct non-empty strings (malloc'd text; NULL when out of memory),
  * and back: *names (*k pointers into one block, then NULL: free(*names)

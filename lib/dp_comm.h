@@ -110,7 +110,7 @@ typedef struct dp_comm_conf {
 	double stall_abort;  /* seconds before the call fails (default 0: never) */
 	/* Stall reports ("gradients: waiting 60 s for rank 2 ..."), from any
 	 * thread; NULL: none. */
-	void (*report)(void *ctx, const char *msg);
+	dp_msg_fn report;
 	void *report_ctx;
 } dp_comm_conf;
 DP_EXPORT void dp_comm_conf_defaults(dp_comm_conf *conf);

@@ -218,6 +218,23 @@ DP_EXPORT const char *dp_eval_metric_at(const dp_eval_report *r, size_t i, char 
 DP_EXPORT int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const *names,
 		   double *value, dp_err *e);
 
+/* ---- reports (report.c) ------------------------------------------------------------
+ * As dp-eval prints them (dp-eval(1)); names: k class names, or NULL.
+ * dp_eval_text: one logfmt line of the scalar metrics, then per-class
+ * figures (at most 1000 classes) with the confusion matrix (at most 20),
+ * or per-output ones.  dp_eval_json: the metrics JSON's "metrics" object,
+ * then its "classes" (and "confusion_matrix") or "outputs" array, without
+ * the braces around them. */
+DP_EXPORT void dp_eval_text(dp_buf *b, const dp_eval_report *r, const char *const *names);
+DP_EXPORT void dp_eval_json(dp_buf *b, const dp_eval_report *r, const char *const *names);
+/* A metric's value as reports print it: whole numbers as such (10000, not
+ * 1e+04), others in dp_fmt_double's shortest text, NaN as "NaN".  Returns
+ * buf. */
+DP_EXPORT const char *dp_eval_fmt_value(double v, char *buf, size_t len);
+/* v as a JSON number in dp_eval_fmt_value's text; null when v is not
+ * finite (JSON has no NaN). */
+DP_EXPORT void dp_eval_json_num(dp_buf *b, double v);
+
 /* ---- gates ---------------------------------------------------------------------------
  * "accuracy>=0.9", "loss < 0.5", "recall[3]>0.8": a metric name, one of
  * < <= > >=, a finite number; spaces allowed around the operator. */

@@ -171,7 +171,7 @@ DP_EXPORT int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w,
 
 /* A set of image files to encode: a folder with one subfolder per class
  * (torchvision's ImageFolder, Keras' image_dataset_from_directory: the
- * .jpg, .jpeg and .png files under each, recursively, in byte order of
+ * image files under each (dp_image_is_name), recursively, in byte order of
  * names; image/filename is the path under the folder; symbolic links
  * followed, each folder once: a link loop is an error, dp_walk), or a list file of
  * PATH,LABEL or PATH<TAB>LABEL lines (a header line with the label
@@ -181,9 +181,13 @@ DP_EXPORT int dp_image_resample(dp_image_dec *x, const uint8_t *src, uint32_t w,
 typedef struct dp_image_set dp_image_set;
 DP_EXPORT dp_image_set *dp_image_set_open(const char *path, dp_err *e);
 DP_EXPORT size_t dp_image_set_size(const dp_image_set *s);
-/* Files of a folder that are not .jpg, .jpeg or .png images (nor class
- * folders), and so not in the set: their number, and the first's path
- * under the folder (for a message). */
+/* 1 when a file's name ends as torchvision's IMG_EXTENSIONS (the files its
+ * ImageFolder takes: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp, any
+ * case), else 0. */
+DP_EXPORT int dp_image_is_name(const char *name);
+/* Files of a folder that are not images by their names (dp_image_is_name;
+ * nor class folders), and so not in the set: their number, and the first's
+ * path under the folder (for a message). */
 DP_EXPORT size_t dp_image_set_left_out(const dp_image_set *s, const char **example);
 /* The classes, by number. */
 DP_EXPORT size_t dp_image_set_nclasses(const dp_image_set *s);

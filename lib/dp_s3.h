@@ -105,7 +105,7 @@ typedef struct dp_s3_conf {
 	int no_verify;            /* skip the MD5 check of single-part objects */
 	/* Log lines (logfmt, no newline), or NULL: one per retry; with verbose
 	 * also one per request. */
-	void (*log)(void *ctx, const char *line);
+	dp_msg_fn log;
 	void *log_ctx;
 	int verbose;
 	/* Bytes delivered so far, called a few times a second by long
@@ -252,6 +252,92 @@ DP_EXPORT int dp_s3_put_files(dp_s3 *s, const dp_s3_file *files, size_t n, int j
 DP_EXPORT int dp_s3_get_files(dp_s3 *s, const dp_s3_file *files, size_t n, int jobs,
 			      void (*cb)(void *ctx, size_t i), void *ctx, dp_s3_stats *st,
 			      dp_err *e);
+
+/* ---- What a command covers: filters, put's plan (s3plan.c) ------------------
+ * aws s3's --include/--exclude, in the order given: every name is kept,
+ * then each filter whose pattern matches the name decides in turn, so the
+ * last one that matches wins.  Patterns are fnmatch(3)'s without
+ * FNM_PATHNAME ('*' and '?' match '/' too); names are relative to their
+ * URL's directory, dp_s3_filter_base.  Patterns are not copied. */
+typedef struct dp_s3_filters {
+	struct dp_s3_filter {
+		int include;
+		const char *pattern;
+	} *v;
+	size_t n, cap;
+} dp_s3_filters;
+DP_EXPORT int dp_s3_filters_add(dp_s3_filters *f, int include, const char *pattern, dp_err *e);
+DP_EXPORT void dp_s3_filters_free(dp_s3_filters *f);
+/* Is name kept?  f NULL or empty: yes. */
+DP_EXPORT int dp_s3_filters_keep(const dp_s3_filters *f, const char *name);
+/* The directory of a location's names, which filters see past: the key of
+ * a prefix or local directory (with its '/'), else up to its last '/'.
+ * malloc'd; NULL when out of memory. */
+DP_EXPORT char *dp_s3_filter_base(const dp_loc *l);
+/* name past base, when it starts with it. */
+DP_EXPORT const char *dp_s3_rel_name(const char *name, const char *base);
+/* Drop (and free) objs->v[from..] that f leaves out, names under base. */
+DP_EXPORT void dp_s3_filters_apply(const dp_s3_filters *f, dp_objs *objs, size_t from,
+				   const char *base);
+
+/* The uploads a put of files and directories under prefix (ending in '/')
+ * makes: a file under its base name, a directory's files (all levels)
+ * under their paths relative to it, as aws s3 cp --recursive names them;
+ * what f keeps.  With markers, dirs: the folder markers to make besides
+ * prefix's own (the directories walked that f keeps, and those of every
+ * file), sorted, each once.  Two files on one key are refused (DP_EARG)
+ * before anything is sent.  bad_arg is set when the failure is in args
+ * (a usage error).  Free with dp_s3_plan_free, after a failure too. */
+typedef struct dp_s3_plan {
+	dp_s3_file *v; /* src and dst malloc'd */
+	size_t n, cap;
+	char **dirs;
+	size_t ndirs, dcap;
+	int bad_arg;
+} dp_s3_plan;
+DP_EXPORT int dp_s3_plan_put(dp_s3 *s, const char *prefix, char *const *args, int n,
+			     const dp_s3_filters *f, int markers, dp_s3_plan *p, dp_err *e);
+DP_EXPORT void dp_s3_plan_free(dp_s3_plan *p);
+
+/* ---- SageMaker Pipe mode's FIFOs (s3fifo.c) ---------------------------------
+ * The FIFOs of one channel: DIR/CHANNEL_EPOCH.  path[0] is the epoch being
+ * written (or waiting for its reader), path[1] the next one, made before
+ * [0] ends; "" when none.  Fixed buffers, changed only with every signal
+ * blocked: dp_s3_fifos_break may run in a signal handler.  Start zeroed. */
+#define DP_S3_FIFO_MARK "\nS3PIPE:ERR" /* what a reader of a broken epoch reads last:
+					* never a whole TFRecord header, a line of its own */
+#define DP_S3_FIFO_PATH 4096 /* bytes of a FIFO's or directory's name, at most */
+typedef struct dp_s3_fifos {
+	char path[2][DP_S3_FIFO_PATH];
+	char made[DP_S3_FIFO_PATH]; /* the deepest directory made, [0..made_len) */
+	size_t made_len, made_keep; /* made_keep: the length of what was there */
+} dp_s3_fifos;
+/* dir and its missing parents made (and noted, to be removed at the end). */
+DP_EXPORT int dp_s3_fifos_mkdirs(dp_s3_fifos *f, const char *dir, dp_err *e);
+/* Make the FIFO of epoch in path[slot]; an existing FIFO is used as it is. */
+DP_EXPORT int dp_s3_fifos_make(dp_s3_fifos *f, const char *dir, const char *channel,
+			       uint64_t epoch, int slot, dp_err *e);
+/* The epoch in path[0] ended well (fd its write end, or -1): it goes, and
+ * the next one (if made) takes its place.  A reader that opens the name
+ * again finds nothing, not a FIFO that nobody will write. */
+DP_EXPORT void dp_s3_fifos_done(dp_s3_fifos *f, int fd);
+/* The first epoch's reader: the FIFOs of epoch and epoch + 1 are both
+ * made, and whichever a reader opens first is served the first epoch
+ * (polled with non-blocking opens).  SageMaker numbers FIFOs from 0,
+ * dp-train's {epoch} from 1: a reader that opens CHANNEL_1 first is served
+ * so from then on (*shift 1).  The FIFO not taken goes.  Returns the write
+ * end (blocking), or a negative status. */
+DP_EXPORT int dp_s3_fifos_first_reader(dp_s3_fifos *f, const char *dir, const char *channel,
+				       uint64_t epoch, uint64_t *shift, dp_err *e);
+/* Every FIFO broken (a failure or a signal): removed, and a reader that
+ * has one open (or is blocked opening it) reads what was written, then
+ * DP_S3_FIFO_MARK, then end of file; when the pipe stays full for wait_ms,
+ * bytes are taken from its head until the mark fits.  Then
+ * dp_s3_fifos_rmdirs.  Async-signal-safe. */
+DP_EXPORT void dp_s3_fifos_break(dp_s3_fifos *f, int wait_ms);
+/* Remove the directories mkdirs made, deepest first, those left empty
+ * (async-signal-safe). */
+DP_EXPORT void dp_s3_fifos_rmdirs(dp_s3_fifos *f);
 
 /* ---- Buckets, sync ------------------------------------------------------------ */
 

@@ -134,9 +134,6 @@ DP_EXPORT void dp_req_free(dp_req *r);
  * otherwise, e saying "3 names for a model of 10 classes" or "'cat'
  * twice". */
 DP_EXPORT int dp_classes_parse(const char *text, size_t *k, char ***names, dp_err *e);
-/* The shortest text that reads back as the float f ("0.1", not
- * "0.100000001"). */
-DP_EXPORT const char *dp_fmt_float(float f, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

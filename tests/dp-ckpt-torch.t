@@ -19,10 +19,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 
 REF="$PY $DP_SRC/tests/ckpt_ref.py"
-if ! $REF check; then
-	skip "python3-torch or python3-torchvision is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-torch or python3-torchvision is not installed (scripts/deps --test)" $REF check
 cd "$T" || exit 1
 SPEC=conv:3:3,batchnorm,relu,flatten,dense:5,relu,dense:4
 SHAPE=2x6x6

@@ -13,10 +13,7 @@
 cd "$T"
 REF="$PY $DP_SRC/tests/eval_ref.py"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-if ! $PY -c 'import numpy' 2>/dev/null; then
-	skip "python3-numpy is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-numpy is not installed (scripts/deps --test)" $PY -c 'import numpy'
 TORCH=1
 $PY "$DP_SRC/tests/torch_ref.py" check || TORCH=0
 
@@ -68,14 +65,7 @@ compare() {
 	else
 		$REF check "$name.json" "$name.jsonl" "$@" > "$name.ref" 2>&1
 	fi
-	grep -q '^PASS\|^FAIL' "$name.ref" || { _tap_result 1 "$name: eval_ref ran"; cat "$name.ref"; return; }
-	while IFS= read -r line; do
-		case "$line" in
-		PASS*) _tap_result 0 "$name: ${line#PASS }" ;;
-		FAIL*) _tap_result 1 "$name: ${line#FAIL }" ;;
-		*) echo "# $line" ;;
-		esac
-	done < "$name.ref"
+	ref_results "$name" "$name.ref" eval_ref || return
 	[ "$TORCH" = 1 ] || skip "$name: python3-torch is not installed: no comparison with PyTorch"
 }
 

@@ -190,6 +190,18 @@ is "$(wc -l <<<"$out" | tr -d ' ')" 7 "... a line a file (one, then a folder of 
 like "$(head -n 1 <<<"$out")" "^img/a/0.png: (cat|dog) 0\.[0-9]{4}$" "... FILE: CLASS PROBABILITY"
 run dp-serve --model img.st --json img/a/0.png
 like "$out" '^\{"file":"img/a/0.png","label":[01],' "--json: a JSON line a file"
+mkdir -p more && $PY -c '
+from PIL import Image
+im = Image.open("img/a/0.png").convert("RGB")
+im.save("more/x.webp", lossless=True); im.save("more/y.tif"); im.save("more/z.bmp"); im.save("more/w.ppm")
+open("more/notes.txt", "w").write("not an image")' || exit 1
+run dp-serve --model img.st --json more
+is "$rc:$(grep -c '"file":"more/[wxyz]\.' <<<"$out")" "0:4" "a folder of WebP, TIFF, BMP and PPM: a line each (what ImageFolder takes), the text file passed over"
+is "$($PY -c '
+import json, sys
+p = [json.loads(l)["probabilities"] for l in sys.stdin]
+print(int(all(max(abs(a - b) for a, b in zip(x, p[0])) < 1e-6 for x in p)))' <<<"$out")" 1 \
+	"... each the same image's probabilities"
 run dp-serve --model img.st missing.png cnn.npz
 is "$rc" 1 "files that are not images: exit 1"
 like "$err" "missing.png" "... naming them"

@@ -8,10 +8,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 
 REF="$PY $DP_SRC/tests/torch_ref.py"
-if ! $REF check; then
-	skip "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)"
-	done_testing
-fi
+require "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)" $REF check
 cd "$T"
 $PY -c '
 import numpy as np

@@ -29,10 +29,7 @@
 . "$DP_SRC/tests/mpi.sh"
 
 REF="$PY $DP_SRC/tests/resnet_ref.py"
-if ! $REF check; then
-	skip "python3-torch or python3-torchvision is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-torch or python3-torchvision is not installed (scripts/deps --test)" $REF check
 cd "$T"
 
 # The data: float32's rounding may put a pre-activation on the other side of

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every image torchvision's ImageFolder reads (issue 25): WebP (lossless,
-# lossy, alpha, gray), TIFF (raw, LZW, deflate, PackBits, JPEG, gray, RGBA,
-# palette, 1-bit), BMP (24-bit, palette, gray, 1-bit, 32-bit), PPM and PGM,
+# lossy, alpha, gray, gray+alpha), TIFF (raw, LZW, deflate, PackBits, JPEG,
+# gray, RGBA, palette, 1-bit, CMYK, pages), BMP (24-bit, palette, gray,
+# 1-bit, 32-bit), PPM and PGM (maxval 255 and others, samples past it),
 # made by Pillow and decoded equal to its Image.open(f).convert("RGB"/"L"),
 # bit for bit; refused like a bad JPEG: truncated files (the ones stb_image
 # would fill with black), a BMP bomb before any pixel buffer, animated WebP,
@@ -34,6 +35,13 @@ im.save("jpeg.tif", compression="jpeg"); gray.save("gray.tif"); rgba.save("rgba.
 pal.save("pal.tif"); bw.save("bw.tif")
 im.save("rgb.bmp"); pal.save("pal.bmp"); gray.save("gray.bmp"); bw.save("bw.bmp"); rgba.save("rgba.bmp")
 im.save("rgb.ppm"); gray.save("gray.pgm")
+im.convert("CMYK").save("cmyk.tif"); im.save("pages.tif", save_all=True, append_images=[gray])
+im.convert("LA").save("la.webp", lossless=True)
+# maxvals other than 255, samples past them too: Pillow scales and clips
+hi = lambda top, n: bytes(rng.integers(0, top, n).astype(np.uint8))
+open("max15.pgm", "wb").write(b"P5\n# a comment\n100 75\n15\n" + hi(17, 7500))
+open("max100.ppm", "wb").write(b"P6 100 75 100\n" + hi(256, 22500))
+open("max1.pgm", "wb").write(b"P5\n100 75\n1\n" + hi(3, 7500))
 PY
 cat >decode.py <<'PY'
 import subprocess, sys
@@ -46,7 +54,8 @@ got = np.frombuffer(r.stdout, np.uint8).reshape(ref.shape)
 print(int(np.abs(got.astype(int) - ref.astype(int)).max()))
 PY
 FILES="lossless.webp lossy.webp alpha.webp gray.webp raw.tif lzw.tif deflate.tif packbits.tif jpeg.tif
-gray.tif rgba.tif pal.tif bw.tif rgb.bmp pal.bmp gray.bmp bw.bmp rgba.bmp rgb.ppm gray.pgm"
+gray.tif rgba.tif pal.tif bw.tif rgb.bmp pal.bmp gray.bmp bw.bmp rgba.bmp rgb.ppm gray.pgm
+cmyk.tif pages.tif la.webp max15.pgm max100.ppm max1.pgm"
 for f in $FILES; do
 	for c in 1 3; do
 		is "$($PY decode.py $f $c "$IMG" 2>&1)" 0 "$f to $c channel(s): Pillow's pixels exactly"
@@ -83,6 +92,12 @@ run $IMG decode g16.pgm 3
 like "$err" "PNM: 16 bits a sample" "a 16-bit PGM: refused (Pillow would clip it, not scale it)"
 run $IMG decode ascii.ppm 3
 like "$err" "PNM P3: only binary" "an ASCII PPM: refused"
+printf 'P5\n2 1\n0\n\0\0' >max0.pgm
+run $IMG decode max0.pgm 1
+like "$err" "PNM: a maxval of 0 \\(1 to 255 are read\\)" "a maxval of 0: refused (as Pillow does)"
+printf 'P5\n2 1\n%s\n\0\0' "$(printf '6%.0s' $(seq 100))" >longmax.pgm
+run timeout 10 $IMG decode longmax.pgm 1
+is "$rc" 1 "a maxval of 100 digits: refused at once (the fuzzer's find)"
 
 # ---- damaged images in records: one bad file never costs the good ones ----------------------
 # dmg.tfr: for each format, its file cut at 16 places from inside the

@@ -44,6 +44,18 @@ WORK='epoch=1|accuracy[= ]'
 stdout_free() { case $1 in tfrcat | tfrshard | s3get) true ;; *) false ;; esac; }
 # outputs that are the same bytes every run (a timeline has timings)
 same() { [ "$1" != timeline ]; }
+# loads ID FILE: the output reads back as what it is (200 records, a
+# checkpoint, JSON, 200 prediction lines, an SVG drawing)
+loads() {
+	case $1 in
+	tfrcat | tfrshard | s3get) [ "$(tfr-cat --count "$2" 2>/dev/null)" = 200 ] ;;
+	train | ckpt) dp-ckpt show "$2" >/dev/null 2>&1 ;;
+	evaljson | timeline) $PY -c 'import json,sys; json.load(open(sys.argv[1]))' "$2" 2>/dev/null ;;
+	evalpred) $PY -c 'import json,sys; sys.exit(sum(1 for l in open(sys.argv[1]) if json.loads(l)) != 200)' "$2" 2>/dev/null ;;
+	plot) $PY -c 'import sys, xml.etree.ElementTree as E
+sys.exit(not E.parse(sys.argv[1]).getroot().tag.endswith("svg"))' "$2" 2>/dev/null ;;
+	esac
+}
 # what a good output looks like when it cannot be compared
 valid() { # ID FILE
 	case $1 in
@@ -69,7 +81,7 @@ for id in $IDS; do
 	AB=$(pwd -P)
 	cmd_$id ref >/dev/null 2>&1; st=$?
 	is "$st" 0 "$id: a plain path"
-	ok test -s ref "$id: ... written"
+	ok loads $id ref "$id: ... written, and reads back"
 	cp ref "$T/ref.$id"
 
 	# a link to a 0600 file: the file replaced, mode kept, the link a link

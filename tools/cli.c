@@ -363,3 +363,9 @@ void cli_grow(void *pp, size_t *cap, size_t n, size_t size)
 	*(void **)pp = cli_realloc(*(void **)pp, nc * size);
 	*cap = nc;
 }
+
+void cli_push(const char ***v, size_t *n, const char *s)
+{
+	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
+	(*v)[(*n)++] = s;
+}

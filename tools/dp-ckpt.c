@@ -309,12 +309,7 @@ static void add_val(dp_buf *b, double v, int dt)
 		add_num(b, v);
 		return;
 	}
-	for (int prec = 1; prec <= 9; prec++) {
-		snprintf(s, sizeof s, "%.*g", prec, v);
-		if (strtof(s, NULL) == (float)v)
-			break;
-	}
-	dp_buf_addstr(b, s);
+	dp_buf_addstr(b, dp_fmt_float((float)v, s, sizeof s));
 }
 
 /* Text quoted from a file: escaped (dp_buf_shown) in text, a JSON string

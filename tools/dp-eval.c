@@ -236,25 +236,19 @@ static void before_msg(void)
 		cli_usage_error(__VA_ARGS__); \
 	} while (0)
 
-static void push(const char ***v, size_t *n, const char *s)
-{
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
-	(*v)[(*n)++] = s;
-}
-
 /* --model PATH, or a glob of several (sorted; none matching: an error). */
 static void add_models(const char *arg)
 {
 	struct stat st;
 	glob_t g;
 	if (stat(arg, &st) == 0 || !strpbrk(arg, "*?[")) {
-		push(&O.models, &O.nmodels, arg);
+		cli_push(&O.models, &O.nmodels, arg);
 		return;
 	}
 	if (glob(arg, 0, NULL, &g) != 0)
 		usage_error("--model %s: no checkpoint matches", arg);
 	for (size_t i = 0; i < g.gl_pathc; i++)
-		push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
+		cli_push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
 	globfree(&g);
 }
 
@@ -295,7 +289,7 @@ static void parse_args(int argc, char **argv)
 		case O_MODEL: add_models(optarg); break;
 		case O_BEST: O.best = optarg; break;
 		case O_COPY_BEST: O.copy_best = optarg; break;
-		case O_DATA: push(&O.data, &O.ndata, optarg); break;
+		case O_DATA: cli_push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
 		case O_FEATURE: O.feature = optarg; break;
 		case O_LABEL: O.label = optarg; break;
@@ -330,7 +324,7 @@ static void parse_args(int argc, char **argv)
 			O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
 				usage_error("--require %s", e.msg);
-			push(&O.gate_text, &O.ngates, optarg);
+			cli_push(&O.gate_text, &O.ngates, optarg);
 			break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
@@ -351,7 +345,7 @@ static void parse_args(int argc, char **argv)
 		}
 	}
 	for (int i = optind; i < argc; i++)
-		push(&O.data, &O.ndata, argv[i]);
+		cli_push(&O.data, &O.ndata, argv[i]);
 	cli_set_rank(RANK, SIZE);
 }
 
@@ -362,36 +356,6 @@ static void parse_args(int argc, char **argv)
 static void jstr(dp_buf *b, const char *s)
 {
 	dp_buf_json_str(b, s, strlen(s), 0);
-}
-
-/* Whole numbers as such (10000, not 1e+04), others in the shortest text
- * that reads back as v. */
-static const char *fmt_num(double v, char *buf, size_t len)
-{
-	if (v == floor(v) && fabs(v) < 9007199254740992.0) {
-		snprintf(buf, len, "%.0f", v);
-		return buf;
-	}
-	return dp_fmt_double(v, buf, len);
-}
-
-/* A JSON number: the shortest text that reads back as v; null when v is
- * not finite (JSON has no NaN). */
-static void jnum(dp_buf *b, double v)
-{
-	char t[40];
-	dp_buf_addstr(b, isfinite(v) ? fmt_num(v, t, sizeof t) : "null");
-}
-
-/* The shortest text that reads back as the float f. */
-static const char *fmt_float(float f, char *buf, size_t len)
-{
-	for (int prec = 1; prec <= 9; prec++) {
-		snprintf(buf, len, "%.*g", prec, (double)f);
-		if (strtof(buf, NULL) == f)
-			break;
-	}
-	return buf;
 }
 
 /* ---- class names ----------------------------------------------------------------- */
@@ -545,12 +509,12 @@ static int check_mode(void)
 		int ok = dp_gate_pass(&O.gates[i], vals[i]);
 		if (!O.quiet)
 			printf("gate %s: %s %s\n", O.gate_text[i],
-			       isnan(vals[i]) ? "NaN" : fmt_num(vals[i], t, sizeof t),
+			       dp_eval_fmt_value(vals[i], t, sizeof t),
 			       ok ? "passed" : "FAILED");
 		if (!ok) {
 			failed = 1;
 			cli_warn("%s: gate %s failed: %s is %s", O.check, O.gate_text[i], O.gates[i].metric,
-			      isnan(vals[i]) ? "NaN" : fmt_num(vals[i], t, sizeof t));
+			      dp_eval_fmt_value(vals[i], t, sizeof t));
 		}
 	}
 	free(vals);
@@ -637,20 +601,20 @@ static void pred_row(pred_out *p, const char *src, uint64_t rec, const char *nam
 				jstr(b, NAMES[pred]);
 			}
 			dp_buf_printf(b, ",\"loss\":");
-			jnum(b, loss);
+			dp_eval_json_num(b, loss);
 			dp_buf_printf(b, ",\"probabilities\":[");
 		} else {
 			dp_buf_printf(b, ",\"loss\":");
-			jnum(b, loss);
+			dp_eval_json_num(b, loss);
 			dp_buf_printf(b, ",\"target\":[");
 			for (size_t j = 0; j < k; j++)
 				dp_buf_printf(b, "%s%s", j ? "," : "",
-					  isfinite(t[j]) ? fmt_float(t[j], tb, sizeof tb) : "null");
+					  isfinite(t[j]) ? dp_fmt_float(t[j], tb, sizeof tb) : "null");
 			dp_buf_printf(b, "],\"output\":[");
 		}
 		for (size_t j = 0; j < k; j++)
 			dp_buf_printf(b, "%s%s", j ? "," : "",
-				  isfinite(v[j]) ? fmt_float(v[j], tb, sizeof tb) : "null");
+				  isfinite(v[j]) ? dp_fmt_float(v[j], tb, sizeof tb) : "null");
 		dp_buf_printf(b, "]}\n");
 		pred_flush(p, 0);
 		return;
@@ -709,101 +673,29 @@ typedef struct gate_result {
 	int passed;
 } gate_result;
 
-static const char *cname(size_t j, char *buf, size_t len)
-{
-	if (NAMES)
-		return NAMES[j];
-	snprintf(buf, len, "%zu", j);
-	return buf;
-}
-
 static void text_report(dp_buf *b, const dp_eval_report *r, const char *model, dp_data *d,
 			const gate_result *gr)
 {
-	char nb[64], t[40];
+	char t[40];
 	size_t ns = dp_data_nsources(d);
 	dp_buf_printf(b, "%s: %" PRIu64 " samples from %s%s\n", model, r->samples,
 		  dp_data_source(d, 0), ns > 1 ? " ..." : "");
-	/* one logfmt line of every scalar metric, for metrics-grep --logfmt */
-	size_t nm = dp_eval_metric_count(r);
-	for (size_t i = 0; i < nm; i++) {
-		double v;
-		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
-		if (v == floor(v) && fabs(v) < 1e15)
-			dp_buf_printf(b, "%s%s=%.0f", i ? " " : "", name, v);
-		else
-			dp_buf_printf(b, "%s%s=%.6g", i ? " " : "", name, v);
-	}
-	dp_buf_printf(b, "\n");
-	size_t k = r->k;
-	if (r->kind == DP_EVAL_CLASS && k <= 1000) {
-		int w = r->topk ? 14 + (r->topk > 9) : 12;
-		for (size_t j = 0; j < k; j++) {
-			int l = (int)strlen(cname(j, nb, sizeof nb));
-			if (l > w)
-				w = l;
-		}
-		if (w > 40)
-			w = 40;
-		dp_buf_printf(b, "\n%*s  %9s  %9s  %9s  %9s\n", w, "", "precision", "recall", "f1",
-			  "support");
-		for (size_t j = 0; j < k; j++) {
-			const dp_eval_class *c = &r->classes[j];
-			dp_buf_printf(b, "%*.*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, w,
-				  cname(j, nb, sizeof nb), c->precision, c->recall, c->f1, c->support);
-		}
-		dp_buf_printf(b, "\n%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w, "accuracy", "", "",
-			  r->accuracy, r->samples);
-		if (r->topk)
-			dp_buf_printf(b, "%*s  %9s  %9s  %9.4f  %9" PRIu64 "\n", w,
-				  (snprintf(t, sizeof t, "top-%zu accuracy", r->topk), t), "", "",
-				  r->topk_accuracy, r->samples);
-		dp_buf_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "macro avg",
-			  r->precision_macro, r->recall_macro, r->f1_macro, r->samples);
-		dp_buf_printf(b, "%*s  %9.4f  %9.4f  %9.4f  %9" PRIu64 "\n", w, "weighted avg",
-			  r->precision_weighted, r->recall_weighted, r->f1_weighted, r->samples);
-		if (r->confusion && k <= 20) {
-			uint64_t mx = 1;
-			for (size_t j = 0; j < k * k; j++)
-				if (r->confusion[j] > mx)
-					mx = r->confusion[j];
-			int cw = snprintf(t, sizeof t, "%" PRIu64, mx);
-			if (cw < 3)
-				cw = 3;
-			dp_buf_printf(b, "\nconfusion matrix (rows: label, columns: prediction)\n%*s", 4, "");
-			for (size_t j = 0; j < k; j++)
-				dp_buf_printf(b, " %*zu", cw, j);
-			dp_buf_printf(b, "\n");
-			for (size_t i = 0; i < k; i++) {
-				dp_buf_printf(b, "%4zu", i);
-				for (size_t j = 0; j < k; j++)
-					dp_buf_printf(b, " %*" PRIu64, cw, r->confusion[i * k + j]);
-				dp_buf_printf(b, "%s%s\n", NAMES ? "  " : "", NAMES ? NAMES[i] : "");
-			}
-		}
-	} else if (r->kind == DP_EVAL_REGRESSION && k > 1 && k <= 1000) {
-		dp_buf_printf(b, "\n%6s  %12s  %12s  %12s\n", "output", "mse", "mae", "r2");
-		for (size_t j = 0; j < k; j++)
-			dp_buf_printf(b, "%6zu  %12.6g  %12.6g  %12.6g\n", j, r->outputs[j].mse,
-				  r->outputs[j].mae, r->outputs[j].r2);
-	}
+	dp_eval_text(b, r, (const char *const *)NAMES);
 	if (O.ngates)
 		dp_buf_printf(b, "\n");
 	for (size_t i = 0; i < O.ngates; i++)
 		dp_buf_printf(b, "gate %s: %s %s\n", O.gate_text[i],
-			  isnan(gr[i].value) ? "NaN" : fmt_num(gr[i].value, t, sizeof t),
+			  dp_eval_fmt_value(gr[i].value, t, sizeof t),
 			  gr[i].passed ? "passed" : "FAILED");
 }
 
-static void json_classes(dp_buf *b, const dp_eval_report *r);
-static void json_outputs(dp_buf *b, const dp_eval_report *r);
 static void json_gates(dp_buf *b, const gate_result *gr);
 
 static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model *m, dp_data *d,
 			const char *feature, const char *label, int decode, const char *scale,
 			const gate_result *gr)
 {
-	char nb[64], sb[64];
+	char sb[64];
 	dp_buf_printf(b, "{\n  \"format\": \"dp-eval/1\",\n  \"model\": {\"path\": ");
 	jstr(b, O.model);
 	dp_buf_printf(b, ", \"spec\": ");
@@ -834,78 +726,11 @@ static void json_report(dp_buf *b, const dp_eval_report *r, dp_st *ck, dp_model 
 	jstr(b, dp_decode_name(decode));
 	dp_buf_printf(b, ", \"scale\": ");
 	jstr(b, scale);
-	dp_buf_printf(b, "},\n  \"samples\": %" PRIu64 ",\n  \"workers\": %d,\n  \"metrics\": {\n",
-		  r->samples, SIZE);
-	size_t nm = dp_eval_metric_count(r);
-	for (size_t i = 0; i < nm; i++) {
-		double v;
-		const char *name = dp_eval_metric_at(r, i, nb, sizeof nb, &v);
-		dp_buf_printf(b, "    ");
-		jstr(b, name);
-		dp_buf_printf(b, ": {\"value\": ");
-		jnum(b, v);
-		dp_buf_printf(b, "}%s\n", i + 1 < nm ? "," : "");
-	}
-	dp_buf_printf(b, "  }");
-	if (r->kind == DP_EVAL_CLASS)
-		json_classes(b, r);
-	else
-		json_outputs(b, r);
+	dp_buf_printf(b, "},\n  \"samples\": %" PRIu64 ",\n  \"workers\": %d,\n", r->samples, SIZE);
+	dp_eval_json(b, r, (const char *const *)NAMES);
 	if (O.ngates)
 		json_gates(b, gr);
 	dp_buf_printf(b, "\n}\n");
-}
-
-/* The report's per-class figures, and the confusion matrix. */
-static void json_classes(dp_buf *b, const dp_eval_report *r)
-{
-	size_t k = r->k;
-	dp_buf_printf(b, ",\n  \"classes\": [\n");
-	for (size_t j = 0; j < k; j++) {
-		const dp_eval_class *c = &r->classes[j];
-		dp_buf_printf(b, "    {\"class\": %zu", j);
-		if (NAMES) {
-			dp_buf_printf(b, ", \"name\": ");
-			jstr(b, NAMES[j]);
-		}
-		dp_buf_printf(b, ", \"precision\": ");
-		jnum(b, c->precision);
-		dp_buf_printf(b, ", \"recall\": ");
-		jnum(b, c->recall);
-		dp_buf_printf(b, ", \"f1\": ");
-		jnum(b, c->f1);
-		dp_buf_printf(b, ", \"support\": %" PRIu64 ", \"predicted\": %" PRIu64 "}%s\n",
-			  c->support, c->predicted, j + 1 < k ? "," : "");
-	}
-	dp_buf_printf(b, "  ]");
-	if (r->confusion) {
-		dp_buf_printf(b, ",\n  \"confusion_matrix\": [\n");
-		for (size_t i = 0; i < k; i++) {
-			dp_buf_printf(b, "    [");
-			for (size_t j = 0; j < k; j++)
-				dp_buf_printf(b, "%s%" PRIu64, j ? ", " : "", r->confusion[i * k + j]);
-			dp_buf_printf(b, "]%s\n", i + 1 < k ? "," : "");
-		}
-		dp_buf_printf(b, "  ]");
-	}
-}
-
-/* The report's per-output figures (regression). */
-static void json_outputs(dp_buf *b, const dp_eval_report *r)
-{
-	size_t k = r->k;
-	dp_buf_printf(b, ",\n  \"outputs\": [\n");
-	for (size_t j = 0; j < k; j++) {
-		const dp_eval_output *o = &r->outputs[j];
-		dp_buf_printf(b, "    {\"output\": %zu, \"mse\": ", j);
-		jnum(b, o->mse);
-		dp_buf_printf(b, ", \"mae\": ");
-		jnum(b, o->mae);
-		dp_buf_printf(b, ", \"r2\": ");
-		jnum(b, o->r2);
-		dp_buf_printf(b, "}%s\n", j + 1 < k ? "," : "");
-	}
-	dp_buf_printf(b, "  ]");
 }
 
 /* The gates, each with its value and verdict, and the verdict of all. */
@@ -919,9 +744,9 @@ static void json_gates(dp_buf *b, const gate_result *gr)
 		dp_buf_printf(b, ", \"metric\": ");
 		jstr(b, O.gates[i].metric);
 		dp_buf_printf(b, ", \"op\": \"%s\", \"threshold\": ", dp_gate_op_name(O.gates[i].op));
-		jnum(b, O.gates[i].threshold);
+		dp_eval_json_num(b, O.gates[i].threshold);
 		dp_buf_printf(b, ", \"value\": ");
-		jnum(b, gr[i].value);
+		dp_eval_json_num(b, gr[i].value);
 		dp_buf_printf(b, ", \"passed\": %s}%s\n", gr[i].passed ? "true" : "false",
 			  i + 1 < O.ngates ? "," : "");
 		all &= gr[i].passed;
@@ -998,7 +823,7 @@ static void check_args(void)
 		O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 		if (dp_gate_max_skipped(lim, &O.gates[O.ngates], &e) < 0)
 			usage_error("--max-skipped %s", e.msg);
-		push(&O.gate_text, &O.ngates, text);
+		cli_push(&O.gate_text, &O.ngates, text);
 	}
 }
 
@@ -1350,7 +1175,7 @@ static void write_reports(void)
 	for (size_t i = 0; i < O.ngates; i++)
 		if (!R.gr[i].passed)
 			cli_warn("gate %s failed: %s is %s", O.gate_text[i], O.gates[i].metric,
-				 isnan(R.gr[i].value) ? "NaN" : fmt_num(R.gr[i].value, vb, sizeof vb));
+				 dp_eval_fmt_value(R.gr[i].value, vb, sizeof vb));
 }
 
 static int finish(void)
@@ -1577,7 +1402,7 @@ static int many_models(void)
 			dp_buf_printf(&j, ", \"by\": ");
 			jstr(&j, O.best);
 			dp_buf_printf(&j, ", \"value\": ");
-			jnum(&j, MM.value[MM.best]);
+			dp_eval_json_num(&j, MM.value[MM.best]);
 			dp_buf_printf(&j, "}");
 		}
 		dp_buf_printf(&j, "}\n");
@@ -1594,7 +1419,7 @@ static int many_models(void)
 		char vb[40];
 		for (size_t i = 0; i < O.ngates; i++)
 			dp_buf_printf(&t, "gate %s: %s %s\n", O.gate_text[i],
-				      fmt_num(R.gr[i].value, vb, sizeof vb), R.gr[i].passed ? "passed" : "FAILED");
+				      dp_eval_fmt_value(R.gr[i].value, vb, sizeof vb), R.gr[i].passed ? "passed" : "FAILED");
 		if (t.err)
 			cli_die("out of memory");
 		fwrite(t.p, 1, t.len, stdout);

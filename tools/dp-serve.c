@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "sagemaker.h"
 #include "dp.h"
+#include "dp_image.h"
 #include "dp_serve.h"
 
 #include <arpa/inet.h>
@@ -707,15 +708,14 @@ static void predict_file(const char *path)
 	dp_req_free(r);
 }
 
-/* A folder: its .jpg, .jpeg and .png files, in byte order of names. */
+/* A folder: its image files (those ImageFolder takes), in byte order of names. */
 static int walk_one(void *ctx, const dp_walk_entry *w, dp_err *e)
 {
 	(void)ctx;
 	(void)e;
 	if (S_ISDIR(w->st->st_mode))
 		return DP_OK;
-	const char *dot = strrchr(w->name, '.');
-	if (dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") || !strcasecmp(dot, ".png")))
+	if (dp_image_is_name(w->name))
 		predict_file(w->path);
 	return DP_OK;
 }

@@ -72,7 +72,7 @@ enum {
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
 	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
 	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE,
-	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_LAST
+	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_MEMORY_LIMIT, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -166,6 +166,7 @@ static const struct option longopts[] = {
 	{"pipeline-stages", required_argument, 0, O_PIPE_STAGES},
 	{"micro-batches", required_argument, 0, O_MICRO},
 	{"pipeline-schedule", required_argument, 0, O_PIPE_SCHED},
+	{"memory-limit", required_argument, 0, O_MEMORY_LIMIT},
 	{"monitor", required_argument, 0, O_MONITOR},
 	{"monitor-mode", required_argument, 0, O_MONITOR_MODE},
 	{"early-stopping", required_argument, 0, O_EARLY_STOP},
@@ -225,6 +226,7 @@ static struct {
 	int stages;
 	uint64_t micro;
 	int psched;
+	uint64_t mem_limit; /* --memory-limit: bytes a rank's model may take (0: any) */
 	double stall, stall_abort;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
 	int tb_hist, on_epoch_fail;
@@ -415,6 +417,9 @@ static const char help_text[] =
 	"                           stages (default: 4 x S, at most the batch)\n"
 	"      --pipeline-schedule 1f1b|gpipe  the stages' order of forward and backward\n"
 	"                           passes (default 1f1b: fewer activations kept)\n"
+	"      --memory-limit SIZE  refuse to train when a rank's model (weights,\n"
+	"                           gradients, optimizer state, activations) takes more\n"
+	"                           (a smaller device emulated; k, M, G)\n"
 	"      --no-overlap         reduce the gradients after the backward pass, in one\n"
 	"                           call, not in buckets during it\n"
 	"      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
@@ -523,12 +528,6 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void push(const char ***v, size_t *n, const char *s)
-{
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
-	(*v)[(*n)++] = s;
-}
-
 /* --checkpoint-every N (updates) or Ne (epochs). */
 static void parse_ckpt_every(const char *arg)
 {
@@ -578,9 +577,9 @@ static int data_option(int c, const char *arg, int li)
 			usage_error("--max-skipped %s", ie.msg);
 		O.max_skipped = arg;
 		break;
-	case O_TRAIN: push(&O.train, &O.ntrain, arg); break;
+	case O_TRAIN: cli_push(&O.train, &O.ntrain, arg); break;
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
-	case O_VAL: push(&O.val, &O.nval, arg); break;
+	case O_VAL: cli_push(&O.val, &O.nval, arg); break;
 	case O_VAL_CMD: O.val_cmd = arg; break;
 	case O_FEATURE: C.feature = arg; break;
 	case O_LABEL: C.label = arg; break;
@@ -763,6 +762,10 @@ static void parse_args(int argc, char **argv)
 		case O_PIPE_SCHED:
 			if ((O.psched = dp_pipe_schedule_parse(optarg)) < 0)
 				usage_error("--pipeline-schedule '%s': want 1f1b or gpipe", optarg);
+			break;
+		case O_MEMORY_LIMIT:
+			if (dp_parse_size(optarg, &O.mem_limit) < 0 || !O.mem_limit)
+				usage_error("--memory-limit '%s': want a size such as 512M or 8G", optarg);
 			break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
@@ -1109,7 +1112,6 @@ static void average_buffers(void)
 /* A pattern option's value (none: ""), for the settings and metadata. */
 static const char *opt_text(const char *v) { return v && *v ? v : ""; }
 
-static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
 /* The class names the training records gave (image/class/text), once
@@ -1132,6 +1134,8 @@ static void records_classes(void)
 	free(json);
 }
 
+static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
+
 static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
@@ -1149,18 +1153,18 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
 	if (dp_comm_allgather(COMM, &data_pos, pos, sizeof data_pos, &e) < 0)
 		cli_die("checkpoint: %s", e.msg);
-	dp_buf posb = DP_BUF_INIT;
-	for (int r = 0; ts->epoch_step && r < REPS; r++) /* a replica's first stage reads */
-		dp_buf_printf(&posb, "%s%" PRIu64, r ? "," : "", pos[r * (SIZE / REPS)]);
+	for (int r = 0; r < REPS; r++) /* a replica's first stage reads */
+		pos[r] = pos[r * (SIZE / REPS)];
+	char *posb = dp_run_epoch_records_text(pos, ts->epoch_step ? REPS : 0);
 	free(pos);
-	if (posb.err)
+	if (!posb)
 		cli_die("out of memory");
 	char *algos = conv_algos_text();
 	char *cst = ctl_on ? dp_control_state_format(&CS, &e) : NULL;
 	if (ctl_on && !cst)
 		cli_die_err(CLI_FAIL, &e);
 	C.control_state = cst ? cst : "";
-	const char *extra[] = {"epoch_records", posb.p ? posb.p : "", "producer", producer,
+	const char *extra[] = {"epoch_records", posb, "producer", producer,
 			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
 	C.ranks = REPS;
 	records_classes();
@@ -1178,7 +1182,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	last_ckpt = path;
 	last_ckpt_step = ts->step;
 	have_ckpt = 1;
-	dp_buf_free(&posb);
+	free(posb);
 	free(meta);
 	free(algos);
 	free(cst);
@@ -1273,6 +1277,26 @@ static void memory_note(void)
 	     dp_fmt_size(mm.activations, a, sizeof a), dp_fmt_size(mm.kept, k, sizeof k),
 	     dp_model_nsegments(M) ? ", --recompute" : "", dp_fmt_size(mm.scratch, sc, sizeof sc),
 	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
+}
+
+/* --memory-limit: this rank's model (bound) and optimizer within it, or
+ * the run ends, on this rank, saying what would cut it. */
+static void memory_check(void)
+{
+	dp_model_mem mm;
+	dp_model_memory(M, &mm);
+	uint64_t opt = (uint64_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
+	uint64_t total = mm.total + opt;
+	if (!O.mem_limit || total <= O.mem_limit)
+		return;
+	char t[32], l[32], w[32], a[32];
+	cli_die("memory: the model takes %s on this rank (weights, gradients and optimizer state "
+		"%s, activations and their gradient buffers %s at a micro-batch of %zu), over --memory-limit %s: cut the "
+		"activations with --recompute or a smaller batch, the rest with --pipeline-stages",
+		dp_fmt_size(total, t, sizeof t),
+		dp_fmt_size(mm.params + mm.buffers + mm.grads + opt, w, sizeof w),
+		dp_fmt_size(mm.activations + mm.grad_scratch, a, sizeof a), dp_model_max_batch(M),
+		dp_fmt_size(O.mem_limit, l, sizeof l));
 }
 
 /* ---- pipeline stages (--pipeline-stages: dp_train.h) ------------------------------ */
@@ -2178,8 +2202,10 @@ static void open_log(void)
 
 /* Resuming with another number of ranks (a pipeline's: of replicas):
  * only with the same global batch, and data split between the ranks (so
- * that it goes on where it was). */
-static void check_resume_ranks(dp_st *ck, int ck_ranks)
+ * that it goes on where it was).  Returns 1 when the ranks read their
+ * data as the run saved did (the same ranks, batch and accumulation:
+ * their saved positions in the epoch hold). */
+static int check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	dp_run_conf saved; /* as the checkpoint has them, given or not */
 	static const int keys[] = {DP_RUN_BATCH, DP_RUN_ACCUMULATE, -1};
@@ -2189,35 +2215,20 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 	if (dp_run_conf_from(&saved, ck, keys, &e) < 0)
 		die_all(1, "%s", e.msg);
 	dp_run_conf_free(&saved);
-	uint64_t ckb = saved.batch, cka = saved.accumulate, N = C.accumulate;
-	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = C.batch * N * (uint64_t)REPS;
-	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
-	if ((ck_ranks == REPS && cka == N && ckb == C.batch) || R.ts.epoch >= C.epochs)
-		return;
-	if (ck_ranks == REPS && g0 != g1)
-		die_all(1, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
-			   "); this run's is %" PRIu64 ": the position in the data counts updates of "
-			   "%" PRIu64 ": resume it with --batch-size %" PRIu64 "%s",
-			dp_st_name(ck), g0, ck_ranks, ckb * cka, g1, g0, ckb,
-			cka > 1 ? " and its --accumulate" : "");
-	if (g0 != g1 || !split) {
-		char hint[160] = "";
-		if (split && g0 % (REPS * C.batch) == 0 && N != g0 / (REPS * C.batch))
-			snprintf(hint, sizeof hint, ", or with --accumulate %" PRIu64 " to keep the global batch",
-				 g0 / (REPS * C.batch));
-		else if (split && g0 % (REPS * N) == 0)
-			snprintf(hint, sizeof hint,
-				 ", or with --batch-size %" PRIu64 " to keep the global batch",
-				 g0 / (REPS * N));
-		die_all(1, "%s: saved by a run of %d rank%s x batch %" PRIu64 " (global batch %" PRIu64
-			   "); this run has %d x %" PRIu64 " = %" PRIu64 "%s: resume it with %d rank%s%s",
-			dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, REPS, C.batch * N, g1,
-			split ? "" : " and its data is per rank ({rank})", ck_ranks,
-			ck_ranks == 1 ? "" : "s", hint);
-	}
+	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0, moved;
+	if (ck_ranks == REPS && saved.batch == C.batch && saved.accumulate == C.accumulate)
+		return 1;
+	if (R.ts.epoch >= C.epochs)
+		return 0;
+	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, REPS, split, &moved, &e) < 0)
+		die_all(1, "%s", e.msg);
+	if (!moved)
+		return 0;
+	uint64_t g1 = C.batch * C.accumulate * (uint64_t)REPS;
 	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
 	     "): the data goes on where it was",
 	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
+	return 0;
 }
 
 /* The optimizer state and the position in the data of the run resumed. */
@@ -2231,20 +2242,11 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, C.seed);
 	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
-	check_resume_ranks(ck, ck_ranks);
-	/* this rank's position in the epoch, when the job is the same */
-	const char *p = dp_st_meta(ck, "epoch_records");
-	for (int i = 0; p && *p && ck_ranks == REPS && R.ts.epoch_step; i++) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(p, &end, 10);
-		if (end == p || errno || (*end && *end != ','))
-			die_all(1, "%s: metadata 'epoch_records' is '%s', not %d counts", dp_st_name(ck),
-				dp_st_meta(ck, "epoch_records"), ck_ranks);
-		if (i == REP)
-			resume_pos = v;
-		p = *end ? end + 1 : end;
-	}
+	int same = check_resume_ranks(ck, ck_ranks);
+	/* this rank's position in the epoch, when the job reads as it did
+	 * (else the batches of the epoch so far are counted again) */
+	if (same && R.ts.epoch_step && dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
+		die_all(1, "%s", e.msg);
 }
 
 /* The convolution algorithms (cuDNN's, the CPU's implementations): those
@@ -2261,18 +2263,7 @@ static void conv_algos_resume(void)
 }
 
 /* The convolution algorithms as text (conv_algos), or NULL. */
-static char *conv_algos_text(void)
-{
-	char *t = NULL;
-	for (size_t len = 4096; R.be->conv_algos && len <= (1u << 24); len *= 2) {
-		free(t);
-		t = cli_calloc(len, 1);
-		if (R.be->conv_algos(R.ctx, t, len) >= 0)
-			return t;
-	}
-	free(t);
-	return NULL;
-}
+static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.ctx); }
 
 static void conv_algos_agree(void)
 {
@@ -2372,6 +2363,7 @@ static void setup_data(void)
 	     TD && dp_data_nsources(TD) == 1 ? "" : "s");
 	memory_note();
 	pipeline_note();
+	memory_check();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
 		snprintf(how, sizeof how, "%" PRIu64 " %s of %d x %" PRIu64, C.accumulate,

@@ -23,7 +23,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -94,84 +93,15 @@ static int exit_code(int status)
 	}
 }
 
-/* The FIFOs this run serves: [0] the epoch being written (or waiting for
- * its reader), [1] the next one, made before [0] ends; "" when none.  The
- * failure paths, the signal handler among them, break them (fifo_break):
- * fixed buffers, changed only with the signals blocked. */
-static char fifos[2][PATH_MAX];
-
-/* What a reader of a broken epoch reads last: fewer than 12 bytes, so never
- * a whole TFRecord header (a TFRecord reader reports a truncated record,
- * not a short epoch), and a line of its own for a reader of text. */
-#define FIFO_MARK "\nS3PIPE:ERR"
+/* The FIFOs this run serves (fifo): broken by the failure paths, the
+ * signal handler among them. */
+static dp_s3_fifos fifos;
 
 static void signals_blocked(int on)
 {
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(on ? SIG_BLOCK : SIG_UNBLOCK, &all, NULL);
-}
-
-/* End the epoch of FIFO path as a failure: no reader can open it any more
- * (it is removed); a reader that has it open, or is blocked opening it,
- * reads what was written, then FIFO_MARK, then end of file.  When the pipe
- * stays full for wait_ms, bytes are taken from its head until the mark
- * fits: the stream is cut inside the epoch either way.  Async-signal-safe
- * (open, unlink, poll, read, write, close). */
-static void fifo_break(const char *path, int wait_ms)
-{
-	if (!*path)
-		return;
-	/* read and write ends at once, without waiting: a writer for a reader
-	 * blocked in open, and a reader to make room */
-	int rw = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-	unlink(path);
-	if (rw < 0)
-		return;
-	struct pollfd pf = {rw, POLLOUT, 0};
-	if (wait_ms > 0)
-		poll(&pf, 1, wait_ms);
-	char junk[4096];
-	for (int i = 0; i < 1024; i++) {
-		if (write(rw, FIFO_MARK, sizeof FIFO_MARK - 1) >= 0 || errno != EAGAIN)
-			break;
-		if (read(rw, junk, sizeof junk) <= 0)
-			break;
-	}
-	close(rw);
-}
-
-/* The directories of --dir that fifo made: made[0..made_len) is the
- * deepest, made_keep the length of its part that was there before. */
-static char made[PATH_MAX];
-static size_t made_len, made_keep;
-
-/* Remove the directories fifo made, deepest first, those left empty
- * (async-signal-safe: rmdir). */
-static void made_dirs_remove(void)
-{
-	for (size_t n = made_len; n > made_keep; n--) {
-		if (made[n] != '/' && made[n] != 0)
-			continue;
-		char c = made[n];
-		made[n] = 0;
-		int rc = rmdir(made);
-		made[n] = c;
-		if (rc < 0)
-			break; /* not empty: nor are those above */
-	}
-	made_len = made_keep = 0;
-}
-
-/* Every FIFO of the run broken (a failure or a signal), and the
- * directories it made removed. */
-static void fifo_break_all(int wait_ms)
-{
-	for (int i = 0; i < 2; i++) {
-		fifo_break(fifos[i], wait_ms);
-		fifos[i][0] = 0;
-	}
-	made_dirs_remove();
 }
 
 /* cli.on_fail: half-written outputs go, and a signal that cancelled an
@@ -181,7 +111,7 @@ static void on_fail(int code)
 	(void)code;
 	cli_progress_clear();
 	signals_blocked(1);
-	fifo_break_all(0);
+	dp_s3_fifos_break(&fifos, 0);
 	signals_blocked(0);
 	dp_out_cleanup();
 	dp_s3 *s = S;
@@ -293,13 +223,7 @@ static const char usage_line[] =
 	"usage: s3-pipe get|put|ls|fifo|presign|rm|whoami|sync|mb|rb [OPTION]... URL...   (s3-pipe --help lists "
 	"every option)\n";
 
-static void help(void)
-{
-	/* all of it in the buffer: a failed write (--help >/dev/full) is then
-	 * reported by cli_exit_stdout with its own errno */
-	static char buf[16384];
-	setvbuf(stdout, buf, _IOFBF, sizeof buf);
-	printf(
+static const char help_text[] =
 "usage: s3-pipe COMMAND [OPTION]... URL...\n"
 "Stream objects between S3 (or any S3-compatible store) and pipes, files and\n"
 "FIFOs.  URLs are s3://bucket/key, file:///path or plain paths; a URL ending\n"
@@ -395,7 +319,15 @@ static void help(void)
 "endpoint, the EC2 instance metadata service; never on the command line.\n"
 "Exit status: 0 success, 1 failure, 2 usage, 3 not found, 4 access denied,\n"
 "5 transfer failed (network or server, after retries), 141 reader gone.\n"
-"See s3-pipe(1).\n");
+"See s3-pipe(1).\n";
+
+static void help(void)
+{
+	/* all of it in the buffer: a failed write (--help >/dev/full) is then
+	 * reported by cli_exit_stdout with its own errno */
+	static char buf[16384];
+	setvbuf(stdout, buf, _IOFBF, sizeof buf);
+	fputs(help_text, stdout);
 }
 
 /* ---- Progress and logs -------------------------------------------------------------- */
@@ -438,7 +370,7 @@ static void on_signal(int sig)
 		dp_s3_cancel(S);
 		return;
 	}
-	fifo_break_all(0);
+	dp_s3_fifos_break(&fifos, 0);
 	dp_out_cleanup();
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -495,73 +427,24 @@ static void stdout_ok(void)
 
 /* ---- --include, --exclude -------------------------------------------------------------------- */
 
-/* The filters in the order given (aws s3's --include/--exclude). */
-static struct filter {
-	int include;
-	const char *pattern;
-} *filters;
-static size_t nfilters, cap_filters;
+/* The filters in the order given (dp_s3_filters: aws s3's rules). */
+static dp_s3_filters filters;
 
 static void add_filter(int include, const char *pattern)
 {
-	cli_grow(&filters, &cap_filters, nfilters + 1, sizeof *filters);
-	filters[nfilters++] = (struct filter){include, pattern};
+	dp_err e = {0};
+	if (dp_s3_filters_add(&filters, include, pattern, &e) < 0)
+		die_err(&e);
 }
 
-/* Is name (relative to its URL's directory) kept?  As aws decides:
- * everything is, then every filter whose pattern matches the name decides
- * in turn, so the last one that matches wins.  Patterns are fnmatch(3)'s
- * without FNM_PATHNAME: '*' and '?' match '/' too. */
-static int filtered_in(const char *name)
-{
-	int in = 1;
-	for (size_t i = 0; i < nfilters; i++)
-		if (fnmatch(filters[i].pattern, name, 0) == 0)
-			in = filters[i].include;
-	return in;
-}
+static int filtered_in(const char *name) { return dp_s3_filters_keep(&filters, name); }
 
-/* The directory of a location's names, which filters see past: the key
- * of a prefix or local directory (with its '/'), else up to its last '/'. */
 static char *filter_base(const dp_loc *l)
 {
-	size_t n = strlen(l->key);
-	if (dp_loc_is_dir(l)) {
-		char *b = cli_malloc(n + 2);
-		memcpy(b, l->key, n + 1);
-		if (n && b[n - 1] != '/')
-			memcpy(b + n, "/", 2);
-		return b;
-	}
-	const char *slash = strrchr(l->key, '/');
-	size_t k = slash ? (size_t)(slash - l->key) + 1 : 0;
-	char *b = cli_malloc(k + 1);
-	memcpy(b, l->key, k);
-	b[k] = 0;
+	char *b = dp_s3_filter_base(l);
+	if (!b)
+		cli_die("out of memory");
 	return b;
-}
-
-static const char *rel_name(const char *name, const char *base)
-{
-	size_t n = strlen(base);
-	return strncmp(name, base, n) == 0 ? name + n : name;
-}
-
-/* Drop objs->v[from..] that the filters leave out (names under base). */
-static void filter_objs(dp_objs *objs, size_t from, const char *base)
-{
-	if (!nfilters)
-		return;
-	size_t k = from;
-	for (size_t i = from; i < objs->n; i++) {
-		if (filtered_in(rel_name(objs->v[i].key, base))) {
-			objs->v[k++] = objs->v[i];
-		} else {
-			free(objs->v[i].bucket);
-			free(objs->v[i].key);
-		}
-	}
-	objs->n = k;
 }
 
 /* ---- get ---------------------------------------------------------------------------- */
@@ -574,12 +457,12 @@ static void collect(char **urls, int n, dp_objs *objs)
 		size_t from = objs->n;
 		if (dp_s3_expand(S, u, O.manifest, objs, &e) < 0)
 			die_err(&e);
-		if (nfilters) {
+		if (filters.n) {
 			dp_loc l;
 			if (dp_loc_parse(u, &l, &e) < 0)
 				die_err(&e);
 			char *base = filter_base(&l);
-			filter_objs(objs, from, base);
+			dp_s3_filters_apply(&filters, objs, from, base);
 			free(base);
 			dp_loc_free(&l);
 		}
@@ -648,126 +531,13 @@ static void cmd_get(char **urls, int n)
 
 /* ---- fifo: SageMaker Pipe mode ------------------------------------------------------------ */
 
-/* --dir and its parents, those missing made (and recorded in made[], to
- * be removed at the end). */
-static void mkdirs(const char *dir)
-{
-	size_t len = strlen(dir);
-	if (len >= sizeof made)
-		cli_die("%s: name too long", dir);
-	char *p = cli_strdup(dir);
-	int first = 1;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s)
-			continue;
-		char c = *s;
-		*s = 0;
-		signals_blocked(1);
-		int rc = mkdir(p, 0777);
-		if (rc == 0 && first) {
-			memcpy(made, dir, len + 1);
-			made_keep = (size_t)(s - p);
-			while (made_keep && made[made_keep - 1] != '/')
-				made_keep--;
-			made_keep -= made_keep > 0; /* the parent's length */
-			first = 0;
-		}
-		if (rc == 0)
-			made_len = (size_t)(s - p);
-		signals_blocked(0);
-		if (rc < 0 && errno != EEXIST)
-			cli_die("%s: cannot create: %s", p, strerror(errno));
-		*s = c;
-		if (!c)
-			break;
-	}
-	free(p);
-}
-
-/* Make the FIFO of an epoch in fifos[slot] (an existing FIFO is used as it
- * is: it is this channel's).  Returns 0, or -1 with the reason in e. */
-static int make_fifo(const char *dir, uint64_t epoch, int slot, dp_err *e)
-{
-	char path[PATH_MAX];
-	if (snprintf(path, sizeof path, "%s/%s_%" PRIu64, dir, O.channel, epoch) >= (int)sizeof path)
-		return dp_seterr(e, DP_EARG, "%s/%s_%" PRIu64 ": name too long", dir, O.channel, epoch);
-	struct stat sb;
-	if (lstat(path, &sb) == 0 && !S_ISFIFO(sb.st_mode))
-		return dp_seterr(e, DP_EIO, "%s: exists and is not a FIFO", path);
-	signals_blocked(1);
-	int rc = mkfifo(path, 0666) < 0 && errno != EEXIST ? -1 : 0;
-	if (rc == 0)
-		memcpy(fifos[slot], path, sizeof path);
-	signals_blocked(0);
-	if (rc < 0)
-		return dp_syserr(e, "%s: cannot create the FIFO", path);
-	return 0;
-}
-
-/* The epoch in fifos[0] ended well (fd its write end, or -1): it goes, and
- * the next one (if made) takes its place.  The reader reads to the end of
- * file; a reader that opens the name again finds nothing, not a FIFO that
- * nobody will write. */
-static void fifo_done(int fd)
-{
-	signals_blocked(1);
-	unlink(fifos[0]);
-	if (fd >= 0)
-		close(fd);
-	memcpy(fifos[0], fifos[1], sizeof fifos[0]);
-	fifos[1][0] = 0;
-	signals_blocked(0);
-}
-
-/* The first epoch's reader: the FIFO of that epoch, E, and of the next
- * are both made, and whichever a reader opens first is served the first
- * epoch (polled with non-blocking opens, which fail with ENXIO until a
- * reader has the FIFO open).  SageMaker numbers Pipe-mode FIFOs from 0,
- * dp-train's {epoch} counts from 1: a reader that opens CHANNEL_1 first
- * numbers from 1, and is served so from then on (*shift 1), instead of
- * waiting for ever while this waits on CHANNEL_0.  The FIFO not taken goes
- * (the next one is made again when its epoch comes).  Returns the write
- * end, blocking, or -1 with errno. */
-static int first_reader(const char *dir, uint64_t epoch, uint64_t *shift)
-{
-	dp_err e = {0};
-	if (make_fifo(dir, epoch + 1, 1, &e) < 0)
-		die_err(&e);
-	for (;;) {
-		for (int i = 0; i < 2; i++) {
-			int fd = open(fifos[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-			if (fd < 0 && errno != ENXIO)
-				return -1;
-			if (fd < 0)
-				continue;
-			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-			signals_blocked(1);
-			if (i == 1) { /* the reader counts from 1: its FIFO is the epoch's */
-				unlink(fifos[0]);
-				memcpy(fifos[0], fifos[1], sizeof fifos[0]);
-			} else {
-				unlink(fifos[1]);
-			}
-			fifos[1][0] = 0;
-			signals_blocked(0);
-			*shift = (uint64_t)i;
-			if (i && O.verbose)
-				cli_warn("fifo=%s: the reader numbers epochs from %" PRIu64
-					 " ({epoch}): served so", fifos[0], epoch + 1);
-			return fd;
-		}
-		struct timespec ts = {0, 20 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 /* SageMaker Pipe mode: epoch after epoch, each into its own FIFO, written
  * when a reader opens it.  The objects are listed first: no FIFO exists
  * before there is something to serve.  The next epoch's FIFO is made
  * before the current one is closed, so a reader that goes on to it at end
  * of file finds it; a finished epoch's FIFO is removed.  On a failure or a
- * signal the FIFOs are broken (fifo_break): removed, and a reader that has
- * one open reads FIFO_MARK before the end of its file. */
+ * signal the FIFOs are broken (dp_s3_fifos_break): removed, and a reader
+ * that has one open reads DP_S3_FIFO_MARK before the end of its file. */
 static void cmd_fifo(char **urls, int n)
 {
 	if (n < 1)
@@ -779,8 +549,9 @@ static void cmd_fifo(char **urls, int n)
 	char *dir = expand(O.dir);
 	dp_objs all = {0};
 	collect(urls, n, &all);
-	mkdirs(dir);
 	dp_err e = {0};
+	if (dp_s3_fifos_mkdirs(&fifos, dir, &e) < 0)
+		die_err(&e);
 	/* one writer a channel's FIFOs: a second run (a --dir without {rank},
 	 * a second start) would mix its records into the first's stream, and
 	 * remove its FIFOs when it ends; held until exit */
@@ -797,7 +568,7 @@ static void cmd_fifo(char **urls, int n)
 	}
 	free(real);
 	free(key);
-	if (make_fifo(dir, O.epoch, 0, &e) < 0)
+	if (dp_s3_fifos_make(&fifos, dir, O.channel, O.epoch, 0, &e) < 0)
 		die_err(&e);
 	uint64_t shift = 0; /* the reader's numbering over ours: 0 or 1 */
 	for (uint64_t k = 0; O.epochs == 0 || k < O.epochs; k++) {
@@ -806,20 +577,28 @@ static void cmd_fifo(char **urls, int n)
 		copy_objs(&all, &objs);
 		select_keys(&objs, epoch);
 		if (O.verbose)
-			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader", fifos[0],
-				 epoch, objs.n);
-		int fd = k == 0 ? first_reader(dir, epoch, &shift) : open(fifos[0], O_WRONLY | O_CLOEXEC);
-		if (fd < 0)
-			cli_die("%s: %s", fifos[0], strerror(errno)); /* on_fail breaks it */
+			cli_warn("fifo=%s epoch=%" PRIu64 " objects=%zu waiting for a reader",
+				 fifos.path[0], epoch, objs.n);
+		int fd;
+		if (k == 0) {
+			fd = dp_s3_fifos_first_reader(&fifos, dir, O.channel, epoch, &shift, &e);
+			if (fd < 0)
+				die_err(&e); /* on_fail breaks it */
+			if (shift && O.verbose)
+				cli_warn("fifo=%s: the reader numbers epochs from %" PRIu64
+					 " ({epoch}): served so", fifos.path[0], epoch + 1);
+		} else if ((fd = open(fifos.path[0], O_WRONLY | O_CLOEXEC)) < 0) {
+			cli_die("%s: %s", fifos.path[0], strerror(errno));
+		}
 		dp_s3_stats st = {0};
 		t_start = dp_now();
-		int rc = dp_s3_get(S, &objs, NULL, fd, fifos[0], &st, &e);
+		int rc = dp_s3_get(S, &objs, NULL, fd, fifos.path[0], &st, &e);
 		dp_objs_free(&objs);
 		if (rc < 0 && !st.out_closed) {
 			/* the reader must not take a short epoch for a whole one: give
 			 * it a few seconds to make room for the mark */
 			signals_blocked(1);
-			fifo_break_all(2000);
+			dp_s3_fifos_break(&fifos, 2000);
 			signals_blocked(0);
 			close(fd);
 			die_err(&e);
@@ -828,19 +607,20 @@ static void cmd_fifo(char **urls, int n)
 			/* the reader stopped early: its epoch is over */
 			if (O.verbose)
 				cli_warn("fifo=%s epoch=%" PRIu64 " reader closed after %" PRIu64
-					 " bytes", fifos[0], epoch, st.bytes);
+					 " bytes", fifos.path[0], epoch, st.bytes);
 		} else {
 			summary(&st);
 		}
 		dp_err e2 = {0};
-		if ((O.epochs == 0 || k + 1 < O.epochs) && make_fifo(dir, epoch + 1 + shift, 1, &e2) < 0) {
-			fifo_done(fd); /* this epoch is whole: its reader gets all of it */
+		if ((O.epochs == 0 || k + 1 < O.epochs) &&
+		    dp_s3_fifos_make(&fifos, dir, O.channel, epoch + 1 + shift, 1, &e2) < 0) {
+			dp_s3_fifos_done(&fifos, fd); /* this epoch is whole: its reader gets all of it */
 			die_err(&e2);
 		}
-		fifo_done(fd);
+		dp_s3_fifos_done(&fifos, fd);
 	}
 	signals_blocked(1);
-	made_dirs_remove();
+	dp_s3_fifos_rmdirs(&fifos);
 	signals_blocked(0);
 	dp_objs_free(&all);
 	free(dir);
@@ -898,18 +678,6 @@ static void put_one(const char *url, const char *file)
 	summary(&st);
 }
 
-typedef struct upload {
-	char *file;
-	char *dst;
-} upload;
-
-typedef struct uplist {
-	upload *v;
-	size_t n, cap;
-	char **dirs; /* --dir-markers: the folder markers to make */
-	size_t ndirs, dcap;
-} uplist;
-
 /* Make the folder marker url (a prefix ending in '/'; --dryrun: say so). */
 static void put_marker(const char *url)
 {
@@ -928,148 +696,40 @@ static void put_marker(const char *url)
 	dp_loc_free(&l);
 }
 
-static void dir_add(uplist *l, const char *prefix, const char *rel)
-{
-	cli_grow(&l->dirs, &l->dcap, l->ndirs + 1, sizeof *l->dirs);
-	if (asprintf(&l->dirs[l->ndirs++], "%s%s", prefix, rel) < 0)
-		cli_die("out of memory");
-}
-
-typedef struct dirwalk {
-	uplist *l;
-	const char *prefix, *base;
-	int depth;
-} dirwalk;
-
-/* --dir-markers: a marker for each directory under the one listed (empty
- * ones too), one level a listing, as deep as the file walk goes. */
-static int dirs_cb(void *ctx, const dp_obj *o)
-{
-	dirwalk *w = ctx;
-	if (!o->prefix)
-		return 0;
-	const char *rel = rel_name(o->key, w->base);
-	if (!filtered_in(rel))
-		return 0;
-	dir_add(w->l, w->prefix, rel);
-	if (w->depth >= 64)
-		cli_die("%s: directories nested too deep", o->key);
-	dp_err e = {0};
-	dp_loc d = {.kind = DP_LOC_FILE, .key = o->key};
-	w->depth++;
-	if (dp_s3_list(S, &d, 0, 0, dirs_cb, w, &e) < 0)
-		die_err(&e);
-	w->depth--;
-	return 0;
-}
-
-static void up_add(uplist *l, const char *file, const char *prefix, const char *name)
-{
-	cli_grow(&l->v, &l->cap, l->n + 1, sizeof *l->v);
-	upload *u = &l->v[l->n++];
-	u->file = cli_strdup(file);
-	if (asprintf(&u->dst, "%s%s", prefix, name) < 0)
-		cli_die("out of memory");
-}
-
-typedef struct walkctx {
-	uplist *l;
-	const char *prefix, *base;
-} walkctx;
-
-static int walk_cb(void *ctx, const dp_obj *o)
-{
-	walkctx *w = ctx;
-	const char *rel = rel_name(o->key, w->base);
-	if (!o->prefix && filtered_in(rel))
-		up_add(w->l, o->key, w->prefix, rel);
-	return 0;
-}
-
-/* The uploads a FILE argument of put makes under prefix: a file under its
- * base name, a directory's files (all levels) under their paths relative
- * to it, as aws s3 cp --recursive names them; what the filters keep. */
-static void add_arg(uplist *l, const char *prefix, const char *arg)
-{
-	if (!strcmp(arg, "-"))
-		cli_usage_error("put: stdin ('-') has no name to put under %s", prefix);
-	struct stat sb;
-	if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		dp_err e = {0};
-		dp_loc d = {.kind = DP_LOC_FILE, .key = (char *)arg};
-		char *base = filter_base(&d);
-		walkctx w = {l, prefix, base};
-		if (dp_s3_list(S, &d, 1, 0, walk_cb, &w, &e) < 0)
-			die_err(&e);
-		if (O.markers) {
-			dirwalk dw = {l, prefix, base, 0};
-			dp_loc top = {.kind = DP_LOC_FILE, .key = base};
-			if (dp_s3_list(S, &top, 0, 0, dirs_cb, &dw, &e) < 0)
-				die_err(&e);
-		}
-		free(base);
-		return;
-	}
-	const char *name = strrchr(arg, '/');
-	name = name ? name + 1 : arg;
-	if (!*name)
-		cli_usage_error("put: %s: not a file name", arg);
-	if (filtered_in(name))
-		up_add(l, arg, prefix, name);
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int upload_cmp(const void *a, const void *b)
-{
-	return strcmp(((const upload *)a)->dst, ((const upload *)b)->dst);
-}
-
 static size_t files_done, files_total;
 
 /* dp_s3_put_files's, from its workers one at a time: progress, -v. */
 static void put_done(void *ctx, size_t i)
 {
-	const upload *v = ctx;
+	const dp_s3_file *v = ctx;
 	files_done++;
 	if (O.verbose)
-		cli_warn("uploaded %s to %s", v[i].file, v[i].dst);
+		cli_warn("uploaded %s to %s", v[i].src, v[i].dst);
 	else if (O.conf.progress && cli_progress_due())
 		cli_progress("%s: %zu/%zu files", cli.prog, files_done, files_total);
 }
 
-/* Files and directories under the prefix url: refused whole, before
- * anything is sent, when two would land on one key (cp's "will not
- * overwrite just-created"); then up to --concurrency files at a time. */
+/* Files and directories under the prefix url (dp_s3_plan_put: refused
+ * whole, before anything is sent, when two would land on one key), then up
+ * to --concurrency files at a time; the folder markers last. */
 static void put_many(const char *url, char **args, int n)
 {
-	uplist l = {0};
-	for (int i = 0; i < n; i++)
-		add_arg(&l, url, args[i]);
-	upload *sorted = cli_malloc((l.n ? l.n : 1) * sizeof *sorted);
-	memcpy(sorted, l.v, l.n * sizeof *sorted);
-	qsort(sorted, l.n, sizeof *sorted, upload_cmp);
-	for (size_t i = 1; i < l.n; i++)
-		if (!strcmp(sorted[i - 1].dst, sorted[i].dst))
-			cli_usage_error("put: %s and %s would both be %s", sorted[i - 1].file,
-					sorted[i].file, sorted[i].dst);
-	free(sorted);
+	dp_s3_plan l;
+	dp_err e = {0};
+	if (dp_s3_plan_put(S, url, args, n, &filters, O.markers, &l, &e) < 0) {
+		if (l.bad_arg)
+			cli_usage_error("%s", e.msg);
+		die_err(&e);
+	}
 	if (O.dryrun) {
 		for (size_t i = 0; i < l.n; i++)
-			put_one(l.v[i].dst, l.v[i].file);
+			put_one(l.v[i].dst, l.v[i].src);
 	} else if (l.n) {
-		dp_s3_file *f = cli_calloc(l.n, sizeof *f);
-		for (size_t i = 0; i < l.n; i++)
-			f[i] = (dp_s3_file){.src = l.v[i].file, .dst = l.v[i].dst};
-		dp_err e = {0};
 		dp_s3_stats st = {0};
 		t_start = dp_now();
 		files_total = l.n;
 		soft_cancel = !strncmp(url, "s3://", 5);
-		int rc = dp_s3_put_files(S, f, l.n, O.conf.concurrency, put_done, l.v, &st, &e);
+		int rc = dp_s3_put_files(S, l.v, l.n, O.conf.concurrency, put_done, l.v, &st, &e);
 		soft_cancel = 0;
 		if (rc < 0)
 			die_err(&e);
@@ -1077,33 +737,13 @@ static void put_many(const char *url, char **args, int n)
 			cli_exit(CLI_FAIL); /* on_fail re-raises it */
 		cli_progress_clear();
 		summary(&st);
-		free(f);
 	}
 	if (O.markers) {
-		/* the directories of the files put, whatever the filters said
-		 * of the directories themselves */
-		size_t ul = strlen(url);
-		for (size_t i = 0; i < l.n; i++)
-			for (const char *p = l.v[i].dst + ul; (p = strchr(p, '/')); p++) {
-				cli_grow(&l.dirs, &l.dcap, l.ndirs + 1, sizeof *l.dirs);
-				if (asprintf(&l.dirs[l.ndirs++], "%.*s", (int)(p + 1 - l.v[i].dst),
-					     l.v[i].dst) < 0)
-					cli_die("out of memory");
-			}
 		put_marker(url);
-		qsort(l.dirs, l.ndirs, sizeof *l.dirs, str_cmp);
 		for (size_t i = 0; i < l.ndirs; i++)
-			if (!i || strcmp(l.dirs[i - 1], l.dirs[i]))
-				put_marker(l.dirs[i]);
+			put_marker(l.dirs[i]);
 	}
-	for (size_t i = 0; i < l.ndirs; i++)
-		free(l.dirs[i]);
-	free(l.dirs);
-	for (size_t i = 0; i < l.n; i++) {
-		free(l.v[i].file);
-		free(l.v[i].dst);
-	}
-	free(l.v);
+	dp_s3_plan_free(&l);
 }
 
 static int is_dir(const char *path)
@@ -1203,7 +843,7 @@ static char *obj_url(const dp_obj *o, int file_url)
 static int ls_cb(void *ctx, const dp_obj *o)
 {
 	lsctx *c = ctx;
-	if (c->base && !filtered_in(rel_name(o->key, c->base)))
+	if (c->base && !filtered_in(dp_s3_rel_name(o->key, c->base)))
 		return 0;
 	c->n++;
 	char *url = obj_url(o, c->file_url);
@@ -1249,7 +889,7 @@ static int ls_cb(void *ctx, const dp_obj *o)
 static int up_cb(void *ctx, const char *bucket, const char *key, const char *id, int64_t init)
 {
 	lsctx *c = ctx;
-	if (c->base && !filtered_in(rel_name(key, c->base)))
+	if (c->base && !filtered_in(dp_s3_rel_name(key, c->base)))
 		return 0;
 	c->n++;
 	char t[32];
@@ -1290,7 +930,7 @@ static void cmd_ls(char **urls, int n)
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
 		lsctx c = {&l, 0, !strncmp(u, "file:", 5), NULL};
-		char *base = nfilters && (l.kind == DP_LOC_FILE || *l.bucket) ? filter_base(&l) : NULL;
+		char *base = filters.n && (l.kind == DP_LOC_FILE || *l.bucket) ? filter_base(&l) : NULL;
 		c.base = base;
 		int rc = O.uploads ? dp_s3_list_uploads(S, &l, up_cb, &c, &e)
 				   : dp_s3_list(S, &l, O.recursive, O.page_size, ls_cb, &c, &e);
@@ -1300,7 +940,7 @@ static void cmd_ls(char **urls, int n)
 		 * a bucket's root (or the list of buckets) may be empty */
 		if (c.n == 0 && !O.uploads && l.kind == DP_LOC_S3 && *l.bucket && *l.key)
 			cli_die_code(S3P_NOTFOUND, "%s: no such key or prefix%s", u,
-				     nfilters ? " (that the filters keep)" : "");
+				     filters.n ? " (that the filters keep)" : "");
 		free(base);
 		dp_loc_free(&l);
 		free(u);
@@ -1352,10 +992,10 @@ static int rm_collect(void *ctx, const dp_obj *o)
 /* Do the filters keep the one object l names (by its base name)? */
 static int rm_kept(const dp_loc *l)
 {
-	if (!nfilters)
+	if (!filters.n)
 		return 1;
 	char *base = filter_base(l);
-	int in = filtered_in(rel_name(l->key, base));
+	int in = filtered_in(dp_s3_rel_name(l->key, base));
 	free(base);
 	return in;
 }
@@ -1397,7 +1037,7 @@ static void rm_tree(const char *u, dp_loc *l)
 		die_err(&e);
 	size_t listed = c.objs.n;
 	char *base = filter_base(l);
-	filter_objs(&c.objs, 0, base);
+	dp_s3_filters_apply(&filters, &c.objs, 0, base);
 	free(base);
 	if (listed == 0 && !root)
 		cli_die_code(S3P_NOTFOUND, "s3://%s/%s: no objects under this prefix", l->bucket,
@@ -1447,7 +1087,7 @@ static int abort_cb(void *ctx, const char *bucket, const char *key, const char *
 	size_t n = strlen(c->l->key);
 	if (n && c->l->key[n - 1] != '/' && strcmp(key, c->l->key) != 0 && key[n] != '/')
 		return 0;
-	if (c->base && !filtered_in(rel_name(key, c->base)))
+	if (c->base && !filtered_in(dp_s3_rel_name(key, c->base)))
 		return 0;
 	if (O.dryrun) {
 		char *name = name_of(DP_LOC_S3, bucket, key);
@@ -1475,7 +1115,7 @@ static void cmd_rm(char **urls, int n)
 		if (dp_loc_parse(u, &l, &e) < 0)
 			die_err(&e);
 		if (O.uploads) {
-			char *base = nfilters ? filter_base(&l) : NULL;
+			char *base = filters.n ? filter_base(&l) : NULL;
 			upctx c = {.l = &l, .base = base};
 			if (dp_s3_list_uploads(S, &l, abort_cb, &c, &e) < 0)
 				die_err(&e);
@@ -1794,7 +1434,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 	for (size_t i = 0; i < nallowed; i++)
 		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
 			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
-	if (nfilters && O.manifest)
+	if (filters.n && O.manifest)
 		cli_usage_error("--include and --exclude do not apply to --manifest (it names each key)");
 	if (O.conf.part_size < (5u << 20) && (O.cmd == C_PUT || O.cmd == C_SYNC))
 		cli_usage_error("--part-size: S3 parts are at least 5M");

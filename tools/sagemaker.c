@@ -143,7 +143,6 @@ static json_t *env_json(const char *var)
 	return j;
 }
 
-/* s in single quotes for sh -c. */
 /* s as one word of the shell (dp_shell_quote), malloc'd. */
 static char *sh_quote(const char *s)
 {

@@ -458,50 +458,45 @@ static void check_distinct(void)
  * unwritable directory fails before any input is read. */
 static void open_fixed_outputs(void)
 {
-	size_t n = 0, cap = 0;
-	char **names = NULL;
+	size_t n = 0, cap = 0, scap = 0;
+	char **names = NULL; /* in the order opened */
+	int *split_of = NULL;
 	for (int s = 0; s < g.nsplits; s++) {
-		struct split *sp = &g.sp[s];
-		if (!sp->selected)
+		if (!g.sp[s].selected)
 			continue;
 		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
 		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
 		for (uint64_t k = first; k < last; k++) {
 			cli_grow(&names, &cap, n + 1, sizeof *names);
+			cli_grow(&split_of, &scap, n + 1, sizeof *split_of);
+			split_of[n] = s;
 			names[n++] = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
 		}
 	}
-	qsort(names, n, sizeof *names, cmp_str);
+	char **sorted = cli_malloc((n ? n : 1) * sizeof *sorted);
+	memcpy(sorted, names, n * sizeof *sorted);
+	qsort(sorted, n, sizeof *sorted, cmp_str);
 	for (size_t i = 1; i < n; i++)
-		if (!strcmp(names[i - 1], names[i]))
+		if (!strcmp(sorted[i - 1], sorted[i]))
 			cli_usage_error("-o '%s': two outputs would both be named '%s' (use {shard}%s)",
-				    opt.tmpl ? opt.tmpl : "-", names[i], g.nsplits > 1 ? " and {split}" : "");
+				    opt.tmpl ? opt.tmpl : "-", sorted[i], g.nsplits > 1 ? " and {split}" : "");
 	/* every destination checked before the first is opened: a directory
 	 * in the way, or one that cannot be written, is named now */
 	for (size_t i = 0; i < n; i++) {
 		dp_err e;
-		if (strcmp(names[i], "-") != 0)
-			make_parents(names[i]);
-		if (dp_out_check(names[i], &e) < 0)
+		if (strcmp(sorted[i], "-") != 0)
+			make_parents(sorted[i]);
+		if (dp_out_check(sorted[i], &e) < 0)
 			cli_die_err(CLI_FAIL, &e);
 	}
-	for (size_t i = 0; i < n; i++)
+	free(sorted);
+	for (size_t i = 0; i < n; i++) {
+		open_output(add_shard(&g.sp[split_of[i]]), names[i]);
 		free(names[i]);
-	free(names);
-	for (int s = 0; s < g.nsplits; s++) {
-		struct split *sp = &g.sp[s];
-		if (!sp->selected)
-			continue;
-		uint64_t first = g.take >= 0 ? (uint64_t)g.take : 0;
-		uint64_t last = g.take >= 0 ? (uint64_t)g.take + 1 : opt.nshards;
-		for (uint64_t k = first; k < last; k++) {
-			struct output *o = add_shard(sp);
-			char *path = to_stdout() ? cli_strdup("-") : out_name(s, k, opt.nshards);
-			open_output(o, path);
-			free(path);
-			g.remaining++;
-		}
+		g.remaining++;
 	}
+	free(names);
+	free(split_of);
 	check_distinct();
 }
 

@@ -1,5 +1,6 @@
 /*
- * dp.c - errors (dp_err), whole reads and writes, the clock (dp.h).
+ * dp.c - errors (dp_err), messages (dp_msgf), whole reads and writes, the
+ * clock (dp.h).
  */
 #define _GNU_SOURCE
 #include "dp.h"
@@ -73,6 +74,18 @@ int dp_preferr(dp_err *e, const char *fmt, ...)
 }
 
 /* ---- I/O helpers ------------------------------------------------------ */
+
+void dp_msgf(dp_msg_fn fn, void *ctx, const char *fmt, ...)
+{
+	if (!fn)
+		return;
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	fn(ctx, msg);
+}
 
 int dp_write_all(int fd, const void *buf, size_t len, const char *name, dp_err *e)
 {

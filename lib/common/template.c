@@ -265,6 +265,20 @@ const char *dp_fmt_double(double v, char *buf, size_t len)
 	return buf;
 }
 
+const char *dp_fmt_float(float f, char *buf, size_t len)
+{
+	if (!isfinite(f)) {
+		snprintf(buf, len, "%s", isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
+		return buf;
+	}
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(buf, len, "%.*g", prec, (double)f);
+		if (strtof(buf, NULL) == f)
+			break;
+	}
+	return buf;
+}
+
 const char *dp_fmt_size(uint64_t n, char *buf, size_t len)
 {
 	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -13,12 +13,15 @@
  * than decoded unlike Pillow: animated WebP (its first frame is not what
  * Pillow's convert gives), TIFFs of other than 1 or 8 bits a sample or of
  * tiles/planes libtiff's RGBA reader cannot take, 16-bit and plain (ASCII)
- * PNM, BMPs stb_image does not read (RLE, 16-bit, OS/2 forms).
+ * PNM, BMPs stb_image does not read (RLE, 16-bit, OS/2 forms).  A PNM of a
+ * maxval other than 255 is scaled as Pillow scales it (stb_image would
+ * give the samples as stored).
  */
 #define _GNU_SOURCE
 #include "dp_image.h"
 #include "image_int.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,11 +298,13 @@ static int stb_header(const void *p, size_t n, const char *what, dp_image_info *
 
 /* stb_image reads a truncated BMP or PNM without a word, the missing rows
  * black: the pixel data's extent, from the header, must be in the file
- * (Pillow: "image file is truncated"). */
+ * (Pillow: "image file is truncated").  A PNM's maxval in *maxval (BMP:
+ * 255). */
 static int stb_whole(const uint8_t *b, size_t n, const char *what, uint32_t w, uint32_t h,
-		     dp_err *e)
+		     unsigned *maxval, dp_err *e)
 {
 	uint64_t off, need;
+	*maxval = 255;
 	if (b[0] == 'B') { /* BITMAPFILEHEADER, then the info header's bpp */
 		if (n < 30)
 			return dp_seterr(e, DP_EDATA, "%s: truncated header", what);
@@ -319,9 +324,15 @@ static int stb_whole(const uint8_t *b, size_t n, const char *what, uint32_t w, u
 				}
 				break;
 			}
-			while (i < n && b[i] >= '0' && b[i] <= '9')
-				i++;
+			unsigned v = 0;
+			for (; i < n && b[i] >= '0' && b[i] <= '9'; i++)
+				v = v > 99999 ? v : v * 10 + (unsigned)(b[i] - '0');
+			if (tok == 2)
+				*maxval = v;
 		}
+		if (*maxval == 0 || *maxval > 255) /* stb_image's own reading of it may overflow */
+			return dp_seterr(e, DP_EDATA, "%s: a maxval of %s (1 to 255 are read)", what,
+					 *maxval ? "more than 255" : "0");
 		off = i + 1;
 		need = (uint64_t)w * h * (b[1] == '6' ? 3 : 1);
 	}
@@ -336,9 +347,10 @@ static int decode_stb(dp_image_dec *x, const void *p, size_t n, const char *what
 		      uint64_t max_pixels, uint32_t *w, uint32_t *h, dp_err *e)
 {
 	dp_image_info in;
+	unsigned maxval;
 	int rc = stb_header(p, n, what, &in, e), iw, ih, comp;
 	if (rc < 0 || (rc = img_check_size(in.width, in.height, max_pixels, e)) < 0 ||
-	    (rc = stb_whole(p, n, what, in.width, in.height, e)) < 0)
+	    (rc = stb_whole(p, n, what, in.width, in.height, &maxval, e)) < 0)
 		return rc;
 	/* gray stays gray (1 sample), color comes as RGB (alpha dropped) */
 	int want = in.channels <= 2 ? 1 : 3;
@@ -348,6 +360,12 @@ static int decode_stb(dp_image_dec *x, const void *p, size_t n, const char *what
 	if ((uint32_t)iw != in.width || (uint32_t)ih != in.height) {
 		stbi_image_free(px);
 		return dp_seterr(e, DP_EDATA, "%s: its size changed while read", what);
+	}
+	/* a PNM of another maxval: stb_image gives the samples as stored,
+	 * Pillow min(255, round(v / maxval * 255)), halves to even */
+	for (size_t i = 0; maxval != 255 && i < (size_t)iw * (size_t)ih * (size_t)want; i++) {
+		double v = rint((double)px[i] / maxval * 255.0);
+		px[i] = (uint8_t)(v > 255 ? 255 : v);
 	}
 	rc = to_channels(x, px, (size_t)iw * (size_t)ih, want, ch, e);
 	stbi_image_free(px);

@@ -42,8 +42,7 @@ struct dp_image_set {
 	dp_exbuild eb;
 };
 
-/* torchvision's IMG_EXTENSIONS: the files its ImageFolder takes. */
-static int is_image_name(const char *s)
+int dp_image_is_name(const char *s)
 {
 	static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
 					  ".pgm", ".tif", ".tiff", ".webp", NULL};
@@ -101,7 +100,7 @@ static int walk_entry(void *ctx, const dp_walk_entry *w, dp_err *e)
 	dp_image_set *s = ctx;
 	if (S_ISDIR(w->st->st_mode))
 		return w->depth == 0 ? add_class(s, w->name, e) : DP_OK;
-	if (w->depth > 0 && S_ISREG(w->st->st_mode) && is_image_name(w->name))
+	if (w->depth > 0 && S_ISREG(w->st->st_mode) && dp_image_is_name(w->name))
 		return add_item(s, w->path, w->rel, s->ncls - 1, e);
 	if (!s->left_out++ && !(s->left_out_eg = strdup(w->rel)))
 		return dp_seterr(e, DP_ENOMEM, "out of memory");

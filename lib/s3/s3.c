@@ -113,18 +113,6 @@ void dp_s3_cancel(dp_s3 *s) { s->cancelled = 1; }
 
 /* ---- Logging, waiting ---------------------------------------------------------- */
 
-void s3_log(const dp_s3 *s, const char *fmt, ...)
-{
-	if (!s->conf.log)
-		return;
-	char line[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	s->conf.log(s->conf.log_ctx, line);
-}
-
 /* The retry jitter's generator: one per thread (no lock, nothing shared
  * between the threads of a client or between clients), seeded on first
  * use from the clock, the process and the thread, so that processes

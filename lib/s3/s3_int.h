@@ -2,13 +2,15 @@
  * s3_int.h - what libdp's S3 files share among themselves (not installed).
  *
  *   s3conf.c  settings: environment, config and credentials files
- *   creds.c   the credential chain; the providers that fetch (STS web
+ *   creds.c   the credential chain and the refresh of temporary
+ *             credentials; creds_fetch.c the providers that fetch (STS web
  *             identity, credential_process, container endpoint, instance
- *             metadata) and the refresh of temporary credentials
+ *             metadata), creds_parse.c their answers; behind creds.h
  *   s3xml.c   the XML answers, read with expat
  *   s3.c      one request: URL, signature, libcurl options, response
  *             headers, S3 errors, retries; the simple operations
- *   s3get.c   the streaming reader (parallel ranged GETs, in order)
+ *   s3get.c   the streaming reader (parallel ranged GETs, in order), with
+ *             s3get_threads.c and s3get_xfer.c behind s3get.h
  *   s3put.c   the streaming writer (multipart upload)
  *   s3objs.c  locations, object lists, shuffle and shard, manifests
  *   s3batch.c many objects at once: DeleteObjects, parallel uploads
@@ -48,7 +50,7 @@ typedef struct s3_profile {
 enum { S3_IN_CRED = 1, S3_IN_CONF = 2, S3_IN_ANY = 3 };
 const char *s3_profile_get(const s3_profile *p, int where, const char *key);
 
-/* The credentials a provider hands out (creds.c). */
+/* The credentials a provider hands out (creds.c, freed by creds_parse.c). */
 typedef struct s3_cval {
 	char *key_id, *secret, *token; /* token NULL or "" when none */
 	int64_t expires;               /* seconds since the epoch; 0: never */
@@ -139,7 +141,7 @@ void s3_creds_release(dp_s3 *s);
 /* When the credentials s signs with expire (seconds since the epoch), 0
  * when they do not (or are not fetched yet). */
 int64_t s3_creds_expires(const dp_s3 *s);
-/* The parsers of what providers answer (fuzzed: tests/fuzz/creds.c).
+/* The parsers of what providers answer (creds_parse.c; fuzzed: tests/fuzz/creds.c).
  * kind: S3_CJ_PROCESS (credential_process: Version 1), S3_CJ_CONTAINER,
  * S3_CJ_IMDS (Code "Success" when present; Token and Expiration required). */
 enum { S3_CJ_PROCESS, S3_CJ_CONTAINER, S3_CJ_IMDS };
@@ -247,7 +249,7 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
  * half random (a generator per thread: any thread may call it). */
 double s3_backoff(const dp_s3 *s, int attempt);
 /* Log a line through conf.log (printf-style). */
-void s3_log(const dp_s3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define s3_log(s, ...) dp_msgf((s)->conf.log, (s)->conf.log_ctx, __VA_ARGS__)
 /* Sleep up to secs, returning early (-1) when cancelled. */
 int s3_sleep(dp_s3 *s, double secs);
 /* HEAD an object: size, etag, mtime. */

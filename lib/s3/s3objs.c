@@ -519,6 +519,80 @@ static int obj_cmp(const void *a, const void *b)
 	return strcmp(((const dp_obj *)a)->key, ((const dp_obj *)b)->key);
 }
 
+/* One page of the listing of l: the request (after token, or the first),
+ * its answer parsed into p, keys URL-decoded.  A server that lists its keys
+ * again would make the listing endless: a page that begins at or before
+ * last, the last key listed, is refused. */
+static int list_page(dp_s3 *s, const dp_loc *l, int recursive, const char *psz,
+		     const char *token, const char *last, const char *what, lpage *p,
+		     dp_err *e)
+{
+	s3_call c = {.method = "GET", .bucket = l->bucket, .resp_max = 64u << 20};
+	c.q[c.nq++] = (s3_sigv4_kv){"list-type", "2"};
+	c.q[c.nq++] = (s3_sigv4_kv){"prefix", l->key};
+	c.q[c.nq++] = (s3_sigv4_kv){"max-keys", psz};
+	c.q[c.nq++] = (s3_sigv4_kv){"encoding-type", "url"};
+	if (!recursive)
+		c.q[c.nq++] = (s3_sigv4_kv){"delimiter", "/"};
+	if (token)
+		c.q[c.nq++] = (s3_sigv4_kv){"continuation-token", token};
+	int rc = s3_perform(s, &c, what, e);
+	if (rc < 0) {
+		s3_call_clean(&c);
+		return rc;
+	}
+	rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, list_cb, p, e);
+	s3_call_clean(&c);
+	if (rc == DP_OK && p->failed)
+		rc = e ? e->code : DP_ENOMEM; /* the message names the key */
+	else if (rc < 0)
+		dp_preferr(e, "%s", what);
+	for (size_t i = 0; rc == DP_OK && p->url_encoded && i < p->objs.n; i++) {
+		char *raw = strdup(p->objs.v[i].key);
+		if (s3_url_decode(p->objs.v[i].key) < 0) { /* named as listed, escaped */
+			char *k = raw ? dp_shown(raw, strlen(raw)) : NULL;
+			rc = dp_seterr(e, DP_EDATA, "%s: the listing has a key '%s' holding %%00, "
+				       "a NUL byte, which would cut it short: refused", what,
+				       k ? k : "?");
+			free(k);
+		}
+		free(raw);
+	}
+	if (rc == DP_OK && p->objs.n) {
+		const char *first = p->objs.v[0].key;
+		for (size_t i = 1; i < p->objs.n; i++)
+			if (strcmp(p->objs.v[i].key, first) < 0)
+				first = p->objs.v[i].key;
+		if (last && strcmp(first, last) <= 0)
+			rc = dp_seterr(e, DP_EDATA, "%s: the listing went back (a page began at a "
+				       "key already listed): the server repeats itself", what);
+	}
+	return rc;
+}
+
+/* A truncated page p needs a continuation token not given before (one of
+ * seen[0..*nseen)), else the listing would be endless; noted in seen. */
+static int list_token(const lpage *p, char ***seen, size_t *nseen, const char *what, dp_err *e)
+{
+	if (!p->truncated)
+		return DP_OK;
+	if (!p->token)
+		return dp_seterr(e, DP_EDATA, "%s: truncated listing without a continuation "
+				 "token (does the server speak ListObjectsV2?)", what);
+	for (size_t i = 0; i < *nseen; i++)
+		if (!strcmp((*seen)[i], p->token))
+			return dp_seterr(e, DP_EDATA, "%s: the listing gave the continuation token "
+					 "of page %zu again at page %zu: the server repeats itself",
+					 what, i + 2, *nseen + 2);
+	char **ns = realloc(*seen, (*nseen + 1) * sizeof *ns);
+	if (ns)
+		*seen = ns;
+	if (!ns || !(ns[*nseen] = strdup(p->token)))
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	(*nseen)++;
+	return DP_OK;
+}
+
 static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_obj_cb cb,
 		   void *ctx, dp_err *e)
 {
@@ -526,97 +600,35 @@ static int list_s3(dp_s3 *s, const dp_loc *l, int recursive, int page_size, dp_o
 	char **seen = NULL, *last = NULL; /* the tokens so far, the last key listed */
 	size_t nseen = 0;
 	snprintf(psz, sizeof psz, "%d", page_size > 0 && page_size <= 1000 ? page_size : 1000);
-	int rc = DP_OK, stop = 0;
+	int rc = DP_OK, stop = 0, more;
 	char *what = s3_obj_url(l->bucket, l->key);
 	if (!what)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	do {
-		s3_call c = {.method = "GET", .bucket = l->bucket, .resp_max = 64u << 20};
-		c.q[c.nq++] = (s3_sigv4_kv){"list-type", "2"};
-		c.q[c.nq++] = (s3_sigv4_kv){"prefix", l->key};
-		c.q[c.nq++] = (s3_sigv4_kv){"max-keys", psz};
-		c.q[c.nq++] = (s3_sigv4_kv){"encoding-type", "url"};
-		if (!recursive)
-			c.q[c.nq++] = (s3_sigv4_kv){"delimiter", "/"};
-		if (token)
-			c.q[c.nq++] = (s3_sigv4_kv){"continuation-token", token};
-		rc = s3_perform(s, &c, what, e);
-		if (rc < 0) {
-			s3_call_clean(&c);
-			break;
-		}
 		lpage p = {.e = e, .key = DP_BUF_INIT, .bucket = l->bucket};
-		rc = s3x_parse(c.resp.p ? c.resp.p : "", c.resp.len, list_cb, &p, e);
-		s3_call_clean(&c);
-		if (rc == DP_OK && p.failed)
-			rc = e ? e->code : DP_ENOMEM; /* the message names the key */
-		else if (rc < 0)
-			dp_preferr(e, "%s", what);
-		for (size_t i = 0; rc == DP_OK && p.url_encoded && i < p.objs.n; i++) {
-			char *raw = strdup(p.objs.v[i].key);
-			if (s3_url_decode(p.objs.v[i].key) < 0) { /* named as listed, escaped */
-				char *k = raw ? dp_shown(raw, strlen(raw)) : NULL;
-				rc = dp_seterr(e, DP_EDATA, "%s: the listing has a key '%s' holding %%00, "
-					       "a NUL byte, which would cut it short: refused", what,
-					       k ? k : "?");
-				free(k);
-			}
-			free(raw);
-		}
-		/* a server that lists its keys again (a repeated token, a page
-		 * that goes back) would make the listing endless */
-		if (rc == DP_OK && p.objs.n) {
-			const char *first = p.objs.v[0].key;
-			for (size_t i = 1; i < p.objs.n; i++)
-				if (strcmp(p.objs.v[i].key, first) < 0)
-					first = p.objs.v[i].key;
-			if (last && strcmp(first, last) <= 0)
-				rc = dp_seterr(e, DP_EDATA, "%s: the listing went back (a page began at a "
-					       "key already listed): the server repeats itself", what);
-		}
-		if (rc == DP_OK) {
-			/* Contents and CommonPrefixes come as two sorted lists */
-			if (p.objs.n)
-				qsort(p.objs.v, p.objs.n, sizeof *p.objs.v, obj_cmp);
-			for (size_t i = 0; i < p.objs.n && !stop; i++) {
-				p.objs.v[i].bucket = l->bucket;
-				int r = cb(ctx, &p.objs.v[i]);
-				p.objs.v[i].bucket = NULL;
-				if (r)
-					stop = 1, rc = r;
-			}
+		rc = list_page(s, l, recursive, psz, token, last, what, &p, e);
+		/* Contents and CommonPrefixes come as two sorted lists */
+		if (rc == DP_OK && p.objs.n)
+			qsort(p.objs.v, p.objs.n, sizeof *p.objs.v, obj_cmp);
+		for (size_t i = 0; rc == DP_OK && i < p.objs.n && !stop; i++) {
+			p.objs.v[i].bucket = l->bucket;
+			int r = cb(ctx, &p.objs.v[i]);
+			p.objs.v[i].bucket = NULL;
+			if (r)
+				stop = 1, rc = r;
 		}
 		if (rc == DP_OK && p.objs.n) {
 			free(last);
 			last = strdup(p.objs.v[p.objs.n - 1].key); /* sorted above */
 		}
+		if (rc == DP_OK)
+			rc = list_token(&p, &seen, &nseen, what, e);
 		free(token);
 		token = p.token;
-		p.token = NULL;
-		if (rc == DP_OK && p.truncated && !token)
-			rc = dp_seterr(e, DP_EDATA, "%s: truncated listing without a continuation "
-				       "token (does the server speak ListObjectsV2?)", what);
-		for (size_t i = 0; rc == DP_OK && p.truncated && i < nseen; i++)
-			if (!strcmp(seen[i], token))
-				rc = dp_seterr(e, DP_EDATA, "%s: the listing gave the continuation token "
-					       "of page %zu again at page %zu: the server repeats itself",
-					       what, i + 2, nseen + 2);
-		if (rc == DP_OK && p.truncated) {
-			char **ns = realloc(seen, (nseen + 1) * sizeof *ns);
-			if (!ns || !(ns[nseen] = strdup(token))) {
-				seen = ns ? ns : seen;
-				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-			} else {
-				seen = ns;
-				nseen++;
-			}
-		}
-		int more = p.truncated;
+		more = p.truncated;
 		dp_objs_free(&p.objs);
 		dp_buf_free(&p.key);
-		if (rc != DP_OK || stop || !more)
-			break;
-	} while (1);
+	} while (rc == DP_OK && !stop && more);
 	free(token);
 	free(what);
 	while (nseen)
@@ -718,39 +730,12 @@ int dp_s3_read_all(dp_s3 *s, const dp_loc *l, size_t max, char **data, size_t *l
 {
 	*data = NULL;
 	*len = 0;
-	if (l->kind == DP_LOC_FILE) {
-		int fd = open(l->key, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			int saved = errno;
-			dp_syserr(e, "%s", l->key);
-			if (e && (saved == ENOENT || saved == ENOTDIR))
-				e->code = DP_ENOTFOUND;
-			return e ? e->code : DP_EIO;
-		}
-		dp_buf b;
-		dp_buf_init(&b, max);
-		char tmp[65536];
-		int rc = DP_OK;
-		for (;;) {
-			ssize_t n = read(fd, tmp, sizeof tmp);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				rc = dp_syserr(e, "%s: read", l->key);
-				break;
-			}
-			if (n == 0)
-				break;
-			if (dp_buf_add(&b, tmp, (size_t)n) == DP_ELIMIT)
-				rc = dp_seterr(e, DP_ELIMIT, "%s: larger than %zu bytes", l->key, max);
-			else if (b.err)
-				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-			if (rc < 0)
-				break;
-		}
-		close(fd);
+	if (l->kind == DP_LOC_FILE) { /* dp_read_file, a missing file DP_ENOTFOUND */
+		dp_buf b = DP_BUF_INIT;
+		int rc = dp_read_file(strcmp(l->key, "-") ? l->key : "./-", l->key, max, &b, e);
+		if (rc < 0 && e && (e->sys == ENOENT || e->sys == ENOTDIR))
+			rc = e->code = DP_ENOTFOUND;
 		*len = rc == DP_OK ? b.len : 0;
-		dp_buf_add(&b, "", 0); /* "" when empty: dp_buf_take leaves it unterminated */
 		*data = rc == DP_OK ? dp_buf_take(&b) : NULL;
 		dp_buf_free(&b);
 		if (rc == DP_OK && !*data)

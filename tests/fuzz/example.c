@@ -177,73 +177,95 @@ static int next(const uint8_t **p, const uint8_t *end, uint32_t *num, int *wt, c
 	return 0;
 }
 
-/* Whether some feature name holds a NUL byte, or is not UTF-8. */
-static void scan_keys(const uint8_t *p, size_t n, int *has_nul, int *bad_utf8)
+/* fn(ctx, entry, len) for each map entry of the Example p[0..n): field 1
+ * (Features) of the Example, field 1 (a map entry) of that, on the wire. */
+static void each_entry(const uint8_t *p, size_t n, void (*fn)(void *, const uint8_t *, size_t),
+		       void *ctx)
 {
-	const uint8_t *end = p + n, *d, *d2, *d3;
-	size_t l, l2, l3;
+	const uint8_t *end = p + n, *d, *d2;
+	size_t l, l2;
 	uint32_t num;
 	int wt;
 	while (next(&p, end, &num, &wt, &d, &l)) {
 		if (num != 1 || wt != 2)
 			continue;
 		const uint8_t *q = d, *qe = d + l;
-		while (next(&q, qe, &num, &wt, &d2, &l2)) {
-			if (num != 1 || wt != 2)
-				continue;
-			const uint8_t *r = d2, *re = d2 + l2;
-			while (next(&r, re, &num, &wt, &d3, &l3)) {
-				if (num != 1 || wt != 2)
-					continue;
-				if (memchr(d3, 0, l3))
-					*has_nul = 1;
-				if (!dp_utf8_valid(d3, l3))
-					*bad_utf8 = 1;
-			}
-		}
+		while (next(&q, qe, &num, &wt, &d2, &l2))
+			if (num == 1 && wt == 2)
+				fn(ctx, d2, l2);
 	}
+}
+
+typedef struct keyscan {
+	int has_nul, bad_utf8; /* some feature name holds a NUL byte, is not UTF-8 */
+	int runs, empty2;      /* see same_kind_runs */
+} keyscan;
+
+static void entry_key(void *ctx, const uint8_t *r, size_t n)
+{
+	keyscan *k = ctx;
+	const uint8_t *re = r + n, *d3;
+	size_t l3;
+	uint32_t num;
+	int wt;
+	while (next(&r, re, &num, &wt, &d3, &l3)) {
+		if (num != 1 || wt != 2)
+			continue;
+		if (memchr(d3, 0, l3))
+			k->has_nul = 1;
+		if (!dp_utf8_valid(d3, l3))
+			k->bad_utf8 = 1;
+	}
+}
+
+/* Whether some feature name holds a NUL byte, or is not UTF-8. */
+static void scan_keys(const uint8_t *p, size_t n, int *has_nul, int *bad_utf8)
+{
+	keyscan k = {0};
+	each_entry(p, n, entry_key, &k);
+	*has_nul = k.has_nul;
+	*bad_utf8 = k.bad_utf8;
+}
+
+static void entry_runs(void *ctx, const uint8_t *r, size_t n)
+{
+	keyscan *k = ctx;
+	const uint8_t *re = r + n, *d3;
+	size_t l3;
+	uint32_t num;
+	int wt;
+	uint32_t last = 0; /* a run of one list kind */
+	int run = 0, values = 0;
+	while (next(&r, re, &num, &wt, &d3, &l3)) {
+		if (num != 2 || wt != 2)
+			continue;
+		const uint8_t *s = d3, *se = d3 + l3;
+		const uint8_t *d4;
+		size_t l4;
+		int lists = 0;
+		while (next(&s, se, &num, &wt, &d4, &l4)) {
+			if (num < 1 || num > 3)
+				continue;
+			run = num == last ? run + 1 : 1;
+			last = num;
+			lists++;
+		}
+		if (++values >= 2 && !last && !lists)
+			k->empty2 = 1;
+	}
+	if (run > 1)
+		k->runs = 1;
 }
 
 /* 1 when some map entry ends with a run of two or more lists of one kind;
  * *empty2 set when some entry's first two value fields have no list. */
 static int same_kind_runs(const uint8_t *p, size_t n, int *empty2)
 {
-	const uint8_t *end = p + n, *d, *d2, *d3;
-	size_t l, l2, l3;
-	uint32_t num;
-	int wt, runs = 0;
-	while (next(&p, end, &num, &wt, &d, &l)) {
-		if (num != 1 || wt != 2)
-			continue;
-		const uint8_t *q = d, *qe = d + l;
-		while (next(&q, qe, &num, &wt, &d2, &l2)) {
-			if (num != 1 || wt != 2)
-				continue;
-			const uint8_t *r = d2, *re = d2 + l2;
-			uint32_t last = 0; /* a run of one list kind */
-			int run = 0, values = 0;
-			while (next(&r, re, &num, &wt, &d3, &l3)) {
-				if (num != 2 || wt != 2)
-					continue;
-				const uint8_t *s = d3, *se = d3 + l3;
-				const uint8_t *d4;
-				size_t l4;
-				int lists = 0;
-				while (next(&s, se, &num, &wt, &d4, &l4)) {
-					if (num < 1 || num > 3)
-						continue;
-					run = num == last ? run + 1 : 1;
-					last = num;
-					lists++;
-				}
-				if (++values >= 2 && !last && !lists)
-					*empty2 = 1;
-			}
-			if (run > 1)
-				runs = 1;
-		}
-	}
-	return runs;
+	keyscan k = {0};
+	each_entry(p, n, entry_runs, &k);
+	if (k.empty2)
+		*empty2 = 1;
+	return k.runs;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,13 +11,7 @@
 #include <string.h>
 
 static uint64_t rs = 88172645463325252ull;
-static uint64_t xr(void)
-{
-	rs ^= rs << 13;
-	rs ^= rs >> 7;
-	rs ^= rs << 17;
-	return rs;
-}
+static uint64_t xr(void) { return tap_xorshift(&rs); }
 
 static double xsum_of(const double *v, size_t n, const size_t *order)
 {

@@ -24,13 +24,7 @@ static void ossl_md5(const void *p, size_t n, unsigned char out[16])
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+static uint64_t next(void) { return tap_xorshift(&rng); }
 
 /* nmsg messages of random lengths up to maxlen, fed by update_many in
  * rounds of random pieces; returns how many digests differ from OpenSSL's. */

@@ -3,6 +3,7 @@
  *
  *   ok(cond, "name %d", i);   is_int(got, want, "name");   is_str(...);
  *   done_testing();           (prints the plan, returns the exit status)
+ *   tap_xorshift(&state);     (the tests' one pseudo-random generator)
  * Each check prints "ok N - name" or "not ok N - name" with a diagnostic;
  * prove(1) runs the binaries.
  */
@@ -10,6 +11,7 @@
 #define TAP_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +53,17 @@ static int __attribute__((format(printf, 2, 3), unused)) ok(int cond, const char
 		if (!ok(g_ && strstr(g_, s_) != NULL, __VA_ARGS__))                                \
 			printf("#   '%s'\n#   does not contain '%s'\n", g_ ? g_ : "(null)", s_);   \
 	} while (0)
+
+/* Marsaglia's xorshift64: the next of *state (not 0), a test's data
+ * made again the same from its seed. */
+static uint64_t __attribute__((unused)) tap_xorshift(uint64_t *state)
+{
+	uint64_t x = *state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *state = x;
+}
 
 static int __attribute__((unused)) done_testing(void)
 {

@@ -36,6 +36,20 @@ const dp_backend *dp_backend_find(const char *name)
 	return NULL;
 }
 
+char *dp_backend_conv_algos_text(const dp_backend *be, dp_bectx *ctx)
+{
+	char *t = NULL;
+	for (size_t len = 4096; be->conv_algos && len <= (1u << 24); len *= 2) {
+		free(t);
+		if (!(t = calloc(len, 1)))
+			return NULL;
+		if (be->conv_algos(ctx, t, len) >= 0)
+			return t;
+	}
+	free(t);
+	return NULL;
+}
+
 const char *dp_build(void)
 {
 	static char id[256];

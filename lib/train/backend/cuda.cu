@@ -176,7 +176,7 @@ static int local_rank(void)
 					   "MV2_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK",
 					   "SLURM_LOCALID", "LOCAL_RANK"};
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-		const char *v = getenv(vars[i]);
+		const char *v = dp_env(vars[i]);
 		char *end;
 		long r = v && *v ? strtol(v, &end, 10) : -1;
 		if (v && *v && !*end && r >= 0 && r < (1 << 20))
@@ -234,8 +234,8 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 	if (want >= count)
 		return dp_seterr(e, DP_EARG, "GPU %d: only %d CUDA device%s visible%s%s", want, count,
 				 count == 1 ? "" : "s",
-				 getenv("CUDA_VISIBLE_DEVICES") ? " with CUDA_VISIBLE_DEVICES=" : "",
-				 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+				 dp_env("CUDA_VISIBLE_DEVICES") ? " with CUDA_VISIBLE_DEVICES=" : "",
+				 dp_env("CUDA_VISIBLE_DEVICES") ? dp_env("CUDA_VISIBLE_DEVICES") : "");
 	int dev = want >= 0 ? want : local_rank() % count;
 	cudaDeviceProp prop;
 	if ((r = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)

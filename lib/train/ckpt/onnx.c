@@ -106,16 +106,25 @@ static void push(build *b, void ***v, size_t *n, size_t *cap, void *p)
 
 /* ---- graph pieces ----------------------------------------------------------- */
 
-static Onnx__AttributeProto *attr_ints(build *b, const char *name, const int64_t *v, size_t n)
+/* An attribute name of type, its value for the caller to set. */
+static Onnx__AttributeProto *attr_new(build *b, const char *name, Onnx__AttributeProto__AttributeType type)
 {
 	Onnx__AttributeProto *a = zalloc(b, sizeof *a);
-	int64_t *c = zalloc(b, n * sizeof *c);
-	if (!a || !c)
+	if (!a)
 		return NULL;
 	onnx__attribute_proto__init(a);
 	a->name = (char *)name;
 	a->has_type = 1;
-	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+	a->type = type;
+	return a;
+}
+
+static Onnx__AttributeProto *attr_ints(build *b, const char *name, const int64_t *v, size_t n)
+{
+	Onnx__AttributeProto *a = attr_new(b, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+	int64_t *c = zalloc(b, n * sizeof *c);
+	if (!a || !c)
+		return NULL;
 	memcpy(c, v, n * sizeof *c);
 	a->ints = c;
 	a->n_ints = n;
@@ -124,29 +133,21 @@ static Onnx__AttributeProto *attr_ints(build *b, const char *name, const int64_t
 
 static Onnx__AttributeProto *attr_int(build *b, const char *name, int64_t v)
 {
-	Onnx__AttributeProto *a = zalloc(b, sizeof *a);
-	if (!a)
-		return NULL;
-	onnx__attribute_proto__init(a);
-	a->name = (char *)name;
-	a->has_type = 1;
-	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-	a->has_i = 1;
-	a->i = v;
+	Onnx__AttributeProto *a = attr_new(b, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+	if (a) {
+		a->has_i = 1;
+		a->i = v;
+	}
 	return a;
 }
 
 static Onnx__AttributeProto *attr_float(build *b, const char *name, float v)
 {
-	Onnx__AttributeProto *a = zalloc(b, sizeof *a);
-	if (!a)
-		return NULL;
-	onnx__attribute_proto__init(a);
-	a->name = (char *)name;
-	a->has_type = 1;
-	a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-	a->has_f = 1;
-	a->f = v;
+	Onnx__AttributeProto *a = attr_new(b, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+	if (a) {
+		a->has_f = 1;
+		a->f = v;
+	}
 	return a;
 }
 
@@ -458,6 +459,64 @@ static void meta(build *b, Onnx__ModelProto *mp, const char *key, const char *va
 	mp->metadata_props = (Onnx__StringStringEntryProto **)v;
 }
 
+/* The graph's input (as records hold it, or the image's pixels) and its
+ * outputs: y as "logits" and their softmax "probabilities" for a
+ * classifier of k classes (cls), else "output".  iv (1), ov (2). */
+static void graph_io(build *b, const dp_run_conf *rc, const dp_shape *in, const char *y, int cls,
+		     size_t k, Onnx__ValueInfoProto **iv, Onnx__ValueInfoProto **ov)
+{
+	int64_t idims[3] = {in->c, in->h, in->w}, odims[1] = {(int64_t)k};
+	int ind = in->rank == 3 ? 3 : 1;
+	if (rc->decode != DP_DECODE_IMAGE && rc->hwc && in->rank == 3)
+		idims[0] = in->h, idims[1] = in->w, idims[2] = in->c;
+	iv[0] = value_info(b, "input", idims, ind,
+			   rc->decode == DP_DECODE_IMAGE
+				   ? "pixels 0..255 after the resize and crop of metadata 'image', "
+				     "before scale/mean/std"
+				   : "the feature's values as records hold them, before scale");
+	size_t nout = 1;
+	if (y && cls) {
+		node(b, "Identity", "logits", "logits", 1, &y);
+		Onnx__NodeProto *sm = node(b, "Softmax", "probabilities", "probabilities", 1,
+					   (const char *[]){"logits"});
+		Onnx__AttributeProto *a = attr_int(b, "axis", 1);
+		node_attrs(b, sm, &a, 1);
+		ov[0] = value_info(b, "logits", odims, 1, "class scores");
+		ov[1] = value_info(b, "probabilities", odims, 1, "softmax of the logits");
+		nout = 2;
+	} else if (y) {
+		node(b, "Identity", "output", "output", 1, &y);
+		ov[0] = value_info(b, "output", odims, 1, "the model's outputs");
+	}
+	b->g->input = iv;
+	b->g->n_input = 1;
+	b->g->output = ov;
+	b->g->n_output = nout;
+}
+
+/* The model's metadata_props: its spec, how its input is read, where it
+ * comes from, the class names. */
+static void model_meta(build *b, Onnx__ModelProto *mp, const dp_run_conf *rc, const dp_onnx_opts *o)
+{
+	const dp_st *ck = b->ck;
+	size_t mcap = 0;
+	char ib[512] = "", sb[40];
+	if (rc->decode == DP_DECODE_IMAGE && dp_image_spec(&rc->img, ib, sizeof ib) < 0)
+		ib[0] = 0;
+	meta(b, mp, "model", dp_model_spec(b->m), &mcap);
+	meta(b, mp, "input_shape", dp_st_meta(ck, "input_shape"), &mcap);
+	meta(b, mp, "loss", dp_loss_name(dp_model_loss_kind(b->m)), &mcap);
+	meta(b, mp, "decode", dp_decode_name(rc->decode), &mcap);
+	meta(b, mp, "layout", rc->hwc && rc->decode != DP_DECODE_IMAGE ? "hwc" : "chw", &mcap);
+	meta(b, mp, "scale", rc->scale_text ? rc->scale_text : dp_fmt_double(rc->scale ? rc->scale : 1, sb, sizeof sb), &mcap);
+	if (ib[0])
+		meta(b, mp, "image", ib, &mcap);
+	meta(b, mp, "step", dp_st_meta(ck, "step"), &mcap);
+	meta(b, mp, "source", dp_st_name(ck), &mcap);
+	if (o->classes)
+		meta(b, mp, "classes", classes_json(b, o), &mcap);
+}
+
 int dp_onnx_encode(const dp_st *ck, const dp_onnx_opts *o, uint8_t **outp, size_t *lenp, dp_err *e)
 {
 	static const dp_onnx_opts none = {0};
@@ -502,34 +561,8 @@ int dp_onnx_encode(const dp_st *ck, const dp_onnx_opts *o, uint8_t **outp, size_
 
 	const char *x = preprocess(&b, &rc, &in);
 	const char *y = x ? layers(&b, x) : NULL;
-	int64_t idims[3] = {in.c, in.h, in.w}, odims[1] = {(int64_t)k};
-	int ind = in.rank == 3 ? 3 : 1;
-	if (rc.decode != DP_DECODE_IMAGE && rc.hwc && in.rank == 3)
-		idims[0] = in.h, idims[1] = in.w, idims[2] = in.c;
-	Onnx__ValueInfoProto *iv[1], *ov[2];
-	iv[0] = value_info(&b, "input", idims, ind,
-			   rc.decode == DP_DECODE_IMAGE
-				   ? "pixels 0..255 after the resize and crop of metadata 'image', "
-				     "before scale/mean/std"
-				   : "the feature's values as records hold them, before scale");
-	size_t nout = 1;
-	if (y && cls) {
-		node(&b, "Identity", "logits", "logits", 1, &y);
-		Onnx__NodeProto *sm = node(&b, "Softmax", "probabilities", "probabilities", 1,
-					   (const char *[]){"logits"});
-		Onnx__AttributeProto *a = attr_int(&b, "axis", 1);
-		node_attrs(&b, sm, &a, 1);
-		ov[0] = value_info(&b, "logits", odims, 1, "class scores");
-		ov[1] = value_info(&b, "probabilities", odims, 1, "softmax of the logits");
-		nout = 2;
-	} else if (y) {
-		node(&b, "Identity", "output", "output", 1, &y);
-		ov[0] = value_info(&b, "output", odims, 1, "the model's outputs");
-	}
-	g.input = iv;
-	g.n_input = 1;
-	g.output = ov;
-	g.n_output = nout;
+	Onnx__ValueInfoProto *iv[1] = {NULL}, *ov[2] = {NULL, NULL};
+	graph_io(&b, &rc, &in, y, cls, k, iv, ov);
 	g.doc_string = sfmt(&b, "dptools model %s over input %s", dp_model_spec(b.m),
 			    dp_st_meta(ck, "input_shape"));
 
@@ -544,23 +577,8 @@ int dp_onnx_encode(const dp_st *ck, const dp_onnx_opts *o, uint8_t **outp, size_
 	mp.producer_name = "dptools";
 	mp.producer_version = (char *)dp_version();
 	mp.graph = &g;
-	size_t mcap = 0;
-	char ib[512] = "", sb[40];
-	if (rc.decode == DP_DECODE_IMAGE && dp_image_spec(&rc.img, ib, sizeof ib) < 0)
-		ib[0] = 0;
-	meta(&b, &mp, "model", dp_model_spec(b.m), &mcap);
-	meta(&b, &mp, "input_shape", dp_st_meta(ck, "input_shape"), &mcap);
-	meta(&b, &mp, "loss", dp_loss_name(dp_model_loss_kind(b.m)), &mcap);
-	meta(&b, &mp, "decode", dp_decode_name(rc.decode), &mcap);
-	meta(&b, &mp, "layout", rc.hwc && rc.decode != DP_DECODE_IMAGE ? "hwc" : "chw", &mcap);
-	meta(&b, &mp, "scale", rc.scale_text ? rc.scale_text : dp_fmt_double(rc.scale ? rc.scale : 1, sb, sizeof sb), &mcap);
-	if (ib[0])
-		meta(&b, &mp, "image", ib, &mcap);
-	meta(&b, &mp, "step", dp_st_meta(ck, "step"), &mcap);
-	meta(&b, &mp, "source", dp_st_name(ck), &mcap);
-	if (o->classes)
-		meta(&b, &mp, "classes", classes_json(&b, o), &mcap);
-	if (b.oom || !y || !iv[0] || !ov[0] || (nout == 2 && !ov[1])) {
+	model_meta(&b, &mp, &rc, o);
+	if (b.oom || !y || !iv[0] || !ov[0] || (g.n_output == 2 && !ov[1])) {
 		ret = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dp_st_name(ck));
 		goto out;
 	}

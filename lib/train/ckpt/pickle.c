@@ -632,36 +632,13 @@ static int global_text(ctx *c)
 
 /* ---- the machine ------------------------------------------------------------ */
 
-static int step(ctx *c, int op, int *stop)
+/* The opcodes that push a value: numbers, strings, bytes, None, booleans,
+ * empty containers.  1 when op is not one of them. */
+static int op_value(ctx *c, int op)
 {
 	uint64_t u = 0;
-	pk_val *a, *b, *v, **items = NULL;
-	size_t n = 0;
+	pk_val *v;
 	switch (op) {
-	case 0x80: /* PROTO */
-		if (read_le(c, 1, &u) < 0)
-			return c->e->code;
-		if (u > 5)
-			return fail(c, DP_EDATA, "pickle protocol %" PRIu64 " (at most 5)", u);
-		return 0;
-	case 0x95: /* FRAME: a length, for readers that buffer */
-		return read_le(c, 8, &u);
-	case '.': /* STOP */
-		if (!(v = pop(c)))
-			return c->e->code;
-		*stop = 1;
-		return push(c, v);
-	case '(': /* MARK */
-		if (c->nmarks == c->mcap) {
-			size_t nc = c->mcap ? 2 * c->mcap : 16;
-			size_t *m = realloc(c->marks, nc * sizeof *m);
-			if (!m)
-				return fail(c, DP_ENOMEM, "out of memory");
-			c->marks = m;
-			c->mcap = nc;
-		}
-		c->marks[c->nmarks++] = c->sp;
-		return 0;
 	case ')': return push(c, mk(c, PK_TUPLE));
 	case ']': return push(c, mk(c, PK_LIST));
 	case '}': return push(c, mk(c, PK_DICT));
@@ -712,6 +689,27 @@ static int step(ctx *c, int op, int *stop)
 		if (read_le(c, op == 'C' ? 1 : op == 'B' ? 4 : 8, &u) < 0)
 			return c->e->code;
 		return push_bytes(c, PK_BYTES, u);
+	}
+	return 1;
+}
+
+/* The opcodes that fill containers: marks, tuples, lists, dicts.  1 when op is not one of them. */
+static int op_container(ctx *c, int op)
+{
+	pk_val *a, *b, *v, **items = NULL;
+	size_t n = 0;
+	switch (op) {
+	case '(': /* MARK */
+		if (c->nmarks == c->mcap) {
+			size_t nc = c->mcap ? 2 * c->mcap : 16;
+			size_t *m = realloc(c->marks, nc * sizeof *m);
+			if (!m)
+				return fail(c, DP_ENOMEM, "out of memory");
+			c->marks = m;
+			c->mcap = nc;
+		}
+		c->marks[c->nmarks++] = c->sp;
+		return 0;
 	case 't': /* TUPLE */
 		if (pop_mark(c, &items, &n) < 0)
 			return c->e->code;
@@ -755,6 +753,16 @@ static int step(ctx *c, int op, int *stop)
 			if (dict_set(c, a, items[i], items[i + 1]) < 0)
 				return c->e->code;
 		return 0;
+	}
+	return 1;
+}
+
+/* The opcodes of objects: globals, calls (REDUCE, NEWOBJ), BUILD,
+ * persistent ids (the tensors' storages).  1 when op is not one of them. */
+static int op_object(ctx *c, int op)
+{
+	pk_val *a, *b, *v;
+	switch (op) {
 	case 'c': /* GLOBAL */
 		return global_text(c);
 	case 0x93: /* STACK_GLOBAL */
@@ -787,6 +795,30 @@ static int step(ctx *c, int op, int *stop)
 		return fail(c, DP_EDATA, "BUILD of %s", kind_name(a));
 	case 'Q': /* BINPERSID */
 		return persistent(c);
+	}
+	return 1;
+}
+
+/* One opcode: the stream's framing (PROTO, FRAME, STOP) and the memo
+ * here, the rest by family; refused and unknown ones fail. */
+static int step(ctx *c, int op, int *stop)
+{
+	uint64_t u = 0;
+	pk_val *v;
+	switch (op) {
+	case 0x80: /* PROTO */
+		if (read_le(c, 1, &u) < 0)
+			return c->e->code;
+		if (u > 5)
+			return fail(c, DP_EDATA, "pickle protocol %" PRIu64 " (at most 5)", u);
+		return 0;
+	case 0x95: /* FRAME: a length, for readers that buffer */
+		return read_le(c, 8, &u);
+	case '.': /* STOP */
+		if (!(v = pop(c)))
+			return c->e->code;
+		*stop = 1;
+		return push(c, v);
 	case 'q': /* BINPUT */
 	case 'r': /* LONG_BINPUT */
 		if (read_le(c, op == 'q' ? 1 : 4, &u) < 0)
@@ -800,6 +832,13 @@ static int step(ctx *c, int op, int *stop)
 			return c->e->code;
 		return memo_get(c, u);
 	}
+	int rc = op_value(c, op);
+	if (rc == 1)
+		rc = op_container(c, op);
+	if (rc == 1)
+		rc = op_object(c, op);
+	if (rc != 1)
+		return rc;
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
 		if (refused[i].op == op)
 			return fail(c, DP_EDATA, "opcode %s is not allowed in a state_dict", refused[i].name);

@@ -428,3 +428,64 @@ int dp_classes_from_json(const char *text, size_t *kp, char ***namesp, dp_err *e
 	*namesp = names;
 	return DP_OK;
 }
+
+/* ---- the position in the epoch, another number of ranks -------------------------------- */
+
+char *dp_run_epoch_records_text(const uint64_t *pos, int ranks)
+{
+	dp_buf b = DP_BUF_INIT;
+	for (int r = 0; r < ranks; r++)
+		dp_buf_printf(&b, "%s%" PRIu64, r ? "," : "", pos[r]);
+	return dp_buf_take(&b);
+}
+
+int dp_run_epoch_records(const dp_st *ck, int ranks, int rank, uint64_t *pos, dp_err *e)
+{
+	const char *p = dp_st_meta(ck, "epoch_records");
+	for (int i = 0; p && *p; i++) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(p, &end, 10);
+		if (end == p || errno || (*end && *end != ','))
+			return dp_seterr(e, DP_EDATA, "%s: metadata 'epoch_records' is '%s', not %d counts",
+					 dp_st_name(ck), dp_st_meta(ck, "epoch_records"), ranks);
+		if (i == rank)
+			*pos = v;
+		p = *end ? end + 1 : end;
+	}
+	return DP_OK;
+}
+
+int dp_run_resume_ranks(const dp_st *ck, const dp_run_conf *saved, int ck_ranks,
+			const dp_run_conf *now, int ranks, int split, int *moved, dp_err *e)
+{
+	uint64_t ckb = saved->batch, cka = saved->accumulate, N = now->accumulate, B = now->batch;
+	uint64_t g0 = ckb * cka * (uint64_t)ck_ranks, g1 = B * N * (uint64_t)ranks;
+	*moved = 0;
+	if (ck_ranks == ranks && cka == N && ckb == B)
+		return DP_OK;
+	if (ck_ranks == ranks && g0 != g1)
+		return dp_seterr(e, DP_EARG, "%s: saved by a run of global batch %" PRIu64 " (%d x %" PRIu64
+				 "); this run's is %" PRIu64 ": the position in the data counts updates of "
+				 "%" PRIu64 ": resume it with --batch-size %" PRIu64 "%s",
+				 dp_st_name(ck), g0, ck_ranks, ckb * cka, g1, g0, ckb,
+				 cka > 1 ? " and its --accumulate" : "");
+	if (g0 != g1 || !split) {
+		char hint[160] = "";
+		if (split && g0 % (ranks * B) == 0 && N != g0 / (ranks * B))
+			snprintf(hint, sizeof hint, ", or with --accumulate %" PRIu64 " to keep the global batch",
+				 g0 / (ranks * B));
+		else if (split && g0 % (ranks * N) == 0)
+			snprintf(hint, sizeof hint,
+				 ", or with --batch-size %" PRIu64 " to keep the global batch",
+				 g0 / (ranks * N));
+		return dp_seterr(e, DP_EARG, "%s: saved by a run of %d rank%s x batch %" PRIu64
+				 " (global batch %" PRIu64 "); this run has %d x %" PRIu64 " = %" PRIu64
+				 "%s: resume it with %d rank%s%s",
+				 dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", ckb * cka, g0, ranks,
+				 B * N, g1, split ? "" : " and its data is per rank ({rank})", ck_ranks,
+				 ck_ranks == 1 ? "" : "s", hint);
+	}
+	*moved = 1;
+	return DP_OK;
+}

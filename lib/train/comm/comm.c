@@ -182,18 +182,6 @@ void dp_comm_abort(dp_comm *c, int code)
 	exit(code);
 }
 
-void comm_report(dp_comm *c, const char *fmt, ...)
-{
-	if (!c->conf.report)
-		return;
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	c->conf.report(c->conf.report_ctx, msg);
-}
-
 int dp_comm_wire_parse(const char *s)
 {
 	static const char *const names[][4] = {

@@ -52,7 +52,7 @@ struct dp_comm {
 };
 
 /* Reports (stall warnings) through conf.report. */
-void comm_report(dp_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define comm_report(c, ...) dp_msgf((c)->conf.report, (c)->conf.report_ctx, __VA_ARGS__)
 
 /* ---- mpi.c ---- */
 enum { COMM_F32 = 1, COMM_F64 = 2, COMM_BYTE = 3 };

@@ -428,18 +428,71 @@ static void *balloc(dp_data *d, size_t bytes)
 	return d->o.alloc ? d->o.alloc(d->o.alloc_ctx, bytes) : malloc(bytes);
 }
 
+/* Options dp_data_open refuses (DP_EARG "data: bad options"). */
+static int bad_opts(const dp_data_opts *o)
+{
+	return !o->feature || (!o->label && o->label_kind != DP_LABEL_NONE) || !o->in_size || !o->batch ||
+	       (o->label_kind == DP_LABEL_CLASS && o->nclass < 1) ||
+	       (o->label_kind == DP_LABEL_VECTOR && o->label_size < 1) ||
+	       (o->label_kind != DP_LABEL_CLASS && o->label_kind != DP_LABEL_VECTOR &&
+	        o->label_kind != DP_LABEL_NONE) ||
+	       (!o->cmd && !o->ninputs) || (o->shard_count > 1 && o->shard_index >= o->shard_count) ||
+	       o->prefetch < 0 || o->prefetch > 64 || o->shuffle > (1u << 28) ||
+	       o->decode_threads > 256 ||
+	       ((o->hwc || o->decode == DP_DECODE_IMAGE) &&
+	        o->shape[0] * o->shape[1] * o->shape[2] != o->in_size);
+}
+
+/* The decoding workers' scratch (one more than the decode threads: the
+ * calling thread's), and the pool's staging.  -1 when out of memory. */
+static int workers_alloc(dp_data *d)
+{
+	const dp_data_opts *o = &d->o;
+	size_t isz = o->in_size > o->label_size ? o->in_size : o->label_size;
+	if (!(d->w = calloc(o->decode_threads + 1, sizeof *d->w)))
+		return -1;
+	for (size_t i = 0; i <= o->decode_threads; i++) {
+		worker *w = &d->w[i];
+		w->d = d;
+		if (!(w->iscratch = malloc(isz * sizeof(double) + 8)) ||
+		    (o->hwc && !(w->tmp = malloc(o->in_size * sizeof(float)))) ||
+		    (o->decode == DP_DECODE_IMAGE && !(w->img = dp_image_dec_new())))
+			return -1;
+	}
+	if (o->decode_threads &&
+	    (!(d->stage = calloc(o->batch, sizeof *d->stage)) ||
+	     !(d->job_rc = calloc(o->batch, sizeof *d->job_rc)) ||
+	     !(d->job_err = calloc(o->batch, sizeof *d->job_err))))
+		return -1;
+	return 0;
+}
+
+/* The batches handed out (prefetch + 1 of them when threaded).  -1 when
+ * out of memory. */
+static int slots_alloc(dp_data *d)
+{
+	const dp_data_opts *o = &d->o;
+	for (int i = 0; i < d->nslots; i++) {
+		dp_batch *b = &d->slots[i];
+		b->x = balloc(d, o->batch * o->in_size * sizeof(float));
+		if (o->label_kind == DP_LABEL_CLASS)
+			b->y = balloc(d, o->batch * sizeof(int32_t));
+		else if (o->label_kind == DP_LABEL_VECTOR)
+			b->t = balloc(d, o->batch * o->label_size * sizeof(float));
+		if (!b->x || (!b->y && !b->t && o->label_kind != DP_LABEL_NONE))
+			return -1;
+		if (o->origins && (!(b->src = malloc(o->batch * sizeof *b->src)) ||
+				   !(b->rec = malloc(o->batch * sizeof *b->rec))))
+			return -1;
+		if (o->origins && o->sample_name && !(b->name = calloc(o->batch, sizeof *b->name)))
+			return -1;
+	}
+	return 0;
+}
+
 dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 {
-	if (!o->feature || (!o->label && o->label_kind != DP_LABEL_NONE) || !o->in_size || !o->batch ||
-	    (o->label_kind == DP_LABEL_CLASS && o->nclass < 1) ||
-	    (o->label_kind == DP_LABEL_VECTOR && o->label_size < 1) ||
-	    (o->label_kind != DP_LABEL_CLASS && o->label_kind != DP_LABEL_VECTOR &&
-	     o->label_kind != DP_LABEL_NONE) ||
-	    (!o->cmd && !o->ninputs) || (o->shard_count > 1 && o->shard_index >= o->shard_count) ||
-	    o->prefetch < 0 || o->prefetch > 64 || o->shuffle > (1u << 28) ||
-	    o->decode_threads > 256 ||
-	    ((o->hwc || o->decode == DP_DECODE_IMAGE) &&
-	     o->shape[0] * o->shape[1] * o->shape[2] != o->in_size)) {
+	if (bad_opts(o)) {
 		dp_seterr(e, DP_EARG, "data: bad options");
 		return NULL;
 	}
@@ -479,21 +532,7 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 		if (dp_image_tf_check(t, e) < 0)
 			goto fail;
 	}
-	size_t isz = o->in_size > o->label_size ? o->in_size : o->label_size;
-	if (!(d->w = calloc(o->decode_threads + 1, sizeof *d->w)))
-		goto nomem;
-	for (size_t i = 0; i <= o->decode_threads; i++) {
-		worker *w = &d->w[i];
-		w->d = d;
-		if (!(w->iscratch = malloc(isz * sizeof(double) + 8)) ||
-		    (o->hwc && !(w->tmp = malloc(o->in_size * sizeof(float)))) ||
-		    (o->decode == DP_DECODE_IMAGE && !(w->img = dp_image_dec_new())))
-			goto nomem;
-	}
-	if (o->decode_threads &&
-	    (!(d->stage = calloc(o->batch, sizeof *d->stage)) ||
-	     !(d->job_rc = calloc(o->batch, sizeof *d->job_rc)) ||
-	     !(d->job_err = calloc(o->batch, sizeof *d->job_err))))
+	if (workers_alloc(d) < 0)
 		goto nomem;
 	if (o->decode_threads && pool_start(d, e) < 0)
 		goto fail;
@@ -509,21 +548,8 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 	d->nslots = d->threaded ? o->prefetch + 1 : 1;
 	if (!(d->slots = calloc((size_t)d->nslots, sizeof *d->slots)))
 		goto nomem;
-	for (int i = 0; i < d->nslots; i++) {
-		dp_batch *b = &d->slots[i];
-		b->x = balloc(d, o->batch * o->in_size * sizeof(float));
-		if (o->label_kind == DP_LABEL_CLASS)
-			b->y = balloc(d, o->batch * sizeof(int32_t));
-		else if (o->label_kind == DP_LABEL_VECTOR)
-			b->t = balloc(d, o->batch * o->label_size * sizeof(float));
-		if (!b->x || (!b->y && !b->t && o->label_kind != DP_LABEL_NONE))
-			goto nomem;
-		if (o->origins && (!(b->src = malloc(o->batch * sizeof *b->src)) ||
-				   !(b->rec = malloc(o->batch * sizeof *b->rec))))
-			goto nomem;
-		if (o->origins && o->sample_name && !(b->name = calloc(o->batch, sizeof *b->name)))
-			goto nomem;
-	}
+	if (slots_alloc(d) < 0)
+		goto nomem;
 	if (d->threaded) {
 		pthread_mutex_init(&d->mu, NULL);
 		pthread_cond_init(&d->cv, NULL);

@@ -228,12 +228,52 @@ static const char *npy_key(const char *h, const char *key)
 	return p;
 }
 
-static dp_req *from_npy(dp_serve *s, serve_gen *g, const uint8_t *p, size_t len, size_t max,
-			dp_err *e)
+/* A .npy file's header: its version, descr (a little-endian number
+ * type), C order and shape. */
+typedef struct npy_header {
+	size_t off, hl;     /* the header text: p[off .. off + hl) */
+	int es, kind;       /* element size; 'f' float, 'i' signed, 'u' unsigned */
+	uint64_t dims[32];
+	int nd;
+} npy_header;
+
+/* The header's shape, "(a, b, ...)" at sh, into dims (at most 32): their
+ * number, or -1. */
+static int npy_shape(const char *sh, uint64_t *dims, dp_err *e)
+{
+	int nd = 0;
+	const char *q = sh + 1;
+	for (;;) {
+		while (isspace((unsigned char)*q))
+			q++;
+		if (*q == ')')
+			break;
+		if (!isdigit((unsigned char)*q) || nd == 32) {
+			dp_seterr(e, DP_EDATA, "npy header: a bad 'shape'");
+			return -1;
+		}
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(q, &end, 10);
+		if (errno || v > (1ull << 40)) {
+			dp_seterr(e, DP_EDATA, "npy header: a dimension too large");
+			return -1;
+		}
+		dims[nd++] = v;
+		q = end;
+		while (isspace((unsigned char)*q))
+			q++;
+		if (*q == ',')
+			q++;
+	}
+	return nd;
+}
+
+static int npy_parse(const uint8_t *p, size_t len, npy_header *nh, dp_err *e)
 {
 	if (len < 10 || memcmp(p, "\x93NUMPY", 6)) {
 		dp_seterr(e, DP_EDATA, "npy: not a .npy file (no \\x93NUMPY magic)");
-		return NULL;
+		return -1;
 	}
 	int major = p[6];
 	size_t hl, off;
@@ -245,36 +285,36 @@ static dp_req *from_npy(dp_serve *s, serve_gen *g, const uint8_t *p, size_t len,
 		off = 12;
 	} else {
 		dp_seterr(e, DP_EDATA, "npy: format version %d.%d (want 1.0 to 3.0)", major, p[7]);
-		return NULL;
+		return -1;
 	}
 	if (hl > 65536 || hl > len - off) {
 		dp_seterr(e, DP_EDATA, "npy: a header of %zu bytes in a body of %zu", hl, len);
-		return NULL;
+		return -1;
 	}
 	char h[65537];
 	memcpy(h, p + off, hl);
 	h[hl] = 0;
 	if (strlen(h) != hl) {
 		dp_seterr(e, DP_EDATA, "npy: a NUL byte in the header");
-		return NULL;
+		return -1;
 	}
 	const char *d = npy_key(h, "descr"), *fo = npy_key(h, "fortran_order"),
 		   *sh = npy_key(h, "shape");
 	if (!d || !fo || !sh || (*d != '\'' && *d != '"') || *sh != '(') {
 		dp_seterr(e, DP_EDATA, "npy header: want 'descr', 'fortran_order' and 'shape'");
-		return NULL;
+		return -1;
 	}
 	char descr[16];
 	size_t dl = strcspn(d + 1, "'\"");
 	if (dl >= sizeof descr || !d[1 + dl]) {
 		dp_seterr(e, DP_EDATA, "npy header: a bad 'descr'");
-		return NULL;
+		return -1;
 	}
 	memcpy(descr, d + 1, dl);
 	descr[dl] = 0;
 	if (strncmp(fo, "False", 5)) {
 		dp_seterr(e, DP_EDATA, "npy: fortran_order arrays are not read (save in C order)");
-		return NULL;
+		return -1;
 	}
 	static const struct {
 		const char *descr;
@@ -291,35 +331,51 @@ static dp_req *from_npy(dp_serve *s, serve_gen *g, const uint8_t *p, size_t len,
 		dp_seterr(e, DP_EDATA, "npy: dtype '%s' (want <f4, <f8, |u1, <i8, ...: little-endian)",
 			  shown ? shown : "?");
 		free(shown);
+		return -1;
+	}
+	int nd = npy_shape(sh, nh->dims, e);
+	if (nd < 0)
+		return -1;
+	nh->off = off;
+	nh->hl = hl;
+	nh->es = es;
+	nh->kind = kind;
+	nh->nd = nd;
+	return 0;
+}
+
+/* One element of kind and size es at src, as a float. */
+static float npy_value(const uint8_t *src, int es, int kind)
+{
+	if (kind == 'f' && es == 4) {
+		float v;
+		memcpy(&v, src, 4);
+		return v;
+	}
+	if (kind == 'f') {
+		double dv;
+		memcpy(&dv, src, 8);
+		return (float)dv;
+	}
+	int64_t iv = 0;
+	uint64_t u = 0;
+	for (int b = es - 1; b >= 0; b--)
+		u = u << 8 | src[b];
+	if (kind == 'i' && es < 8 && (u >> (8 * es - 1)) & 1)
+		u |= ~0ull << (8 * es);
+	memcpy(&iv, &u, 8);
+	return kind == 'u' ? (float)u : (float)iv;
+}
+
+static dp_req *from_npy(dp_serve *s, serve_gen *g, const uint8_t *p, size_t len, size_t max,
+			dp_err *e)
+{
+	npy_header nh;
+	if (npy_parse(p, len, &nh, e) < 0)
 		return NULL;
-	}
-	/* the shape: (a, b, ...) */
-	uint64_t dims[32];
-	int nd = 0;
-	const char *q = sh + 1;
-	for (;;) {
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q == ')')
-			break;
-		if (!isdigit((unsigned char)*q) || nd == 32) {
-			dp_seterr(e, DP_EDATA, "npy header: a bad 'shape'");
-			return NULL;
-		}
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(q, &end, 10);
-		if (errno || v > (1ull << 40)) {
-			dp_seterr(e, DP_EDATA, "npy header: a dimension too large");
-			return NULL;
-		}
-		dims[nd++] = v;
-		q = end;
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q == ',')
-			q++;
-	}
+	const uint64_t *dims = nh.dims;
+	int nd = nh.nd, es = nh.es;
+	size_t off = nh.off, hl = nh.hl;
 	/* (n, ...) with in_size a row, or the shape of one sample */
 	uint64_t total = 1;
 	for (int i = 0; i < nd; i++) {
@@ -364,26 +420,8 @@ static dp_req *from_npy(dp_serve *s, serve_gen *g, const uint8_t *p, size_t len,
 	if (!r)
 		return NULL;
 	const uint8_t *src = p + data;
-	for (size_t i = 0; i < n * g->in_size; i++, src += es) {
-		float v;
-		if (kind == 'f' && es == 4) {
-			memcpy(&v, src, 4);
-		} else if (kind == 'f') {
-			double dv;
-			memcpy(&dv, src, 8);
-			v = (float)dv;
-		} else {
-			int64_t iv = 0;
-			uint64_t u = 0;
-			for (int b = es - 1; b >= 0; b--)
-				u = u << 8 | src[b];
-			if (kind == 'i' && es < 8 && (u >> (8 * es - 1)) & 1)
-				u |= ~0ull << (8 * es);
-			memcpy(&iv, &u, 8);
-			v = kind == 'u' ? (float)u : (float)iv;
-		}
-		r->x[i] = v;
-	}
+	for (size_t i = 0; i < n * g->in_size; i++, src += es)
+		r->x[i] = npy_value(src, es, nh.kind);
 	for (size_t i = 0; i < n; i++)
 		if (finish(g, r->x + i * g->in_size, i, tmp, e) < 0)
 			goto fail;

@@ -495,20 +495,6 @@ void dp_req_free(dp_req *r)
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-const char *dp_fmt_float(float f, char *buf, size_t len)
-{
-	if (!isfinite(f)) {
-		snprintf(buf, len, "%s", isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
-		return buf;
-	}
-	for (int prec = 1; prec <= 9; prec++) {
-		snprintf(buf, len, "%.*g", prec, (double)f);
-		if (strtof(buf, NULL) == f)
-			break;
-	}
-	return buf;
-}
-
 static void jfloat(dp_buf *b, float f)
 {
 	char t[32];
