@@ -75,7 +75,7 @@ ours() {
 		while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done |
 		sed -n 's/^\([0-9.]*\) .*step=\([0-9]*\) .*/\2 \1/p' |
 		awk -v b="$BATCH" 'NR > 1 { s += ($1 - last) * b; t += $2 - lt }
-			{ last = $1; lt = $2 } END { printf "%.2f ", t > 0 ? s / t : 0 }'
+			{ last = $1; lt = $2 } END { printf "%.2f ", (t > 0 ? s / t : 0) }'
 	printf '%s ' "$(cat "$T/rss")"
 	sed -n 's/.*activations \([0-9.]* [KMG]iB\) .*/\1/p' "$T/err" | tr -d ' '
 }

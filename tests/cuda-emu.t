@@ -43,10 +43,7 @@ like "$algos" '^CPU emulation \(tests/cudaemu\)/cudnn [0-9]+/fp32\|32x1x8x8-4x3x
 run "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res2.st
 is "$rc:$(meta res2.st conv_algos)" "0:$algos" "resumed on the GPU, with the same choices"
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 run mpi 2 "$EMU" "${COMMON[@]}" --batch-size 16 --log two.log --log-all-ranks -o two.st
 is "$rc" 0 "mpirun -np 2 on the emulated GPU backend"
 printf '%s\n' "$out" > two.ranks

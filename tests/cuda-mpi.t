@@ -10,10 +10,7 @@
 . "$DP_SRC/tests/mpi.sh"
 cd "$T"
 need_cuda
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 
 MK="$PY $DP_SRC/tests/mkexamples.py"
 $MK all.tfr random --n 512 --shape 1x12x12 --classes 10 --seed 1

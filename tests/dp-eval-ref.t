@@ -65,14 +65,7 @@ compare() {
 	else
 		$REF check "$name.json" "$name.jsonl" "$@" > "$name.ref" 2>&1
 	fi
-	grep -q '^PASS\|^FAIL' "$name.ref" || { _tap_result 1 "$name: eval_ref ran"; cat "$name.ref"; return; }
-	while IFS= read -r line; do
-		case "$line" in
-		PASS*) _tap_result 0 "$name: ${line#PASS }" ;;
-		FAIL*) _tap_result 1 "$name: ${line#FAIL }" ;;
-		*) echo "# $line" ;;
-		esac
-	done < "$name.ref"
+	ref_results "$name" "$name.ref" eval_ref || return
 	[ "$TORCH" = 1 ] || skip "$name: python3-torch is not installed: no comparison with PyTorch"
 }
 

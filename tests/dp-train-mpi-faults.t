@@ -17,10 +17,7 @@ cp d.tfr c-1.tfr
 printf '\377' | dd of=c-1.tfr bs=1 seek=2800 conv=notrunc 2>/dev/null
 MLP=(--model dense:8,relu,dense:4 --input-shape 64 --batch-size 16)
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 
 # wait_job PID SECONDS: wait for a background job, killing it when it takes
 # longer; sets rc (no process left behind to hold the TAP pipe open)

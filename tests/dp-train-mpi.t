@@ -40,10 +40,7 @@ maxdiff() { $PY "$DP_SRC/tests/maxdiff.py" "$1" "$2"; } # the largest difference
 small() { awk -v d="$1" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 1e-5) }'; } # a number below 1e-5
 hashes() { cat "$@" | sed -n 's/^rank=\([0-9]*\) .*state_fnv1a64=\([0-9a-f]*\)$/\1 \2/p' | sort; }
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 
 # ---- equivalence: one process with batch 48 = 2 x 24 = 4 x 12 ----------------
 run dp-train --train all.tfr --val val.tfr "${COMMON[@]}" --batch-size 48 -o one.st --log one.log

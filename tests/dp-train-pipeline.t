@@ -103,6 +103,13 @@ is "$(maxdiff s2.st resumed.st)" "0.0" "... ends where the run without a break e
 run dp-train "${COMMON[@]}" --batch-size 4 --accumulate 4 --resume half.st -o resumed1.st
 is "$rc" 0 "--resume it in one process (--batch-size 4 --accumulate 4)"
 is "$(maxdiff one.st resumed1.st)" "0.0" "... the same end"
+run mpi 4 dp-train "${COMMON[@]}" --batch-size 8 --pipeline-stages 2 --micro-batches 2 \
+	--max-steps 7 -o half22.st
+run mpi 2 dp-train "${COMMON[@]}" --batch-size 4 --accumulate 2 --resume half22.st -o resumed2.st
+is "$rc" 0 "--resume 2 stages x 2 replicas as 2 ranks of plain data parallelism"
+like "$err" "saved by 2 ranks, resumed by 2 with the same global batch \(16\)" "... the replicas counted as ranks"
+d=$(wdiff s22.st resumed2.st)
+ok small "$d" "... the weights of the run without a break, within 1e-5 ($d): the data goes on where it was"
 
 # ---- --summary -------------------------------------------------------------------------
 run dp-train --model "$CNN" --input-shape 1x8x8 --summary --pipeline-stages 4 --batch-size 16
@@ -111,6 +118,19 @@ like "$out" "pipeline: 4 stages of about equal cost" "prints the cut"
 like "$out" $'\n3 +10-15 +4\\.\\.9 +[0-9.e+]+ +1108 +4\\.3 KiB \\(75\\.5%\\)' "... each stage's layers, cost and parameters"
 like "$out" "bubble: \(S-1\)/\(M\+S-1\) = 3/19 = 15\.8% of a step with 16 micro-batches of 1" \
 	"... and the bubble of the default micro-batches (4 x S)"
+
+# ---- --memory-limit: a model too large for one rank, in 2 stages -------------------------
+$PY "$DP_SRC/tests/mkexamples.py" m.tfr random --n 64 --shape 256 --classes 10 --seed 1
+MLP=(--train m.tfr --model dense:512,relu,dense:512,relu,dense:512,relu,dense:10 --input-shape 256
+	--batch-size 32 --epochs 1 --memory-limit 7M)
+run dp-train "${MLP[@]}"
+is "$rc" 1 "a model over --memory-limit on one rank: exit 1"
+like "$err" "dp-train: memory: the model takes 10\.4 MiB on this rank \(weights, gradients and optimizer state 10\.1 MiB, .*\), over --memory-limit 7 MiB: .*--pipeline-stages" \
+	"... saying how much, and what would cut it"
+run mpi 2 dp-train "${MLP[@]}" --pipeline-stages 2
+is "$rc" 0 "in 2 stages it fits"
+like "$err" "parameters a rank: stage 0 layers 0-2 1\.5 MiB \(59\.6%\), stage 1 layers 3-6 1\.0 MiB \(40\.4%\)" \
+	"... each rank holding its stage's parameters"
 
 # ---- usage errors ----------------------------------------------------------------------
 run mpi 3 dp-train "${COMMON[@]}" --batch-size 16 --pipeline-stages 2

@@ -11,10 +11,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 MK="$PY $DP_SRC/tests/mkexamples.py"
 cd "$T"
 $MK all.tfr random --n 256 --shape 1x8x8 --classes 4 --seed 1

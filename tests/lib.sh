@@ -203,7 +203,8 @@ skip() { # why: a skipped check is reported as a skip, never as a pass
 diag() { printf '# %s\n' "$*"; }
 
 # require WHY CMD...: unless CMD succeeds (an optional package there, e.g.
-# $PY -c 'import numpy'), the whole test is one skip saying WHY.
+# $PY -c 'import numpy', or have_mpirun), the whole test is one skip saying
+# WHY.
 require() {
 	local why=$1
 	shift
@@ -216,6 +217,25 @@ done_testing() {
 	echo "1..$_tap_n"
 	[ "$_tap_fail" = 0 ]
 	exit $?
+}
+
+# ref_results NAME FILE SCRIPT: the PASS and FAIL lines a reference script
+# wrote to FILE as results "NAME: ...", its other lines as diagnostics; one
+# failed result, and status 1, when it wrote neither (SCRIPT did not run).
+ref_results() {
+	local name=$1 file=$2 line
+	if ! grep -q '^PASS\|^FAIL' "$file"; then
+		_tap_result 1 "$name: $3 ran"
+		sed 's/^/# /' "$file"
+		return 1
+	fi
+	while IFS= read -r line; do
+		case "$line" in
+		PASS*) _tap_result 0 "$name: ${line#PASS }" ;;
+		FAIL*) _tap_result 1 "$name: ${line#FAIL }" ;;
+		*) echo "# $line" ;;
+		esac
+	done <"$file"
 }
 
 # torch_step_results CASES LOG: the results of tests/torch_ref.py batch

@@ -129,16 +129,8 @@ is "$?:$(cat closed.err)" "1:s3-pipe: stdout: Bad file descriptor" "get with std
 # seconds, then the message names the upload left behind
 head -c 12000000 /dev/urandom >big.bin
 s3_proxy
-mkfifo slow
-s3-pipe --endpoint-url "$PROXY_URL" put --part-size 5M s3://safe/orphan.bin <slow 2>orphan.err &
-pid=$!
-exec 7>slow
-head -c 11000000 big.bin >&7
-for i in $(seq 1 200); do
-	[ -n "$(s3-pipe ls --uploads s3://safe/orphan.bin)" ] && break
-	sleep 0.1
-done
-isnt "$(s3-pipe ls --uploads s3://safe/orphan.bin)" "" "a multipart upload in progress"
+upload_started orphan.err 11000000 s3://safe/orphan.bin \
+	--endpoint-url "$PROXY_URL" put --part-size 5M s3://safe/orphan.bin
 s3_proxy_stop # the server is gone (connections refused)
 kill -TERM $pid
 ( sleep 30; kill -KILL $pid 2>/dev/null ) &

@@ -50,6 +50,26 @@ awsr() {
 	"$AWS" --endpoint-url "$RGW_URL" "$@"
 }
 
+# upload_started ERR BYTES URL S3PIPE-ARGS...: `s3-pipe S3PIPE-ARGS` (a put
+# of a multipart size to URL) in the background, stdin the FIFO slow (made
+# here), stderr ERR; BYTES of big.bin fed to it and the FIFO kept open (fd
+# 7); pid its process.  Then a check that its upload shows under URL
+# (within 20 s).
+upload_started() {
+	local err=$1 bytes=$2 url=$3 i
+	shift 3
+	mkfifo slow
+	s3-pipe "$@" <slow 2>"$err" &
+	pid=$!
+	exec 7>slow
+	head -c "$bytes" big.bin >&7
+	for i in $(seq 1 200); do
+		[ -n "$(s3-pipe ls --uploads "$url")" ] && break
+		sleep 0.1
+	done
+	isnt "$(s3-pipe ls --uploads "$url")" "" "a multipart upload in progress"
+}
+
 # s3_proxy FAULT-OPTIONS...: tests/s3-faults.py in front of radosgw.
 s3_proxy() {
 	s3_proxy_stop

@@ -72,7 +72,7 @@ enum {
 	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
 	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
 	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE,
-	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_LAST
+	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_MEMORY_LIMIT, O_LAST
 };
 
 static const struct option longopts[] = {
@@ -166,6 +166,7 @@ static const struct option longopts[] = {
 	{"pipeline-stages", required_argument, 0, O_PIPE_STAGES},
 	{"micro-batches", required_argument, 0, O_MICRO},
 	{"pipeline-schedule", required_argument, 0, O_PIPE_SCHED},
+	{"memory-limit", required_argument, 0, O_MEMORY_LIMIT},
 	{"monitor", required_argument, 0, O_MONITOR},
 	{"monitor-mode", required_argument, 0, O_MONITOR_MODE},
 	{"early-stopping", required_argument, 0, O_EARLY_STOP},
@@ -225,6 +226,7 @@ static struct {
 	int stages;
 	uint64_t micro;
 	int psched;
+	uint64_t mem_limit; /* --memory-limit: bytes a rank's model may take (0: any) */
 	double stall, stall_abort;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
 	int tb_hist, on_epoch_fail;
@@ -415,6 +417,9 @@ static const char help_text[] =
 	"                           stages (default: 4 x S, at most the batch)\n"
 	"      --pipeline-schedule 1f1b|gpipe  the stages' order of forward and backward\n"
 	"                           passes (default 1f1b: fewer activations kept)\n"
+	"      --memory-limit SIZE  refuse to train when a rank's model (weights,\n"
+	"                           gradients, optimizer state, activations) takes more\n"
+	"                           (a smaller device emulated; k, M, G)\n"
 	"      --no-overlap         reduce the gradients after the backward pass, in one\n"
 	"                           call, not in buckets during it\n"
 	"      --bucket-size SIZE   gradient bytes per allreduce while overlapping\n"
@@ -757,6 +762,10 @@ static void parse_args(int argc, char **argv)
 		case O_PIPE_SCHED:
 			if ((O.psched = dp_pipe_schedule_parse(optarg)) < 0)
 				usage_error("--pipeline-schedule '%s': want 1f1b or gpipe", optarg);
+			break;
+		case O_MEMORY_LIMIT:
+			if (dp_parse_size(optarg, &O.mem_limit) < 0 || !O.mem_limit)
+				usage_error("--memory-limit '%s': want a size such as 512M or 8G", optarg);
 			break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
@@ -1268,6 +1277,26 @@ static void memory_note(void)
 	     dp_fmt_size(mm.activations, a, sizeof a), dp_fmt_size(mm.kept, k, sizeof k),
 	     dp_model_nsegments(M) ? ", --recompute" : "", dp_fmt_size(mm.scratch, sc, sizeof sc),
 	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
+}
+
+/* --memory-limit: this rank's model (bound) and optimizer within it, or
+ * the run ends, on this rank, saying what would cut it. */
+static void memory_check(void)
+{
+	dp_model_mem mm;
+	dp_model_memory(M, &mm);
+	uint64_t opt = (uint64_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
+	uint64_t total = mm.total + opt;
+	if (!O.mem_limit || total <= O.mem_limit)
+		return;
+	char t[32], l[32], w[32], a[32];
+	cli_die("memory: the model takes %s on this rank (weights, gradients and optimizer state "
+		"%s, activations and their gradient buffers %s at a micro-batch of %zu), over --memory-limit %s: cut the "
+		"activations with --recompute or a smaller batch, the rest with --pipeline-stages",
+		dp_fmt_size(total, t, sizeof t),
+		dp_fmt_size(mm.params + mm.buffers + mm.grads + opt, w, sizeof w),
+		dp_fmt_size(mm.activations + mm.grad_scratch, a, sizeof a), dp_model_max_batch(M),
+		dp_fmt_size(O.mem_limit, l, sizeof l));
 }
 
 /* ---- pipeline stages (--pipeline-stages: dp_train.h) ------------------------------ */
@@ -2173,8 +2202,10 @@ static void open_log(void)
 
 /* Resuming with another number of ranks (a pipeline's: of replicas):
  * only with the same global batch, and data split between the ranks (so
- * that it goes on where it was). */
-static void check_resume_ranks(dp_st *ck, int ck_ranks)
+ * that it goes on where it was).  Returns 1 when the ranks read their
+ * data as the run saved did (the same ranks, batch and accumulation:
+ * their saved positions in the epoch hold). */
+static int check_resume_ranks(dp_st *ck, int ck_ranks)
 {
 	dp_run_conf saved; /* as the checkpoint has them, given or not */
 	static const int keys[] = {DP_RUN_BATCH, DP_RUN_ACCUMULATE, -1};
@@ -2185,16 +2216,19 @@ static void check_resume_ranks(dp_st *ck, int ck_ranks)
 		die_all(1, "%s", e.msg);
 	dp_run_conf_free(&saved);
 	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0, moved;
+	if (ck_ranks == REPS && saved.batch == C.batch && saved.accumulate == C.accumulate)
+		return 1;
 	if (R.ts.epoch >= C.epochs)
-		return;
+		return 0;
 	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, REPS, split, &moved, &e) < 0)
 		die_all(1, "%s", e.msg);
 	if (!moved)
-		return;
+		return 0;
 	uint64_t g1 = C.batch * C.accumulate * (uint64_t)REPS;
 	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
 	     "): the data goes on where it was",
 	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
+	return 0;
 }
 
 /* The optimizer state and the position in the data of the run resumed. */
@@ -2208,10 +2242,10 @@ static void resume_state(dp_st *ck)
 			   ": resuming needs the same seed",
 			dp_st_name(ck), R.ts.seed, C.seed);
 	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
-	check_resume_ranks(ck, ck_ranks);
-	/* this rank's position in the epoch, when the job is the same */
-	if (ck_ranks == REPS && R.ts.epoch_step &&
-	    dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
+	int same = check_resume_ranks(ck, ck_ranks);
+	/* this rank's position in the epoch, when the job reads as it did
+	 * (else the batches of the epoch so far are counted again) */
+	if (same && R.ts.epoch_step && dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
 		die_all(1, "%s", e.msg);
 }
 
@@ -2329,6 +2363,7 @@ static void setup_data(void)
 	     TD && dp_data_nsources(TD) == 1 ? "" : "s");
 	memory_note();
 	pipeline_note();
+	memory_check();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
 		snprintf(how, sizeof how, "%" PRIu64 " %s of %d x %" PRIu64, C.accumulate,
