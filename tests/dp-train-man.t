@@ -66,6 +66,8 @@ ok_ckpt resnet18-photos.safetensors "the ResNet-18 example wrote its checkpoint"
 ok_ckpt resnet20.safetensors "the ResNet-20 example wrote its checkpoint"
 ok_ckpt ml/model/model.safetensors "the SageMaker example wrote ml/model/model.safetensors"
 ok_ckpt dist.safetensors "the mpirun example wrote its checkpoint"
+ok_ckpt staged.safetensors "the pipeline example wrote one checkpoint from its 2 stages"
+like "$(cat ex-*.err)" "pipeline: 2 stages x 2 replicas" "... trained as 2 stages x 2 replicas"
 like "$(dp-eval --model best.safetensors --data test.tfrecord --json - 2>&1)" '"loss":' \
 	"the training-control example wrote its best checkpoint, which dp-eval loads"
 like "$(cat ex-*.err)" "stopping early \(--early-stopping\)" "... and stopped early (random data)"

@@ -166,6 +166,13 @@ size_t cpu_im2col_ws(const dp_bectx *ctx, const dp_conv2d *g, int pass)
 	return col;
 }
 
+/* The context whose threads cut a block's GEMMs: only where blocks leave
+ * threads idle (else NULL: one thread a GEMM). */
+static dp_bectx *gemm_ctx(dp_bectx *ctx, const dp_conv2d *g)
+{
+	return blocks_of(ctx, g) < ctx->threads ? ctx : NULL;
+}
+
 /* A block's own columns (64-byte aligned) */
 static float *block_col(const dp_conv2d *g, void *ws, int b)
 {
@@ -173,6 +180,8 @@ static float *block_col(const dp_conv2d *g, void *ws, int b)
 }
 
 typedef struct im2col_job {
+	dp_bectx *ctx; /* for cpu_sgemm: NULL (each GEMM on its block's thread)
+			* unless there are fewer blocks than threads (a batch of 1) */
 	const dp_conv2d *g;
 	const float *x, *w, *b, *dy;
 	float *y, *dx, *dw;
@@ -206,8 +215,8 @@ static void im2col_fwd_part(void *a, int blk, int worker)
 		 * bias with beta 1 spares OpenBLAS a pass clearing y_n */
 		if (j->b)
 			fill_rows(yn, (size_t)g->k, (size_t)ohw, j->b);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, j->w, ckk,
-			    cn, ohw, j->b ? 1.0f : 0.0f, yn, ohw);
+		cpu_sgemm(j->ctx, CblasNoTrans, CblasNoTrans, g->k, ohw, ckk, 1.0f, j->w, ckk, cn, ohw,
+			  j->b ? 1.0f : 0.0f, yn, ohw);
 		if (j->act)
 			cpu_bias_act(yn, ys, 0.0f, j->act);
 	}
@@ -216,7 +225,7 @@ static void im2col_fwd_part(void *a, int blk, int worker)
 void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 		    const float *b, float *y, int act, void *ws)
 {
-	im2col_job j = {.g = g, .x = x, .w = w, .b = b, .y = y, .act = act,
+	im2col_job j = {.ctx = gemm_ctx(ctx, g), .g = g, .x = x, .w = w, .b = b, .y = y, .act = act,
 			.blocks = blocks_of(ctx, g), .ws = ws};
 	cpu_par_run(ctx, j.blocks, im2col_fwd_part, &j);
 }
@@ -247,8 +256,8 @@ static void im2col_dw_part(void *a, int blk, int worker)
 			cn = col;
 		}
 		/* dw (k, ckk) += dy_n (k, ohw) col^T (ohw, ckk) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f,
-			    j->dy + s * ys, ohw, cn, ohw, s > s0 ? 1.0f : 0.0f, dw, ckk);
+		cpu_sgemm(j->ctx, CblasNoTrans, CblasTrans, g->k, ckk, ohw, 1.0f, j->dy + s * ys, ohw,
+			  cn, ohw, s > s0 ? 1.0f : 0.0f, dw, ckk);
 	}
 }
 
@@ -266,7 +275,7 @@ static void dw_sum_part(void *a, size_t lo, size_t hi)
 void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
 		   void *ws)
 {
-	im2col_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .blocks = blocks_of(ctx, g), .ws = ws};
+	im2col_job j = {.ctx = gemm_ctx(ctx, g), .g = g, .x = x, .dy = dy, .dw = dw, .blocks = blocks_of(ctx, g), .ws = ws};
 	cpu_par_run(ctx, j.blocks, im2col_dw_part, &j);
 	if (j.blocks > 1)
 		cpu_par_range(ctx, (size_t)g->k * g->c * g->kh * g->kw, CPU_EW_MIN, dw_sum_part, &j);
@@ -283,8 +292,8 @@ static void im2col_dx_part(void *a, int blk, int worker)
 	for (int s = s0; s < s1; s++) {
 		/* dcol (ckk, ohw) = w^T (ckk, k) dy_n (k, ohw) */
 		float *dxn = j->dx + s * xs;
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, j->w, ckk,
-			    j->dy + s * ys, ohw, 0.0f, pointwise ? dxn : dcol, ohw);
+		cpu_sgemm(j->ctx, CblasTrans, CblasNoTrans, ckk, ohw, g->k, 1.0f, j->w, ckk,
+			  j->dy + s * ys, ohw, 0.0f, pointwise ? dxn : dcol, ohw);
 		if (!pointwise)
 			col2im(g, dcol, dxn, (size_t)ohw);
 	}
@@ -293,7 +302,7 @@ static void im2col_dx_part(void *a, int blk, int worker)
 void cpu_im2col_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		   void *ws)
 {
-	im2col_job j = {.g = g, .w = w, .dy = dy, .dx = dx, .blocks = blocks_of(ctx, g), .ws = ws};
+	im2col_job j = {.ctx = gemm_ctx(ctx, g), .g = g, .w = w, .dy = dy, .dx = dx, .blocks = blocks_of(ctx, g), .ws = ws};
 	cpu_par_run(ctx, j.blocks, im2col_dx_part, &j);
 }
 

@@ -74,7 +74,7 @@ void cpu_par_run(dp_bectx *c, int n, par_fn *fn, void *arg);
 #define CPU_EW_MIN 16384
 void cpu_par_range(dp_bectx *c, size_t n, size_t min, cpu_range_fn *fn, void *arg);
 /* cblas_sgemm (row-major) cut into parts for the threads: the same
- * results as one call. */
+ * results as one call (c NULL: that one call). */
 void cpu_sgemm(dp_bectx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
 	       float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *cc,
 	       int ldc);

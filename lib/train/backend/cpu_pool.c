@@ -94,12 +94,12 @@ static void gemm_part(void *arg, int i, int worker)
 /* C (m, n) = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm, cut
  * into the backend's threads by rows of C (where there are enough) or by
  * columns: each element is one part's, summed as OpenBLAS sums on one
- * thread, so the parts change nothing but the time. */
+ * thread, so the parts change nothing but the time.  c NULL: one call. */
 void cpu_sgemm(dp_bectx *c, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
 	       float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *cc,
 	       int ldc)
 {
-	int t = c->threads;
+	int t = c ? c->threads : 1;
 	gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, 1, 1, m, alpha, beta, a, b, cc};
 	if (t > 1 && (double)m * n * k >= 1 << 16) {
 		/* parts of 16 rows or columns at least (OpenBLAS's kernels take
