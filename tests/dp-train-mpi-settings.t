@@ -139,7 +139,7 @@ if cc -shared -fPIC -o fakeblas.so fakeblas.c 2>/dev/null; then
 	# (under ASan the preloaded library comes before its runtime: allowed here)
 	mpmd dp-train "env LD_PRELOAD=$T/fakeblas.so ASAN_OPTIONS=${ASAN_OPTIONS:-}:verify_asan_link_order=0 dp-train" "" ""
 	is "$rc" 2 "a rank that loads another BLAS library: exit 2"
-	like "$err" "rank 1 has 'build=dptools [^ ]+; [a-z]+ [^;]+; CFLAGS [^;]*; backends (cuda \([^)]*\), )?cpu \(OpenBLAS 9\.9\.9\)'" \
+	like "$err" "rank 1 has 'build=dptools [^ ]+; [a-z]+ [^;]+; CFLAGS [^;]*; backends (cuda \([^)]*\), )?cpu \(OpenBLAS 9\.9\.9(, oneDNN [^)]*)?\)'" \
 		"... names the build: version, compiler, flags, libraries"
 else
 	skip "no C compiler for a fake BLAS library"

@@ -321,11 +321,14 @@ $MK data/train-1.tfrecord random --n 48 --shape 1x28x28 --kind uint8 --seed 7
 $MK test.tfrecord random --n 20 --shape 1x28x28 --kind uint8 --seed 8
 sed -n '/^    mpirun -np 4 dp-train/,/[^\\]$/p' "$DP_SRC/README" | sed 's/^    //' > readme.sh
 like "$(tr -d '\n\\' < readme.sh)" "^mpirun -np 4 dp-train .*-o cnn.safetensors > train.log$" "the README's mpirun example"
-run bash readme.sh
+# one convolution implementation on both sides (DP_CPU_CONV): at batch 32 a
+# rank's shapes are too small to time, at 128 they are timed, and another
+# implementation differs in the last bits; here the question is the ranks
+run env DP_CPU_CONV=im2col bash readme.sh
 is "$rc" 0 "runs under mpirun -np 4"
 sed 's/^mpirun -np 4 //; s/--batch-size 32/--batch-size 128/; s/cnn.safetensors/one.safetensors/; s/train.log/one.log/' \
 	readme.sh > one.sh
-run bash one.sh
+run env DP_CPU_CONV=im2col bash one.sh
 is "$rc" 0 "the same command, one process, batch 128"
 # Adam divides by the root of the second moment: where a gradient is near
 # zero, a change in the last bits of the sum (4 partial sums instead of one)
