@@ -63,6 +63,15 @@ if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
 else
 	skip "no AVX2 here: OpenBLAS's own choice stands"
 fi
+# started again, it keeps its name (ps, pgrep dp-train, a cluster's tools):
+# a dp-train waiting to open a FIFO nobody writes
+mkfifo never
+env -u OPENBLAS_CORETYPE dp-train --train never --model dense:3 --input-shape 6 -q 2>/dev/null &
+pid=$!
+for _ in $(seq 50); do [ "$(readlink /proc/$pid/fd/0 2>/dev/null)" ] && [ "$(ps -o comm= -p $pid)" != env ] && break; sleep 0.1; done
+sleep 0.5
+is "$(ps -o comm= -p $pid)" dp-train "started again with OPENBLAS_CORETYPE: still named dp-train"
+kill $pid 2>/dev/null; wait $pid 2>/dev/null
 run env OPENBLAS_CORETYPE=Prescott dp-train "${ARGS[@]}" --threads 1
 like "$rc:$err" "^0:.*cpu: OpenBLAS \\(Prescott kernels\\)" "OPENBLAS_CORETYPE set: it wins"
 done_testing

@@ -137,8 +137,14 @@ static inline void cli_blas_kernels(char **argv)
 	const char *k;
 	if (getenv("OPENBLAS_CORETYPE") || !(k = dp_blas_kernels_better()))
 		return;
-	if (setenv("OPENBLAS_CORETYPE", k, 1) == 0)
-		execv("/proc/self/exe", argv);
+	/* the program's own path, not /proc/self/exe: the process keeps its
+	 * name (ps, pgrep dp-train, mpirun's messages) */
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n > 0 && setenv("OPENBLAS_CORETYPE", k, 1) == 0) {
+		self[n] = 0;
+		execv(self, argv);
+	}
 	unsetenv("OPENBLAS_CORETYPE"); /* no /proc: OpenBLAS's own choice */
 }
 
