@@ -339,7 +339,7 @@ run metrics-grep --count < "$D/train.log"
 is "$(printf '%s\n' "$out" | sed -n 2p)" "loss${TAB}5" "no file reads stdin"
 run metrics-grep "$T"
 is "$rc" 1 "a directory: exit 1"
-like "$err" "Is a directory" "a directory: said so"
+like "$err" "a folder without event files" "a directory without event files: said so"
 # Any number of files (there was an unwritten limit of 256): read one after
 # the other, each closed once read, so not even the limit on open files applies.
 mkdir many
