@@ -195,7 +195,8 @@ static int deleted_cb(void *ctx, const dp_obj *o)
 }
 
 /* What to do: src's files to copy to dst, dst's to delete. */
-static int make_plan(const side *src, const side *dst, int download, plan *p, dp_err *e)
+static int make_plan(const side *src, const side *dst, int download, int exact, plan *p,
+		     dp_err *e)
 {
 	size_t i = 0, j = 0, ns = src->objs.n, nd = dst->objs.n;
 	p->copy = calloc(ns + 1, sizeof *p->copy);
@@ -213,7 +214,7 @@ static int make_plan(const side *src, const side *dst, int download, plan *p, dp
 			continue;
 		}
 		const char *rel = src->rel[src->order[i]];
-		if (dp_s3_sync_needed(so, c == 0 ? dob : NULL, download, p->c->exact_timestamps)) {
+		if (dp_s3_sync_needed(so, c == 0 ? dob : NULL, download, exact)) {
 			char **nm = &p->names[2 * p->ncopy];
 			if (asprintf(&nm[0], "%s%s", src->url, rel) < 0 ||
 			    asprintf(&nm[1], "%s%s", dst->url, rel) < 0)
@@ -253,14 +254,8 @@ int dp_s3_sync(dp_s3 *s, const char *src, const char *dst, const dp_s3_sync_conf
 	 * are, with the source's time, and compared by size and time exactly */
 	int both_local = a.loc.kind == DP_LOC_FILE && b.loc.kind == DP_LOC_FILE;
 	int download = a.loc.kind == DP_LOC_S3 || both_local;
-	dp_s3_sync_conf lc;
-	if (both_local) {
-		lc = *c;
-		lc.exact_timestamps = 1;
-		p.c = c = &lc;
-	}
 	if (rc == DP_OK)
-		rc = make_plan(&a, &b, download, &p, e);
+		rc = make_plan(&a, &b, download, c->exact_timestamps || both_local, &p, e);
 	if (rc == DP_OK && both_local)
 		p.verb = "copy";
 	if (rc == DP_OK && c->dryrun) {
