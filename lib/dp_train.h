@@ -42,6 +42,7 @@
 #include "dp_comm.h"
 #include "dp_data.h"
 #include "dp_eval.h"
+#include "dp_events.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
 
@@ -301,6 +302,61 @@ DP_EXPORT void dp_control_epoch(const dp_control_conf *c, dp_control_state *s, u
  * DP_EDATA naming the key that is wrong. */
 DP_EXPORT char *dp_control_state_format(const dp_control_state *s, dp_err *e);
 DP_EXPORT int dp_control_state_parse(dp_control_state *s, const char *text, dp_err *e);
+
+/* ---- the run in words (lib/train/summary.c) ----------------------------------
+ * What dp-train --summary prints and the notes of a run, as text for the
+ * caller to print: malloc'd, NULL when out of memory. */
+
+/* The micro-batches of a pipeline's step: c->micro, or by default
+ * 4 x c->stages, at most c->batch. */
+DP_EXPORT uint64_t dp_pipe_micro(const dp_step_conf *c);
+/* The layers (name, item indented by its blocks, output shape,
+ * parameters, frozen), the total, the recomputed segments and the memory
+ * at batch: lines. */
+DP_EXPORT char *dp_train_summary(dp_model *m, uint64_t batch);
+/* The algorithm be chooses for each convolution layer of m at batch and
+ * why (be->conv_explain), under a heading naming desc (the backend), in
+ * *text; m is bound at batch first (be times them now, as a run would).
+ * *text "" (and m not bound) without convolutions or explanations. */
+DP_EXPORT int dp_train_summary_convs(dp_model *m, const dp_backend *be, dp_bectx *ctx,
+				     uint64_t batch, const char *desc, char **text, dp_err *e);
+/* The cut of m into c->stages stages: each stage's layers, estimated
+ * cost, parameters and memory, then the schedule's bubble.  NULL with e
+ * set when m has too few cut points (DP_EARG) or memory runs out. */
+DP_EXPORT char *dp_train_summary_pipeline(dp_model *m, const dp_step_conf *c, dp_err *e);
+/* What m (bound) and optimizer o take, one line ("memory: ..."). */
+DP_EXPORT char *dp_train_memory_note(dp_model *m, const dp_optim *o);
+/* limit (bytes; 0: any): DP_ELIMIT, e saying what m and o take and what
+ * would cut it, when they take more. */
+DP_EXPORT int dp_train_memory_check(dp_model *m, const dp_optim *o, uint64_t limit, dp_err *e);
+/* Trainer t's pipeline (of model m, steps of batch samples, schedule) in
+ * one line: stages, replicas, micro-batches, the bubble in theory, the
+ * parameters of each stage.  NULL without a pipeline. */
+DP_EXPORT char *dp_train_pipeline_note(const dp_trainer *t, dp_model *m, uint64_t batch,
+				       int schedule);
+/* The bubble measured on each stage (its replicas' mean) against the
+ * schedule's, one line in *text (NULL without a pipeline or steps).  A
+ * collective over c. */
+DP_EXPORT int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **text, dp_err *e);
+
+/* ---- TensorBoard (lib/train/tensorboard.c) ----------------------------------
+ * A run's event files as Keras' TensorBoard callback writes them (the run
+ * folder of dp_events.h). */
+
+/* The run folder dir, its settings first: the command line (argv[0] as
+ * prog, the words quoted where the shell needs it) and c's settings
+ * (dp_run_conf_settings) as hparams. */
+DP_EXPORT dp_tb_run *dp_train_tb_open(const char *dir, const char *prog, int argc, char **argv,
+				      const dp_run_conf *c, dp_err *e);
+/* A log line of the job (n keys and their values as logged: numbers,
+ * "quoted" text) as one event at its step: a scalar a number, but step
+ * and epoch; a line of training control (event=NAME) gives one scalar,
+ * NAME, the first number after it. */
+DP_EXPORT int dp_train_tb_line(dp_tb_run *tb, const char *const *keys, const char *const *vals,
+			       int n, dp_err *e);
+/* The histograms of m's weights (weights/NAME) and its last gradients
+ * (gradients/NAME), each trainable tensor, at step. */
+DP_EXPORT int dp_train_tb_histograms(dp_tb_run *tb, dp_model *m, int64_t step, dp_err *e);
 
 #ifdef __cplusplus
 }

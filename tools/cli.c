@@ -366,6 +366,7 @@ void cli_grow(void *pp, size_t *cap, size_t n, size_t size)
 
 void cli_push(const char ***v, size_t *n, const char *s)
 {
-	*v = cli_realloc(*v, (*n + 1) * sizeof **v);
+	*v = cli_realloc(*v, (*n + 2) * sizeof **v);
 	(*v)[(*n)++] = s;
+	(*v)[*n] = NULL;
 }

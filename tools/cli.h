@@ -124,7 +124,9 @@ void *cli_realloc(void *p, size_t n);
 char *cli_strdup(const char *s);
 /* Grow *pp (an array of *cap elements of `size` bytes) to hold at least n. */
 void cli_grow(void *pp, size_t *cap, size_t n, size_t size);
-/* Append s to the list *v of *n strings (repeated options: --train A --train B). */
+/* Append s (not copied) to the list *v of *n strings, kept NULL-terminated
+ * so that it serves as an argv too: repeated options (--train A --train B),
+ * the command lines tools build.  The one way tools grow a list of strings. */
 void cli_push(const char ***v, size_t *n, const char *s);
 
 /* First thing in main of a program that runs the math: where OpenBLAS

@@ -663,31 +663,16 @@ static void print_answer(const char *path, const char *text, size_t n)
 static void predict_file(const char *path)
 {
 	dp_err e;
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		cli_warn("%s: %s", path, strerror(errno));
+	dp_buf f = DP_BUF_INIT;
+	int rc = dp_read_file(path, NULL, O.max_body, &f, &e);
+	if (rc < 0) {
+		cli_warn("%s%s", e.msg, rc == DP_ELIMIT ? " (--max-body)" : "");
+		dp_buf_free(&f);
 		any_failed = 1;
 		return;
 	}
-	struct stat st;
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > O.max_body) {
-		cli_warn("%s: %s", path, S_ISREG(st.st_mode) ? "larger than --max-body" : "not a file");
-		fclose(f);
-		any_failed = 1;
-		return;
-	}
-	size_t n = (size_t)st.st_size;
-	char *p = cli_malloc(n ? n : 1);
-	long got = dp_read_full(fileno(f), p, n, path, &e);
-	fclose(f);
-	if (got < 0 || (size_t)got != n) {
-		cli_warn("%s", got < 0 ? e.msg : "cut short while read");
-		free(p);
-		any_failed = 1;
-		return;
-	}
-	dp_req *r = dp_req_new(S, NULL, p, n, 0, &e);
-	free(p);
+	dp_req *r = dp_req_new(S, NULL, f.p, f.len, 0, &e);
+	dp_buf_free(&f);
 	if (!r) {
 		cli_warn("%s: %s", path, e.msg);
 		any_failed = 1;

@@ -897,61 +897,16 @@ static void tb_open(void)
 	dp_err e;
 	if (!O.tensorboard || RANK != 0)
 		return;
-	if (!(TB = dp_tb_run_open(O.tensorboard, &e)))
-		cli_die("--tensorboard: %s", e.msg);
-	dp_buf cmd = DP_BUF_INIT, types = DP_BUF_INIT;
-	for (int i = 0; i < tb_argc; i++) { /* quoted where the shell needs it */
-		const char *a = i ? tb_argv[i] : DP_PROG;
-		dp_buf_addstr(&cmd, i ? " " : "");
-		if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-				    "_@%+=:,./-") == strlen(a))
-			dp_buf_addstr(&cmd, a);
-		else
-			dp_shell_quote(&cmd, a);
-	}
 	C.ranks = SIZE;
-	char **kv = dp_run_conf_settings(&C, &e);
-	for (char **x = kv; x && x[0]; x += 2)
-		dp_buf_add(&types, &(char){(char)dp_run_key_type(x[0])}, 1);
-	if (!kv || cmd.err || types.err)
-		cli_die("--tensorboard: %s", kv ? "out of memory" : e.msg);
-	if (dp_tb_run_settings(TB, cmd.p, (const char *const *)kv, types.p, &e) < 0)
+	if (!(TB = dp_train_tb_open(O.tensorboard, DP_PROG, tb_argc, tb_argv, &C, &e)))
 		cli_die("--tensorboard: %s", e.msg);
-	free(kv);
-	dp_buf_free(&cmd);
-	dp_buf_free(&types);
 }
 
-
-/* The numbers of a job's log line as one event at its step; a line of
- * training control (event=NAME) gives one scalar, NAME, its first number
- * after the event. */
+/* The numbers of a job's log line as one event at its step. */
 static void tb_line(const char *const *keys, const char *const *vals, int n)
 {
-	int64_t step = 0;
-	char tag[64] = "";
-	int event = 0; /* 1: an event's scalar is due; 2: written */
-	for (int i = 0; TB && i < n; i++) {
-		char *end;
-		if (!strcmp(keys[i], "event")) {
-			snprintf(tag, sizeof tag, "%.*s", (int)strcspn(vals[i] + (vals[i][0] == '"'), "\""),
-				 vals[i] + (vals[i][0] == '"'));
-			event = 1;
-			continue;
-		}
-		double v = strtod(vals[i], &end);
-		if (*end || end == vals[i] || event == 2)
-			continue; /* not a number, or past the event's */
-		if (!strcmp(keys[i], "step"))
-			step = (int64_t)v;
-		else if (strcmp(keys[i], "epoch"))
-			dp_summary_scalar(dp_events_summary(dp_tb_run_steps(TB)), event ? tag : keys[i],
-					  (float)v);
-		if (event && strcmp(keys[i], "step") && strcmp(keys[i], "epoch"))
-			event = 2;
-	}
 	dp_err e;
-	if (TB && dp_events_write(dp_tb_run_steps(TB), step, 0, &e) < 0)
+	if (TB && dp_train_tb_line(TB, keys, vals, n, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 }
 
@@ -1215,215 +1170,34 @@ static struct {
 
 /* ---- the model's summary, the data ------------------------------------------------ */
 
-static void summary(dp_model *m)
+/* A text of the run in words (dp_train.h), printed on stdout or as a
+ * note. */
+static void print_text(char *t)
 {
-	char a[64], b[64];
-	dp_shape in = dp_model_input(m);
-	/* columns as wide as their longest entry: an item is indented by the
-	 * blocks it is in; a block's sum names what it adds to its items' output */
-	int wn = 5, wi = 5, n = dp_model_nlayers(m);
-	for (int i = 0; i < n; i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		int l1 = (int)strlen(li.name), l2 = 2 * li.depth + (int)strlen(li.text);
-		wn = l1 > wn ? l1 : wn;
-		wi = l2 > wi ? l2 : wi;
-	}
-	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "layer", wn, "name", wi, "item", "output", "params");
-	printf("%-5s  %-*s  %-*s  %-12s  %10s\n", "", wn, "", wi, "input",
-	       dp_shape_format(&in, a, sizeof a), "");
-	for (int i = 0; i < n; i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		printf("%-5d  %-*s  %*s%-*s  %-12s  %10zu%s\n", i, wn, li.name, 2 * li.depth, "",
-		       wi - 2 * li.depth, li.text, dp_shape_format(&li.out, b, sizeof b), li.nparams,
-		       li.frozen ? "  frozen" : "");
-	}
-	printf("total %zu parameters, loss %s\n", dp_model_nparams(m),
-	       dp_loss_name(dp_model_loss_kind(m)));
-	int ns = dp_model_nsegments(m);
-	for (int s = 0; s < ns; s++) {
-		int first, last;
-		dp_layer_info la, lf;
-		dp_model_segment(m, s, &first, &last);
-		dp_model_layer(m, first, &la);
-		dp_model_layer(m, last, &lf);
-		printf("%s%s..%s%s", s ? ", " : "recomputed: ", la.name, lf.name,
-		       s + 1 == ns ? "\n" : "");
-	}
-	dp_model_mem mm;
-	dp_err e;
-	if (dp_model_plan(m, C.batch, &mm, &e) == 0) {
-		char p[32], g[32], ac[32], k[32], sc[32], gb[32];
-		printf("memory at batch %" PRIu64 ": parameters %s, their gradients %s, activations %s "
-		       "(%s kept for the backward pass, %s scratch), gradient buffers %s\n",
-		       C.batch, dp_fmt_size(mm.params + mm.buffers, p, sizeof p),
-		       dp_fmt_size(mm.grads, g, sizeof g), dp_fmt_size(mm.activations, ac, sizeof ac),
-		       dp_fmt_size(mm.kept, k, sizeof k), dp_fmt_size(mm.scratch, sc, sizeof sc),
-		       dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
-	}
+	if (!t)
+		cli_die("out of memory");
+	fputs(t, stdout);
+	free(t);
 }
 
-/* What the bound model and its optimizer take, in a note. */
-static void memory_note(void)
+static void note_text(char *t)
 {
-	dp_model_mem mm;
-	dp_model_memory(M, &mm);
-	size_t opt = (size_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
-	char p[32], o[32], a[32], k[32], sc[32], gb[32];
-	note("memory: parameters %s (+ gradients, %s of optimizer state), activations %s (%s kept "
-	     "for the backward pass%s, %s scratch), gradient buffers %s",
-	     dp_fmt_size(mm.params + mm.buffers, p, sizeof p), dp_fmt_size(opt, o, sizeof o),
-	     dp_fmt_size(mm.activations, a, sizeof a), dp_fmt_size(mm.kept, k, sizeof k),
-	     dp_model_nsegments(M) ? ", --recompute" : "", dp_fmt_size(mm.scratch, sc, sizeof sc),
-	     dp_fmt_size(mm.grad_scratch, gb, sizeof gb));
+	if (!t)
+		cli_die("out of memory");
+	note("%s", t);
+	free(t);
 }
 
 /* --memory-limit: this rank's model (bound) and optimizer within it, or
  * the run ends, on this rank, saying what would cut it. */
 static void memory_check(void)
 {
-	dp_model_mem mm;
-	dp_model_memory(M, &mm);
-	uint64_t opt = (uint64_t)dp_optim_nstates(OPT) * dp_model_nparams(M) * sizeof(float);
-	uint64_t total = mm.total + opt;
-	if (!O.mem_limit || total <= O.mem_limit)
-		return;
-	char t[32], l[32], w[32], a[32];
-	cli_die("memory: the model takes %s on this rank (weights, gradients and optimizer state "
-		"%s, activations and their gradient buffers %s at a micro-batch of %zu), over --memory-limit %s: cut the "
-		"activations with --recompute or a smaller batch, the rest with --pipeline-stages",
-		dp_fmt_size(total, t, sizeof t),
-		dp_fmt_size(mm.params + mm.buffers + mm.grads + opt, w, sizeof w),
-		dp_fmt_size(mm.activations + mm.grad_scratch, a, sizeof a), dp_model_max_batch(M),
-		dp_fmt_size(O.mem_limit, l, sizeof l));
-}
-
-/* ---- pipeline stages (--pipeline-stages: dp_train.h) ------------------------------ */
-
-/* The micro-batches of a replica's step (dp_pipe_plan's default). */
-static uint64_t pipe_micro(void)
-{
-	uint64_t four = 4 * (uint64_t)O.stages;
-	return O.micro ? O.micro : C.batch < four ? C.batch : four;
-}
-
-/* The schedule's bubble: S - 1 idle slots of a stage in M + S - 1. */
-static double pipe_theory(uint64_t micro)
-{
-	return (double)(O.stages - 1) / (double)(micro + (uint64_t)O.stages - 1);
-}
-
-/* Stage k's layers [first[k], first[k + 1]): their parameters and their
- * estimated cost (dp_model_layer_cost: multiply-adds a sample). */
-static size_t stage_params(dp_model *m, const int *first, int k, double *cost)
-{
-	size_t n = 0;
-	*cost = 0;
-	for (int i = first[k]; i < first[k + 1]; i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		n += li.nparams;
-		*cost += dp_model_layer_cost(m, i);
-	}
-	return n;
-}
-
-/* --summary: the cut of the model into stages. */
-static void pipeline_summary(dp_model *m)
-{
-	int first[DP_MAX_STAGES + 1], S = O.stages;
 	dp_err e;
-	if (dp_model_cuts(m, S, NULL, first, &e) < 0)
-		usage_error("--pipeline-stages %d: %s", S, e.msg);
-	size_t total = dp_model_nparams(m);
-	printf("pipeline: %d stages of about equal cost (multiply-adds a sample, forward and "
-	       "backward, estimated); mpirun -np %d x replicas\n", S, S);
-	printf("%-5s  %-7s  %-30s  %10s  %10s  %s\n", "stage", "layers", "first..last", "cost",
-	       "params", "memory");
-	for (int k = 0; k < S; k++) {
-		double cost;
-		size_t np = stage_params(m, first, k, &cost);
-		dp_layer_info a, b;
-		dp_model_layer(m, first[k], &a);
-		dp_model_layer(m, first[k + 1] - 1, &b);
-		char range[16], names[96], mem[32];
-		snprintf(range, sizeof range, "%d-%d", first[k], first[k + 1] - 1);
-		snprintf(names, sizeof names, "%s..%s", a.name, b.name);
-		printf("%-5d  %-7s  %-30s  %10.4g  %10zu  %s (%.1f%%)\n", k, range, names, cost, np,
-		       dp_fmt_size(np * sizeof(float), mem, sizeof mem),
-		       total ? 100.0 * (double)np / (double)total : 0.0);
-	}
-	uint64_t mb = pipe_micro();
-	printf("bubble: (S-1)/(M+S-1) = %d/%" PRIu64 " = %.1f%% of a step with %" PRIu64
-	       " micro-batches of %" PRIu64 "; activations kept on stage s: %" PRIu64 " micro-batches "
-	       "(gpipe), S - s (1f1b, %s)\n",
-	       S - 1, mb + (uint64_t)S - 1, 100 * pipe_theory(mb), mb, (C.batch + mb - 1) / mb, mb,
-	       O.psched == DP_PIPE_GPIPE ? "not chosen" : "chosen");
+	if (dp_train_memory_check(M, OPT, O.mem_limit, &e) < 0)
+		cli_die("%s", e.msg);
 }
 
-/* The pipeline of the run, in a note: the stages, the parameters a rank
- * holds, the schedule and its bubble. */
-static void pipeline_note(void)
-{
-	dp_pipe_plan pl;
-	if (!dp_trainer_pipe(TR, &pl, NULL))
-		return;
-	dp_buf b = DP_BUF_INIT;
-	size_t total = dp_model_total_params(M);
-	for (int k = 0; k < pl.stages; k++) {
-		double cost;
-		size_t np = stage_params(M, pl.first, k, &cost);
-		char mem[32];
-		dp_buf_printf(&b, "%sstage %d layers %d-%d %s (%.1f%%)", k ? ", " : "", k, pl.first[k],
-			      pl.first[k + 1] - 1, dp_fmt_size(np * sizeof(float), mem, sizeof mem),
-			      total ? 100.0 * (double)np / (double)total : 0.0);
-	}
-	if (b.err)
-		cli_die("out of memory");
-	note("pipeline: %d stages x %d replica%s, a step of %" PRIu64 " samples in %" PRIu64
-	     " micro-batches of %zu, %s schedule (bubble %.1f%% in theory); parameters a rank: %s",
-	     pl.stages, pl.replicas, pl.replicas == 1 ? "" : "s", C.batch, pl.micro, pl.micro_batch,
-	     dp_pipe_schedule_name(O.psched), 100 * pipe_theory(pl.micro), b.p);
-	dp_buf_free(&b);
-}
-
-/* At the end: the bubble measured on each stage (the time of its steps
- * not in forward and backward passes, its replicas' mean) against the
- * schedule's.  A collective. */
-static void pipeline_report(void)
-{
-	dp_pipe_plan pl;
-	dp_pipe_stats st;
-	dp_err e;
-	if (!dp_trainer_pipe(TR, &pl, &st))
-		return;
-	double mine = st.step_time > 0 ? 1 - st.busy_time / st.step_time : -1;
-	double *all = cli_calloc((size_t)SIZE, sizeof *all);
-	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	dp_buf b = DP_BUF_INIT;
-	double sum = 0;
-	int n = 0;
-	for (int k = 0; k < pl.stages; k++) {
-		double v = 0;
-		int m = 0;
-		for (int r = k; r < SIZE; r += pl.stages)
-			if (all[r] >= 0)
-				v += all[r], m++;
-		if (!m)
-			continue;
-		dp_buf_printf(&b, "%sstage %d %.1f%%", n ? ", " : "", k, 100 * v / m);
-		sum += v / m;
-		n++;
-	}
-	free(all);
-	if (n)
-		note("pipeline: bubble %.1f%% of the steps' time measured (%s), %.1f%% in theory "
-		     "((S-1)/(M+S-1), stages of equal cost, messages free); %" PRIu64 " steps",
-		     100 * sum / n, b.p ? b.p : "", 100 * st.theory, st.steps);
-	dp_buf_free(&b);
-}
+/* ---- the data ------------------------------------------------------------------------ */
 
 /* Whether a path template names {rank} (or {rank:W}): a file a rank. */
 static int names_rank(const char *tmpl)
@@ -1918,51 +1692,18 @@ static void make_model(void)
 
 static void conv_algos_resume(void);
 
-/* The geometry of convolution layer li at batch n. */
-static dp_conv2d conv_of(const dp_layer_info *li, uint64_t n)
+/* The step's settings (dp_train.h). */
+static dp_step_conf step_conf(void)
 {
-	dp_conv2d g = {(int)n,      li->in.c, li->in.h, li->in.w, li->units, li->out.h, li->out.w,
-		       li->kh,      li->kw,   li->sh,   li->sw,   li->ph,    li->pw};
-	return g;
+	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn,
+			   O.stages, O.micro, O.psched};
+	return sc;
 }
 
-/* --summary: what runs each convolution layer at --batch-size and why,
- * from the backend (which times them now, as the run would, unless
- * --deterministic or a checkpoint's choices say). */
-static void summary_convs(dp_model *m)
-{
-	int n = dp_model_nlayers(m), wn = 5, any = 0;
-	dp_err e;
-	for (int i = 0; i < n; i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		if (li.kind != DP_LAYER_CONV)
-			continue;
-		any = 1;
-		wn = (int)strlen(li.name) > wn ? (int)strlen(li.name) : wn;
-	}
-	if (!any || !R.be->conv_explain)
-		return;
-	conv_algos_resume();
-	if (dp_model_bind(m, R.be, R.ctx, C.batch, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	if (RANK != 0)
-		return;
-	printf("convolutions at batch %" PRIu64 " (%s):\n", C.batch, R.desc);
-	for (int i = 0; i < n; i++) {
-		dp_layer_info li;
-		dp_model_layer(m, i, &li);
-		if (li.kind != DP_LAYER_CONV)
-			continue;
-		dp_conv2d g = conv_of(&li, C.batch);
-		char why[1024];
-		if (R.be->conv_explain(R.ctx, &g, why, sizeof why) < 0)
-			snprintf(why, sizeof why, "(not chosen)");
-		printf("%-5d  %-*s  %s\n", i, wn, li.name, why);
-	}
-}
-
-/* --summary: the layers, and the end of the run. */
+/* --summary: the layers, the pipeline's cut, what runs each convolution
+ * layer at --batch-size and why (the backend times them now, as the run
+ * would, unless --deterministic or a checkpoint's choices say); the end
+ * of the run. */
 static int show_summary(void)
 {
 	dp_err e;
@@ -1971,10 +1712,19 @@ static int show_summary(void)
 	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0)
 		usage_error("%s", e.msg);
 	if (RANK == 0)
-		summary(M);
+		print_text(dp_train_summary(M, C.batch));
+	dp_step_conf sc = step_conf();
+	char *text = RANK == 0 && O.stages > 1 ? dp_train_summary_pipeline(M, &sc, &e) : NULL;
+	if (RANK == 0 && O.stages > 1 && !text && e.code == DP_EARG)
+		usage_error("--pipeline-stages %d: %s", O.stages, e.msg);
 	if (RANK == 0 && O.stages > 1)
-		pipeline_summary(M);
-	summary_convs(M);
+		print_text(text);
+	conv_algos_resume();
+	if (dp_train_summary_convs(M, R.be, R.ctx, C.batch, R.desc, &text, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
+	if (RANK == 0)
+		print_text(text);
+	free(RANK == 0 ? NULL : text);
 	dp_model_free(M);
 	dp_st_close(R.ck);
 	dp_comm_close(COMM);
@@ -2063,9 +1813,10 @@ static void check_options(void)
 		if (C.sync_bn)
 			usage_error("--sync-bn with --pipeline-stages: not supported (batchnorm's "
 				    "statistics are each micro-batch's)");
-		if (pipe_micro() > C.batch)
+		dp_step_conf sc = step_conf();
+		if (dp_pipe_micro(&sc) > C.batch)
 			usage_error("--micro-batches %" PRIu64 " of a step of %" PRIu64 " samples "
-				    "(--batch-size): at most one a sample", pipe_micro(), C.batch);
+				    "(--batch-size): at most one a sample", dp_pipe_micro(&sc), C.batch);
 	} else if (O.given[O_MICRO] || O.given[O_PIPE_SCHED]) {
 		usage_error("--%s needs --pipeline-stages S (S > 1)",
 			    O.given[O_MICRO] ? "micro-batches" : "pipeline-schedule");
@@ -2290,8 +2041,7 @@ static void conv_algos_agree(void)
 static void setup_model(void)
 {
 	dp_err e;
-	dp_step_conf sc = {C.batch, C.accumulate, C.clip_norm, C.seed, C.sync_bn,
-			   O.stages, O.micro, O.psched};
+	dp_step_conf sc = step_conf();
 	uint64_t bind = C.batch;
 	if (O.stages > 1) { /* this rank's stage of the model, micro-batches in flight */
 		dp_pipe_plan pl;
@@ -2361,8 +2111,10 @@ static void setup_data(void)
 	note("%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(M), R.desc, thr,
 	     dp_comm_desc(COMM), TD ? dp_data_nsources(TD) : 0,
 	     TD && dp_data_nsources(TD) == 1 ? "" : "s");
-	memory_note();
-	pipeline_note();
+	note_text(dp_train_memory_note(M, OPT));
+	char *pipe = dp_train_pipeline_note(TR, M, C.batch, O.psched);
+	if (pipe)
+		note_text(pipe);
 	memory_check();
 	char how[80]; /* what a global batch is made of */
 	if (C.accumulate > 1)
@@ -2780,34 +2532,6 @@ static void end_epoch(uint64_t epoch)
 
 /* ---- after an epoch (rank 0): histograms, --on-epoch -------------------------------------- */
 
-/* --tensorboard-histograms: the weights and the last step's gradients of
- * each trainable tensor. */
-static void tb_histograms(void)
-{
-	dp_bectx *ctx;
-	const dp_backend *be = dp_model_backend(M, &ctx);
-	size_t np = dp_model_nparams(M);
-	float *w = cli_malloc(2 * np * sizeof *w + 1);
-	be->download(ctx, w, dp_model_params(M), np * sizeof *w);
-	be->download(ctx, w + np, dp_model_grads(M), np * sizeof *w);
-	for (int i = 0; i < dp_model_ntensors(M); i++) {
-		dp_tensor_info t;
-		char tag[128];
-		dp_model_tensor(M, i, &t);
-		if (t.role != DP_TENSOR_PARAM)
-			continue;
-		snprintf(tag, sizeof tag, "weights/%s", t.name);
-		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + t.off, t.count, 30);
-		snprintf(tag, sizeof tag, "gradients/%s", t.name);
-		dp_summary_histogram(dp_events_summary(dp_tb_run_steps(TB)), tag, w + np + t.off,
-				     t.count, 30);
-	}
-	free(w);
-	dp_err e;
-	if (dp_events_write(dp_tb_run_steps(TB), (int64_t)R.ts.step, 0, &e) < 0)
-		cli_die("--tensorboard: %s", e.msg);
-}
-
 /* --on-epoch CMD, its placeholders filled in shell-quoted, the training
  * waiting for it. */
 static void run_on_epoch(uint64_t epoch)
@@ -2850,8 +2574,9 @@ static void after_epoch(uint64_t epoch)
 		return;
 	done = epoch;
 	double t0 = dp_now();
-	if (TB && O.tb_hist)
-		tb_histograms();
+	dp_err e;
+	if (TB && O.tb_hist && dp_train_tb_histograms(TB, M, (int64_t)R.ts.step, &e) < 0)
+		cli_die("--tensorboard: %s", e.msg);
 	if (O.on_epoch)
 		run_on_epoch(epoch);
 	not_training(t0);
@@ -2902,7 +2627,11 @@ static void finish(void)
 	if (SIZE > 1) {
 		check_same_state(R.ts.step);
 		comm_report();
-		pipeline_report();
+		char *pipe;
+		if (dp_train_pipeline_report(TR, COMM, &pipe, &e) < 0)
+			cli_die_err(CLI_FAIL, &e);
+		if (pipe)
+			note_text(pipe);
 	}
 	struct rusage ru;
 	char pk[32];

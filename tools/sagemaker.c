@@ -54,8 +54,8 @@
 /* ---- a growing argv, NULL-terminated -------------------------------------- */
 
 typedef struct args {
-	char **v;
-	size_t n, cap;
+	const char **v; /* NULL-terminated (cli_push); the strings malloc'd but argv's */
+	size_t n;
 } args;
 
 static char *vfmt(const char *fmt, va_list ap)
@@ -75,18 +75,11 @@ static char * __attribute__((format(printf, 1, 2))) fmt(const char *f, ...)
 	return s;
 }
 
-static void push(args *a, char *s)
-{
-	cli_grow(&a->v, &a->cap, a->n + 2, sizeof *a->v);
-	a->v[a->n++] = s;
-	a->v[a->n] = NULL;
-}
-
 static void __attribute__((format(printf, 2, 3))) add(args *a, const char *f, ...)
 {
 	va_list ap;
 	va_start(ap, f);
-	push(a, vfmt(f, ap));
+	cli_push(&a->v, &a->n, vfmt(f, ap));
 	va_end(ap);
 }
 
@@ -339,15 +332,15 @@ static int job_hosts(const char *conf, char *hosts_text, size_t len)
 static void hand_back(int *argc, char ***argv, args *derived, args *hps, args *user)
 {
 	args out = {0};
-	push(&out, (*argv)[0]);
+	cli_push(&out.v, &out.n, (*argv)[0]);
 	for (args *p = derived; p; p = p == derived ? hps : p == hps ? user : NULL)
 		for (size_t i = 0; i < p->n; i++)
-			push(&out, p->v[i]);
+			cli_push(&out.v, &out.n, p->v[i]);
 	free(derived->v);
 	free(hps->v);
 	free(user->v);
 	static char **keep; /* the program's for as long as it runs (reachable) */
-	keep = out.v;
+	keep = (char **)out.v; /* main's argv: its strings are not written to */
 	*argc = (int)out.n;
 	*argv = keep;
 }
@@ -355,7 +348,7 @@ static void hand_back(int *argc, char ***argv, args *derived, args *hps, args *u
 static void user_args(args *user, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
-		push(user, argv[i]);
+		cli_push(&user->v, &user->n, argv[i]);
 }
 
 /* ---- dp-train: a training job ---------------------------------------------- */
@@ -452,8 +445,8 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 		const char *wrap = json_string_value(json_object_get(c, "RecordWrapperType"));
 		int v = !strcmp(opt, "val");
 		if (!mode || strcmp(mode, "Pipe")) { /* its files, for the hyperparameters */
-			push(&chan_names, cli_strdup(name));
-			push(&chan_dirs, channel_dir(root, name));
+			cli_push(&chan_names.v, &chan_names.n, cli_strdup(name));
+			cli_push(&chan_dirs.v, &chan_dirs.n, channel_dir(root, name));
 		}
 		if (!*opt) {
 			if (mode && !strcmp(mode, "Pipe") && strcmp(name, "test"))
@@ -557,7 +550,7 @@ static void channel_files(args *h, const char *src)
 					free(f.first);
 					dp_buf_free(&f.names);
 				}
-				free(h->v[i]);
+				free((char *)h->v[i]);
 				h->v[i] = to;
 				break;
 			}
@@ -591,7 +584,7 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 				if (strncmp(h->v[i], "--init=", 7) && strncmp(h->v[i], "--reset=", 8))
 					h->v[j++] = h->v[i];
 				else
-					free(h->v[i]);
+					free((char *)h->v[i]);
 			h->n = j;
 			h->v[j] = NULL;
 		}
@@ -647,7 +640,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 	args given = {0};
 	for (args *p = &h; p; p = p == &h ? &u : NULL)
 		for (size_t i = 0; i < p->n; i++)
-			push(&given, cli_strdup(p->v[i]));
+			cli_push(&given.v, &given.n, cli_strdup(p->v[i]));
 	uint64_t first = resume_from(&d, &h, &given, root);
 	train_channels(&d, &given, root, hosts, size, first);
 	channel_files(&h, src);
@@ -658,7 +651,7 @@ int sm_train_args(int *argc, char ***argv, const struct option *opts)
 		free(mdir);
 	}
 	for (size_t i = 0; i < given.n; i++)
-		free(given.v[i]);
+		free((char *)given.v[i]);
 	free(given.v);
 	free(rcf);
 	free(hpf);
@@ -712,7 +705,7 @@ static char *eval_model(const char *dir, int quiet)
 				    (dot && !strcmp(dot, ".tar")))) {
 			tgz = cli_strdup(p);
 		}
-		free(files.v[i]);
+		free((char *)files.v[i]);
 	}
 	free(files.v);
 	if (st) {

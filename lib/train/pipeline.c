@@ -66,8 +66,7 @@ static int plan_of(dp_model *m, const dp_step_conf *conf, int rank, int size, dp
 	p->replicas = size / S;
 	p->stage = rank % S;
 	p->replica = rank / S;
-	uint64_t four = 4 * (uint64_t)S;
-	p->micro = conf->micro ? conf->micro : conf->batch < four ? conf->batch : four;
+	p->micro = dp_pipe_micro(conf);
 	p->micro_batch = (size_t)((conf->batch + p->micro - 1) / p->micro);
 	uint64_t flight = conf->schedule == DP_PIPE_GPIPE ? p->micro : (uint64_t)(S - p->stage);
 	p->slots = (int)(flight < p->micro ? flight : p->micro);
