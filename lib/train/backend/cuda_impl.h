@@ -1,7 +1,8 @@
 /*
  * cuda_impl.h - what the CUDA backend's files share (lib/train/backend/
  * cuda.cu: the context, memory, GEMMs, dense layers, the table;
- * cuda_ops.cu: pooling, dropout, batchnorm, losses, optimizers;
+ * cuda_ops.cu: pooling, dropout, batchnorm, losses, optimizers, their
+ * formulas shared with the CPU backend in math_impl.h;
  * cuda_conv.cu: convolutions, by cuDNN or im2col + cuBLAS; cuda_nhwc.cu and
  * cuda_nhwc_layers.cu: channels-last activations of the tf32 and bf16
  * modes; cuda_prof.cu: DP_CUDA_PROFILE).  Private to them.
