@@ -209,6 +209,30 @@ __device__ __forceinline__ void pool_windows(int i, int k, int s, int out, int *
 	*hi = h < out - 1 ? h : out - 1;
 }
 
+/* Max pooling's output (oy, ox): the largest input of its window (a NaN
+ * wins, as in PyTorch), its position (row * w + column; -1 for an empty
+ * window) in *best.  Input (a, b) is p[(a * w + b) * stride]: stride 1
+ * in an NCHW plane, c in a channels-last image. */
+template <typename T>
+__device__ __forceinline__ float pool_max(const dp_pool2d &g, int oy, int ox, const T *p,
+					  size_t stride, int *best)
+{
+	int y0, y1, x0, x1;
+	pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+	*best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+	float m = -INFINITY;
+	for (int a = y0; a < y1; a++)
+		for (int b = x0; b < x1; b++) {
+			int idx = a * g.w + b;
+			float v = fl(p[(size_t)idx * stride]);
+			if (v > m || isnan(v)) {
+				m = v;
+				*best = idx;
+			}
+		}
+	return m;
+}
+
 /* Tree sum of v over the block (THREADS threads); the result in thread 0
  * and returned to all. */
 template <typename T> __device__ T block_sum(T v)

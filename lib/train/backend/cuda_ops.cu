@@ -19,20 +19,8 @@ __global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *ar
 	FOR_EACH(i, total) {
 		size_t pl = i / ohw;
 		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
-		const float *xp = x + pl * g.h * g.w;
-		int y0, y1, x0, x1;
-		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
-		float m = -INFINITY;
-		for (int a = y0; a < y1; a++)
-			for (int b = x0; b < x1; b++) {
-				int idx = a * g.w + b;
-				float v = xp[idx];
-				if (v > m || isnan(v)) { /* NaN propagates, as in PyTorch */
-					m = v;
-					best = idx;
-				}
-			}
+		int best;
+		float m = pool_max(g, oy, ox, x + pl * g.h * g.w, 1, &best);
 		y[i] = m;
 		arg[i] = best;
 	}
