@@ -52,8 +52,9 @@ PROVE ?= prove
 # ---- dependencies (Debian packages; scripts/deps installs them) ----------
 # ompi-c: Open MPI (dp-train's collectives); libturbojpeg and spng: JPEG and
 # PNG decoding (lib/image).
-# libprotobuf-c: ONNX files (lib/train/ckpt/onnx.proto, dp_onnx.h), and the
-# tests' reference Example parser (lib/records/example.proto).  libzip:
+# libprotobuf-c: ONNX files (dp_onnx.h, from ONNX's own onnx.proto, as
+# libonnx-dev installs it: ONNX_PROTO), and the tests' reference Example
+# parser (lib/records/example.proto).  libzip:
 # PyTorch's .pth files, zip archives (lib/train/ckpt/pth.c).  libwebp,
 # libtiff-4 and stb (stb_image): the images ImageFolder reads past JPEG and
 # PNG (lib/image/formats.c).
@@ -73,6 +74,7 @@ PB_LIBS := $(shell pkg-config --libs libprotobuf-c)
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd)
 endif
 PROTOC_C ?= protoc-c
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 
 # ---- oneDNN (Debian's libdnnl-dev, optional): the CPU backend's convolutions
 # where it measures faster (lib/train/backend/cpu_dnnl.c); without it they
@@ -114,15 +116,16 @@ LIB_SRC := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ = $(patsubst lib/%.c,$(O)/lib/%.o,$(LIB_SRC)) \
 	$(patsubst lib/%.cu,$(O)/lib/%.o,$(CU_SRC)) $(LIB_GEN_OBJ)
 # protobuf-c's code for the formats libdp writes with it (ONNX), generated
-# from the .proto beside the code that uses it.
+# from the format's own .proto (ONNX_PROTO).
 LIB_GEN_OBJ := $(O)/gen/onnx.pb-c.o
 LIB_HDR := $(wildcard lib/dp*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
-TOOLS := $(filter-out cli sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
+TOOLS := $(filter-out cli cli_input sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
 CLI_OBJ := $(O)/tools/cli.o
-# tools/sagemaker.c: the SageMaker container contract, dp-train's and dp-eval's.
-SM_OBJ := $(O)/tools/sagemaker.o
+# tools/sagemaker.c: the SageMaker container contract, dp-train's and
+# dp-eval's; tools/cli_input.c: the input pipeline's options they share.
+SM_OBJ := $(O)/tools/sagemaker.o $(O)/tools/cli_input.o
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
@@ -186,9 +189,12 @@ $(GEN)/example.pb-c.c $(GEN)/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(GEN)
 	$(PROTOC_C) --c_out=$(GEN) -Ilib/records lib/records/example.proto
 
-$(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h: lib/train/ckpt/onnx.proto
+$(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h: $(ONNX_PROTO)
 	@mkdir -p $(GEN)
-	$(PROTOC_C) --c_out=$(GEN) -Ilib/train/ckpt lib/train/ckpt/onnx.proto
+	$(PROTOC_C) --c_out=$(GEN) -I$(dir $(ONNX_PROTO)) $(ONNX_PROTO)
+
+$(ONNX_PROTO):
+	$(error $(ONNX_PROTO) is missing: apt-get install libonnx-dev (scripts/deps))
 
 $(O)/gen/onnx.pb-c.o: $(GEN)/onnx.pb-c.c
 	@mkdir -p $(@D)
@@ -258,7 +264,7 @@ $(CLI_OBJ): tools/cli.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(SM_OBJ): tools/sagemaker.c
+$(SM_OBJ): $(O)/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -340,9 +346,9 @@ fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
 $(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
-$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: lib/train/ckpt/onnx.proto
+$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: $(ONNX_PROTO)
 	@mkdir -p $(@D)
-	$(PROTOC_C) --c_out=$(@D) -Ilib/train/ckpt $<
+	$(PROTOC_C) --c_out=$(@D) -I$(dir $(ONNX_PROTO)) $<
 $(FUZZ_O)/obj/%.pb-c.o: $(FUZZ_O)/gen/%.pb-c.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -w -c -o $@ $<

@@ -16,6 +16,8 @@
 # ROUNDS (default 3) runs of each side, alternating; medians, CPU use
 # (100% = one core) and the ratio, with the load average before each case:
 # on a shared machine the rates move with the load, the ratios much less.
+# Peak RSS of each side (medians; dp-train's from /usr/bin/time, the
+# peer's from getrusage: the whole python3 process, libraries included).
 # Then the implementation dp-train chose for each convolution
 # (--summary).
 set -eu
@@ -34,11 +36,11 @@ fi
 $PY tests/mkexamples.py "$T/r64.tfrecord" random --n 640 --shape 3x64x64 --seed 1
 [ "$CASES" = small ] || $PY tests/mkexamples.py "$T/r224.tfrecord" random --n 96 --shape 3x224x224 --seed 1
 
-# ours DATA MODEL SHAPE BATCH THREADS [dp-train options]: "samples/s CPU%"
+# ours DATA MODEL SHAPE BATCH THREADS [dp-train options]: "samples/s CPU% peakRSS_KiB"
 ours() {
 	d=$1 m=$2 s=$3 b=$4 t=$5
 	shift 5
-	/usr/bin/time -f '%P' -o "$T/cpu" $DP_TRAIN --train "$d" --model "$m" --input-shape "$s" \
+	/usr/bin/time -f '%P %M' -o "$T/cpu" $DP_TRAIN --train "$d" --model "$m" --input-shape "$s" \
 		--batch-size "$b" --threads "$t" --log-every 2 --epochs 1 --optimizer sgd --lr 0.01 \
 		--momentum 0.9 --prefetch 0 --shuffle-buffer 0 --classes 10 -q "$@" |
 		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' |
@@ -47,29 +49,31 @@ ours() {
 	tr -d '%\n' < "$T/cpu"
 	echo
 }
-# peer MODEL SHAPE BATCH THREADS STEPS [--freeze]: "samples/s CPU%"
+# peer MODEL SHAPE BATCH THREADS STEPS [--freeze]: "samples/s CPU% peakRSS_KiB"
 peer() {
 	OPENBLAS_NUM_THREADS=$4 OMP_NUM_THREADS=$4 MKL_NUM_THREADS=$4 $PY bench/torch_convnets.py "$@" |
-		sed -n 's/^rate=\([0-9.]*\) cpu=\([0-9]*\).*/\1 \2/p'
+		sed -n 's/^rate=\([0-9.]*\) cpu=\([0-9]*\).*maxrss_kib=\([0-9]*\).*/\1 \2 \3/p'
 }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 # compare NAME "OURS ARGS" "PEER ARGS"
 compare() {
 	load=$(cut -d" " -f1 /proc/loadavg)
-	a= b= ca= cb= pa= pb=
+	a= b= ca= cb= pa= pb= ma= mb=
 	for r in $(seq "$ROUNDS"); do
 		set -- $(eval "ours $2") $(eval "peer $3") "$1" "$2" "$3"
-		a="$a $1" ca="$ca $2%" b="$b $3" cb="$cb $4%"
+		a="$a $1" ca="$ca $2%" ma="$ma $3" b="$b $4" cb="$cb $5%" mb="$mb $6"
 		pa="$pa $(echo "$1 $2" | awk '{ printf "%.1f", $1 * 100 / $2 }')"
-		pb="$pb $(echo "$3 $4" | awk '{ printf "%.1f", $1 * 100 / $2 }')"
-		shift 4
+		pb="$pb $(echo "$4 $5" | awk '{ printf "%.1f", $1 * 100 / $2 }')"
+		shift 6
 	done
 	awk -v n="$1" -v a="$(echo "$a" | median)" -v b="$(echo "$b" | median)" -v ra="$a" \
 		-v rb="$b" -v ca="$ca" -v cb="$cb" -v l="$load" -v pa="$(echo "$pa" | median)" \
-		-v pb="$(echo "$pb" | median)" 'BEGIN {
+		-v pb="$(echo "$pb" | median)" -v ma="$(echo "$ma" | median)" \
+		-v mb="$(echo "$mb" | median)" 'BEGIN {
 		printf "%s (load %s): dp-train %.1f samples/s (runs:%s; CPU%s), PyTorch %.1f (runs:%s; CPU%s), %.2fx\n",
 			n, l, a, ra, ca, b, rb, cb, a / b
-		printf "    per CPU-second: dp-train %.1f, PyTorch %.1f samples, %.2fx\n", pa, pb, pa / pb }'
+		printf "    per CPU-second: dp-train %.1f, PyTorch %.1f samples, %.2fx\n", pa, pb, pa / pb
+		printf "    peak RSS: dp-train %.0f MiB, PyTorch %.0f MiB, %.2fx\n", ma / 1024, mb / 1024, ma / mb }'
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"

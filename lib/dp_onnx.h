@@ -3,7 +3,7 @@
  * runtimes people deploy with (ONNX Runtime, TensorRT, OpenVINO, Triton).
  *
  * The file (ONNX IR version 7, the default domain's opset 13, written by
- * protobuf-c from lib/train/ckpt/onnx.proto, ONNX's own field numbers):
+ * protobuf-c from ONNX's own onnx.proto, as libonnx-dev installs it):
  *   input "input"    float32 (batch, C, H, W), or (batch, H, W, C) for a
  *                    checkpoint whose raw arrays are channels-last
  *                    (layout hwc), or (batch, L) for a vector model; the

@@ -148,15 +148,27 @@ void cli_die_err(int code, const dp_err *e)
 	cli_die_code(code, "%s", e->msg);
 }
 
+static void __attribute__((noreturn)) usage_v(const char *fmt, va_list ap)
+{
+	cli_vwarn(fmt, ap);
+	if (!cli.quiet && cli.usage)
+		fputs(cli.usage, stderr);
+	cli_exit(CLI_USAGE);
+}
+
 void cli_usage_error(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	cli_vwarn(fmt, ap);
-	va_end(ap);
-	if (!cli.quiet && cli.usage)
-		fputs(cli.usage, stderr);
-	cli_exit(CLI_USAGE);
+	usage_v(fmt, ap);
+}
+
+void cli_job_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	cli_job_says();
+	va_start(ap, fmt);
+	usage_v(fmt, ap);
 }
 
 void cli_bad_option(int c, char **argv)

@@ -77,6 +77,9 @@ void cli_exit(int code) __attribute__((noreturn));
  * 0, without "rank N: " (an error every rank meets alike, before an exit). */
 void cli_set_rank(int rank, int size);
 void cli_job_says(void);
+/* A usage error every rank of the job meets alike: cli_job_says, then
+ * cli_usage_error. */
+void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 /* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
 void cli_version(void) __attribute__((noreturn));

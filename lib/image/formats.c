@@ -30,12 +30,6 @@
 #include <tiffio.h>
 #include <webp/decode.h>
 
-/* Pillow's RGB -> L, as image.c's. */
-static inline uint8_t luma(const uint8_t *s)
-{
-	return (uint8_t)((s[0] * 19595u + s[1] * 38470u + s[2] * 7471u + 0x8000u) >> 16);
-}
-
 /* np pixels of pc samples each (1, 3 or 4) at src, into x->px as ch
  * channels (1 or 3).  src may be x->px itself (the output never runs
  * ahead of the input). */
@@ -47,7 +41,7 @@ static int to_channels(dp_image_dec *x, const uint8_t *src, size_t np, int pc, i
 	for (size_t i = 0; i < np; i++) {
 		const uint8_t *s = src + (size_t)pc * i;
 		if (ch == 1)
-			d[i] = pc == 1 ? s[0] : luma(s);
+			d[i] = pc == 1 ? s[0] : img_luma(s);
 		else if (pc == 1)
 			d[3 * i] = d[3 * i + 1] = d[3 * i + 2] = s[0];
 		else

@@ -170,19 +170,13 @@ int dp_image_probe(const void *p, size_t n, dp_image_info *info, dp_err *e)
 
 /* ---- decode ------------------------------------------------------------------ */
 
-/* Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point, rounded). */
-static inline uint8_t luma(const uint8_t *s)
-{
-	return (uint8_t)((s[0] * 19595u + s[1] * 38470u + s[2] * 7471u + 0x8000u) >> 16);
-}
-
 /* Decoded pixels (np of them, pc samples each: 1 gray, 3 RGB, 4 CMYK as
  * libjpeg gives it) to ch channels, in place. */
 static void convert(uint8_t *px, size_t np, int pc, int ch)
 {
 	if (pc == 3 && ch == 1) {
 		for (size_t i = 0; i < np; i++)
-			px[i] = luma(px + 3 * i);
+			px[i] = img_luma(px + 3 * i);
 	} else if (pc == 4) {
 		/* Pillow's CMYK -> RGB, r = (255 - K) - (255 - K) * C / 255 in
 		 * its rounding; libjpeg gives Adobe's inverted samples (255 - C) */
@@ -196,7 +190,7 @@ static void convert(uint8_t *px, size_t np, int pc, int ch)
 			}
 			if (ch == 1) {
 				uint8_t v[3] = {(uint8_t)rgb[0], (uint8_t)rgb[1], (uint8_t)rgb[2]};
-				d[i] = luma(v);
+				d[i] = img_luma(v);
 			} else {
 				d[3 * i] = (uint8_t)rgb[0];
 				d[3 * i + 1] = (uint8_t)rgb[1];
@@ -240,7 +234,7 @@ static int decode_png(dp_image_dec *x, const void *p, size_t n, int ch, uint64_t
 		uint8_t *d = x->px;
 		if (ch == 1)
 			for (size_t i = 0; i < np; i++)
-				d[i] = luma(x->px + 4 * i);
+				d[i] = img_luma(x->px + 4 * i);
 		else
 			for (size_t i = 0; i < np; i++)
 				memmove(d + 3 * i, x->px + 4 * i, 3);

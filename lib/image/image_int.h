@@ -54,4 +54,11 @@ int img_check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e);
 /* Grow *p (cap bytes) to at least n bytes: DP_OK or DP_ENOMEM. */
 int img_grow(void **p, size_t *cap, size_t n);
 
+/* Pillow's RGB -> L of the pixel at s (ITU-R 601-2 luma, 16-bit fixed
+ * point, rounded): every decoder's colour to gray. */
+static inline uint8_t img_luma(const uint8_t *s)
+{
+	return (uint8_t)((s[0] * 19595u + s[1] * 38470u + s[2] * 7471u + 0x8000u) >> 16);
+}
+
 #endif

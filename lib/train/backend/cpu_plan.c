@@ -10,7 +10,8 @@
  * (forward, input gradient, filter gradient) gets its own, chosen once,
  * at the shape's first use (conv_ws, at bind time for the largest batch):
  *  - measured (the default): every implementation that takes the shape is
- *    timed on random data at that batch, with the backend's threads, and
+ *    timed on random data at that batch, with the backend's threads (one
+ *    thread: its CPU time, clock_of), and
  *    the fastest kept (the pinned choice unless another is 3% faster, so
  *    that near ties do not flip between runs); shapes of fewer than 10
  *    million multiply-adds take the pinned choice untimed;
@@ -38,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 char *openblas_get_corename(void);
 
@@ -222,12 +224,26 @@ static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 	}
 }
 
+/* The clock of the timings: with one thread, the thread's CPU time (every
+ * implementation runs on the calling thread then, OpenBLAS's and oneDNN's
+ * included), which other processes sharing the cores do not stretch: at a
+ * load of 4 on 2 cores the wall clock moved a candidate's time by 2x and
+ * the choice with it; with more, the wall clock (the time the threads
+ * take together). */
+static double clock_of(const dp_bectx *c)
+{
+	struct timespec t;
+	if (c->threads > 1 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
+		return dp_now();
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* Seconds one run of impl on pass takes. */
 static double time_once(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 {
-	double t0 = dp_now();
+	double t0 = clock_of(c);
 	run_pass(c, p, impl, pass, b);
-	return dp_now() - t0;
+	return clock_of(c) - t0;
 }
 
 /* The best of a pass's candidates, their ms into p->ms[pass]: a warm-up run

@@ -1,9 +1,10 @@
 /*
  * onnx.c - a checkpoint's model as an ONNX file (dp_onnx.h): the layers
  * of dp_nn.h's plan as ONNX operators, the tensors of the safetensors file
- * as initializers, encoded by protobuf-c from onnx.proto (ONNX's field
- * numbers).  Nothing is bound to a backend: the weights go from the
- * checkpoint's bytes to the file's (both little-endian float32).
+ * as initializers, encoded by protobuf-c from ONNX's own onnx.proto
+ * (libonnx-dev's /usr/include/onnx/onnx.proto: the Makefile's ONNX_PROTO).
+ * Nothing is bound to a backend: the weights go from the checkpoint's
+ * bytes to the file's (both little-endian float32).
  *
  * Every protobuf-c structure of the model lives in one arena, freed
  * whole once the model is packed.

@@ -367,6 +367,43 @@ static int replay(dp_model *m, int i, size_t n, dp_err *e)
 	return DP_OK;
 }
 
+/* The backward step of a layer that writes its input gradient dx to a
+ * fresh buffer (dense, conv, pooling, batchnorm) from its output gradient
+ * dy; dx NULL when no one wants it.  Parameter gradients go to the
+ * layer's place in the gradient vector. */
+static int fresh_bwd(dp_model *m, const layer *L, size_t n, float *dy, float *dx, dp_err *e)
+{
+	const dp_backend *be = m->be;
+	dp_bectx *c = m->ctx;
+	float *dw = nn_dw(m, L), *db = L->bn ? nn_db(m, L) : NULL;
+	const float *w = nn_w(m, L);
+	if (L->kind == DP_LAYER_DENSE) {
+		be->dense_bwd(c, (int)n, (int)dp_shape_size(&L->in), (int)dp_shape_size(&L->out),
+			      L->x, w, L->y, dy, dx, dw, db, L->act);
+	} else if (L->kind == DP_LAYER_CONV) {
+		dp_conv2d g = conv_geom(L, n);
+		be->conv_bwd(c, &g, L->x, w, L->y, dy, dx, dw, db, L->act, m->ws);
+	} else if (L->kind == DP_LAYER_MAXPOOL) {
+		dp_pool2d g = pool_geom(L, n);
+		be->maxpool_bwd(c, &g, dy, L->aux, dx);
+	} else if (L->kind == DP_LAYER_AVGPOOL) {
+		dp_pool2d g = pool_geom(L, n);
+		be->avgpool_bwd(c, &g, dy, dx);
+	} else {
+		dp_bnorm g = bnorm_geom(L, n);
+		const double *sums = NULL;
+		if (dx && bn_synced(m, L)) {
+			be->bnorm_bwd_sums(c, &g, L->x, L->aux, dy, m->sums);
+			int rc = sync_sums(m, m->sums, 2 * g.c, NULL, e);
+			if (rc < 0)
+				return rc;
+			sums = m->sums;
+		}
+		be->bnorm_bwd(c, &g, L->x, w, L->aux, sums, dy, dx, dw, db);
+	}
+	return DP_OK;
+}
+
 /* The backward pass, last layer first (exec 0: only count the gradient
  * buffers it takes, which is returned; exec 2: only the sums of --sync-bn
  * and the hooks, as a worker without samples makes them).  Each layer's
@@ -399,9 +436,6 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			float *dy = exec ? m->gbuf[s] : NULL;
 			int want = wants(m, L->src), t = -1;
 			int isz = (int)dp_shape_size(&L->in), out = (int)dp_shape_size(&L->out);
-			float *dw = exec ? nn_dw(m, L) : NULL;
-			float *db = exec && L->bn ? nn_db(m, L) : NULL;
-			const float *w = exec ? nn_w(m, L) : NULL;
 			switch (L->kind) {
 			case DP_LAYER_DENSE:
 			case DP_LAYER_CONV:
@@ -410,32 +444,8 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			case DP_LAYER_BATCHNORM: {
 				if (want)
 					t = take(&busy, &most);
-				float *dx = exec && want ? m->gbuf[t] : NULL;
-				if (!exec)
-					;
-				else if (L->kind == DP_LAYER_DENSE)
-					be->dense_bwd(c, (int)n, isz, out, L->x, w, L->y, dy, dx, dw, db,
-						      L->act);
-				else if (L->kind == DP_LAYER_CONV) {
-					dp_conv2d g = conv_geom(L, n);
-					be->conv_bwd(c, &g, L->x, w, L->y, dy, dx, dw, db, L->act, m->ws);
-				} else if (L->kind == DP_LAYER_MAXPOOL) {
-					dp_pool2d g = pool_geom(L, n);
-					be->maxpool_bwd(c, &g, dy, L->aux, dx);
-				} else if (L->kind == DP_LAYER_AVGPOOL) {
-					dp_pool2d g = pool_geom(L, n);
-					be->avgpool_bwd(c, &g, dy, dx);
-				} else {
-					dp_bnorm g = bnorm_geom(L, n);
-					const double *sums = NULL;
-					if (want && bn_synced(m, L)) {
-						be->bnorm_bwd_sums(c, &g, L->x, L->aux, dy, m->sums);
-						if ((rc = sync_sums(m, m->sums, 2 * g.c, NULL, e)) < 0)
-							return rc;
-						sums = m->sums;
-					}
-					be->bnorm_bwd(c, &g, L->x, w, L->aux, sums, dy, dx, dw, db);
-				}
+				if (exec && (rc = fresh_bwd(m, L, n, dy, want ? m->gbuf[t] : NULL, e)) < 0)
+					return rc;
 				busy &= ~(1ull << s);
 				if (want)
 					deliver(m, n, exec, node(m, L->src), t, &busy);
@@ -474,7 +484,7 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			}
 			gs[i] = -1;
 			if (exec && L->frozen && L->wn) /* frozen: no gradient, as requires_grad=False */
-				be->fill(c, dw, 0, L->wn + L->bn);
+				be->fill(c, nn_dw(m, L), 0, L->wn + L->bn);
 		} else if (exec && L->wn) {
 			be->fill(c, nn_dw(m, L), 0, L->wn + L->bn);
 		}
