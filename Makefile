@@ -121,10 +121,11 @@ LIB_GEN_OBJ := $(O)/gen/onnx.pb-c.o
 LIB_HDR := $(wildcard lib/dp*.h)
 PB_OBJ := $(O)/tests/example.pb-c.o
 # tools/: one file per program over one CLI layer (tools/cli.c).
-TOOLS := $(filter-out cli sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
+TOOLS := $(filter-out cli cli_input sagemaker,$(patsubst tools/%.c,%,$(wildcard tools/*.c)))
 CLI_OBJ := $(O)/tools/cli.o
-# tools/sagemaker.c: the SageMaker container contract, dp-train's and dp-eval's.
-SM_OBJ := $(O)/tools/sagemaker.o
+# tools/sagemaker.c: the SageMaker container contract, dp-train's and
+# dp-eval's; tools/cli_input.c: the input pipeline's options they share.
+SM_OBJ := $(O)/tools/sagemaker.o $(O)/tools/cli_input.o
 BINS := $(addprefix $(O)/bin/,$(TOOLS))
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
@@ -263,7 +264,7 @@ $(CLI_OBJ): tools/cli.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
-$(SM_OBJ): tools/sagemaker.c
+$(SM_OBJ): $(O)/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
 	$(CC) $(DEPFLAGS) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 

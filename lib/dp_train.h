@@ -302,6 +302,97 @@ DP_EXPORT void dp_control_epoch(const dp_control_conf *c, dp_control_state *s, u
  * DP_EDATA naming the key that is wrong. */
 DP_EXPORT char *dp_control_state_format(const dp_control_state *s, dp_err *e);
 DP_EXPORT int dp_control_state_parse(dp_control_state *s, const char *text, dp_err *e);
+/* c's monitored metric is one that validation reports for model m (asked
+ * of a report of one sample, before the work): else e says why. */
+DP_EXPORT int dp_control_check_monitor(const dp_control_conf *c, const dp_model *m, dp_err *e);
+
+/* ---- the run's data (lib/train/data.c) ------------------------------------- */
+
+/* o's fields that c's settings and model m (over input shape in) decide:
+ * the features and their decoding, the labels of m's loss and outputs,
+ * the batch, the shuffle and its seed; for training (train) the image
+ * transform, the last batch kept or dropped and the class names'
+ * feature (a classifier of images whose names c does not give), for
+ * validation the image transform of evaluation (dp_image_tf_eval). */
+DP_EXPORT void dp_run_data_opts(const dp_run_conf *c, const dp_model *m, const dp_shape *in,
+				int train, dp_data_opts *o);
+/* The updates an epoch of td holds (the ramp of --warmup-epochs): every
+ * rank reads its epoch 0 once without decoding (td NULL: a pipeline's
+ * later stage), and the ranks agree as the training loop does: the
+ * longest replica's batches, or the shortest with take_min (--uneven
+ * drop) or rc->drop_last, in updates of rc->accumulate.  A collective. */
+DP_EXPORT int dp_trainer_count_steps(dp_trainer *t, dp_comm *c, dp_data *td, const dp_run_conf *rc,
+				     int take_min, uint64_t *steps, dp_err *e);
+
+/* The class names td's records gave (dp_data_class_names) as the JSON
+ * array a checkpoint keeps (dp_classes_json), once every class was met
+ * under one distinct name; else (or td NULL) NULL. */
+DP_EXPORT char *dp_run_data_classes(dp_data *td);
+
+/* ---- the ranks alike (lib/train/agree.c) ------------------------------------
+ * What the ranks of a job share and check with each other; each is a
+ * collective over the job c. */
+
+/* The job's settings beyond the run's (dp_run_conf) that every rank must
+ * share: dp-train's options as the ranks see them. */
+typedef struct dp_job_settings {
+	int stages;              /* pipeline stages (1: none), ... */
+	uint64_t micro;          /* ... micro-batches a step (0: the default), ... */
+	int schedule;            /* ... DP_PIPE_* */
+	int resume, init, summary; /* given (0, 1) */
+	uint64_t max_steps;      /* 0: none */
+	int uneven_drop;         /* --uneven drop */
+	const char *train, *val; /* how the data is read: "shared", "per-rank", "none" */
+	uint64_t log_every, ckpt_every;
+	int ckpt_epochs;         /* ckpt_every counts epochs */
+	int ckpt, output;        /* --checkpoint, -o given */
+	int overlap;
+	uint64_t bucket;
+	const char *timeline;    /* "none", "per-rank", "gathered" */
+	int wire, algo;          /* DP_WIRE_*, DP_ALLREDUCE_* */
+	const char *reset;       /* --reset's patterns (NULL: none) */
+	int classes;             /* --classes of a named model (0: its default) */
+	int save_best;           /* --save-best given */
+	int skip_corrupt;
+	const char *max_skipped; /* as given (NULL: DP_MAX_SKIPPED_DEFAULT) */
+} dp_job_settings;
+
+/* What every rank must agree on, one setting a line (key=value): the
+ * build, the backend and the MPI library, then c's and j's settings, the
+ * pipeline's first (they decide which ranks are replicas).  Compare it
+ * with dp_comm_check_same: ranks started with different options (mpirun's
+ * MPMD syntax) or builds are told apart before they train out of step.
+ * malloc'd; NULL when out of memory. */
+DP_EXPORT char *dp_job_settings_text(const dp_run_conf *c, const dp_job_settings *j, dp_comm *comm);
+/* The checkpoint at path (dp_st_open), read by rank 0 and sent to every
+ * rank.  NULL with e set on failure: *alike 1 when every rank fails alike
+ * (rank 0's e says why: a bad file), 0 when the job's messages failed. */
+DP_EXPORT dp_st *dp_job_st_open(dp_comm *c, const char *path, int *alike, dp_err *e);
+/* Rank 0's convolution algorithms (dp_backend_conv_algos_text) taken by
+ * every rank's backend (be->conv_algos_take), so that the ranks run the
+ * same ones. */
+DP_EXPORT int dp_job_conv_algos_agree(dp_comm *c, const dp_backend *be, dp_bectx *ctx, dp_err *e);
+/* The "epoch_records" text of a checkpoint (dp_run_epoch_records_text):
+ * every replica's position pos in its data (its first stage's), none
+ * when !in_epoch.  NULL with e set. */
+DP_EXPORT char *dp_trainer_epoch_records(dp_trainer *t, dp_comm *c, uint64_t pos, int in_epoch,
+					 dp_err *e);
+/* This rank's state hash (dp_trainer_state_hash) in *hash, and each rank
+ * whose state is not that of the rank it must equal (dp_trainer_same_as),
+ * a line each ("rank 2: weights or optimizer state differ from rank 0's
+ * (hash ..., not ...)") in *diff (malloc'd), NULL when all agree. */
+DP_EXPORT int dp_trainer_check_same(dp_trainer *t, dp_comm *c, uint64_t *hash, char **diff,
+				    dp_err *e);
+/* Every rank of c decided r alike (training control): DP_EDATA saying
+ * how many ranks decided what when not (a bug). */
+DP_EXPORT int dp_control_agree(dp_comm *c, const dp_control_result *r, dp_err *e);
+
+/* ---- starting from a checkpoint (lib/train/resume.c) --------------------- */
+
+/* Checkpoint ck holds model m (dp_model_same): else DP_EDATA naming ck
+ * and saying what it holds instead (another model or input shape; the
+ * same layers trained with another loss: the --loss to give). */
+DP_EXPORT int dp_run_check_model(const dp_st *ck, const dp_model *m, dp_err *e);
 
 /* ---- the run in words (lib/train/summary.c) ----------------------------------
  * What dp-train --summary prints and the notes of a run, as text for the
@@ -338,6 +429,13 @@ DP_EXPORT char *dp_train_pipeline_note(const dp_trainer *t, dp_model *m, uint64_
  * schedule's, one line in *text (NULL without a pipeline or steps).  A
  * collective over c. */
 DP_EXPORT int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **text, dp_err *e);
+
+/* How the gradients' allreduce went over c's steps of step_s seconds
+ * each, in one line: part 0 the calls, their bytes and the time not
+ * hidden by the backward pass; part 1 the bytes this rank sent (wire,
+ * algo: DP_WIRE_*, DP_ALLREDUCE_*) and to other hosts.  NULL without
+ * steps, or part 1 on one rank. */
+DP_EXPORT char *dp_train_comm_note(dp_comm *c, double step_s, int wire, int algo, int part);
 
 /* ---- TensorBoard (lib/train/tensorboard.c) ----------------------------------
  * A run's event files as Keras' TensorBoard callback writes them (the run

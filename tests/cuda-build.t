@@ -33,7 +33,7 @@ like "$out" "dptools: (✓ NCCL [0-9]|✗ NCCL not found)" "it says whether NCCL
 like "$out" "dptools: (✓ cuDNN [0-9]+\.[0-9]+|✗ cuDNN not found)" "it says whether cuDNN is there"
 
 missing=
-for t in $(ls "$DP_SRC"/tools/*.c | grep -v "/cli.c\|/sagemaker.c"); do
+for t in $(ls "$DP_SRC"/tools/*.c | grep -v "/cli.c\|/cli_input.c\|/sagemaker.c"); do
 	p=$(basename "$t" .c)
 	[ -x "$B/bin/$p" ] || missing="$missing $p"
 done

@@ -6,13 +6,10 @@
 # gates, bad records and streams behave as documented.
 . "${DP_SRC:-.}/tests/lib.sh"
 
-if ! command -v mpirun >/dev/null; then
-	skip "mpirun is not installed (openmpi-bin)"
-	done_testing
-fi
+. "$DP_SRC/tests/mpi.sh" # mpi N CMD: mpirun on shared memory, oversubscribed, with a timeout
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 cd "$T"
 MK="$PY $DP_SRC/tests/mkexamples.py"
-. "$DP_SRC/tests/mpi.sh" # mpi N CMD: mpirun on shared memory, oversubscribed, with a timeout
 $MK train.tfr random --n 300 --shape 12 --classes 5 --seed 1
 $MK a.tfr random --n 170 --shape 12 --classes 5 --seed 2
 $MK b.tfr.gz random --n 33 --shape 12 --classes 5 --seed 3 --gzip

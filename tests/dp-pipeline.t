@@ -8,10 +8,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 for np in 2 4; do
 	run mpi $np --oversubscribe "$DP_BUILD/tests/pipeline"
 	is "$rc" 0 "$np ranks: every rank passes"

@@ -39,10 +39,7 @@ small() { awk -v d="$1" 'BEGIN { exit !(d ~ /^[0-9.e+-]+$/ && d + 0 < 1e-5) }'; 
 losses() { sed -n 's/.* step=\([0-9]*\) loss=\([0-9.e+-]*\) .*/\1 \2/p' "$1"; }
 vals() { grep '^epoch=.* val_loss=' "$1"; }
 
-if ! have_mpirun; then
-	skip "mpirun is not installed (apt-get install openmpi-bin)"
-	done_testing
-fi
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 
 # ---- the reference: one process, global batch 16 in micro-batches of 4 ------------------
 run dp-train "${COMMON[@]}" --batch-size 4 --accumulate 4 -o one.st --log one.log --val val.tfr

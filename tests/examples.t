@@ -12,11 +12,8 @@ if [ ! -r "$D/train-images-idx3-ubyte.gz" ]; then
 	skip "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist"
 	done_testing
 fi
-if ! command -v mpirun >/dev/null; then
-	skip "mpirun is not installed (openmpi-bin)"
-	done_testing
-fi
 . "$DP_SRC/tests/mpi.sh" # mpirun as every MPI test runs it: unbound, shared memory
+require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 cd "$T"
 EX="$DP_SRC/examples"
 # A bound for a hang, not a speed test: each run below takes seconds on an

@@ -10,10 +10,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 cd "$T" || exit 1
 IMG="$DP_BUILD/tests/imgtool"
-if ! $PY -c 'import PIL, numpy' 2>/dev/null; then
-	skip "python3-pil is not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-pil is not installed (scripts/deps --test)" $PY -c 'import PIL, numpy'
 $PY - <<'PYEOF' || exit 1
 import numpy as np
 from PIL import Image

@@ -12,10 +12,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 cd "$T" || exit 1
 IMG="$DP_BUILD/tests/imgtool"
-if ! $PY -c 'import PIL, torchvision' 2>/dev/null; then
-	skip "python3-pil and python3-torchvision are not installed (scripts/deps --test)"
-	done_testing
-fi
+require "python3-pil and python3-torchvision are not installed (scripts/deps --test)" $PY -c 'import PIL, torchvision'
 
 $PY - <<'PY' || exit 1
 import numpy as np

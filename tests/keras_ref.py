@@ -20,6 +20,17 @@ class Model:
         self.stop_training = False
 
 
+def monitor_op(mode, monitor):
+    """The comparison EarlyStopping and ModelCheckpoint choose: "better" is
+    less for mode min, greater for max; for auto, greater when the metric's
+    name says accuracy, else less."""
+    if mode == "min":
+        return np.less
+    if mode == "max":
+        return np.greater
+    return np.greater if "acc" in monitor else np.less
+
+
 class EarlyStopping:
     def __init__(self, model, monitor="val_loss", min_delta=0, patience=0, mode="auto",
                  baseline=None, start_from_epoch=0):
@@ -33,12 +44,7 @@ class EarlyStopping:
         self.start_from_epoch = start_from_epoch
         self.best = None
         self.best_epoch = 0
-        if mode == "min":
-            self.monitor_op = np.less
-        elif mode == "max":
-            self.monitor_op = np.greater
-        else:
-            self.monitor_op = np.greater if "acc" in monitor else np.less
+        self.monitor_op = monitor_op(mode, monitor)
         if self.monitor_op == np.less:
             self.min_delta *= -1
 
@@ -122,12 +128,7 @@ class ReduceLROnPlateau:
 class ModelCheckpoint:
     def __init__(self, model, monitor="val_loss", mode="auto"):
         self.monitor = monitor
-        if mode == "min":
-            self.monitor_op = np.less
-        elif mode == "max":
-            self.monitor_op = np.greater
-        else:
-            self.monitor_op = np.greater if "acc" in monitor else np.less
+        self.monitor_op = monitor_op(mode, monitor)
         self.best = np.inf if self.monitor_op == np.less else -np.inf
 
     def on_epoch_end(self, epoch, logs):

@@ -148,15 +148,27 @@ void cli_die_err(int code, const dp_err *e)
 	cli_die_code(code, "%s", e->msg);
 }
 
+static void __attribute__((noreturn)) usage_v(const char *fmt, va_list ap)
+{
+	cli_vwarn(fmt, ap);
+	if (!cli.quiet && cli.usage)
+		fputs(cli.usage, stderr);
+	cli_exit(CLI_USAGE);
+}
+
 void cli_usage_error(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	cli_vwarn(fmt, ap);
-	va_end(ap);
-	if (!cli.quiet && cli.usage)
-		fputs(cli.usage, stderr);
-	cli_exit(CLI_USAGE);
+	usage_v(fmt, ap);
+}
+
+void cli_job_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	cli_job_says();
+	va_start(ap, fmt);
+	usage_v(fmt, ap);
 }
 
 void cli_bad_option(int c, char **argv)
@@ -253,6 +265,34 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 		cli_die("out of memory");
 	if (rc < 0)
 		cli_usage_error("%s", e.msg);
+}
+
+void cli_bad_value(const char *opt, const char *s, const char *want)
+{
+	cli_usage_error("%s '%s': want %s", opt, s, want);
+}
+
+int cli_word(const char *opt, const char *s, const char *list)
+{
+	size_t n = strlen(s), nw = 0;
+	int i = 0;
+	for (const char *w = list; *w; i++, nw++) {
+		size_t l = strcspn(w, " ");
+		if (l == n && !strncmp(w, s, n))
+			return i;
+		w += l + (w[l] == ' ');
+	}
+	/* "a, b or c" */
+	char want[512];
+	size_t k = 0;
+	i = 0;
+	for (const char *w = list; *w && k < sizeof want; i++) {
+		size_t l = strcspn(w, " ");
+		k += (size_t)snprintf(want + k, sizeof want - k, "%s%.*s",
+				      i == 0 ? "" : (size_t)i + 1 == nw ? " or " : ", ", (int)l, w);
+		w += l + (w[l] == ' ');
+	}
+	cli_bad_value(opt, s, want);
 }
 
 char *cli_expand(const char *tmpl, const char *const *vars)
@@ -352,16 +392,8 @@ char *cli_strdup(const char *s)
 
 void cli_grow(void *pp, size_t *cap, size_t n, size_t size)
 {
-	if (n <= *cap)
-		return;
-	size_t nc = *cap ? *cap : 16;
-	while (nc < n) {
-		if (nc > SIZE_MAX / 2 / size)
-			cli_die("out of memory (%zu elements of %zu bytes)", n, size);
-		nc *= 2;
-	}
-	*(void **)pp = cli_realloc(*(void **)pp, nc * size);
-	*cap = nc;
+	if (dp_grow(pp, cap, n, size) < 0)
+		cli_die("out of memory (%zu elements of %zu bytes)", n, size);
 }
 
 void cli_push(const char ***v, size_t *n, const char *s)

@@ -77,6 +77,9 @@ void cli_exit(int code) __attribute__((noreturn));
  * 0, without "rank N: " (an error every rank meets alike, before an exit). */
 void cli_set_rank(int rank, int size);
 void cli_job_says(void);
+/* A usage error every rank of the job meets alike: cli_job_says, then
+ * cli_usage_error. */
+void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 /* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
 void cli_version(void) __attribute__((noreturn));
@@ -98,6 +101,15 @@ double cli_real(const char *opt, const char *s, double min, double max);
 uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max);
 void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
 	      uint64_t *count);
+
+/* A bad value s of option opt, in the one wording of every tool:
+ * "OPT 'S': want WHAT" ("--compress 'lz4': want none, gzip or zlib"), the
+ * usage line, exit 2. */
+void cli_bad_value(const char *opt, const char *s, const char *want) __attribute__((noreturn));
+/* s, the value of option opt, as one of the words of list (separated by
+ * spaces: "logfmt json"): its index there; another value is
+ * cli_bad_value's "want logfmt or json". */
+int cli_word(const char *opt, const char *s, const char *list);
 
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "cli_input.h"
 #include "sagemaker.h"
 #include "dp.h"
 #include "dp_backend.h"
@@ -49,12 +50,8 @@ enum { EVAL_GATE_FAILED = 3 }; /* a --require gate failed */
 /* ---- the command line ------------------------------------------------------ */
 
 enum {
-	O_MODEL = 256, O_DATA, O_DATA_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE, O_BATCH,
-	O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK, O_PRED, O_PRED_FORMAT, O_THREADS,
-	O_GPU, O_PRECISION, O_HELP, O_VERSION, O_IMAGE, O_LAYOUT, O_DECODE_THREADS,
-	O_SKIP_CORRUPT,
-	O_MAX_SKIPPED,
-	O_MAX_RECORD, O_BEST, O_COPY_BEST
+	O_MODEL = 256, O_DATA, O_DATA_CMD, O_BATCH, O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK,
+	O_PRED, O_PRED_FORMAT, O_THREADS, O_GPU, O_PRECISION, O_HELP, O_VERSION, O_BEST, O_COPY_BEST
 };
 
 static const struct option longopts[] = {
@@ -63,20 +60,7 @@ static const struct option longopts[] = {
 	{"copy-best", required_argument, 0, O_COPY_BEST},
 	{"data", required_argument, 0, O_DATA},
 	{"data-cmd", required_argument, 0, O_DATA_CMD},
-	{"feature", required_argument, 0, O_FEATURE},
-	{"label", required_argument, 0, O_LABEL},
-	{"decode-raw", required_argument, 0, O_DECODE},
-	{"decode", required_argument, 0, O_DECODE},
-	{"mean", required_argument, 0, O_IMAGE},
-	{"std", required_argument, 0, O_IMAGE},
-	{"resize", required_argument, 0, O_IMAGE},
-	{"max-pixels", required_argument, 0, O_IMAGE},
-	{"layout", required_argument, 0, O_LAYOUT},
-	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
-	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
-	{"max-record", required_argument, 0, O_MAX_RECORD},
-	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
-	{"scale", required_argument, 0, O_SCALE},
+	CLI_INPUT_OPTIONS,
 	{"batch-size", required_argument, 0, O_BATCH},
 	{"top-k", required_argument, 0, O_TOPK},
 	{"classes", required_argument, 0, O_CLASSES},
@@ -104,9 +88,7 @@ static struct {
 	const char **data;
 	size_t ndata;
 	const char *data_cmd;
-	const char *feature, *label, *scale_text;
-	int decode; /* -1: from the checkpoint */
-	double scale;
+	struct cli_input in; /* what is not given: the checkpoint's */
 	uint64_t batch;
 	long topk; /* -1: default */
 	const char *classes;
@@ -117,16 +99,7 @@ static struct {
 	size_t ngates;
 	int threads, gpu, precision;
 	int quiet;
-	/* images: --mean, --std, --resize, --max-pixels over the checkpoint's */
-	char *img_opts;
-	int hwc; /* -1: the checkpoint's */
-	unsigned decode_threads;
-	int skip_corrupt;
-	const char *max_skipped; /* NULL: DP_MAX_SKIPPED_DEFAULT */
-	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
 } O = {
-	.hwc = -1,
-	.decode = -1,
 	.batch = 256,
 	.topk = -1,
 	.threads = 0, /* the host's CPUs shared by its ranks (dp_default_threads) */
@@ -229,13 +202,6 @@ static void before_msg(void)
 	fflush(stdout);
 }
 
-/* A usage error is every worker's: said once (cli_job_says). */
-#define usage_error(...)                      \
-	do {                                  \
-		cli_job_says();               \
-		cli_usage_error(__VA_ARGS__); \
-	} while (0)
-
 /* --model PATH, or a glob of several (sorted; none matching: an error). */
 static void add_models(const char *arg)
 {
@@ -246,7 +212,7 @@ static void add_models(const char *arg)
 		return;
 	}
 	if (glob(arg, 0, NULL, &g) != 0)
-		usage_error("--model %s: no checkpoint matches", arg);
+		cli_job_usage_error("--model %s: no checkpoint matches", arg);
 	for (size_t i = 0; i < g.gl_pathc; i++)
 		cli_push(&O.models, &O.nmodels, cli_strdup(g.gl_pathv[i])); /* kept to the end */
 	globfree(&g);
@@ -257,80 +223,38 @@ static void parse_args(int argc, char **argv)
 	int c;
 	dp_err e;
 	cli_job_says(); /* what goes wrong here goes wrong on every worker */
+	cli_input_init(&O.in);
 	opterr = 0;
 	int li = 0;
 	while ((c = getopt_long(argc, argv, ":q", longopts, &li)) != -1) {
 		switch (c) {
-		case O_IMAGE: { /* checked now, applied over the checkpoint's later */
-			dp_image_tf t;
-			dp_image_tf_init(&t);
-			if (dp_image_opt(&t, longopts[li].name, optarg, &e) < 0)
-				usage_error("%s", e.msg);
-			size_t old = O.img_opts ? strlen(O.img_opts) : 0;
-			O.img_opts = cli_realloc(O.img_opts, old + strlen(longopts[li].name) +
-								 strlen(optarg) + 3);
-			sprintf(O.img_opts + old, "%s%s=%s", old ? ";" : "", longopts[li].name, optarg);
-			break;
-		}
-		case O_LAYOUT:
-		case O_DECODE_THREADS:
-			if (dp_data_opt(longopts[li].name, optarg, &O.hwc, &O.decode_threads, &e) < 0)
-				usage_error("%s", e.msg);
-			break;
-		case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
-		case O_MAX_RECORD: O.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
-		case O_MAX_SKIPPED: {
-			dp_gate g;
-			if (dp_gate_max_skipped(optarg, &g, &e) < 0)
-				usage_error("--max-skipped %s", e.msg);
-			O.max_skipped = optarg;
-			break;
-		}
 		case O_MODEL: add_models(optarg); break;
 		case O_BEST: O.best = optarg; break;
 		case O_COPY_BEST: O.copy_best = optarg; break;
 		case O_DATA: cli_push(&O.data, &O.ndata, optarg); break;
 		case O_DATA_CMD: O.data_cmd = optarg; break;
-		case O_FEATURE: O.feature = optarg; break;
-		case O_LABEL: O.label = optarg; break;
-		case O_DECODE:
-			O.decode = dp_decode_parse(optarg);
-			if (O.decode < 0)
-				usage_error("--decode-raw '%s': want uint8, float32, float64, none "
-					    "(or image)", optarg);
-			break;
-		case O_SCALE: {
-			dp_err se;
-			if (dp_parse_scale("--scale", optarg, &O.scale, &se) < 0)
-				usage_error("%s", se.msg);
-			O.scale_text = optarg;
-			break;
-		}
 		case O_BATCH: O.batch = cli_count("--batch-size", optarg, 1, 1u << 20); break;
 		case O_TOPK: O.topk = (long)cli_count("--top-k", optarg, 0, 1u << 24); break;
 		case O_CLASSES: O.classes = optarg; break;
 		case O_JSON: O.json = optarg; break;
 		case O_CHECK: O.check = optarg; break;
 		case O_PRED: O.pred = optarg; break;
-		case O_PRED_FORMAT:
-			if (!strcmp(optarg, "jsonl") || !strcmp(optarg, "json"))
-				O.pred_format = PF_JSONL;
-			else if (!strcmp(optarg, "tfrecord"))
-				O.pred_format = PF_TFRECORD;
-			else
-				usage_error("--predictions-format '%s': want jsonl or tfrecord", optarg);
+		case O_PRED_FORMAT: {
+			static const int pf[] = {PF_JSONL, PF_JSONL, PF_TFRECORD};
+			O.pred_format = pf[cli_word("--predictions-format", optarg, "jsonl json tfrecord")];
 			break;
+		}
 		case O_REQUIRE:
 			O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
-				usage_error("--require %s", e.msg);
+				cli_job_usage_error("--require %s", e.msg);
 			cli_push(&O.gate_text, &O.ngates, optarg);
 			break;
 		case O_THREADS: O.threads = (int)cli_count("--threads", optarg, 1, 256); break;
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
 		case O_PRECISION:
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
-				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+				cli_bad_value("--precision", optarg, "fp32, tf32 or bf16");
 			break;
 		case 'q': O.quiet = 1; break;
 		case O_HELP: /* once per job under mpirun */
@@ -341,7 +265,9 @@ static void parse_args(int argc, char **argv)
 			if (RANK == 0)
 				cli_version();
 			cli_exit_stdout();
-		default: cli_bad_option(c, argv);
+		default:
+			if (!cli_input_option(&O.in, c, longopts[li].name, optarg))
+				cli_bad_option(c, argv);
 		}
 	}
 	for (int i = optind; i < argc; i++)
@@ -370,7 +296,7 @@ static void load_classes(size_t k, const char *from_ckpt)
 	size_t n = k;
 	if (O.classes) {
 		if (dp_classes_parse(O.classes, &n, &NAMES, &e) < 0)
-			usage_error("--classes: %s", e.msg);
+			cli_job_usage_error("--classes: %s", e.msg);
 	} else if (from_ckpt) {
 		if (dp_classes_from_json(from_ckpt, &n, &NAMES, &e) < 0)
 			cli_die("%s: metadata 'classes': %s", O.model, e.msg);
@@ -500,7 +426,7 @@ static int check_mode(void)
 				if (w > 0 && (size_t)w < sizeof list - l)
 					l += (size_t)w;
 			}
-			usage_error("--require %s: %s has no metric '%s' (it has %s)", O.gate_text[i],
+			cli_job_usage_error("--require %s: %s has no metric '%s' (it has %s)", O.gate_text[i],
 				    O.check, O.gates[i].metric, list[0] ? list : "none");
 		}
 	}
@@ -557,7 +483,7 @@ static void pred_open(pred_out *p)
 		p->format = tf ? PF_TFRECORD : PF_JSONL;
 	}
 	if (p->format == PF_TFRECORD && !strcmp(p->path, "-") && isatty(STDOUT_FILENO))
-		usage_error("--predictions -: will not write records to a terminal");
+		cli_job_usage_error("--predictions -: will not write records to a terminal");
 	if (dp_out_open(&p->out, p->path, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	if (p->format == PF_TFRECORD &&
@@ -795,34 +721,34 @@ static struct {
 static void check_args(void)
 {
 	if (!O.nmodels)
-		usage_error("no checkpoint: give --model PATH");
+		cli_job_usage_error("no checkpoint: give --model PATH");
 	O.model = O.models[0];
 	if (O.nmodels > 1 && O.pred)
-		usage_error("--predictions: one model at a time (%zu given)", O.nmodels);
+		cli_job_usage_error("--predictions: one model at a time (%zu given)", O.nmodels);
 	if (O.nmodels > 1 && O.ngates && !O.best)
-		usage_error("--require with several models gates the best: give --best METRIC");
+		cli_job_usage_error("--require with several models gates the best: give --best METRIC");
 	if (O.copy_best && !O.best)
-		usage_error("--copy-best goes with --best METRIC");
+		cli_job_usage_error("--copy-best goes with --best METRIC");
 	if (!O.ndata && !O.data_cmd)
-		usage_error("no data: give --data FILE (or - for stdin)");
+		cli_job_usage_error("no data: give --data FILE (or - for stdin)");
 	if (O.ndata && O.data_cmd)
-		usage_error("--data and --data-cmd exclude each other");
+		cli_job_usage_error("--data and --data-cmd exclude each other");
 	if (O.json && O.pred && !strcmp(O.json, "-") && !strcmp(O.pred, "-"))
-		usage_error("--json - and --predictions - would both write to stdout");
+		cli_job_usage_error("--json - and --predictions - would both write to stdout");
 	for (size_t i = 0; i + 1 < O.ndata; i++)
 		for (size_t j = i + 1; j < O.ndata; j++)
 			if (!strcmp(O.data[i], "-") && !strcmp(O.data[j], "-"))
-				usage_error("stdin given twice");
-	if (O.max_skipped && !O.skip_corrupt)
-		usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
-	if (O.skip_corrupt) { /* the limit on skipped records: one more gate */
+				cli_job_usage_error("stdin given twice");
+	if (O.in.max_skipped && !O.in.skip_corrupt)
+		cli_job_usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
+	if (O.in.skip_corrupt) { /* the limit on skipped records: one more gate */
 		static char text[64];
-		const char *lim = O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT;
+		const char *lim = O.in.max_skipped ? O.in.max_skipped : DP_MAX_SKIPPED_DEFAULT;
 		dp_err e;
 		snprintf(text, sizeof text, "--max-skipped %s", lim);
 		O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 		if (dp_gate_max_skipped(lim, &O.gates[O.ngates], &e) < 0)
-			usage_error("--max-skipped %s", e.msg);
+			cli_job_usage_error("--max-skipped %s", e.msg);
 		cli_push(&O.gate_text, &O.ngates, text);
 	}
 }
@@ -863,11 +789,11 @@ static void join_job(void)
 	if (SIZE > 1 && !data_per_worker())
 		for (size_t i = 0; i < O.ndata; i++)
 			if (is_stream(O.data[i]))
-				usage_error("%s: a stream cannot be split between %d workers: give "
+				cli_job_usage_error("%s: a stream cannot be split between %d workers: give "
 					    "files, or --data-cmd (run by every worker)",
 					    strcmp(O.data[i], "-") ? O.data[i] : "stdin", SIZE);
 	if (SIZE > 1 && O.pred && (!strstr(O.pred, "{rank") || !strcmp(O.pred, "-")))
-		usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
+		cli_job_usage_error("--predictions %s: with %d workers, put {rank} in the name (one "
 			    "file per worker)",
 			    O.pred, SIZE);
 }
@@ -888,7 +814,7 @@ static void check_outputs(void)
 	if (O.json && O.pred) { /* one file: one of them would be lost */
 		char *p = cli_expand(O.pred, NULL);
 		if (dp_same_output(O.json, p))
-			usage_error("--json %s and --predictions %s name one file: one would be lost",
+			cli_job_usage_error("--json %s and --predictions %s name one file: one would be lost",
 					O.json, O.pred);
 		free(p);
 	}
@@ -942,25 +868,25 @@ static void load_model(void)
 				   DP_RUN_LAYOUT, DP_RUN_SCALE, DP_RUN_CLASSES, -1};
 	dp_run_conf *c = &R.run;
 	dp_run_conf_init(c);
-	if ((c->given[DP_RUN_FEATURE] = !!O.feature))
-		c->feature = O.feature;
-	if ((c->given[DP_RUN_LABEL] = !!O.label))
-		c->label = O.label;
-	if ((c->given[DP_RUN_DECODE] = O.decode >= 0))
-		c->decode = O.decode;
-	if ((c->given[DP_RUN_LAYOUT] = O.hwc >= 0))
-		c->hwc = O.hwc;
-	if ((c->given[DP_RUN_SCALE] = !!O.scale_text))
-		c->scale = O.scale, c->scale_text = O.scale_text;
+	if ((c->given[DP_RUN_FEATURE] = !!O.in.feature))
+		c->feature = O.in.feature;
+	if ((c->given[DP_RUN_LABEL] = !!O.in.label))
+		c->label = O.in.label;
+	if ((c->given[DP_RUN_DECODE] = O.in.decode >= 0))
+		c->decode = O.in.decode;
+	if ((c->given[DP_RUN_LAYOUT] = O.in.hwc >= 0))
+		c->hwc = O.in.hwc;
+	if ((c->given[DP_RUN_SCALE] = !!O.in.scale_text))
+		c->scale = O.in.scale, c->scale_text = O.in.scale_text;
 	if (dp_run_conf_from(c, R.ck, keys, &e) < 0)
 		cli_die("%s", e.msg);
 	/* images: the checkpoint's settings, then the command line's */
-	if (O.img_opts && dp_image_spec_parse(&c->img, O.img_opts, &e) < 0)
+	if (O.in.img_text && dp_image_spec_parse(&c->img, O.in.img_text, &e) < 0)
 		cli_die("%s", e.msg);
 	dp_image_tf_eval(&c->img, &R.img);
-	if (c->decode == DP_DECODE_IMAGE && !O.feature && !c->from[DP_RUN_FEATURE])
+	if (c->decode == DP_DECODE_IMAGE && !O.in.feature && !c->from[DP_RUN_FEATURE])
 		c->feature = "image/encoded"; /* tfrecord(5)'s names */
-	if (c->decode == DP_DECODE_IMAGE && !O.label && !c->from[DP_RUN_LABEL])
+	if (c->decode == DP_DECODE_IMAGE && !O.in.label && !c->from[DP_RUN_LABEL])
 		c->label = "image/class/label";
 	R.feature = c->feature;
 	R.label = c->label;
@@ -977,11 +903,11 @@ static void make_metrics(void)
 	dp_err e;
 	size_t k = R.k, topk = O.topk >= 0 ? (size_t)O.topk : (k > 5 ? 5 : 0);
 	if (R.cls && topk >= k)
-		usage_error("--top-k %zu: want fewer than the model's %zu classes", topk, k);
+		cli_job_usage_error("--top-k %zu: want fewer than the model's %zu classes", topk, k);
 	if (!R.cls && O.topk > 0)
-		usage_error("--top-k: '%s' is a regression model", O.model);
+		cli_job_usage_error("--top-k: '%s' is a regression model", O.model);
 	if (O.classes && !R.cls)
-		usage_error("--classes: '%s' is a regression model", O.model);
+		cli_job_usage_error("--classes: '%s' is a regression model", O.model);
 	if (R.cls)
 		load_classes(k, R.run.classes);
 	if (!(R.ev = dp_eval_new_for(R.m, topk, &e)))
@@ -997,7 +923,7 @@ static void make_metrics(void)
 	for (size_t i = 0; i < O.ngates; i++) {
 		double v;
 		if (dp_eval_metric(&stub, O.gates[i].metric, (const char *const *)NAMES, &v, &e) < 0)
-			usage_error("--require %s: %s", O.gate_text[i], e.msg);
+			cli_job_usage_error("--require %s: %s", O.gate_text[i], e.msg);
 	}
 	free(c);
 	free(oo);
@@ -1050,9 +976,9 @@ static void open_data(void)
 			O.model, dp_model_in_size(R.m));
 	o.hwc = R.hwc;
 	o.image = R.img;
-	o.decode_threads = O.decode_threads;
-	o.skip_corrupt = O.skip_corrupt;
-	o.rec.max_record = O.max_record;
+	o.decode_threads = O.in.decode_threads;
+	o.skip_corrupt = O.in.skip_corrupt;
+	o.rec.max_record = O.in.max_record;
 	o.on_skip = skip_warn;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);
@@ -1251,7 +1177,7 @@ static void many_load(void)
 			cli_die_err(CLI_FAIL, &e);
 		char *t = reading();
 		if (i && strcmp(t, first))
-			usage_error("%s reads its records otherwise than %s (%s; not %s): one pass "
+			cli_job_usage_error("%s reads its records otherwise than %s (%s; not %s): one pass "
 				    "cannot serve both; evaluate them apart", O.model, O.models[0], t, first);
 		if (i)
 			free(t);
@@ -1311,7 +1237,7 @@ static void many_best(void)
 	dp_err e;
 	for (size_t i = 0; i < MM.n; i++) {
 		if (dp_eval_metric(&MM.rep[i], metric, (const char *const *)NAMES, &MM.value[i], &e) < 0)
-			usage_error("--best %s: %s", O.best, e.msg);
+			cli_job_usage_error("--best %s: %s", O.best, e.msg);
 		double v = MM.value[i], b = MM.value[MM.best];
 		if (i && !isnan(v) && (isnan(b) || (dir > 0 ? v > b : v < b)))
 			MM.best = i; /* the first of equals */
@@ -1452,10 +1378,10 @@ int main(int argc, char **argv)
 	parse_args(argc, argv);
 	if (O.check) {
 		if (O.nmodels || O.ndata || O.data_cmd || O.json || O.pred)
-			usage_error("--check reads a metrics JSON: no --model, --data, --json or "
+			cli_job_usage_error("--check reads a metrics JSON: no --model, --data, --json or "
 				    "--predictions with it");
 		if (!O.ngates)
-			usage_error("--check needs at least one --require gate");
+			cli_job_usage_error("--check needs at least one --require gate");
 		return check_mode();
 	}
 	check_args();

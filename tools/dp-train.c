@@ -1064,33 +1064,18 @@ static void average_buffers(void)
 		cli_die("batchnorm statistics: %s", e.msg);
 }
 
-/* A pattern option's value (none: ""), for the settings and metadata. */
-static const char *opt_text(const char *v) { return v && *v ? v : ""; }
-
-
-/* A checkpoint: called by every rank at the same step; rank 0 writes. */
 /* The class names the training records gave (image/class/text), once
  * every class was met under one name: into the checkpoints from then on. */
 static void records_classes(void)
 {
-	const char *const *names;
-	size_t k = TD && !C.classes ? dp_data_class_names(TD, &names) : 0;
-	if (!k)
-		return;
-	size_t n;
-	char **back;
-	dp_err e;
-	char *json = dp_classes_json(names, k);
-	if (json && dp_classes_from_json(json, &n, &back, &e) == 0) { /* distinct */
-		free(back);
+	char *json = C.classes ? NULL : dp_run_data_classes(TD);
+	if (json)
 		C.classes = json;
-		return;
-	}
-	free(json);
 }
 
 static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
 
+/* A checkpoint: called by every rank at the same step; rank 0 writes. */
 static void save(const char *tmpl, const dp_train_state *ts)
 {
 	average_buffers();
@@ -1105,15 +1090,9 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	dp_err e;
 	/* every rank's position in the epoch: a batch with a skipped image
 	 * took more records than its size, so batches do not tell it */
-	uint64_t *pos = cli_calloc((size_t)SIZE, sizeof *pos);
-	if (dp_comm_allgather(COMM, &data_pos, pos, sizeof data_pos, &e) < 0)
-		cli_die("checkpoint: %s", e.msg);
-	for (int r = 0; r < REPS; r++) /* a replica's first stage reads */
-		pos[r] = pos[r * (SIZE / REPS)];
-	char *posb = dp_run_epoch_records_text(pos, ts->epoch_step ? REPS : 0);
-	free(pos);
+	char *posb = dp_trainer_epoch_records(TR, COMM, data_pos, ts->epoch_step != 0, &e);
 	if (!posb)
-		cli_die("out of memory");
+		cli_die("checkpoint: %s", e.msg);
 	char *algos = conv_algos_text();
 	char *cst = ctl_on ? dp_control_state_format(&CS, &e) : NULL;
 	if (ctl_on && !cst)
@@ -1228,48 +1207,24 @@ static void skip_warn(void *ctx, const dp_err *e)
 	cli_warn("%s; skipped", e->msg);
 }
 
-/* --decode image, --layout, --decode-threads, --skip-corrupt. */
-static void input_opts(dp_data_opts *o, const dp_shape *in, int train)
-{
-	o->shape[0] = (size_t)in->c;
-	o->shape[1] = (size_t)in->h;
-	o->shape[2] = (size_t)in->w;
-	if ((C.decode == DP_DECODE_IMAGE || C.hwc) && in->rank == 1)
-		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
-			    C.hwc ? "--layout hwc" : "--decode image");
-	if (train && in->rank == 3 && in->c > 4 && in->w <= 4)
-		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
-		     "is --input-shape %dx%dx%d --layout hwc", in->c, in->h, in->w, in->c, in->h,
-		     in->w, in->w, in->c, in->h);
-	o->hwc = C.hwc;
-	if (train)
-		o->image = C.img;
-	else
-		dp_image_tf_eval(&C.img, &o->image);
-	o->decode_threads = O.decode_threads;
-	o->skip_corrupt = O.skip_corrupt;
-	o->rec.max_record = O.max_record;
-	o->on_skip = skip_warn;
-}
-
+/* The training (train) or validation data: the run's settings
+ * (dp_run_data_opts), its sources and the options of the input. */
 static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, int train)
 {
 	dp_data_opts o = {0};
+	if ((C.decode == DP_DECODE_IMAGE || C.hwc) && R.in.rank == 1)
+		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
+			    C.hwc ? "--layout hwc" : "--decode image");
+	if (train && R.in.rank == 3 && R.in.c > 4 && R.in.w <= 4)
+		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
+		     "is --input-shape %dx%dx%d --layout hwc", R.in.c, R.in.h, R.in.w, R.in.c, R.in.h,
+		     R.in.w, R.in.w, R.in.c, R.in.h);
+	dp_run_data_opts(&C, M, &R.in, train, &o);
 	o.inputs = paths;
 	o.ninputs = n;
 	o.cmd = cmd;
-	o.feature = C.feature;
-	o.label = C.label;
-	o.decode = C.decode;
-	o.scale = C.scale;
-	o.in_size = dp_model_in_size(M);
-	o.label_kind = dp_model_loss_kind(M) == DP_LOSS_XENT ? DP_LABEL_CLASS : DP_LABEL_VECTOR;
-	o.nclass = o.label_size = dp_model_out_size(M);
-	o.batch = C.batch;
 	/* with several ranks a short global batch is dropped by all (main) */
 	o.drop_last = train && REPS == 1 ? C.drop_last : 0;
-	o.shuffle = train ? C.shuffle : 0;
-	o.seed = C.seed;
 	/* a stream read in a single epoch needs no cache (nor counted first) */
 	o.cache = train && C.epochs <= 1 && !C.warmup_epochs && !O.given[O_CACHE] ? DP_CACHE_NONE
 										   : O.cache;
@@ -1288,11 +1243,10 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
-	/* images name their class (image/class/text): the names travel in the
-	 * checkpoint unless --classes gave them */
-	if (train && R.xent && C.decode == DP_DECODE_IMAGE && !C.classes)
-		o.class_text = "image/class/text";
-	input_opts(&o, &R.in, train);
+	o.decode_threads = O.decode_threads;
+	o.skip_corrupt = O.skip_corrupt;
+	o.rec.max_record = O.max_record;
+	o.on_skip = skip_warn;
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
 	if (!d)
@@ -1319,32 +1273,12 @@ static void stall_report(void *ctx, const char *msg)
 static dp_st *open_ckpt(const char *path)
 {
 	dp_err e = {0};
-	dp_st *ck;
-	if (SIZE == 1) {
-		if (!(ck = dp_st_open(path, &e)))
-			cli_die_err(CLI_FAIL, &e);
-		return ck;
-	}
-	size_t n = 0;
-	uint64_t len = UINT64_MAX; /* rank 0 could not read it */
-	char *buf = NULL;
-	ck = RANK == 0 ? dp_st_open(path, &e) : NULL;
-	if (ck)
-		buf = (char *)dp_st_bytes(ck, &n), len = n;
-	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
-		cli_die("%s: %s", path, e.msg);
-	if (len == UINT64_MAX)
+	int alike;
+	dp_st *ck = dp_job_st_open(COMM, path, &alike, &e);
+	if (!ck && alike)
 		die_all(1, "%s", e.msg);
-	if (RANK != 0 && !(buf = malloc(len ? len : 1)))
-		cli_die("%s: out of memory", path);
-	if (dp_comm_bcast_host(COMM, buf, len, 0, &e) < 0)
-		cli_die("%s: %s", path, e.msg);
-	if (RANK != 0) {
-		ck = dp_st_open_mem(buf, len, strcmp(path, "-") ? path : "stdin", &e);
-		free(buf);
-	}
 	if (!ck)
-		die_all(1, "%s", e.msg);
+		cli_die("%s", e.msg);
 	return ck;
 }
 
@@ -1353,97 +1287,26 @@ static dp_st *open_ckpt(const char *path)
  * options (mpirun's MPMD syntax, another dp-train on one host) or builds
  * are told apart before they train out of step.  dp-train(1) lists the
  * options (tests/dp-train-mpi-settings.t tries each). */
-static char *settings_text(const dp_optim_conf *oc)
+static char *settings_text(void)
 {
-	char *t = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&t, &len);
-	if (!f)
-		cli_die("out of memory");
-	char a[40], b[40], c[40], d[40], g[40], h[40], k[40], l[40], sc[40], cn[40];
-	/* first: the stages decide which ranks are replicas (the data's split) */
-	fprintf(f, "pipeline_stages=%d\nmicro_batches=%" PRIu64 "\npipeline_schedule=%s\n", O.stages,
-		O.micro, dp_pipe_schedule_name(O.psched));
-	fprintf(f,
-		"build=%s\nbackend=%s\nmpi=%s\nresume=%d\ninit=%d\nsummary=%d\nscale=%s\n"
-		"model=%s\ninput_shape=%s\nloss=%s\nbatch_size=%" PRIu64
-		"\nepochs=%" PRIu64 "\nmax_steps=%" PRIu64 "\noptimizer=%s\nlr=%s\nmomentum=%s\n"
-		"dampening=%s\nnesterov=%d\nbetas=%s,%s\neps=%s\nweight_decay=%s\nlr_schedule=%s\n"
-		"warmup=%" PRIu64 "\nwarmup_epochs=%s\nscale_lr=%d\nseed=%" PRIu64
-		"\nshuffle_buffer=%" PRIu64 "\nlast_batch=%s\nuneven=%s\nprecision=%s\n"
-		"train=%s\nval=%s\nfeature=%s\nlabel=%s\ndecode_raw=%s\nlog_every=%" PRIu64
-		"\ncheckpoint_every=%" PRIu64 "%s\ncheckpoint=%d\noutput=%d\noverlap=%d\nbucket_size=%" PRIu64
-		"\ntimeline=%s\naccumulate=%" PRIu64 "\nclip_norm=%s\ngrad_dtype=%s\nallreduce=%s\n",
-		dp_build(), dp_backend_default()->name, dp_comm_library(COMM), !!O.resume, !!O.init,
-		O.summary, dp_fmt_double(C.scale, sc, sizeof sc), C.model ? C.model : "(none)",
-		C.input_shape ? C.input_shape : "(none)", dp_loss_name(C.loss),
-		C.batch, C.epochs, O.max_steps, dp_optim_name(oc->kind),
-		dp_fmt_double(C.lr, a, sizeof a), dp_fmt_double(oc->momentum, b, sizeof b),
-		dp_fmt_double(oc->dampening, c, sizeof c), oc->nesterov,
-		dp_fmt_double(oc->beta1, d, sizeof d), dp_fmt_double(oc->beta2, g, sizeof g),
-		dp_fmt_double(oc->eps, h, sizeof h), dp_fmt_double(oc->weight_decay, k, sizeof k),
-		C.schedule, C.warmup, dp_fmt_double(C.warmup_epochs, l, sizeof l), C.scale_lr,
-		C.seed, C.shuffle, C.drop_last ? "drop" : "keep", O.uneven_drop ? "drop" : "join",
-		dp_precision_name(C.precision),
-		shared(O.train, O.ntrain, O.train_cmd) ? "shared" : "per-rank",
-		!O.nval && !O.val_cmd ? "none"
-		: shared(O.val, O.nval, O.val_cmd) ? "shared"
-						    : "per-rank",
-		C.feature, C.label, dp_decode_name(C.decode), O.log_every, O.ckpt_every,
-		O.ckpt_epochs ? "e" : "", O.ckpt != NULL, O.output != NULL, O.overlap, O.bucket,
-		!O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered", C.accumulate,
-		dp_fmt_double(C.clip_norm, cn, sizeof cn), dp_comm_wire_name(O.wire),
-		dp_comm_algo_name(O.algo));
-	fprintf(f, "reset=%s\nfreeze=%s\nlr_mult=%s\nno_decay=%s\nlabel_smoothing=%s\n",
-		opt_text(O.reset), opt_text(C.freeze), opt_text(C.lr_mult),
-		opt_text(C.no_decay), dp_fmt_double(C.smooth, a, sizeof a));
-	char imgb[512];
-	dp_image_spec(&C.img, imgb, sizeof imgb);
-	fprintf(f, "classes=%d\nimage=%s\nlayout=%s\nsync_bn=%d\n", O.classes, C.decode == DP_DECODE_IMAGE ? imgb : "",
-		C.hwc ? "hwc" : "chw", C.sync_bn);
-	/* what decides collectives (the skip counts' allreduce) and the ramp */
-	fprintf(f, "monitor=%s\nmonitor_mode=%s\nearly_stopping=%s\nreduce_lr_on_plateau=%s\nsave_best=%d\n",
-		opt_text(C.monitor), opt_text(C.monitor_mode), opt_text(C.early_stop), opt_text(C.plateau),
-		O.save_best != NULL);
-	fprintf(f, "skip_corrupt=%d\nmax_skipped=%s\nsteps_per_epoch=%" PRIu64 "\n", O.skip_corrupt,
-		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT, C.steps_per_epoch);
-	if (fclose(f) != 0)
+	dp_job_settings j = {
+		.stages = O.stages, .micro = O.micro, .schedule = O.psched, .resume = !!O.resume,
+		.init = !!O.init, .summary = O.summary, .max_steps = O.max_steps,
+		.uneven_drop = O.uneven_drop,
+		.train = shared(O.train, O.ntrain, O.train_cmd) ? "shared" : "per-rank",
+		.val = !O.nval && !O.val_cmd ? "none" : shared(O.val, O.nval, O.val_cmd) ? "shared"
+											   : "per-rank",
+		.log_every = O.log_every, .ckpt_every = O.ckpt_every, .ckpt_epochs = O.ckpt_epochs,
+		.ckpt = O.ckpt != NULL, .output = O.output != NULL, .overlap = O.overlap,
+		.bucket = O.bucket,
+		.timeline = !O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered",
+		.wire = O.wire, .algo = O.algo, .reset = O.reset, .classes = O.classes,
+		.save_best = O.save_best != NULL, .skip_corrupt = O.skip_corrupt,
+		.max_skipped = O.max_skipped};
+	char *t = dp_job_settings_text(&C, &j, COMM);
+	if (!t)
 		cli_die("out of memory");
 	return t;
-}
-
-/* Steps in an epoch, when the ramp of --warmup-epochs needs it: every
- * rank reads its data once without decoding it (dp_data skips), and the
- * ranks agree as the training loop does. */
-static uint64_t count_steps(dp_data *td)
-{
-	dp_err e;
-	uint64_t mine = 0;
-	if (td) { /* a pipeline's later stages read nothing */
-		if (dp_data_epoch(td, 0, UINT64_MAX / 2, &e) < 0)
-			cli_die("train: %s", e.msg);
-		const dp_batch *b;
-		int rc;
-		while ((rc = dp_data_next(td, &b, &e)) == 1)
-			;
-		if (rc < 0)
-			cli_die("train: %s", e.msg);
-		dp_data_stats st;
-		dp_data_stats_get(td, &st);
-		uint64_t own = st.records - st.not_in_shard, bs = C.batch;
-		mine = C.drop_last ? own / bs : (own + bs - 1) / bs;
-	}
-	uint64_t *all = calloc((size_t)SIZE, sizeof *all);
-	if (!all)
-		cli_die("out of memory");
-	if (dp_comm_allgather(COMM, &mine, all, sizeof mine, &e) < 0)
-		cli_die("train: %s", e.msg);
-	uint64_t steps = all[0];
-	int use_min = C.drop_last || O.uneven_drop;
-	for (int r = SIZE / REPS; r < SIZE; r += SIZE / REPS)
-		steps = use_min ? (all[r] < steps ? all[r] : steps) : (all[r] > steps ? all[r] : steps);
-	free(all);
-	return C.drop_last ? steps / C.accumulate : (steps + C.accumulate - 1) / C.accumulate;
 }
 
 /* The learning rate of update `step`: the schedule over --lr (times the
@@ -1464,11 +1327,10 @@ static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_
 /* At the end: every rank must hold what rank 0 holds. */
 static void check_same_state(uint64_t step)
 {
-	uint64_t h, *all = cli_calloc((size_t)SIZE, sizeof *all);
+	uint64_t h;
+	char *diff;
 	dp_err e;
-	if (dp_trainer_state_hash(TR, &h, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	if (dp_comm_allgather(COMM, &h, all, sizeof h, &e) < 0)
+	if (dp_trainer_check_same(TR, COMM, &h, &diff, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
 	char hb[24], qb[24], sb[24];
 	snprintf(hb, sizeof hb, "%016" PRIx64, h);
@@ -1476,19 +1338,9 @@ static void check_same_state(uint64_t step)
 	snprintf(sb, sizeof sb, "%" PRIu64, step);
 	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
 	log_line(keys, vals, 2, 1);
-	int bad = 0;
-	for (int r = 1; r < SIZE; r++) {
-		int r0 = dp_trainer_same_as(TR, r); /* a pipeline: r's stage's first replica */
-		if (all[r] != all[r0]) {
-			if (RANK == 0)
-				fprintf(stderr, "%s: rank %d: weights or optimizer state differ from rank %d's "
-					"(hash %016" PRIx64 ", not %016" PRIx64 ")\n",
-					cli.prog, r, r0, all[r], all[r0]);
-			bad = 1;
-		}
-	}
-	free(all);
-	if (bad)
+	for (char *l = diff, *nl; RANK == 0 && l && (nl = strchr(l, '\n')); l = nl + 1)
+		fprintf(stderr, "%s: %.*s\n", cli.prog, (int)(nl - l), l);
+	if (diff)
 		die_all(1, "the ranks ended out of step: a bug; please report it");
 	if (O.stages > 1 && REPS > 1)
 		note("each stage's %d replicas hold the same weights and optimizer state", REPS);
@@ -1613,7 +1465,7 @@ static void start_from_checkpoint(void)
 static void check_same_settings(void)
 {
 	dp_err e;
-	char *stext = settings_text(&C.opt);
+	char *stext = settings_text();
 	if (dp_comm_check_same(COMM, stext, &e) < 0)
 		die_all(2, "%s", e.msg);
 	free(stext);
@@ -1739,29 +1591,8 @@ static void check_ckpt_model(void)
 	dp_err e;
 	if (!R.ck || (O.init && (O.reset || !dp_st_meta(R.ck, "model"))))
 		return; /* a state_dict, or a new head: dp_ckpt_load_init checks tensor by tensor */
-	dp_model *cm = dp_ckpt_model(R.ck, &e);
-	if (!cm)
+	if (dp_run_check_model(R.ck, M, &e) < 0)
 		die_all(1, "%s", e.msg);
-	char why[1024] = "";
-	if (!dp_model_same(cm, M)) { /* say what differs: the layers, or the loss */
-		char a[64], b[64];
-		dp_shape ci = dp_model_input(cm);
-		int lc = dp_model_loss_kind(cm), lm = dp_model_loss_kind(M);
-		dp_shape_format(&ci, a, sizeof a);
-		dp_shape_format(&R.in, b, sizeof b);
-		if (lc != lm && !strcmp(dp_model_spec(cm), dp_model_spec(M)) && !strcmp(a, b))
-			snprintf(why, sizeof why,
-				 "a checkpoint of model '%s' over %s trained with --loss %s, not %s "
-				 "(give --loss %s)",
-				 dp_model_spec(cm), a, dp_loss_name(lc), dp_loss_name(lm),
-				 dp_loss_name(lc));
-		else
-			snprintf(why, sizeof why, "a checkpoint of model '%s' over %s, not '%s' over %s",
-				 dp_model_spec(cm), a, dp_model_spec(M), b);
-	}
-	dp_model_free(cm); /* before any exit: cm is this function's alone */
-	if (why[0])
-		die_all(1, "%s: %s", dp_st_name(R.ck), why);
 }
 
 /* Under mpirun a stream read by several ranks would be torn between them. */
@@ -2019,21 +1850,8 @@ static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.c
 static void conv_algos_agree(void)
 {
 	dp_err e;
-	if (SIZE == 1 || !R.be->conv_algos || !R.be->conv_algos_take)
-		return;
-	char *t = RANK == 0 ? conv_algos_text() : NULL;
-	uint64_t len = t ? strlen(t) + 1 : 0;
-	if (dp_comm_bcast_host(COMM, &len, sizeof len, 0, &e) < 0)
+	if (dp_job_conv_algos_agree(COMM, R.be, R.ctx, &e) < 0)
 		cli_die_err(CLI_FAIL, &e);
-	if (!len)
-		return;
-	if (RANK != 0)
-		t = cli_calloc(len, 1);
-	if (dp_comm_bcast_host(COMM, t, len, 0, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	if (RANK != 0)
-		R.be->conv_algos_take(R.ctx, t);
-	free(t);
 }
 
 /* The model on the backend, the optimizer, the weights (the
@@ -2149,7 +1967,9 @@ static void setup_data(void)
 			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
 				    "known before it is read, and counting them would run the command "
 				    "of epoch 1 twice: give --steps-per-epoch N");
-		uint64_t spe = C.steps_per_epoch ? C.steps_per_epoch : count_steps(TD);
+		uint64_t spe = C.steps_per_epoch;
+		if (!spe && dp_trainer_count_steps(TR, COMM, TD, &C, O.uneven_drop, &spe, &e) < 0)
+			cli_die("train: %s", e.msg);
 		C.steps_per_epoch = spe;
 		R.ramp = (uint64_t)ceil(C.warmup_epochs * (double)spe);
 		note("--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", C.warmup_epochs,
@@ -2345,22 +2165,7 @@ static int train_epoch(uint64_t epoch)
 static void check_monitor(void)
 {
 	dp_err e;
-	dp_eval *ev = dp_eval_new_for(M, 0, &e);
-	size_t k = dp_model_out_size(M);
-	float *out = cli_calloc(k, sizeof *out);
-	int32_t label = 0;
-	dp_eval_report r;
-	double v;
-	int rc = !ev ? -1
-		 : R.xent ? dp_eval_add_class(ev, out, &label, 1, NULL, NULL, NULL, &e)
-			  : dp_eval_add_regression(ev, out, out, 1, NULL, &e);
-	if (rc == 0)
-		rc = dp_eval_report_get(ev, &r, &e);
-	if (rc == 0)
-		rc = dp_eval_metric(&r, CTL.monitor + 4, NULL, &v, &e);
-	dp_eval_free(ev);
-	free(out);
-	if (rc < 0)
+	if (dp_control_check_monitor(&CTL, M, &e) < 0)
 		bad_setting(C.from[DP_RUN_MONITOR], "--monitor %s: %s", CTL.monitor, e.msg);
 }
 
@@ -2417,22 +2222,6 @@ static void control_line(uint64_t epoch, const char *event, const char *const *k
 	log_line(keys, vals, 3 + n, 0);
 }
 
-/* Every rank decided the same (a collective): a difference is a bug. */
-static void control_agree(const dp_control_result *r)
-{
-	double f[3] = {r->stop, r->reduced, r->improved};
-	dp_err e;
-	if (SIZE == 1)
-		return;
-	if (dp_comm_allreduce_sum(COMM, f, 3, &e) < 0)
-		cli_die("training control: %s", e.msg);
-	for (int i = 0; i < 3; i++)
-		if (f[i] != 0 && f[i] != SIZE)
-			die_all(1, "training control: %.0f of %d ranks decided to %s: the ranks are out of "
-				"step (a bug; please report it)", f[i], SIZE,
-				i == 0 ? "stop" : i == 1 ? "lower the rate" : "save the best");
-}
-
 static void control_epoch(uint64_t epoch)
 {
 	if (!ctl_on)
@@ -2444,7 +2233,11 @@ static void control_epoch(uint64_t epoch)
 		die_all(2, "--monitor %s: %s", CTL.monitor, e.msg);
 	dp_control_result r;
 	dp_control_epoch(&CTL, &CS, epoch, v, &r);
-	control_agree(&r);
+	int rc = dp_control_agree(COMM, &r, &e);
+	if (rc < 0 && e.code == DP_EDATA)
+		die_all(1, "%s", e.msg);
+	if (rc < 0)
+		cli_die("training control: %s", e.msg);
 	char vb[32], b1[32], b2[32];
 	snprintf(vb, sizeof vb, "%.6g", v);
 	if (r.improved) {
@@ -2587,23 +2380,11 @@ static void after_epoch(uint64_t epoch)
 /* How the gradients' allreduce went, over the steps of the run. */
 static void comm_report(void)
 {
-	dp_comm_stats cs;
-	dp_comm_stats_get(COMM, &cs);
-	if (!R.iters || !cs.steps)
-		return;
-	double it = R.iter_time / (double)R.iters, steps = (double)cs.steps;
-	note("communication: %.1f allreduce call%s a step (%.2f MiB), in flight %.2f ms = %.1f%% of "
-	     "a %.2f ms step, %.2f ms (%.1f%%) of it not hidden by the backward pass",
-	     (double)cs.calls / steps, cs.calls == cs.steps ? "" : "s",
-	     (double)cs.bytes / steps / 1048576.0, 1e3 * cs.busy_time / steps,
-	     100 * cs.busy_time / steps / it, 1e3 * it, 1e3 * cs.wait_time / steps,
-	     100 * cs.wait_time / steps / it);
-	if (SIZE > 1)
-		note("communication: %.2f MiB sent a step by rank %d (%s wire, %s allreduce), %.2f MiB of "
-		     "it to another host; %d host%s",
-		     (double)cs.wire_bytes / steps / 1048576.0, RANK, dp_comm_wire_name(O.wire),
-		     dp_comm_algo_name(O.algo), (double)cs.cross_bytes / steps / 1048576.0, cs.hosts,
-		     cs.hosts == 1 ? "" : "s");
+	for (int part = 0; part < 2 && R.iters; part++) {
+		char *t = dp_train_comm_note(COMM, R.iter_time / (double)R.iters, O.wire, O.algo, part);
+		if (t)
+			note_text(t);
+	}
 }
 
 /* The final checkpoint, the ranks checked against each other, the

@@ -367,3 +367,25 @@ int dp_control_state_parse(dp_control_state *s, const char *text, dp_err *e)
 	*s = t;
 	return DP_OK;
 }
+
+int dp_control_check_monitor(const dp_control_conf *c, const dp_model *m, dp_err *e)
+{
+	dp_eval *ev = dp_eval_new_for(m, 0, e);
+	size_t k = dp_model_out_size(m);
+	float *out = calloc(k ? k : 1, sizeof *out);
+	int32_t label = 0;
+	dp_eval_report r;
+	double v;
+	int rc = !ev ? -1
+		 : !out ? dp_seterr(e, DP_ENOMEM, "out of memory")
+		 : dp_model_loss_kind(m) == DP_LOSS_XENT
+		     ? dp_eval_add_class(ev, out, &label, 1, NULL, NULL, NULL, e)
+		     : dp_eval_add_regression(ev, out, out, 1, NULL, e);
+	if (rc == 0)
+		rc = dp_eval_report_get(ev, &r, e);
+	if (rc == 0)
+		rc = dp_eval_metric(&r, c->monitor + 4, NULL, &v, e);
+	dp_eval_free(ev);
+	free(out);
+	return rc < 0 ? -1 : 0;
+}

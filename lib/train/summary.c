@@ -2,8 +2,8 @@
  * summary.c - a run in words (dp_train.h, "the run in words"): what
  * dp-train --summary prints (the layers, the memory at a batch, the
  * convolutions' algorithms, a pipeline's cut into stages) and the notes
- * of a run about the memory it takes and its pipeline, with the check of
- * --memory-limit.  Each is text for the caller to print (malloc'd, NULL
+ * of a run about the memory it takes, its pipeline and its allreduce
+ * calls, with the check of --memory-limit.  Each is text for the caller to print (malloc'd, NULL
  * when out of memory): the library prints nothing.
  *
  * The figures are the model's own (dp_model_memory, dp_model_plan,
@@ -11,7 +11,7 @@
  * stages are estimates (multiply-adds a sample), not timings.
  */
 #define _GNU_SOURCE
-#include "dp_train.h"
+#include "train_impl.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -249,13 +249,9 @@ int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **text, dp_er
 		return 0;
 	int size = dp_comm_size(c);
 	double mine = st.step_time > 0 ? 1 - st.busy_time / st.step_time : -1;
-	double *all = calloc((size_t)size, sizeof *all);
+	double *all = train_allgather(c, &mine, sizeof mine, e);
 	if (!all)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	if (dp_comm_allgather(c, &mine, all, sizeof mine, e) < 0) {
-		free(all);
 		return -1;
-	}
 	dp_buf b = DP_BUF_INIT, s = DP_BUF_INIT;
 	double sum = 0;
 	int n = 0;
@@ -282,4 +278,30 @@ int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **text, dp_er
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	dp_buf_free(&b);
 	return 0;
+}
+
+char *dp_train_comm_note(dp_comm *c, double step_s, int wire, int algo, int part)
+{
+	dp_comm_stats cs;
+	dp_comm_stats_get(c, &cs);
+	if (!cs.steps || step_s <= 0 || (part == 1 && dp_comm_size(c) == 1))
+		return NULL;
+	double steps = (double)cs.steps;
+	dp_buf b = DP_BUF_INIT;
+	if (part == 0)
+		dp_buf_printf(&b, "communication: %.1f allreduce call%s a step (%.2f MiB), in flight "
+			      "%.2f ms = %.1f%% of a %.2f ms step, %.2f ms (%.1f%%) of it not hidden by "
+			      "the backward pass",
+			      (double)cs.calls / steps, cs.calls == cs.steps ? "" : "s",
+			      (double)cs.bytes / steps / 1048576.0, 1e3 * cs.busy_time / steps,
+			      100 * cs.busy_time / steps / step_s, 1e3 * step_s,
+			      1e3 * cs.wait_time / steps, 100 * cs.wait_time / steps / step_s);
+	else
+		dp_buf_printf(&b, "communication: %.2f MiB sent a step by rank %d (%s wire, %s "
+			      "allreduce), %.2f MiB of it to another host; %d host%s",
+			      (double)cs.wire_bytes / steps / 1048576.0, dp_comm_rank(c),
+			      dp_comm_wire_name(wire), dp_comm_algo_name(algo),
+			      (double)cs.cross_bytes / steps / 1048576.0, cs.hosts,
+			      cs.hosts == 1 ? "" : "s");
+	return dp_buf_take(&b);
 }

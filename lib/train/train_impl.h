@@ -1,7 +1,9 @@
 /*
  * train_impl.h - private to the trainer's files (lib/train/, dp_train.h): the
  * trainer's state, which step.c (a data-parallel step) and pipeline.c (a
- * pipeline's step over stages of the model) share.  Not installed.
+ * pipeline's step over stages of the model) share, and the job's
+ * allgather the run's glue (agree.c, data.c, summary.c) shares.  Not
+ * installed.
  */
 #ifndef DP_TRAIN_IMPL_H
 #define DP_TRAIN_IMPL_H
@@ -66,5 +68,10 @@ int pipe_agree(dp_trainer *t, dp_step *s, dp_err *e);
 int pipe_eval(dp_trainer *t, dp_eval *ev, dp_data *d, dp_err *e);
 int pipe_save(dp_trainer *t, const char *path, const dp_train_state *ts, const char *const *meta,
 	      dp_err *e);
+
+/* ---- agree.c ---- */
+/* Every rank's n bytes at mine, in rank order (dp_comm_allgather), in a
+ * malloc'd array; NULL with e set.  A collective. */
+void *train_allgather(dp_comm *c, const void *mine, size_t n, dp_err *e);
 
 #endif

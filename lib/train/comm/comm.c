@@ -1,7 +1,7 @@
 /*
  * comm.c - dp_comm (dp_comm.h): the job of one process, the gradient
  * buckets, staging through host memory, the settings check and the
- * timeline.  Every call into MPI is in mpi.c.
+ * timeline.  Every call into MPI is in the mpi*.c files.
  *
  * In a job of one every collective leaves its buffer as it is: that path
  * is the reference for what each call must leave behind.

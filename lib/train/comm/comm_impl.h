@@ -3,14 +3,18 @@
  * calls of the MPI side (mpi.c) and the NCCL side (nccl.c).  Not installed.
  *
  * comm.c holds the public API (dp_comm.h), the single-process job, the
- * gradient buckets and the timeline; mpi.c every call into MPI, so a
- * program that never opens a dp_comm links no MPI code from libdp.a.
+ * gradient buckets and the timeline; the mpi*.c files every call into MPI
+ * (mpi.c opening, closing and the blocking collectives, mpi_wait.c the
+ * polled waits and the stall inspector, mpi_p2p.c point-to-point
+ * messages, mpi_grads.c the gradient sums), so a program that never
+ * opens a dp_comm links no MPI code from libdp.a.
  */
 #ifndef DP_COMM_IMPL_H
 #define DP_COMM_IMPL_H
 
 #include "dp_comm.h"
 
+#include <mpi.h>
 #include <pthread.h>
 
 typedef struct comm_event {
@@ -54,7 +58,7 @@ struct dp_comm {
 /* Reports (stall warnings) through conf.report. */
 #define comm_report(c, ...) dp_msgf((c)->conf.report, (c)->conf.report_ctx, __VA_ARGS__)
 
-/* ---- mpi.c ---- */
+/* ---- mpi*.c: what comm.c calls ---- */
 enum { COMM_F32 = 1, COMM_F64 = 2, COMM_BYTE = 3 };
 
 /* MPI_Init_thread; sets c->rank, c->size, c->desc, c->lib. */
@@ -78,7 +82,8 @@ int comm_mpi_gather(dp_comm *c, const void *mine, size_t len, char **all, size_t
 int comm_mpi_split(dp_comm *parent, dp_comm *c, int color, int key, dp_err *e);
 /* Point to point: send takes copy (malloc'd, bytes long: freed once
  * sent, or on failure); recv waits for exactly bytes (polled); send_wait
- * waits for every send to be done. */
+ * waits for every send to be done (e NULL, closing: frees those that are
+ * done and leaves the rest). */
 int comm_mpi_send(dp_comm *c, void *copy, size_t bytes, int to, int tag, dp_err *e);
 int comm_mpi_recv(dp_comm *c, void *buf, size_t bytes, int from, int tag, const char *what,
 		  dp_err *e);
@@ -90,6 +95,65 @@ int comm_mpi_grads_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *
 int comm_mpi_grads_drain(dp_comm *c, dp_err *e);
 /* 1 while the communication thread has work of this step. */
 int comm_mpi_grads_busy(dp_comm *c);
+
+/* ---- the mpi*.c files' own ---- */
+
+typedef struct comm_job {
+	float *buf;
+	size_t lo, hi;
+} comm_job;
+
+struct comm_mpi {
+	MPI_Comm world; /* our collectives */
+	MPI_Comm ctl;   /* stall announcements */
+	MPI_Comm p2p;   /* point-to-point messages (dp_comm_send, dp_comm_recv) */
+	int child;      /* a group of another dp_comm's job (dp_comm_split): no MPI_Finalize */
+	/* sends not known to be done: their bytes, copied out */
+	MPI_Request *sreq;
+	void **sbuf;
+	size_t ns, scap;
+	int thread_ok;  /* MPI gave MPI_THREAD_SERIALIZED or better */
+	uint64_t seq;   /* collectives posted */
+	int64_t *heard; /* per rank: the collective it said it waits in, -1: none */
+	/* the communication thread */
+	int running;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;  /* work for the thread; quit */
+	pthread_cond_t dcv; /* the thread drained */
+	comm_job *q;
+	size_t qn, qcap;    /* jobs of this step */
+	size_t done;        /* jobs summed */
+	int quit;
+	int status;
+	dp_err err;
+	float *tmp; /* the chunk being received (ring_allreduce) */
+	size_t tcap;
+	unsigned char *wire[2]; /* 16-bit messages out and in (ring_allreduce) */
+	size_t wcap[2];
+	MPI_Request *rq; /* a ring step's requests */
+	size_t rqcap;
+	/* hosts, by MPI's shared-memory split: this host's ranks (local), the
+	 * ranks of this local index on every host (cross) */
+	MPI_Comm local, cross;
+	int lrank, lsize, nhosts;
+	int hier_ok; /* several hosts, each with the same number (> 1) of ranks */
+	int *host_of; /* world rank -> host index */
+};
+
+/* e set to "what: MPI: the library's message" (DP_EIO), returned. */
+int comm_mpi_err(int code, const char *what, dp_err *e);
+/* Poll test(arg, e) until it says done (1) or fails (< 0, returned),
+ * backing off and running the stall inspector for the collective seq
+ * (mpi_wait.c). */
+int comm_mpi_poll(dp_comm *c, uint64_t seq, const char *what, int (*test)(void *arg, dp_err *e),
+		  void *arg, dp_err *e);
+/* Complete n requests of the collective seq, polled. */
+int comm_mpi_wait_all(dp_comm *c, MPI_Request *r, int n, uint64_t seq, const char *what, dp_err *e);
+/* Read the stall announcements that have arrived. */
+void comm_mpi_listen(dp_comm *c);
+/* Stop the communication thread, if it runs. */
+void comm_mpi_thread_stop(struct comm_mpi *m);
 
 /* ---- nccl.c (BACKEND=cuda with NCCL; stubs otherwise) ----
  * open: after comm_mpi_open; sets c->nccl when every rank has a GPU of its

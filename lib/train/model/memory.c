@@ -319,6 +319,28 @@ static void kept(const dp_model *m, const int *own, char *keep)
 		keep[own[m->hi - 1]] = 1;
 }
 
+/* Each buffer's last use in a forward pass, training (owners own) or
+ * not (eown): last[owner], a layer's index. */
+static void last_uses(const dp_model *m, const int *own, const int *eown, int *last)
+{
+	for (int i = m->lo; i < m->hi; i++)
+		last[i] = i;
+	for (int i = m->lo; i < m->hi; i++) {
+		const layer *L = &m->l[i];
+		int src[2] = {L->src, L->src2};
+		for (int k = 0; k < 2; k++) {
+			if (src[k] < m->lo)
+				continue;
+			if (own[src[k]] >= 0)
+				last[own[src[k]]] = i;
+			if (eown[src[k]] >= 0)
+				last[eown[src[k]]] = i;
+		}
+		if (own[i] >= 0 && last[own[i]] < i)
+			last[own[i]] = i; /* works in its owner's memory */
+	}
+}
+
 /* The plan for batches of nb: each layer's buffers placed, the bytes of a
  * slot and of the shared scratch. */
 static int plan(dp_model *m, size_t nb, dp_err *e)
@@ -348,23 +370,7 @@ static int plan(dp_model *m, size_t nb, dp_err *e)
 	owners(m, own, 1);
 	owners(m, eown, 0);
 	kept(m, own, keep);
-	/* each buffer's last use in a forward pass, training or not */
-	for (int i = m->lo; i < m->hi; i++)
-		last[i] = i;
-	for (int i = m->lo; i < m->hi; i++) {
-		const layer *L = &m->l[i];
-		int src[2] = {L->src, L->src2};
-		for (int k = 0; k < 2; k++) {
-			if (src[k] < m->lo)
-				continue;
-			if (own[src[k]] >= 0)
-				last[own[src[k]]] = i;
-			if (eown[src[k]] >= 0)
-				last[eown[src[k]]] = i;
-		}
-		if (own[i] >= 0 && last[own[i]] < i)
-			last[own[i]] = i; /* works in its owner's memory */
-	}
+	last_uses(m, own, eown, last);
 	size_t slot = 0;
 	m->xoff = 0;
 	slot += align_up(nb * nn_node_size(m, m->n) * sizeof(float));
@@ -588,6 +594,56 @@ static int check_seg(dp_model *m, int *a, int f, dp_err *e)
 	return DP_OK;
 }
 
+/* The blocks taken as segments, the largest first (a block inside one
+ * taken is part of it): the innermost ones (patterns NULL), or those
+ * patterns name (hit marks the patterns that matched).  taken[i] marks
+ * their layers. */
+static int take_blocks(dp_model *m, const char *patterns, char *taken, unsigned char *hit,
+		       dp_err *e)
+{
+	int *order = malloc(((size_t)m->nblk + 1) * sizeof *order), rc = DP_OK;
+	if (!order)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	for (int b = 0; b < m->nblk; b++)
+		order[b] = b;
+	for (int b = 1; b < m->nblk; b++) /* by span, largest first (insertion: few blocks) */
+		for (int c = b; c > 0; c--) {
+			nn_block *x = &m->blk[order[c - 1]], *y = &m->blk[order[c]];
+			if (x->hi - x->lo >= y->hi - y->lo)
+				break;
+			int t = order[c];
+			order[c] = order[c - 1];
+			order[c - 1] = t;
+		}
+	for (int k = 0; k < m->nblk && rc == DP_OK; k++) {
+		nn_block *B = &m->blk[order[k]];
+		if (taken[B->lo] || !(patterns ? match_any(patterns, B->name, hit) : B->inner))
+			continue;
+		int a = B->lo;
+		for (int i = B->lo; i <= B->hi; i++)
+			taken[i] = 1;
+		if ((rc = check_seg(m, &a, B->hi, e)) == DP_OK && a < B->hi)
+			rc = add_seg(m, a, B->hi, e);
+	}
+	free(order);
+	return rc;
+}
+
+/* A pattern that matched nothing (hit[k] 0 for the k-th): a typo. */
+static int unmatched(const char *patterns, const unsigned char *hit, dp_err *e)
+{
+	for (int k = 0, i = 0;; k++) {
+		const char *end = strchr(patterns + i, ',');
+		size_t len = end ? (size_t)(end - patterns - i) : strlen(patterns + i);
+		if (!hit[k])
+			return dp_seterr(e, DP_EARG, "--recompute: '%.*s' names no layer or block of "
+					 "the model (see --summary)", (int)len, patterns + i);
+		if (!end)
+			return DP_OK;
+		i += (int)len + 1;
+	}
+}
+
 int dp_model_set_recompute(dp_model *m, const char *patterns, dp_err *e)
 {
 	free(m->seg);
@@ -605,35 +661,8 @@ int dp_model_set_recompute(dp_model *m, const char *patterns, dp_err *e)
 		goto out;
 	}
 	int blocks = !*patterns || !strcmp(patterns, "blocks");
-	/* blocks: the innermost ones, or those named, the largest first (a
-	 * block inside one taken is part of it) */
-	int *order = malloc(((size_t)m->nblk + 1) * sizeof *order);
-	if (!order) {
-		rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+	if ((rc = take_blocks(m, blocks ? NULL : patterns, taken, hit, e)) < 0)
 		goto out;
-	}
-	for (int b = 0; b < m->nblk; b++)
-		order[b] = b;
-	for (int b = 1; b < m->nblk; b++) /* by span, largest first (insertion: few blocks) */
-		for (int c = b; c > 0; c--) {
-			nn_block *x = &m->blk[order[c - 1]], *y = &m->blk[order[c]];
-			if (x->hi - x->lo >= y->hi - y->lo)
-				break;
-			int t = order[c];
-			order[c] = order[c - 1];
-			order[c - 1] = t;
-		}
-	for (int k = 0; k < m->nblk && rc == DP_OK; k++) {
-		nn_block *B = &m->blk[order[k]];
-		if (taken[B->lo] || !(blocks ? B->inner : match_any(patterns, B->name, hit)))
-			continue;
-		int a = B->lo;
-		for (int i = B->lo; i <= B->hi; i++)
-			taken[i] = 1;
-		if ((rc = check_seg(m, &a, B->hi, e)) == DP_OK && a < B->hi)
-			rc = add_seg(m, a, B->hi, e);
-	}
-	free(order);
 	/* every innermost block: and the runs of layers between them */
 	for (int i = 0; i < m->n && blocks && m->nseg && rc == DP_OK; i++) {
 		if (taken[i])
@@ -665,18 +694,8 @@ int dp_model_set_recompute(dp_model *m, const char *patterns, dp_err *e)
 				 "to recompute: name its layers (--recompute '[1-6]')");
 		goto out;
 	}
-	for (int k = 0, i = 0; !blocks; k++) { /* a pattern that matched nothing: a typo */
-		const char *end = strchr(patterns + i, ',');
-		size_t len = end ? (size_t)(end - patterns - i) : strlen(patterns + i);
-		if (!hit[k]) {
-			rc = dp_seterr(e, DP_EARG, "--recompute: '%.*s' names no layer or block of "
-				       "the model (see --summary)", (int)len, patterns + i);
-			goto out;
-		}
-		if (!end)
-			break;
-		i += (int)len + 1;
-	}
+	if (!blocks && (rc = unmatched(patterns, hit, e)) < 0)
+		goto out;
 	qsort(m->seg, (size_t)m->nseg, sizeof *m->seg, by_start);
 	rc = nn_plan_memory(m, e);
 out:
