@@ -169,6 +169,11 @@ DP_EXPORT int dp_buf_vprintf(dp_buf *b, const char *fmt, va_list ap);
  * empty.  NULL after a failure. */
 DP_EXPORT char *dp_buf_take(dp_buf *b);
 
+/* One growable array: room in the array *pp (of *cap elements of size
+ * bytes) for at least n, its capacity doubled from 16 until they fit.
+ * DP_OK, or DP_ENOMEM with the array as it was. */
+DP_EXPORT int dp_grow(void *pp, size_t *cap, size_t n, size_t size);
+
 /* Append s[0..n) as a JSON string, quotes included: the one escaper of
  * libdp and the tools.  '"', '\\' and control characters are escaped (\n,
  * \t... or \u00XX); bytes that are not UTF-8 become U+FFFD; with

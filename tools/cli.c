@@ -267,6 +267,34 @@ void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t 
 		cli_usage_error("%s", e.msg);
 }
 
+void cli_bad_value(const char *opt, const char *s, const char *want)
+{
+	cli_usage_error("%s '%s': want %s", opt, s, want);
+}
+
+int cli_word(const char *opt, const char *s, const char *list)
+{
+	size_t n = strlen(s), nw = 0;
+	int i = 0;
+	for (const char *w = list; *w; i++, nw++) {
+		size_t l = strcspn(w, " ");
+		if (l == n && !strncmp(w, s, n))
+			return i;
+		w += l + (w[l] == ' ');
+	}
+	/* "a, b or c" */
+	char want[512];
+	size_t k = 0;
+	i = 0;
+	for (const char *w = list; *w && k < sizeof want; i++) {
+		size_t l = strcspn(w, " ");
+		k += (size_t)snprintf(want + k, sizeof want - k, "%s%.*s",
+				      i == 0 ? "" : (size_t)i + 1 == nw ? " or " : ", ", (int)l, w);
+		w += l + (w[l] == ' ');
+	}
+	cli_bad_value(opt, s, want);
+}
+
 char *cli_expand(const char *tmpl, const char *const *vars)
 {
 	char *x = dp_expand(tmpl, vars);
@@ -364,16 +392,8 @@ char *cli_strdup(const char *s)
 
 void cli_grow(void *pp, size_t *cap, size_t n, size_t size)
 {
-	if (n <= *cap)
-		return;
-	size_t nc = *cap ? *cap : 16;
-	while (nc < n) {
-		if (nc > SIZE_MAX / 2 / size)
-			cli_die("out of memory (%zu elements of %zu bytes)", n, size);
-		nc *= 2;
-	}
-	*(void **)pp = cli_realloc(*(void **)pp, nc * size);
-	*cap = nc;
+	if (dp_grow(pp, cap, n, size) < 0)
+		cli_die("out of memory (%zu elements of %zu bytes)", n, size);
 }
 
 void cli_push(const char ***v, size_t *n, const char *s)

@@ -102,6 +102,15 @@ uint64_t cli_size(const char *opt, const char *s, uint64_t min, uint64_t max);
 void cli_part(const char *opt, const char *s, const char *const *vars, uint64_t *index,
 	      uint64_t *count);
 
+/* A bad value s of option opt, in the one wording of every tool:
+ * "OPT 'S': want WHAT" ("--compress 'lz4': want none, gzip or zlib"), the
+ * usage line, exit 2. */
+void cli_bad_value(const char *opt, const char *s, const char *want) __attribute__((noreturn));
+/* s, the value of option opt, as one of the words of list (separated by
+ * spaces: "logfmt json"): its index there; another value is
+ * cli_bad_value's "want logfmt or json". */
+int cli_word(const char *opt, const char *s, const char *list);
+
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
 

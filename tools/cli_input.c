@@ -26,10 +26,10 @@ int cli_input_option(struct cli_input *in, int c, const char *name, const char *
 	case CLI_IN_LABEL: in->label = arg; break;
 	case CLI_IN_DECODE:
 		in->decode = dp_decode_parse(arg);
-		if (in->decode < 0)
-			cli_job_usage_error("--decode-raw '%s': want uint8, float32, float64, none "
-					    "(or image)",
-					    arg);
+		if (in->decode < 0) {
+			cli_job_says();
+			cli_bad_value("--decode-raw", arg, "uint8, float32, float64, none (or image)");
+		}
 		break;
 	case CLI_IN_SCALE:
 		if (dp_parse_scale("--scale", arg, &in->scale, &e) < 0)

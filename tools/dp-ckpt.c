@@ -182,7 +182,7 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_SHAPE: O.shape = v; break;
 	case OPT_LOSS:
 		if (!(O.loss = dp_loss_parse(v)))
-			cli_usage_error("--loss: want xent or mse");
+			cli_bad_value("--loss", v, "xent or mse");
 		break;
 	case OPT_CLASSES: O.classes = v; break;
 	case 'h':

@@ -239,14 +239,11 @@ static void parse_args(int argc, char **argv)
 		case O_JSON: O.json = optarg; break;
 		case O_CHECK: O.check = optarg; break;
 		case O_PRED: O.pred = optarg; break;
-		case O_PRED_FORMAT:
-			if (!strcmp(optarg, "jsonl") || !strcmp(optarg, "json"))
-				O.pred_format = PF_JSONL;
-			else if (!strcmp(optarg, "tfrecord"))
-				O.pred_format = PF_TFRECORD;
-			else
-				cli_job_usage_error("--predictions-format '%s': want jsonl or tfrecord", optarg);
+		case O_PRED_FORMAT: {
+			static const int pf[] = {PF_JSONL, PF_JSONL, PF_TFRECORD};
+			O.pred_format = pf[cli_word("--predictions-format", optarg, "jsonl json tfrecord")];
 			break;
+		}
 		case O_REQUIRE:
 			O.gates = cli_realloc(O.gates, (O.ngates + 1) * sizeof *O.gates);
 			if (dp_gate_parse(optarg, &O.gates[O.ngates], &e) < 0)
@@ -257,7 +254,7 @@ static void parse_args(int argc, char **argv)
 		case O_GPU: O.gpu = (int)cli_count("--gpu", optarg, 0, 4096); break;
 		case O_PRECISION:
 			if ((O.precision = dp_precision_parse(optarg)) < 0)
-				cli_job_usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+				cli_bad_value("--precision", optarg, "fp32, tf32 or bf16");
 			break;
 		case 'q': O.quiet = 1; break;
 		case O_HELP: /* once per job under mpirun */

@@ -174,9 +174,7 @@ static void parse_args(int argc, char **argv)
 			break;
 		case O_TOPK: O.topk = cli_count("--top-k", optarg, 1, 1u << 24); break;
 		case O_LOG_FORMAT:
-			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
-				cli_usage_error("--log-format '%s': want logfmt or json", optarg);
-			O.json_log = !strcmp(optarg, "json");
+			O.json_log = cli_word("--log-format", optarg, "logfmt json");
 			break;
 		case O_LOG_REQUESTS: O.log_requests = 1; break;
 		case O_STATS_EVERY: O.stats_every = cli_real("--stats-every", optarg, 0, 86400); break;

@@ -492,7 +492,7 @@ static void cmd_get(char **urls, int n)
 		cli_usage_error("get: no URL");
 	dp_range r = {0};
 	if (O.range && dp_range_parse(O.range, &r) < 0)
-		cli_usage_error("--range: '%s' is not A-B, A- or -N", O.range);
+		cli_bad_value("--range", O.range, "A-B, A- or -N");
 	dp_objs objs = {0};
 	collect(urls, n, &objs);
 	if (r.set && objs.n != 1)
@@ -1143,8 +1143,7 @@ static void cmd_presign(char **urls, int n)
 {
 	if (n != 1)
 		cli_usage_error("presign: one URL");
-	if (strcmp(O.method, "GET") && strcmp(O.method, "PUT"))
-		cli_usage_error("--method: '%s' is not GET or PUT", O.method);
+	cli_word("--method", O.method, "GET PUT");
 	dp_err e = {0};
 	char *u = url_arg(urls[0]);
 	dp_loc l;
@@ -1313,14 +1312,8 @@ static const struct {
 
 static void set_addressing(const char *v)
 {
-	if (!strcmp(v, "auto"))
-		O.conf.addressing = DP_S3_ADDR_AUTO;
-	else if (!strcmp(v, "path"))
-		O.conf.addressing = DP_S3_ADDR_PATH;
-	else if (!strcmp(v, "virtual"))
-		O.conf.addressing = DP_S3_ADDR_VIRTUAL;
-	else
-		cli_usage_error("--addressing-style: '%s' is not auto, path or virtual", v);
+	static const int style[] = {DP_S3_ADDR_AUTO, DP_S3_ADDR_PATH, DP_S3_ADDR_VIRTUAL};
+	O.conf.addressing = style[cli_word("--addressing-style", v, "auto path virtual")];
 }
 
 /* One option (getopt_long's c) and its value. */

@@ -586,7 +586,7 @@ static char parse_char(const char *opt, const char *s)
 	if (!strcmp(s, "tab") || !strcmp(s, "\\t"))
 		return '\t';
 	if (strlen(s) != 1 || s[0] == '\n' || s[0] == '\r' || s[0] == '"')
-		cli_usage_error("%s: '%s' is not a single character", opt, s);
+		cli_bad_value(opt, s, "a single character");
 	return s[0];
 }
 
@@ -602,7 +602,7 @@ static int parse_encode(const char *s)
 		return DP_ENC_IDX;
 	if (!strcmp(s, "images"))
 		return ENC_IMAGES;
-	cli_usage_error("--encode: '%s' is not json, json=proto, csv, idx or images", s);
+	cli_bad_value("--encode", s, "json, json=proto, csv, idx or images");
 }
 
 /* --types given again adds to the list. */
@@ -653,14 +653,11 @@ static int parse_options(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":j::cn:z:o:d:hV", lopts, NULL)) != -1) {
 		switch (c) {
-		case 'j':
-			if (!optarg || !strcmp(optarg, "compact"))
-				O.json = JS_COMPACT;
-			else if (!strcmp(optarg, "proto"))
-				O.json = JS_PROTO;
-			else
-				cli_usage_error("--json: '%s' is not compact or proto", optarg);
+		case 'j': {
+			static const int js[] = {JS_COMPACT, JS_PROTO};
+			O.json = optarg ? js[cli_word("--json", optarg, "compact proto")] : JS_COMPACT;
 			break;
+		}
 		case 'c': O.count = 1; break;
 		case 'n': O.head = cli_count("--head", optarg, 0, UINT64_MAX); break;
 		case OPT_SKIP: O.skip = cli_count("--skip", optarg, 0, UINT64_MAX); break;
@@ -672,7 +669,7 @@ static int parse_options(int argc, char **argv)
 		case 'z':
 			O.comp = dp_comp_parse(optarg);
 			if (O.comp < 0 || O.comp == DP_COMP_AUTO)
-				cli_usage_error("--compress: '%s' is not none, gzip or zlib", optarg);
+				cli_bad_value("--compress", optarg, "none, gzip or zlib");
 			break;
 		case OPT_LEVEL: O.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case 'o': O.output = optarg; break;

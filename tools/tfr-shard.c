@@ -1025,7 +1025,7 @@ static void summary(double secs)
 static const char *hash_feature(const char *arg, const char *what)
 {
 	if (strncmp(arg, "hash:", 5) != 0 || !arg[5])
-		cli_usage_error("%s '%s': expected hash:FEATURE", what, arg);
+		cli_bad_value(what, arg, "hash:FEATURE");
 	return arg + 5;
 }
 
@@ -1108,7 +1108,7 @@ static void parse_options(int argc, char **argv)
 		case 'z':
 			opt.comp = dp_comp_parse(optarg);
 			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
-				cli_usage_error("-z '%s': expected none, gzip or zlib", optarg);
+				cli_bad_value("-z", optarg, "none, gzip or zlib");
 			break;
 		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;

@@ -63,6 +63,24 @@ int dp_buf_reserve(dp_buf *b, size_t n)
 	return 0;
 }
 
+int dp_grow(void *pp, size_t *cap, size_t n, size_t size)
+{
+	if (n <= *cap)
+		return DP_OK;
+	size_t nc = *cap ? *cap : 16;
+	while (nc < n) {
+		if (nc > SIZE_MAX / 2 / size)
+			return DP_ENOMEM;
+		nc *= 2;
+	}
+	void *p = realloc(*(void **)pp, nc * size);
+	if (!p)
+		return DP_ENOMEM;
+	*(void **)pp = p;
+	*cap = nc;
+	return DP_OK;
+}
+
 int dp_buf_add(dp_buf *b, const void *p, size_t n)
 {
 	if (dp_buf_reserve(b, n) < 0)

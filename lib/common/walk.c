@@ -53,15 +53,8 @@ static int enter(walker *w, const char *path, const struct stat *st, dp_err *e)
 					 path, above ? "a loop: it leads back to" : "the same folder as",
 					 w->dirs[i].path);
 		}
-	if (w->n == w->cap) {
-		size_t nc = w->cap ? 2 * w->cap : 16;
-		seen *d = realloc(w->dirs, nc * sizeof *d);
-		if (!d)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		w->dirs = d;
-		w->cap = nc;
-	}
-	if (!(w->dirs[w->n].path = strdup(path)))
+	if (dp_grow(&w->dirs, &w->cap, w->n + 1, sizeof *w->dirs) < 0 ||
+	    !(w->dirs[w->n].path = strdup(path)))
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	w->dirs[w->n].dev = st->st_dev;
 	w->dirs[w->n].ino = st->st_ino;

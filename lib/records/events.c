@@ -611,14 +611,8 @@ static int other_plugin(const uint8_t *p, size_t len, const char **why)
 
 static int add_scalar(dp_event *ev, const uint8_t *tag, size_t tl, double v, int single)
 {
-	if (ev->nscalars == ev->cap) {
-		size_t cap = ev->cap ? 2 * ev->cap : 8;
-		dp_event_scalar *s = realloc(ev->scalars, cap * sizeof *s);
-		if (!s)
-			return -1;
-		ev->scalars = s;
-		ev->cap = cap;
-	}
+	if (dp_grow(&ev->scalars, &ev->cap, ev->nscalars + 1, sizeof *ev->scalars) < 0)
+		return -1;
 	ev->scalars[ev->nscalars++] = (dp_event_scalar){(const char *)tag, tl, v, single};
 	return 0;
 }

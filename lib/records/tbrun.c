@@ -165,15 +165,8 @@ static int walk(struct found *f, const char *dir, const char *run, dp_err *e)
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (nn == cap) {
-			char **t = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
-			if (!t) {
-				rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
-				break;
-			}
-			names = t;
-		}
-		if (!(names[nn] = strdup(de->d_name))) {
+		if (dp_grow(&names, &cap, nn + 1, sizeof *names) < 0 ||
+		    !(names[nn] = strdup(de->d_name))) {
 			rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", dir);
 			break;
 		}

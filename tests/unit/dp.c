@@ -200,6 +200,26 @@ static void test_buf(void)
 	}
 }
 
+/* dp_grow: room for n, the capacity doubled from 16; too large a request
+ * refused with the array kept. */
+static void test_grow(void)
+{
+	int *a = NULL;
+	size_t cap = 0;
+	is_int(dp_grow(&a, &cap, 1, sizeof *a), DP_OK, "grow an empty array to 1");
+	ok(a && cap == 16, "... 16 elements of room (got %zu)", cap);
+	for (int i = 0; i < 16; i++)
+		a[i] = i;
+	is_int(dp_grow(&a, &cap, 16, sizeof *a), DP_OK, "16 fit in 16: nothing to do");
+	is_int(dp_grow(&a, &cap, 40, sizeof *a), DP_OK, "grow to 40");
+	ok(cap == 64 && a[15] == 15, "... doubled to 64 (got %zu), the elements kept", cap);
+	int *was = a;
+	is_int(dp_grow(&a, &cap, SIZE_MAX / 4, sizeof *a), DP_ENOMEM,
+	       "room for SIZE_MAX / 4 ints: DP_ENOMEM, not an overflowed size");
+	ok(a == was && cap == 64, "... the array as it was");
+	free(a);
+}
+
 /* dp_rng_seed is splitmix64 from mix64(seed ^ mix64(stream)): the stream
  * tfr-shard's splits and shuffles were specified with. */
 static void test_rng(void)
@@ -623,6 +643,7 @@ int main(void)
 	test_expand();
 	test_part();
 	test_buf();
+	test_grow();
 	test_rng();
 	test_out_threads();
 	test_out_paths();
