@@ -783,6 +783,18 @@ static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, cons
 	cpu_par_run(ctx, g->c, bn_bwd_chan, &j);
 }
 
+static void cpu_bnorm_fold(dp_bectx *ctx, int k, size_t per, float eps, const float *w,
+			   const float *b, const float *gamma, const float *beta, const float *mean,
+			   const float *var, float *wout, float *bout)
+{
+	for (int c = 0; c < k; c++) {
+		float a = gamma[c] * (1.0f / sqrtf(var[c] + eps)); /* as bn_fwd_chan's */
+		for (size_t j = 0; j < per; j++)
+			wout[(size_t)c * per + j] = w[(size_t)c * per + j] * a;
+		bout[c] = beta[c] + ((b ? b[c] : 0.0f) - mean[c]) * a;
+	}
+}
+
 /* ---- losses ------------------------------------------------------------- */
 
 static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
@@ -964,6 +976,7 @@ const dp_backend dp_backend_cpu = {
 	.bnorm_fwd = cpu_bnorm_fwd,
 	.bnorm_bwd_sums = cpu_bnorm_bwd_sums,
 	.bnorm_bwd = cpu_bnorm_bwd,
+	.bnorm_fold = cpu_bnorm_fold,
 	.xent = cpu_xent,
 	.mse = cpu_mse,
 	.softmax = cpu_softmax,
