@@ -9,16 +9,13 @@
 set -eu
 ROUNDS=${ROUNDS:-3}
 PY=/usr/bin/python3
-B=${DP_BUILD:-build}
-T=$(mktemp -d "${TMPDIR:-/tmp}/dpbench.XXXXXX")
-trap 'rm -rf "$T"' EXIT INT TERM
+. bench/libdp.sh.inc
 
 if ! $PY -c 'import torch' 2>/dev/null; then
 	echo "bench/bnorm.sh: SKIP: python3-torch is not installed (apt-get install python3-torch)"
 	exit 0
 fi
-LIBS=$(pkg-config --libs $(sed -n 's/^LIB_PKGS := //p' Makefile)) || exit 1
-cc -O2 -Ilib -o "$T/bnorm" bench/bnorm.c "$B/libdp.a" $LIBS -lpthread -lm
+libdp_cc bnorm
 cat > "$T/bnorm.py" <<'PYEOF'
 import time, torch
 torch.set_num_threads(1)

@@ -27,16 +27,13 @@ N=${IMAGES_N:-400}
 SHARD_MB=${IMAGES_SHARD_MB:-1024}
 PY=/usr/bin/python3
 DP_TRAIN=${DP_TRAIN:-dp-train}
-B=${DP_BUILD:-build}
-T=$(mktemp -d "${TMPDIR:-/tmp}/dpbench.XXXXXX")
-trap 'rm -rf "$T"' EXIT INT TERM
+. bench/libdp.sh.inc
 
 if ! $PY -c 'import PIL, torchvision' 2>/dev/null; then
 	echo "bench/images.sh: SKIP: python3-pil and python3-torchvision are not installed"
 	exit 0
 fi
-LIBS=$(pkg-config --libs $(sed -n 's/^LIB_PKGS := //p' Makefile)) || exit 1
-cc -O2 -Ilib -o "$T/images" bench/images.c "$B/libdp.a" $LIBS -lpthread -lm
+libdp_cc images
 
 $PY - "$N" "$T/jpg" "$T/raw.json" <<'PYEOF'
 import sys, os, json, base64

@@ -7,10 +7,14 @@
 #                            EXAMPLES section (roff escapes undone), or
 #                            DIR/N.skip (holding the reason) for a block
 #                            preceded by the comment .\" example not run: WHY
-#   run_examples DIR         runs DIR's examples in order in the current
-#                            directory (bash -e), one check each, a skip for
-#                            each .skip; out.N and err.N hold what example N
-#                            printed; sets n to the number of examples
+#   run_examples [-p] DIR [SED]
+#                            runs DIR's examples in order in the current
+#                            directory (bash -e; -p: and -o pipefail), each
+#                            through sed SED first when given (a bucket's
+#                            URL made a local one), one check each, a skip
+#                            for each .skip; out.N and err.N hold what
+#                            example N printed; sets n to the number of
+#                            examples
 #
 # The blocks are meant to run in order, in one scratch directory.
 
@@ -44,16 +48,18 @@ man_examples() {
 }
 
 run_examples() {
-	local f st
+	local f st sh=(bash -e)
+	[ "$1" = -p ] && sh+=(-o pipefail) && shift
 	n=0
 	for f in $(ls "$1" | sort -n); do
 		n=$((n + 1))
 		case "$f" in
 		*.skip) skip "example $n: $(cat "$1/$f")"; continue ;;
 		esac
-		bash -e "$1/$f" >"out.$n" 2>"err.$n"
+		sed "${2:-}" "$1/$f" >"$1/$f.run"
+		"${sh[@]}" "$1/$f.run" >"out.$n" 2>"err.$n"
 		st=$?
 		is "$st" 0 "example $n runs: $(head -n 1 "$1/$f" | cut -c 1-60)"
-		[ "$st" = 0 ] || sed 's/^/#   /' "err.$n" | tail -n 5
+		[ "$st" = 0 ] || sed 's/^/#   /' "$1/$f.run" "err.$n" | tail -n 12
 	done
 }

@@ -32,18 +32,7 @@ mkdir -p bucket/mnist
 $PY "$DP_SRC/tests/mkexamples.py" bucket/mnist/part-0.tfrecord random --n 64 --shape 784 --classes 10 --seed 1
 
 man_examples "$PAGE" ex
-n=0
-for f in $(ls ex | sort -n); do
-	n=$((n + 1))
-	case $f in
-	*.skip) skip "example $n: $(head -n 1 "ex/$f")"; continue ;;
-	esac
-	sed "s|s3://my-bucket/|file://$T/bucket/|g" "ex/$f" >run.sh
-	bash -e -o pipefail run.sh >out.$n 2>err.$n
-	st=$?
-	is "$st" 0 "example $n runs: $(head -n 1 "ex/$f")"
-	[ "$st" = 0 ] || { sed 's/^/#   /' "ex/$f" err.$n; }
-done
+run_examples -p ex "s|s3://my-bucket/|file://$T/bucket/|g"
 # the Pipe-mode example on a bucket that does not exist: it fails, and
 # does not wait forever on a FIFO that no writer will serve
 f=$(grep -l 's3-pipe fifo' ex/*.sh | head -n 1)

@@ -302,17 +302,7 @@ done
 $PY "$DP_SRC/tests/mkexamples.py" mnist.tfrecord random --n 64 --shape 784 --classes 10 --seed 1
 s3-pipe put s3://my-bucket/mnist/part-0.tfrecord <mnist.tfrecord || exit 1
 man_examples "$DP_SRC/man/man1/s3-pipe.1" ex
-n=0
-for f in $(ls ex | sort -n); do
-	n=$((n + 1))
-	case $f in
-	*.skip) skip "man example $n: $(head -n 1 "ex/$f")"; continue ;;
-	esac
-	bash -e -o pipefail "ex/$f" >out.$n 2>err.$n
-	st=$?
-	is "$st" 0 "man example $n on S3: $(head -n 1 "ex/$f")"
-	[ "$st" = 0 ] || sed 's/^/#   /' "ex/$f" err.$n
-done
+run_examples -p ex
 is "$(cat out.3)" 12 "man example 3: twelve records from the bucket"
 is "$(cat out.5 | tr '\n' ' ')" "12 12 " "man example 5: two epochs through FIFOs from the bucket"
 is "$(cat out.6)" 8 "man example 6: the manifest's two objects"
