@@ -257,6 +257,15 @@ typedef struct dp_backend {
 	void (*bnorm_bwd)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
 			  const float *save, const double *sums, const float *dy, float *dx,
 			  float *dgamma, float *dbeta);
+	/* An evaluation-mode batchnorm folded into the convolution before it
+	 * (k filters of per weights each, bias b or NULL): per filter, with
+	 * a = gamma / sqrt(var + eps) as bnorm_fwd computes it, wout = w * a
+	 * and bout = beta - mean * a (+ b * a), so that conv(x, wout) + bout
+	 * is the batchnorm of conv(x, w) + b.  NULL: the backend has none
+	 * (the model runs both layers). */
+	void (*bnorm_fold)(dp_bectx *ctx, int k, size_t per, float eps, const float *w,
+			   const float *b, const float *gamma, const float *beta, const float *mean,
+			   const float *var, float *wout, float *bout);
 
 	/* ---- losses ----
 	 * Softmax cross-entropy of logits (n, k) against class labels (n,

@@ -393,6 +393,17 @@ DP_EXPORT int dp_control_agree(dp_comm *c, const dp_control_result *r, dp_err *e
  * and saying what it holds instead (another model or input shape; the
  * same layers trained with another loss: the --loss to give). */
 DP_EXPORT int dp_run_check_model(const dp_st *ck, const dp_model *m, dp_err *e);
+/* Resume checkpoint ck, saved by c->ranks replicas (dp_run_conf_from
+ * took c from it): the optimizer state into o (of model m), where the
+ * run was into *ts; DP_EDATA when c gives another seed than ck's.  With
+ * reps replicas now: the same job (ranks, batch, accumulation) puts this
+ * replica's position in its epoch into *pos (ck's epoch_records); another
+ * number of replicas with the same global batch, its data split between
+ * the ranks (split), goes on where it was (*moved 1); else DP_EARG saying
+ * how ck can be resumed (dp_run_resume_ranks). */
+DP_EXPORT int dp_run_resume(const dp_st *ck, dp_model *m, dp_optim *o, const dp_run_conf *c, int reps,
+			    int replica, int split, dp_train_state *ts, uint64_t *pos, int *moved,
+			    dp_err *e);
 
 /* ---- the run in words (lib/train/summary.c) ----------------------------------
  * What dp-train --summary prints and the notes of a run, as text for the

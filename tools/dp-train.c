@@ -13,6 +13,10 @@
  * every rank runs this same loop in lockstep; rank 0 alone logs and
  * writes checkpoints.  Validation is dp-eval's pass
  * (dp_eval.h).  See dp-train(1) (DISTRIBUTED) and dp-checkpoint(5).
+ * The run's glue is in lib/train too, behind dp_train.h: what the ranks
+ * agree on (agree.c), the data options of the settings (data.c), a
+ * checkpoint resumed (resume.c), the run in words (summary.c) and
+ * TensorBoard's files (tensorboard.c); this file says what they return.
  *
  * The file reads: options, messages, the pieces of the run (logs,
  * checkpoints, data, the job), then validation, set-up, the epochs and
@@ -1147,7 +1151,7 @@ static struct {
 	dp_eval *val;             /* validation metrics (with VD) */
 } R;
 
-/* ---- the model's summary, the data ------------------------------------------------ */
+/* ---- the run in words (dp_train.h: lib/train/summary.c) --------------------------- */
 
 /* A text of the run in words (dp_train.h), printed on stdout or as a
  * note. */
@@ -1254,9 +1258,6 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	return d;
 }
 
-/* Validation after an epoch: every sample once, in order, the ranks each
- * taking a share; the sums are added up over the ranks, so the figures
- * are those of one process reading everything. */
 /* ---- the job ------------------------------------------------------------------------ */
 
 static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
@@ -1782,53 +1783,20 @@ static void open_log(void)
 			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
-/* Resuming with another number of ranks (a pipeline's: of replicas):
- * only with the same global batch, and data split between the ranks (so
- * that it goes on where it was).  Returns 1 when the ranks read their
- * data as the run saved did (the same ranks, batch and accumulation:
- * their saved positions in the epoch hold). */
-static int check_resume_ranks(dp_st *ck, int ck_ranks)
-{
-	dp_run_conf saved; /* as the checkpoint has them, given or not */
-	static const int keys[] = {DP_RUN_BATCH, DP_RUN_ACCUMULATE, -1};
-	dp_err e;
-	dp_run_conf_init(&saved);
-	saved.batch = C.batch; /* none saved: this run's */
-	if (dp_run_conf_from(&saved, ck, keys, &e) < 0)
-		die_all(1, "%s", e.msg);
-	dp_run_conf_free(&saved);
-	int split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0, moved;
-	if (ck_ranks == REPS && saved.batch == C.batch && saved.accumulate == C.accumulate)
-		return 1;
-	if (R.ts.epoch >= C.epochs)
-		return 0;
-	if (dp_run_resume_ranks(ck, &saved, ck_ranks, &C, REPS, split, &moved, &e) < 0)
-		die_all(1, "%s", e.msg);
-	if (!moved)
-		return 0;
-	uint64_t g1 = C.batch * C.accumulate * (uint64_t)REPS;
-	note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
-	     "): the data goes on where it was",
-	     dp_st_name(ck), ck_ranks, ck_ranks == 1 ? "" : "s", REPS, g1);
-	return 0;
-}
-
-/* The optimizer state and the position in the data of the run resumed. */
+/* The optimizer state and the position in the data of the run resumed
+ * (another number of ranks: only with the same global batch, and data
+ * split between the ranks, so that it goes on where it was). */
 static void resume_state(dp_st *ck)
 {
 	dp_err e;
-	if (dp_ckpt_load_optim(ck, OPT, M, &e) < 0 || dp_ckpt_train_state(ck, &R.ts, &e) < 0)
+	int moved, split = !per_rank(O.train, O.ntrain, O.train_cmd) && O.shard != 0;
+	if (dp_run_resume(ck, M, OPT, &C, REPS, REP, split, &R.ts, &resume_pos, &moved, &e) < 0)
 		die_all(1, "%s", e.msg);
-	if (O.given[O_SEED] && C.seed != R.ts.seed)
-		die_all(1, "%s: saved with --seed %" PRIu64 ", not %" PRIu64
-			   ": resuming needs the same seed",
-			dp_st_name(ck), R.ts.seed, C.seed);
-	int ck_ranks = C.ranks; /* the checkpoint's (settings_from) */
-	int same = check_resume_ranks(ck, ck_ranks);
-	/* this rank's position in the epoch, when the job reads as it did
-	 * (else the batches of the epoch so far are counted again) */
-	if (same && R.ts.epoch_step && dp_run_epoch_records(ck, ck_ranks, REP, &resume_pos, &e) < 0)
-		die_all(1, "%s", e.msg);
+	if (moved)
+		note("%s: saved by %d rank%s, resumed by %d with the same global batch (%" PRIu64
+		     "): the data goes on where it was",
+		     dp_st_name(ck), C.ranks, C.ranks == 1 ? "" : "s", REPS,
+		     C.batch * C.accumulate * (uint64_t)REPS);
 }
 
 /* The convolution algorithms (cuDNN's, the CPU's implementations): those

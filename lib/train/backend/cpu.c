@@ -418,34 +418,79 @@ typedef struct pool_job {
 
 #define PLANES_MIN 4
 
-static void maxpool_one(const pool_job *jb, size_t plane)
+/* Output (oy, ox) of a plane: its value into *m, the index of the input
+ * that holds it into *best. */
+static inline void maxpool_at(const dp_pool2d *g, const float *xp, int oy, int ox, float *m,
+			      int32_t *best)
 {
-	const dp_pool2d *g = jb->g;
+	int y0, y1, x0, x1;
+	pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
+	pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
+	/* as PyTorch: from -infinity at the first position inside the image
+	 * (padding never wins) */
+	int b = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
+	float v = -INFINITY;
+	for (int i = y0; i < y1; i++)
+		for (int j = x0; j < x1; j++) {
+			int idx = i * g->w + j;
+			/* NaN propagates, as in PyTorch */
+			if (xp[idx] > v || isnan(xp[idx])) {
+				v = xp[idx];
+				b = idx;
+			}
+		}
+	*m = v;
+	*best = b;
+}
+
+/* Planes lo..hi-1 of a pooling whose rows fit POOL_ROW_MAX: the columns
+ * whose windows lie inside the image (oxa..oxb-1) a window position at a
+ * time over the whole row, with selects in maxpool_at's raster order (the
+ * same results, ties and NaNs included) so that it vectorises and no
+ * branch depends on the data; the edge columns by maxpool_at. */
+HOT static void maxpool_rows(const dp_pool2d *g, const float *x, float *y, int32_t *arg, size_t lo,
+			     size_t hi)
+{
 	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-	const float *xp = jb->x + plane * hw;
-	float *yp = jb->y + plane * ohw;
-	int32_t *ap = jb->arg + plane * ohw;
-	for (int oy = 0; oy < g->oh; oy++)
-		for (int ox = 0; ox < g->ow; ox++) {
-			int y0, y1, x0, x1;
+	int s = g->sw, oxa = (g->pw + s - 1) / s, oxb = g->w + g->pw - g->kw;
+	oxb = oxb < 0 ? 0 : oxb / s + 1;
+	oxb = oxb > g->ow ? g->ow : oxb;
+	oxa = oxa > oxb ? oxb : oxa;
+	int n = oxb - oxa, c0 = oxa * s - g->pw; /* the first inner window's first column */
+	float m[POOL_ROW_MAX];
+	int32_t b[POOL_ROW_MAX];
+	for (size_t pl = lo; pl < hi; pl++) {
+		const float *xp = x + pl * hw;
+		for (int oy = 0; oy < g->oh; oy++) {
+			int y0, y1;
 			pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
-			pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
-			/* as PyTorch: from -infinity at the first position inside
-			 * the image (padding never wins) */
-			int best = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
-			float m = -INFINITY;
+			for (int t = 0; t < n; t++) {
+				m[t] = -INFINITY;
+				b[t] = y0 < y1 ? y0 * g->w + c0 + t * s : -1;
+			}
 			for (int i = y0; i < y1; i++)
-				for (int j = x0; j < x1; j++) {
-					int idx = i * g->w + j;
-					/* NaN propagates, as in PyTorch */
-					if (xp[idx] > m || isnan(xp[idx])) {
-						m = xp[idx];
-						best = idx;
+				for (int j = 0; j < g->kw; j++) {
+					int32_t base = i * g->w + c0 + j;
+					const float *r = xp + base;
+					for (int t = 0; t < n; t++) {
+						float v = r[t * s];
+						int u = v > m[t] || v != v;
+						m[t] = u ? v : m[t];
+						b[t] = u ? base + t * s : b[t];
 					}
 				}
-			yp[oy * g->ow + ox] = m;
-			ap[oy * g->ow + ox] = best;
+			float *yr = y + pl * ohw + (size_t)oy * g->ow;
+			int32_t *ar = arg + pl * ohw + (size_t)oy * g->ow;
+			for (int t = 0; t < n; t++) {
+				yr[oxa + t] = m[t];
+				ar[oxa + t] = b[t];
+			}
+			for (int ox = 0; ox < oxa; ox++)
+				maxpool_at(g, xp, oy, ox, yr + ox, ar + ox);
+			for (int ox = oxb; ox < g->ow; ox++)
+				maxpool_at(g, xp, oy, ox, yr + ox, ar + ox);
 		}
+	}
 }
 
 static void maxpool_part(void *a, size_t lo, size_t hi)
@@ -457,8 +502,17 @@ static void maxpool_part(void *a, size_t lo, size_t hi)
 		maxpool22(g, j->x, j->y, j->arg, lo, hi);
 		return;
 	}
+	if (g->ow <= POOL_ROW_MAX) {
+		maxpool_rows(g, j->x, j->y, j->arg, lo, hi);
+		return;
+	}
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	for (size_t pl = lo; pl < hi; pl++)
-		maxpool_one(j, pl);
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++)
+				maxpool_at(g, j->x + pl * hw, oy, ox,
+					   j->y + pl * ohw + (size_t)oy * g->ow + ox,
+					   j->arg + pl * ohw + (size_t)oy * g->ow + ox);
 }
 
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
@@ -783,6 +837,18 @@ static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, cons
 	cpu_par_run(ctx, g->c, bn_bwd_chan, &j);
 }
 
+static void cpu_bnorm_fold(dp_bectx *ctx, int k, size_t per, float eps, const float *w,
+			   const float *b, const float *gamma, const float *beta, const float *mean,
+			   const float *var, float *wout, float *bout)
+{
+	for (int c = 0; c < k; c++) {
+		float a = gamma[c] * (1.0f / sqrtf(var[c] + eps)); /* as bn_fwd_chan's */
+		for (size_t j = 0; j < per; j++)
+			wout[(size_t)c * per + j] = w[(size_t)c * per + j] * a;
+		bout[c] = beta[c] + ((b ? b[c] : 0.0f) - mean[c]) * a;
+	}
+}
+
 /* ---- losses ------------------------------------------------------------- */
 
 static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int32_t *labels,
@@ -964,6 +1030,7 @@ const dp_backend dp_backend_cpu = {
 	.bnorm_fwd = cpu_bnorm_fwd,
 	.bnorm_bwd_sums = cpu_bnorm_bwd_sums,
 	.bnorm_bwd = cpu_bnorm_bwd,
+	.bnorm_fold = cpu_bnorm_fold,
 	.xent = cpu_xent,
 	.mse = cpu_mse,
 	.softmax = cpu_softmax,

@@ -403,6 +403,23 @@ void nn_plan_grads(dp_model *m)
 	m->need_dx = m->lo > 0 && m->l[m->lo - 1].needg;
 }
 
+int nn_folded(const dp_model *m, int i)
+{
+	if (i <= m->lo || i >= m->hi || !m->be || !m->be->bnorm_fold)
+		return 0;
+	const layer *B = &m->l[i], *C = &m->l[i - 1];
+	return B->kind == DP_LAYER_BATCHNORM && B->frozen && !B->needg && B->src == i - 1 &&
+	       B->in.rank == 3 && C->kind == DP_LAYER_CONV && C->frozen && C->uses == 1 && !C->act;
+}
+
+int nn_fold_act(const dp_model *m, int i)
+{
+	const layer *R = i + 1 < m->hi ? &m->l[i + 1] : NULL;
+	return R && R->kind == DP_LAYER_RELU && R->src == i && R->inplace && m->l[i].uses == 1
+		       ? DP_ACT_RELU
+		       : DP_ACT_NONE;
+}
+
 /* Shapes, parameters, and what each layer may compute in place. */
 static int plan(dp_model *m, dp_err *e)
 {

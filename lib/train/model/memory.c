@@ -81,10 +81,12 @@ void nn_unbind(dp_model *m)
 	m->gslot = NULL;
 	m->hsums = NULL;
 	m->ngbuf = 0;
-	void *bufs[] = {m->params, m->grads, m->bufs, m->ybuf, m->ws, m->stats, m->prob, m->sums};
+	void *bufs[] = {m->params, m->grads, m->bufs, m->ybuf, m->ws,
+			m->stats, m->prob, m->sums, m->fold};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		be->free(m->ctx, bufs[i]);
-	m->params = m->grads = m->bufs = m->prob = NULL;
+	m->params = m->grads = m->bufs = m->prob = m->fold = NULL;
+	m->fold_n = 0;
 	m->ybuf = m->ws = NULL;
 	m->stats = m->sums = NULL;
 	m->be = NULL;
@@ -104,6 +106,8 @@ int nn_has_ybuf(const dp_model *m, int i)
 		return !L->fused && !L->inplace;
 	case DP_LAYER_DROPOUT:
 		return L->p > 0;
+	case DP_LAYER_BATCHNORM:
+		return !nn_folded(m, i); /* folded: a view of its convolution's output */
 	default:
 		return 1;
 	}

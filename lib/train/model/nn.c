@@ -12,6 +12,10 @@
  *    keeps its own index, so tensor names still follow the spec;
  *  - flatten, fused activations, a final softmax, and dropout outside
  *    training are views of their input: no copy;
+ *  - a frozen convolution followed by a frozen (evaluation-mode)
+ *    batchnorm that no backward pass goes through is one convolution
+ *    with the batchnorm folded into its weights and bias (fold_conv), and
+ *    a ReLU in place after them its activation (nn_folded);
  *  - the backward pass stops at the first layer with parameters (no
  *    input gradient is ever computed for the data), and passes gradients
  *    between two buffers, elementwise layers working in place.
@@ -188,6 +192,38 @@ static int bnorm_fwd(dp_model *m, layer *L, size_t n, int train, int replay, con
 	return DP_OK;
 }
 
+/* Convolution i with batchnorm i + 1 folded into it (nn_folded): its
+ * weights and bias for the pass, made now from the parameters and running
+ * statistics as they are (a product a weight: every pass, so nothing goes
+ * stale when parameters are loaded or given by another rank), in m->fold
+ * after those of the folded convolutions before it. */
+static int fold_conv(dp_model *m, int i, const float **w, const float **b, dp_err *e)
+{
+	size_t at = 0, need = 0;
+	for (int j = m->lo; j + 1 < m->hi; j++)
+		if (nn_folded(m, j + 1)) {
+			if (j == i)
+				at = need;
+			need += m->l[j].wn + (size_t)m->l[j].units;
+		}
+	if (need > m->fold_n) {
+		if (m->fold)
+			m->be->free(m->ctx, m->fold);
+		m->fold_n = 0;
+		if (!(m->fold = m->be->alloc(m->ctx, need * sizeof(float))))
+			return dp_seterr(e, DP_ENOMEM, "out of memory for the folded convolutions");
+		m->fold_n = need;
+	}
+	const layer *C = &m->l[i], *B = &m->l[i + 1];
+	float *wf = m->fold + at, *bf = wf + C->wn, *rm = nn_run(m, B);
+	m->be->bnorm_fold(m->ctx, C->units, C->wn / (size_t)C->units, B->eps, nn_w(m, C),
+			  C->bn ? nn_b(m, C) : NULL, nn_w(m, B), nn_b(m, B), rm, rm + B->in.c, wf,
+			  bf);
+	*w = wf;
+	*b = bf;
+	return DP_OK;
+}
+
 int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int replay, dp_err *e)
 {
 	const dp_backend *be = m->be;
@@ -204,7 +240,15 @@ int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int 
 		break;
 	case DP_LAYER_CONV: {
 		dp_conv2d g = conv_geom(L, n);
-		be->conv_fwd(c, &g, cur, nn_w(m, L), L->bn ? nn_b(m, L) : NULL, y, L->act, m->ws);
+		const float *w = nn_w(m, L), *b = L->bn ? nn_b(m, L) : NULL;
+		int act = L->act;
+		if (nn_folded(m, i + 1)) { /* conv + batchnorm (+ ReLU) in one */
+			int rc = fold_conv(m, i, &w, &b, e);
+			if (rc < 0)
+				return rc;
+			act = nn_fold_act(m, i + 1);
+		}
+		be->conv_fwd(c, &g, cur, w, b, y, act, m->ws);
 		break;
 	}
 	case DP_LAYER_MAXPOOL: {
@@ -228,14 +272,19 @@ int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int 
 	case DP_LAYER_RELU:
 	case DP_LAYER_TANH:
 	case DP_LAYER_SIGMOID:
-		if (L->fused)
-			y = (float *)cur;
+		if (L->fused || (L->src >= m->lo && nn_folded(m, L->src) &&
+				 nn_fold_act(m, L->src) == act_of(L->kind)))
+			y = (float *)cur; /* done by the layer before, or the folded convolution */
 		else if (L->inplace)
 			be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y = (float *)cur);
 		else
 			be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y);
 		break;
 	case DP_LAYER_BATCHNORM: {
+		if (nn_folded(m, i)) { /* the convolution before it did it */
+			y = (float *)cur;
+			break;
+		}
 		int rc = bnorm_fwd(m, L, n, train, replay, cur, y, e);
 		if (rc < 0)
 			return rc;

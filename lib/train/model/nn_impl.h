@@ -110,6 +110,8 @@ struct dp_model {
 	int *gslot;        /* per node: the buffer holding the gradient of its output */
 	float *dout;       /* gradient of the output, set by loss */
 	void *ws;          /* (dev) convolution workspace */
+	float *fold;       /* (dev) folded convolutions' weights and biases (nn.c) */
+	size_t fold_n;     /* its floats */
 	double *stats;     /* (dev) 2 doubles */
 	double *sums;      /* (dev) 2 maxc doubles: batchnorm sums (--sync-bn) */
 	double *hsums;     /* (host) 2 maxc + 1 */
@@ -165,6 +167,15 @@ void nn_tensor(const dp_model *m, int idx, int all, dp_tensor_info *t);
 /* Which layers' outputs need a gradient (those with parameters to train,
  * and every one after). */
 void nn_plan_grads(dp_model *m);
+/* Is batchnorm layer i folded into the convolution before it (nn.c's
+ * forward pass: both frozen, the batchnorm in evaluation mode, no
+ * backward pass through them, the convolution's output read by it alone,
+ * both in the stage, a backend with bnorm_fold)?  Then the convolution
+ * writes the batchnorm's output, which is a view of it.  nn_fold_act: the
+ * activation the convolution applies too (a ReLU in place after the
+ * batchnorm i, which then has nothing left to do), else DP_ACT_NONE. */
+int nn_folded(const dp_model *m, int i);
+int nn_fold_act(const dp_model *m, int i);
 
 /* ---- memory.c ---- */
 void nn_unbind(dp_model *m);
