@@ -69,7 +69,7 @@ enum {
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_DETERMINISTIC, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
-	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
+	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
@@ -176,9 +176,7 @@ static const struct option longopts[] = {
 	{"early-stopping", required_argument, 0, O_EARLY_STOP},
 	{"reduce-lr-on-plateau", required_argument, 0, O_PLATEAU},
 	{"save-best", required_argument, 0, O_SAVE_BEST},
-	{"help", no_argument, 0, O_HELP},
-	{"version", no_argument, 0, O_VERSION},
-	{0, 0, 0, 0},
+	CLI_OPTIONS_END,
 };
 
 /* The run's settings that checkpoints keep (dp_ckpt.h): the model, the
@@ -811,14 +809,8 @@ static void parse_args(int argc, char **argv)
 		case O_EARLY_STOP:
 		case O_PLATEAU: control_option(c, optarg); break;
 		case O_SAVE_BEST: O.save_best = optarg; break;
-		case O_HELP: /* once per job under mpirun */
-			if (RANK == 0)
-				help();
-			cli_exit_stdout();
-		case O_VERSION:
-			if (RANK == 0)
-				cli_version();
-			cli_exit_stdout();
+		case 'h': cli_help(help); /* once per job under mpirun */
+		case 'V': cli_version();
 		default:
 			if (!data_option(c, optarg, li) && !dist_option(c, optarg) &&
 			    !optim_option(c, optarg))
