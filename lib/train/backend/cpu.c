@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "cpu_impl.h"
+#include "math_impl.h"
 #include "dp_rng.h"
 
 #include <cblas.h>
@@ -855,42 +856,9 @@ static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int
 		     float smooth, float scale, float *dlogits, double *stats)
 {
 	double loss = 0, correct = 0;
-	for (int i = 0; i < n; i++) {
-		const float *z = logits + (size_t)i * k;
-		int arg = 0;
-		float m = z[0];
-		for (int j = 1; j < k; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		double lse = m + log(s);
-		int y = labels[i];
-		loss += lse - z[y];
-		if (smooth != 0) { /* (1 - s)(lse - z_y) + s/k sum_j (lse - z_j) */
-			double zs = 0;
-			for (int j = 0; j < k; j++)
-				zs += z[j];
-			loss += smooth * ((double)z[y] - zs / k);
-		}
-		correct += arg == y;
-		if (dlogits) {
-			float *d = dlogits + (size_t)i * k;
-			for (int j = 0; j < k; j++)
-				d[j] = (float)(exp((double)z[j] - lse)) * scale;
-			if (smooth != 0) {
-				float u = smooth / (float)k * scale;
-				for (int j = 0; j < k; j++)
-					d[j] -= u;
-				d[y] -= (1 - smooth) * scale;
-			} else {
-				d[y] -= scale;
-			}
-		}
-	}
+	for (int i = 0; i < n; i++)
+		correct += xent_row(k, logits + (size_t)i * k, labels[i], smooth, scale,
+				    dlogits ? dlogits + (size_t)i * k : NULL, &loss);
 	stats[0] = loss;
 	stats[1] = correct;
 }
@@ -900,52 +868,26 @@ static void cpu_mse(dp_bectx *ctx, int n, int k, const float *pred, const float 
 {
 	double loss = 0;
 	float f = 2.0f / (float)k * scale;
-	for (int i = 0; i < n; i++) {
-		const float *p = pred + (size_t)i * k, *t = target + (size_t)i * k;
-		double s = 0;
-		for (int j = 0; j < k; j++) {
-			float d = p[j] - t[j];
-			s += (double)d * d;
-			if (dpred)
-				dpred[(size_t)i * k + j] = d * f;
-		}
-		loss += s / k;
-	}
+	for (int i = 0; i < n; i++)
+		loss += mse_row(k, pred + (size_t)i * k, target + (size_t)i * k, f,
+				dpred ? dpred + (size_t)i * k : NULL);
 	stats[0] = loss;
 	stats[1] = 0;
 }
 
 static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
 {
-	for (int i = 0; i < n; i++) {
-		const float *z = x + (size_t)i * k;
-		float *o = y + (size_t)i * k, m = z[0];
-		for (int j = 1; j < k; j++)
-			m = z[j] > m ? z[j] : m;
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		for (int j = 0; j < k; j++)
-			o[j] = (float)(exp((double)z[j] - m) / s);
-	}
+	for (int i = 0; i < n; i++)
+		softmax_row(k, x + (size_t)i * k, y + (size_t)i * k);
 }
 
 /* ---- optimizers --------------------------------------------------------- */
 
 HOT static void sgd(size_t n, float *p, const float *g, float *buf, const dp_sgd_args *a)
 {
-	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
-	for (size_t i = 0; i < n; i++) {
-		float d = g[i];
-		if (wd != 0)
-			d += wd * p[i];
-		if (mu != 0) {
-			float b = a->first ? d : mu * buf[i] + damp * d;
-			buf[i] = b;
-			d = a->nesterov ? d + mu * b : b;
-		}
-		p[i] -= lr * d;
-	}
+	dp_sgd_args v = *a;
+	for (size_t i = 0; i < n; i++)
+		sgd_one(&p[i], g[i], &buf[i], v);
 }
 
 static void sgd_part(void *arg, size_t lo, size_t hi)
@@ -964,19 +906,9 @@ static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *bu
 
 HOT static void adam(size_t n, float *p, const float *g, float *m, float *v, const dp_adam_args *a)
 {
-	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
-	float wd = a->weight_decay, eps = a->eps, ss = a->step_size, bc2 = a->bias2_sqrt;
-	float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
-	float l2 = a->decoupled ? 0.0f : wd;
-	for (size_t i = 0; i < n; i++) {
-		float gi = g[i] + l2 * p[i];
-		float mi = b1 * m[i] + c1 * gi;
-		float vi = b2 * v[i] + c2 * gi * gi;
-		m[i] = mi;
-		v[i] = vi;
-		float denom = sqrtf(vi) / bc2 + eps;
-		p[i] = p[i] * decay - ss * mi / denom;
-	}
+	dp_adam_args w = *a;
+	for (size_t i = 0; i < n; i++)
+		adam_one(&p[i], g[i], &m[i], &v[i], w);
 }
 
 static void adam_part(void *arg, size_t lo, size_t hi)
