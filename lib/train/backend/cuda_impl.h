@@ -233,6 +233,23 @@ __device__ __forceinline__ float pool_max(const dp_pool2d &g, int oy, int ox, co
 	return m;
 }
 
+/* Average pooling's input gradient at (iy, ix): dy of every output window
+ * that holds it, over the window's size, summed in raster order of the
+ * windows.  dy of output (oy, ox) is p[(oy * ow + ox) * stride]. */
+template <typename T>
+__device__ __forceinline__ float avgpool_grad(const dp_pool2d &g, int iy, int ix, const T *p,
+					      size_t stride)
+{
+	float inv = 1.0f / (float)(g.kh * g.kw), acc = 0.0f;
+	int ylo, yhi, xlo, xhi;
+	pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
+	pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
+	for (int oy = ylo; oy <= yhi; oy++)
+		for (int ox = xlo; ox <= xhi; ox++)
+			acc += fl(p[((size_t)oy * g.ow + ox) * stride]) * inv;
+	return acc;
+}
+
 /* Tree sum of v over the block (THREADS threads); the result in thread 0
  * and returned to all. */
 template <typename T> __device__ T block_sum(T v)

@@ -332,19 +332,11 @@ template <typename T> __global__ void k_avgpool(dp_pool2d g, const T *x, T *y, s
 
 template <typename T> __global__ void k_avgpool_bwd(dp_pool2d g, const T *dy, T *dx, size_t total)
 {
-	float inv = 1.0f / (float)(g.kh * g.kw);
 	FOR_EACH(i, total) {
 		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
 		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
 		size_t s = r / ((size_t)g.w * g.h);
-		int ylo, yhi, xlo, xhi;
-		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
-		float acc = 0.0f;
-		for (int oy = ylo; oy <= yhi; oy++)
-			for (int ox = xlo; ox <= xhi; ox++)
-				acc += fl(dy[((s * g.oh + oy) * g.ow + ox) * g.c + ch]) * inv;
-		dx[i] = to<T>(acc);
+		dx[i] = to<T>(avgpool_grad(g, iy, ix, dy + s * g.oh * g.ow * g.c + ch, (size_t)g.c));
 	}
 }
 

@@ -67,18 +67,10 @@ __global__ void k_avgpool_fwd(dp_pool2d g, const float *x, float *y)
 __global__ void k_avgpool_bwd(dp_pool2d g, const float *dy, float *dx)
 {
 	size_t hw = (size_t)g.h * g.w, ohw = (size_t)g.oh * g.ow, total = (size_t)g.n * g.c * hw;
-	float inv = 1.0f / (float)(g.kh * g.kw);
 	FOR_EACH(i, total) {
 		size_t pl = i / hw;
 		int r = (int)(i % hw), iy = r / g.w, ix = r % g.w;
-		int ylo, yhi, xlo, xhi;
-		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
-		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);
-		float acc = 0.0f;
-		for (int oy = ylo; oy <= yhi; oy++)
-			for (int ox = xlo; ox <= xhi; ox++)
-				acc += dy[pl * ohw + (size_t)oy * g.ow + ox] * inv;
-		dx[i] = acc;
+		dx[i] = avgpool_grad(g, iy, ix, dy + pl * ohw, 1);
 	}
 }
 
