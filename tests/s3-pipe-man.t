@@ -12,7 +12,7 @@ PAGE=$DP_SRC/man/man1/s3-pipe.1
 cd "$T" || exit 1
 
 groff -man -Tascii -rLL=300n -rHY=0 -P-cbou "$PAGE" >page.txt
-for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c"); do
+for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c") help version; do
 	ok grep -q -- "^ *\(-[a-zA-Z], \)*--$o\b" page.txt "the man page documents --$o"
 done
 for s in "EXIT STATUS" ENVIRONMENT EXAMPLES CREDENTIALS "SEE ALSO"; do

@@ -20,7 +20,7 @@ nkeys=$(echo "$keys" | wc -l)
 # ---- help, version, usage ---------------------------------------------------------
 run s3-pipe --help
 is "$rc" 0 "--help exits 0"
-for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c"); do
+for o in $(sed -n 's/^\t\t{"\([a-z-]*\)", [a-z_]*_argument.*/\1/p' "$DP_SRC/tools/s3-pipe.c") help version; do
 	like "$out" "--$o" "--help lists --$o"
 done
 for c in get put ls fifo presign rm; do

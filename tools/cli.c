@@ -217,9 +217,17 @@ void cli_exit_stdout(void)
 	cli_exit(cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK);
 }
 
+void cli_help(void (*help)(void))
+{
+	if (!cli.quiet)
+		help();
+	cli_exit_stdout();
+}
+
 void cli_version(void)
 {
-	printf("%s (dptools) %s\n", cli.prog, dp_version());
+	if (!cli.quiet)
+		printf("%s (dptools) %s\n", cli.prog, dp_version());
 	cli_exit_stdout();
 }
 

@@ -81,7 +81,18 @@ void cli_job_says(void);
  * cli_usage_error. */
 void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
-/* --version: "prog (dptools) VERSION" on stdout, then cli_exit_stdout(). */
+/* The last rows of every tool's getopt_long table: --help and --version,
+ * as 'h' and 'V' (which a tool may take as -h and -V too), and the end. */
+#define CLI_OPTIONS_END                                                  \
+	{"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, \
+	{                                                                \
+		0, 0, 0, 0                                               \
+	}
+/* --help: help() (the full option list, on stdout), then
+ * cli_exit_stdout().  --version: "prog (dptools) VERSION" on stdout, then
+ * cli_exit_stdout().  Said once in a job of several ranks: by the one
+ * whose messages are printed (cli.quiet clear, cli_job_says). */
+void cli_help(void (*help)(void)) __attribute__((noreturn));
 void cli_version(void) __attribute__((noreturn));
 /* After --help or --version: exit 0 when stdout was written whole, else
  * say why and exit 1 (`--help > /dev/full` is a failure). */

@@ -60,7 +60,7 @@ enum { C_SHOW = 1, C_DIFF, C_IMPORT, C_EXPORT };
 
 enum {
 	OPT_JSON = 256, OPT_FORMAT, OPT_CLASSES, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_MODEL,
-	OPT_SHAPE, OPT_LOSS, OPT_HELP, OPT_VERSION
+	OPT_SHAPE, OPT_LOSS
 };
 
 static struct {
@@ -185,10 +185,8 @@ static void set_option(int c, const char *v, char **argv)
 			cli_bad_value("--loss", v, "xent or mse");
 		break;
 	case OPT_CLASSES: O.classes = v; break;
-	case 'h':
-	case OPT_HELP: help(); cli_exit_stdout();
-	case 'V':
-	case OPT_VERSION: cli_version();
+	case 'h': cli_help(help);
+	case 'V': cli_version();
 	default: cli_bad_option(c, argv);
 	}
 }
@@ -209,9 +207,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"input-shape", required_argument, NULL, OPT_SHAPE},
 		{"loss", required_argument, NULL, OPT_LOSS},
 		{"classes", required_argument, NULL, OPT_CLASSES},
-		{"help", no_argument, NULL, OPT_HELP},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{0, 0, 0, 0},
+		CLI_OPTIONS_END,
 	};
 	const size_t nallowed = sizeof allowed / sizeof allowed[0];
 	unsigned used[sizeof allowed / sizeof allowed[0]] = {0};

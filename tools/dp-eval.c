@@ -51,7 +51,7 @@ enum { EVAL_GATE_FAILED = 3 }; /* a --require gate failed */
 
 enum {
 	O_MODEL = 256, O_DATA, O_DATA_CMD, O_BATCH, O_TOPK, O_CLASSES, O_JSON, O_REQUIRE, O_CHECK,
-	O_PRED, O_PRED_FORMAT, O_THREADS, O_GPU, O_PRECISION, O_HELP, O_VERSION, O_BEST, O_COPY_BEST
+	O_PRED, O_PRED_FORMAT, O_THREADS, O_GPU, O_PRECISION, O_BEST, O_COPY_BEST
 };
 
 static const struct option longopts[] = {
@@ -73,9 +73,7 @@ static const struct option longopts[] = {
 	{"gpu", required_argument, 0, O_GPU},
 	{"precision", required_argument, 0, O_PRECISION},
 	{"quiet", no_argument, 0, 'q'},
-	{"help", no_argument, 0, O_HELP},
-	{"version", no_argument, 0, O_VERSION},
-	{0, 0, 0, 0},
+	CLI_OPTIONS_END,
 };
 
 enum { PF_AUTO = 0, PF_JSONL, PF_TFRECORD };
@@ -257,14 +255,8 @@ static void parse_args(int argc, char **argv)
 				cli_bad_value("--precision", optarg, "fp32, tf32 or bf16");
 			break;
 		case 'q': O.quiet = 1; break;
-		case O_HELP: /* once per job under mpirun */
-			if (RANK == 0)
-				help();
-			cli_exit_stdout();
-		case O_VERSION:
-			if (RANK == 0)
-				cli_version();
-			cli_exit_stdout();
+		case 'h': cli_help(help);
+		case 'V': cli_version();
 		default:
 			if (!cli_input_option(&O.in, c, longopts[li].name, optarg))
 				cli_bad_option(c, argv);

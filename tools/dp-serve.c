@@ -68,9 +68,7 @@ static const struct option longopts[] = {
 	{"port-file", required_argument, 0, O_PORT_FILE},
 	{"json", no_argument, 0, O_JSON},
 	{"quiet", no_argument, 0, 'q'},
-	{"help", no_argument, 0, O_HELP},
-	{"version", no_argument, 0, O_VERSION},
-	{0, 0, 0, 0},
+	CLI_OPTIONS_END,
 };
 
 static struct {
@@ -180,8 +178,8 @@ static void parse_args(int argc, char **argv)
 		case O_STATS_EVERY: O.stats_every = cli_real("--stats-every", optarg, 0, 86400); break;
 		case O_JSON: O.json_out = 1; break;
 		case 'q': O.quiet = 1; break;
-		case O_HELP: help(); cli_exit_stdout();
-		case O_VERSION: cli_version();
+		case 'h': cli_help(help);
+		case 'V': cli_version();
 		default: cli_bad_option(c, argv);
 		}
 	}

@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "cli_input.h"
 #include "sagemaker.h"
 #include "dp.h"
 #include "dp_backend.h"
@@ -64,17 +65,16 @@ enum { TRAIN_DIVERGED = 3 }; /* the loss is not finite */
 /* ---- the command line ----------------------------------------------------- */
 
 enum {
-	O_TRAIN = 256, O_TRAIN_CMD, O_VAL, O_VAL_CMD, O_FEATURE, O_LABEL, O_DECODE, O_SCALE,
+	O_TRAIN = 256, O_TRAIN_CMD, O_VAL, O_VAL_CMD,
 	O_SHUFFLE, O_LAST_BATCH, O_CACHE, O_CACHE_LIMIT, O_CACHE_DIR, O_PREFETCH, O_MODEL,
 	O_INPUT_SHAPE, O_LOSS, O_SUMMARY, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_OPTIMIZER, O_LR,
 	O_MOMENTUM, O_NESTEROV, O_DAMPENING, O_BETA1, O_BETA2, O_EPS, O_WD, O_SCHEDULE, O_WARMUP,
 	O_SEED, O_THREADS, O_GPU, O_PRECISION, O_DETERMINISTIC, O_CKPT_EVERY, O_CKPT, O_RESUME, O_INIT, O_LOG_FORMAT,
-	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS, O_HELP, O_VERSION,
+	O_LOG, O_LOG_EVERY, O_PROGRESS, O_NO_PROGRESS,
 	O_SHARD_DATA, O_NO_SHARD_DATA, O_UNEVEN, O_SCALE_LR, O_WARMUP_EPOCHS, O_STEPS_PER_EPOCH, O_NO_OVERLAP,
 	O_BUCKET, O_LOG_ALL, O_TIMELINE, O_STALL, O_STALL_ABORT, O_GRAD_DTYPE, O_ALLREDUCE,
 	O_TENSORBOARD, O_TB_HIST, O_ON_EPOCH, O_ON_EPOCH_FAIL, O_ACCUMULATE, O_CLIP_NORM,
-	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_IMAGE, O_LAYOUT,
-	O_DECODE_THREADS, O_SKIP_CORRUPT, O_MAX_SKIPPED, O_MAX_RECORD, O_CLASSES, O_SYNC_BN,
+	O_RESET, O_FREEZE, O_LR_MULT, O_NO_DECAY, O_SMOOTH, O_CLASSES, O_SYNC_BN,
 	O_MONITOR, O_MONITOR_MODE, O_EARLY_STOP, O_PLATEAU, O_SAVE_BEST, O_RECOMPUTE,
 	O_PIPE_STAGES, O_MICRO, O_PIPE_SCHED, O_MEMORY_LIMIT, O_LAST
 };
@@ -84,21 +84,8 @@ static const struct option longopts[] = {
 	{"train-cmd", required_argument, 0, O_TRAIN_CMD},
 	{"val", required_argument, 0, O_VAL},
 	{"val-cmd", required_argument, 0, O_VAL_CMD},
-	{"feature", required_argument, 0, O_FEATURE},
-	{"label", required_argument, 0, O_LABEL},
-	{"decode-raw", required_argument, 0, O_DECODE},
-	{"decode", required_argument, 0, O_DECODE},
-	{"mean", required_argument, 0, O_IMAGE},
-	{"std", required_argument, 0, O_IMAGE},
-	{"augment", required_argument, 0, O_IMAGE},
-	{"resize", required_argument, 0, O_IMAGE},
-	{"max-pixels", required_argument, 0, O_IMAGE},
-	{"layout", required_argument, 0, O_LAYOUT},
-	{"decode-threads", required_argument, 0, O_DECODE_THREADS},
-	{"skip-corrupt", no_argument, 0, O_SKIP_CORRUPT},
-	{"max-record", required_argument, 0, O_MAX_RECORD},
-	{"max-skipped", required_argument, 0, O_MAX_SKIPPED},
-	{"scale", required_argument, 0, O_SCALE},
+	CLI_INPUT_OPTIONS,
+	{"augment", required_argument, 0, CLI_IN_IMAGE},
 	{"shuffle-buffer", required_argument, 0, O_SHUFFLE},
 	{"last-batch", required_argument, 0, O_LAST_BATCH},
 	{"cache", required_argument, 0, O_CACHE},
@@ -176,9 +163,7 @@ static const struct option longopts[] = {
 	{"early-stopping", required_argument, 0, O_EARLY_STOP},
 	{"reduce-lr-on-plateau", required_argument, 0, O_PLATEAU},
 	{"save-best", required_argument, 0, O_SAVE_BEST},
-	{"help", no_argument, 0, O_HELP},
-	{"version", no_argument, 0, O_VERSION},
-	{0, 0, 0, 0},
+	CLI_OPTIONS_END,
 };
 
 /* The run's settings that checkpoints keep (dp_ckpt.h): the model, the
@@ -189,11 +174,9 @@ static struct {
 	const char **train, **val;
 	size_t ntrain, nval;
 	const char *train_cmd, *val_cmd;
-	int skip_corrupt;
-	const char *max_skipped; /* --max-skipped as given; NULL: the default */
-	uint64_t max_record;     /* --max-record; 0: DP_MAX_RECORD_DEFAULT */
-	dp_gate skip_gate;       /* --max-skipped as a gate */
-	unsigned decode_threads;
+	/* the input's options; those of the run's settings go to C
+	 * (input_options) */
+	struct cli_input in;
 	int cache;
 	uint64_t cache_limit;
 	const char *cache_dir;
@@ -560,46 +543,15 @@ static void parse_on_epoch(const char *arg)
 }
 
 /* The options of the input pipeline (c, getopt_long's, with longopts[li]
- * its entry): 1 when c is one of them. */
+ * its entry): 1 when c is one of them (those dp-eval shares:
+ * cli_input_option). */
 static int data_option(int c, const char *arg, int li)
 {
-	dp_err ie;
 	switch (c) {
-	case O_IMAGE:
-		if (dp_image_opt(&C.img, longopts[li].name, arg, &ie) < 0)
-			usage_error("%s", ie.msg);
-		break;
-	case O_LAYOUT:
-	case O_DECODE_THREADS:
-		if (dp_data_opt(longopts[li].name, arg, &C.hwc, &O.decode_threads, &ie) < 0)
-			usage_error("%s", ie.msg);
-		break;
-	case O_SKIP_CORRUPT: O.skip_corrupt = 1; break;
-	case O_MAX_RECORD: O.max_record = cli_size("--max-record", arg, 1, UINT64_MAX); break;
-	case O_MAX_SKIPPED:
-		if (dp_gate_max_skipped(arg, &O.skip_gate, &ie) < 0)
-			usage_error("--max-skipped %s", ie.msg);
-		O.max_skipped = arg;
-		break;
 	case O_TRAIN: cli_push(&O.train, &O.ntrain, arg); break;
 	case O_TRAIN_CMD: O.train_cmd = arg; break;
 	case O_VAL: cli_push(&O.val, &O.nval, arg); break;
 	case O_VAL_CMD: O.val_cmd = arg; break;
-	case O_FEATURE: C.feature = arg; break;
-	case O_LABEL: C.label = arg; break;
-	case O_DECODE:
-		C.decode = dp_decode_parse(arg);
-		if (C.decode < 0)
-			usage_error("--decode-raw '%s': want uint8, float32 or float64 (or image)",
-				    arg);
-		break;
-	case O_SCALE: {
-		dp_err se;
-		if (dp_parse_scale("--scale", arg, &C.scale, &se) < 0)
-			usage_error("%s", se.msg);
-		C.scale_text = arg;
-		break;
-	}
 	case O_SHUFFLE: C.shuffle = cli_count("--shuffle-buffer", arg, 0, 1u << 28); break;
 	case O_LAST_BATCH:
 		if (strcmp(arg, "keep") && strcmp(arg, "drop"))
@@ -624,9 +576,26 @@ static int data_option(int c, const char *arg, int li)
 		break;
 	case O_CACHE_DIR: O.cache_dir = arg; break;
 	case O_PREFETCH: O.prefetch = (int)cli_count("--prefetch", arg, 0, 64); break;
-	default: return 0;
+	default: return cli_input_option(&O.in, c, longopts[li].name, arg);
 	}
 	return 1;
+}
+
+/* The input's options that are the run's settings, into C: those not
+ * given keep dp_run_conf_init's (or a checkpoint's, settings_from). */
+static void input_options(void)
+{
+	if (O.in.feature)
+		C.feature = O.in.feature;
+	if (O.in.label)
+		C.label = O.in.label;
+	if (O.in.decode >= 0)
+		C.decode = O.in.decode;
+	if (O.in.scale_text)
+		C.scale = O.in.scale, C.scale_text = O.in.scale_text;
+	if (O.in.hwc >= 0)
+		C.hwc = O.in.hwc;
+	C.img = O.in.img;
 }
 
 /* --monitor, --monitor-mode, --early-stopping, --reduce-lr-on-plateau:
@@ -743,6 +712,8 @@ static void parse_args(int argc, char **argv)
 	int c;
 	dp_optim_defaults(&C.opt, DP_OPTIM_ADAM);
 	cli_job_says(); /* what goes wrong here goes wrong on every rank */
+	cli_input_init(&O.in);
+	O.in.img = C.img; /* the image options over the run's defaults */
 	opterr = 0;
 	int li = 0;
 	while ((c = getopt_long(argc, argv, ":o:q", longopts, &li)) != -1) {
@@ -811,14 +782,8 @@ static void parse_args(int argc, char **argv)
 		case O_EARLY_STOP:
 		case O_PLATEAU: control_option(c, optarg); break;
 		case O_SAVE_BEST: O.save_best = optarg; break;
-		case O_HELP: /* once per job under mpirun */
-			if (RANK == 0)
-				help();
-			cli_exit_stdout();
-		case O_VERSION:
-			if (RANK == 0)
-				cli_version();
-			cli_exit_stdout();
+		case 'h': cli_help(help); /* once per job under mpirun */
+		case 'V': cli_version();
 		default:
 			if (!data_option(c, optarg, li) && !dist_option(c, optarg) &&
 			    !optim_option(c, optarg))
@@ -832,9 +797,10 @@ static void parse_args(int argc, char **argv)
 	if (O.on_epoch_fail && !O.on_epoch)
 		usage_error("--on-epoch-fail goes with --on-epoch CMD");
 	optim_done();
-	if (C.decode == DP_DECODE_IMAGE && !O.given[O_FEATURE]) /* tfrecord(5)'s names */
+	input_options();
+	if (C.decode == DP_DECODE_IMAGE && !O.in.feature) /* tfrecord(5)'s names */
 		C.feature = "image/encoded";
-	if (C.decode == DP_DECODE_IMAGE && !O.given[O_LABEL])
+	if (C.decode == DP_DECODE_IMAGE && !O.in.label)
 		C.label = "image/class/label";
 	cli_set_rank(RANK, SIZE);
 }
@@ -846,8 +812,6 @@ static const struct {
 	int opt, key;
 } opt_keys[] = {
 	{O_MODEL, DP_RUN_MODEL}, {O_INPUT_SHAPE, DP_RUN_INPUT_SHAPE}, {O_LOSS, DP_RUN_LOSS},
-	{O_FEATURE, DP_RUN_FEATURE}, {O_LABEL, DP_RUN_LABEL}, {O_DECODE, DP_RUN_DECODE},
-	{O_IMAGE, DP_RUN_IMAGE}, {O_LAYOUT, DP_RUN_LAYOUT}, {O_SCALE, DP_RUN_SCALE},
 	{O_SHUFFLE, DP_RUN_SHUFFLE}, {O_LAST_BATCH, DP_RUN_LAST_BATCH}, {O_BATCH, DP_RUN_BATCH},
 	{O_ACCUMULATE, DP_RUN_ACCUMULATE}, {O_CLIP_NORM, DP_RUN_CLIP_NORM},
 	{O_EPOCHS, DP_RUN_EPOCHS}, {O_SEED, DP_RUN_SEED}, {O_SCHEDULE, DP_RUN_SCHEDULE},
@@ -870,6 +834,12 @@ static void settings_from(const dp_st *ck, const int *keys)
 	dp_err e;
 	for (size_t i = 0; i < sizeof opt_keys / sizeof opt_keys[0]; i++)
 		C.given[opt_keys[i].key] = O.given[opt_keys[i].opt];
+	C.given[DP_RUN_FEATURE] = O.in.feature != NULL;
+	C.given[DP_RUN_LABEL] = O.in.label != NULL;
+	C.given[DP_RUN_DECODE] = O.in.decode >= 0;
+	C.given[DP_RUN_IMAGE] = O.in.img_text != NULL;
+	C.given[DP_RUN_LAYOUT] = O.in.hwc >= 0;
+	C.given[DP_RUN_SCALE] = O.in.scale_text != NULL;
 	if (dp_run_conf_from(&C, ck, keys, &e) < 0)
 		die_all(1, "%s", e.msg);
 }
@@ -992,7 +962,7 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 	}
 	/* skipped: the images skipped as corrupt this epoch so far (the
 	 * input's count, which may run a few batches ahead of the steps) */
-	log_line(keys, vals, (has_acc ? 6 : 5) + O.skip_corrupt, own);
+	log_line(keys, vals, (has_acc ? 6 : 5) + O.in.skip_corrupt, own);
 }
 
 /* The training line of the last steps: this rank's (--log-all-ranks),
@@ -1247,9 +1217,9 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 	o.alloc = (void *(*)(void *, size_t))R.be->host_alloc;
 	o.free = (void (*)(void *, void *))R.be->host_free;
 	o.alloc_ctx = R.ctx;
-	o.decode_threads = O.decode_threads;
-	o.skip_corrupt = O.skip_corrupt;
-	o.rec.max_record = O.max_record;
+	o.decode_threads = O.in.decode_threads;
+	o.skip_corrupt = O.in.skip_corrupt;
+	o.rec.max_record = O.in.max_record;
 	o.on_skip = skip_warn;
 	dp_err e;
 	dp_data *d = dp_data_open(&o, &e);
@@ -1302,8 +1272,8 @@ static char *settings_text(void)
 		.bucket = O.bucket,
 		.timeline = !O.timeline ? "none" : names_rank(O.timeline) ? "per-rank" : "gathered",
 		.wire = O.wire, .algo = O.algo, .reset = O.reset, .classes = O.classes,
-		.save_best = O.save_best != NULL, .skip_corrupt = O.skip_corrupt,
-		.max_skipped = O.max_skipped};
+		.save_best = O.save_best != NULL, .skip_corrupt = O.in.skip_corrupt,
+		.max_skipped = O.in.max_skipped};
 	char *t = dp_job_settings_text(&C, &j, COMM);
 	if (!t)
 		cli_die("out of memory");
@@ -1363,14 +1333,14 @@ static void check_same_state(uint64_t step)
 static void check_skipped(const char *what, uint64_t epoch, uint64_t skipped, uint64_t read)
 {
 	double frac = read ? (double)skipped / (double)read : 0;
-	int pct = !strcmp(O.skip_gate.metric, "skipped_fraction");
-	if (dp_gate_pass(&O.skip_gate, pct ? frac : (double)skipped))
+	int pct = !strcmp(O.in.skip_gate.metric, "skipped_fraction");
+	if (dp_gate_pass(&O.in.skip_gate, pct ? frac : (double)skipped))
 		return;
 	die_all(1, "epoch %" PRIu64 ": %s: %" PRIu64 " of %" PRIu64 " records (%.3g%%) skipped as "
 		"corrupt, more than --max-skipped %s allows: the model would be trained or judged "
 		"on a part of the data",
 		epoch + 1, what, skipped, read, 100 * frac,
-		O.max_skipped ? O.max_skipped : DP_MAX_SKIPPED_DEFAULT);
+		O.in.max_skipped ? O.in.max_skipped : DP_MAX_SKIPPED_DEFAULT);
 }
 
 /* A validation line: the job's, or this rank's own share (own). */
@@ -1393,7 +1363,7 @@ static void val_line(uint64_t epoch, uint64_t step, int own)
 	const char *keys[] = {"epoch", "step", "val_loss", R.xent ? "val_accuracy" : "val_samples",
 			      R.xent ? "val_samples" : "val_skipped", "val_skipped"};
 	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], R.xent ? v[4] : v[5], v[5]};
-	log_line(keys, vals, (R.xent ? 5 : 4) + O.skip_corrupt, own);
+	log_line(keys, vals, (R.xent ? 5 : 4) + O.in.skip_corrupt, own);
 }
 
 static void validate(uint64_t epoch, uint64_t step)
@@ -2102,11 +2072,11 @@ static int train_epoch(uint64_t epoch)
 	double dt = dp_now() - t0;
 	/* the job's images skipped as corrupt, of the records it decoded */
 	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
-	if (O.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
+	if (O.in.skip_corrupt && dp_comm_allreduce_sum(COMM, sk, 2, &e) < 0)
 		cli_die("train: %s", e.msg);
 	/* the input's share: decoding images or on threads, and on a GPU,
 	 * whose steps are short enough for the reader to be the limit */
-	if (C.decode == DP_DECODE_IMAGE || O.decode_threads || ds.corrupt ||
+	if (C.decode == DP_DECODE_IMAGE || O.in.decode_threads || ds.corrupt ||
 	    !(R.be->caps & DP_CAP_HOST_MEMORY))
 	{
 		char sk_note[64] = "";
@@ -2116,7 +2086,7 @@ static int train_epoch(uint64_t epoch)
 		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s)%s", epoch + 1,
 		     ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk_note);
 	}
-	if (O.skip_corrupt && !stopped)
+	if (O.in.skip_corrupt && !stopped)
 		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
 	return stopped;
 }
@@ -2423,11 +2393,11 @@ int main(int argc, char **argv)
 		usage_error("--resume and --init exclude each other");
 	if (O.reset && !O.init)
 		usage_error("--reset needs --init (the weights it leaves out)");
-	if (O.max_skipped && !O.skip_corrupt)
+	if (O.in.max_skipped && !O.in.skip_corrupt)
 		usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
-	if (!O.max_skipped) {
+	if (!O.in.max_skipped) {
 		dp_err e;
-		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.skip_gate, &e);
+		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.in.skip_gate, &e);
 	}
 
 	/* set-up: the job, the settings (some from a checkpoint), the model,

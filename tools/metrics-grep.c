@@ -100,7 +100,6 @@ static volatile sig_atomic_t stop_sig;
 
 static void on_stop(int sig) { stop_sig = sig; }
 
-static void help(void) __attribute__((noreturn));
 static void help(void)
 {
 	fputs(USAGE, stdout);
@@ -139,7 +138,6 @@ static void help(void)
 	      "Exit status: 0 values found, 1 failure,\n"
 	      "2 usage error (bad option, regex or definitions), 3 no value found.\n",
 	      stdout);
-	cli_exit_stdout();
 }
 
 /* ---- Output ------------------------------------------------------------- */
@@ -1033,9 +1031,7 @@ static const struct option longopts[] = {
 	{"plot", required_argument, 0, OPT_PLOT},
 	{"title", required_argument, 0, OPT_TITLE},
 	{"max-line-length", required_argument, 0, OPT_MAXLINE},
-	{"help", no_argument, 0, 'h'},
-	{"version", no_argument, 0, 'V'},
-	{0, 0, 0, 0},
+	CLI_OPTIONS_END,
 };
 
 /* A metric definition the matcher refused: exit 2 (1 when out of memory). */
@@ -1119,7 +1115,7 @@ static int parse_args(int argc, char **argv)
 		case OPT_MAXLINE:
 			G.max_line = (size_t)cli_size("--max-line-length", optarg, 1, (uint64_t)1 << 36);
 			break;
-		case 'h': help();
+		case 'h': cli_help(help);
 		case 'V': cli_version();
 		default: cli_bad_option(c, argv);
 		}

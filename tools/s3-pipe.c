@@ -1355,7 +1355,7 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_TIMEOUT: O.conf.timeout = (double)cli_count("--timeout", v, 1, 86400); break;
 	case 'v': O.verbose++; break;
 	case 'q': O.quiet = 1; break;
-	case 'h': help(); cli_exit_stdout();
+	case 'h': cli_help(help);
 	case 'V': cli_version();
 	default: cli_bad_option(c, argv);
 	}
@@ -1401,9 +1401,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		{"timeout", required_argument, NULL, OPT_TIMEOUT},
 		{"verbose", no_argument, NULL, 'v'},
 		{"quiet", no_argument, NULL, 'q'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{0, 0, 0, 0},
+		CLI_OPTIONS_END,
 	};
 	const size_t nallowed = sizeof allowed / sizeof allowed[0];
 	unsigned used[sizeof allowed / sizeof allowed[0]] = {0}; /* by index in allowed[] */

@@ -645,9 +645,7 @@ static int parse_options(int argc, char **argv)
 		{"label-feature", required_argument, NULL, OPT_LABEL},
 		{"classes-out", required_argument, NULL, OPT_CLASSES_OUT},
 		{"decode-images", required_argument, NULL, OPT_DECODE_IMAGES},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{0, 0, 0, 0},
+		CLI_OPTIONS_END,
 	};
 	int c;
 	opterr = 0;
@@ -681,9 +679,7 @@ static int parse_options(int argc, char **argv)
 		case OPT_LABEL: O.enc.label_name = optarg; break;
 		case OPT_CLASSES_OUT: O.classes_out = optarg; break;
 		case OPT_DECODE_IMAGES: O.images_dir = optarg; break;
-		case 'h':
-			help();
-			cli_exit_stdout();
+		case 'h': cli_help(help);
 		case 'V': cli_version();
 		default: cli_bad_option(c, argv);
 		}

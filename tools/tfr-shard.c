@@ -1069,8 +1069,7 @@ static void parse_options(int argc, char **argv)
 		{"compress", required_argument, 0, 'z'}, {"level", required_argument, 0, O_LEVEL},
 		{"skip-corrupt", no_argument, 0, O_SKIP}, {"quiet", no_argument, 0, 'q'},
 		{"max-record", required_argument, 0, O_MAXRECORD},
-		{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
-		{0, 0, 0, 0}};
+		CLI_OPTIONS_END};
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":n:o:z:qhV", lo, NULL)) != -1) {
@@ -1114,9 +1113,7 @@ static void parse_options(int argc, char **argv)
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case O_MAXRECORD: opt.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
 		case 'q': opt.quiet = 1; break;
-		case 'h':
-			help();
-			cli_exit_stdout();
+		case 'h': cli_help(help);
 		case 'V': cli_version();
 		default: cli_bad_option(c, argv);
 		}

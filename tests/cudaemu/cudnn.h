@@ -258,25 +258,53 @@ static inline cudnnStatus_t emu_dnn_check(int algo, void *ws, size_t wsb)
 	return CUDNN_STATUS_SUCCESS;
 }
 
-/* out (n, k, oh, ow) = sum over c, r, s of x (n, c, oy sh - ph + r, ox sw - pw + s) w (k, c, r, s):
- * fn(n, k, oy, ox, c, iy, ix, r, s) visits every product */
-#define EMU_DNN_LOOP(X_, W_, Y_, D_, BODY)                                                      \
-	for (int n_ = 0; n_ < (Y_)->n; n_++)                                                 \
-		for (int k_ = 0; k_ < (Y_)->c; k_++)                                         \
-			for (int oy_ = 0; oy_ < (Y_)->h; oy_++)                              \
-				for (int ox_ = 0; ox_ < (Y_)->w; ox_++)                      \
-					for (int c_ = 0; c_ < (X_)->c; c_++)                 \
-						for (int r_ = 0; r_ < (W_)->h; r_++) {       \
-							int iy_ = oy_ * (D_)->sh - (D_)->ph + r_; \
-							if (iy_ < 0 || iy_ >= (X_)->h)   \
-								continue;               \
-							for (int s_ = 0; s_ < (W_)->w; s_++) { \
-								int ix_ = ox_ * (D_)->sw - (D_)->pw + s_; \
-								if (ix_ < 0 || ix_ >= (X_)->w) \
-									continue;       \
-								BODY;                   \
-							}                               \
+/* A convolution's three products in one loop: y (n, k, oh, ow) = sum over
+ * c, r, s of x (n, c, oy sh - ph + r, ox sw - pw + s) w (k, c, r, s).
+ * out says which of x, w, y is written (alpha, beta as cuDNN's), summed in
+ * double over every product of the other two: y (forward), x (backward
+ * data), w (backward filter). */
+enum { EMU_OUT_X, EMU_OUT_W, EMU_OUT_Y };
+
+static inline cudnnStatus_t emu_dnn_conv(int out, cudnnTensorDescriptor_t xd, const void *x,
+					 cudnnFilterDescriptor_t wd, const void *w,
+					 cudnnTensorDescriptor_t yd, const void *y,
+					 cudnnConvolutionDescriptor_t d, int algo, void *ws, size_t wsb,
+					 const void *alpha, const void *beta, void *to)
+{
+	if (!emu_dnn_shapes(xd, wd, d, yd) || emu_dnn_check(algo, ws, wsb) != CUDNN_STATUS_SUCCESS)
+		return CUDNN_STATUS_BAD_PARAM;
+	const emu_tensor *od = out == EMU_OUT_X ? xd : out == EMU_OUT_W ? wd : yd;
+	size_t no = (size_t)od->n * od->c * od->h * od->w;
+	double *acc = (double *)calloc(no, sizeof *acc);
+	for (int n_ = 0; n_ < yd->n; n_++)
+		for (int k_ = 0; k_ < yd->c; k_++)
+			for (int oy_ = 0; oy_ < yd->h; oy_++)
+				for (int ox_ = 0; ox_ < yd->w; ox_++)
+					for (int c_ = 0; c_ < xd->c; c_++)
+						for (int r_ = 0; r_ < wd->h; r_++) {
+							int iy_ = oy_ * d->sh - d->ph + r_;
+							if (iy_ < 0 || iy_ >= xd->h)
+								continue;
+							for (int s_ = 0; s_ < wd->w; s_++) {
+								int ix_ = ox_ * d->sw - d->pw + s_;
+								if (ix_ < 0 || ix_ >= xd->w)
+									continue;
+								size_t ax = emu_at(xd, n_, c_, iy_, ix_),
+								       aw = emu_at(wd, k_, c_, r_, s_),
+								       ay = emu_at(yd, n_, k_, oy_, ox_);
+								if (out == EMU_OUT_Y)
+									acc[ay] += emu_get(xd, x, ax) * emu_get(wd, w, aw);
+								else if (out == EMU_OUT_X)
+									acc[ax] += emu_get(yd, y, ay) * emu_get(wd, w, aw);
+								else
+									acc[aw] += emu_get(yd, y, ay) * emu_get(xd, x, ax);
+							}
 						}
+	for (size_t i = 0; i < no; i++)
+		emu_put(od, to, i, acc[i], *(const float *)alpha, *(const float *)beta);
+	free(acc);
+	return CUDNN_STATUS_SUCCESS;
+}
 
 static inline cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
 						    cudnnTensorDescriptor_t xd, const void *x,
@@ -285,17 +313,7 @@ static inline cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void 
 						    size_t wsb, const void *beta,
 						    cudnnTensorDescriptor_t yd, void *y)
 {
-	if (!emu_dnn_shapes(xd, wd, d, yd) || emu_dnn_check(algo, ws, wsb) != CUDNN_STATUS_SUCCESS)
-		return CUDNN_STATUS_BAD_PARAM;
-	size_t ny = (size_t)yd->n * yd->c * yd->h * yd->w;
-	double *acc = (double *)calloc(ny, sizeof *acc);
-	EMU_DNN_LOOP(xd, wd, yd, d,
-		     acc[emu_at(yd, n_, k_, oy_, ox_)] += emu_get(xd, x, emu_at(xd, n_, c_, iy_, ix_)) *
-							emu_get(wd, w, emu_at(wd, k_, c_, r_, s_)));
-	for (size_t i = 0; i < ny; i++)
-		emu_put(yd, y, i, acc[i], *(const float *)alpha, *(const float *)beta);
-	free(acc);
-	return CUDNN_STATUS_SUCCESS;
+	return emu_dnn_conv(EMU_OUT_Y, xd, x, wd, w, yd, NULL, d, algo, ws, wsb, alpha, beta, y);
 }
 
 static inline cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
@@ -305,17 +323,7 @@ static inline cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const 
 							 size_t wsb, const void *beta,
 							 cudnnTensorDescriptor_t dxd, void *dx)
 {
-	if (!emu_dnn_shapes(dxd, wd, d, dyd) || emu_dnn_check(algo, ws, wsb) != CUDNN_STATUS_SUCCESS)
-		return CUDNN_STATUS_BAD_PARAM;
-	size_t nx = (size_t)dxd->n * dxd->c * dxd->h * dxd->w;
-	double *acc = (double *)calloc(nx, sizeof *acc);
-	EMU_DNN_LOOP(dxd, wd, dyd, d,
-		     acc[emu_at(dxd, n_, c_, iy_, ix_)] += emu_get(dyd, dy, emu_at(dyd, n_, k_, oy_, ox_)) *
-							  emu_get(wd, w, emu_at(wd, k_, c_, r_, s_)));
-	for (size_t i = 0; i < nx; i++)
-		emu_put(dxd, dx, i, acc[i], *(const float *)alpha, *(const float *)beta);
-	free(acc);
-	return CUDNN_STATUS_SUCCESS;
+	return emu_dnn_conv(EMU_OUT_X, dxd, NULL, wd, w, dyd, dy, d, algo, ws, wsb, alpha, beta, dx);
 }
 
 static inline cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
@@ -325,17 +333,7 @@ static inline cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, cons
 							   void *ws, size_t wsb, const void *beta,
 							   cudnnFilterDescriptor_t dwd, void *dw)
 {
-	if (!emu_dnn_shapes(xd, dwd, d, dyd) || emu_dnn_check(algo, ws, wsb) != CUDNN_STATUS_SUCCESS)
-		return CUDNN_STATUS_BAD_PARAM;
-	size_t nw = (size_t)dwd->n * dwd->c * dwd->h * dwd->w;
-	double *acc = (double *)calloc(nw, sizeof *acc);
-	EMU_DNN_LOOP(xd, dwd, dyd, d,
-		     acc[emu_at(dwd, k_, c_, r_, s_)] += emu_get(dyd, dy, emu_at(dyd, n_, k_, oy_, ox_)) *
-							emu_get(xd, x, emu_at(xd, n_, c_, iy_, ix_)));
-	for (size_t i = 0; i < nw; i++)
-		emu_put(dwd, dw, i, acc[i], *(const float *)alpha, *(const float *)beta);
-	free(acc);
-	return CUDNN_STATUS_SUCCESS;
+	return emu_dnn_conv(EMU_OUT_W, xd, x, dwd, NULL, dyd, dy, d, algo, ws, wsb, alpha, beta, dw);
 }
 
 #endif

@@ -303,10 +303,8 @@ int main(void)
 		printf("# %s\n", e.msg);
 		return 1;
 	}
-	rank = dp_comm_rank(c), size = dp_comm_size(c);
-	if (rank != 0 && !freopen("/dev/null", "w", stdout))
+	if (tap_comm_start(c, &rank, &size) < 0)
 		return 1;
-	printf("# %s\n", dp_comm_desc(c));
 	ok(size >= 1 && rank < size, "rank %d of %d", rank, size);
 	for (int r = 0; r < size; r++)
 		sumr += (float)(r + 1);

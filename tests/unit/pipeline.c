@@ -229,10 +229,8 @@ int main(void)
 		printf("# %s\n", e.msg);
 		return 1;
 	}
-	rank = dp_comm_rank(comm), size = dp_comm_size(comm);
-	if (rank != 0 && !freopen("/dev/null", "w", stdout))
+	if (tap_comm_start(comm, &rank, &size) < 0)
 		return 1;
-	printf("# %s\n", dp_comm_desc(comm));
 	uint64_t s = 4242;
 	for (int i = 0; i < NDATA; i++) {
 		for (int j = 0; j < IN; j++) {

@@ -307,10 +307,8 @@ int main(void)
 		printf("# %s\n", e.msg);
 		return 1;
 	}
-	rank = dp_comm_rank(comm), size = dp_comm_size(comm);
-	if (rank != 0 && !freopen("/dev/null", "w", stdout))
+	if (tap_comm_start(comm, &rank, &size) < 0)
 		return 1;
-	printf("# %s\n", dp_comm_desc(comm));
 	ok(size == 1 || size == 2 || size == 4, "rank %d of %d", rank, size);
 	make_data();
 	const char *mlp = "dense:6,relu,dense:3", *bn = "dense:6,batchnorm,relu,dense:3";

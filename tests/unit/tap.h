@@ -71,4 +71,18 @@ static int __attribute__((unused)) done_testing(void)
 	return tap_fail ? 1 : 0;
 }
 
+#ifdef DP_COMM_H
+/* A test under mpirun: *rank and *size of c; only rank 0's output goes on
+ * (the others' stdout to /dev/null), led by "# " and c's description.
+ * 0, or -1 when stdout could not be redirected. */
+static int __attribute__((unused)) tap_comm_start(dp_comm *c, int *rank, int *size)
+{
+	*rank = dp_comm_rank(c), *size = dp_comm_size(c);
+	if (*rank != 0 && !freopen("/dev/null", "w", stdout))
+		return -1;
+	printf("# %s\n", dp_comm_desc(c));
+	return 0;
+}
+#endif
+
 #endif

@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "cpu_impl.h"
+#include "math_impl.h"
 #include "dp_rng.h"
 
 #include <cblas.h>
@@ -418,34 +419,79 @@ typedef struct pool_job {
 
 #define PLANES_MIN 4
 
-static void maxpool_one(const pool_job *jb, size_t plane)
+/* Output (oy, ox) of a plane: its value into *m, the index of the input
+ * that holds it into *best. */
+static inline void maxpool_at(const dp_pool2d *g, const float *xp, int oy, int ox, float *m,
+			      int32_t *best)
 {
-	const dp_pool2d *g = jb->g;
+	int y0, y1, x0, x1;
+	pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
+	pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
+	/* as PyTorch: from -infinity at the first position inside the image
+	 * (padding never wins) */
+	int b = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
+	float v = -INFINITY;
+	for (int i = y0; i < y1; i++)
+		for (int j = x0; j < x1; j++) {
+			int idx = i * g->w + j;
+			/* NaN propagates, as in PyTorch */
+			if (xp[idx] > v || isnan(xp[idx])) {
+				v = xp[idx];
+				b = idx;
+			}
+		}
+	*m = v;
+	*best = b;
+}
+
+/* Planes lo..hi-1 of a pooling whose rows fit POOL_ROW_MAX: the columns
+ * whose windows lie inside the image (oxa..oxb-1) a window position at a
+ * time over the whole row, with selects in maxpool_at's raster order (the
+ * same results, ties and NaNs included) so that it vectorises and no
+ * branch depends on the data; the edge columns by maxpool_at. */
+HOT static void maxpool_rows(const dp_pool2d *g, const float *x, float *y, int32_t *arg, size_t lo,
+			     size_t hi)
+{
 	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
-	const float *xp = jb->x + plane * hw;
-	float *yp = jb->y + plane * ohw;
-	int32_t *ap = jb->arg + plane * ohw;
-	for (int oy = 0; oy < g->oh; oy++)
-		for (int ox = 0; ox < g->ow; ox++) {
-			int y0, y1, x0, x1;
+	int s = g->sw, oxa = (g->pw + s - 1) / s, oxb = g->w + g->pw - g->kw;
+	oxb = oxb < 0 ? 0 : oxb / s + 1;
+	oxb = oxb > g->ow ? g->ow : oxb;
+	oxa = oxa > oxb ? oxb : oxa;
+	int n = oxb - oxa, c0 = oxa * s - g->pw; /* the first inner window's first column */
+	float m[POOL_ROW_MAX];
+	int32_t b[POOL_ROW_MAX];
+	for (size_t pl = lo; pl < hi; pl++) {
+		const float *xp = x + pl * hw;
+		for (int oy = 0; oy < g->oh; oy++) {
+			int y0, y1;
 			pool_range(oy, g->sh, g->kh, g->ph, g->h, &y0, &y1);
-			pool_range(ox, g->sw, g->kw, g->pw, g->w, &x0, &x1);
-			/* as PyTorch: from -infinity at the first position inside
-			 * the image (padding never wins) */
-			int best = y0 < y1 && x0 < x1 ? y0 * g->w + x0 : -1;
-			float m = -INFINITY;
+			for (int t = 0; t < n; t++) {
+				m[t] = -INFINITY;
+				b[t] = y0 < y1 ? y0 * g->w + c0 + t * s : -1;
+			}
 			for (int i = y0; i < y1; i++)
-				for (int j = x0; j < x1; j++) {
-					int idx = i * g->w + j;
-					/* NaN propagates, as in PyTorch */
-					if (xp[idx] > m || isnan(xp[idx])) {
-						m = xp[idx];
-						best = idx;
+				for (int j = 0; j < g->kw; j++) {
+					int32_t base = i * g->w + c0 + j;
+					const float *r = xp + base;
+					for (int t = 0; t < n; t++) {
+						float v = r[t * s];
+						int u = v > m[t] || v != v;
+						m[t] = u ? v : m[t];
+						b[t] = u ? base + t * s : b[t];
 					}
 				}
-			yp[oy * g->ow + ox] = m;
-			ap[oy * g->ow + ox] = best;
+			float *yr = y + pl * ohw + (size_t)oy * g->ow;
+			int32_t *ar = arg + pl * ohw + (size_t)oy * g->ow;
+			for (int t = 0; t < n; t++) {
+				yr[oxa + t] = m[t];
+				ar[oxa + t] = b[t];
+			}
+			for (int ox = 0; ox < oxa; ox++)
+				maxpool_at(g, xp, oy, ox, yr + ox, ar + ox);
+			for (int ox = oxb; ox < g->ow; ox++)
+				maxpool_at(g, xp, oy, ox, yr + ox, ar + ox);
 		}
+	}
 }
 
 static void maxpool_part(void *a, size_t lo, size_t hi)
@@ -457,8 +503,17 @@ static void maxpool_part(void *a, size_t lo, size_t hi)
 		maxpool22(g, j->x, j->y, j->arg, lo, hi);
 		return;
 	}
+	if (g->ow <= POOL_ROW_MAX) {
+		maxpool_rows(g, j->x, j->y, j->arg, lo, hi);
+		return;
+	}
+	size_t hw = (size_t)g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	for (size_t pl = lo; pl < hi; pl++)
-		maxpool_one(j, pl);
+		for (int oy = 0; oy < g->oh; oy++)
+			for (int ox = 0; ox < g->ow; ox++)
+				maxpool_at(g, j->x + pl * hw, oy, ox,
+					   j->y + pl * ohw + (size_t)oy * g->ow + ox,
+					   j->arg + pl * ohw + (size_t)oy * g->ow + ox);
 }
 
 static void cpu_maxpool_fwd(dp_bectx *ctx, const dp_pool2d *g, const float *x, float *y,
@@ -801,42 +856,9 @@ static void cpu_xent(dp_bectx *ctx, int n, int k, const float *logits, const int
 		     float smooth, float scale, float *dlogits, double *stats)
 {
 	double loss = 0, correct = 0;
-	for (int i = 0; i < n; i++) {
-		const float *z = logits + (size_t)i * k;
-		int arg = 0;
-		float m = z[0];
-		for (int j = 1; j < k; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		double lse = m + log(s);
-		int y = labels[i];
-		loss += lse - z[y];
-		if (smooth != 0) { /* (1 - s)(lse - z_y) + s/k sum_j (lse - z_j) */
-			double zs = 0;
-			for (int j = 0; j < k; j++)
-				zs += z[j];
-			loss += smooth * ((double)z[y] - zs / k);
-		}
-		correct += arg == y;
-		if (dlogits) {
-			float *d = dlogits + (size_t)i * k;
-			for (int j = 0; j < k; j++)
-				d[j] = (float)(exp((double)z[j] - lse)) * scale;
-			if (smooth != 0) {
-				float u = smooth / (float)k * scale;
-				for (int j = 0; j < k; j++)
-					d[j] -= u;
-				d[y] -= (1 - smooth) * scale;
-			} else {
-				d[y] -= scale;
-			}
-		}
-	}
+	for (int i = 0; i < n; i++)
+		correct += xent_row(k, logits + (size_t)i * k, labels[i], smooth, scale,
+				    dlogits ? dlogits + (size_t)i * k : NULL, &loss);
 	stats[0] = loss;
 	stats[1] = correct;
 }
@@ -846,52 +868,26 @@ static void cpu_mse(dp_bectx *ctx, int n, int k, const float *pred, const float 
 {
 	double loss = 0;
 	float f = 2.0f / (float)k * scale;
-	for (int i = 0; i < n; i++) {
-		const float *p = pred + (size_t)i * k, *t = target + (size_t)i * k;
-		double s = 0;
-		for (int j = 0; j < k; j++) {
-			float d = p[j] - t[j];
-			s += (double)d * d;
-			if (dpred)
-				dpred[(size_t)i * k + j] = d * f;
-		}
-		loss += s / k;
-	}
+	for (int i = 0; i < n; i++)
+		loss += mse_row(k, pred + (size_t)i * k, target + (size_t)i * k, f,
+				dpred ? dpred + (size_t)i * k : NULL);
 	stats[0] = loss;
 	stats[1] = 0;
 }
 
 static void cpu_softmax(dp_bectx *ctx, int n, int k, const float *x, float *y)
 {
-	for (int i = 0; i < n; i++) {
-		const float *z = x + (size_t)i * k;
-		float *o = y + (size_t)i * k, m = z[0];
-		for (int j = 1; j < k; j++)
-			m = z[j] > m ? z[j] : m;
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		for (int j = 0; j < k; j++)
-			o[j] = (float)(exp((double)z[j] - m) / s);
-	}
+	for (int i = 0; i < n; i++)
+		softmax_row(k, x + (size_t)i * k, y + (size_t)i * k);
 }
 
 /* ---- optimizers --------------------------------------------------------- */
 
 HOT static void sgd(size_t n, float *p, const float *g, float *buf, const dp_sgd_args *a)
 {
-	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, damp = 1.0f - a->dampening;
-	for (size_t i = 0; i < n; i++) {
-		float d = g[i];
-		if (wd != 0)
-			d += wd * p[i];
-		if (mu != 0) {
-			float b = a->first ? d : mu * buf[i] + damp * d;
-			buf[i] = b;
-			d = a->nesterov ? d + mu * b : b;
-		}
-		p[i] -= lr * d;
-	}
+	dp_sgd_args v = *a;
+	for (size_t i = 0; i < n; i++)
+		sgd_one(&p[i], g[i], &buf[i], v);
 }
 
 static void sgd_part(void *arg, size_t lo, size_t hi)
@@ -910,19 +906,9 @@ static void cpu_sgd(dp_bectx *ctx, size_t n, float *p, const float *g, float *bu
 
 HOT static void adam(size_t n, float *p, const float *g, float *m, float *v, const dp_adam_args *a)
 {
-	float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2;
-	float wd = a->weight_decay, eps = a->eps, ss = a->step_size, bc2 = a->bias2_sqrt;
-	float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
-	float l2 = a->decoupled ? 0.0f : wd;
-	for (size_t i = 0; i < n; i++) {
-		float gi = g[i] + l2 * p[i];
-		float mi = b1 * m[i] + c1 * gi;
-		float vi = b2 * v[i] + c2 * gi * gi;
-		m[i] = mi;
-		v[i] = vi;
-		float denom = sqrtf(vi) / bc2 + eps;
-		p[i] = p[i] * decay - ss * mi / denom;
-	}
+	dp_adam_args w = *a;
+	for (size_t i = 0; i < n; i++)
+		adam_one(&p[i], g[i], &m[i], &v[i], w);
 }
 
 static void adam_part(void *arg, size_t lo, size_t hi)

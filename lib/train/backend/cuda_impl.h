@@ -1,7 +1,8 @@
 /*
  * cuda_impl.h - what the CUDA backend's files share (lib/train/backend/
  * cuda.cu: the context, memory, GEMMs, dense layers, the table;
- * cuda_ops.cu: pooling, dropout, batchnorm, losses, optimizers;
+ * cuda_ops.cu: pooling, dropout, batchnorm, losses, optimizers, their
+ * formulas shared with the CPU backend in math_impl.h;
  * cuda_conv.cu: convolutions, by cuDNN or im2col + cuBLAS; cuda_nhwc.cu and
  * cuda_nhwc_layers.cu: channels-last activations of the tf32 and bf16
  * modes; cuda_prof.cu: DP_CUDA_PROFILE).  Private to them.
@@ -206,6 +207,30 @@ __device__ __forceinline__ void pool_windows(int i, int k, int s, int out, int *
 	int h = i / s;
 	*lo = l;
 	*hi = h < out - 1 ? h : out - 1;
+}
+
+/* Max pooling's output (oy, ox): the largest input of its window (a NaN
+ * wins, as in PyTorch), its position (row * w + column; -1 for an empty
+ * window) in *best.  Input (a, b) is p[(a * w + b) * stride]: stride 1
+ * in an NCHW plane, c in a channels-last image. */
+template <typename T>
+__device__ __forceinline__ float pool_max(const dp_pool2d &g, int oy, int ox, const T *p,
+					  size_t stride, int *best)
+{
+	int y0, y1, x0, x1;
+	pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+	*best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
+	float m = -INFINITY;
+	for (int a = y0; a < y1; a++)
+		for (int b = x0; b < x1; b++) {
+			int idx = a * g.w + b;
+			float v = fl(p[(size_t)idx * stride]);
+			if (v > m || isnan(v)) {
+				m = v;
+				*best = idx;
+			}
+		}
+	return m;
 }
 
 /* Tree sum of v over the block (THREADS threads); the result in thread 0

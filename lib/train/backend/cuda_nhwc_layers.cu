@@ -277,19 +277,8 @@ __global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t to
 		size_t ch = i % (size_t)g.c, r = i / (size_t)g.c;
 		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
 		size_t s = r / ((size_t)g.ow * g.oh);
-		int y0, y1, x0, x1;
-		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
-		float m = -INFINITY;
-		for (int a = y0; a < y1; a++)
-			for (int b = x0; b < x1; b++) {
-				int idx = a * g.w + b;
-				float v = fl(x[((s * g.h + a) * g.w + b) * g.c + ch]);
-				if (v > m || isnan(v)) {
-					m = v;
-					best = idx;
-				}
-			}
+		int best;
+		float m = pool_max(g, oy, ox, x + s * g.h * g.w * g.c + ch, (size_t)g.c, &best);
 		y[i] = to<T>(m);
 		arg[i] = best;
 	}

@@ -9,6 +9,7 @@
  * contraction (--fmad=false), as the CPU's is with -ffp-contract=off.
  */
 #include "cuda_impl.h"
+#include "math_impl.h"
 
 /* ---- pooling ------------------------------------------------------------- */
 
@@ -18,20 +19,8 @@ __global__ void k_maxpool_fwd(dp_pool2d g, const float *x, float *y, int32_t *ar
 	FOR_EACH(i, total) {
 		size_t pl = i / ohw;
 		int o = (int)(i % ohw), oy = o / g.ow, ox = o % g.ow;
-		const float *xp = x + pl * g.h * g.w;
-		int y0, y1, x0, x1;
-		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-		int best = y0 < y1 && x0 < x1 ? y0 * g.w + x0 : -1;
-		float m = -INFINITY;
-		for (int a = y0; a < y1; a++)
-			for (int b = x0; b < x1; b++) {
-				int idx = a * g.w + b;
-				float v = xp[idx];
-				if (v > m || isnan(v)) { /* NaN propagates, as in PyTorch */
-					m = v;
-					best = idx;
-				}
-			}
+		int best;
+		float m = pool_max(g, oy, ox, x + pl * g.h * g.w, 1, &best);
 		y[i] = m;
 		arg[i] = best;
 	}
@@ -254,40 +243,9 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *labels,
 		       float *dlogits, double *rows)
 {
 	FOR_EACH(i, (size_t)n) {
-		const float *z = logits + i * k;
-		int arg = 0;
-		float m = z[0];
-		for (int j = 1; j < k; j++)
-			if (z[j] > m) {
-				m = z[j];
-				arg = j;
-			}
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		double lse = m + log(s);
-		int y = labels[i];
-		rows[i] = lse - z[y];
-		if (smooth != 0) { /* (1 - s)(lse - z_y) + s/k sum_j (lse - z_j) */
-			double zs = 0;
-			for (int j = 0; j < k; j++)
-				zs += z[j];
-			rows[i] += smooth * ((double)z[y] - zs / k);
-		}
-		rows[n + i] = arg == y;
-		if (dlogits) {
-			float *d = dlogits + i * k;
-			for (int j = 0; j < k; j++)
-				d[j] = (float)(exp((double)z[j] - lse)) * scale;
-			if (smooth != 0) {
-				float u = smooth / (float)k * scale;
-				for (int j = 0; j < k; j++)
-					d[j] -= u;
-				d[y] -= (1 - smooth) * scale;
-			} else {
-				d[y] -= scale;
-			}
-		}
+		rows[i] = 0;
+		rows[n + i] = xent_row(k, logits + i * k, labels[i], smooth, scale,
+				       dlogits ? dlogits + i * k : NULL, &rows[i]);
 	}
 }
 
@@ -295,15 +253,7 @@ __global__ void k_mse(int n, int k, const float *pred, const float *target, floa
 		      float *dpred, double *rows)
 {
 	FOR_EACH(i, (size_t)n) {
-		const float *p = pred + i * k, *t = target + i * k;
-		double s = 0;
-		for (int j = 0; j < k; j++) {
-			float d = p[j] - t[j];
-			s += (double)d * d;
-			if (dpred)
-				dpred[i * k + j] = d * f;
-		}
-		rows[i] = s / k;
+		rows[i] = mse_row(k, pred + i * k, target + i * k, f, dpred ? dpred + i * k : NULL);
 		rows[n + i] = 0;
 	}
 }
@@ -326,52 +276,22 @@ __global__ void k_sum_rows(int n, const double *rows, double *stats)
 
 __global__ void k_softmax(int n, int k, const float *x, float *y)
 {
-	FOR_EACH(i, (size_t)n) {
-		const float *z = x + i * k;
-		float *o = y + i * k, m = z[0];
-		for (int j = 1; j < k; j++)
-			m = z[j] > m ? z[j] : m;
-		double s = 0;
-		for (int j = 0; j < k; j++)
-			s += exp((double)z[j] - m);
-		for (int j = 0; j < k; j++)
-			o[j] = (float)(exp((double)z[j] - m) / s);
-	}
+	FOR_EACH(i, (size_t)n)
+		softmax_row(k, x + i * k, y + i * k);
 }
 
 /* ---- optimizers: the CPU's formulas, element by element ------------------ */
 
 __global__ void k_sgd(size_t n, float *p, const float *g, float *buf, dp_sgd_args a)
 {
-	float lr = a.lr, mu = a.momentum, wd = a.weight_decay, damp = 1.0f - a.dampening;
-	FOR_EACH(i, n) {
-		float d = g[i];
-		if (wd != 0)
-			d += wd * p[i];
-		if (mu != 0) {
-			float b = a.first ? d : mu * buf[i] + damp * d;
-			buf[i] = b;
-			d = a.nesterov ? d + mu * b : b;
-		}
-		p[i] -= lr * d;
-	}
+	FOR_EACH(i, n)
+		sgd_one(&p[i], g[i], &buf[i], a);
 }
 
 __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v, dp_adam_args a)
 {
-	float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
-	float wd = a.weight_decay, eps = a.eps, ss = a.step_size, bc2 = a.bias2_sqrt;
-	float decay = a.decoupled ? 1.0f - a.lr * wd : 1.0f;
-	float l2 = a.decoupled ? 0.0f : wd;
-	FOR_EACH(i, n) {
-		float gi = g[i] + l2 * p[i];
-		float mi = b1 * m[i] + c1 * gi;
-		float vi = b2 * v[i] + c2 * gi * gi;
-		m[i] = mi;
-		v[i] = vi;
-		float denom = sqrtf(vi) / bc2 + eps;
-		p[i] = p[i] * decay - ss * mi / denom;
-	}
+	FOR_EACH(i, n)
+		adam_one(&p[i], g[i], &m[i], &v[i], a);
 }
 
 /* ---- pooling ------------------------------------------------------------------ */

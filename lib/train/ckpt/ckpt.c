@@ -32,6 +32,18 @@ static void optim_tensor_name(char *buf, size_t len, const dp_tensor_info *t, co
 	snprintf(buf, len, "optimizer.%s.%s", t->name, dp_optim_state_name(o, j));
 }
 
+/* Tensor i of m in *t, and the name of its optimizer state j in name (len
+ * bytes); 0 when it has none (not a parameter, or frozen). */
+static int state_tensor(const dp_model *m, const dp_optim *o, int i, int j, dp_tensor_info *t,
+			char *name, size_t len)
+{
+	dp_model_tensor(m, i, t);
+	if (t->role != DP_TENSOR_PARAM || dp_optim_frozen(o, t->off))
+		return 0;
+	optim_tensor_name(name, len, t, o, j);
+	return 1;
+}
+
 static void set_u64(dp_st_writer *w, const char *key, uint64_t v)
 {
 	char b[32];
@@ -191,11 +203,9 @@ void *dp_ckpt_part(dp_model *m, dp_optim *o, size_t *len, dp_err *e)
 	for (int j = 0; j < ns; j++)
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
-			dp_model_tensor(m, i, &t);
-			if (t.role != DP_TENSOR_PARAM || dp_optim_frozen(o, t.off))
-				continue;
 			char name[128];
-			optim_tensor_name(name, sizeof name, &t, o, j);
+			if (!state_tensor(m, o, i, j, &t, name, sizeof name))
+				continue;
 			put_rec(&b, name, DP_DT_F32, t.ndim, t.shape, hs + (size_t)j * np + t.off,
 				t.count * sizeof(float));
 		}
@@ -523,11 +533,9 @@ int dp_ckpt_load_optim(const dp_st *ck, dp_optim *o, dp_model *m, dp_err *e)
 	for (int j = 0; j < dp_optim_nstates(o) && rc == DP_OK; j++) {
 		for (int i = 0; i < nt; i++) {
 			dp_tensor_info t;
-			dp_model_tensor(m, i, &t);
-			if (t.role != DP_TENSOR_PARAM || dp_optim_frozen(o, t.off))
-				continue;
 			char name[128];
-			optim_tensor_name(name, sizeof name, &t, o, j);
+			if (!state_tensor(m, o, i, j, &t, name, sizeof name))
+				continue;
 			if (was[i] && !dp_st_find(ck, name)) {
 				memset(host + t.off, 0, t.count * sizeof(float));
 				continue;

@@ -147,18 +147,31 @@ static const char *kind_name(const pk_val *v)
 
 /* ---- the stack, marks and memo ---------------------------------------------- */
 
+/* Room for need items of size bytes in the array *v of *cap items, the
+ * capacity doubled from first; the new items zeroed.  DP_ENOMEM (said)
+ * when there is no memory for it. */
+static int room(ctx *c, void **v, size_t *cap, size_t need, size_t first, size_t size)
+{
+	if (need <= *cap)
+		return 0;
+	size_t nc = *cap ? *cap : first;
+	while (nc < need)
+		nc *= 2;
+	char *p = realloc(*v, nc * size);
+	if (!p)
+		return fail(c, DP_ENOMEM, "out of memory");
+	memset(p + *cap * size, 0, (nc - *cap) * size);
+	*v = p;
+	*cap = nc;
+	return 0;
+}
+
 static int push(ctx *c, pk_val *v)
 {
 	if (!v)
 		return c->e ? c->e->code : DP_ENOMEM;
-	if (c->sp == c->scap) {
-		size_t nc = c->scap ? 2 * c->scap : 64;
-		pk_val **s = realloc(c->stack, nc * sizeof *s);
-		if (!s)
-			return fail(c, DP_ENOMEM, "out of memory");
-		c->stack = s;
-		c->scap = nc;
-	}
+	if (room(c, (void **)&c->stack, &c->scap, c->sp + 1, 64, sizeof *c->stack) < 0)
+		return DP_ENOMEM;
 	c->stack[c->sp++] = v;
 	return 0;
 }
@@ -202,17 +215,8 @@ static int memo_put(ctx *c, uint64_t i)
 		return c->e->code;
 	if (i >= MAX_MEMO)
 		return fail(c, DP_ELIMIT, "memo index %" PRIu64 " (at most %u)", i, MAX_MEMO - 1);
-	if (i >= c->memocap) {
-		size_t nc = c->memocap ? c->memocap : 64;
-		while (nc <= i)
-			nc *= 2;
-		pk_val **m = realloc(c->memo, nc * sizeof *m);
-		if (!m)
-			return fail(c, DP_ENOMEM, "out of memory");
-		memset(m + c->memocap, 0, (nc - c->memocap) * sizeof *m);
-		c->memo = m;
-		c->memocap = nc;
-	}
+	if (room(c, (void **)&c->memo, &c->memocap, (size_t)i + 1, 64, sizeof *c->memo) < 0)
+		return DP_ENOMEM;
 	c->nmemo += !c->memo[i];
 	c->memo[i] = v;
 	return 0;
@@ -294,14 +298,8 @@ static int push_long(ctx *c, uint64_t n)
 
 static int add_item(ctx *c, pk_val *to, pk_val *x)
 {
-	if (to->n == to->cap) {
-		size_t nc = to->cap ? 2 * to->cap : 4;
-		pk_val **v = realloc(to->v, nc * sizeof *v);
-		if (!v)
-			return fail(c, DP_ENOMEM, "out of memory");
-		to->v = v;
-		to->cap = nc;
-	}
+	if (room(c, (void **)&to->v, &to->cap, to->n + 1, 4, sizeof *to->v) < 0)
+		return DP_ENOMEM;
 	to->v[to->n++] = x;
 	return 0;
 }
@@ -340,14 +338,8 @@ static int dict_set(ctx *c, pk_val *d, pk_val *k, pk_val *v)
 			d->v[2 * i + 1] = v;
 			return 0;
 		}
-	if (2 * d->n + 2 > d->cap) {
-		size_t nc = d->cap ? 2 * d->cap : 8;
-		pk_val **x = realloc(d->v, nc * sizeof *x);
-		if (!x)
-			return fail(c, DP_ENOMEM, "out of memory");
-		d->v = x;
-		d->cap = nc;
-	}
+	if (room(c, (void **)&d->v, &d->cap, 2 * d->n + 2, 8, sizeof *d->v) < 0)
+		return DP_ENOMEM;
 	d->v[2 * d->n] = k;
 	d->v[2 * d->n + 1] = v;
 	d->n++;
@@ -700,14 +692,8 @@ static int op_container(ctx *c, int op)
 	size_t n = 0;
 	switch (op) {
 	case '(': /* MARK */
-		if (c->nmarks == c->mcap) {
-			size_t nc = c->mcap ? 2 * c->mcap : 16;
-			size_t *m = realloc(c->marks, nc * sizeof *m);
-			if (!m)
-				return fail(c, DP_ENOMEM, "out of memory");
-			c->marks = m;
-			c->mcap = nc;
-		}
+		if (room(c, (void **)&c->marks, &c->mcap, c->nmarks + 1, 16, sizeof *c->marks) < 0)
+			return DP_ENOMEM;
 		c->marks[c->nmarks++] = c->sp;
 		return 0;
 	case 't': /* TUPLE */

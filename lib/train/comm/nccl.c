@@ -162,24 +162,27 @@ fail:
 	return rc;
 }
 
-/* The compute stream's work so far comes before NCCL's next call. */
-static int after_compute(struct comm_nccl *n, dp_err *e)
+/* Stream first's work so far comes before stream then's next, through
+ * the event ev. */
+static int stream_after(cudaEvent_t ev, cudaStream_t first, cudaStream_t then, dp_err *e)
 {
 	cudaError_t ce;
-	if ((ce = cudaEventRecord(n->ready, n->cs)) != cudaSuccess ||
-	    (ce = cudaStreamWaitEvent(n->s, n->ready, 0)) != cudaSuccess)
+	if ((ce = cudaEventRecord(ev, first)) != cudaSuccess ||
+	    (ce = cudaStreamWaitEvent(then, ev, 0)) != cudaSuccess)
 		return cuda_err(ce, "gradients", e);
 	return DP_OK;
+}
+
+/* The compute stream's work so far comes before NCCL's next call ... */
+static int after_compute(struct comm_nccl *n, dp_err *e)
+{
+	return stream_after(n->ready, n->cs, n->s, e);
 }
 
 /* ... and NCCL's work so far before the compute stream's next. */
 static int before_compute(struct comm_nccl *n, dp_err *e)
 {
-	cudaError_t ce;
-	if ((ce = cudaEventRecord(n->done, n->s)) != cudaSuccess ||
-	    (ce = cudaStreamWaitEvent(n->cs, n->done, 0)) != cudaSuccess)
-		return cuda_err(ce, "gradients", e);
-	return DP_OK;
+	return stream_after(n->done, n->s, n->cs, e);
 }
 
 int comm_nccl_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *e)
