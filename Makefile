@@ -185,11 +185,11 @@ $(O)/man/%: man/% Makefile
 	sed -e 's/@VERSION@/$(VERSION)/g' -e 's/@DATE@/$(MAN_DATE)/g' $< > $@
 
 # protobuf-c's parser, generated from our .proto: the tests' reference.
-$(GEN)/example.pb-c.c $(GEN)/example.pb-c.h: lib/records/example.proto
+$(GEN)/example.pb-c.c $(GEN)/example.pb-c.h &: lib/records/example.proto
 	@mkdir -p $(GEN)
 	$(PROTOC_C) --c_out=$(GEN) -Ilib/records lib/records/example.proto
 
-$(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h: $(ONNX_PROTO)
+$(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h &: $(ONNX_PROTO)
 	@mkdir -p $(GEN)
 	$(PROTOC_C) --c_out=$(GEN) -I$(dir $(ONNX_PROTO)) $(ONNX_PROTO)
 
@@ -343,10 +343,10 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_O)/obj/%.o,$(LIB_SRC)) $(FUZZ_O)/obj/example.pb-c.o \
 	$(FUZZ_O)/obj/onnx.pb-c.o
 fuzz-build: $(addprefix $(FUZZ_O)/fuzz-,$(FUZZ_TARGETS))
-$(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h: lib/records/example.proto
+$(FUZZ_O)/gen/example.pb-c.c $(FUZZ_O)/gen/example.pb-c.h &: lib/records/example.proto
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -Ilib/records $<
-$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h: $(ONNX_PROTO)
+$(FUZZ_O)/gen/onnx.pb-c.c $(FUZZ_O)/gen/onnx.pb-c.h &: $(ONNX_PROTO)
 	@mkdir -p $(@D)
 	$(PROTOC_C) --c_out=$(@D) -I$(dir $(ONNX_PROTO)) $<
 $(FUZZ_O)/obj/%.pb-c.o: $(FUZZ_O)/gen/%.pb-c.c

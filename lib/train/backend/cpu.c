@@ -765,9 +765,7 @@ static void bn_fwd_chan(void *arg, int c, int worker)
 		}
 		mean = (float)mu;
 		inv = (float)(1.0 / sqrt(var + g->eps));
-		double unb = m > 1 ? var * m / (m - 1) : var;
-		j->run_mean[c] = (1 - g->momentum) * j->run_mean[c] + g->momentum * mean;
-		j->run_var[c] = (1 - g->momentum) * j->run_var[c] + g->momentum * (float)unb;
+		bn_running(g->momentum, mean, var, m, &j->run_mean[c], &j->run_var[c]);
 	} else {
 		mean = j->run_mean[c];
 		inv = 1.0f / sqrtf(j->run_var[c] + g->eps);

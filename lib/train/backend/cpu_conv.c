@@ -17,7 +17,15 @@
  *    that layers with small planes (ResNet's layer4 at 2x2, 7x7) make one
  *    GEMM n times as wide instead of n narrow ones; y and dy pass through
  *    a (k, n*oh*ow) copy.  Its workspace grows with the batch: offered
- *    for planes under 16x16 within GEMM_WS_MAX.
+ *    for planes under 16x16 within GEMM_WS_MAX.  Where every output
+ *    position sees every input position through a tap of the kernel
+ *    inside it and the plane is smaller than the kernel (3x3 "same" on
+ *    2x2 or 1x1 planes: ResNet's layer4 at 64x64 or 32x32), the layer is
+ *    a dense map from (c, h, w) to (k, oh, ow), and gemm runs it as one:
+ *    y (n, k oh ow) = x (n, c h w) W^T with W (k oh ow, c h w) made of
+ *    the filters' taps, h w / (kh kw) of the columns' multiplications
+ *    (4/9 on 2x2 planes: im2col's columns there are mostly padding) and
+ *    no copies of x or y (dense_fits).
  * Both are deterministic: a fixed order of sums for a number of threads,
  * the filter gradient summed over samples inside one GEMM (gemm) or sample
  * after sample within a thread's block (im2col: one block on one thread,
@@ -313,8 +321,23 @@ void cpu_im2col_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const flo
 #define GEMM_WS_MAX ((size_t)256 << 20)
 #define GEMM_PLANE_MAX 255
 
+/* Is conv g a dense map: each output position's window, stride 1 or
+ * not, holds every input position, and the plane smaller than the kernel
+ * (fewer multiplications than the columns')?  (DENSE_MAP_MAX bounds the
+ * table of taps by output and input position.) */
+#define DENSE_MAP_MAX 1024
+static int dense_fits(const dp_conv2d *g)
+{
+	return g->h * g->w < g->kh * g->kw && g->ph - (g->oh - 1) * g->sh >= 0 &&
+	       g->h - 1 + g->ph < g->kh && g->pw - (g->ow - 1) * g->sw >= 0 &&
+	       g->w - 1 + g->pw < g->kw && g->oh * g->ow * g->h * g->w <= DENSE_MAP_MAX &&
+	       (size_t)g->k * g->oh * g->ow * g->c * g->h * g->w * sizeof(float) <= GEMM_WS_MAX;
+}
+
 size_t cpu_gemm_ws(const dp_conv2d *g)
 {
+	if (dense_fits(g))
+		return (size_t)g->k * g->oh * g->ow * g->c * g->h * g->w * sizeof(float);
 	size_t cols = (size_t)g->n * g->oh * g->ow;
 	return ((size_t)g->c * g->kh * g->kw + (size_t)g->k) * cols * sizeof(float);
 }
@@ -378,9 +401,108 @@ static void col2im_part(void *a, size_t lo, size_t hi)
 		col2im(g, j->col + s * ohw, j->dx + s * xs, ld);
 }
 
+/* ---- the dense map (dense_fits): rows r = (k, o), o = (oy, ox), columns
+ * (c, i), i = (iy, ix): W[r][c, i] = w[k][c][tap(o, i)] with tap(o, i) =
+ * (iy - oy sh + ph, ix - ox sw + pw) ---- */
+typedef struct dense_job {
+	const dp_conv2d *g;
+	const float *w, *b;
+	float *big, *y, *dw;
+	int act;
+	int tap[DENSE_MAP_MAX]; /* by o * h w + i: the tap's index in a filter's kh kw */
+} dense_job;
+
+static void dense_taps(const dp_conv2d *g, dense_job *j)
+{
+	int hw = g->h * g->w;
+	for (int o = 0; o < g->oh * g->ow; o++)
+		for (int i = 0; i < hw; i++)
+			j->tap[o * hw + i] = (i / g->w - o / g->ow * g->sh + g->ph) * g->kw +
+					     (i % g->w - o % g->ow * g->sw + g->pw);
+}
+
+/* Filters lo..hi: the rows of W from w (j->dw NULL), or dw from dW (in
+ * big), each tap the sum of its places, output positions then input
+ * positions in order. */
+static void dense_map_part(void *a, size_t lo, size_t hi)
+{
+	const dense_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t ohw = (size_t)g->oh * g->ow, hw = (size_t)g->h * g->w, kk = (size_t)g->kh * g->kw,
+	       cols = g->c * hw;
+	for (size_t k = lo; k < hi; k++)
+		for (int c = 0; c < g->c; c++) {
+			const float *f = j->w ? j->w + (k * g->c + c) * kk : NULL;
+			float *df = j->dw ? j->dw + (k * g->c + c) * kk : NULL;
+			if (df)
+				memset(df, 0, kk * sizeof *df);
+			for (size_t o = 0; o < ohw; o++) {
+				float *row = j->big + (k * ohw + o) * cols + c * hw;
+				const int *t = j->tap + o * hw;
+				for (size_t i = 0; df && i < hw; i++)
+					df[t[i]] += row[i];
+				for (size_t i = 0; !df && i < hw; i++)
+					row[i] = f[t[i]];
+			}
+		}
+}
+
+/* y's samples lo..hi: act(y + b) */
+static void dense_bias_part(void *a, size_t lo, size_t hi)
+{
+	const dense_job *j = a;
+	const dp_conv2d *g = j->g;
+	size_t ohw = (size_t)g->oh * g->ow;
+	for (size_t s = lo; s < hi; s++)
+		for (int k = 0; k < g->k; k++)
+			cpu_bias_act(j->y + (s * g->k + k) * ohw, ohw, j->b ? j->b[k] : 0.0f, j->act);
+}
+
+static void dense_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+		      const float *b, float *y, int act, void *ws)
+{
+	int rows = g->k * g->oh * g->ow, cols = g->c * g->h * g->w;
+	dense_job j = {.g = g, .w = w, .b = b, .big = ws, .y = y, .act = act};
+	dense_taps(g, &j);
+	cpu_par_range(ctx, (size_t)g->k, 1, dense_map_part, &j);
+	/* y (n, rows) = x (n, cols) W^T */
+	cpu_sgemm(ctx, CblasNoTrans, CblasTrans, g->n, rows, cols, 1.0f, x, cols, j.big, cols, 0.0f,
+		  y, rows);
+	if (b || act)
+		cpu_par_range(ctx, (size_t)g->n, 1, dense_bias_part, &j);
+}
+
+static void dense_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w,
+		     float *dx, void *ws)
+{
+	int rows = g->k * g->oh * g->ow, cols = g->c * g->h * g->w;
+	dense_job j = {.g = g, .w = w, .big = ws};
+	dense_taps(g, &j);
+	cpu_par_range(ctx, (size_t)g->k, 1, dense_map_part, &j);
+	/* dx (n, cols) = dy (n, rows) W */
+	cpu_sgemm(ctx, CblasNoTrans, CblasNoTrans, g->n, cols, rows, 1.0f, dy, rows, j.big, cols,
+		  0.0f, dx, cols);
+}
+
+static void dense_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy,
+		     float *dw, void *ws)
+{
+	int rows = g->k * g->oh * g->ow, cols = g->c * g->h * g->w;
+	dense_job j = {.g = g, .big = ws, .dw = dw};
+	dense_taps(g, &j);
+	/* dW (rows, cols) = dy^T (rows, n) x (n, cols) */
+	cpu_sgemm(ctx, CblasTrans, CblasNoTrans, rows, cols, g->n, 1.0f, dy, rows, x, cols, 0.0f,
+		  j.big, cols);
+	cpu_par_range(ctx, (size_t)g->k, 1, dense_map_part, &j);
+}
+
 void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 		  const float *b, float *y, int act, void *ws)
 {
+	if (dense_fits(g)) {
+		dense_fwd(ctx, g, x, w, b, y, act, ws);
+		return;
+	}
 	int ckk = g->c * g->kh * g->kw;
 	size_t ld = (size_t)g->n * g->oh * g->ow;
 	gemm_conv_job j = {.g = g, .x = x, .b = b, .y = y, .act = act, .col = ws};
@@ -395,6 +517,10 @@ void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float
 void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
 		 void *ws)
 {
+	if (dense_fits(g)) {
+		dense_dw(ctx, g, x, dy, dw, ws);
+		return;
+	}
 	int ckk = g->c * g->kh * g->kw;
 	size_t ld = (size_t)g->n * g->oh * g->ow;
 	gemm_conv_job j = {.g = g, .x = x, .dy = dy, .col = ws};
@@ -409,6 +535,10 @@ void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float 
 void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		 void *ws)
 {
+	if (dense_fits(g)) {
+		dense_dx(ctx, g, dy, w, dx, ws);
+		return;
+	}
 	int ckk = g->c * g->kh * g->kw;
 	size_t ld = (size_t)g->n * g->oh * g->ow;
 	gemm_conv_job j = {.g = g, .dy = dy, .dx = dx, .col = ws};

@@ -9,6 +9,7 @@
  * channels, max pooling's argmax in the same order as its output.
  */
 #include "cuda_nhwc.h"
+#include "math_impl.h"
 
 /* ---- batch normalisation ---------------------------------------------------------- */
 
@@ -37,9 +38,7 @@ __global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const doubl
 			var = var > 0 ? var : 0;
 			mu = (float)mean;
 			inv = (float)(1.0 / sqrt(var + g.eps));
-			double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
-			run_mean[ch] = (1 - g.momentum) * run_mean[ch] + g.momentum * mu;
-			run_var[ch] = (1 - g.momentum) * run_var[ch] + g.momentum * (float)unb;
+			bn_running(g.momentum, mu, var, cnt, &run_mean[ch], &run_var[ch]);
 		} else {
 			mu = run_mean[ch];
 			inv = 1.0f / sqrtf(run_var[ch] + g.eps);
@@ -270,6 +269,17 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 
 /* ---- pooling: (n, h, w, c), arg in the same order as y --------------------------- */
 
+/* Element i of a channels-last (n, hh, ww, c) tensor taken cvn vectors of
+ * channels to a pixel: its vector cv, column x, row y, sample s. */
+__device__ __forceinline__ void nhwc_at(size_t i, int cvn, int hh, int ww, int *cv, int *x, int *y,
+					size_t *s)
+{
+	*cv = (int)(i % (size_t)cvn);
+	size_t r = i / (size_t)cvn;
+	*x = (int)(r % ww), *y = (int)(r / ww % hh);
+	*s = r / ((size_t)ww * hh);
+}
+
 template <typename T>
 __global__ void k_maxpool(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t total)
 {
@@ -365,10 +375,9 @@ __global__ void k_maxpool_v(dp_pool2d g, const T *x, T *y, int32_t *arg, size_t 
 	const int N = VN<T>::n;
 	int cvn = g.c / N;
 	FOR_EACH(i, nv) {
-		int cv = (int)(i % (size_t)cvn);
-		size_t r = i / (size_t)cvn;
-		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
-		size_t s = r / ((size_t)g.ow * g.oh);
+		int cv, ox, oy;
+		size_t s;
+		nhwc_at(i, cvn, g.oh, g.ow, &cv, &ox, &oy, &s);
 		int y0, y1, x0, x1;
 		pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
 		float m[N], v[N];
@@ -397,10 +406,9 @@ __global__ void k_maxpool_bwd_v(dp_pool2d g, const T *dy, const int32_t *arg, T 
 	const int N = VN<T>::n;
 	int cvn = g.c / N;
 	FOR_EACH(i, nv) {
-		int cv = (int)(i % (size_t)cvn);
-		size_t r = i / (size_t)cvn;
-		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
-		size_t s = r / ((size_t)g.w * g.h);
+		int cv, ix, iy;
+		size_t s;
+		nhwc_at(i, cvn, g.h, g.w, &cv, &ix, &iy, &s);
 		int ylo, yhi, xlo, xhi, me = iy * g.w + ix;
 		pool_windows(iy + g.ph, g.kh, g.sh, g.oh, &ylo, &yhi);
 		pool_windows(ix + g.pw, g.kw, g.sw, g.ow, &xlo, &xhi);
@@ -427,10 +435,9 @@ template <typename T> __global__ void k_avgpool_v(dp_pool2d g, const T *x, T *y,
 	int cvn = g.c / N;
 	float inv = 1.0f / (float)(g.kh * g.kw);
 	FOR_EACH(i, nv) {
-		int cv = (int)(i % (size_t)cvn);
-		size_t r = i / (size_t)cvn;
-		int ox = (int)(r % g.ow), oy = (int)(r / g.ow % g.oh);
-		size_t s = r / ((size_t)g.ow * g.oh);
+		int cv, ox, oy;
+		size_t s;
+		nhwc_at(i, cvn, g.oh, g.ow, &cv, &ox, &oy, &s);
 		float acc[N], v[N];
 		for (int j = 0; j < N; j++)
 			acc[j] = 0.0f;
@@ -452,10 +459,9 @@ template <typename T> __global__ void k_avgpool_bwd_v(dp_pool2d g, const T *dy, 
 	int cvn = g.c / N;
 	float inv = 1.0f / (float)(g.kh * g.kw);
 	FOR_EACH(i, nv) {
-		int cv = (int)(i % (size_t)cvn);
-		size_t r = i / (size_t)cvn;
-		int ix = (int)(r % g.w), iy = (int)(r / g.w % g.h);
-		size_t s = r / ((size_t)g.w * g.h);
+		int cv, ix, iy;
+		size_t s;
+		nhwc_at(i, cvn, g.h, g.w, &cv, &ix, &iy, &s);
 		int ylo, yhi, xlo, xhi;
 		pool_windows(iy, g.kh, g.sh, g.oh, &ylo, &yhi);
 		pool_windows(ix, g.kw, g.sw, g.ow, &xlo, &xhi);

@@ -154,11 +154,8 @@ __global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *
 		}
 		mean = (float)mu;
 		inv = (float)(1.0 / sqrt(var + g.eps));
-		if (threadIdx.x == 0) {
-			double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
-			run_mean[c] = (1 - g.momentum) * run_mean[c] + g.momentum * mean;
-			run_var[c] = (1 - g.momentum) * run_var[c] + g.momentum * (float)unb;
-		}
+		if (threadIdx.x == 0)
+			bn_running(g.momentum, mean, var, cnt, &run_mean[c], &run_var[c]);
 	} else {
 		mean = run_mean[c];
 		inv = 1.0f / sqrtf(run_var[c] + g.eps);

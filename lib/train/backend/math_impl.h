@@ -1,7 +1,8 @@
 /*
  * math_impl.h - the formulas the CPU reference (cpu.c) and the CUDA
- * kernels (cuda_ops.cu) share, one sample or one element at a time: the
- * losses, softmax and the optimizer steps.  Each is written once, as an
+ * kernels (cuda_ops.cu, cuda_nhwc_layers.cu) share, one sample, element
+ * or channel at a time: the losses, softmax, the optimizer steps and
+ * batchnorm's running statistics.  Each is written once, as an
  * inline function that nvcc compiles for the GPU too (__host__
  * __device__), so the two backends cannot drift apart; the loops around
  * them (the CPU's thread ranges, a kernel's grid) stay in each backend.
@@ -116,6 +117,17 @@ BE_MATH void adam_one(float *p, float g, float *m, float *v, dp_adam_args a)
 	*v = vi;
 	float denom = sqrtf(vi) / a.bias2_sqrt + a.eps;
 	*p = *p * decay - a.step_size * mi / denom;
+}
+
+/* Batchnorm's running statistics of one channel after a training batch
+ * of cnt values per channel, mean and (biased) variance var: PyTorch's
+ * update, which keeps the unbiased variance. */
+BE_MATH void bn_running(float momentum, float mean, double var, double cnt, float *run_mean,
+			float *run_var)
+{
+	double unb = cnt > 1 ? var * cnt / (cnt - 1) : var;
+	*run_mean = (1 - momentum) * *run_mean + momentum * mean;
+	*run_var = (1 - momentum) * *run_var + momentum * (float)unb;
 }
 
 #endif
