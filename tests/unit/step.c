@@ -124,7 +124,7 @@ static double max_diff(run *a, run *b)
 static dp_trainer *make_trainer(run *r, uint64_t batch, uint64_t accumulate, int sync_bn)
 {
 	dp_err e;
-	dp_step_conf sc = {batch, accumulate, 0, 1, sync_bn};
+	dp_step_conf sc = {.batch = batch, .accumulate = accumulate, .seed = 1, .sync_bn = sync_bn};
 	dp_trainer *t = dp_trainer_new(r->m, r->o, comm, &sc, &e);
 	if (!t) {
 		printf("# trainer: %s\n", e.msg);
