@@ -463,6 +463,12 @@ DP_EXPORT dp_tb_run *dp_train_tb_open(const char *dir, const char *prog, int arg
  * NAME, the first number after it. */
 DP_EXPORT int dp_train_tb_line(dp_tb_run *tb, const char *const *keys, const char *const *vals,
 			       int n, dp_err *e);
+/* An epoch's metrics as Keras writes them, at step epoch (from 0):
+ * train/'s loss, accuracy (has_acc: a classifier) and learning_rate
+ * (train[0..2]) when the epoch trained samples, validation/'s loss and
+ * accuracy (or mae) of val unless NULL. */
+DP_EXPORT int dp_train_tb_epoch(dp_tb_run *tb, int64_t epoch, const double train[3],
+				uint64_t samples, int has_acc, const dp_eval_report *val, dp_err *e);
 /* The histograms of m's weights (weights/NAME) and its last gradients
  * (gradients/NAME), each trainable tensor, at step. */
 DP_EXPORT int dp_train_tb_histograms(dp_tb_run *tb, dp_model *m, int64_t step, dp_err *e);

@@ -2214,25 +2214,15 @@ static void control_epoch(uint64_t epoch)
 static void tb_epoch(uint64_t epoch)
 {
 	dp_err e;
+	dp_eval_report r;
 	if (!TB)
 		return;
-	const char *tn[] = {"loss", "accuracy", "learning_rate"};
 	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
 	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, R.lr};
-	int has_acc = R.xent, rc = 0;
-	if (!has_acc)
-		tn[1] = tn[2], tv[1] = tv[2];
-	if (tb_ep.samples)
-		rc = dp_tb_run_epoch(TB, DP_TB_TRAIN, (int64_t)epoch, tn, tv, 3 - !has_acc, &e);
-	memset(&tb_ep, 0, sizeof tb_ep);
-	dp_eval_report r;
-	if (rc == 0 && VD && dp_eval_report_get(R.val, &r, NULL) == 0) {
-		const char *vn[] = {"loss", has_acc ? "accuracy" : "mae"};
-		double vv[] = {r.loss, has_acc ? r.accuracy : r.mae};
-		rc = dp_tb_run_epoch(TB, DP_TB_VALIDATION, (int64_t)epoch, vn, vv, 2, &e);
-	}
-	if (rc < 0)
+	int val = VD && dp_eval_report_get(R.val, &r, NULL) == 0;
+	if (dp_train_tb_epoch(TB, (int64_t)epoch, tv, tb_ep.samples, R.xent, val ? &r : NULL, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
+	memset(&tb_ep, 0, sizeof tb_ep);
 }
 
 /* After an epoch's updates: validation, training control, and the

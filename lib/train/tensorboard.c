@@ -4,7 +4,9 @@
  * run folder of dp_events.h (dp_tb_run): the run's settings first (the
  * command line, shell-quoted where the shell needs it, and the hparams of
  * dp_run_conf_settings), then each log line of the job as scalars at its
- * step, and each epoch the weights' and gradients' histograms.
+ * step, each epoch's training and validation metrics in train/ and
+ * validation/ (Keras' epoch_loss...), and each epoch the weights' and
+ * gradients' histograms.
  *
  * A log line is the logfmt/JSON pairs the trainer logs (key, value as
  * written): every value that is a number becomes the scalar of its key,
@@ -111,4 +113,20 @@ int dp_train_tb_histograms(dp_tb_run *tb, dp_model *m, int64_t step, dp_err *e)
 	}
 	free(w);
 	return dp_events_write(dp_tb_run_steps(tb), step, 0, e);
+}
+
+int dp_train_tb_epoch(dp_tb_run *tb, int64_t epoch, const double train[3], uint64_t samples,
+		      int has_acc, const dp_eval_report *val, dp_err *e)
+{
+	const char *tn[] = {"loss", "accuracy", "learning_rate"};
+	double tv[] = {train[0], train[1], train[2]};
+	if (!has_acc)
+		tn[1] = tn[2], tv[1] = tv[2];
+	if (samples && dp_tb_run_epoch(tb, DP_TB_TRAIN, epoch, tn, tv, 3 - !has_acc, e) < 0)
+		return -1;
+	if (!val)
+		return 0;
+	const char *vn[] = {"loss", has_acc ? "accuracy" : "mae"};
+	double vv[] = {val->loss, has_acc ? val->accuracy : val->mae};
+	return dp_tb_run_epoch(tb, DP_TB_VALIDATION, epoch, vn, vv, 2, e);
 }

@@ -80,15 +80,15 @@ static void words(void)
 	be->close(ctx);
 }
 
-/* The scalars of the events in run's own event file: "step tag=value ..."
- * a line an event with scalars. */
-static char *scalars(const char *run)
+/* The scalars of the events in the event files of run's folder part
+ * ("": run's own): "step tag=value ..." a line an event with scalars. */
+static char *scalars(const char *run, const char *part)
 {
 	dp_err e;
 	char **found = dp_tb_find(run, &e);
 	dp_buf b = DP_BUF_INIT;
 	for (char **f = found; f && f[0]; f += 2) {
-		if (*f[1])
+		if (strcmp(f[1], part))
 			continue;
 		dp_reader *r = dp_reader_open_path(f[0], NULL, &e);
 		dp_record rec;
@@ -132,8 +132,21 @@ static void tensorboard(void)
 	const char *k3[] = {"epoch", "step", "state"};
 	const char *v3[] = {"2", "10", "\"x\""};
 	ok(dp_train_tb_line(tb, k3, v3, 3, &e) == 0, "a line without numbers");
+	const double train[3] = {0.5, 0.75, 0.01};
+	dp_eval_report val = {.loss = 0.25, .accuracy = 0.5, .mae = 9};
+	ok(dp_train_tb_epoch(tb, 0, train, 10, 1, &val, &e) == 0, "an epoch of a classifier");
+	ok(dp_train_tb_epoch(tb, 1, train, 0, 0, &val, &e) == 0,
+	   "an epoch of a regression, no training samples");
 	ok(dp_tb_run_close(tb, &e) == 0, "closed");
-	char *s = scalars(run);
+	char *s = scalars(run, "train");
+	is_str(s, "0 epoch_loss=0.5 epoch_accuracy=0.75 epoch_learning_rate=0.01\n",
+	       "train/: the epoch's loss, accuracy and rate; none without samples");
+	free(s);
+	s = scalars(run, "validation");
+	is_str(s, "0 epoch_loss=0.25 epoch_accuracy=0.5\n1 epoch_loss=0.25 epoch_mae=9\n",
+	       "validation/: loss and accuracy, or mae");
+	free(s);
+	s = scalars(run, "");
 	is_str(s, "7 loss=0.5 accuracy=0.25 lr=0.01\n9 early_stopping=0.75\n",
 	       "each number a scalar at the line's step, but step and epoch; an event's "
 	       "first number under its name");
