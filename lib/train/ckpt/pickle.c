@@ -147,22 +147,15 @@ static const char *kind_name(const pk_val *v)
 
 /* ---- the stack, marks and memo ---------------------------------------------- */
 
-/* Room for need items of size bytes in the array *v of *cap items, the
- * capacity doubled from first; the new items zeroed.  DP_ENOMEM (said)
- * when there is no memory for it. */
-static int room(ctx *c, void **v, size_t *cap, size_t need, size_t first, size_t size)
+/* Room for need items of size bytes in the array *(void **)v of *cap
+ * items (dp_grow), the new ones zeroed; DP_ENOMEM (said) when there is no
+ * memory for it. */
+static int room(ctx *c, void *v, size_t *cap, size_t need, size_t size)
 {
-	if (need <= *cap)
-		return 0;
-	size_t nc = *cap ? *cap : first;
-	while (nc < need)
-		nc *= 2;
-	char *p = realloc(*v, nc * size);
-	if (!p)
+	size_t old = *cap;
+	if (dp_grow(v, cap, need, size) < 0)
 		return fail(c, DP_ENOMEM, "out of memory");
-	memset(p + *cap * size, 0, (nc - *cap) * size);
-	*v = p;
-	*cap = nc;
+	memset(*(char **)v + old * size, 0, (*cap - old) * size);
 	return 0;
 }
 
@@ -170,7 +163,7 @@ static int push(ctx *c, pk_val *v)
 {
 	if (!v)
 		return c->e ? c->e->code : DP_ENOMEM;
-	if (room(c, (void **)&c->stack, &c->scap, c->sp + 1, 64, sizeof *c->stack) < 0)
+	if (room(c, &c->stack, &c->scap, c->sp + 1, sizeof *c->stack) < 0)
 		return DP_ENOMEM;
 	c->stack[c->sp++] = v;
 	return 0;
@@ -215,7 +208,7 @@ static int memo_put(ctx *c, uint64_t i)
 		return c->e->code;
 	if (i >= MAX_MEMO)
 		return fail(c, DP_ELIMIT, "memo index %" PRIu64 " (at most %u)", i, MAX_MEMO - 1);
-	if (room(c, (void **)&c->memo, &c->memocap, (size_t)i + 1, 64, sizeof *c->memo) < 0)
+	if (room(c, &c->memo, &c->memocap, (size_t)i + 1, sizeof *c->memo) < 0)
 		return DP_ENOMEM;
 	c->nmemo += !c->memo[i];
 	c->memo[i] = v;
@@ -298,7 +291,7 @@ static int push_long(ctx *c, uint64_t n)
 
 static int add_item(ctx *c, pk_val *to, pk_val *x)
 {
-	if (room(c, (void **)&to->v, &to->cap, to->n + 1, 4, sizeof *to->v) < 0)
+	if (room(c, &to->v, &to->cap, to->n + 1, sizeof *to->v) < 0)
 		return DP_ENOMEM;
 	to->v[to->n++] = x;
 	return 0;
@@ -338,7 +331,7 @@ static int dict_set(ctx *c, pk_val *d, pk_val *k, pk_val *v)
 			d->v[2 * i + 1] = v;
 			return 0;
 		}
-	if (room(c, (void **)&d->v, &d->cap, 2 * d->n + 2, 8, sizeof *d->v) < 0)
+	if (room(c, &d->v, &d->cap, 2 * d->n + 2, sizeof *d->v) < 0)
 		return DP_ENOMEM;
 	d->v[2 * d->n] = k;
 	d->v[2 * d->n + 1] = v;
@@ -692,7 +685,7 @@ static int op_container(ctx *c, int op)
 	size_t n = 0;
 	switch (op) {
 	case '(': /* MARK */
-		if (room(c, (void **)&c->marks, &c->mcap, c->nmarks + 1, 16, sizeof *c->marks) < 0)
+		if (room(c, &c->marks, &c->mcap, c->nmarks + 1, sizeof *c->marks) < 0)
 			return DP_ENOMEM;
 		c->marks[c->nmarks++] = c->sp;
 		return 0;
