@@ -3,13 +3,15 @@
 # PyTorch with the same threads (issue 29): torchvision's resnet18 at
 # 3x64x64 (batch 32), its fine-tune (--freeze 'conv1,bn1,layer1*,layer2*',
 # the frozen part in evaluation mode; batch 64), and resnet18 3x224x224 b32
-# and resnet50 3x224x224 b16 (CASES=all: minutes a run), each at 1 and 2
+# and resnet50 3x224x224 b16 (CASES=all: minutes a run; CASES=224: those alone), each at 1 and 2
 # threads.  SGD momentum 0.9, lr 0.01, 10 classes, random data.
 #
 # The peer is bench/torch_convnets.py (../shared/peers' script, the one
 # behind the issue's figures): one random tensor in memory, warm-up steps
 # left out.  dp-train trains end to end from a TFRecord file (--prefetch 0),
-# its rate the log's intervals after the first.  Both sides run with
+# its rate from the times its log lines (one every 2 steps, flushed)
+# arrive, after the first (the lines' samples_per_sec is whole samples:
+# at 3 samples/s, a third off).  Both sides run with
 # OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (OpenBLAS's own kernel
 # choice, and dp-train's correction of it: dp-train(1) ENVIRONMENT) and
 # OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS = the threads.
@@ -43,9 +45,10 @@ ours() {
 	/usr/bin/time -f '%P %M' -o "$T/cpu" $DP_TRAIN --train "$d" --model "$m" --input-shape "$s" \
 		--batch-size "$b" --threads "$t" --log-every 2 --epochs 1 --optimizer sgd --lr 0.01 \
 		--momentum 0.9 --prefetch 0 --shuffle-buffer 0 --classes 10 -q "$@" |
-		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' |
-		awk -v b="$b" 'NR > 1 { n = ($1 - last) * b; s += n; t += n / $2 } { last = $1 }
-			END { printf "%.1f ", s / t }'
+		while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done |
+		sed -n 's/^\([0-9.]*\) .* step=\([0-9]*\) .*/\1 \2/p' |
+		awk -v b="$b" 'NR == 1 { t0 = $1; s0 = $2 } { t = $1; s = $2 }
+			END { printf "%.2f ", (s - s0) * b / (t - t0) }'
 	tr -d '%\n' < "$T/cpu"
 	echo
 }
@@ -79,9 +82,9 @@ compare() {
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 FT="--freeze 'conv1,bn1,layer1*,layer2*'"
 for t in 1 2; do
-	compare "resnet18 3x64x64 b32, $t thread(s)" "$T/r64.tfrecord resnet18 3x64x64 32 $t" \
+	[ "$CASES" = 224 ] || compare "resnet18 3x64x64 b32, $t thread(s)" "$T/r64.tfrecord resnet18 3x64x64 32 $t" \
 		"resnet18 3x64x64 32 $t 10"
-	compare "resnet18 fine-tune 3x64x64 b64, $t thread(s)" \
+	[ "$CASES" = 224 ] || compare "resnet18 fine-tune 3x64x64 b64, $t thread(s)" \
 		"$T/r64.tfrecord resnet18 3x64x64 64 $t $FT" "resnet18 3x64x64 64 $t 6 --freeze"
 	[ "$CASES" = small ] && continue
 	compare "resnet18 3x224x224 b32, $t thread(s)" "$T/r224.tfrecord resnet18 3x224x224 32 $t" \
