@@ -467,11 +467,6 @@ static void set_rank(int rank, int size)
 		cli_job_says();                  \
 		cli_die_code(code, __VA_ARGS__); \
 	} while (0)
-#define usage_error(...)                      \
-	do {                                  \
-		cli_job_says();               \
-		cli_usage_error(__VA_ARGS__); \
-	} while (0)
 
 /* cli.before_msg */
 static void before_msg(void)
@@ -525,7 +520,7 @@ static void parse_ckpt_every(const char *arg)
 	snprintf(buf, sizeof buf, "%.*s", (int)(l - (size_t)O.ckpt_epochs), arg);
 	if (dp_parse_count("--checkpoint-every", buf, 1, UINT64_MAX / 2, &O.ckpt_every, &e) < 0)
 		/* the value as given, its e included */
-		usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a whole number "
+		cli_job_usage_error("--checkpoint-every '%s': want N updates or Ne epochs, N a whole number "
 			    "from 1",
 			    arg);
 }
@@ -537,7 +532,7 @@ static void parse_on_epoch(const char *arg)
 	const char *vars[] = {"epoch", "1", "checkpoint", "", "tensorboard", "", NULL};
 	char *x = dp_expand_strict(arg, vars, &e);
 	if (!x)
-		usage_error("--on-epoch: %s", e.msg);
+		cli_job_usage_error("--on-epoch: %s", e.msg);
 	free(x);
 	O.on_epoch = arg;
 }
@@ -555,7 +550,7 @@ static int data_option(int c, const char *arg, int li)
 	case O_SHUFFLE: C.shuffle = cli_count("--shuffle-buffer", arg, 0, 1u << 28); break;
 	case O_LAST_BATCH:
 		if (strcmp(arg, "keep") && strcmp(arg, "drop"))
-			usage_error("--last-batch '%s': want keep or drop", arg);
+			cli_job_usage_error("--last-batch '%s': want keep or drop", arg);
 		C.drop_last = !strcmp(arg, "drop");
 		break;
 	case O_CACHE:
@@ -564,13 +559,13 @@ static int data_option(int c, const char *arg, int li)
 			  : !strcmp(arg, "none")   ? DP_CACHE_NONE
 						      : -1;
 		if (O.cache < 0)
-			usage_error("--cache '%s': want file, memory or none", arg);
+			cli_job_usage_error("--cache '%s': want file, memory or none", arg);
 		break;
 	case O_CACHE_LIMIT:
 		if (dp_parse_size(arg, &O.cache_limit) < 0)
-			usage_error("--cache-limit '%s': want a size such as 512M or 8G", arg);
+			cli_job_usage_error("--cache-limit '%s': want a size such as 512M or 8G", arg);
 		if (!O.cache_limit)
-			usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
+			cli_job_usage_error("--cache-limit '%s': want more than 0 bytes (--cache none "
 				    "keeps nothing)",
 				    arg);
 		break;
@@ -610,7 +605,7 @@ static void control_option(int c, const char *arg)
 		 : c == O_EARLY_STOP   ? dp_control_early_stop(&t, arg, &e)
 				       : dp_control_plateau(&t, arg, &e);
 	if (rc < 0)
-		usage_error("--%s: %s", c == O_MONITOR ? "monitor" : c == O_MONITOR_MODE ? "monitor-mode"
+		cli_job_usage_error("--%s: %s", c == O_MONITOR ? "monitor" : c == O_MONITOR_MODE ? "monitor-mode"
 					 : c == O_EARLY_STOP			      ? "early-stopping"
 										      : "reduce-lr-on-plateau",
 			    e.msg);
@@ -628,7 +623,7 @@ static int dist_option(int c, const char *arg)
 	case O_NO_SHARD_DATA: O.shard = 0; break;
 	case O_UNEVEN:
 		if (strcmp(arg, "join") && strcmp(arg, "drop"))
-			usage_error("--uneven '%s': want join or drop", arg);
+			cli_job_usage_error("--uneven '%s': want join or drop", arg);
 		O.uneven_drop = !strcmp(arg, "drop");
 		break;
 	case O_SCALE_LR: C.scale_lr = 1; break;
@@ -644,11 +639,11 @@ static int dist_option(int c, const char *arg)
 		break;
 	case O_GRAD_DTYPE:
 		if ((O.wire = dp_comm_wire_parse(arg)) < 0)
-			usage_error("--grad-dtype '%s': want fp32, bf16 or fp16", arg);
+			cli_job_usage_error("--grad-dtype '%s': want fp32, bf16 or fp16", arg);
 		break;
 	case O_ALLREDUCE:
 		if ((O.algo = dp_comm_algo_parse(arg)) < 0)
-			usage_error("--allreduce '%s': want ring, hierarchical or mpi", arg);
+			cli_job_usage_error("--allreduce '%s': want ring, hierarchical or mpi", arg);
 		break;
 	case O_LOG_ALL: O.log_all = 1; break;
 	case O_TIMELINE: O.timeline = arg; break;
@@ -673,7 +668,7 @@ static int optim_option(int c, const char *arg)
 	switch (c) {
 	case O_OPTIMIZER:
 		if (!dp_optim_parse(arg))
-			usage_error("--optimizer '%s': want sgd, adam or adamw", arg);
+			cli_job_usage_error("--optimizer '%s': want sgd, adam or adamw", arg);
 		OPTS.name = arg;
 		break;
 	case O_LR: C.lr = cli_real("--lr", arg, 0, 1e6); break;
@@ -726,7 +721,7 @@ static void parse_args(int argc, char **argv)
 		case O_INPUT_SHAPE: C.input_shape = optarg; break;
 		case O_LOSS:
 			if (!(C.loss = dp_loss_parse(optarg)))
-				usage_error("--loss '%s': want xent or mse", optarg);
+				cli_job_usage_error("--loss '%s': want xent or mse", optarg);
 			break;
 		case O_SUMMARY: O.summary = 1; break;
 		case O_RECOMPUTE: O.recompute = optarg ? optarg : ""; break;
@@ -736,11 +731,11 @@ static void parse_args(int argc, char **argv)
 		case O_MICRO: O.micro = cli_count("--micro-batches", optarg, 1, 1u << 20); break;
 		case O_PIPE_SCHED:
 			if ((O.psched = dp_pipe_schedule_parse(optarg)) < 0)
-				usage_error("--pipeline-schedule '%s': want 1f1b or gpipe", optarg);
+				cli_job_usage_error("--pipeline-schedule '%s': want 1f1b or gpipe", optarg);
 			break;
 		case O_MEMORY_LIMIT:
 			if (dp_parse_size(optarg, &O.mem_limit) < 0 || !O.mem_limit)
-				usage_error("--memory-limit '%s': want a size such as 512M or 8G", optarg);
+				cli_job_usage_error("--memory-limit '%s': want a size such as 512M or 8G", optarg);
 			break;
 		case O_EPOCHS: C.epochs = cli_count("--epochs", optarg, 1, 1u << 30); break;
 		case O_MAX_STEPS: O.max_steps = cli_count("--max-steps", optarg, 1, UINT64_MAX / 2); break;
@@ -751,7 +746,7 @@ static void parse_args(int argc, char **argv)
 		case O_DETERMINISTIC: O.deterministic = 1; break;
 		case O_PRECISION:
 			if ((C.precision = dp_precision_parse(optarg)) < 0)
-				usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
+				cli_job_usage_error("--precision '%s': want fp32, tf32 or bf16", optarg);
 			break;
 		case O_CKPT_EVERY: parse_ckpt_every(optarg); break;
 		case O_CKPT: O.ckpt = optarg; break;
@@ -765,7 +760,7 @@ static void parse_args(int argc, char **argv)
 		case 'o': O.output = optarg; break;
 		case O_LOG_FORMAT:
 			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
-				usage_error("--log-format '%s': want logfmt or json", optarg);
+				cli_job_usage_error("--log-format '%s': want logfmt or json", optarg);
 			O.json = !strcmp(optarg, "json");
 			break;
 		case O_LOG: O.log = optarg; break;
@@ -791,11 +786,11 @@ static void parse_args(int argc, char **argv)
 		}
 	}
 	if (optind < argc)
-		usage_error("unexpected argument '%s' (records are given with --train)", argv[optind]);
+		cli_job_usage_error("unexpected argument '%s' (records are given with --train)", argv[optind]);
 	if (O.tb_hist && !O.tensorboard)
-		usage_error("--tensorboard-histograms goes with --tensorboard DIR");
+		cli_job_usage_error("--tensorboard-histograms goes with --tensorboard DIR");
 	if (O.on_epoch_fail && !O.on_epoch)
-		usage_error("--on-epoch-fail goes with --on-epoch CMD");
+		cli_job_usage_error("--on-epoch-fail goes with --on-epoch CMD");
 	optim_done();
 	input_options();
 	if (C.decode == DP_DECODE_IMAGE && !O.in.feature) /* tfrecord(5)'s names */
@@ -856,7 +851,7 @@ static void __attribute__((noreturn, format(printf, 2, 3))) bad_setting(int meta
 	va_end(ap);
 	if (meta && C.src)
 		die_all(1, "%s: metadata: %s", C.src, msg);
-	usage_error("%s", msg);
+	cli_job_usage_error("%s", msg);
 }
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
@@ -1187,7 +1182,7 @@ static dp_data *open_data(const char *const *paths, size_t n, const char *cmd, i
 {
 	dp_data_opts o = {0};
 	if ((C.decode == DP_DECODE_IMAGE || C.hwc) && R.in.rank == 1)
-		usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
+		cli_job_usage_error("%s needs --input-shape C x H x W (3x224x224), not a length",
 			    C.hwc ? "--layout hwc" : "--decode image");
 	if (train && R.in.rank == 3 && R.in.c > 4 && R.in.w <= 4)
 		note("--input-shape %dx%dx%d is C x H x W: %d channels of %dx%d; channels-last data "
@@ -1424,7 +1419,7 @@ static void start_from_checkpoint(void)
 		settings_from(R.ck, NULL);
 	} else if (!O.given[O_MODEL] && !O.given[O_INPUT_SHAPE]) {
 		if (!dp_st_meta(R.ck, "model"))
-			usage_error("--init %s: no dp-train metadata (a PyTorch state_dict?): give the "
+			cli_job_usage_error("--init %s: no dp-train metadata (a PyTorch state_dict?): give the "
 				    "model with --model and --input-shape", O.init);
 		static const int model_keys[] = {DP_RUN_MODEL, DP_RUN_INPUT_SHAPE, DP_RUN_LOSS, -1};
 		settings_from(R.ck, model_keys);
@@ -1448,9 +1443,9 @@ static char *model_file(const char *path)
 	dp_buf b = DP_BUF_INIT;
 	dp_err e;
 	if (dp_read_file(path, path, 1 << 20, &b, &e) < 0)
-		usage_error("--model @%s", e.msg);
+		cli_job_usage_error("--model @%s", e.msg);
 	if (strlen(b.p ? b.p : "") != b.len)
-		usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(b.p));
+		cli_job_usage_error("--model @%s: a NUL byte at byte %zu: not a text file", path, strlen(b.p));
 	return b.p ? b.p : cli_strdup("");
 }
 
@@ -1466,9 +1461,9 @@ static void classes_opt(const char *v)
 	O.nnames = 0;
 	free(O.names);
 	if (dp_classes_parse(v, &O.nnames, &O.names, &e) < 0)
-		usage_error("--classes: %s", e.msg);
+		cli_job_usage_error("--classes: %s", e.msg);
 	if (O.nnames < 2)
-		usage_error("--classes: %zu name: a classifier has 2 classes or more", O.nnames);
+		cli_job_usage_error("--classes: %zu name: a classifier has 2 classes or more", O.nnames);
 	O.classes = (int)O.nnames;
 	char *json = dp_classes_json((const char *const *)O.names, O.nnames);
 	if (!json)
@@ -1481,16 +1476,16 @@ static void make_model(void)
 {
 	dp_err e;
 	if (!C.model)
-		usage_error("no model: give --model SPEC (e.g. --model dense:128,relu,dense:10)");
+		cli_job_usage_error("no model: give --model SPEC (e.g. --model dense:128,relu,dense:10)");
 	if (!C.input_shape)
-		usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
+		cli_job_usage_error("no input shape: give --input-shape (e.g. 1x28x28 or 784)");
 	if (dp_shape_parse(C.input_shape, &R.in, &e) < 0)
 		bad_setting(C.from[DP_RUN_INPUT_SHAPE], "%s", e.msg);
 	char *spec = C.model[0] == '@' ? model_file(C.model + 1) : cli_strdup(C.model);
 	if (O.classes && (!O.names || dp_model_named(spec))) {
 		int k = dp_model_named(spec);
 		if (!k)
-			usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
+			cli_job_usage_error("--classes is for a named model (resnet18, resnet20, ...): end "
 				    "'%s' with dense:CLASSES", C.model);
 		char *t = NULL;
 		if (k == 1 && asprintf(&t, "%s:%d", spec, O.classes) < 0)
@@ -1509,7 +1504,7 @@ static void make_model(void)
 	C.model = dp_model_spec(M); /* as parsed: one line, comments gone */
 	R.xent = dp_model_loss_kind(M) == DP_LOSS_XENT;
 	if (O.names && (!R.xent || O.nnames != dp_model_out_size(M)))
-		usage_error("--classes: %zu names for a model of %zu %s", O.nnames,
+		cli_job_usage_error("--classes: %zu names for a model of %zu %s", O.nnames,
 			    dp_model_out_size(M), R.xent ? "classes" : "outputs (a regression model)");
 }
 
@@ -1533,13 +1528,13 @@ static int show_summary(void)
 	if (C.freeze && *C.freeze && dp_model_freeze(M, C.freeze, &e) < 0)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
 	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0)
-		usage_error("%s", e.msg);
+		cli_job_usage_error("%s", e.msg);
 	if (RANK == 0)
 		print_text(dp_train_summary(M, C.batch));
 	dp_step_conf sc = step_conf();
 	char *text = RANK == 0 && O.stages > 1 ? dp_train_summary_pipeline(M, &sc, &e) : NULL;
 	if (RANK == 0 && O.stages > 1 && !text && e.code == DP_EARG)
-		usage_error("--pipeline-stages %d: %s", O.stages, e.msg);
+		cli_job_usage_error("--pipeline-stages %d: %s", O.stages, e.msg);
 	if (RANK == 0 && O.stages > 1)
 		print_text(text);
 	conv_algos_resume();
@@ -1575,7 +1570,7 @@ static void check_streams(void)
 		struct stat sb;
 		for (size_t i = 0; i < nps && !per_rank(ps, nps, NULL); i++)
 			if (!strcmp(ps[i], "-") || (stat(ps[i], &sb) == 0 && S_ISFIFO(sb.st_mode)))
-				usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
+				cli_job_usage_error("--%s %s: under mpirun %s: give files, a FIFO a rank "
 					    "({rank}), or --%s-cmd 'CMD' (a stream a rank with {rank})",
 					    v ? "val" : "train", ps[i],
 					    strcmp(ps[i], "-") ? "every rank would read the same FIFO"
@@ -1589,38 +1584,38 @@ static void check_options(void)
 {
 	dp_err e;
 	if (!dp_model_nparams(M))
-		usage_error("model '%s' has no parameters to train", C.model);
+		cli_job_usage_error("model '%s' has no parameters to train", C.model);
 	if (!O.ntrain && !O.train_cmd)
-		usage_error("no training data: give --train FILE or --train-cmd CMD");
+		cli_job_usage_error("no training data: give --train FILE or --train-cmd CMD");
 	if (O.ntrain && O.train_cmd)
-		usage_error("--train and --train-cmd exclude each other");
+		cli_job_usage_error("--train and --train-cmd exclude each other");
 	if (O.nval && O.val_cmd)
-		usage_error("--val and --val-cmd exclude each other");
+		cli_job_usage_error("--val and --val-cmd exclude each other");
 	for (size_t i = 0; i < O.nval; i++)
 		for (size_t j = 0; j < O.ntrain; j++)
 			if (!strcmp(O.val[i], "-") && !strcmp(O.train[j], "-"))
-				usage_error("stdin can hold the training or the validation records, not both");
+				cli_job_usage_error("stdin can hold the training or the validation records, not both");
 	if (O.ckpt_every && !O.ckpt && !O.output)
-		usage_error("--checkpoint-every needs -o or --checkpoint");
+		cli_job_usage_error("--checkpoint-every needs -o or --checkpoint");
 	if (O.ckpt && !O.ckpt_every)
 		O.ckpt_every = 1, O.ckpt_epochs = 1;
 	if (O.output && !strcmp(O.output, "-") && !O.log)
-		usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
+		cli_job_usage_error("-o - would mix the checkpoint with the log on stdout: give --log FILE");
 	check_streams();
 	if (O.stages > 1) {
 		if (SIZE % O.stages)
-			usage_error("--pipeline-stages %d under %d rank%s: start stages x replicas ranks "
+			cli_job_usage_error("--pipeline-stages %d under %d rank%s: start stages x replicas ranks "
 				    "(mpirun -np %d, %d, ...)", O.stages, SIZE, SIZE == 1 ? "" : "s",
 				    O.stages, 2 * O.stages);
 		if (C.sync_bn)
-			usage_error("--sync-bn with --pipeline-stages: not supported (batchnorm's "
+			cli_job_usage_error("--sync-bn with --pipeline-stages: not supported (batchnorm's "
 				    "statistics are each micro-batch's)");
 		dp_step_conf sc = step_conf();
 		if (dp_pipe_micro(&sc) > C.batch)
-			usage_error("--micro-batches %" PRIu64 " of a step of %" PRIu64 " samples "
+			cli_job_usage_error("--micro-batches %" PRIu64 " of a step of %" PRIu64 " samples "
 				    "(--batch-size): at most one a sample", dp_pipe_micro(&sc), C.batch);
 	} else if (O.given[O_MICRO] || O.given[O_PIPE_SCHED]) {
-		usage_error("--%s needs --pipeline-stages S (S > 1)",
+		cli_job_usage_error("--%s needs --pipeline-stages S (S > 1)",
 			    O.given[O_MICRO] ? "micro-batches" : "pipeline-schedule");
 	}
 	if (C.warmup_epochs > 0 && !C.scale_lr)
@@ -1696,7 +1691,7 @@ static void check_distinct_outputs(void)
 				continue;
 			char *a = rank_path(val[i]), *b = rank_path(val[j]);
 			if (dp_same_output(a, b))
-				usage_error("%s %s and %s %s name one file: one would be lost", opt[i],
+				cli_job_usage_error("%s %s and %s %s name one file: one would be lost", opt[i],
 					    val[i], opt[j], val[j]);
 			free(a);
 			free(b);
@@ -1825,7 +1820,7 @@ static void setup_model(void)
 		bad_setting(C.from[DP_RUN_FREEZE], "--freeze: %s", e.msg);
 	if (O.recompute && dp_model_set_recompute(M, O.recompute, &e) < 0) {
 		if (e.code == DP_EARG)
-			usage_error("%s", e.msg);
+			cli_job_usage_error("%s", e.msg);
 		cli_die_err(CLI_FAIL, &e);
 	}
 	if (!(TR = dp_trainer_new(M, OPT, COMM, &sc, &e)))
@@ -1902,7 +1897,7 @@ static void setup_data(void)
 		 * counted from the files (a pass without decoding); a command's
 		 * epoch can be read only once (a Pipe-mode FIFO, a download) */
 		if (!C.steps_per_epoch && O.train_cmd)
-			usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
+			cli_job_usage_error("--warmup-epochs with --train-cmd: the updates of an epoch are not "
 				    "known before it is read, and counting them would run the command "
 				    "of epoch 1 twice: give --steps-per-epoch N");
 		uint64_t spe = C.steps_per_epoch;
@@ -2128,10 +2123,10 @@ static void control_setup(void)
 	CTL.save_best = O.save_best != NULL;
 	ctl_on = CTL.early_stop || CTL.plateau || CTL.save_best;
 	if (!ctl_on && (mon || mode))
-		usage_error("--monitor%s goes with --early-stopping, --reduce-lr-on-plateau or --save-best",
+		cli_job_usage_error("--monitor%s goes with --early-stopping, --reduce-lr-on-plateau or --save-best",
 			    mon ? "" : "-mode");
 	if (ctl_on && !O.nval && !O.val_cmd)
-		usage_error("--%s watches a validation metric: give --val or --val-cmd",
+		cli_job_usage_error("--%s watches a validation metric: give --val or --val-cmd",
 			    CTL.early_stop ? "early-stopping" : CTL.plateau ? "reduce-lr-on-plateau" : "save-best");
 	if (ctl_on)
 		check_monitor();
@@ -2390,11 +2385,11 @@ int main(int argc, char **argv)
 	dp_run_conf_init(&C);
 	parse_args(argc, argv);
 	if (O.resume && O.init)
-		usage_error("--resume and --init exclude each other");
+		cli_job_usage_error("--resume and --init exclude each other");
 	if (O.reset && !O.init)
-		usage_error("--reset needs --init (the weights it leaves out)");
+		cli_job_usage_error("--reset needs --init (the weights it leaves out)");
 	if (O.in.max_skipped && !O.in.skip_corrupt)
-		usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
+		cli_job_usage_error("--max-skipped needs --skip-corrupt (without it nothing is skipped)");
 	if (!O.in.max_skipped) {
 		dp_err e;
 		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.in.skip_gate, &e);
