@@ -20,14 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* e's message after "path: " (a failure of the job's messages). */
-static int about(dp_err *e, const char *path)
-{
-	char msg[sizeof e->msg];
-	snprintf(msg, sizeof msg, "%s", e->msg);
-	return dp_seterr(e, e->code, "%s: %s", path, msg);
-}
-
 void *train_allgather(dp_comm *c, const void *mine, size_t n, dp_err *e)
 {
 	void *all = calloc((size_t)dp_comm_size(c), n);
@@ -113,7 +105,7 @@ dp_st *dp_job_st_open(dp_comm *c, const char *path, int *alike, dp_err *e)
 		buf = (char *)dp_st_bytes(ck, &n), len = n;
 	*alike = 0;
 	if (dp_comm_bcast_host(c, &len, sizeof len, 0, e) < 0)
-		return about(e, path), NULL;
+		return dp_preferr(e, "%s", path), NULL;
 	*alike = 1;
 	if (len == UINT64_MAX) /* rank 0's e says why */
 		return rank == 0 ? NULL : (dp_seterr(e, DP_EIO, "%s: not read by rank 0", path), NULL);
@@ -124,7 +116,7 @@ dp_st *dp_job_st_open(dp_comm *c, const char *path, int *alike, dp_err *e)
 		if (rank != 0)
 			free(buf);
 		dp_st_close(ck);
-		return about(e, path), NULL;
+		return dp_preferr(e, "%s", path), NULL;
 	}
 	*alike = 1;
 	if (rank != 0) {
