@@ -213,6 +213,14 @@ require() {
 	done_testing
 }
 
+# require_ref SCRIPT WHY: REF, the reference script tests/SCRIPT under $PY;
+# unless `$REF check` passes (its packages are there), the whole test is
+# one skip saying WHY.
+require_ref() {
+	REF="$PY $DP_SRC/tests/$1"
+	require "$2" $REF check
+}
+
 done_testing() {
 	echo "1..$_tap_n"
 	[ "$_tap_fail" = 0 ]
