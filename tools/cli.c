@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "dp_record.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -301,6 +302,14 @@ int cli_word(const char *opt, const char *s, const char *list)
 		w += l + (w[l] == ' ');
 	}
 	cli_bad_value(opt, s, want);
+}
+
+int cli_comp_out(const char *opt, const char *s)
+{
+	int comp = dp_comp_parse(s);
+	if (comp < 0 || comp == DP_COMP_AUTO)
+		cli_bad_value(opt, s, "none, gzip or zlib");
+	return comp;
 }
 
 char *cli_expand(const char *tmpl, const char *const *vars)

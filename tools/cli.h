@@ -122,6 +122,11 @@ void cli_bad_value(const char *opt, const char *s, const char *want) __attribute
  * cli_bad_value's "want logfmt or json". */
 int cli_word(const char *opt, const char *s, const char *list);
 
+/* s, the value of option opt, as the compression of an output
+ * (dp_comp_parse's words but auto): DP_COMP_NONE, _GZIP or _ZLIB; another
+ * value is cli_bad_value's "want none, gzip or zlib". */
+int cli_comp_out(const char *opt, const char *s);
+
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
 

@@ -592,17 +592,10 @@ static char parse_char(const char *opt, const char *s)
 
 static int parse_encode(const char *s)
 {
-	if (!strcmp(s, "json") || !strcmp(s, "json=compact"))
+	static const int enc[] = {DP_ENC_JSON, DP_ENC_JSON_PROTO, DP_ENC_CSV, DP_ENC_IDX, ENC_IMAGES};
+	if (!strcmp(s, "json=compact")) /* as --json=compact */
 		return DP_ENC_JSON;
-	if (!strcmp(s, "json=proto"))
-		return DP_ENC_JSON_PROTO;
-	if (!strcmp(s, "csv"))
-		return DP_ENC_CSV;
-	if (!strcmp(s, "idx"))
-		return DP_ENC_IDX;
-	if (!strcmp(s, "images"))
-		return ENC_IMAGES;
-	cli_bad_value("--encode", s, "json, json=proto, csv, idx or images");
+	return enc[cli_word("--encode", s, "json json=proto csv idx images")];
 }
 
 /* --types given again adds to the list. */
@@ -664,11 +657,7 @@ static int parse_options(int argc, char **argv)
 		case OPT_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case OPT_ALLOW_EMPTY: O.enc.allow_empty = 1; break;
 		case OPT_MAX_RECORD: O.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
-		case 'z':
-			O.comp = dp_comp_parse(optarg);
-			if (O.comp < 0 || O.comp == DP_COMP_AUTO)
-				cli_bad_value("--compress", optarg, "none, gzip or zlib");
-			break;
+		case 'z': O.comp = cli_comp_out("--compress", optarg); break;
 		case OPT_LEVEL: O.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case 'o': O.output = optarg; break;
 		case OPT_ENCODE: O.enc.format = parse_encode(optarg); break;

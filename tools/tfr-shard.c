@@ -1104,11 +1104,7 @@ static void parse_options(int argc, char **argv)
 		case O_SIZE: opt.size = (int)cli_count("--size", optarg, 1, INT_MAX); break;
 		case O_MAXREC: opt.max_records = cli_count("--max-records", optarg, 1, UINT64_MAX); break;
 		case O_MAXBYTES: opt.max_bytes = cli_size("--max-bytes", optarg, 1, UINT64_MAX); break;
-		case 'z':
-			opt.comp = dp_comp_parse(optarg);
-			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
-				cli_bad_value("-z", optarg, "none, gzip or zlib");
-			break;
+		case 'z': opt.comp = cli_comp_out("-z", optarg); break;
 		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case O_MAXRECORD: opt.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
