@@ -473,6 +473,13 @@ enum dp_run_fail {
 				 the usage line) */
 };
 
+/* A run's training sums since t0: of the next log line, of an epoch. */
+typedef struct dp_run_meter {
+	double loss, correct;
+	uint64_t samples, steps;
+	double t0;
+} dp_run_meter;
+
 typedef struct dp_run {
 	/* the caller's: the settings (completed by the set-up) and the options */
 	dp_run_conf *c;
@@ -488,6 +495,7 @@ typedef struct dp_run {
 	int skip_corrupt;
 	uint64_t max_record;
 	const char *max_skipped;         /* as given (NULL: DP_MAX_SKIPPED_DEFAULT) */
+	dp_gate skip_gate;               /* ... as a gate */
 	int summary;
 	const char *recompute;           /* patterns; "": every innermost block */
 	int classes;                     /* a named model's outputs (0: its default) */
@@ -536,6 +544,14 @@ typedef struct dp_run {
 	dp_control_conf ctl;             /* training control, on when ctl_on */
 	dp_control_state cs;
 	int ctl_on, stopped;             /* stopped: early stopping fired */
+	/* the epochs' (lib/train/epoch.c) */
+	dp_run_meter mt;                 /* the sums of the next training line */
+	double lr;                       /* the rate of the last update */
+	double iter_time;                /* seconds of the steps, ... */
+	uint64_t iters;                  /* ... and their number */
+	uint64_t data_pos;               /* the pos of the last batch trained on (dp_batch) */
+	int out;                         /* this rank's data is over for the epoch */
+	double epoch_t0;                 /* when the epoch began */
 } dp_run;
 
 DP_EXPORT int dp_run_join(dp_run *r, dp_err *e);
@@ -564,6 +580,33 @@ DP_EXPORT int dp_run_setup(dp_run *r, dp_err *e);
 DP_EXPORT char *dp_run_path(const dp_run *r, const char *tmpl);
 DP_EXPORT int dp_run_check_outputs(dp_run *r, dp_err *e);
 DP_EXPORT int dp_run_check_inputs(dp_run *r, dp_err *e);
+/* The epochs (lib/train/epoch.c): epoch begins (the rest of it,
+ * resuming: where r->ts says), its training data in place.  Then, each a
+ * collective: dp_run_next the job's next micro-batch s (this rank's batch,
+ * none once r->out; s->gn 0: the epoch is over everywhere), *t0 when it
+ * began; dp_run_step its step (s NULL: the update of the micro-batches
+ * accumulated, dp_step_flush) at update r->ts.step's rate: 1 when it made
+ * the update (r->ts, r->mt and the time of the steps moved on), 0 when
+ * not, or a negative status: a loss that is not finite in *loss (e then
+ * dp_step_run's, else "train: ..."). */
+DP_EXPORT int dp_run_epoch_begin(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_next(dp_run *r, dp_step *s, double *t0, dp_err *e);
+DP_EXPORT int dp_run_step(dp_run *r, uint64_t epoch, const dp_step *s, double t0, double *loss,
+			  dp_err *e);
+/* The learning rate of update `step`: the schedule over --lr (times the
+ * ranks with --scale-lr; the plateau's rate), the ramps of --warmup and
+ * --warmup-epochs. */
+DP_EXPORT double dp_run_rate(const dp_run *r, uint64_t epoch, uint64_t step);
+/* --max-skipped: the job's count of records skipped as corrupt (of
+ * `read`) in an epoch's training or validation (what), against
+ * r->skip_gate; every rank holds the same counts and stops alike
+ * (DP_RUN_FAIL_JOB). */
+DP_EXPORT int dp_run_check_skipped(dp_run *r, const char *what, uint64_t epoch, uint64_t skipped,
+				   uint64_t read, dp_err *e);
+/* The epoch's input, after its updates: the note of the time waited for
+ * it (images decoded, threads, a GPU), the job's images skipped against
+ * --max-skipped (unless stopped by --max-steps).  A collective. */
+DP_EXPORT int dp_run_epoch_input(dp_run *r, uint64_t epoch, int stopped, dp_err *e);
 /* Everything the set-up made, closed. */
 DP_EXPORT void dp_run_close(dp_run *r);
 

@@ -477,6 +477,29 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A failure of the run (dp_train.h), said as its kind says (dp_run_fail). */
+static void __attribute__((noreturn)) run_die(const dp_err *e)
+{
+	if (R.fail == DP_RUN_FAIL_USAGE)
+		cli_job_usage_error("%s", e->msg);
+	if (R.fail == DP_RUN_FAIL_JOB || R.fail == DP_RUN_FAIL_SETTINGS)
+		die_all(R.fail == DP_RUN_FAIL_JOB ? CLI_FAIL : CLI_USAGE, "%s", e->msg);
+	cli_die_err(CLI_FAIL, e);
+}
+
+/* A call of the run done, or the run ends. */
+static void run_ok(int rc, const dp_err *e)
+{
+	if (rc < 0)
+		run_die(e);
+}
+
+/* The set-up's notes (rank 0's). */
+static void run_note(void *ctx, const char *msg)
+{
+	note("%s", msg);
+}
+
 /* --checkpoint-every N (updates) or Ne (epochs). */
 static void parse_ckpt_every(const char *arg)
 {
@@ -878,18 +901,7 @@ static void log_line(const char *const *keys, const char *const *vals, int n, in
 		tb_line(keys, vals, n);
 }
 
-/* Where this rank's training data is: the pos of its last batch trained
- * on (dp_batch), saved in checkpoints as epoch_records (every rank's);
- * resuming, it starts at R.resume_pos. */
-static uint64_t data_pos;
-
-typedef struct meter {
-	double loss, correct;
-	uint64_t samples, steps;
-	double t0;
-} meter;
-
-static meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
+static dp_run_meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
 
 static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
 		       double skipped, double dt, double lr, int has_acc, int own)
@@ -918,7 +930,7 @@ static void train_line(uint64_t epoch, uint64_t step, double loss, double correc
 /* The training line of the last steps: this rank's (--log-all-ranks),
  * then the job's, summed over the ranks (a collective: every rank calls
  * it at the same steps). */
-static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
+static void log_train(uint64_t epoch, uint64_t step, dp_run_meter *mt, double lr, int has_acc)
 {
 	double t = dp_now(), dt = t - mt->t0;
 	dp_data_stats ds = {0};
@@ -938,7 +950,7 @@ static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int h
 	mt->t0 = dp_now();
 }
 
-static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt)
+static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const dp_run_meter *mt)
 {
 	if (!cli_progress_due())
 		return;
@@ -1003,7 +1015,7 @@ static void save(const char *tmpl, const dp_train_state *ts)
 	dp_err e;
 	/* every rank's position in the epoch: a batch with a skipped image
 	 * took more records than its size, so batches do not tell it */
-	char *posb = dp_trainer_epoch_records(R.tr, R.comm, data_pos, ts->epoch_step != 0, &e);
+	char *posb = dp_trainer_epoch_records(R.tr, R.comm, R.data_pos, ts->epoch_step != 0, &e);
 	if (!posb)
 		cli_die("checkpoint: %s", e.msg);
 	char *algos = conv_algos_text();
@@ -1042,10 +1054,6 @@ static void save(const char *tmpl, const dp_train_state *ts)
 static struct {
 	const char *ckpt_path;    /* where --checkpoint-every saves */
 	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
-	meter mt;                 /* the sums of the next training line */
-	double lr;                /* of the last update */
-	double iter_time;         /* seconds of the steps, ... */
-	uint64_t iters;           /* ... and their number */
 } L;
 
 /* ---- the run in words (dp_train.h: lib/train/summary.c) --------------------------- */
@@ -1086,21 +1094,6 @@ static void stall_report(void *ctx, const char *msg)
 		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
 }
 
-/* The learning rate of update `step`: the schedule over --lr (times the
- * ranks with --scale-lr), then the ramps of --warmup (dp_sched) and
- * --warmup-epochs (from the single-worker rate, Horovod's recipe). */
-static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
-{
-	/* the plateau's rate, or --lr; the schedule starts from it */
-	double base = R.ctl.plateau ? R.cs.lr : C.lr * (C.scale_lr ? R.reps : 1);
-	double lr = dp_sched_lr(sched, base, epoch, step);
-	if (ramp && step < ramp && C.scale_lr && R.reps > 1) {
-		double f0 = 1.0 / R.reps;
-		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
-	}
-	return lr;
-}
-
 /* At the end: every rank must hold what rank 0 holds. */
 static void check_same_state(uint64_t step)
 {
@@ -1132,22 +1125,6 @@ static void check_same_state(uint64_t step)
  * (dp_eval.h), added up over the ranks in one allreduce, so that the
  * figures do not depend on the number of ranks and are those dp-eval
  * reports on the checkpoint for the same records. */
-
-/* --max-skipped: the job's count of records skipped as corrupt (of
- * `read`) in an epoch's training or validation, against the limit; every
- * rank holds the same counts (summed) and stops alike. */
-static void check_skipped(const char *what, uint64_t epoch, uint64_t skipped, uint64_t read)
-{
-	double frac = read ? (double)skipped / (double)read : 0;
-	int pct = !strcmp(O.in.skip_gate.metric, "skipped_fraction");
-	if (dp_gate_pass(&O.in.skip_gate, pct ? frac : (double)skipped))
-		return;
-	die_all(1, "epoch %" PRIu64 ": %s: %" PRIu64 " of %" PRIu64 " records (%.3g%%) skipped as "
-		"corrupt, more than --max-skipped %s allows: the model would be trained or judged "
-		"on a part of the data",
-		epoch + 1, what, skipped, read, 100 * frac,
-		O.in.max_skipped ? O.in.max_skipped : DP_MAX_SKIPPED_DEFAULT);
-}
 
 /* A validation line: the job's, or this rank's own share (own). */
 static void val_line(uint64_t epoch, uint64_t step, int own)
@@ -1185,34 +1162,12 @@ static void validate(uint64_t epoch, uint64_t step)
 		cli_die("val: %s", e.msg);
 	val_line(epoch, step, 0);
 	dp_eval_report r;
-	if (dp_eval_report_get(R.eval, &r, &e) == DP_OK)
-		check_skipped("validation", epoch, r.skipped, r.skipped + r.samples);
+	if (dp_eval_report_get(R.eval, &r, &e) == DP_OK &&
+	    dp_run_check_skipped(&R, "validation", epoch, r.skipped, r.skipped + r.samples, &e) < 0)
+		run_die(&e);
 }
 
 /* ---- set-up (dp_train.h: lib/train/setup.c, outputs.c) ------------------------------ */
-
-/* A failure of the set-up, said as its kind says (dp_run_fail). */
-static void __attribute__((noreturn)) run_die(const dp_err *e)
-{
-	if (R.fail == DP_RUN_FAIL_USAGE)
-		cli_job_usage_error("%s", e->msg);
-	if (R.fail == DP_RUN_FAIL_JOB || R.fail == DP_RUN_FAIL_SETTINGS)
-		die_all(R.fail == DP_RUN_FAIL_JOB ? CLI_FAIL : CLI_USAGE, "%s", e->msg);
-	cli_die_err(CLI_FAIL, e);
-}
-
-/* A stage of the set-up done, or the run ends. */
-static void setup_step(int rc, const dp_err *e)
-{
-	if (rc < 0)
-		run_die(e);
-}
-
-/* The set-up's notes (rank 0's). */
-static void run_note(void *ctx, const char *msg)
-{
-	note("%s", msg);
-}
 
 /* Path template tmpl as this rank names it ({rank}, {size}). */
 static char *rank_path(const char *tmpl)
@@ -1253,7 +1208,7 @@ static void classes_opt(const char *v)
 static int show_summary(void)
 {
 	dp_err e;
-	setup_step(dp_run_summary_model(&R, &e), &e);
+	run_ok(dp_run_summary_model(&R, &e), &e);
 	if (R.rank == 0)
 		print_text(dp_train_summary(R.m, C.batch));
 	dp_step_conf sc = dp_run_step_conf(&R);
@@ -1295,35 +1250,7 @@ static void open_log(void)
 /* The convolution algorithms as text (conv_algos), or NULL. */
 static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.ctx); }
 
-/* ---- the epochs ------------------------------------------------------------------------ */
-
-/* The next micro-batch of the job: this rank's batch (none once *out),
- * and how many samples every rank has in it (a collective: every rank
- * calls it at every step).  *t0: when it began. */
-static dp_step next_step(int *out, double *t0)
-{
-	dp_err e;
-	dp_step s = {0};
-	*t0 = dp_now();
-	if (!R.td) /* a pipeline's later stage: the first stage's counts come */
-		*out = 1;
-	if (!*out) {
-		const dp_batch *b;
-		int rc = dp_data_next(R.td, &b, &e);
-		if (rc < 0)
-			cli_die("train: %s", e.msg);
-		if (rc == 0)
-			*out = 1;
-		else {
-			s = (dp_step){.x = b->x, .y = R.xent ? (const void *)b->y : b->t, .n = b->n};
-			data_pos = b->pos;
-		}
-	}
-	dp_comm_event(R.comm, "data", 1, *t0, dp_now());
-	if (dp_step_agree(R.tr, &s, &e) < 0)
-		cli_die("train: %s", e.msg);
-	return s;
-}
+/* ---- the epochs (dp_train.h: lib/train/epoch.c) ---------------------------------------- */
 
 static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 {
@@ -1339,52 +1266,39 @@ static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 		     epoch + 1, R.ts.step + 1, what);
 }
 
-/* One micro-batch s of update R.ts.step (dp_step_run; s NULL: the update
- * of the micro-batches accumulated, dp_step_flush), begun at t0: 1 when
- * it made the update. */
+/* One micro-batch s of update R.ts.step (s NULL: the update of the
+ * micro-batches accumulated), begun at t0: 1 when it made the update. */
 static int train_step(uint64_t epoch, const dp_step *s, double t0)
 {
 	dp_err e;
-	dp_step_result r;
+	double loss;
 	__atomic_store_n(&cur_step, R.ts.step, __ATOMIC_RELAXED);
-	L.lr = rate(&R.sched, epoch, R.ts.step, R.ramp);
-	int rc = s ? dp_step_run(R.tr, s, R.ts.step, L.lr, &r, &e)
-		   : dp_step_flush(R.tr, R.ts.step, L.lr, &r, &e);
-	if (rc < 0 && !isfinite(r.loss))
-		diverged(epoch, r.loss);
+	int rc = dp_run_step(&R, epoch, s, t0, &loss, &e);
+	if (rc < 0 && !isfinite(loss))
+		diverged(epoch, loss);
 	if (rc < 0)
-		cli_die("train: %s", e.msg);
-	if (!r.updated)
-		return 0;
-	L.iter_time += dp_now() - t0;
-	L.iters++;
-	R.ts.step++;
-	R.ts.epoch_step++;
-	L.mt.loss += r.loss_sum;
-	L.mt.correct += r.correct;
-	L.mt.samples += r.samples;
-	L.mt.steps++;
-	return 1;
+		cli_die("%s", e.msg);
+	return rc;
 }
 
-/* After an update: the training line, the checkpoint, the progress bar. */
 /* Time since t0 was not training (a checkpoint, --on-epoch, histograms):
  * left out of the next line's samples_per_sec, as validation is. */
 static void not_training(double t0)
 {
-	L.mt.t0 += dp_now() - t0;
+	R.mt.t0 += dp_now() - t0;
 }
 
+/* After an update: the training line, the checkpoint, the progress bar. */
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % R.log_every == 0)
-		log_train(epoch, R.ts.step, &L.mt, L.lr, R.xent);
+		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
 	if (R.ckpt_every && !R.ckpt_epochs && R.ts.step % R.ckpt_every == 0) {
 		double t0 = dp_now();
 		save(L.ckpt_path, &R.ts);
 		not_training(t0);
 	}
-	bar_draw(epoch, R.ts.epoch_step, L.steps_per_epoch, &L.mt);
+	bar_draw(epoch, R.ts.epoch_step, L.steps_per_epoch, &R.mt);
 }
 
 /* The updates of one epoch (the rest of it, when resuming), its training
@@ -1392,23 +1306,19 @@ static void after_update(uint64_t epoch)
 static int train_epoch(uint64_t epoch)
 {
 	dp_err e;
-	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
-	R.ts.epoch = epoch;
-	R.ts.epoch_step = skip;
-	if (R.td && dp_data_epoch_at(R.td, epoch, skip * C.accumulate, skip ? R.resume_pos : 0, &e) < 0)
-		cli_die("train: %s", e.msg);
-	data_pos = skip ? R.resume_pos : 0;
-	R.resume_pos = 0;
+	if (dp_run_epoch_begin(&R, epoch, &e) < 0)
+		cli_die("%s", e.msg);
 	uint64_t G = C.batch * (uint64_t)R.reps, short_steps = 0; /* a micro-batch's */
-	int out = 0, stopped = 0; /* out: this rank's data is over */
-	double t0 = dp_now();
+	int stopped = 0;
 	for (;;) {
 		if (R.max_steps && R.ts.step >= R.max_steps) {
 			stopped = 1; /* before the step: a resumed run already there does none */
 			break;
 		}
-		double ts0;
-		dp_step s = next_step(&out, &ts0);
+		double t0;
+		dp_step s;
+		if (dp_run_next(&R, &s, &t0, &e) < 0)
+			cli_die("%s", e.msg);
 		if (!s.gn)
 			break; /* the epoch is over everywhere */
 		if (R.uneven_drop && s.nout) {
@@ -1426,7 +1336,7 @@ static int train_epoch(uint64_t epoch)
 			break;
 		}
 		short_steps += s.gn < G;
-		if (train_step(epoch, &s, ts0))
+		if (train_step(epoch, &s, t0))
 			after_update(epoch);
 	}
 	if (dp_step_pending(R.tr) && C.drop_last) { /* an update of fewer micro-batches at the end */
@@ -1440,30 +1350,9 @@ static int train_epoch(uint64_t epoch)
 		     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
 		     "adding none (--uneven join)",
 		     epoch + 1, short_steps, G);
-	if (L.mt.steps)
-		log_train(epoch, R.ts.step, &L.mt, L.lr, R.xent);
-	dp_data_stats ds = {0};
-	if (R.td)
-		dp_data_stats_get(R.td, &ds);
-	double dt = dp_now() - t0;
-	/* the job's images skipped as corrupt, of the records it decoded */
-	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
-	if (O.in.skip_corrupt && dp_comm_allreduce_sum(R.comm, sk, 2, &e) < 0)
-		cli_die("train: %s", e.msg);
-	/* the input's share: decoding images or on threads, and on a GPU,
-	 * whose steps are short enough for the reader to be the limit */
-	if (C.decode == DP_DECODE_IMAGE || O.in.decode_threads || ds.corrupt ||
-	    !(R.be->caps & DP_CAP_HOST_MEMORY))
-	{
-		char sk_note[64] = "";
-		if (C.decode == DP_DECODE_IMAGE || ds.corrupt)
-			snprintf(sk_note, sizeof sk_note, "; %.0f image%s skipped as corrupt", sk[0],
-				 sk[0] == 1 ? "" : "s");
-		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s)%s", epoch + 1,
-		     ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk_note);
-	}
-	if (O.in.skip_corrupt && !stopped)
-		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
+	if (R.mt.steps)
+		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+	run_ok(dp_run_epoch_input(&R, epoch, stopped, &e), &e);
 	return stopped;
 }
 
@@ -1546,7 +1435,7 @@ static void tb_epoch(uint64_t epoch)
 	if (!TB)
 		return;
 	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
-	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, L.lr};
+	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, R.lr};
 	int val = R.vd && dp_eval_report_get(R.eval, &r, NULL) == 0;
 	if (dp_train_tb_epoch(TB, (int64_t)epoch, tv, tb_ep.samples, R.xent, val ? &r : NULL, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
@@ -1564,7 +1453,7 @@ static void end_epoch(uint64_t epoch)
 	if (R.eval) {
 		average_buffers();
 		validate(epoch, R.ts.step);
-		L.mt.t0 = dp_now(); /* rates count training time only */
+		R.mt.t0 = dp_now(); /* rates count training time only */
 	}
 	tb_epoch(epoch);
 	R.ts.epoch = epoch + 1;
@@ -1636,8 +1525,8 @@ static void after_epoch(uint64_t epoch)
 /* How the gradients' allreduce went, over the steps of the run. */
 static void comm_report(void)
 {
-	for (int part = 0; part < 2 && L.iters; part++) {
-		char *t = dp_train_comm_note(R.comm, L.iter_time / (double)L.iters, R.wire, R.algo, part);
+	for (int part = 0; part < 2 && R.iters; part++) {
+		char *t = dp_train_comm_note(R.comm, R.iter_time / (double)R.iters, R.wire, R.algo, part);
 		if (t)
 			note_text(t);
 	}
@@ -1719,6 +1608,7 @@ int main(int argc, char **argv)
 		dp_err e;
 		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.in.skip_gate, &e);
 	}
+	R.skip_gate = O.in.skip_gate;
 
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the checks, the weights, the data, the log */
@@ -1726,27 +1616,27 @@ int main(int argc, char **argv)
 	R.stall_report = stall_report;
 	R.on_skip = skip_warn;
 	R.note = run_note;
-	setup_step(dp_run_join(&R, &e), &e);
+	run_ok(dp_run_join(&R, &e), &e);
 	set_rank(R.rank, R.size);
 	/* every rank started alike: as given, before the first collective of
 	 * a checkpoint; as completed from it; with the spec read, not the
 	 * file's name */
-	setup_step(dp_run_check_same(&R, &e), &e);
-	setup_step(dp_run_start_from(&R, &e), &e);
+	run_ok(dp_run_check_same(&R, &e), &e);
+	run_ok(dp_run_start_from(&R, &e), &e);
 	if (R.ck)
-		setup_step(dp_run_check_same(&R, &e), &e);
+		run_ok(dp_run_check_same(&R, &e), &e);
 	int from_file = C.model && C.model[0] == '@';
-	setup_step(dp_run_model(&R, &e), &e);
+	run_ok(dp_run_model(&R, &e), &e);
 	if (from_file)
-		setup_step(dp_run_check_same(&R, &e), &e);
+		run_ok(dp_run_check_same(&R, &e), &e);
 	if (R.summary)
 		return show_summary();
-	setup_step(dp_run_check(&R, &e), &e);
-	setup_step(dp_run_check_outputs(&R, &e), &e); /* a run that could only fail at its end fails now */
-	setup_step(dp_run_setup(&R, &e), &e);
-	setup_step(dp_run_check_inputs(&R, &e), &e);
+	run_ok(dp_run_check(&R, &e), &e);
+	run_ok(dp_run_check_outputs(&R, &e), &e); /* a run that could only fail at its end fails now */
+	run_ok(dp_run_setup(&R, &e), &e);
+	run_ok(dp_run_check_inputs(&R, &e), &e);
 	L.ckpt_path = R.ckpt ? R.ckpt : R.output;
-	L.mt.t0 = dp_now();
+	R.mt.t0 = dp_now();
 	open_log();
 	tb_open();
 
