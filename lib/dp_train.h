@@ -501,6 +501,7 @@ typedef struct dp_run {
 	int classes;                     /* a named model's outputs (0: its default) */
 	char **names;                    /* the class names given (nnames), or NULL */
 	size_t nnames;
+	char *classes_json;              /* c->classes when the run made it (malloc'd) */
 	int model_given;                 /* --model or --input-shape given */
 	int threads, gpu, deterministic; /* gpu -1: the local rank's */
 	uint64_t mem_limit;              /* bytes a rank's model may take (0: any) */
@@ -607,6 +608,14 @@ DP_EXPORT int dp_run_check_skipped(dp_run *r, const char *what, uint64_t epoch, 
  * it (images decoded, threads, a GPU), the job's images skipped against
  * --max-skipped (unless stopped by --max-steps).  A collective. */
 DP_EXPORT int dp_run_epoch_input(dp_run *r, uint64_t epoch, int stopped, dp_err *e);
+/* The checkpoint of the run where r->ts says, at path template tmpl
+ * ({step}, {epoch}; *path: the path, malloc'd), written by rank 0
+ * (dp_trainer_save) after every rank's running statistics became their
+ * mean: the run's settings, every rank's place in its epoch, training
+ * control's state, the convolution algorithms, the class names the
+ * records gave, and "producer" (prog and the version).  DP_EDATA: the
+ * weights are not finite.  A collective. */
+DP_EXPORT int dp_run_save(dp_run *r, const char *tmpl, const char *prog, char **path, dp_err *e);
 /* Everything the set-up made, closed. */
 DP_EXPORT void dp_run_close(dp_run *r);
 

@@ -989,63 +989,22 @@ static void average_buffers(void)
 		cli_die("batchnorm statistics: %s", e.msg);
 }
 
-/* The class names the training records gave (image/class/text), once
- * every class was met under one name: into the checkpoints from then on. */
-static void records_classes(void)
-{
-	char *json = C.classes ? NULL : dp_run_data_classes(R.td);
-	if (json)
-		C.classes = json;
-}
-
-static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
-
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
-static void save(const char *tmpl, const dp_train_state *ts)
+static void save(const char *tmpl)
 {
-	average_buffers();
-	char producer[64], sb[24], eb[24];
-	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
-	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
-	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
-	const char *vars[] = {"step", sb, "epoch", eb, NULL};
-	char *path = dp_expand(tmpl, vars);
-	if (!path)
-		cli_die("out of memory");
 	dp_err e;
-	/* every rank's position in the epoch: a batch with a skipped image
-	 * took more records than its size, so batches do not tell it */
-	char *posb = dp_trainer_epoch_records(R.tr, R.comm, R.data_pos, ts->epoch_step != 0, &e);
-	if (!posb)
-		cli_die("checkpoint: %s", e.msg);
-	char *algos = conv_algos_text();
-	char *cst = R.ctl_on ? dp_control_state_format(&R.cs, &e) : NULL;
-	if (R.ctl_on && !cst)
-		cli_die_err(CLI_FAIL, &e);
-	C.control_state = cst ? cst : "";
-	const char *extra[] = {"epoch_records", posb, "producer", producer,
-			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
-	C.ranks = R.reps;
-	records_classes();
-	char **meta = dp_run_conf_meta(&C, extra, &e);
-	if (!meta)
-		cli_die_err(CLI_FAIL, &e);
-	if (dp_trainer_save(R.tr, path, ts, (const char *const *)meta, &e) < 0) {
+	char *path;
+	if (dp_run_save(&R, tmpl, "dp-train", &path, &e) < 0) {
 		if (e.code == DP_EDATA)
-			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
-				 have_ckpt ? "; the last good checkpoint is " : "",
-				 have_ckpt ? last_ckpt : "");
+			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", R.ts.step, e.msg,
+				     have_ckpt ? "; the last good checkpoint is " : "",
+				     have_ckpt ? last_ckpt : "");
 		cli_die_err(CLI_FAIL, &e);
 	}
 	free((char *)last_ckpt);
 	last_ckpt = path;
-	last_ckpt_step = ts->step;
+	last_ckpt_step = R.ts.step;
 	have_ckpt = 1;
-	free(posb);
-	free(meta);
-	free(algos);
-	free(cst);
-	C.control_state = NULL;
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -1194,10 +1153,10 @@ static void classes_opt(const char *v)
 	if (R.nnames < 2)
 		cli_job_usage_error("--classes: %zu name: a classifier has 2 classes or more", R.nnames);
 	R.classes = (int)R.nnames;
-	char *json = dp_classes_json((const char *const *)R.names, R.nnames);
-	if (!json)
+	free(R.classes_json);
+	if (!(R.classes_json = dp_classes_json((const char *const *)R.names, R.nnames)))
 		cli_die("out of memory");
-	C.classes = json;
+	C.classes = R.classes_json;
 	C.given[DP_RUN_CLASSES] = 1;
 }
 
@@ -1247,8 +1206,6 @@ static void open_log(void)
 			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
-/* The convolution algorithms as text (conv_algos), or NULL. */
-static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.ctx); }
 
 /* ---- the epochs (dp_train.h: lib/train/epoch.c) ---------------------------------------- */
 
@@ -1295,7 +1252,7 @@ static void after_update(uint64_t epoch)
 		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
 	if (R.ckpt_every && !R.ckpt_epochs && R.ts.step % R.ckpt_every == 0) {
 		double t0 = dp_now();
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 		not_training(t0);
 	}
 	bar_draw(epoch, R.ts.epoch_step, L.steps_per_epoch, &R.mt);
@@ -1397,7 +1354,7 @@ static void control_epoch(uint64_t epoch)
 	snprintf(vb, sizeof vb, "%.6g", v);
 	if (r.improved) {
 		double t0 = dp_now();
-		save(R.save_best, &R.ts);
+		save(R.save_best);
 		not_training(t0);
 		dp_buf q = DP_BUF_INIT;
 		dp_buf_json_str(&q, last_ckpt, strlen(last_ckpt), 0);
@@ -1463,7 +1420,7 @@ static void end_epoch(uint64_t epoch)
 	int last = epoch + 1 >= C.epochs || R.stopped, own_path = R.ckpt && (!R.output || strcmp(R.ckpt, R.output));
 	if (R.ckpt_every && R.ckpt_epochs && (epoch + 1) % R.ckpt_every == 0 && (!last || own_path)) {
 		double t0 = dp_now();
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 		not_training(t0);
 	}
 }
@@ -1545,9 +1502,9 @@ static void finish(void)
 	int behind = L.ckpt_path && R.ckpt_every && last_ckpt_step != R.ts.step;
 	int own = R.ckpt && (!R.output || strcmp(R.ckpt, R.output));
 	if (behind && (own || !R.output))
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 	if (R.output)
-		save(R.output, &R.ts);
+		save(R.output);
 	else if (!behind)
 		average_buffers();
 	if (R.size > 1) {

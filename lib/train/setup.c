@@ -660,6 +660,8 @@ void dp_run_close(dp_run *r)
 	dp_comm_close(r->comm);
 	if (r->be && r->ctx)
 		r->be->close(r->ctx);
+	free(r->classes_json);
+	r->classes_json = NULL;
 	r->tr = NULL, r->eval = NULL, r->td = r->vd = NULL, r->opt = NULL, r->m = NULL;
 	r->ck = NULL, r->comm = NULL, r->ctx = NULL;
 }
