@@ -46,6 +46,8 @@
 #include "dp_nn.h"
 #include "dp_optim.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -519,8 +521,12 @@ typedef struct dp_run {
 	uint64_t ckpt_every, log_every;
 	int ckpt_epochs, log_all, steps_given;
 	const char *ckpt, *output, *resume, *init, *reset, *save_best, *log, *timeline;
-	dp_msg_fn note;                  /* the notes of the set-up (rank 0's matter) */
+	dp_msg_fn note;                  /* the run's notes (rank 0's matter) */
 	void *note_ctx;
+	FILE *logfp;                     /* this rank's log (NULL: none; lib/train/log.c) */
+	int json;                        /* its lines JSON objects, not logfmt */
+	void (*before_line)(void);       /* before a line is written (a progress bar cleared) */
+	dp_tb_run *tb;                   /* the job's lines as TensorBoard events too (NULL: none) */
 	/* the set-up's */
 	int fail;                        /* DP_RUN_FAIL_* of the last failure */
 	const dp_backend *be;
@@ -546,7 +552,8 @@ typedef struct dp_run {
 	dp_control_state cs;
 	int ctl_on, stopped;             /* stopped: early stopping fired */
 	/* the epochs' (lib/train/epoch.c) */
-	dp_run_meter mt;                 /* the sums of the next training line */
+	dp_run_meter mt;                 /* the sums of the next training line, ... */
+	dp_run_meter ep;                 /* ... the job's of the epoch so far (TensorBoard) */
 	double lr;                       /* the rate of the last update */
 	double iter_time;                /* seconds of the steps, ... */
 	uint64_t iters;                  /* ... and their number */
@@ -616,6 +623,39 @@ DP_EXPORT int dp_run_epoch_input(dp_run *r, uint64_t epoch, int stopped, dp_err 
  * records gave, and "producer" (prog and the version).  DP_EDATA: the
  * weights are not finite.  A collective. */
 DP_EXPORT int dp_run_save(dp_run *r, const char *tmpl, const char *prog, char **path, dp_err *e);
+/* The end of an epoch (lib/train/epoch_end.c), each a collective:
+ * dp_run_validate: the validation data through the model (d r->vd; every
+ * rank its share), the figures summed over the ranks, this rank's line
+ * and the job's, --max-skipped.  dp_run_control: training control of the
+ * monitored value (*value) decided in *res (dp_control_epoch), checked
+ * alike on every rank; dp_run_control_log its events in the log (with
+ * best, the checkpoint save_best wrote) and the notes (r->stopped set when
+ * early stopping fired). */
+DP_EXPORT int dp_run_validate(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_control(dp_run *r, uint64_t epoch, double *value, dp_control_result *res,
+			     dp_err *e);
+DP_EXPORT int dp_run_control_log(dp_run *r, uint64_t epoch, double value, const dp_control_result *res,
+				 const char *best, dp_err *e);
+
+/* The log (lib/train/log.c).  dp_run_log_line: a line of n pairs (values
+ * as they are written: numbers, "quoted" text), the job's (rank 0's, and
+ * TensorBoard's) or this rank's own (own: with --log-all-ranks, after
+ * rank=R).  dp_run_log_train: the training line of r->mt, this rank's and
+ * then the job's, summed over the ranks (a collective), into r->ep;
+ * dp_run_log_val: the validation line of r->eval (own: this rank's
+ * share); dp_run_log_event: a line of training control, epoch, step,
+ * event=NAME, then n pairs; dp_run_log_state: the hash of this rank's
+ * state (dp_trainer_check_same, a collective; hash the hex, *diff the
+ * ranks that differ); dp_run_log_epoch: the epoch's TensorBoard metrics
+ * (r->ep and the validation's). */
+DP_EXPORT int dp_run_log_line(dp_run *r, const char *const *keys, const char *const *vals, int n,
+			      int own, dp_err *e);
+DP_EXPORT int dp_run_log_train(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_log_val(dp_run *r, uint64_t epoch, int own, dp_err *e);
+DP_EXPORT int dp_run_log_event(dp_run *r, uint64_t epoch, const char *event, const char *const *k,
+			       const char *const *v, int n, dp_err *e);
+DP_EXPORT int dp_run_log_state(dp_run *r, char hash[17], char **diff, dp_err *e);
+DP_EXPORT int dp_run_log_epoch(dp_run *r, uint64_t epoch, dp_err *e);
 /* Everything the set-up made, closed. */
 DP_EXPORT void dp_run_close(dp_run *r);
 

@@ -194,7 +194,6 @@ static struct {
 	/* the input's options; those of the run's settings go to C
 	 * (input_options) */
 	struct cli_input in;
-	int json;
 	int progress; /* -1 auto */
 	int quiet;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
@@ -751,7 +750,7 @@ static void parse_args(int argc, char **argv)
 		case O_LOG_FORMAT:
 			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
 				cli_job_usage_error("--log-format '%s': want logfmt or json", optarg);
-			O.json = !strcmp(optarg, "json");
+			R.json = !strcmp(optarg, "json");
 			break;
 		case O_LOG: R.log = optarg; break;
 		case O_LOG_EVERY: R.log_every = cli_count("--log-every", optarg, 1, UINT64_MAX / 2); break;
@@ -836,7 +835,6 @@ static void given_keys(void)
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
 
-static dp_tb_run *TB;       /* --tensorboard's run folder (Keras's layout) */
 static char **tb_argv;     /* the command line, for its settings */
 static int tb_argc;
 
@@ -847,107 +845,27 @@ static void tb_open(void)
 	if (!O.tensorboard || R.rank != 0)
 		return;
 	C.ranks = R.size;
-	if (!(TB = dp_train_tb_open(O.tensorboard, DP_PROG, tb_argc, tb_argv, &C, &e)))
-		cli_die("--tensorboard: %s", e.msg);
-}
-
-/* The numbers of a job's log line as one event at its step. */
-static void tb_line(const char *const *keys, const char *const *vals, int n)
-{
-	dp_err e;
-	if (TB && dp_train_tb_line(TB, keys, vals, n, &e) < 0)
+	if (!(R.tb = dp_train_tb_open(O.tensorboard, DP_PROG, tb_argc, tb_argv, &C, &e)))
 		cli_die("--tensorboard: %s", e.msg);
 }
 
 static void tb_close(void)
 {
 	dp_err e;
-	if (dp_tb_run_close(TB, &e) < 0)
+	if (dp_tb_run_close(R.tb, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
-	TB = NULL;
+	R.tb = NULL;
 }
 
 /* ---- logs ---------------------------------------------------------------------- */
 
-static FILE *logfp;
-
-static void log_flush(void)
-{
-	if (fflush(logfp) != 0 || ferror(logfp))
-		cli_die("%s: write error: %s", R.log ? R.log : "stdout", strerror(errno));
-}
-
-/* A log line: pairs of key and printf-formatted value; logfmt or JSON.
- * Rank 0 writes the job's lines; with --log-all-ranks every rank also
- * writes its own, which begin with rank=R.  Ranks without a log skip. */
-static void log_line(const char *const *keys, const char *const *vals, int n, int own)
-{
-	if (!logfp || (own && !(R.log_all && R.size > 1)) || (!own && R.rank != 0))
-		return;
-	cli_progress_clear();
-	if (O.json)
-		fputc('{', logfp);
-	if (own)
-		fprintf(logfp, O.json ? "\"rank\":%d%s" : "rank=%d%s", R.rank, n ? (O.json ? "," : " ") : "");
-	for (int i = 0; i < n; i++) {
-		if (O.json)
-			fprintf(logfp, "%s\"%s\":%s", i ? "," : "", keys[i], vals[i]);
-		else
-			fprintf(logfp, "%s%s=%s", i ? " " : "", keys[i], vals[i]);
-	}
-	fputs(O.json ? "}\n" : "\n", logfp);
-	log_flush();
-	if (!own)
-		tb_line(keys, vals, n);
-}
-
-static dp_run_meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
-
-static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
-		       double skipped, double dt, double lr, int has_acc, int own)
-{
-	char v[7][40];
-	const char *keys[7] = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_sec", "skipped"};
-	const char *vals[7] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", samples > 0 ? loss / samples : 0.0);
-	snprintf(v[3], 40, "%.4f", samples > 0 ? correct / samples : 0.0);
-	/* 12 significant digits: a schedule's arithmetic leaves noise in the
-	 * last bits (cosine: 0.005000000000000003), not a rate anyone set */
-	snprintf(v[4], 40, "%.12g", lr);
-	snprintf(v[5], 40, "%.0f", dt > 0 ? samples / dt : 0.0);
-	snprintf(v[6], 40, "%.0f", skipped);
-	if (!has_acc) { /* mse: no accuracy */
-		keys[3] = keys[4], keys[4] = keys[5], keys[5] = keys[6];
-		vals[3] = vals[4], vals[4] = vals[5], vals[5] = vals[6];
-	}
-	/* skipped: the images skipped as corrupt this epoch so far (the
-	 * input's count, which may run a few batches ahead of the steps) */
-	log_line(keys, vals, (has_acc ? 6 : 5) + O.in.skip_corrupt, own);
-}
-
 /* The training line of the last steps: this rank's (--log-all-ranks),
  * then the job's, summed over the ranks (a collective: every rank calls
  * it at the same steps). */
-static void log_train(uint64_t epoch, uint64_t step, dp_run_meter *mt, double lr, int has_acc)
+static void log_train(uint64_t epoch)
 {
-	double t = dp_now(), dt = t - mt->t0;
-	dp_data_stats ds = {0};
-	if (R.td)
-		dp_data_stats_get(R.td, &ds);
-	double v[4] = {mt->loss, mt->correct, (double)mt->samples, (double)ds.corrupt};
-	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 1);
 	dp_err e;
-	if (dp_comm_allreduce_sum(R.comm, v, 4, &e) < 0)
-		cli_die("log: %s", e.msg);
-	dp_comm_event(R.comm, "metrics", 1, t, dp_now());
-	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 0);
-	tb_ep.loss += v[0];
-	tb_ep.correct += v[1];
-	tb_ep.samples += (uint64_t)v[2];
-	memset(mt, 0, sizeof *mt);
-	mt->t0 = dp_now();
+	run_ok(dp_run_log_train(&R, epoch, &e), &e);
 }
 
 static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const dp_run_meter *mt)
@@ -1054,19 +972,11 @@ static void stall_report(void *ctx, const char *msg)
 }
 
 /* At the end: every rank must hold what rank 0 holds. */
-static void check_same_state(uint64_t step)
+static void check_same_state(void)
 {
-	uint64_t h;
-	char *diff;
+	char hb[17], *diff;
 	dp_err e;
-	if (dp_trainer_check_same(R.tr, R.comm, &h, &diff, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	char hb[24], qb[24], sb[24];
-	snprintf(hb, sizeof hb, "%016" PRIx64, h);
-	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
-	snprintf(sb, sizeof sb, "%" PRIu64, step);
-	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
-	log_line(keys, vals, 2, 1);
+	run_ok(dp_run_log_state(&R, hb, &diff, &e), &e);
 	for (char *l = diff, *nl; R.rank == 0 && l && (nl = strchr(l, '\n')); l = nl + 1)
 		fprintf(stderr, "%s: %.*s\n", cli.prog, (int)(nl - l), l);
 	if (diff)
@@ -1075,55 +985,6 @@ static void check_same_state(uint64_t step)
 		note("each stage's %d replicas hold the same weights and optimizer state", R.reps);
 	else if (R.size > 1 && R.stages <= 1)
 		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", R.size, hb);
-}
-
-/* ---- validation ------------------------------------------------------------------------
- *
- * After an epoch: every record once, in order, the ranks each taking a
- * share (every size-th record).  The sums are dp-eval's exact ones
- * (dp_eval.h), added up over the ranks in one allreduce, so that the
- * figures do not depend on the number of ranks and are those dp-eval
- * reports on the checkpoint for the same records. */
-
-/* A validation line: the job's, or this rank's own share (own). */
-static void val_line(uint64_t epoch, uint64_t step, int own)
-{
-	dp_eval_report r;
-	dp_err e;
-	if (dp_eval_report_get(R.eval, &r, &e) < 0) { /* no samples */
-		if (!own)
-			die_all(1, "val: no records");
-		memset(&r, 0, sizeof r); /* a rank without a share: zeros */
-	}
-	char v[6][40];
-	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", r.loss);
-	snprintf(v[3], 40, "%.4f", r.accuracy);
-	snprintf(v[4], 40, "%" PRIu64, r.samples);
-	snprintf(v[5], 40, "%" PRIu64, r.skipped);
-	const char *keys[] = {"epoch", "step", "val_loss", R.xent ? "val_accuracy" : "val_samples",
-			      R.xent ? "val_samples" : "val_skipped", "val_skipped"};
-	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], R.xent ? v[4] : v[5], v[5]};
-	log_line(keys, vals, (R.xent ? 5 : 4) + O.in.skip_corrupt, own);
-}
-
-static void validate(uint64_t epoch, uint64_t step)
-{
-	dp_err e;
-	double t0 = dp_now();
-	dp_eval_reset(R.eval);
-	if ((R.vd && dp_data_epoch(R.vd, epoch, 0, &e) < 0) || dp_trainer_eval(R.tr, R.eval, R.vd, &e) < 0)
-		cli_die("val: %s", e.msg);
-	dp_comm_event(R.comm, "validate", 1, t0, dp_now());
-	val_line(epoch, step, 1);
-	if (dp_eval_allreduce(R.eval, R.comm, NULL, 0, &e) < 0)
-		cli_die("val: %s", e.msg);
-	val_line(epoch, step, 0);
-	dp_eval_report r;
-	if (dp_eval_report_get(R.eval, &r, &e) == DP_OK &&
-	    dp_run_check_skipped(&R, "validation", epoch, r.skipped, r.skipped + r.samples, &e) < 0)
-		run_die(&e);
 }
 
 /* ---- set-up (dp_train.h: lib/train/setup.c, outputs.c) ------------------------------ */
@@ -1189,15 +1050,15 @@ static int show_summary(void)
  * --log: a file each; else the others write to their stdout). */
 static void open_log(void)
 {
-	logfp = NULL;
+	R.logfp = NULL;
 	if (R.rank == 0 || R.log_all) {
-		logfp = stdout;
+		R.logfp = stdout;
 		const char *lp = R.log;
 		if (lp && R.rank != 0 && !strstr(lp, "{rank}") && !strstr(lp, "{rank:"))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
 			char *own = rank_path(lp);
-			if (!(logfp = fopen(own, R.resume ? "a" : "w")))
+			if (!(R.logfp = fopen(own, R.resume ? "a" : "w")))
 				cli_die("%s: %s", own, strerror(errno));
 			free(own);
 		}
@@ -1249,7 +1110,7 @@ static void not_training(double t0)
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % R.log_every == 0)
-		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+		log_train(epoch);
 	if (R.ckpt_every && !R.ckpt_epochs && R.ts.step % R.ckpt_every == 0) {
 		double t0 = dp_now();
 		save(L.ckpt_path);
@@ -1308,7 +1169,7 @@ static int train_epoch(uint64_t epoch)
 		     "adding none (--uneven join)",
 		     epoch + 1, short_steps, G);
 	if (R.mt.steps)
-		log_train(epoch, R.ts.step, &R.mt, R.lr, R.xent);
+		log_train(epoch);
 	run_ok(dp_run_epoch_input(&R, epoch, stopped, &e), &e);
 	return stopped;
 }
@@ -1320,99 +1181,37 @@ static int train_epoch(uint64_t epoch)
  * validation sums (the same bits everywhere); each that fires says so in
  * the log (and TensorBoard: tb_line) and in a note. */
 
-/* A log line of training control: epoch, step, event=NAME, then pairs;
- * TensorBoard gets the first pair's value as the scalar NAME. */
-static void control_line(uint64_t epoch, const char *event, const char *const *k, const char *const *v, int n)
-{
-	char eb[24], sb[24], evq[64];
-	const char *keys[8] = {"epoch", "step", "event"}, *vals[8] = {eb, sb, evq};
-	snprintf(eb, sizeof eb, "%" PRIu64, epoch + 1);
-	snprintf(sb, sizeof sb, "%" PRIu64, R.ts.step);
-	snprintf(evq, sizeof evq, O.json ? "\"%s\"" : "%s", event);
-	for (int i = 0; i < n && i < 5; i++)
-		keys[3 + i] = k[i], vals[3 + i] = v[i];
-	log_line(keys, vals, 3 + n, 0);
-}
-
 static void control_epoch(uint64_t epoch)
 {
-	if (!R.ctl_on)
-		return;
-	dp_eval_report rep;
 	dp_err e;
 	double v;
-	if (dp_eval_report_get(R.eval, &rep, &e) < 0 || dp_eval_metric(&rep, R.ctl.monitor + 4, NULL, &v, &e) < 0)
-		die_all(2, "--monitor %s: %s", R.ctl.monitor, e.msg);
 	dp_control_result r;
-	dp_control_epoch(&R.ctl, &R.cs, epoch, v, &r);
-	int rc = dp_control_agree(R.comm, &r, &e);
-	if (rc < 0 && e.code == DP_EDATA)
-		die_all(1, "%s", e.msg);
-	if (rc < 0)
-		cli_die("training control: %s", e.msg);
-	char vb[32], b1[32], b2[32];
-	snprintf(vb, sizeof vb, "%.6g", v);
+	if (!R.ctl_on)
+		return;
+	run_ok(dp_run_control(&R, epoch, &v, &r, &e), &e);
 	if (r.improved) {
 		double t0 = dp_now();
 		save(R.save_best);
 		not_training(t0);
-		dp_buf q = DP_BUF_INIT;
-		dp_buf_json_str(&q, last_ckpt, strlen(last_ckpt), 0);
-		const char *k[] = {R.ctl.monitor, "checkpoint"}, *vv[] = {vb, q.p ? q.p : "\"\""};
-		control_line(epoch, "save_best", k, vv, 2);
-		dp_buf_free(&q);
 	}
-	if (r.reduced) {
-		snprintf(b1, sizeof b1, "%.12g", r.new_lr);
-		snprintf(b2, sizeof b2, "%.12g", r.old_lr);
-		const char *k[] = {"lr", "previous_lr", R.ctl.monitor}, *vv[] = {b1, b2, vb};
-		control_line(epoch, "reduce_lr_on_plateau", k, vv, 3);
-		note("epoch %" PRIu64 ": %s has not improved for %" PRIu64 " epoch%s: the rate lowered from "
-		     "%g to %g (--reduce-lr-on-plateau)", epoch + 1, R.ctl.monitor, R.ctl.rlr_patience,
-		     R.ctl.rlr_patience == 1 ? "" : "s", r.old_lr, r.new_lr);
-	}
-	if (r.stop) {
-		snprintf(b1, sizeof b1, "%.6g", R.cs.es_best);
-		snprintf(b2, sizeof b2, "%" PRIu64, R.cs.es_best_epoch + 1);
-		const char *k[] = {R.ctl.monitor, "best", "best_epoch"}, *vv[] = {vb, b1, b2};
-		control_line(epoch, "early_stopping", k, vv, 3);
-		note("epoch %" PRIu64 ": %s has not improved on %g (epoch %" PRIu64 ") for %" PRIu64
-		     " epoch%s: stopping early (--early-stopping)", epoch + 1, R.ctl.monitor, R.cs.es_best,
-		     R.cs.es_best_epoch + 1, R.cs.es_wait, R.cs.es_wait == 1 ? "" : "s");
-		R.stopped = 1;
-	}
-}
-
-/* An epoch's metrics as Keras writes them: train/ and validation/ with
- * the same tags, at the epoch's number from 0. */
-static void tb_epoch(uint64_t epoch)
-{
-	dp_err e;
-	dp_eval_report r;
-	if (!TB)
-		return;
-	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
-	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, R.lr};
-	int val = R.vd && dp_eval_report_get(R.eval, &r, NULL) == 0;
-	if (dp_train_tb_epoch(TB, (int64_t)epoch, tv, tb_ep.samples, R.xent, val ? &r : NULL, &e) < 0)
-		cli_die("--tensorboard: %s", e.msg);
-	memset(&tb_ep, 0, sizeof tb_ep);
+	run_ok(dp_run_control_log(&R, epoch, v, &r, last_ckpt, &e), &e);
 }
 
 /* After an epoch's updates: validation, training control, and the
  * checkpoint of --checkpoint-every Ne. */
 static void end_epoch(uint64_t epoch)
 {
+	dp_err e;
 	if (R.ts.epoch_step == 0)
 		die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
 			C.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
 	L.steps_per_epoch = R.ts.epoch_step;
 	if (R.eval) {
 		average_buffers();
-		validate(epoch, R.ts.step);
+		run_ok(dp_run_validate(&R, epoch, &e), &e);
 		R.mt.t0 = dp_now(); /* rates count training time only */
 	}
-	tb_epoch(epoch);
+	run_ok(dp_run_log_epoch(&R, epoch, &e), &e);
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
 	control_epoch(epoch);
@@ -1470,7 +1269,7 @@ static void after_epoch(uint64_t epoch)
 	done = epoch;
 	double t0 = dp_now();
 	dp_err e;
-	if (TB && O.tb_hist && dp_train_tb_histograms(TB, R.m, (int64_t)R.ts.step, &e) < 0)
+	if (R.tb && O.tb_hist && dp_train_tb_histograms(R.tb, R.m, (int64_t)R.ts.step, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 	if (O.on_epoch)
 		run_on_epoch(epoch);
@@ -1508,7 +1307,7 @@ static void finish(void)
 	else if (!behind)
 		average_buffers();
 	if (R.size > 1) {
-		check_same_state(R.ts.step);
+		check_same_state();
 		comm_report();
 		char *pipe;
 		if (dp_train_pipeline_report(R.tr, R.comm, &pipe, &e) < 0)
@@ -1533,7 +1332,7 @@ static int close_all(void)
 	free(R.train);
 	free(R.val);
 	dp_run_conf_free(&C);
-	if (logfp && logfp != stdout && fclose(logfp) != 0)
+	if (R.logfp && R.logfp != stdout && fclose(R.logfp) != 0)
 		cli_die("%s: %s", R.log, strerror(errno));
 	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
 }
@@ -1573,6 +1372,7 @@ int main(int argc, char **argv)
 	R.stall_report = stall_report;
 	R.on_skip = skip_warn;
 	R.note = run_note;
+	R.before_line = cli_progress_clear;
 	run_ok(dp_run_join(&R, &e), &e);
 	set_rank(R.rank, R.size);
 	/* every rank started alike: as given, before the first collective of
@@ -1607,7 +1407,7 @@ int main(int argc, char **argv)
 	}
 
 	finish();
-	if (TB && dp_tb_run_end(TB, 1, &e) < 0) /* before the last --on-epoch sends the files */
+	if (R.tb && dp_tb_run_end(R.tb, 1, &e) < 0) /* before the last --on-epoch sends the files */
 		cli_die("--tensorboard: %s", e.msg);
 	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
 	tb_close();
