@@ -176,23 +176,6 @@ static void close_output(void)
 		cli_die_err(CLI_FAIL, &e);
 }
 
-/* `tfr-cat f.tfr >> f.tfr` would read its own output for ever: as cat(1)
- * does, an input that is the file the output is written to in place is
- * refused, before anything is read.  -o f.tfr goes through a temporary
- * renamed at the end: f.tfr stays whole while it is read, and is replaced. */
-static void check_not_input(const char *path)
-{
-	int std = !strcmp(path, "-");
-	int fd = std ? STDIN_FILENO : open(path, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return; /* said when it is opened */
-	int same = dp_out_is_input(&S.out, fd);
-	if (!std)
-		close(fd);
-	if (same)
-		cli_die("%s: input file is output file", std ? "stdin" : path);
-}
-
 /* ---- --schema ---------------------------------------------------------- */
 
 static uint64_t hash_name(const char *s, size_t n, int kind)
@@ -750,8 +733,11 @@ int main(int argc, char **argv)
 
 	char *stdin_only[] = {"-", NULL};
 	char **files = first < argc ? argv + first : stdin_only;
+	/* `tfr-cat f.tfr >> f.tfr` is refused; -o f.tfr goes through a
+	 * temporary renamed at the end: f.tfr stays whole while it is read,
+	 * and is replaced */
 	for (char **f = files; *f; f++)
-		check_not_input(*f);
+		cli_check_not_output(&S.out, *f);
 	if (O.head == 0)
 		S.stop = 1;
 	if (O.enc.format == DP_ENC_IDX) {
