@@ -313,6 +313,12 @@ int cli_comp_out(const char *opt, const char *s)
 	return comp;
 }
 
+int cli_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 void cli_check_not_output(const dp_out *out, const char *path)
 {
 	int std = !strcmp(path, "-");

@@ -682,9 +682,8 @@ static int walk_one(void *ctx, const dp_walk_entry *w, dp_err *e)
 static int predict_files(void)
 {
 	for (int i = 0; i < O.nfiles; i++) {
-		struct stat st;
 		dp_err e;
-		if (stat(O.files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (cli_is_dir(O.files[i])) {
 			if (dp_walk(O.files[i], walk_one, NULL, &e) < 0) {
 				cli_warn("%s", e.msg);
 				any_failed = 1;

@@ -679,11 +679,8 @@ static void check_options(int nfiles)
 				O.classes_out, O.output ? O.output : "-");
 	if (x->format == ENC_IMAGES && nfiles != 1)
 		cli_usage_error("--encode=images takes one folder or list (its classes are numbered together)");
-	if (O.images_dir) {
-		struct stat st;
-		if (stat(O.images_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-			cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
-	}
+	if (O.images_dir && !cli_is_dir(O.images_dir))
+		cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
 	if (S.mode != OUT_RECORDS && (O.comp != DP_COMP_NONE || O.level >= 0))
 		cli_usage_error("-z and --level apply to record output only");
 	if (x->format != DP_ENC_CSV && (O.types || x->delim != ',' || x->list_sep != ' '))
