@@ -921,12 +921,6 @@ static void make_metrics(void)
 	free(oo);
 }
 
-/* A skipped image (--skip-corrupt), from the reader thread. */
-static void skip_warn(void *ctx, const dp_err *e)
-{
-	cli_warn("%s; skipped", e->msg);
-}
-
 /* The records, in order; worker r takes blocks r, r + size, ... of
  * --batch-size records (unless the data is its own), so that every batch
  * is one the single process would have seen. */
@@ -971,7 +965,7 @@ static void open_data(void)
 	o.decode_threads = O.in.decode_threads;
 	o.skip_corrupt = O.in.skip_corrupt;
 	o.rec.max_record = O.in.max_record;
-	o.on_skip = skip_warn;
+	o.on_skip = cli_input_skipped;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);
 }
