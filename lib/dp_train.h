@@ -448,6 +448,125 @@ DP_EXPORT int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **t
  * steps, or part 1 on one rank. */
 DP_EXPORT char *dp_train_comm_note(dp_comm *c, double step_s, int wire, int algo, int part);
 
+/* ---- a run, set up (lib/train/setup.c, outputs.c) ---------------------------
+ *
+ * dp-train's set-up of its options, one call a stage, in the order the tool
+ * makes them:
+ *     dp_run_join            the backend and the job (MPI under a launcher)
+ *     dp_run_check_same      every rank started alike (a collective)
+ *     dp_run_start_from      the checkpoint of --resume or --init, its settings
+ *     dp_run_model           the model of the settings
+ *     dp_run_check           the settings that go together, and those that do not
+ *     dp_run_check_outputs   every output can be made, no two name one file
+ *     dp_run_setup           the model on the backend, the optimizer, the
+ *                            trainer, the weights, the data
+ *     dp_run_check_inputs    no output is one of the inputs
+ * Each returns 0, or a negative status with e saying why and r->fail its
+ * kind, which decides who says it and the exit status. */
+enum dp_run_fail {
+	DP_RUN_FAIL_RANK = 0, /* this rank's alone (exit 1) */
+	DP_RUN_FAIL_JOB,      /* every rank's alike, said once: a bad checkpoint, or
+				 a setting taken from one ("ck: metadata: ...") (exit 1) */
+	DP_RUN_FAIL_SETTINGS, /* every rank's alike, said once: settings that cannot
+				 run (exit 2) */
+	DP_RUN_FAIL_USAGE     /* every rank's alike: the command line (exit 2, with
+				 the usage line) */
+};
+
+typedef struct dp_run {
+	/* the caller's: the settings (completed by the set-up) and the options */
+	dp_run_conf *c;
+	const char **train, **val;       /* the sources: path templates ... */
+	size_t ntrain, nval;
+	const char *train_cmd, *val_cmd; /* ... or commands */
+	int shard;                       /* -1: split shared sources; 0: no; 1: yes */
+	int cache, cache_given;          /* DP_CACHE_*, and whether given */
+	uint64_t cache_limit;
+	const char *cache_dir;
+	int prefetch;
+	unsigned decode_threads;
+	int skip_corrupt;
+	uint64_t max_record;
+	const char *max_skipped;         /* as given (NULL: DP_MAX_SKIPPED_DEFAULT) */
+	int summary;
+	const char *recompute;           /* patterns; "": every innermost block */
+	int classes;                     /* a named model's outputs (0: its default) */
+	char **names;                    /* the class names given (nnames), or NULL */
+	size_t nnames;
+	int model_given;                 /* --model or --input-shape given */
+	int threads, gpu, deterministic; /* gpu -1: the local rank's */
+	uint64_t mem_limit;              /* bytes a rank's model may take (0: any) */
+	int stages;                      /* pipeline stages (1: none), ... */
+	uint64_t micro;                  /* ... micro-batches a step (0: the default), ... */
+	int schedule;                    /* ... DP_PIPE_* */
+	const char *pipe_opt;            /* a pipeline's option given without one */
+	uint64_t max_steps;
+	int uneven_drop, overlap;
+	uint64_t bucket;
+	int wire, algo;
+	double stall, stall_abort;
+	dp_msg_fn stall_report;          /* stall reports, from the communication thread */
+	void (*on_skip)(void *ctx, const dp_err *e); /* an image skipped as corrupt */
+	uint64_t ckpt_every, log_every;
+	int ckpt_epochs, log_all, steps_given;
+	const char *ckpt, *output, *resume, *init, *reset, *save_best, *log, *timeline;
+	dp_msg_fn note;                  /* the notes of the set-up (rank 0's matter) */
+	void *note_ctx;
+	/* the set-up's */
+	int fail;                        /* DP_RUN_FAIL_* of the last failure */
+	const dp_backend *be;
+	dp_bectx *ctx;
+	char desc[256];                  /* the backend in words */
+	int cpus, local;                 /* dp_default_threads's (threads not given) */
+	dp_comm *comm;
+	int rank, size;
+	int reps, rep;                   /* the data-parallel replicas, this rank's */
+	dp_st *ck;                       /* the checkpoint started from, until dp_run_setup */
+	dp_shape in;
+	int xent;                        /* a classifier (else mse) */
+	dp_model *m;
+	dp_optim *opt;
+	dp_trainer *tr;
+	dp_data *td, *vd;                /* training (NULL: a pipeline's later stage), validation */
+	dp_eval *eval;                   /* validation's figures (NULL: none) */
+	dp_sched sched;
+	uint64_t ramp;                   /* the updates of --warmup-epochs' ramp (0: none) */
+	dp_train_state ts;               /* where the run is */
+	uint64_t resume_pos;             /* where this rank's data resumes (0: count batches) */
+	dp_control_conf ctl;             /* training control, on when ctl_on */
+	dp_control_state cs;
+	int ctl_on, stopped;             /* stopped: early stopping fired */
+} dp_run;
+
+DP_EXPORT int dp_run_join(dp_run *r, dp_err *e);
+/* The settings as every rank sees them (dp_job_settings_text), compared
+ * with every rank's: a collective.  DP_RUN_FAIL_SETTINGS when they differ. */
+DP_EXPORT int dp_run_check_same(dp_run *r, dp_err *e);
+/* The checkpoint of --resume (every setting r->c was not given) or --init
+ * (the model, unless given), read by rank 0 and sent to every rank. */
+DP_EXPORT int dp_run_start_from(dp_run *r, dp_err *e);
+/* The model of r->c (--model @FILE read, --classes applied), its spec as
+ * parsed into r->c->model. */
+DP_EXPORT int dp_run_model(dp_run *r, dp_err *e);
+/* --summary's model: its frozen and recomputed parts, the convolution
+ * algorithms of the checkpoint resumed (the backend times the rest). */
+DP_EXPORT int dp_run_summary_model(dp_run *r, dp_err *e);
+/* The step's settings of r (dp_train.h). */
+DP_EXPORT dp_step_conf dp_run_step_conf(const dp_run *r);
+/* The checkpoint holds the model; the options, the schedule, the
+ * optimizer's settings and training control hold together. */
+DP_EXPORT int dp_run_check(dp_run *r, dp_err *e);
+/* Whether the ranks split the records of these sources (the training
+ * data's: val 0) between them. */
+DP_EXPORT int dp_run_shared(const dp_run *r, int val);
+DP_EXPORT int dp_run_setup(dp_run *r, dp_err *e);
+/* Path template tmpl as this rank names it ({rank}, {size}); malloc'd. */
+DP_EXPORT char *dp_run_path(const dp_run *r, const char *tmpl);
+DP_EXPORT int dp_run_check_outputs(dp_run *r, dp_err *e);
+DP_EXPORT int dp_run_check_inputs(dp_run *r, dp_err *e);
+/* Everything the set-up made, closed. */
+DP_EXPORT void dp_run_close(dp_run *r);
+
 /* ---- TensorBoard (lib/train/tensorboard.c) ----------------------------------
  * A run's event files as Keras' TensorBoard callback writes them (the run
  * folder of dp_events.h). */

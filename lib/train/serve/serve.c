@@ -578,6 +578,35 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 	return DP_OK;
 }
 
+/* dp_req_run's wait for done */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+} req_waiter;
+
+static void req_done(void *ctx)
+{
+	req_waiter *w = ctx;
+	pthread_mutex_lock(&w->mu);
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+int dp_req_run(dp_serve *s, dp_req *r, dp_buf *b, dp_err *e)
+{
+	req_waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	int rc = dp_req_submit(s, r, 0, req_done, &w, e);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&w.mu);
+	while (!w.done)
+		pthread_cond_wait(&w.cv, &w.mu);
+	pthread_mutex_unlock(&w.mu);
+	return dp_req_answer(r, b, e);
+}
+
 /* ---- class names ------------------------------------------------------------------------ */
 
 int dp_classes_parse(const char *text, size_t *kp, char ***namesp, dp_err *e)
