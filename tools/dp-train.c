@@ -194,7 +194,6 @@ static struct {
 	/* the input's options; those of the run's settings go to C
 	 * (input_options) */
 	struct cli_input in;
-	int json;
 	int progress; /* -1 auto */
 	int quiet;
 	const char *tensorboard, *on_epoch; /* --tensorboard DIR, --on-epoch CMD */
@@ -477,6 +476,29 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A failure of the run (dp_train.h), said as its kind says (dp_run_fail). */
+static void __attribute__((noreturn)) run_die(const dp_err *e)
+{
+	if (R.fail == DP_RUN_FAIL_USAGE)
+		cli_job_usage_error("%s", e->msg);
+	if (R.fail == DP_RUN_FAIL_JOB || R.fail == DP_RUN_FAIL_SETTINGS)
+		die_all(R.fail == DP_RUN_FAIL_JOB ? CLI_FAIL : CLI_USAGE, "%s", e->msg);
+	cli_die_err(CLI_FAIL, e);
+}
+
+/* A call of the run done, or the run ends. */
+static void run_ok(int rc, const dp_err *e)
+{
+	if (rc < 0)
+		run_die(e);
+}
+
+/* The set-up's notes (rank 0's). */
+static void run_note(void *ctx, const char *msg)
+{
+	note("%s", msg);
+}
+
 /* --checkpoint-every N (updates) or Ne (epochs). */
 static void parse_ckpt_every(const char *arg)
 {
@@ -728,7 +750,7 @@ static void parse_args(int argc, char **argv)
 		case O_LOG_FORMAT:
 			if (strcmp(optarg, "logfmt") && strcmp(optarg, "json"))
 				cli_job_usage_error("--log-format '%s': want logfmt or json", optarg);
-			O.json = !strcmp(optarg, "json");
+			R.json = !strcmp(optarg, "json");
 			break;
 		case O_LOG: R.log = optarg; break;
 		case O_LOG_EVERY: R.log_every = cli_count("--log-every", optarg, 1, UINT64_MAX / 2); break;
@@ -813,7 +835,6 @@ static void given_keys(void)
 
 /* ---- TensorBoard (rank 0) ------------------------------------------------------ */
 
-static dp_tb_run *TB;       /* --tensorboard's run folder (Keras's layout) */
 static char **tb_argv;     /* the command line, for its settings */
 static int tb_argc;
 
@@ -824,121 +845,30 @@ static void tb_open(void)
 	if (!O.tensorboard || R.rank != 0)
 		return;
 	C.ranks = R.size;
-	if (!(TB = dp_train_tb_open(O.tensorboard, DP_PROG, tb_argc, tb_argv, &C, &e)))
-		cli_die("--tensorboard: %s", e.msg);
-}
-
-/* The numbers of a job's log line as one event at its step. */
-static void tb_line(const char *const *keys, const char *const *vals, int n)
-{
-	dp_err e;
-	if (TB && dp_train_tb_line(TB, keys, vals, n, &e) < 0)
+	if (!(R.tb = dp_train_tb_open(O.tensorboard, DP_PROG, tb_argc, tb_argv, &C, &e)))
 		cli_die("--tensorboard: %s", e.msg);
 }
 
 static void tb_close(void)
 {
 	dp_err e;
-	if (dp_tb_run_close(TB, &e) < 0)
+	if (dp_tb_run_close(R.tb, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
-	TB = NULL;
+	R.tb = NULL;
 }
 
 /* ---- logs ---------------------------------------------------------------------- */
 
-static FILE *logfp;
-
-static void log_flush(void)
-{
-	if (fflush(logfp) != 0 || ferror(logfp))
-		cli_die("%s: write error: %s", R.log ? R.log : "stdout", strerror(errno));
-}
-
-/* A log line: pairs of key and printf-formatted value; logfmt or JSON.
- * Rank 0 writes the job's lines; with --log-all-ranks every rank also
- * writes its own, which begin with rank=R.  Ranks without a log skip. */
-static void log_line(const char *const *keys, const char *const *vals, int n, int own)
-{
-	if (!logfp || (own && !(R.log_all && R.size > 1)) || (!own && R.rank != 0))
-		return;
-	cli_progress_clear();
-	if (O.json)
-		fputc('{', logfp);
-	if (own)
-		fprintf(logfp, O.json ? "\"rank\":%d%s" : "rank=%d%s", R.rank, n ? (O.json ? "," : " ") : "");
-	for (int i = 0; i < n; i++) {
-		if (O.json)
-			fprintf(logfp, "%s\"%s\":%s", i ? "," : "", keys[i], vals[i]);
-		else
-			fprintf(logfp, "%s%s=%s", i ? " " : "", keys[i], vals[i]);
-	}
-	fputs(O.json ? "}\n" : "\n", logfp);
-	log_flush();
-	if (!own)
-		tb_line(keys, vals, n);
-}
-
-/* Where this rank's training data is: the pos of its last batch trained
- * on (dp_batch), saved in checkpoints as epoch_records (every rank's);
- * resuming, it starts at R.resume_pos. */
-static uint64_t data_pos;
-
-typedef struct meter {
-	double loss, correct;
-	uint64_t samples, steps;
-	double t0;
-} meter;
-
-static meter tb_ep; /* --tensorboard: the job's training sums of the epoch so far */
-
-static void train_line(uint64_t epoch, uint64_t step, double loss, double correct, double samples,
-		       double skipped, double dt, double lr, int has_acc, int own)
-{
-	char v[7][40];
-	const char *keys[7] = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_sec", "skipped"};
-	const char *vals[7] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", samples > 0 ? loss / samples : 0.0);
-	snprintf(v[3], 40, "%.4f", samples > 0 ? correct / samples : 0.0);
-	/* 12 significant digits: a schedule's arithmetic leaves noise in the
-	 * last bits (cosine: 0.005000000000000003), not a rate anyone set */
-	snprintf(v[4], 40, "%.12g", lr);
-	snprintf(v[5], 40, "%.0f", dt > 0 ? samples / dt : 0.0);
-	snprintf(v[6], 40, "%.0f", skipped);
-	if (!has_acc) { /* mse: no accuracy */
-		keys[3] = keys[4], keys[4] = keys[5], keys[5] = keys[6];
-		vals[3] = vals[4], vals[4] = vals[5], vals[5] = vals[6];
-	}
-	/* skipped: the images skipped as corrupt this epoch so far (the
-	 * input's count, which may run a few batches ahead of the steps) */
-	log_line(keys, vals, (has_acc ? 6 : 5) + O.in.skip_corrupt, own);
-}
-
 /* The training line of the last steps: this rank's (--log-all-ranks),
  * then the job's, summed over the ranks (a collective: every rank calls
  * it at the same steps). */
-static void log_train(uint64_t epoch, uint64_t step, meter *mt, double lr, int has_acc)
+static void log_train(uint64_t epoch)
 {
-	double t = dp_now(), dt = t - mt->t0;
-	dp_data_stats ds = {0};
-	if (R.td)
-		dp_data_stats_get(R.td, &ds);
-	double v[4] = {mt->loss, mt->correct, (double)mt->samples, (double)ds.corrupt};
-	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 1);
 	dp_err e;
-	if (dp_comm_allreduce_sum(R.comm, v, 4, &e) < 0)
-		cli_die("log: %s", e.msg);
-	dp_comm_event(R.comm, "metrics", 1, t, dp_now());
-	train_line(epoch, step, v[0], v[1], v[2], v[3], dt, lr, has_acc, 0);
-	tb_ep.loss += v[0];
-	tb_ep.correct += v[1];
-	tb_ep.samples += (uint64_t)v[2];
-	memset(mt, 0, sizeof *mt);
-	mt->t0 = dp_now();
+	run_ok(dp_run_log_train(&R, epoch, &e), &e);
 }
 
-static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const meter *mt)
+static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const dp_run_meter *mt)
 {
 	if (!cli_progress_due())
 		return;
@@ -977,63 +907,22 @@ static void average_buffers(void)
 		cli_die("batchnorm statistics: %s", e.msg);
 }
 
-/* The class names the training records gave (image/class/text), once
- * every class was met under one name: into the checkpoints from then on. */
-static void records_classes(void)
-{
-	char *json = C.classes ? NULL : dp_run_data_classes(R.td);
-	if (json)
-		C.classes = json;
-}
-
-static char *conv_algos_text(void); /* the convolution algorithms, or NULL */
-
 /* A checkpoint: called by every rank at the same step; rank 0 writes. */
-static void save(const char *tmpl, const dp_train_state *ts)
+static void save(const char *tmpl)
 {
-	average_buffers();
-	char producer[64], sb[24], eb[24];
-	snprintf(producer, sizeof producer, "dp-train %s", dp_version());
-	snprintf(sb, sizeof sb, "%" PRIu64, ts->step);
-	snprintf(eb, sizeof eb, "%" PRIu64, ts->epoch);
-	const char *vars[] = {"step", sb, "epoch", eb, NULL};
-	char *path = dp_expand(tmpl, vars);
-	if (!path)
-		cli_die("out of memory");
 	dp_err e;
-	/* every rank's position in the epoch: a batch with a skipped image
-	 * took more records than its size, so batches do not tell it */
-	char *posb = dp_trainer_epoch_records(R.tr, R.comm, data_pos, ts->epoch_step != 0, &e);
-	if (!posb)
-		cli_die("checkpoint: %s", e.msg);
-	char *algos = conv_algos_text();
-	char *cst = R.ctl_on ? dp_control_state_format(&R.cs, &e) : NULL;
-	if (R.ctl_on && !cst)
-		cli_die_err(CLI_FAIL, &e);
-	C.control_state = cst ? cst : "";
-	const char *extra[] = {"epoch_records", posb, "producer", producer,
-			       algos && *algos ? "conv_algos" : NULL, algos, NULL};
-	C.ranks = R.reps;
-	records_classes();
-	char **meta = dp_run_conf_meta(&C, extra, &e);
-	if (!meta)
-		cli_die_err(CLI_FAIL, &e);
-	if (dp_trainer_save(R.tr, path, ts, (const char *const *)meta, &e) < 0) {
+	char *path;
+	if (dp_run_save(&R, tmpl, "dp-train", &path, &e) < 0) {
 		if (e.code == DP_EDATA)
-			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", ts->step, e.msg,
-				 have_ckpt ? "; the last good checkpoint is " : "",
-				 have_ckpt ? last_ckpt : "");
+			cli_die_code(TRAIN_DIVERGED, "step %" PRIu64 ": %s%s%s", R.ts.step, e.msg,
+				     have_ckpt ? "; the last good checkpoint is " : "",
+				     have_ckpt ? last_ckpt : "");
 		cli_die_err(CLI_FAIL, &e);
 	}
 	free((char *)last_ckpt);
 	last_ckpt = path;
-	last_ckpt_step = ts->step;
+	last_ckpt_step = R.ts.step;
 	have_ckpt = 1;
-	free(posb);
-	free(meta);
-	free(algos);
-	free(cst);
-	C.control_state = NULL;
 }
 
 /* ---- the run ------------------------------------------------------------------------ */
@@ -1042,10 +931,6 @@ static void save(const char *tmpl, const dp_train_state *ts)
 static struct {
 	const char *ckpt_path;    /* where --checkpoint-every saves */
 	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
-	meter mt;                 /* the sums of the next training line */
-	double lr;                /* of the last update */
-	double iter_time;         /* seconds of the steps, ... */
-	uint64_t iters;           /* ... and their number */
 } L;
 
 /* ---- the run in words (dp_train.h: lib/train/summary.c) --------------------------- */
@@ -1086,35 +971,12 @@ static void stall_report(void *ctx, const char *msg)
 		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
 }
 
-/* The learning rate of update `step`: the schedule over --lr (times the
- * ranks with --scale-lr), then the ramps of --warmup (dp_sched) and
- * --warmup-epochs (from the single-worker rate, Horovod's recipe). */
-static double rate(const dp_sched *sched, uint64_t epoch, uint64_t step, uint64_t ramp)
-{
-	/* the plateau's rate, or --lr; the schedule starts from it */
-	double base = R.ctl.plateau ? R.cs.lr : C.lr * (C.scale_lr ? R.reps : 1);
-	double lr = dp_sched_lr(sched, base, epoch, step);
-	if (ramp && step < ramp && C.scale_lr && R.reps > 1) {
-		double f0 = 1.0 / R.reps;
-		lr *= f0 + (1 - f0) * (double)step / (double)ramp;
-	}
-	return lr;
-}
-
 /* At the end: every rank must hold what rank 0 holds. */
-static void check_same_state(uint64_t step)
+static void check_same_state(void)
 {
-	uint64_t h;
-	char *diff;
+	char hb[17], *diff;
 	dp_err e;
-	if (dp_trainer_check_same(R.tr, R.comm, &h, &diff, &e) < 0)
-		cli_die_err(CLI_FAIL, &e);
-	char hb[24], qb[24], sb[24];
-	snprintf(hb, sizeof hb, "%016" PRIx64, h);
-	snprintf(qb, sizeof qb, O.json ? "\"%s\"" : "%s", hb);
-	snprintf(sb, sizeof sb, "%" PRIu64, step);
-	const char *keys[] = {"step", "state_fnv1a64"}, *vals[] = {sb, qb};
-	log_line(keys, vals, 2, 1);
+	run_ok(dp_run_log_state(&R, hb, &diff, &e), &e);
 	for (char *l = diff, *nl; R.rank == 0 && l && (nl = strchr(l, '\n')); l = nl + 1)
 		fprintf(stderr, "%s: %.*s\n", cli.prog, (int)(nl - l), l);
 	if (diff)
@@ -1125,94 +987,7 @@ static void check_same_state(uint64_t step)
 		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", R.size, hb);
 }
 
-/* ---- validation ------------------------------------------------------------------------
- *
- * After an epoch: every record once, in order, the ranks each taking a
- * share (every size-th record).  The sums are dp-eval's exact ones
- * (dp_eval.h), added up over the ranks in one allreduce, so that the
- * figures do not depend on the number of ranks and are those dp-eval
- * reports on the checkpoint for the same records. */
-
-/* --max-skipped: the job's count of records skipped as corrupt (of
- * `read`) in an epoch's training or validation, against the limit; every
- * rank holds the same counts (summed) and stops alike. */
-static void check_skipped(const char *what, uint64_t epoch, uint64_t skipped, uint64_t read)
-{
-	double frac = read ? (double)skipped / (double)read : 0;
-	int pct = !strcmp(O.in.skip_gate.metric, "skipped_fraction");
-	if (dp_gate_pass(&O.in.skip_gate, pct ? frac : (double)skipped))
-		return;
-	die_all(1, "epoch %" PRIu64 ": %s: %" PRIu64 " of %" PRIu64 " records (%.3g%%) skipped as "
-		"corrupt, more than --max-skipped %s allows: the model would be trained or judged "
-		"on a part of the data",
-		epoch + 1, what, skipped, read, 100 * frac,
-		O.in.max_skipped ? O.in.max_skipped : DP_MAX_SKIPPED_DEFAULT);
-}
-
-/* A validation line: the job's, or this rank's own share (own). */
-static void val_line(uint64_t epoch, uint64_t step, int own)
-{
-	dp_eval_report r;
-	dp_err e;
-	if (dp_eval_report_get(R.eval, &r, &e) < 0) { /* no samples */
-		if (!own)
-			die_all(1, "val: no records");
-		memset(&r, 0, sizeof r); /* a rank without a share: zeros */
-	}
-	char v[6][40];
-	snprintf(v[0], 40, "%" PRIu64, epoch + 1);
-	snprintf(v[1], 40, "%" PRIu64, step);
-	snprintf(v[2], 40, "%.6g", r.loss);
-	snprintf(v[3], 40, "%.4f", r.accuracy);
-	snprintf(v[4], 40, "%" PRIu64, r.samples);
-	snprintf(v[5], 40, "%" PRIu64, r.skipped);
-	const char *keys[] = {"epoch", "step", "val_loss", R.xent ? "val_accuracy" : "val_samples",
-			      R.xent ? "val_samples" : "val_skipped", "val_skipped"};
-	const char *vals[] = {v[0], v[1], v[2], R.xent ? v[3] : v[4], R.xent ? v[4] : v[5], v[5]};
-	log_line(keys, vals, (R.xent ? 5 : 4) + O.in.skip_corrupt, own);
-}
-
-static void validate(uint64_t epoch, uint64_t step)
-{
-	dp_err e;
-	double t0 = dp_now();
-	dp_eval_reset(R.eval);
-	if ((R.vd && dp_data_epoch(R.vd, epoch, 0, &e) < 0) || dp_trainer_eval(R.tr, R.eval, R.vd, &e) < 0)
-		cli_die("val: %s", e.msg);
-	dp_comm_event(R.comm, "validate", 1, t0, dp_now());
-	val_line(epoch, step, 1);
-	if (dp_eval_allreduce(R.eval, R.comm, NULL, 0, &e) < 0)
-		cli_die("val: %s", e.msg);
-	val_line(epoch, step, 0);
-	dp_eval_report r;
-	if (dp_eval_report_get(R.eval, &r, &e) == DP_OK)
-		check_skipped("validation", epoch, r.skipped, r.skipped + r.samples);
-}
-
 /* ---- set-up (dp_train.h: lib/train/setup.c, outputs.c) ------------------------------ */
-
-/* A failure of the set-up, said as its kind says (dp_run_fail). */
-static void __attribute__((noreturn)) run_die(const dp_err *e)
-{
-	if (R.fail == DP_RUN_FAIL_USAGE)
-		cli_job_usage_error("%s", e->msg);
-	if (R.fail == DP_RUN_FAIL_JOB || R.fail == DP_RUN_FAIL_SETTINGS)
-		die_all(R.fail == DP_RUN_FAIL_JOB ? CLI_FAIL : CLI_USAGE, "%s", e->msg);
-	cli_die_err(CLI_FAIL, e);
-}
-
-/* A stage of the set-up done, or the run ends. */
-static void setup_step(int rc, const dp_err *e)
-{
-	if (rc < 0)
-		run_die(e);
-}
-
-/* The set-up's notes (rank 0's). */
-static void run_note(void *ctx, const char *msg)
-{
-	note("%s", msg);
-}
 
 /* Path template tmpl as this rank names it ({rank}, {size}). */
 static char *rank_path(const char *tmpl)
@@ -1239,10 +1014,10 @@ static void classes_opt(const char *v)
 	if (R.nnames < 2)
 		cli_job_usage_error("--classes: %zu name: a classifier has 2 classes or more", R.nnames);
 	R.classes = (int)R.nnames;
-	char *json = dp_classes_json((const char *const *)R.names, R.nnames);
-	if (!json)
+	free(R.classes_json);
+	if (!(R.classes_json = dp_classes_json((const char *const *)R.names, R.nnames)))
 		cli_die("out of memory");
-	C.classes = json;
+	C.classes = R.classes_json;
 	C.given[DP_RUN_CLASSES] = 1;
 }
 
@@ -1253,7 +1028,7 @@ static void classes_opt(const char *v)
 static int show_summary(void)
 {
 	dp_err e;
-	setup_step(dp_run_summary_model(&R, &e), &e);
+	run_ok(dp_run_summary_model(&R, &e), &e);
 	if (R.rank == 0)
 		print_text(dp_train_summary(R.m, C.batch));
 	dp_step_conf sc = dp_run_step_conf(&R);
@@ -1275,15 +1050,15 @@ static int show_summary(void)
  * --log: a file each; else the others write to their stdout). */
 static void open_log(void)
 {
-	logfp = NULL;
+	R.logfp = NULL;
 	if (R.rank == 0 || R.log_all) {
-		logfp = stdout;
+		R.logfp = stdout;
 		const char *lp = R.log;
 		if (lp && R.rank != 0 && !strstr(lp, "{rank}") && !strstr(lp, "{rank:"))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
 			char *own = rank_path(lp);
-			if (!(logfp = fopen(own, R.resume ? "a" : "w")))
+			if (!(R.logfp = fopen(own, R.resume ? "a" : "w")))
 				cli_die("%s: %s", own, strerror(errno));
 			free(own);
 		}
@@ -1292,38 +1067,8 @@ static void open_log(void)
 			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
-/* The convolution algorithms as text (conv_algos), or NULL. */
-static char *conv_algos_text(void) { return dp_backend_conv_algos_text(R.be, R.ctx); }
 
-/* ---- the epochs ------------------------------------------------------------------------ */
-
-/* The next micro-batch of the job: this rank's batch (none once *out),
- * and how many samples every rank has in it (a collective: every rank
- * calls it at every step).  *t0: when it began. */
-static dp_step next_step(int *out, double *t0)
-{
-	dp_err e;
-	dp_step s = {0};
-	*t0 = dp_now();
-	if (!R.td) /* a pipeline's later stage: the first stage's counts come */
-		*out = 1;
-	if (!*out) {
-		const dp_batch *b;
-		int rc = dp_data_next(R.td, &b, &e);
-		if (rc < 0)
-			cli_die("train: %s", e.msg);
-		if (rc == 0)
-			*out = 1;
-		else {
-			s = (dp_step){.x = b->x, .y = R.xent ? (const void *)b->y : b->t, .n = b->n};
-			data_pos = b->pos;
-		}
-	}
-	dp_comm_event(R.comm, "data", 1, *t0, dp_now());
-	if (dp_step_agree(R.tr, &s, &e) < 0)
-		cli_die("train: %s", e.msg);
-	return s;
-}
+/* ---- the epochs (dp_train.h: lib/train/epoch.c) ---------------------------------------- */
 
 static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 {
@@ -1339,52 +1084,39 @@ static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
 		     epoch + 1, R.ts.step + 1, what);
 }
 
-/* One micro-batch s of update R.ts.step (dp_step_run; s NULL: the update
- * of the micro-batches accumulated, dp_step_flush), begun at t0: 1 when
- * it made the update. */
+/* One micro-batch s of update R.ts.step (s NULL: the update of the
+ * micro-batches accumulated), begun at t0: 1 when it made the update. */
 static int train_step(uint64_t epoch, const dp_step *s, double t0)
 {
 	dp_err e;
-	dp_step_result r;
+	double loss;
 	__atomic_store_n(&cur_step, R.ts.step, __ATOMIC_RELAXED);
-	L.lr = rate(&R.sched, epoch, R.ts.step, R.ramp);
-	int rc = s ? dp_step_run(R.tr, s, R.ts.step, L.lr, &r, &e)
-		   : dp_step_flush(R.tr, R.ts.step, L.lr, &r, &e);
-	if (rc < 0 && !isfinite(r.loss))
-		diverged(epoch, r.loss);
+	int rc = dp_run_step(&R, epoch, s, t0, &loss, &e);
+	if (rc < 0 && !isfinite(loss))
+		diverged(epoch, loss);
 	if (rc < 0)
-		cli_die("train: %s", e.msg);
-	if (!r.updated)
-		return 0;
-	L.iter_time += dp_now() - t0;
-	L.iters++;
-	R.ts.step++;
-	R.ts.epoch_step++;
-	L.mt.loss += r.loss_sum;
-	L.mt.correct += r.correct;
-	L.mt.samples += r.samples;
-	L.mt.steps++;
-	return 1;
+		cli_die("%s", e.msg);
+	return rc;
 }
 
-/* After an update: the training line, the checkpoint, the progress bar. */
 /* Time since t0 was not training (a checkpoint, --on-epoch, histograms):
  * left out of the next line's samples_per_sec, as validation is. */
 static void not_training(double t0)
 {
-	L.mt.t0 += dp_now() - t0;
+	R.mt.t0 += dp_now() - t0;
 }
 
+/* After an update: the training line, the checkpoint, the progress bar. */
 static void after_update(uint64_t epoch)
 {
 	if (R.ts.step % R.log_every == 0)
-		log_train(epoch, R.ts.step, &L.mt, L.lr, R.xent);
+		log_train(epoch);
 	if (R.ckpt_every && !R.ckpt_epochs && R.ts.step % R.ckpt_every == 0) {
 		double t0 = dp_now();
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 		not_training(t0);
 	}
-	bar_draw(epoch, R.ts.epoch_step, L.steps_per_epoch, &L.mt);
+	bar_draw(epoch, R.ts.epoch_step, L.steps_per_epoch, &R.mt);
 }
 
 /* The updates of one epoch (the rest of it, when resuming), its training
@@ -1392,23 +1124,19 @@ static void after_update(uint64_t epoch)
 static int train_epoch(uint64_t epoch)
 {
 	dp_err e;
-	uint64_t skip = epoch == R.ts.epoch ? R.ts.epoch_step : 0;
-	R.ts.epoch = epoch;
-	R.ts.epoch_step = skip;
-	if (R.td && dp_data_epoch_at(R.td, epoch, skip * C.accumulate, skip ? R.resume_pos : 0, &e) < 0)
-		cli_die("train: %s", e.msg);
-	data_pos = skip ? R.resume_pos : 0;
-	R.resume_pos = 0;
+	if (dp_run_epoch_begin(&R, epoch, &e) < 0)
+		cli_die("%s", e.msg);
 	uint64_t G = C.batch * (uint64_t)R.reps, short_steps = 0; /* a micro-batch's */
-	int out = 0, stopped = 0; /* out: this rank's data is over */
-	double t0 = dp_now();
+	int stopped = 0;
 	for (;;) {
 		if (R.max_steps && R.ts.step >= R.max_steps) {
 			stopped = 1; /* before the step: a resumed run already there does none */
 			break;
 		}
-		double ts0;
-		dp_step s = next_step(&out, &ts0);
+		double t0;
+		dp_step s;
+		if (dp_run_next(&R, &s, &t0, &e) < 0)
+			cli_die("%s", e.msg);
 		if (!s.gn)
 			break; /* the epoch is over everywhere */
 		if (R.uneven_drop && s.nout) {
@@ -1426,7 +1154,7 @@ static int train_epoch(uint64_t epoch)
 			break;
 		}
 		short_steps += s.gn < G;
-		if (train_step(epoch, &s, ts0))
+		if (train_step(epoch, &s, t0))
 			after_update(epoch);
 	}
 	if (dp_step_pending(R.tr) && C.drop_last) { /* an update of fewer micro-batches at the end */
@@ -1440,30 +1168,9 @@ static int train_epoch(uint64_t epoch)
 		     " steps had fewer than %" PRIu64 " samples, the ranks out of data "
 		     "adding none (--uneven join)",
 		     epoch + 1, short_steps, G);
-	if (L.mt.steps)
-		log_train(epoch, R.ts.step, &L.mt, L.lr, R.xent);
-	dp_data_stats ds = {0};
-	if (R.td)
-		dp_data_stats_get(R.td, &ds);
-	double dt = dp_now() - t0;
-	/* the job's images skipped as corrupt, of the records it decoded */
-	double sk[2] = {(double)ds.corrupt, (double)(ds.corrupt + ds.samples + ds.dropped)};
-	if (O.in.skip_corrupt && dp_comm_allreduce_sum(R.comm, sk, 2, &e) < 0)
-		cli_die("train: %s", e.msg);
-	/* the input's share: decoding images or on threads, and on a GPU,
-	 * whose steps are short enough for the reader to be the limit */
-	if (C.decode == DP_DECODE_IMAGE || O.in.decode_threads || ds.corrupt ||
-	    !(R.be->caps & DP_CAP_HOST_MEMORY))
-	{
-		char sk_note[64] = "";
-		if (C.decode == DP_DECODE_IMAGE || ds.corrupt)
-			snprintf(sk_note, sizeof sk_note, "; %.0f image%s skipped as corrupt", sk[0],
-				 sk[0] == 1 ? "" : "s");
-		note("epoch %" PRIu64 ": waited %.2f s for input (%.1f%% of %.2f s)%s", epoch + 1,
-		     ds.wait_s, dt > 0 ? 100 * ds.wait_s / dt : 0.0, dt, sk_note);
-	}
-	if (O.in.skip_corrupt && !stopped)
-		check_skipped("training", epoch, (uint64_t)sk[0], (uint64_t)sk[1]);
+	if (R.mt.steps)
+		log_train(epoch);
+	run_ok(dp_run_epoch_input(&R, epoch, stopped, &e), &e);
 	return stopped;
 }
 
@@ -1474,99 +1181,37 @@ static int train_epoch(uint64_t epoch)
  * validation sums (the same bits everywhere); each that fires says so in
  * the log (and TensorBoard: tb_line) and in a note. */
 
-/* A log line of training control: epoch, step, event=NAME, then pairs;
- * TensorBoard gets the first pair's value as the scalar NAME. */
-static void control_line(uint64_t epoch, const char *event, const char *const *k, const char *const *v, int n)
-{
-	char eb[24], sb[24], evq[64];
-	const char *keys[8] = {"epoch", "step", "event"}, *vals[8] = {eb, sb, evq};
-	snprintf(eb, sizeof eb, "%" PRIu64, epoch + 1);
-	snprintf(sb, sizeof sb, "%" PRIu64, R.ts.step);
-	snprintf(evq, sizeof evq, O.json ? "\"%s\"" : "%s", event);
-	for (int i = 0; i < n && i < 5; i++)
-		keys[3 + i] = k[i], vals[3 + i] = v[i];
-	log_line(keys, vals, 3 + n, 0);
-}
-
 static void control_epoch(uint64_t epoch)
 {
-	if (!R.ctl_on)
-		return;
-	dp_eval_report rep;
 	dp_err e;
 	double v;
-	if (dp_eval_report_get(R.eval, &rep, &e) < 0 || dp_eval_metric(&rep, R.ctl.monitor + 4, NULL, &v, &e) < 0)
-		die_all(2, "--monitor %s: %s", R.ctl.monitor, e.msg);
 	dp_control_result r;
-	dp_control_epoch(&R.ctl, &R.cs, epoch, v, &r);
-	int rc = dp_control_agree(R.comm, &r, &e);
-	if (rc < 0 && e.code == DP_EDATA)
-		die_all(1, "%s", e.msg);
-	if (rc < 0)
-		cli_die("training control: %s", e.msg);
-	char vb[32], b1[32], b2[32];
-	snprintf(vb, sizeof vb, "%.6g", v);
+	if (!R.ctl_on)
+		return;
+	run_ok(dp_run_control(&R, epoch, &v, &r, &e), &e);
 	if (r.improved) {
 		double t0 = dp_now();
-		save(R.save_best, &R.ts);
+		save(R.save_best);
 		not_training(t0);
-		dp_buf q = DP_BUF_INIT;
-		dp_buf_json_str(&q, last_ckpt, strlen(last_ckpt), 0);
-		const char *k[] = {R.ctl.monitor, "checkpoint"}, *vv[] = {vb, q.p ? q.p : "\"\""};
-		control_line(epoch, "save_best", k, vv, 2);
-		dp_buf_free(&q);
 	}
-	if (r.reduced) {
-		snprintf(b1, sizeof b1, "%.12g", r.new_lr);
-		snprintf(b2, sizeof b2, "%.12g", r.old_lr);
-		const char *k[] = {"lr", "previous_lr", R.ctl.monitor}, *vv[] = {b1, b2, vb};
-		control_line(epoch, "reduce_lr_on_plateau", k, vv, 3);
-		note("epoch %" PRIu64 ": %s has not improved for %" PRIu64 " epoch%s: the rate lowered from "
-		     "%g to %g (--reduce-lr-on-plateau)", epoch + 1, R.ctl.monitor, R.ctl.rlr_patience,
-		     R.ctl.rlr_patience == 1 ? "" : "s", r.old_lr, r.new_lr);
-	}
-	if (r.stop) {
-		snprintf(b1, sizeof b1, "%.6g", R.cs.es_best);
-		snprintf(b2, sizeof b2, "%" PRIu64, R.cs.es_best_epoch + 1);
-		const char *k[] = {R.ctl.monitor, "best", "best_epoch"}, *vv[] = {vb, b1, b2};
-		control_line(epoch, "early_stopping", k, vv, 3);
-		note("epoch %" PRIu64 ": %s has not improved on %g (epoch %" PRIu64 ") for %" PRIu64
-		     " epoch%s: stopping early (--early-stopping)", epoch + 1, R.ctl.monitor, R.cs.es_best,
-		     R.cs.es_best_epoch + 1, R.cs.es_wait, R.cs.es_wait == 1 ? "" : "s");
-		R.stopped = 1;
-	}
-}
-
-/* An epoch's metrics as Keras writes them: train/ and validation/ with
- * the same tags, at the epoch's number from 0. */
-static void tb_epoch(uint64_t epoch)
-{
-	dp_err e;
-	dp_eval_report r;
-	if (!TB)
-		return;
-	double n = tb_ep.samples ? (double)tb_ep.samples : 1;
-	double tv[] = {tb_ep.loss / n, tb_ep.correct / n, L.lr};
-	int val = R.vd && dp_eval_report_get(R.eval, &r, NULL) == 0;
-	if (dp_train_tb_epoch(TB, (int64_t)epoch, tv, tb_ep.samples, R.xent, val ? &r : NULL, &e) < 0)
-		cli_die("--tensorboard: %s", e.msg);
-	memset(&tb_ep, 0, sizeof tb_ep);
+	run_ok(dp_run_control_log(&R, epoch, v, &r, last_ckpt, &e), &e);
 }
 
 /* After an epoch's updates: validation, training control, and the
  * checkpoint of --checkpoint-every Ne. */
 static void end_epoch(uint64_t epoch)
 {
+	dp_err e;
 	if (R.ts.epoch_step == 0)
 		die_all(1, "train: epoch %" PRIu64 " has no batches (no records%s)", epoch + 1,
 			C.drop_last ? ", or fewer than a batch with --last-batch drop" : "");
 	L.steps_per_epoch = R.ts.epoch_step;
 	if (R.eval) {
 		average_buffers();
-		validate(epoch, R.ts.step);
-		L.mt.t0 = dp_now(); /* rates count training time only */
+		run_ok(dp_run_validate(&R, epoch, &e), &e);
+		R.mt.t0 = dp_now(); /* rates count training time only */
 	}
-	tb_epoch(epoch);
+	run_ok(dp_run_log_epoch(&R, epoch, &e), &e);
 	R.ts.epoch = epoch + 1;
 	R.ts.epoch_step = 0;
 	control_epoch(epoch);
@@ -1574,7 +1219,7 @@ static void end_epoch(uint64_t epoch)
 	int last = epoch + 1 >= C.epochs || R.stopped, own_path = R.ckpt && (!R.output || strcmp(R.ckpt, R.output));
 	if (R.ckpt_every && R.ckpt_epochs && (epoch + 1) % R.ckpt_every == 0 && (!last || own_path)) {
 		double t0 = dp_now();
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 		not_training(t0);
 	}
 }
@@ -1624,7 +1269,7 @@ static void after_epoch(uint64_t epoch)
 	done = epoch;
 	double t0 = dp_now();
 	dp_err e;
-	if (TB && O.tb_hist && dp_train_tb_histograms(TB, R.m, (int64_t)R.ts.step, &e) < 0)
+	if (R.tb && O.tb_hist && dp_train_tb_histograms(R.tb, R.m, (int64_t)R.ts.step, &e) < 0)
 		cli_die("--tensorboard: %s", e.msg);
 	if (O.on_epoch)
 		run_on_epoch(epoch);
@@ -1636,8 +1281,8 @@ static void after_epoch(uint64_t epoch)
 /* How the gradients' allreduce went, over the steps of the run. */
 static void comm_report(void)
 {
-	for (int part = 0; part < 2 && L.iters; part++) {
-		char *t = dp_train_comm_note(R.comm, L.iter_time / (double)L.iters, R.wire, R.algo, part);
+	for (int part = 0; part < 2 && R.iters; part++) {
+		char *t = dp_train_comm_note(R.comm, R.iter_time / (double)R.iters, R.wire, R.algo, part);
 		if (t)
 			note_text(t);
 	}
@@ -1656,13 +1301,13 @@ static void finish(void)
 	int behind = L.ckpt_path && R.ckpt_every && last_ckpt_step != R.ts.step;
 	int own = R.ckpt && (!R.output || strcmp(R.ckpt, R.output));
 	if (behind && (own || !R.output))
-		save(L.ckpt_path, &R.ts);
+		save(L.ckpt_path);
 	if (R.output)
-		save(R.output, &R.ts);
+		save(R.output);
 	else if (!behind)
 		average_buffers();
 	if (R.size > 1) {
-		check_same_state(R.ts.step);
+		check_same_state();
 		comm_report();
 		char *pipe;
 		if (dp_train_pipeline_report(R.tr, R.comm, &pipe, &e) < 0)
@@ -1687,7 +1332,7 @@ static int close_all(void)
 	free(R.train);
 	free(R.val);
 	dp_run_conf_free(&C);
-	if (logfp && logfp != stdout && fclose(logfp) != 0)
+	if (R.logfp && R.logfp != stdout && fclose(R.logfp) != 0)
 		cli_die("%s: %s", R.log, strerror(errno));
 	return cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK;
 }
@@ -1719,6 +1364,7 @@ int main(int argc, char **argv)
 		dp_err e;
 		dp_gate_max_skipped(DP_MAX_SKIPPED_DEFAULT, &O.in.skip_gate, &e);
 	}
+	R.skip_gate = O.in.skip_gate;
 
 	/* set-up: the job, the settings (some from a checkpoint), the model,
 	 * the checks, the weights, the data, the log */
@@ -1726,27 +1372,28 @@ int main(int argc, char **argv)
 	R.stall_report = stall_report;
 	R.on_skip = skip_warn;
 	R.note = run_note;
-	setup_step(dp_run_join(&R, &e), &e);
+	R.before_line = cli_progress_clear;
+	run_ok(dp_run_join(&R, &e), &e);
 	set_rank(R.rank, R.size);
 	/* every rank started alike: as given, before the first collective of
 	 * a checkpoint; as completed from it; with the spec read, not the
 	 * file's name */
-	setup_step(dp_run_check_same(&R, &e), &e);
-	setup_step(dp_run_start_from(&R, &e), &e);
+	run_ok(dp_run_check_same(&R, &e), &e);
+	run_ok(dp_run_start_from(&R, &e), &e);
 	if (R.ck)
-		setup_step(dp_run_check_same(&R, &e), &e);
+		run_ok(dp_run_check_same(&R, &e), &e);
 	int from_file = C.model && C.model[0] == '@';
-	setup_step(dp_run_model(&R, &e), &e);
+	run_ok(dp_run_model(&R, &e), &e);
 	if (from_file)
-		setup_step(dp_run_check_same(&R, &e), &e);
+		run_ok(dp_run_check_same(&R, &e), &e);
 	if (R.summary)
 		return show_summary();
-	setup_step(dp_run_check(&R, &e), &e);
-	setup_step(dp_run_check_outputs(&R, &e), &e); /* a run that could only fail at its end fails now */
-	setup_step(dp_run_setup(&R, &e), &e);
-	setup_step(dp_run_check_inputs(&R, &e), &e);
+	run_ok(dp_run_check(&R, &e), &e);
+	run_ok(dp_run_check_outputs(&R, &e), &e); /* a run that could only fail at its end fails now */
+	run_ok(dp_run_setup(&R, &e), &e);
+	run_ok(dp_run_check_inputs(&R, &e), &e);
 	L.ckpt_path = R.ckpt ? R.ckpt : R.output;
-	L.mt.t0 = dp_now();
+	R.mt.t0 = dp_now();
 	open_log();
 	tb_open();
 
@@ -1760,7 +1407,7 @@ int main(int argc, char **argv)
 	}
 
 	finish();
-	if (TB && dp_tb_run_end(TB, 1, &e) < 0) /* before the last --on-epoch sends the files */
+	if (R.tb && dp_tb_run_end(R.tb, 1, &e) < 0) /* before the last --on-epoch sends the files */
 		cli_die("--tensorboard: %s", e.msg);
 	after_epoch(R.ts.epoch + (R.ts.epoch_step > 0)); /* the last epoch, after -o */
 	tb_close();

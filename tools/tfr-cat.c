@@ -176,23 +176,6 @@ static void close_output(void)
 		cli_die_err(CLI_FAIL, &e);
 }
 
-/* `tfr-cat f.tfr >> f.tfr` would read its own output for ever: as cat(1)
- * does, an input that is the file the output is written to in place is
- * refused, before anything is read.  -o f.tfr goes through a temporary
- * renamed at the end: f.tfr stays whole while it is read, and is replaced. */
-static void check_not_input(const char *path)
-{
-	int std = !strcmp(path, "-");
-	int fd = std ? STDIN_FILENO : open(path, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return; /* said when it is opened */
-	int same = dp_out_is_input(&S.out, fd);
-	if (!std)
-		close(fd);
-	if (same)
-		cli_die("%s: input file is output file", std ? "stdin" : path);
-}
-
 /* ---- --schema ---------------------------------------------------------- */
 
 static uint64_t hash_name(const char *s, size_t n, int kind)
@@ -696,11 +679,8 @@ static void check_options(int nfiles)
 				O.classes_out, O.output ? O.output : "-");
 	if (x->format == ENC_IMAGES && nfiles != 1)
 		cli_usage_error("--encode=images takes one folder or list (its classes are numbered together)");
-	if (O.images_dir) {
-		struct stat st;
-		if (stat(O.images_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-			cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
-	}
+	if (O.images_dir && !cli_is_dir(O.images_dir))
+		cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
 	if (S.mode != OUT_RECORDS && (O.comp != DP_COMP_NONE || O.level >= 0))
 		cli_usage_error("-z and --level apply to record output only");
 	if (x->format != DP_ENC_CSV && (O.types || x->delim != ',' || x->list_sep != ' '))
@@ -750,8 +730,11 @@ int main(int argc, char **argv)
 
 	char *stdin_only[] = {"-", NULL};
 	char **files = first < argc ? argv + first : stdin_only;
+	/* `tfr-cat f.tfr >> f.tfr` is refused; -o f.tfr goes through a
+	 * temporary renamed at the end: f.tfr stays whole while it is read,
+	 * and is replaced */
 	for (char **f = files; *f; f++)
-		check_not_input(*f);
+		cli_check_not_output(&S.out, *f);
 	if (O.head == 0)
 		S.stop = 1;
 	if (O.enc.format == DP_ENC_IDX) {

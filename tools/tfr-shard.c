@@ -340,17 +340,8 @@ static void check_not_input(const dp_out *o)
 {
 	if (o->tmp)
 		return;
-	for (int i = 0; i < opt.ninputs; i++) {
-		int std = !strcmp(opt.inputs[i], "-");
-		int fd = std ? STDIN_FILENO : open(opt.inputs[i], O_PATH | O_CLOEXEC);
-		if (fd < 0)
-			continue; /* said when it is read */
-		int same = dp_out_is_input(o, fd);
-		if (!std)
-			close(fd);
-		if (same)
-			cli_die("%s: input file is output file", std ? "stdin" : opt.inputs[i]);
-	}
+	for (int i = 0; i < opt.ninputs; i++)
+		cli_check_not_output(o, opt.inputs[i]);
 }
 
 static void open_output(struct output *o, const char *path)

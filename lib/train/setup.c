@@ -10,7 +10,7 @@
  * name the options as dp-train(1) does.  The output checks are outputs.c's.
  */
 #define _GNU_SOURCE
-#include "dp_train.h"
+#include "train_impl.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -20,10 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* e says fmt's message (formatted before e is written: its arguments may
- * be e->msg), r->fail its kind; returns the status. */
-static int __attribute__((format(printf, 5, 6)))
-fail(dp_run *r, int kind, dp_err *e, int code, const char *fmt, ...)
+int run_fail(dp_run *r, int kind, dp_err *e, int code, const char *fmt, ...)
 {
 	char msg[sizeof e->msg];
 	va_list ap;
@@ -53,11 +50,11 @@ bad_setting(dp_run *r, int meta, dp_err *e, const char *fmt, ...)
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	if (meta && r->c->src)
-		return fail(r, DP_RUN_FAIL_JOB, e, DP_EDATA, "%s: metadata: %s", r->c->src, msg);
-	return fail(r, DP_RUN_FAIL_USAGE, e, DP_EARG, "%s", msg);
+		return run_fail(r, DP_RUN_FAIL_JOB, e, DP_EDATA, "%s: metadata: %s", r->c->src, msg);
+	return run_fail(r, DP_RUN_FAIL_USAGE, e, DP_EARG, "%s", msg);
 }
 
-#define usage(r, e, ...) fail(r, DP_RUN_FAIL_USAGE, e, DP_EARG, __VA_ARGS__)
+#define usage(r, e, ...) run_fail(r, DP_RUN_FAIL_USAGE, e, DP_EARG, __VA_ARGS__)
 #define note(r, ...) dp_msgf((r)->note, (r)->note_ctx, __VA_ARGS__)
 
 /* ---- the job ---------------------------------------------------------------- */
@@ -139,7 +136,7 @@ int dp_run_check_same(dp_run *r, dp_err *e)
 		.max_skipped = r->max_skipped};
 	char *t = dp_job_settings_text(r->c, &j, r->comm);
 	if (!t)
-		return fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
+		return run_fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
 	int rc = dp_comm_check_same(r->comm, t, e);
 	free(t);
 	return rc < 0 ? failed(r, DP_RUN_FAIL_SETTINGS, e) : 0;
@@ -182,7 +179,7 @@ static char *model_file(dp_run *r, const char *path, dp_err *e)
 	}
 	char *s = b.p ? b.p : strdup("");
 	if (!s)
-		fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
+		run_fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
 	return s;
 }
 
@@ -198,7 +195,7 @@ static int spec_classes(dp_run *r, char **spec, dp_err *e)
 				   r->classes, *spec);
 	char *t = NULL;
 	if (k == 1 && asprintf(&t, "%s:%d", *spec, r->classes) < 0)
-		return fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
+		return run_fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
 	if (t) {
 		free(*spec);
 		*spec = t;
@@ -218,7 +215,7 @@ int dp_run_model(dp_run *r, dp_err *e)
 	char *spec = c->model[0] == '@' ? model_file(r, c->model + 1, e) : strdup(c->model);
 	if (!spec)
 		return c->model[0] == '@' ? e->code
-					  : fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
+					  : run_fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
 	if (r->classes && (!r->names || dp_model_named(spec)) && spec_classes(r, &spec, e) < 0) {
 		free(spec);
 		return e->code;
@@ -361,7 +358,7 @@ static int check_control(dp_run *r, dp_err *e)
 	dp_control_start(&r->ctl, c->lr * (c->scale_lr ? r->reps : 1), &r->cs);
 	if (r->ctl_on && r->resume && c->control_state && *c->control_state &&
 	    dp_control_state_parse(&r->cs, c->control_state, e) < 0)
-		return fail(r, DP_RUN_FAIL_JOB, e, e->code, "%s: metadata: %s",
+		return run_fail(r, DP_RUN_FAIL_JOB, e, e->code, "%s: metadata: %s",
 			    c->src ? c->src : r->resume, e->msg);
 	if (r->ctl.early_stop && r->cs.stopped) {
 		r->stopped = 1;
@@ -459,7 +456,7 @@ static int setup_model(dp_run *r, dp_err *e)
 	if (r->stages > 1) { /* this rank's stage of the model, micro-batches in flight */
 		dp_pipe_plan pl;
 		if (dp_pipe_plan_model(r->m, &sc, r->rank, r->size, &pl, e) < 0)
-			return fail(r, e->code == DP_EARG ? DP_RUN_FAIL_SETTINGS : DP_RUN_FAIL_JOB, e,
+			return run_fail(r, e->code == DP_EARG ? DP_RUN_FAIL_SETTINGS : DP_RUN_FAIL_JOB, e,
 				    e->code, "--pipeline-stages: %s", e->msg);
 		bind = pl.micro_batch;
 	}
@@ -477,7 +474,7 @@ static int setup_model(dp_run *r, dp_err *e)
 		dp_model_init(r->m, r->c->seed);
 	if (r->init && dp_ckpt_load_init(r->ck, r->m, r->reset, e) < 0)
 		return e->code == DP_EARG
-			       ? fail(r, DP_RUN_FAIL_SETTINGS, e, e->code, "--reset: %s", e->msg)
+			       ? run_fail(r, DP_RUN_FAIL_SETTINGS, e, e->code, "--reset: %s", e->msg)
 			       : failed(r, DP_RUN_FAIL_JOB, e);
 	if (r->resume && (dp_ckpt_load_weights(r->ck, r->m, e) < 0 ? failed(r, DP_RUN_FAIL_JOB, e)
 								   : resume_state(r, e)) < 0)
@@ -536,7 +533,7 @@ static dp_data *open_data(dp_run *r, int train, dp_err *e)
 	o.on_skip = r->on_skip;
 	dp_data *d = dp_data_open(&o, e);
 	if (!d)
-		fail(r, DP_RUN_FAIL_RANK, e, e->code, "%s: %s", train ? "train" : "val", e->msg);
+		run_fail(r, DP_RUN_FAIL_RANK, e, e->code, "%s: %s", train ? "train" : "val", e->msg);
 	return d;
 }
 
@@ -554,7 +551,7 @@ static int notes(dp_run *r, dp_err *e)
 	     dp_comm_desc(r->comm), ns, r->td && ns == 1 ? "" : "s");
 	char *t = dp_train_memory_note(r->m, r->opt);
 	if (!t)
-		return fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
+		return run_fail(r, DP_RUN_FAIL_RANK, e, DP_ENOMEM, "out of memory");
 	note(r, "%s", t);
 	free(t);
 	if ((t = dp_train_pipeline_note(r->tr, r->m, c->batch, r->schedule)))
@@ -607,7 +604,7 @@ static int warmup_ramp(dp_run *r, dp_err *e)
 			     "epoch 1 twice: give --steps-per-epoch N");
 	uint64_t spe = c->steps_per_epoch;
 	if (!spe && dp_trainer_count_steps(r->tr, r->comm, r->td, c, r->uneven_drop, &spe, e) < 0)
-		return fail(r, DP_RUN_FAIL_RANK, e, e->code, "train: %s", e->msg);
+		return run_fail(r, DP_RUN_FAIL_RANK, e, e->code, "train: %s", e->msg);
 	c->steps_per_epoch = spe;
 	r->ramp = (uint64_t)ceil(c->warmup_epochs * (double)spe);
 	note(r, "--warmup-epochs %g: %" PRIu64 " updates of %" PRIu64 " an epoch%s", c->warmup_epochs,
@@ -625,7 +622,7 @@ static int setup_data(dp_run *r, dp_err *e)
 		if (dp_trainer_reads(r->tr) && !(r->vd = open_data(r, 0, e)))
 			return e->code;
 		if (!(r->eval = dp_eval_new_for(r->m, 0, e)))
-			return fail(r, DP_RUN_FAIL_RANK, e, e->code, "val: %s", e->msg);
+			return run_fail(r, DP_RUN_FAIL_RANK, e, e->code, "val: %s", e->msg);
 	}
 	if (notes(r, e) < 0)
 		return e->code;
@@ -639,7 +636,7 @@ static int setup_data(dp_run *r, dp_err *e)
 	if (warmup_ramp(r, e) < 0)
 		return e->code;
 	if (r->timeline && dp_comm_timeline_start(r->comm, e) < 0)
-		return fail(r, DP_RUN_FAIL_RANK, e, e->code, "timeline: %s", e->msg);
+		return run_fail(r, DP_RUN_FAIL_RANK, e, e->code, "timeline: %s", e->msg);
 	return 0;
 }
 
@@ -660,6 +657,8 @@ void dp_run_close(dp_run *r)
 	dp_comm_close(r->comm);
 	if (r->be && r->ctx)
 		r->be->close(r->ctx);
+	free(r->classes_json);
+	r->classes_json = NULL;
 	r->tr = NULL, r->eval = NULL, r->td = r->vd = NULL, r->opt = NULL, r->m = NULL;
 	r->ck = NULL, r->comm = NULL, r->ctx = NULL;
 }
