@@ -501,6 +501,16 @@ static void jfloat(dp_buf *b, float f)
 	dp_buf_addstr(b, isfinite(f) ? dp_fmt_float(f, t, sizeof t) : "null");
 }
 
+/* p[0..k) as the items of a JSON array. */
+static void jfloats(dp_buf *b, const float *p, size_t k)
+{
+	for (size_t c = 0; c < k; c++) {
+		if (c)
+			dp_buf_addstr(b, ", ");
+		jfloat(b, p[c]);
+	}
+}
+
 static void jclass(dp_buf *b, const serve_gen *g, const dp_serve *s, size_t c)
 {
 	dp_buf_printf(b, "\"label\": %zu", c);
@@ -545,11 +555,7 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 			dp_buf_addstr(b, ", \"probability\": ");
 			jfloat(b, p[idx[0]]);
 			dp_buf_addstr(b, ", \"probabilities\": [");
-			for (size_t c = 0; c < k; c++) {
-				if (c)
-					dp_buf_addstr(b, ", ");
-				jfloat(b, p[c]);
-			}
+			jfloats(b, p, k);
 			dp_buf_addstr(b, "], \"top_k\": [");
 			for (size_t t = 0; t < topk; t++) {
 				dp_buf_addstr(b, t ? ", {" : "{");
@@ -561,11 +567,7 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 			dp_buf_addstr(b, "]}");
 		} else {
 			dp_buf_addstr(b, "\"outputs\": [");
-			for (size_t c = 0; c < k; c++) {
-				if (c)
-					dp_buf_addstr(b, ", ");
-				jfloat(b, p[c]);
-			}
+			jfloats(b, p, k);
 			dp_buf_addstr(b, "]}");
 		}
 	}
