@@ -121,6 +121,10 @@ DP_EXPORT int dp_req_submit(dp_serve *s, dp_req *r, double deadline, void (*done
 /* After done: the answer into out (JSON), or DP_ELIMIT (it expired or the
  * server closed: HTTP 503) or another failure with e. */
 DP_EXPORT int dp_req_answer(dp_req *r, dp_buf *out, dp_err *e);
+/* For a caller with nothing else to do meanwhile: dp_req_submit (no
+ * deadline), wait for done, then dp_req_answer; a failure of either is
+ * returned with e. */
+DP_EXPORT int dp_req_run(dp_serve *s, dp_req *r, dp_buf *out, dp_err *e);
 /* Seconds the request waited in the queue, and computed. */
 DP_EXPORT void dp_req_times(const dp_req *r, double *queued, double *computed);
 DP_EXPORT void dp_req_free(dp_req *r);

@@ -46,6 +46,8 @@
 #include "dp_nn.h"
 #include "dp_optim.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -447,6 +449,215 @@ DP_EXPORT int dp_train_pipeline_report(const dp_trainer *t, dp_comm *c, char **t
  * algo: DP_WIRE_*, DP_ALLREDUCE_*) and to other hosts.  NULL without
  * steps, or part 1 on one rank. */
 DP_EXPORT char *dp_train_comm_note(dp_comm *c, double step_s, int wire, int algo, int part);
+
+/* ---- a run, set up (lib/train/setup.c, outputs.c) ---------------------------
+ *
+ * dp-train's set-up of its options, one call a stage, in the order the tool
+ * makes them:
+ *     dp_run_join            the backend and the job (MPI under a launcher)
+ *     dp_run_check_same      every rank started alike (a collective)
+ *     dp_run_start_from      the checkpoint of --resume or --init, its settings
+ *     dp_run_model           the model of the settings
+ *     dp_run_check           the settings that go together, and those that do not
+ *     dp_run_check_outputs   every output can be made, no two name one file
+ *     dp_run_setup           the model on the backend, the optimizer, the
+ *                            trainer, the weights, the data
+ *     dp_run_check_inputs    no output is one of the inputs
+ * Each returns 0, or a negative status with e saying why and r->fail its
+ * kind, which decides who says it and the exit status. */
+enum dp_run_fail {
+	DP_RUN_FAIL_RANK = 0, /* this rank's alone (exit 1) */
+	DP_RUN_FAIL_JOB,      /* every rank's alike, said once: a bad checkpoint, or
+				 a setting taken from one ("ck: metadata: ...") (exit 1) */
+	DP_RUN_FAIL_SETTINGS, /* every rank's alike, said once: settings that cannot
+				 run (exit 2) */
+	DP_RUN_FAIL_USAGE     /* every rank's alike: the command line (exit 2, with
+				 the usage line) */
+};
+
+/* A run's training sums since t0: of the next log line, of an epoch. */
+typedef struct dp_run_meter {
+	double loss, correct;
+	uint64_t samples, steps;
+	double t0;
+} dp_run_meter;
+
+typedef struct dp_run {
+	/* the caller's: the settings (completed by the set-up) and the options */
+	dp_run_conf *c;
+	const char **train, **val;       /* the sources: path templates ... */
+	size_t ntrain, nval;
+	const char *train_cmd, *val_cmd; /* ... or commands */
+	int shard;                       /* -1: split shared sources; 0: no; 1: yes */
+	int cache, cache_given;          /* DP_CACHE_*, and whether given */
+	uint64_t cache_limit;
+	const char *cache_dir;
+	int prefetch;
+	unsigned decode_threads;
+	int skip_corrupt;
+	uint64_t max_record;
+	const char *max_skipped;         /* as given (NULL: DP_MAX_SKIPPED_DEFAULT) */
+	dp_gate skip_gate;               /* ... as a gate */
+	int summary;
+	const char *recompute;           /* patterns; "": every innermost block */
+	int classes;                     /* a named model's outputs (0: its default) */
+	char **names;                    /* the class names given (nnames), or NULL */
+	size_t nnames;
+	char *classes_json;              /* c->classes when the run made it (malloc'd) */
+	int model_given;                 /* --model or --input-shape given */
+	int threads, gpu, deterministic; /* gpu -1: the local rank's */
+	uint64_t mem_limit;              /* bytes a rank's model may take (0: any) */
+	int stages;                      /* pipeline stages (1: none), ... */
+	uint64_t micro;                  /* ... micro-batches a step (0: the default), ... */
+	int schedule;                    /* ... DP_PIPE_* */
+	const char *pipe_opt;            /* a pipeline's option given without one */
+	uint64_t max_steps;
+	int uneven_drop, overlap;
+	uint64_t bucket;
+	int wire, algo;
+	double stall, stall_abort;
+	dp_msg_fn stall_report;          /* stall reports, from the communication thread */
+	void (*on_skip)(void *ctx, const dp_err *e); /* an image skipped as corrupt */
+	uint64_t ckpt_every, log_every;
+	int ckpt_epochs, log_all, steps_given;
+	const char *ckpt, *output, *resume, *init, *reset, *save_best, *log, *timeline;
+	dp_msg_fn note;                  /* the run's notes (rank 0's matter) */
+	void *note_ctx;
+	FILE *logfp;                     /* this rank's log (NULL: none; lib/train/log.c) */
+	int json;                        /* its lines JSON objects, not logfmt */
+	void (*before_line)(void);       /* before a line is written (a progress bar cleared) */
+	dp_tb_run *tb;                   /* the job's lines as TensorBoard events too (NULL: none) */
+	/* the set-up's */
+	int fail;                        /* DP_RUN_FAIL_* of the last failure */
+	const dp_backend *be;
+	dp_bectx *ctx;
+	char desc[256];                  /* the backend in words */
+	int cpus, local;                 /* dp_default_threads's (threads not given) */
+	dp_comm *comm;
+	int rank, size;
+	int reps, rep;                   /* the data-parallel replicas, this rank's */
+	dp_st *ck;                       /* the checkpoint started from, until dp_run_setup */
+	dp_shape in;
+	int xent;                        /* a classifier (else mse) */
+	dp_model *m;
+	dp_optim *opt;
+	dp_trainer *tr;
+	dp_data *td, *vd;                /* training (NULL: a pipeline's later stage), validation */
+	dp_eval *eval;                   /* validation's figures (NULL: none) */
+	dp_sched sched;
+	uint64_t ramp;                   /* the updates of --warmup-epochs' ramp (0: none) */
+	dp_train_state ts;               /* where the run is */
+	uint64_t resume_pos;             /* where this rank's data resumes (0: count batches) */
+	dp_control_conf ctl;             /* training control, on when ctl_on */
+	dp_control_state cs;
+	int ctl_on, stopped;             /* stopped: early stopping fired */
+	/* the epochs' (lib/train/epoch.c) */
+	dp_run_meter mt;                 /* the sums of the next training line, ... */
+	dp_run_meter ep;                 /* ... the job's of the epoch so far (TensorBoard) */
+	double lr;                       /* the rate of the last update */
+	double iter_time;                /* seconds of the steps, ... */
+	uint64_t iters;                  /* ... and their number */
+	uint64_t data_pos;               /* the pos of the last batch trained on (dp_batch) */
+	int out;                         /* this rank's data is over for the epoch */
+	double epoch_t0;                 /* when the epoch began */
+} dp_run;
+
+DP_EXPORT int dp_run_join(dp_run *r, dp_err *e);
+/* The settings as every rank sees them (dp_job_settings_text), compared
+ * with every rank's: a collective.  DP_RUN_FAIL_SETTINGS when they differ. */
+DP_EXPORT int dp_run_check_same(dp_run *r, dp_err *e);
+/* The checkpoint of --resume (every setting r->c was not given) or --init
+ * (the model, unless given), read by rank 0 and sent to every rank. */
+DP_EXPORT int dp_run_start_from(dp_run *r, dp_err *e);
+/* The model of r->c (--model @FILE read, --classes applied), its spec as
+ * parsed into r->c->model. */
+DP_EXPORT int dp_run_model(dp_run *r, dp_err *e);
+/* --summary's model: its frozen and recomputed parts, the convolution
+ * algorithms of the checkpoint resumed (the backend times the rest). */
+DP_EXPORT int dp_run_summary_model(dp_run *r, dp_err *e);
+/* The step's settings of r (dp_train.h). */
+DP_EXPORT dp_step_conf dp_run_step_conf(const dp_run *r);
+/* The checkpoint holds the model; the options, the schedule, the
+ * optimizer's settings and training control hold together. */
+DP_EXPORT int dp_run_check(dp_run *r, dp_err *e);
+/* Whether the ranks split the records of these sources (the training
+ * data's: val 0) between them. */
+DP_EXPORT int dp_run_shared(const dp_run *r, int val);
+DP_EXPORT int dp_run_setup(dp_run *r, dp_err *e);
+/* Path template tmpl as this rank names it ({rank}, {size}); malloc'd. */
+DP_EXPORT char *dp_run_path(const dp_run *r, const char *tmpl);
+DP_EXPORT int dp_run_check_outputs(dp_run *r, dp_err *e);
+DP_EXPORT int dp_run_check_inputs(dp_run *r, dp_err *e);
+/* The epochs (lib/train/epoch.c): epoch begins (the rest of it,
+ * resuming: where r->ts says), its training data in place.  Then, each a
+ * collective: dp_run_next the job's next micro-batch s (this rank's batch,
+ * none once r->out; s->gn 0: the epoch is over everywhere), *t0 when it
+ * began; dp_run_step its step (s NULL: the update of the micro-batches
+ * accumulated, dp_step_flush) at update r->ts.step's rate: 1 when it made
+ * the update (r->ts, r->mt and the time of the steps moved on), 0 when
+ * not, or a negative status: a loss that is not finite in *loss (e then
+ * dp_step_run's, else "train: ..."). */
+DP_EXPORT int dp_run_epoch_begin(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_next(dp_run *r, dp_step *s, double *t0, dp_err *e);
+DP_EXPORT int dp_run_step(dp_run *r, uint64_t epoch, const dp_step *s, double t0, double *loss,
+			  dp_err *e);
+/* The learning rate of update `step`: the schedule over --lr (times the
+ * ranks with --scale-lr; the plateau's rate), the ramps of --warmup and
+ * --warmup-epochs. */
+DP_EXPORT double dp_run_rate(const dp_run *r, uint64_t epoch, uint64_t step);
+/* --max-skipped: the job's count of records skipped as corrupt (of
+ * `read`) in an epoch's training or validation (what), against
+ * r->skip_gate; every rank holds the same counts and stops alike
+ * (DP_RUN_FAIL_JOB). */
+DP_EXPORT int dp_run_check_skipped(dp_run *r, const char *what, uint64_t epoch, uint64_t skipped,
+				   uint64_t read, dp_err *e);
+/* The epoch's input, after its updates: the note of the time waited for
+ * it (images decoded, threads, a GPU), the job's images skipped against
+ * --max-skipped (unless stopped by --max-steps).  A collective. */
+DP_EXPORT int dp_run_epoch_input(dp_run *r, uint64_t epoch, int stopped, dp_err *e);
+/* The checkpoint of the run where r->ts says, at path template tmpl
+ * ({step}, {epoch}; *path: the path, malloc'd), written by rank 0
+ * (dp_trainer_save) after every rank's running statistics became their
+ * mean: the run's settings, every rank's place in its epoch, training
+ * control's state, the convolution algorithms, the class names the
+ * records gave, and "producer" (prog and the version).  DP_EDATA: the
+ * weights are not finite.  A collective. */
+DP_EXPORT int dp_run_save(dp_run *r, const char *tmpl, const char *prog, char **path, dp_err *e);
+/* The end of an epoch (lib/train/epoch_end.c), each a collective:
+ * dp_run_validate: the validation data through the model (d r->vd; every
+ * rank its share), the figures summed over the ranks, this rank's line
+ * and the job's, --max-skipped.  dp_run_control: training control of the
+ * monitored value (*value) decided in *res (dp_control_epoch), checked
+ * alike on every rank; dp_run_control_log its events in the log (with
+ * best, the checkpoint save_best wrote) and the notes (r->stopped set when
+ * early stopping fired). */
+DP_EXPORT int dp_run_validate(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_control(dp_run *r, uint64_t epoch, double *value, dp_control_result *res,
+			     dp_err *e);
+DP_EXPORT int dp_run_control_log(dp_run *r, uint64_t epoch, double value, const dp_control_result *res,
+				 const char *best, dp_err *e);
+
+/* The log (lib/train/log.c).  dp_run_log_line: a line of n pairs (values
+ * as they are written: numbers, "quoted" text), the job's (rank 0's, and
+ * TensorBoard's) or this rank's own (own: with --log-all-ranks, after
+ * rank=R).  dp_run_log_train: the training line of r->mt, this rank's and
+ * then the job's, summed over the ranks (a collective), into r->ep;
+ * dp_run_log_val: the validation line of r->eval (own: this rank's
+ * share); dp_run_log_event: a line of training control, epoch, step,
+ * event=NAME, then n pairs; dp_run_log_state: the hash of this rank's
+ * state (dp_trainer_check_same, a collective; hash the hex, *diff the
+ * ranks that differ); dp_run_log_epoch: the epoch's TensorBoard metrics
+ * (r->ep and the validation's). */
+DP_EXPORT int dp_run_log_line(dp_run *r, const char *const *keys, const char *const *vals, int n,
+			      int own, dp_err *e);
+DP_EXPORT int dp_run_log_train(dp_run *r, uint64_t epoch, dp_err *e);
+DP_EXPORT int dp_run_log_val(dp_run *r, uint64_t epoch, int own, dp_err *e);
+DP_EXPORT int dp_run_log_event(dp_run *r, uint64_t epoch, const char *event, const char *const *k,
+			       const char *const *v, int n, dp_err *e);
+DP_EXPORT int dp_run_log_state(dp_run *r, char hash[17], char **diff, dp_err *e);
+DP_EXPORT int dp_run_log_epoch(dp_run *r, uint64_t epoch, dp_err *e);
+/* Everything the set-up made, closed. */
+DP_EXPORT void dp_run_close(dp_run *r);
 
 /* ---- TensorBoard (lib/train/tensorboard.c) ----------------------------------
  * A run's event files as Keras' TensorBoard callback writes them (the run

@@ -18,8 +18,7 @@
 #     damaged archives (truncated, a flipped byte), named.
 . "${DP_SRC:-.}/tests/lib.sh"
 
-REF="$PY $DP_SRC/tests/ckpt_ref.py"
-require "python3-torch or python3-torchvision is not installed (scripts/deps --test)" $REF check
+require_ref ckpt_ref.py "python3-torch or python3-torchvision is not installed (scripts/deps --test)"
 cd "$T" || exit 1
 SPEC=conv:3:3,batchnorm,relu,flatten,dense:5,relu,dense:4
 SHAPE=2x6x6

@@ -84,6 +84,16 @@ is "$rc:$out" "0:22 tensors compared, 0 differ" "diff --tolerance: differences w
 run dp-ckpt diff --tolerance 100 --meta a.st b.st
 is "$rc" 3 "diff --meta: metadata counts"
 like "$out" "^metadata step: 5 against 10$" "diff --meta: a key that differs"
+$PY -c 'import json, struct, sys
+for path, meta in (("ma.st", {"x": "1", "a": "q\"z"}), ("mb.st", {"x": "1", "b": "w"})):
+    h = json.dumps({"__metadata__": meta, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<f", 1))'
+run dp-ckpt diff --meta ma.st mb.st
+is "$rc:$out" "3:metadata a: q\"z against (none)
+metadata b: (none) against w
+1 tensors compared, 0 differ; 2 metadata keys differ" "diff --meta: keys in one of them, against (none)"
+run dp-ckpt diff --meta --json ma.st mb.st
+like "$out" '"name":"a","a":"q\\"z","b":null},\{"kind":"metadata","name":"b","a":null,"b":"w"\}' "diff --meta --json: keys in one of them, against null"
 run dp-ckpt diff -q a.st b.st
 is "$rc:$out" "3:" "diff -q: nothing printed, exit 3"
 train other.st 1 --model conv:3:3,relu,flatten,dense:4 || exit 1

@@ -7,17 +7,10 @@
 # --reset gives the fresh weights; the settings survive --resume.
 . "${DP_SRC:-.}/tests/lib.sh"
 
-REF="$PY $DP_SRC/tests/torch_ref.py"
-require "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)" $REF check
+require_ref torch_ref.py "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)"
 cd "$T"
-$PY -c '
-import numpy as np
-r = np.random.default_rng(1)
-np.savez("vec.npz", x=r.standard_normal((24, 12)).astype(np.float32), y=r.integers(0, 5, 24))
-np.savez("img.npz", x=r.standard_normal((24, 2, 8, 8)).astype(np.float32), y=r.integers(0, 5, 24))
-'
-$PY "$DP_SRC/tests/mkexamples.py" vec.tfr npz vec.npz
-$PY "$DP_SRC/tests/mkexamples.py" img.tfr npz img.npz
+$PY "$DP_SRC/tests/mkexamples.py" vec.tfr random --n 24 --shape 12 --classes 5 --seed 1 --npz vec.npz
+$PY "$DP_SRC/tests/mkexamples.py" img.tfr random --n 24 --shape 2x8x8 --classes 5 --seed 2 --npz img.npz
 MLP=dense:16,relu,dense:8,relu,dense:5
 CNN=conv:4:3,batchnorm,relu,flatten,dense:5
 printf 'plain %s 12 7 mlp.st\nplain %s 2x8x8 7 cnn.st\n' "$MLP" "$CNN" > plain.txt

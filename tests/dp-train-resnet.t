@@ -29,8 +29,7 @@
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
-REF="$PY $DP_SRC/tests/resnet_ref.py"
-require "python3-torch or python3-torchvision is not installed (scripts/deps --test)" $REF check
+require_ref resnet_ref.py "python3-torch or python3-torchvision is not installed (scripts/deps --test)"
 cd "$T"
 
 # The data: float32's rounding may put a pre-activation on the other side of

@@ -9,20 +9,11 @@
 # torch.nn.Sequential with load_state_dict(strict=True).
 . "${DP_SRC:-.}/tests/lib.sh"
 
-REF="$PY $DP_SRC/tests/torch_ref.py"
-require "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)" $REF check
+require_ref torch_ref.py "python3-torch is not installed: apt-get install python3-torch (scripts/deps --test)"
 cd "$T"
-$PY -c '
-import numpy as np
-r = np.random.default_rng(1)
-np.savez("img.npz", x=r.standard_normal((24, 2, 8, 8)).astype(np.float32), y=r.integers(0, 5, 24))
-np.savez("vec.npz", x=r.standard_normal((24, 12)).astype(np.float32), y=r.integers(0, 5, 24))
-np.savez("reg.npz", x=r.standard_normal((24, 12)).astype(np.float32),
-         y=r.standard_normal((24, 3)).astype(np.float32))
-'
-$PY "$DP_SRC/tests/mkexamples.py" img.tfr npz img.npz
-$PY "$DP_SRC/tests/mkexamples.py" vec.tfr npz vec.npz
-$PY "$DP_SRC/tests/mkexamples.py" reg.tfr npz reg.npz --label-kind vector
+$PY "$DP_SRC/tests/mkexamples.py" img.tfr random --n 24 --shape 2x8x8 --classes 5 --seed 1 --npz img.npz
+$PY "$DP_SRC/tests/mkexamples.py" vec.tfr random --n 24 --shape 12 --classes 5 --seed 2 --npz vec.npz
+$PY "$DP_SRC/tests/mkexamples.py" reg.tfr random --n 24 --shape 12 --label-kind vector:3 --seed 3 --npz reg.npz
 
 # Cases: DATA SHAPE SPEC LOSS OPTIMIZER-ARGS...; each is 3 updates of batch 8.
 # torch starts once for all initial weights and once for all comparisons.

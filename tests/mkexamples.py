@@ -4,7 +4,8 @@ An independent writer (protobuf wire format and CRC32C by hand, numpy for
 the data) so that the tests do not check libdp against itself.
 
   mkexamples.py OUT random --n N --shape 784 --classes 10 [--kind float|int64|uint8|f32bytes|f64bytes]
-                [--seed S] [--gzip] [--label-kind int|float|vector:K] [--bad MODE]
+                [--seed S] [--gzip] [--label-kind int|float|vector:K] [--bad MODE] [--npz FILE]
+                --npz: the same x and y saved to FILE.npz too, for a reference to read
   mkexamples.py OUT idx DIR images labels [--limit N] [--offset K]   (Fashion-MNIST IDX files)
   mkexamples.py OUT npz FILE.npz [--kind ...]     x (n, ...) float32 and y (n,) int
   mkexamples.py OUT blobs --n N --shape 64 --classes 4 [--spread 0.35] [--centers S] [--seed S]
@@ -128,6 +129,7 @@ def main():
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--npz", default=None)
     ap.add_argument("--bad", default=None, help="MODE:RECORD (nolabel nofeature short nan label crc)")
     a = ap.parse_args()
     bad = None
@@ -163,6 +165,8 @@ def main():
     else:
         z = np.load(a.args[0])
         xs, ys = z["x"], z["y"]
+    if a.npz:
+        np.savez(a.npz, x=xs, y=ys)
     write(a.out, xs, ys, a.kind, label_kind, a.gzip, bad)
 
 

@@ -55,6 +55,18 @@ def load(path):
     return recs
 
 
+def with_lines(path, jsonl, encoding):
+    """The records of path, each with its line of jsonl (tfr-cat's JSON
+    output, one line a record); fails unless there are as many of each."""
+    recs = load(path)
+    lines = open(jsonl, encoding=encoding).read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != len(recs):
+        fail("%d lines for %d records" % (len(lines), len(recs)))
+    return list(zip(recs, lines))
+
+
 def varint(b, i):
     v = s = 0
     while True:
@@ -215,14 +227,9 @@ def cmd_bench(path, n):
 # ---- compact -j -------------------------------------------------------------
 
 def cmd_compact(path, jsonl):
-    recs = load(path)
-    lines = open(jsonl, encoding="utf-8").read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) != len(recs):
-        fail("%d lines for %d records" % (len(lines), len(recs)))
+    rows = with_lines(path, jsonl, "utf-8")
     nfloat = 0
-    for idx, (rec, line) in enumerate(zip(recs, lines)):
+    for idx, (rec, line) in enumerate(rows):
         m = example_pb2.Example.FromString(rec)
         pairs = json.loads(line, object_pairs_hook=lambda kv: kv)
         names = [k for k, _ in pairs]
@@ -268,7 +275,7 @@ def cmd_compact(path, jsonl):
                      % (idx, tok, x, shortest_digits(x)))
             if tok != repr(float(tok)):
                 fail("record %d: %s is not printed as Python's repr %s" % (idx, tok, repr(float(tok))))
-    print("ok %d records, %d floats" % (len(recs), nfloat))
+    print("ok %d records, %d floats" % (len(rows), nfloat))
 
 
 def _float_tokens(line):
@@ -288,14 +295,9 @@ def _float_tokens(line):
 # ---- --json=proto -----------------------------------------------------------
 
 def cmd_proto(path, jsonl):
-    recs = load(path)
-    lines = open(jsonl, encoding="ascii").read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) != len(recs):
-        fail("%d lines for %d records" % (len(lines), len(recs)))
+    rows = with_lines(path, jsonl, "ascii")
     exact = 0
-    for idx, (rec, line) in enumerate(zip(recs, lines)):
+    for idx, (rec, line) in enumerate(rows):
         m = example_pb2.Example.FromString(rec)
         d = json_format.MessageToDict(m)
         # protobuf's map order is its own; put the features in wire order
@@ -320,7 +322,7 @@ def cmd_proto(path, jsonl):
             back = m
         if back.SerializeToString(deterministic=True) != m.SerializeToString(deterministic=True):
             fail("record %d: json_format.Parse gives another message" % idx)
-    print("ok %d records (%d compared with MessageToJson verbatim)" % (len(recs), exact))
+    print("ok %d records (%d compared with MessageToJson verbatim)" % (len(rows), exact))
 
 
 # ---- --encode idx -----------------------------------------------------------

@@ -3,8 +3,10 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "dp_record.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -301,6 +303,33 @@ int cli_word(const char *opt, const char *s, const char *list)
 		w += l + (w[l] == ' ');
 	}
 	cli_bad_value(opt, s, want);
+}
+
+int cli_comp_out(const char *opt, const char *s)
+{
+	int comp = dp_comp_parse(s);
+	if (comp < 0 || comp == DP_COMP_AUTO)
+		cli_bad_value(opt, s, "none, gzip or zlib");
+	return comp;
+}
+
+int cli_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void cli_check_not_output(const dp_out *out, const char *path)
+{
+	int std = !strcmp(path, "-");
+	int fd = std ? STDIN_FILENO : open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	int same = dp_out_is_input(out, fd);
+	if (!std)
+		close(fd);
+	if (same)
+		cli_die("%s: input file is output file", std ? "stdin" : path);
 }
 
 char *cli_expand(const char *tmpl, const char *const *vars)

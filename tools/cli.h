@@ -122,6 +122,20 @@ void cli_bad_value(const char *opt, const char *s, const char *want) __attribute
  * cli_bad_value's "want logfmt or json". */
 int cli_word(const char *opt, const char *s, const char *list);
 
+/* s, the value of option opt, as the compression of an output
+ * (dp_comp_parse's words but auto): DP_COMP_NONE, _GZIP or _ZLIB; another
+ * value is cli_bad_value's "want none, gzip or zlib". */
+int cli_comp_out(const char *opt, const char *s);
+
+/* 1 when path names a folder (links followed), 0 otherwise. */
+int cli_is_dir(const char *path);
+
+/* An input path ("-": stdin) that is the file out is written to in place
+ * (`prog f >> f`, dp_out_is_input) would be read for ever, as cat(1)
+ * knows: "PATH: input file is output file", exit 1, before anything is
+ * read.  A path that does not open passes (said when it is read). */
+void cli_check_not_output(const dp_out *out, const char *path);
+
 /* dp_expand(tmpl, vars): {rank}, {size} and vars filled in; cannot fail. */
 char *cli_expand(const char *tmpl, const char *const *vars);
 

@@ -59,3 +59,9 @@ int cli_input_option(struct cli_input *in, int c, const char *name, const char *
 	}
 	return 1;
 }
+
+void cli_input_skipped(void *ctx, const dp_err *e)
+{
+	(void)ctx;
+	cli_warn("%s; skipped", e->msg);
+}

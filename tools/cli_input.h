@@ -75,5 +75,8 @@ void cli_input_init(struct cli_input *in);
  * CLI_INPUT_OPTIONS, its value taken into in; 0 when it is not.  A bad
  * value is a usage error of the whole job (cli_job_usage_error). */
 int cli_input_option(struct cli_input *in, int c, const char *name, const char *arg);
+/* A record or image passed over with --skip-corrupt, said ("prog: MSG;
+ * skipped"): the on_skip callback of the readers (any thread). */
+void cli_input_skipped(void *ctx, const dp_err *e);
 
 #endif

@@ -491,6 +491,26 @@ static void diff_tensor(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y,
 	}
 }
 
+/* A metadata value, or its absence (NULL): null in JSON, "(none)" in text. */
+static void add_meta_value(dp_buf *b, const char *v)
+{
+	if (v)
+		add_text(b, v);
+	else
+		dp_buf_addstr(b, O.json ? "null" : "(none)");
+}
+
+/* The values of a metadata key in A and in B (NULL: not there), ending
+ * what diff_open began: ,"a":V,"b":W} in JSON, "V against W" in text. */
+static void diff_meta_values(dp_buf *b, const char *v, const char *w)
+{
+	dp_buf_addstr(b, O.json ? ",\"a\":" : "");
+	add_meta_value(b, v);
+	dp_buf_addstr(b, O.json ? ",\"b\":" : " against ");
+	add_meta_value(b, w);
+	dp_buf_addstr(b, O.json ? "}" : "\n");
+}
+
 static void diff_meta(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y)
 {
 	for (int i = 0; i < dp_st_meta_count(x); i++) {
@@ -499,24 +519,7 @@ static void diff_meta(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y)
 		if ((w = dp_st_meta(y, k)) && !strcmp(v, w))
 			continue;
 		diff_open(b, ndiff, "metadata", k);
-		if (O.json) {
-			dp_buf_addstr(b, ",\"a\":");
-			add_text(b, v);
-			dp_buf_addstr(b, ",\"b\":");
-			if (w)
-				add_text(b, w);
-			else
-				dp_buf_addstr(b, "null");
-			dp_buf_addstr(b, "}");
-		} else {
-			add_text(b, v);
-			dp_buf_addstr(b, " against ");
-			if (w)
-				add_text(b, w);
-			else
-				dp_buf_addstr(b, "(none)");
-			dp_buf_addstr(b, "\n");
-		}
+		diff_meta_values(b, v, w);
 	}
 	for (int i = 0; i < dp_st_meta_count(y); i++) { /* keys only in B */
 		const char *k, *v;
@@ -524,15 +527,7 @@ static void diff_meta(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y)
 		if (dp_st_meta(x, k))
 			continue;
 		diff_open(b, ndiff, "metadata", k);
-		if (O.json) {
-			dp_buf_addstr(b, ",\"a\":null,\"b\":");
-			add_text(b, v);
-			dp_buf_addstr(b, "}");
-		} else {
-			dp_buf_addstr(b, "(none) against ");
-			add_text(b, v);
-			dp_buf_addstr(b, "\n");
-		}
+		diff_meta_values(b, NULL, v);
 	}
 }
 

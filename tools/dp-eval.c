@@ -308,6 +308,20 @@ static void json_what(const json_t *j, char *buf, size_t len)
 	free(t);
 }
 
+/* x as a metric's value in dp-eval's form: a number, or null (NaN, as
+ * dp-eval writes a metric it has no value for); 0, or -1 when x is
+ * neither (or NULL). */
+static int metric_value(const json_t *x, double *v)
+{
+	if (json_is_number(x))
+		*v = json_number_value(x);
+	else if (x && json_is_null(x))
+		*v = NAN;
+	else
+		return -1;
+	return 0;
+}
+
 /* The value of metric `name` in a dp-eval metrics JSON: 0; -1 when there
  * is none of that name; -2 when there is one not of dp-eval's form (a
  * number or null), with what it is in bad. */
@@ -315,15 +329,8 @@ static int json_metric(json_t *root, const char *name, double *v, char *bad, siz
 {
 	json_t *m = json_object_get(json_object_get(root, "metrics"), name);
 	if (m) {
-		json_t *val = json_object_get(m, "value");
-		if (json_is_number(val)) {
-			*v = json_number_value(val);
+		if (metric_value(json_object_get(m, "value"), v) == 0)
 			return 0;
-		}
-		if (val && json_is_null(val)) {
-			*v = NAN;
-			return 0;
-		}
 		json_what(m, bad, bl);
 		return -2;
 	}
@@ -353,14 +360,8 @@ static int json_metric(json_t *root, const char *name, double *v, char *bad, siz
 			json_t *x = json_object_get(it, base);
 			if (!strcmp(base, "class") || !strcmp(base, "output") || !strcmp(base, "name"))
 				return -1;
-			if (json_is_number(x)) {
-				*v = json_number_value(x);
+			if (metric_value(x, v) == 0)
 				return 0;
-			}
-			if (x && json_is_null(x)) {
-				*v = NAN;
-				return 0;
-			}
 			if (!x)
 				return -1;
 			json_what(x, bad, bl);
@@ -921,12 +922,6 @@ static void make_metrics(void)
 	free(oo);
 }
 
-/* A skipped image (--skip-corrupt), from the reader thread. */
-static void skip_warn(void *ctx, const dp_err *e)
-{
-	cli_warn("%s; skipped", e->msg);
-}
-
 /* The records, in order; worker r takes blocks r, r + size, ... of
  * --batch-size records (unless the data is its own), so that every batch
  * is one the single process would have seen. */
@@ -971,7 +966,7 @@ static void open_data(void)
 	o.decode_threads = O.in.decode_threads;
 	o.skip_corrupt = O.in.skip_corrupt;
 	o.rec.max_record = O.in.max_record;
-	o.on_skip = skip_warn;
+	o.on_skip = cli_input_skipped;
 	if (!(R.d = dp_data_open(&o, &e)))
 		cli_die_err(CLI_FAIL, &e);
 }

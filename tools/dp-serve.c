@@ -588,21 +588,6 @@ static int serve(void)
 
 static int any_failed;
 
-typedef struct waiter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int done;
-} waiter;
-
-static void on_file_done(void *ctx)
-{
-	waiter *w = ctx;
-	pthread_mutex_lock(&w->mu);
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
 /* One line a prediction: "PATH: CLASS PROB, CLASS PROB, ..." (PATH[i] for
  * the records of a TFRecord file), or with --json the answer's object
  * with "file" (and "record"). */
@@ -674,15 +659,8 @@ static void predict_file(const char *path)
 		any_failed = 1;
 		return;
 	}
-	waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-	if (dp_req_submit(S, r, 0, on_file_done, &w, &e) < 0)
-		cli_die("%s: %s", path, e.msg);
-	pthread_mutex_lock(&w.mu);
-	while (!w.done)
-		pthread_cond_wait(&w.cv, &w.mu);
-	pthread_mutex_unlock(&w.mu);
 	dp_buf b = DP_BUF_INIT;
-	if (dp_req_answer(r, &b, &e) < 0 || b.err)
+	if (dp_req_run(S, r, &b, &e) < 0 || b.err)
 		cli_die("%s: %s", path, b.err ? "out of memory" : e.msg);
 	print_answer(path, b.p, dp_req_samples(r));
 	dp_buf_free(&b);
@@ -704,9 +682,8 @@ static int walk_one(void *ctx, const dp_walk_entry *w, dp_err *e)
 static int predict_files(void)
 {
 	for (int i = 0; i < O.nfiles; i++) {
-		struct stat st;
 		dp_err e;
-		if (stat(O.files[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (cli_is_dir(O.files[i])) {
 			if (dp_walk(O.files[i], walk_one, NULL, &e) < 0) {
 				cli_warn("%s", e.msg);
 				any_failed = 1;

@@ -1175,10 +1175,9 @@ static void expand_folders(char ***files, char ***runs, int *nfiles, char ***fou
 	char **f = cli_calloc(cap, sizeof *f), **r = cli_calloc(cap, sizeof *r);
 	for (int i = 0; i < *nfiles; i++) {
 		const char *path = (*files)[i];
-		struct stat st;
 		char **m = NULL;
 		dp_err e;
-		if (strcmp(path, "-") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (strcmp(path, "-") && cli_is_dir(path)) {
 			if (*nfound == 64)
 				cli_usage_error("more than 64 folders");
 			if (!(m = dp_tb_find(path, &e))) {

@@ -746,12 +746,6 @@ static void put_many(const char *url, char **args, int n)
 	dp_s3_plan_free(&l);
 }
 
-static int is_dir(const char *path)
-{
-	struct stat sb;
-	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 static void cmd_put(char **args, int n)
 {
 	if (n < 1)
@@ -766,7 +760,7 @@ static void cmd_put(char **args, int n)
 			cli_usage_error("put: %s ends in '/': name the object to write stdin to "
 					"(or --dir-markers for its folder marker)", url);
 		put_one(url, NULL);
-	} else if (n == 2 && !prefix && !is_dir(args[1])) {
+	} else if (n == 2 && !prefix && !cli_is_dir(args[1])) {
 		const char *name = strrchr(args[1], '/');
 		if (filtered_in(name ? name + 1 : args[1]))
 			put_one(url, args[1]);

@@ -99,13 +99,6 @@ static int gave(const args *a, const char *name)
 
 /* ---- files and the environment -------------------------------------------- */
 
-
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int exists(const char *p)
 {
 	return access(p, F_OK) == 0;
@@ -392,7 +385,7 @@ static void add_channel(args *a, const char *root, const char *name, const char 
 		cli_usage_error("channel '%s': TrainingInputMode '%s': want File, FastFile or Pipe",
 				name, mode);
 	char *dir = channel_dir(root, name);
-	if (!is_dir(dir))
+	if (!cli_is_dir(dir))
 		cli_die("channel '%s': %s: not a folder", name, dir);
 	if (!add_files(a, opt, dir))
 		cli_die("channel '%s': no files in %s", name, dir);
@@ -425,7 +418,7 @@ static void train_channels(args *d, const args *given, const char *root, int hos
 		while (dir && (de = readdir(dir)))
 			if (de->d_name[0] != '.') {
 				char *p = fmt("%s/%s", dd, de->d_name);
-				if (is_dir(p))
+				if (cli_is_dir(p))
 					json_object_set_new(cfg, de->d_name, json_object());
 				free(p);
 			}
@@ -566,7 +559,7 @@ static uint64_t resume_from(args *d, args *h, const args *given, const char *roo
 {
 	char *ckd = fmt("%s/checkpoints", root), *ck = fmt("%s/checkpoint.safetensors", ckd);
 	uint64_t first = 0;
-	if (is_dir(ckd) && !gave(given, "checkpoint")) {
+	if (cli_is_dir(ckd) && !gave(given, "checkpoint")) {
 		add(d, "--checkpoint=%s", ck);
 		if (exists(ck) && !gave(given, "resume")) {
 			dp_err e;
@@ -691,7 +684,7 @@ static char *eval_model(const char *dir, int quiet)
 {
 	args files = {0};
 	char *st = NULL, *tgz = NULL;
-	if (!is_dir(dir))
+	if (!cli_is_dir(dir))
 		cli_die("%s: not a folder (the processing input of the model)", dir);
 	add_files(&files, "", dir);
 	for (size_t i = 0; i < files.n; i++) {
@@ -752,11 +745,11 @@ int sm_eval_args(int *argc, char ***argv, const struct option *opts)
 	}
 	if (!gave(&u, "data") && !gave(&u, "data-cmd")) {
 		char *td = fmt("%s/test", in);
-		if (!is_dir(td)) {
+		if (!cli_is_dir(td)) {
 			free(td);
 			td = fmt("%s/data", in);
 		}
-		if (!is_dir(td))
+		if (!cli_is_dir(td))
 			cli_die("%s/test: not a folder (the processing input of the records; or "
 				"%s/data)",
 				in, in);

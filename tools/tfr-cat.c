@@ -176,23 +176,6 @@ static void close_output(void)
 		cli_die_err(CLI_FAIL, &e);
 }
 
-/* `tfr-cat f.tfr >> f.tfr` would read its own output for ever: as cat(1)
- * does, an input that is the file the output is written to in place is
- * refused, before anything is read.  -o f.tfr goes through a temporary
- * renamed at the end: f.tfr stays whole while it is read, and is replaced. */
-static void check_not_input(const char *path)
-{
-	int std = !strcmp(path, "-");
-	int fd = std ? STDIN_FILENO : open(path, O_PATH | O_CLOEXEC);
-	if (fd < 0)
-		return; /* said when it is opened */
-	int same = dp_out_is_input(&S.out, fd);
-	if (!std)
-		close(fd);
-	if (same)
-		cli_die("%s: input file is output file", std ? "stdin" : path);
-}
-
 /* ---- --schema ---------------------------------------------------------- */
 
 static uint64_t hash_name(const char *s, size_t n, int kind)
@@ -592,17 +575,10 @@ static char parse_char(const char *opt, const char *s)
 
 static int parse_encode(const char *s)
 {
-	if (!strcmp(s, "json") || !strcmp(s, "json=compact"))
+	static const int enc[] = {DP_ENC_JSON, DP_ENC_JSON_PROTO, DP_ENC_CSV, DP_ENC_IDX, ENC_IMAGES};
+	if (!strcmp(s, "json=compact")) /* as --json=compact */
 		return DP_ENC_JSON;
-	if (!strcmp(s, "json=proto"))
-		return DP_ENC_JSON_PROTO;
-	if (!strcmp(s, "csv"))
-		return DP_ENC_CSV;
-	if (!strcmp(s, "idx"))
-		return DP_ENC_IDX;
-	if (!strcmp(s, "images"))
-		return ENC_IMAGES;
-	cli_bad_value("--encode", s, "json, json=proto, csv, idx or images");
+	return enc[cli_word("--encode", s, "json json=proto csv idx images")];
 }
 
 /* --types given again adds to the list. */
@@ -664,11 +640,7 @@ static int parse_options(int argc, char **argv)
 		case OPT_SKIP_CORRUPT: O.skip_corrupt = 1; break;
 		case OPT_ALLOW_EMPTY: O.enc.allow_empty = 1; break;
 		case OPT_MAX_RECORD: O.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
-		case 'z':
-			O.comp = dp_comp_parse(optarg);
-			if (O.comp < 0 || O.comp == DP_COMP_AUTO)
-				cli_bad_value("--compress", optarg, "none, gzip or zlib");
-			break;
+		case 'z': O.comp = cli_comp_out("--compress", optarg); break;
 		case OPT_LEVEL: O.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case 'o': O.output = optarg; break;
 		case OPT_ENCODE: O.enc.format = parse_encode(optarg); break;
@@ -707,11 +679,8 @@ static void check_options(int nfiles)
 				O.classes_out, O.output ? O.output : "-");
 	if (x->format == ENC_IMAGES && nfiles != 1)
 		cli_usage_error("--encode=images takes one folder or list (its classes are numbered together)");
-	if (O.images_dir) {
-		struct stat st;
-		if (stat(O.images_dir, &st) < 0 || !S_ISDIR(st.st_mode))
-			cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
-	}
+	if (O.images_dir && !cli_is_dir(O.images_dir))
+		cli_die("%s: not a folder (--decode-images writes into an existing one)", O.images_dir);
 	if (S.mode != OUT_RECORDS && (O.comp != DP_COMP_NONE || O.level >= 0))
 		cli_usage_error("-z and --level apply to record output only");
 	if (x->format != DP_ENC_CSV && (O.types || x->delim != ',' || x->list_sep != ' '))
@@ -761,8 +730,11 @@ int main(int argc, char **argv)
 
 	char *stdin_only[] = {"-", NULL};
 	char **files = first < argc ? argv + first : stdin_only;
+	/* `tfr-cat f.tfr >> f.tfr` is refused; -o f.tfr goes through a
+	 * temporary renamed at the end: f.tfr stays whole while it is read,
+	 * and is replaced */
 	for (char **f = files; *f; f++)
-		check_not_input(*f);
+		cli_check_not_output(&S.out, *f);
 	if (O.head == 0)
 		S.stop = 1;
 	if (O.enc.format == DP_ENC_IDX) {

@@ -340,17 +340,8 @@ static void check_not_input(const dp_out *o)
 {
 	if (o->tmp)
 		return;
-	for (int i = 0; i < opt.ninputs; i++) {
-		int std = !strcmp(opt.inputs[i], "-");
-		int fd = std ? STDIN_FILENO : open(opt.inputs[i], O_PATH | O_CLOEXEC);
-		if (fd < 0)
-			continue; /* said when it is read */
-		int same = dp_out_is_input(o, fd);
-		if (!std)
-			close(fd);
-		if (same)
-			cli_die("%s: input file is output file", std ? "stdin" : opt.inputs[i]);
-	}
+	for (int i = 0; i < opt.ninputs; i++)
+		cli_check_not_output(o, opt.inputs[i]);
 }
 
 static void open_output(struct output *o, const char *path)
@@ -1104,11 +1095,7 @@ static void parse_options(int argc, char **argv)
 		case O_SIZE: opt.size = (int)cli_count("--size", optarg, 1, INT_MAX); break;
 		case O_MAXREC: opt.max_records = cli_count("--max-records", optarg, 1, UINT64_MAX); break;
 		case O_MAXBYTES: opt.max_bytes = cli_size("--max-bytes", optarg, 1, UINT64_MAX); break;
-		case 'z':
-			opt.comp = dp_comp_parse(optarg);
-			if (opt.comp < 0 || opt.comp == DP_COMP_AUTO)
-				cli_bad_value("-z", optarg, "none, gzip or zlib");
-			break;
+		case 'z': opt.comp = cli_comp_out("-z", optarg); break;
 		case O_LEVEL: opt.level = (int)cli_count("--level", optarg, 0, 9); break;
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case O_MAXRECORD: opt.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;

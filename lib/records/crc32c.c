@@ -117,6 +117,22 @@ static uint32_t shift(uint32_t t[4][256], uint32_t crc)
 	       t[3][crc >> 24];
 }
 
+/* The crc c0 carried over p[0 .. 3n): three streams of n bytes, each
+ * through the instruction at once, then joined by the table t that shifts
+ * a crc over n zero bytes. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint64_t
+crc_streams(uint64_t c0, const unsigned char *p, size_t n, uint32_t t[4][256])
+{
+	uint64_t c1 = 0, c2 = 0;
+	for (const unsigned char *end = p + n; p < end; p += 8) {
+		c0 = _mm_crc32_u64(c0, load64(p));
+		c1 = _mm_crc32_u64(c1, load64(p + n));
+		c2 = _mm_crc32_u64(c2, load64(p + 2 * n));
+	}
+	c0 = shift(t, (uint32_t)c0) ^ c1;
+	return shift(t, (uint32_t)c0) ^ c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p,
 							   size_t len)
 {
@@ -126,34 +142,10 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
 		len--;
 	}
 	/* Three streams of LONG bytes, then of SHORT bytes. */
-	while (len >= 3 * LONG) {
-		uint64_t c1 = 0, c2 = 0;
-		const unsigned char *end = p + LONG;
-		do {
-			c0 = _mm_crc32_u64(c0, load64(p));
-			c1 = _mm_crc32_u64(c1, load64(p + LONG));
-			c2 = _mm_crc32_u64(c2, load64(p + 2 * LONG));
-			p += 8;
-		} while (p < end);
-		c0 = shift(long_shift, (uint32_t)c0) ^ c1;
-		c0 = shift(long_shift, (uint32_t)c0) ^ c2;
-		p += 2 * LONG;
-		len -= 3 * LONG;
-	}
-	while (len >= 3 * SHORT) {
-		uint64_t c1 = 0, c2 = 0;
-		const unsigned char *end = p + SHORT;
-		do {
-			c0 = _mm_crc32_u64(c0, load64(p));
-			c1 = _mm_crc32_u64(c1, load64(p + SHORT));
-			c2 = _mm_crc32_u64(c2, load64(p + 2 * SHORT));
-			p += 8;
-		} while (p < end);
-		c0 = shift(short_shift, (uint32_t)c0) ^ c1;
-		c0 = shift(short_shift, (uint32_t)c0) ^ c2;
-		p += 2 * SHORT;
-		len -= 3 * SHORT;
-	}
+	for (; len >= 3 * LONG; p += 3 * LONG, len -= 3 * LONG)
+		c0 = crc_streams(c0, p, LONG, long_shift);
+	for (; len >= 3 * SHORT; p += 3 * SHORT, len -= 3 * SHORT)
+		c0 = crc_streams(c0, p, SHORT, short_shift);
 	while (len >= 8) {
 		c0 = _mm_crc32_u64(c0, load64(p));
 		p += 8;

@@ -477,22 +477,25 @@ static void int64_fn(const field *f, void *ctx)
 	}
 }
 
-size_t dp_feature_floats(const dp_feature *f, float *out, size_t max)
+/* The values of f, a list of kind, copied by fn into out (at most max of
+ * them); how many f holds (0 when of another kind). */
+static size_t copy_values(const dp_feature *f, int kind, value_fn fn, void *out, size_t max)
 {
 	struct fcopy c = {out, 0, max};
-	if (f->kind != DP_KIND_FLOAT)
+	if (f->kind != kind)
 		return 0;
-	each_value(f, float_fn, &c);
+	each_value(f, fn, &c);
 	return c.n;
+}
+
+size_t dp_feature_floats(const dp_feature *f, float *out, size_t max)
+{
+	return copy_values(f, DP_KIND_FLOAT, float_fn, out, max);
 }
 
 size_t dp_feature_int64s(const dp_feature *f, int64_t *out, size_t max)
 {
-	struct fcopy c = {out, 0, max};
-	if (f->kind != DP_KIND_INT64)
-		return 0;
-	each_value(f, int64_fn, &c);
-	return c.n;
+	return copy_values(f, DP_KIND_INT64, int64_fn, out, max);
 }
 
 struct beach {
@@ -569,17 +572,9 @@ static uint8_t *reserve(dp_exbuild *b, size_t more)
 		return NULL;
 	if (b->n < HEAD)
 		b->n = HEAD;
-	if (b->n + more > b->cap) {
-		size_t nc = b->cap ? b->cap : 256;
-		while (nc < b->n + more)
-			nc *= 2;
-		uint8_t *np = realloc(b->p, nc);
-		if (!np) {
-			b->failed = 1;
-			return NULL;
-		}
-		b->p = np;
-		b->cap = nc;
+	if (dp_grow(&b->p, &b->cap, b->n + more, 1) < 0) {
+		b->failed = 1;
+		return NULL;
 	}
 	return b->p + b->n;
 }

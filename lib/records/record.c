@@ -657,17 +657,9 @@ static int emit(dp_writer *w, const void *p, size_t n, dp_err *e)
 			return wfail(w, e);
 		return 0;
 	}
-	if (w->mem_len + n > w->mem_cap) {
-		size_t nc = w->mem_cap ? w->mem_cap : 4096;
-		while (nc < w->mem_len + n)
-			nc *= 2;
-		uint8_t *m = realloc(w->mem, nc);
-		if (!m) {
-			dp_seterr(&w->err, DP_ENOMEM, "%s: out of memory", w->name);
-			return wfail(w, e);
-		}
-		w->mem = m;
-		w->mem_cap = nc;
+	if (dp_grow(&w->mem, &w->mem_cap, w->mem_len + n, 1) < 0) {
+		dp_seterr(&w->err, DP_ENOMEM, "%s: out of memory", w->name);
+		return wfail(w, e);
 	}
 	memcpy(w->mem + w->mem_len, p, n);
 	w->mem_len += n;

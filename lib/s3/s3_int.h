@@ -257,5 +257,9 @@ int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e)
 
 /* ---- Local files (s3objs.c) ---------------------------------------------------------- */
 int s3_file_stat(const char *path, dp_obj *o, dp_err *e);
+/* After a system call on the local path failed: dp_syserr's message, and
+ * the code DP_ENOTFOUND when it (or a directory on its way) is missing,
+ * DP_EDENIED when it is not ours to use. */
+int s3_file_err(dp_err *e, const char *path);
 
 #endif

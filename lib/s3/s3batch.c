@@ -335,12 +335,7 @@ static int put_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 		return rc;
 	int fd = open(f->src, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		int saved = errno;
-		rc = dp_syserr(e, "%s", f->src);
-		if (e && (saved == ENOENT || saved == ENOTDIR))
-			rc = e->code = DP_ENOTFOUND;
-		else if (e && saved == EACCES)
-			rc = e->code = DP_EDENIED;
+		rc = s3_file_err(e, f->src);
 		dp_loc_free(&dst);
 		return rc;
 	}

@@ -197,21 +197,27 @@ int dp_range_parse(const char *s, dp_range *r)
 
 /* ---- Local files --------------------------------------------------------------- */
 
+int s3_file_err(dp_err *e, const char *path)
+{
+	int saved = errno;
+	int rc = dp_syserr(e, "%s", path);
+	if (saved == ENOENT || saved == ENOTDIR)
+		rc = DP_ENOTFOUND;
+	else if (saved == EACCES)
+		rc = DP_EDENIED;
+	if (e)
+		e->code = rc;
+	return rc;
+}
+
 int s3_file_stat(const char *path, dp_obj *o, dp_err *e)
 {
 	struct stat st;
 	memset(o, 0, sizeof *o);
 	o->kind = DP_LOC_FILE;
 	o->mtime = -1;
-	if (stat(path, &st) < 0) {
-		int saved = errno;
-		dp_syserr(e, "%s", path);
-		if (saved == ENOENT || saved == ENOTDIR)
-			e ? (e->code = DP_ENOTFOUND) : 0;
-		if (saved == EACCES && e)
-			e->code = DP_EDENIED;
-		return e ? e->code : DP_EIO;
-	}
+	if (stat(path, &st) < 0)
+		return s3_file_err(e, path);
 	if (S_ISDIR(st.st_mode))
 		return dp_seterr(e, DP_EARG, "%s: is a directory", path);
 	o->size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
@@ -280,14 +286,7 @@ static int walk(const char *root, const char *rel, int recursive, const char *na
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	DIR *d = opendir(dir);
 	if (!d) {
-		int saved = errno;
-		int rc = dp_syserr(e, "%s", dir);
-		if (saved == ENOENT || saved == ENOTDIR)
-			rc = DP_ENOTFOUND;
-		else if (saved == EACCES)
-			rc = DP_EDENIED;
-		if (e)
-			e->code = rc;
+		int rc = s3_file_err(e, dir);
 		free(dir);
 		return rc;
 	}

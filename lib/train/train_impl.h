@@ -2,8 +2,8 @@
  * train_impl.h - private to the trainer's files (lib/train/, dp_train.h): the
  * trainer's state, which step.c (a data-parallel step) and pipeline.c (a
  * pipeline's step over stages of the model) share, and the job's
- * allgather the run's glue (agree.c, data.c, summary.c) shares.  Not
- * installed.
+ * allgather the run's glue (agree.c, data.c, summary.c) shares, and the
+ * failures of a run (setup.c, epoch_end.c).  Not installed.
  */
 #ifndef DP_TRAIN_IMPL_H
 #define DP_TRAIN_IMPL_H
@@ -73,5 +73,11 @@ int pipe_save(dp_trainer *t, const char *path, const dp_train_state *ts, const c
 /* Every rank's n bytes at mine, in rank order (dp_comm_allgather), in a
  * malloc'd array; NULL with e set.  A collective. */
 void *train_allgather(dp_comm *c, const void *mine, size_t n, dp_err *e);
+
+/* ---- setup.c ---- */
+/* A failure of run r (dp_run): e says fmt's message (formatted first: its
+ * arguments may be e->msg), r->fail its kind (dp_run_fail); returns code. */
+int run_fail(dp_run *r, int kind, dp_err *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 
 #endif

@@ -177,6 +177,19 @@ static int next(const uint8_t **p, const uint8_t *end, uint32_t *num, int *wt, c
 	return 0;
 }
 
+/* Next length-delimited field numbered want in [*p, end), the others
+ * skipped: its payload d[0..len); 0 at the end or on anything malformed. */
+static int next_len(const uint8_t **p, const uint8_t *end, uint32_t want, const uint8_t **d,
+		    size_t *len)
+{
+	uint32_t num;
+	int wt;
+	while (next(p, end, &num, &wt, d, len))
+		if (num == want && wt == 2)
+			return 1;
+	return 0;
+}
+
 /* fn(ctx, entry, len) for each map entry of the Example p[0..n): field 1
  * (Features) of the Example, field 1 (a map entry) of that, on the wire. */
 static void each_entry(const uint8_t *p, size_t n, void (*fn)(void *, const uint8_t *, size_t),
@@ -184,15 +197,10 @@ static void each_entry(const uint8_t *p, size_t n, void (*fn)(void *, const uint
 {
 	const uint8_t *end = p + n, *d, *d2;
 	size_t l, l2;
-	uint32_t num;
-	int wt;
-	while (next(&p, end, &num, &wt, &d, &l)) {
-		if (num != 1 || wt != 2)
-			continue;
+	while (next_len(&p, end, 1, &d, &l)) {
 		const uint8_t *q = d, *qe = d + l;
-		while (next(&q, qe, &num, &wt, &d2, &l2))
-			if (num == 1 && wt == 2)
-				fn(ctx, d2, l2);
+		while (next_len(&q, qe, 1, &d2, &l2))
+			fn(ctx, d2, l2);
 	}
 }
 
@@ -206,11 +214,7 @@ static void entry_key(void *ctx, const uint8_t *r, size_t n)
 	keyscan *k = ctx;
 	const uint8_t *re = r + n, *d3;
 	size_t l3;
-	uint32_t num;
-	int wt;
-	while (next(&r, re, &num, &wt, &d3, &l3)) {
-		if (num != 1 || wt != 2)
-			continue;
+	while (next_len(&r, re, 1, &d3, &l3)) {
 		if (memchr(d3, 0, l3))
 			k->has_nul = 1;
 		if (!dp_utf8_valid(d3, l3))
@@ -236,9 +240,7 @@ static void entry_runs(void *ctx, const uint8_t *r, size_t n)
 	int wt;
 	uint32_t last = 0; /* a run of one list kind */
 	int run = 0, values = 0;
-	while (next(&r, re, &num, &wt, &d3, &l3)) {
-		if (num != 2 || wt != 2)
-			continue;
+	while (next_len(&r, re, 2, &d3, &l3)) {
 		const uint8_t *s = d3, *se = d3 + l3;
 		const uint8_t *d4;
 		size_t l4;

@@ -16,7 +16,6 @@
 #include "dp_serve.h"
 #include "fuzz.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,21 +59,6 @@ static void open_server(void)
 	CHECK(S, "dp_serve_open: %s", e.msg);
 }
 
-typedef struct {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int done;
-} waiter;
-
-static void done(void *ctx)
-{
-	waiter *w = ctx;
-	pthread_mutex_lock(&w->mu);
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -94,17 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	size_t n = dp_req_samples(r);
 	CHECK(n >= 1 && n <= MAX, "a body taken as %zu samples (at most %d)", n, MAX);
-	waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-	if (dp_req_submit(S, r, 0, done, &w, &e) < 0) {
-		dp_req_free(r);
-		return 0;
-	}
-	pthread_mutex_lock(&w.mu);
-	while (!w.done)
-		pthread_cond_wait(&w.cv, &w.mu);
-	pthread_mutex_unlock(&w.mu);
 	dp_buf b = DP_BUF_INIT;
-	if (dp_req_answer(r, &b, &e) == DP_OK) {
+	if (dp_req_run(S, r, &b, &e) == DP_OK) {
 		CHECK(b.p && b.p[0] == '{', "an answer that is not a JSON object");
 		size_t k = 0;
 		for (const char *p = b.p; (p = strstr(p, "\"top_k\"")); p++)

@@ -285,10 +285,9 @@ static void *cleaner(void *arg)
 	return NULL;
 }
 
-static int count_files(const char *dir)
+/* The number a shell command prints; -1 when it prints none. */
+static int shell_count(const char *cmd)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "ls -A %s | wc -l", dir);
 	FILE *f = popen(cmd, "r");
 	int n = -1;
 	if (f && fscanf(f, "%d", &n) != 1)
@@ -296,6 +295,13 @@ static int count_files(const char *dir)
 	if (f)
 		pclose(f);
 	return n;
+}
+
+static int count_files(const char *dir)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "ls -A %s | wc -l", dir);
+	return shell_count(cmd);
 }
 
 static void *mask_of(void *arg)
@@ -353,13 +359,7 @@ static void test_out_threads(void)
 	pthread_join(cl, NULL);
 	char cmd[160];
 	snprintf(cmd, sizeof cmd, "ls -A %s | grep -c tmp", tdir);
-	FILE *f = popen(cmd, "r");
-	int tmps = -1;
-	if (f && fscanf(f, "%d", &tmps) != 1)
-		tmps = -1;
-	if (f)
-		pclose(f);
-	is_int(tmps, 0, "%d threads committing beside a cleanup leave no temporary", NT);
+	is_int(shell_count(cmd), 0, "%d threads committing beside a cleanup leave no temporary", NT);
 	snprintf(cmd, sizeof cmd, "rm -f %s/c*", tdir);
 	system(cmd);
 

@@ -22,6 +22,16 @@ static int same16(uint16_t a, uint16_t b, int bf)
 	return na || nb ? na && nb : a == b;
 }
 
+/* How many of got[0..n) differ from want (same16), the first at *first. */
+static uint32_t differ16(const uint16_t *got, const uint16_t *want, uint32_t n, int bf, uint32_t *first)
+{
+	uint32_t bad = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (!same16(got[i], want[i], bf) && !bad++)
+			*first = i;
+	return bad;
+}
+
 int main(void)
 {
 	const char *src = getenv("DP_SRC");
@@ -40,18 +50,12 @@ int main(void)
 	ok(pclose(p) == 0 && okread, "tests/half_ref.py: %u values", n);
 
 	dp_f32_to_f16(got, x, n);
-	uint32_t bad = 0, first = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (!same16(got[i], f16[i], 0) && !bad++)
-			first = i;
+	uint32_t first = 0, bad = differ16(got, f16, n, 0, &first);
 	if (!ok(bad == 0, "float32 -> float16: all %u as numpy rounds them", n))
 		printf("#   %u differ; first %.9g: 0x%04x, numpy 0x%04x\n", bad, x[first], got[first], f16[first]);
 
 	dp_f32_to_bf16(got, x, n);
-	bad = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (!same16(got[i], bf16[i], 1) && !bad++)
-			first = i;
+	bad = differ16(got, bf16, n, 1, &first);
 	if (!ok(bad == 0, "float32 -> bfloat16: all %u as PyTorch rounds them", n))
 		printf("#   %u differ; first %.9g: 0x%04x, torch 0x%04x\n", bad, x[first], got[first], bf16[first]);
 
@@ -68,19 +72,11 @@ int main(void)
 	if (!ok(bad == 0, "float16 -> float32: all 65536 exactly"))
 		printf("#   %u differ; first 0x%04x: %.9g, numpy %.9g\n", bad, first, back[first], ref[first]);
 	dp_f32_to_f16(got, back, 65536);
-	bad = 0;
-	for (uint32_t i = 0; i < 65536; i++)
-		if (!same16(got[i], all[i], 0))
-			bad++;
-	ok(bad == 0, "float16 -> float32 -> float16: every value back as it was");
+	ok(differ16(got, all, 65536, 0, &first) == 0, "float16 -> float32 -> float16: every value back as it was");
 
 	dp_bf16_to_f32(back, all, 65536);
 	dp_f32_to_bf16(got, back, 65536);
-	bad = 0;
-	for (uint32_t i = 0; i < 65536; i++)
-		if (!same16(got[i], all[i], 1))
-			bad++;
-	ok(bad == 0, "bfloat16 -> float32 -> bfloat16: every value back as it was");
+	ok(differ16(got, all, 65536, 1, &first) == 0, "bfloat16 -> float32 -> bfloat16: every value back as it was");
 	free(x), free(back), free(ref), free(f16), free(bf16), free(got);
 	return done_testing();
 }

@@ -101,6 +101,31 @@ static int read_mem(const uint8_t *p, size_t n, const dp_reader_opts *o, dp_err 
 	return got;
 }
 
+/* Read p[0..n) with skip_corrupt: the records read into *good, the
+ * damaged regions passed over into *skipped; with msg, each skip's message
+ * must hold it. */
+static void read_skipping(const uint8_t *p, size_t n, int *good, int *skipped, const char *msg)
+{
+	dp_reader_opts skip = {.skip_corrupt = 1};
+	dp_err e;
+	dp_reader *r = dp_reader_open_mem(p, n, "mem", &skip, &e);
+	dp_record rec;
+	int rc;
+	*good = *skipped = 0;
+	while ((rc = dp_reader_next(r, &rec, &e)) != 0) {
+		if (rc == DP_REC_SKIPPED) {
+			++*skipped;
+			if (msg)
+				like(e.msg, msg, "resync message: %s", e.msg);
+		} else if (rc == 1) {
+			++*good;
+		} else {
+			break;
+		}
+	}
+	dp_reader_close(r);
+}
+
 /* dp_reader_on_move: runs of consecutive frames, flushed before a move */
 struct runs {
 	const uint8_t *run;
@@ -239,23 +264,10 @@ int main(void)
 	char want[128];
 	snprintf(want, sizeof want, "mem: record 3 at byte %zu: data CRC mismatch", off3);
 	is_str(e.msg, want, "data CRC message names record and offset");
-	dp_reader_opts skip = {.skip_corrupt = 1};
-	{
-		dp_reader *r = dp_reader_open_mem(d, n, "mem", &skip, &e);
-		dp_record rec;
-		int rc, good = 0, skipped = 0;
-		while ((rc = dp_reader_next(r, &rec, &e)) != 0) {
-			if (rc == DP_REC_SKIPPED)
-				skipped++;
-			else if (rc == 1)
-				good++;
-			else
-				break;
-		}
-		is_int(good, NREC - 1, "skip_corrupt: all other records read");
-		is_int(skipped, 1, "skip_corrupt: one record skipped");
-		dp_reader_close(r);
-	}
+	int good, skipped;
+	read_skipping(d, n, &good, &skipped, NULL);
+	is_int(good, NREC - 1, "skip_corrupt: all other records read");
+	is_int(skipped, 1, "skip_corrupt: one record skipped");
 	dp_reader_opts nov = {.no_verify = 1};
 	is_int(read_mem(d, n, &nov, &e), -3, "no_verify passes the damaged data through");
 
@@ -264,24 +276,9 @@ int main(void)
 	is_int(read_mem(d, n, NULL, &e), -1, "flipped length bit is an error");
 	snprintf(want, sizeof want, "mem: record 3 at byte %zu: length CRC mismatch", off3);
 	is_str(e.msg, want, "length CRC message");
-	{
-		dp_reader *r = dp_reader_open_mem(d, n, "mem", &skip, &e);
-		dp_record rec;
-		int rc, good = 0, skipped = 0;
-		while ((rc = dp_reader_next(r, &rec, &e)) != 0) {
-			if (rc == DP_REC_SKIPPED) {
-				skipped++;
-				like(e.msg, "to the next valid header at byte", "resync message: %s",
-				     e.msg);
-			} else if (rc == 1)
-				good++;
-			else
-				break;
-		}
-		is_int(good, NREC - 1, "skip_corrupt: resynchronised after a bad length");
-		is_int(skipped, 1, "skip_corrupt: one damaged region");
-		dp_reader_close(r);
-	}
+	read_skipping(d, n, &good, &skipped, "to the next valid header at byte");
+	is_int(good, NREC - 1, "skip_corrupt: resynchronised after a bad length");
+	is_int(skipped, 1, "skip_corrupt: one damaged region");
 
 	/* a length of 2^60 with a valid CRC: an error, not an allocation */
 	{

@@ -8,6 +8,7 @@
 #ifndef DP_CPU_IMPL_H
 #define DP_CPU_IMPL_H
 
+#include "conv_impl.h"
 #include "dp_backend.h"
 #include <cblas.h>
 #include <pthread.h>
@@ -88,15 +89,13 @@ void cpu_act_grad(int act, const float *y, float *dy, size_t n);
 void cpu_add_row_sums(float *acc, const float *x, size_t rows, size_t cols);
 
 /* ---- cpu_plan.c: the backend's convolution calls (dp_backend.h) ---- */
-int cpu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e);
-void cpu_conv_close(dp_bectx *c);
-size_t cpu_conv_ws(dp_bectx *c, const dp_conv2d *g);
-void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		  float *y, int act, void *ws);
-void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
-		  float *dy, float *dx, float *dw, float *db, int act, void *ws);
-int cpu_conv_algos(dp_bectx *c, char *buf, size_t len);
-int cpu_conv_algos_take(dp_bectx *c, const char *algos);
+be_conv_open_fn cpu_conv_open;
+be_conv_close_fn cpu_conv_close;
+be_conv_ws_fn cpu_conv_ws;
+be_conv_fwd_fn cpu_conv_fwd;
+be_conv_bwd_fn cpu_conv_bwd;
+be_conv_algos_fn cpu_conv_algos;
+be_conv_algos_take_fn cpu_conv_algos_take;
 int cpu_conv_explain(dp_bectx *c, const dp_conv2d *g, char *buf, size_t len);
 /* "im2col", "winograd", "gemm", "onednn", "pointwise" and back (-1: none
  * of them) */

@@ -399,29 +399,22 @@ static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p)
 	cudnnConvolutionFwdAlgoPerf_t rf[NALGO];
 	cudnnConvolutionBwdDataAlgoPerf_t rd[NALGO];
 	cudnnConvolutionBwdFilterAlgoPerf_t rw[NALGO];
-	if (c->pinned) {
-		if (!ckd(c, cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN heuristics"))
-			return false;
-		a[0] = pick(c, 0, rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
-		if (!ckd(c, cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN heuristics"))
-			return false;
-		a[1] = pick(c, 1, rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
-		if (!ckd(c, cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN heuristics"))
-			return false;
-		a[2] = pick(c, 2, rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
-	} else {
-		/* cuDNN allocates what it times on; the queue must be idle */
+	/* pinned: cuDNN's heuristics; else timed, cuDNN allocating what it
+	 * times on: the queue must be idle */
+	if (!c->pinned)
 		ck(c, cudaStreamSynchronize(c->s), "synchronize");
-		if (!ckd(c, cudnnFindConvolutionForwardAlgorithm(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN: timing the forward algorithms"))
-			return false;
-		a[0] = pick(c, 0, rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
-		if (!ckd(c, cudnnFindConvolutionBackwardDataAlgorithm(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN: timing the data gradient algorithms"))
-			return false;
-		a[1] = pick(c, 1, rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
-		if (!ckd(c, cudnnFindConvolutionBackwardFilterAlgorithm(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN: timing the filter gradient algorithms"))
-			return false;
-		a[2] = pick(c, 2, rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
-	}
+	if (!(c->pinned ? ckd(c, cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN heuristics")
+			: ckd(c, cudnnFindConvolutionForwardAlgorithm(c->dnn, p->x, p->w, p->conv, p->y, NALGO, &n, rf), "cuDNN: timing the forward algorithms")))
+		return false;
+	a[0] = pick(c, 0, rf, n, max, &p->ws_fwd, &p->ms[0], &p->ws_any);
+	if (!(c->pinned ? ckd(c, cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN heuristics")
+			: ckd(c, cudnnFindConvolutionBackwardDataAlgorithm(c->dnn, p->w, p->y, p->conv, p->x, NALGO, &n, rd), "cuDNN: timing the data gradient algorithms")))
+		return false;
+	a[1] = pick(c, 1, rd, n, max, &p->ws_data, &p->ms[1], &p->ws_any);
+	if (!(c->pinned ? ckd(c, cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN heuristics")
+			: ckd(c, cudnnFindConvolutionBackwardFilterAlgorithm(c->dnn, p->x, p->y, p->conv, p->w, NALGO, &n, rw), "cuDNN: timing the filter gradient algorithms")))
+		return false;
+	a[2] = pick(c, 2, rw, n, max, &p->ws_filter, &p->ms[2], &p->ws_any);
 	if (a[0] < 0 || a[1] < 0 || a[2] < 0)
 		return false; /* none deterministic within the bound: im2col */
 	p->fwd = (cudnnConvolutionFwdAlgo_t)a[0];

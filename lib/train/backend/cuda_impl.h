@@ -30,6 +30,7 @@
 extern "C" {
 #include "dp_backend.h"
 }
+#include "conv_impl.h"
 #include "dp_rng.h"
 
 #ifdef DP_CUDA_EMU
@@ -327,15 +328,13 @@ struct cu_prof_scope {
 #define PROF(c, what) cu_prof_scope prof_scope_((c), (what))
 
 /* cuda_conv.cu: dp_backend's conv_ws, conv_fwd, conv_bwd, and the set-up */
-int cu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e);
-void cu_conv_close(dp_bectx *c);
-size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g);
-void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		 float *y, int act, void *ws);
-void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *y,
-		 float *dy, float *dx, float *dw, float *db, int act, void *ws);
-int cu_conv_algos(dp_bectx *c, char *buf, size_t len);
-int cu_conv_algos_take(dp_bectx *c, const char *algos);
+be_conv_open_fn cu_conv_open;
+be_conv_close_fn cu_conv_close;
+be_conv_ws_fn cu_conv_ws;
+be_conv_fwd_fn cu_conv_fwd;
+be_conv_bwd_fn cu_conv_bwd;
+be_conv_algos_fn cu_conv_algos;
+be_conv_algos_take_fn cu_conv_algos_take;
 
 /* cuda_nhwc.cu, cuda_nhwc_layers.cu: channels-last tensors.  tag_of: the tag of a buffer that
  * holds one (NULL: plain NCHW float32); nhwc_in: the tensor at x as

@@ -206,15 +206,6 @@ template <typename T> __global__ void k_act(const T *x, T *y, size_t n, int act)
 	FOR_EACH(i, n) y[i] = to<T>(act_f(act, fl(x[i])));
 }
 
-template <typename T> __global__ void k_act_grad(const T *y, const T *dy, T *dx, size_t n, int act)
-{
-	FOR_EACH(i, n) dx[i] = to<T>(act_g(act, fl(y[i]), fl(dy[i])));
-}
-
-template <typename T> __global__ void k_add(const T *a, const T *b, T *y, size_t n, int act)
-{
-	FOR_EACH(i, n) y[i] = to<T>(act_f(act, fl(a[i]) + fl(b[i])));
-}
 
 /* the same, nv vectors of 16 bytes */
 template <typename T> __global__ void k_act_v(const T *x, T *y, size_t nv, int act)
@@ -229,20 +220,14 @@ template <typename T> __global__ void k_act_v(const T *x, T *y, size_t nv, int a
 	}
 }
 
-template <typename T> __global__ void k_act_grad_v(const T *y, const T *dy, T *dx, size_t nv, int act)
+/* y = op(a, b) element by element, n elements (_v: nv vectors of 16 bytes):
+ * an add with its activation, an activation's gradient. */
+template <typename T, typename Op> __global__ void k_map2(const T *a, const T *b, T *y, size_t n, Op op)
 {
-	const int N = VN<T>::n;
-	FOR_EACH(i, nv) {
-		float a[N], d[N];
-		vld(y + i * N, a);
-		vld(dy + i * N, d);
-		for (int j = 0; j < N; j++)
-			d[j] = act_g(act, a[j], d[j]);
-		vst(dx + i * N, d);
-	}
+	FOR_EACH(i, n) y[i] = to<T>(op(fl(a[i]), fl(b[i])));
 }
 
-template <typename T> __global__ void k_add_v(const T *a, const T *b, T *y, size_t nv, int act)
+template <typename T, typename Op> __global__ void k_map2_v(const T *a, const T *b, T *y, size_t nv, Op op)
 {
 	const int N = VN<T>::n;
 	FOR_EACH(i, nv) {
@@ -250,10 +235,19 @@ template <typename T> __global__ void k_add_v(const T *a, const T *b, T *y, size
 		vld(a + i * N, f);
 		vld(b + i * N, g);
 		for (int j = 0; j < N; j++)
-			f[j] = act_f(act, f[j] + g[j]);
+			f[j] = op(f[j], g[j]);
 		vst(y + i * N, f);
 	}
 }
+
+struct add_act {
+	int act;
+	__device__ float operator()(float a, float b) const { return act_f(act, a + b); }
+};
+struct act_grad { /* (the output y, dy) */
+	int act;
+	__device__ float operator()(float y, float dy) const { return act_g(act, y, dy); }
+};
 
 /* Element i of (n, h, w, c) is element (c * hw + p) of its sample for the
  * masks (dp_backend.h): the same elements dropped as in NCHW. */
@@ -282,6 +276,19 @@ void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int
 	LAUNCHED(c, "bias and activation");
 }
 
+/* k_map2 over n elements of the context's type, by vectors where a, b
+ * and y allow it. */
+template <typename Op>
+static void map2(dp_bectx *c, Op op, const void *a, const void *b, void *y, size_t n, const char *what)
+{
+	if (vec_ok(c, n, a, b, y))
+		BY_TYPE(c, LAUNCH((k_map2_v<T, Op>), grid(n / vec_n(c)), THREADS, c->s, (const T *)a, (const T *)b,
+				  (T *)y, n / vec_n(c), op));
+	else
+		BY_TYPE(c, LAUNCH((k_map2<T, Op>), grid(n), THREADS, c->s, (const T *)a, (const T *)b, (T *)y, n, op));
+	LAUNCHED(c, what);
+}
+
 void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx, size_t n)
 {
 	if (!n)
@@ -292,12 +299,7 @@ void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx
 			   "copy");
 		return;
 	}
-	if (vec_ok(c, n, y, dy, dx))
-		BY_TYPE(c, LAUNCH(k_act_grad_v<T>, grid(n / vec_n(c)), THREADS, c->s, (const T *)y, (const T *)dy,
-				  (T *)dx, n / vec_n(c), act));
-	else
-		BY_TYPE(c, LAUNCH(k_act_grad<T>, grid(n), THREADS, c->s, (const T *)y, (const T *)dy, (T *)dx, n, act));
-	LAUNCHED(c, "activation gradient");
+	map2(c, act_grad{act}, y, dy, dx, n, "activation gradient");
 }
 
 static size_t tag_elems(const nhwc_tag *t) { return (size_t)t->n * t->c * t->h * t->w; }
@@ -341,12 +343,7 @@ bool nhwc_add(dp_bectx *c, size_t n, const float *a, const float *b, float *y, i
 		cu_fail(c, "add", "channels-last tensor of another size");
 	void *tmp = !ta || !tb ? cu_scratch(c, nhwc_bytes(c, n)) : NULL;
 	const void *A = nhwc_in(c, a, s.n, s.c, s.h, s.w, tmp), *B = nhwc_in(c, b, s.n, s.c, s.h, s.w, tmp);
-	if (vec_ok(c, n, A, B, y))
-		BY_TYPE(c, LAUNCH(k_add_v<T>, grid(n / vec_n(c)), THREADS, c->s, (const T *)A, (const T *)B, (T *)y,
-				  n / vec_n(c), act));
-	else
-		BY_TYPE(c, LAUNCH(k_add<T>, grid(n), THREADS, c->s, (const T *)A, (const T *)B, (T *)y, n, act));
-	LAUNCHED(c, "add");
+	map2(c, add_act{act}, A, B, y, n, "add");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
 }

@@ -285,64 +285,65 @@ __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v, d
 
 /* ---- pooling ------------------------------------------------------------------ */
 
-void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y,
-			   int32_t *arg)
+/* Max (arg: (n, c, oh, ow), the index of each output's input) or average
+ * pooling, NCHW unless x is channels-last (cuda_nhwc_layers.cu). */
+static void pool_fwd(dp_bectx *c, int max, const dp_pool2d *g, const float *x, float *y, int32_t *arg)
 {
 	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
 	cu_use(c);
 	PROF(c, "pooling");
-	if (nhwc_pool_fwd(c, 1, g, x, y, arg))
+	if (nhwc_pool_fwd(c, max, g, x, y, arg))
 		return;
 	tag_drop(c, y);
 	tag_drop(c, arg);
 	if (!n)
 		return;
-	LAUNCH(k_maxpool_fwd, grid(n), THREADS, c->s, *g, x, y, arg);
-	LAUNCHED(c, "maxpool");
+	if (max)
+		LAUNCH(k_maxpool_fwd, grid(n), THREADS, c->s, *g, x, y, arg);
+	else
+		LAUNCH(k_avgpool_fwd, grid(n), THREADS, c->s, *g, x, y);
+	LAUNCHED(c, max ? "maxpool" : "avgpool");
 }
 
-void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, const int32_t *arg,
-			   float *dx)
+/* Their input gradients; a channels-last dy that the NCHW kernels are to
+ * read (max pooling's arg NCHW) is converted first. */
+static void pool_bwd(dp_bectx *c, int max, const dp_pool2d *g, const float *dy, const int32_t *arg,
+		     float *dx)
 {
 	size_t n = (size_t)g->n * g->c * g->h * g->w;
 	cu_use(c);
 	PROF(c, "pooling backward");
-	if (nhwc_pool_bwd(c, 1, g, dy, arg, dx))
+	if (nhwc_pool_bwd(c, max, g, dy, arg, dx))
 		return;
 	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->oh * g->ow, 0);
 	tag_drop(c, dx);
 	if (!n)
 		return;
-	LAUNCH(k_maxpool_bwd, grid(n), THREADS, c->s, *g, dy, arg, dx);
-	LAUNCHED(c, "maxpool gradient");
+	if (max)
+		LAUNCH(k_maxpool_bwd, grid(n), THREADS, c->s, *g, dy, arg, dx);
+	else
+		LAUNCH(k_avgpool_bwd, grid(n), THREADS, c->s, *g, dy, dx);
+	LAUNCHED(c, max ? "maxpool gradient" : "avgpool gradient");
+}
+
+void cu_maxpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y, int32_t *arg)
+{
+	pool_fwd(c, 1, g, x, y, arg);
+}
+
+void cu_maxpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, const int32_t *arg, float *dx)
+{
+	pool_bwd(c, 1, g, dy, arg, dx);
 }
 
 void cu_avgpool_fwd(dp_bectx *c, const dp_pool2d *g, const float *x, float *y)
 {
-	size_t n = (size_t)g->n * g->c * g->oh * g->ow;
-	cu_use(c);
-	PROF(c, "pooling");
-	if (nhwc_pool_fwd(c, 0, g, x, y, NULL))
-		return;
-	tag_drop(c, y);
-	if (!n)
-		return;
-	LAUNCH(k_avgpool_fwd, grid(n), THREADS, c->s, *g, x, y);
-	LAUNCHED(c, "avgpool");
+	pool_fwd(c, 0, g, x, y, NULL);
 }
 
 void cu_avgpool_bwd(dp_bectx *c, const dp_pool2d *g, const float *dy, float *dx)
 {
-	size_t n = (size_t)g->n * g->c * g->h * g->w;
-	cu_use(c);
-	PROF(c, "pooling backward");
-	if (nhwc_pool_bwd(c, 0, g, dy, NULL, dx))
-		return;
-	tag_drop(c, dx);
-	if (!n)
-		return;
-	LAUNCH(k_avgpool_bwd, grid(n), THREADS, c->s, *g, dy, dx);
-	LAUNCHED(c, "avgpool gradient");
+	pool_bwd(c, 0, g, dy, NULL, dx);
 }
 
 /* ---- dropout ------------------------------------------------------------------- */

@@ -336,6 +336,17 @@ static const char *preprocess(build *b, const dp_run_conf *rc, const dp_shape *i
 	return x;
 }
 
+/* A convolution's or pooling's window on nd: kernel_shape, strides and
+ * pads (the same at both ends, as dp_layer_info keeps them). */
+static void window_attrs(build *b, Onnx__NodeProto *nd, const dp_layer_info *li)
+{
+	Onnx__AttributeProto *a[3] = {
+		attr_ints(b, "kernel_shape", (int64_t[]){li->kh, li->kw}, 2),
+		attr_ints(b, "strides", (int64_t[]){li->sh, li->sw}, 2),
+		attr_ints(b, "pads", (int64_t[]){li->ph, li->pw, li->ph, li->pw}, 4)};
+	node_attrs(b, nd, a, 3);
+}
+
 /* The nodes of every layer; out[i] the value layer i produces (a view's
  * is its input's).  Returns the model output's value. */
 static const char *layers(build *b, const char *x0)
@@ -360,11 +371,7 @@ static const char *layers(build *b, const char *x0)
 		case DP_LAYER_CONV: {
 			const char *w = weight(b, &li, "weight"), *bb = li.bias ? weight(b, &li, "bias") : NULL;
 			nd = node(b, "Conv", y, y, bb ? 3 : 2, (const char *[]){x, w, bb});
-			Onnx__AttributeProto *a[3] = {
-				attr_ints(b, "kernel_shape", (int64_t[]){li.kh, li.kw}, 2),
-				attr_ints(b, "strides", (int64_t[]){li.sh, li.sw}, 2),
-				attr_ints(b, "pads", (int64_t[]){li.ph, li.pw, li.ph, li.pw}, 4)};
-			node_attrs(b, nd, a, 3);
+			window_attrs(b, nd, &li);
 			break;
 		}
 		case DP_LAYER_MAXPOOL:
@@ -374,11 +381,7 @@ static const char *layers(build *b, const char *x0)
 				break;
 			}
 			nd = node(b, li.kind == DP_LAYER_MAXPOOL ? "MaxPool" : "AveragePool", y, y, 1, &x);
-			Onnx__AttributeProto *a[3] = {
-				attr_ints(b, "kernel_shape", (int64_t[]){li.kh, li.kw}, 2),
-				attr_ints(b, "strides", (int64_t[]){li.sh, li.sw}, 2),
-				attr_ints(b, "pads", (int64_t[]){li.ph, li.pw, li.ph, li.pw}, 4)};
-			node_attrs(b, nd, a, 3);
+			window_attrs(b, nd, &li);
 			break;
 		}
 		case DP_LAYER_FLATTEN: {

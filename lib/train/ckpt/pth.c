@@ -676,6 +676,21 @@ static void le32(uint8_t *p, uint32_t v)
 
 #define DOS_DATE ((0 << 9) | (1 << 5) | 1) /* 1980-01-01: the same bytes every time */
 
+/* The fields a local header (at its byte 6) and a central directory
+ * entry (at its byte 8) share, in the same order: flags, method (stored),
+ * time, date, crc, both sizes and the name's length nl. */
+static void zip_fields(uint8_t *p, const zent *z, size_t nl)
+{
+	le16(p, 0);
+	le16(p + 2, 0);
+	le16(p + 4, 0);
+	le16(p + 6, DOS_DATE);
+	le32(p + 8, z->crc);
+	le32(p + 12, (uint32_t)z->len);
+	le32(p + 16, (uint32_t)z->len);
+	le16(p + 20, (unsigned)nl);
+}
+
 static int write_zip(int fd, zent *z, size_t n, const char *path, dp_err *e)
 {
 	uint8_t h[30 + 64 + 4 + 64];
@@ -696,14 +711,7 @@ static int write_zip(int fd, zent *z, size_t n, const char *path, dp_err *e)
 			return dp_seterr(e, DP_ELIMIT, "%s: more than 4 GiB (zip64 is not written)", path);
 		le32(h, 0x04034b50);
 		le16(h + 4, 20);
-		le16(h + 6, 0);
-		le16(h + 8, 0); /* stored */
-		le16(h + 10, 0);
-		le16(h + 12, DOS_DATE);
-		le32(h + 14, z[i].crc);
-		le32(h + 18, (uint32_t)z[i].len);
-		le32(h + 22, (uint32_t)z[i].len);
-		le16(h + 26, (unsigned)nl);
+		zip_fields(h + 6, &z[i], nl);
 		le16(h + 28, (unsigned)(4 + pad));
 		memcpy(h + 30, z[i].name, nl);
 		le16(h + 30 + nl, 0x4246); /* "FB" */
@@ -724,11 +732,7 @@ static int write_zip(int fd, zent *z, size_t n, const char *path, dp_err *e)
 		le32(c, 0x02014b50);
 		le16(c + 4, 20);
 		le16(c + 6, 20);
-		le16(c + 14, DOS_DATE);
-		le32(c + 16, z[i].crc);
-		le32(c + 20, (uint32_t)z[i].len);
-		le32(c + 24, (uint32_t)z[i].len);
-		le16(c + 28, (unsigned)nl);
+		zip_fields(c + 8, &z[i], nl);
 		le32(c + 42, (uint32_t)z[i].off);
 		memcpy(c + 46, z[i].name, nl);
 		int rc = dp_write_all(fd, c, 46 + nl, path, e);

@@ -185,6 +185,13 @@ static int before_compute(struct comm_nccl *n, dp_err *e)
 	return stream_after(n->done, n->s, n->cs, e);
 }
 
+/* After a collective that returned r, issued on NCCL's stream: its error,
+ * or the compute stream's next work ordered after it. */
+static int issued(struct comm_nccl *n, ncclResult_t r, const char *what, dp_err *e)
+{
+	return r == ncclSuccess ? before_compute(n, e) : nccl_err(r, what, e);
+}
+
 int comm_nccl_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *e)
 {
 	struct comm_nccl *n = c->nccl;
@@ -210,10 +217,8 @@ int comm_nccl_allreduce_mean(dp_comm *c, float *buf, size_t count, dp_err *e)
 	int rc = after_compute(n, e);
 	if (rc < 0)
 		return rc;
-	ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, n->s);
-	if (r != ncclSuccess)
-		return nccl_err(r, "average", e);
-	if ((rc = before_compute(n, e)) < 0)
+	rc = issued(n, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, n->s), "average", e);
+	if (rc < 0)
 		return rc;
 	c->be->scale(c->ctx, buf, 1.0f / (float)c->size, count);
 	return DP_OK;
@@ -225,10 +230,7 @@ int comm_nccl_bcast(dp_comm *c, void *buf, size_t bytes, int root, dp_err *e)
 	int rc = after_compute(n, e);
 	if (rc < 0)
 		return rc;
-	ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->s);
-	if (r != ncclSuccess)
-		return nccl_err(r, "broadcast", e);
-	return before_compute(n, e);
+	return issued(n, ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->s), "broadcast", e);
 }
 
 #else /* no NCCL in this build: dp_comm stages through host memory */

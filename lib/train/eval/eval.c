@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,15 +569,30 @@ static int indexed(const dp_eval_report *r, const char *name, const char *const 
 	return v >= r->k ? -1 : 1;
 }
 
-/* Whether base is a per-class (per-output) metric of r. */
-static int per_index(const dp_eval_report *r, const char *base)
+/* The per-class (per-output) metrics: a field of dp_eval_class (of
+ * dp_eval_output), a double or, count, a uint64_t. */
+static const struct per_metric {
+	const char *name;
+	int kind;
+	size_t off;
+	int count;
+} per_metrics[] = {
+	{"precision", DP_EVAL_CLASS, offsetof(dp_eval_class, precision), 0},
+	{"recall", DP_EVAL_CLASS, offsetof(dp_eval_class, recall), 0},
+	{"f1", DP_EVAL_CLASS, offsetof(dp_eval_class, f1), 0},
+	{"support", DP_EVAL_CLASS, offsetof(dp_eval_class, support), 1},
+	{"mse", DP_EVAL_REGRESSION, offsetof(dp_eval_output, mse), 0},
+	{"mae", DP_EVAL_REGRESSION, offsetof(dp_eval_output, mae), 0},
+	{"r2", DP_EVAL_REGRESSION, offsetof(dp_eval_output, r2), 0},
+};
+
+/* base as a per-class (per-output) metric of r; NULL when it is not one. */
+static const struct per_metric *per_index(const dp_eval_report *r, const char *base)
 {
-	static const char *const cls[] = {"precision", "recall", "f1", "support", NULL};
-	static const char *const reg[] = {"mse", "mae", "r2", NULL};
-	for (const char *const *b = r->kind == DP_EVAL_CLASS ? cls : reg; *b; b++)
-		if (!strcmp(*b, base))
-			return 1;
-	return 0;
+	for (size_t i = 0; i < sizeof per_metrics / sizeof per_metrics[0]; i++)
+		if (per_metrics[i].kind == r->kind && !strcmp(per_metrics[i].name, base))
+			return &per_metrics[i];
+	return NULL;
 }
 
 /* The class names, quoted as a gate takes them ("'T-shirt/top', 'Ankle boot',
@@ -627,27 +643,15 @@ int dp_eval_metric(const dp_eval_report *r, const char *name, const char *const 
 				 "0..%zu%s%s)",
 				 name, what, r->k - 1, *nl ? ", or one of " : "", nl);
 	}
-	if (ix > 0) {
-		if (r->kind == DP_EVAL_CLASS && r->classes) {
-			const dp_eval_class *c = &r->classes[j];
-			if (!strcmp(base, "precision"))
-				return *value = c->precision, DP_OK;
-			if (!strcmp(base, "recall"))
-				return *value = c->recall, DP_OK;
-			if (!strcmp(base, "f1"))
-				return *value = c->f1, DP_OK;
-			if (!strcmp(base, "support"))
-				return *value = (double)c->support, DP_OK;
-		}
-		if (r->kind == DP_EVAL_REGRESSION && r->outputs) {
-			const dp_eval_output *o = &r->outputs[j];
-			if (!strcmp(base, "mse"))
-				return *value = o->mse, DP_OK;
-			if (!strcmp(base, "mae"))
-				return *value = o->mae, DP_OK;
-			if (!strcmp(base, "r2"))
-				return *value = o->r2, DP_OK;
-		}
+	const struct per_metric *pm = ix > 0 ? per_index(r, base) : NULL;
+	const char *rec = NULL; /* the class's or output's record */
+	if (pm && r->kind == DP_EVAL_CLASS && r->classes)
+		rec = (const char *)&r->classes[j];
+	else if (pm && r->kind == DP_EVAL_REGRESSION && r->outputs)
+		rec = (const char *)&r->outputs[j];
+	if (rec) {
+		*value = pm->count ? (double)*(const uint64_t *)(rec + pm->off) : *(const double *)(rec + pm->off);
+		return DP_OK;
 	}
 	char list[512];
 	size_t l = 0;

@@ -501,6 +501,16 @@ static void jfloat(dp_buf *b, float f)
 	dp_buf_addstr(b, isfinite(f) ? dp_fmt_float(f, t, sizeof t) : "null");
 }
 
+/* p[0..k) as the items of a JSON array. */
+static void jfloats(dp_buf *b, const float *p, size_t k)
+{
+	for (size_t c = 0; c < k; c++) {
+		if (c)
+			dp_buf_addstr(b, ", ");
+		jfloat(b, p[c]);
+	}
+}
+
 static void jclass(dp_buf *b, const serve_gen *g, const dp_serve *s, size_t c)
 {
 	dp_buf_printf(b, "\"label\": %zu", c);
@@ -545,11 +555,7 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 			dp_buf_addstr(b, ", \"probability\": ");
 			jfloat(b, p[idx[0]]);
 			dp_buf_addstr(b, ", \"probabilities\": [");
-			for (size_t c = 0; c < k; c++) {
-				if (c)
-					dp_buf_addstr(b, ", ");
-				jfloat(b, p[c]);
-			}
+			jfloats(b, p, k);
 			dp_buf_addstr(b, "], \"top_k\": [");
 			for (size_t t = 0; t < topk; t++) {
 				dp_buf_addstr(b, t ? ", {" : "{");
@@ -561,11 +567,7 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 			dp_buf_addstr(b, "]}");
 		} else {
 			dp_buf_addstr(b, "\"outputs\": [");
-			for (size_t c = 0; c < k; c++) {
-				if (c)
-					dp_buf_addstr(b, ", ");
-				jfloat(b, p[c]);
-			}
+			jfloats(b, p, k);
 			dp_buf_addstr(b, "]}");
 		}
 	}
@@ -574,6 +576,35 @@ int dp_req_answer(dp_req *r, dp_buf *b, dp_err *e)
 	if (b->err)
 		return dp_seterr(e, DP_ENOMEM, "out of memory (an answer of %zu samples)", r->n);
 	return DP_OK;
+}
+
+/* dp_req_run's wait for done */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+} req_waiter;
+
+static void req_done(void *ctx)
+{
+	req_waiter *w = ctx;
+	pthread_mutex_lock(&w->mu);
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+int dp_req_run(dp_serve *s, dp_req *r, dp_buf *b, dp_err *e)
+{
+	req_waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+	int rc = dp_req_submit(s, r, 0, req_done, &w, e);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&w.mu);
+	while (!w.done)
+		pthread_cond_wait(&w.cv, &w.mu);
+	pthread_mutex_unlock(&w.mu);
+	return dp_req_answer(r, b, e);
 }
 
 /* ---- class names ------------------------------------------------------------------------ */
