@@ -245,6 +245,16 @@ DP_EXPORT int dp_hold_name(const char *name, int *holder, dp_err *e);
 DP_EXPORT int dp_shell_quote(dp_buf *b, const char *s);
 DP_EXPORT int dp_shell_run(const char *cmd, const char *const *env, int out_fd, int *status,
 			   dp_err *e);
+/* dp_shell_run of template cmd, its {NAME} placeholders (dp_expand) filled
+ * in with vars' n values, shell-quoted (dp_shell_quote) where quote says,
+ * each value also in the environment as env_prefix and NAME in capitals
+ * ("DP_", "epoch": DP_EPOCH=...). */
+typedef struct dp_shell_var {
+	const char *name, *value;
+	int quote;
+} dp_shell_var;
+DP_EXPORT int dp_shell_run_vars(const char *cmd, const dp_shell_var *vars, size_t n,
+				const char *env_prefix, int out_fd, int *status, dp_err *e);
 
 /* The one way libdp starts a child (dp_shell_run, --train-cmd, an S3
  * credential_process): program path, or when NULL argv[0] found on PATH

@@ -81,12 +81,12 @@ is() { # got want name
 		_tap_result 0 "$3"
 	else
 		_tap_result 1 "$3"
-		printf '#   got:  %s\n#   want: %s\n' "$1" "$2" | head -n 40
+		printf '#   got:  %s\n#   want: %s\n' "$1" "$2" | head -n 40 >&2
 	fi
 }
 
 isnt() { # got unwanted name
-	if [ "$1" != "$2" ]; then _tap_result 0 "$3"; else _tap_result 1 "$3"; echo "#   got: $1"; fi
+	if [ "$1" != "$2" ]; then _tap_result 0 "$3"; else _tap_result 1 "$3"; echo "#   got: $1" >&2; fi
 }
 
 like() { # got extended-regex name
@@ -97,7 +97,7 @@ like() { # got extended-regex name
 		_tap_result 0 "$3"
 	else
 		_tap_result 1 "$3"
-		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40
+		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40 >&2
 	fi
 }
 
@@ -109,7 +109,7 @@ like_text() {
 		_tap_result 0 "$3"
 	else
 		_tap_result 1 "$3"
-		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40
+		printf '#   %s\n#   does not match: %s\n' "$1" "$2" | head -n 40 >&2
 	fi
 }
 
@@ -124,7 +124,7 @@ unlike() { # got extended-regex name
 	esac
 	if printf '%s' "$1" | grep -Eq -- "$2"; then
 		_tap_result 1 "$3"
-		printf '#   %s\n#   matches: %s\n' "$1" "$2" | head -n 40
+		printf '#   %s\n#   matches: %s\n' "$1" "$2" | head -n 40 >&2
 	else
 		_tap_result 0 "$3"
 	fi
@@ -150,7 +150,7 @@ same_file() { # a b name
 		_tap_result 0 "$3"
 	else
 		_tap_result 1 "$3"
-		echo "#   $1 and $2 differ"
+		echo "#   $1 and $2 differ" >&2
 	fi
 }
 
@@ -167,7 +167,7 @@ sys.exit(not (m.get("format") == "dp-train/1" and m.get("model") and
               d["parameters"] > 0 and d["parameters"] == int(m["params"])))' "$j"
 	rc=$?
 	_tap_result $rc "$2"
-	[ $rc = 0 ] || printf '#   %s: %s\n' "$1" "$(head -c 300 <<<"$j")"
+	[ $rc = 0 ] || printf '#   %s: %s\n' "$1" "$(head -c 300 <<<"$j")" >&2
 }
 # ok_records FILE NAME: TFRecords that tfr-cat reads to the end, CRCs
 # checked, holding at least one record.

@@ -147,6 +147,22 @@ like "$(cat orphan.err)" "orphan.bin: interrupted; and aborting upload [^ ]+ fai
 s3-pipe rm --uploads s3://safe/orphan.bin
 is "$(s3-pipe ls --uploads s3://safe/)" "" "the orphan removed by the command the message gives"
 
+# SIGTERM while the server holds the parts: said as at any other moment
+# (a part that the signal stopped in flight said "part 2: interrupted")
+rm -f slow
+s3_proxy --delay 2
+upload_started held.err 11000000 s3://safe/held.bin \
+	--endpoint-url "$PROXY_URL" put --part-size 5M s3://safe/held.bin
+sleep 0.5 # parts 1 and 2 are sent once the upload exists, and held
+kill -TERM $pid
+wait $pid
+st=$?
+exec 7>&-
+s3_proxy_stop
+is "$st:$(cat held.err)" "143:s3-pipe: s3://safe/held.bin: interrupted" \
+	"SIGTERM with parts in flight: dies of it, saying interrupted"
+is "$(s3-pipe ls --uploads s3://safe/)" "" "... and the upload aborted within its grace"
+
 # --timeout S: a transfer that moves nothing for S seconds is abandoned then
 echo mid | s3-pipe put s3://safe/stall
 s3_proxy --stall-get 1

@@ -189,6 +189,12 @@ static dp_run R = {
 	.reps = 1,
 };
 
+/* Where the loop is (the model, optimizer and data are R's). */
+static struct {
+	const char *ckpt_path;    /* where --checkpoint-every saves */
+	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
+} L;
+
 /* The options of the tool itself. */
 static struct {
 	/* the input's options; those of the run's settings go to C
@@ -203,7 +209,6 @@ static struct {
 	.progress = -1,
 };
 
-static void classes_opt(const char *v);
 static void given_keys(void);
 
 static const char usage_line[] =
@@ -476,6 +481,38 @@ static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A text of the run in words (dp_train.h), printed on stdout or as a
+ * note. */
+static void print_text(char *t)
+{
+	if (!t)
+		cli_die("out of memory");
+	fputs(t, stdout);
+	free(t);
+}
+
+static void note_text(char *t)
+{
+	if (!t)
+		cli_die("out of memory");
+	note("%s", t);
+	free(t);
+}
+
+/* A skipped image (--skip-corrupt), from a reader thread. */
+static void skip_warn(void *ctx, const dp_err *e)
+{
+	cli_warn("%s; skipped", e->msg);
+}
+
+static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
+
+static void stall_report(void *ctx, const char *msg)
+{
+	fprintf(stderr, "%s: rank %d: step %" PRIu64 ": %s\n", cli.prog, R.rank,
+		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
+}
+
 /* A failure of the run (dp_train.h), said as its kind says (dp_run_fail). */
 static void __attribute__((noreturn)) run_die(const dp_err *e)
 {
@@ -689,6 +726,29 @@ static void optim_done(void)
 		C.opt.weight_decay = OPTS.wd;
 	if (!O.given[O_LR])
 		C.lr = C.opt.kind == DP_OPTIM_SGD ? 0.01 : 0.001;
+}
+
+/* --classes N (a named model's outputs) or NAMES (as many outputs, and
+ * the names kept in the checkpoint's metadata). */
+static void classes_opt(const char *v)
+{
+	dp_err e;
+	if (strspn(v, "0123456789") == strlen(v)) {
+		R.classes = (int)cli_count("--classes", v, 2, 1 << 24);
+		return;
+	}
+	R.nnames = 0;
+	free(R.names);
+	if (dp_classes_parse(v, &R.nnames, &R.names, &e) < 0)
+		cli_job_usage_error("--classes: %s", e.msg);
+	if (R.nnames < 2)
+		cli_job_usage_error("--classes: %zu name: a classifier has 2 classes or more", R.nnames);
+	R.classes = (int)R.nnames;
+	free(R.classes_json);
+	if (!(R.classes_json = dp_classes_json((const char *const *)R.names, R.nnames)))
+		cli_die("out of memory");
+	C.classes = R.classes_json;
+	C.given[DP_RUN_CLASSES] = 1;
 }
 
 static void parse_args(int argc, char **argv)
@@ -925,101 +985,7 @@ static void save(const char *tmpl)
 	have_ckpt = 1;
 }
 
-/* ---- the run ------------------------------------------------------------------------ */
-
-/* Where the loop is (the model, optimizer and data are R's). */
-static struct {
-	const char *ckpt_path;    /* where --checkpoint-every saves */
-	uint64_t steps_per_epoch; /* known after an epoch (the progress bar) */
-} L;
-
-/* ---- the run in words (dp_train.h: lib/train/summary.c) --------------------------- */
-
-/* A text of the run in words (dp_train.h), printed on stdout or as a
- * note. */
-static void print_text(char *t)
-{
-	if (!t)
-		cli_die("out of memory");
-	fputs(t, stdout);
-	free(t);
-}
-
-static void note_text(char *t)
-{
-	if (!t)
-		cli_die("out of memory");
-	note("%s", t);
-	free(t);
-}
-
-/* ---- the data ------------------------------------------------------------------------ */
-
-/* A skipped image (--skip-corrupt), from a reader thread. */
-static void skip_warn(void *ctx, const dp_err *e)
-{
-	cli_warn("%s; skipped", e->msg);
-}
-
-/* ---- the job ------------------------------------------------------------------------ */
-
-static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
-
-static void stall_report(void *ctx, const char *msg)
-{
-	fprintf(stderr, "%s: rank %d: step %" PRIu64 ": %s\n", cli.prog, R.rank,
-		__atomic_load_n(&cur_step, __ATOMIC_RELAXED) + 1, msg);
-}
-
-/* At the end: every rank must hold what rank 0 holds. */
-static void check_same_state(void)
-{
-	char hb[17], *diff;
-	dp_err e;
-	run_ok(dp_run_log_state(&R, hb, &diff, &e), &e);
-	for (char *l = diff, *nl; R.rank == 0 && l && (nl = strchr(l, '\n')); l = nl + 1)
-		fprintf(stderr, "%s: %.*s\n", cli.prog, (int)(nl - l), l);
-	if (diff)
-		die_all(1, "the ranks ended out of step: a bug; please report it");
-	if (R.stages > 1 && R.reps > 1)
-		note("each stage's %d replicas hold the same weights and optimizer state", R.reps);
-	else if (R.size > 1 && R.stages <= 1)
-		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", R.size, hb);
-}
-
 /* ---- set-up (dp_train.h: lib/train/setup.c, outputs.c) ------------------------------ */
-
-/* Path template tmpl as this rank names it ({rank}, {size}). */
-static char *rank_path(const char *tmpl)
-{
-	char *p = dp_run_path(&R, tmpl);
-	if (!p)
-		cli_die("out of memory");
-	return p;
-}
-
-/* --classes N (a named model's outputs) or NAMES (as many outputs, and
- * the names kept in the checkpoint's metadata). */
-static void classes_opt(const char *v)
-{
-	dp_err e;
-	if (strspn(v, "0123456789") == strlen(v)) {
-		R.classes = (int)cli_count("--classes", v, 2, 1 << 24);
-		return;
-	}
-	R.nnames = 0;
-	free(R.names);
-	if (dp_classes_parse(v, &R.nnames, &R.names, &e) < 0)
-		cli_job_usage_error("--classes: %s", e.msg);
-	if (R.nnames < 2)
-		cli_job_usage_error("--classes: %zu name: a classifier has 2 classes or more", R.nnames);
-	R.classes = (int)R.nnames;
-	free(R.classes_json);
-	if (!(R.classes_json = dp_classes_json((const char *const *)R.names, R.nnames)))
-		cli_die("out of memory");
-	C.classes = R.classes_json;
-	C.given[DP_RUN_CLASSES] = 1;
-}
 
 /* --summary: the layers, the pipeline's cut, what runs each convolution
  * layer at --batch-size and why (the backend times them now, as the run
@@ -1057,7 +1023,9 @@ static void open_log(void)
 		if (lp && R.rank != 0 && !strstr(lp, "{rank}") && !strstr(lp, "{rank:"))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
-			char *own = rank_path(lp);
+			char *own = dp_run_path(&R, lp);
+			if (!own)
+				cli_die("out of memory");
 			if (!(R.logfp = fopen(own, R.resume ? "a" : "w")))
 				cli_die("%s: %s", own, strerror(errno));
 			free(own);
@@ -1232,31 +1200,18 @@ static void run_on_epoch(uint64_t epoch)
 {
 	char eb[24];
 	snprintf(eb, sizeof eb, "%" PRIu64, epoch);
-	const char *ck = last_ckpt ? last_ckpt : "", *tb = O.tensorboard ? O.tensorboard : "";
-	dp_buf b[5] = {DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT, DP_BUF_INIT};
-	dp_shell_quote(&b[0], ck);
-	dp_shell_quote(&b[1], tb);
-	dp_buf_printf(&b[2], "DP_EPOCH=%s", eb);
-	dp_buf_printf(&b[3], "DP_CHECKPOINT=%s", ck);
-	dp_buf_printf(&b[4], "DP_TENSORBOARD=%s", tb);
-	for (int i = 0; i < 5; i++)
-		if (b[i].err)
-			cli_die("out of memory");
-	const char *vars[] = {"epoch", eb, "checkpoint", b[0].p, "tensorboard", b[1].p, NULL};
-	const char *env[] = {b[2].p, b[3].p, b[4].p, NULL};
-	char *cmd = cli_expand(O.on_epoch, vars);
+	dp_shell_var vars[] = {{"epoch", eb, 0},
+			       {"checkpoint", last_ckpt ? last_ckpt : "", 1},
+			       {"tensorboard", O.tensorboard ? O.tensorboard : "", 1}};
 	cli_progress_clear();
 	fflush(stdout);
 	dp_err e;
-	if (dp_shell_run(cmd, env, STDERR_FILENO, NULL, &e) < 0) {
+	if (dp_shell_run_vars(O.on_epoch, vars, 3, "DP_", STDERR_FILENO, NULL, &e) < 0) {
 		if (O.on_epoch_fail)
 			cli_die("--on-epoch: epoch %" PRIu64 ": command %s; stopping (--on-epoch-fail)",
 				epoch, e.msg);
 		cli_warn("--on-epoch: epoch %" PRIu64 ": command %s", epoch, e.msg);
 	}
-	free(cmd);
-	for (int i = 0; i < 5; i++)
-		dp_buf_free(&b[i]);
 }
 
 /* After epoch (from 1) ended and its checkpoint and events are written:
@@ -1277,6 +1232,22 @@ static void after_epoch(uint64_t epoch)
 }
 
 /* ---- finish ------------------------------------------------------------------------------ */
+
+/* At the end: every rank must hold what rank 0 holds. */
+static void check_same_state(void)
+{
+	char hb[17], *diff;
+	dp_err e;
+	run_ok(dp_run_log_state(&R, hb, &diff, &e), &e);
+	for (char *l = diff, *nl; R.rank == 0 && l && (nl = strchr(l, '\n')); l = nl + 1)
+		fprintf(stderr, "%s: %.*s\n", cli.prog, (int)(nl - l), l);
+	if (diff)
+		die_all(1, "the ranks ended out of step: a bug; please report it");
+	if (R.stages > 1 && R.reps > 1)
+		note("each stage's %d replicas hold the same weights and optimizer state", R.reps);
+	else if (R.size > 1 && R.stages <= 1)
+		note("all %d ranks hold the same weights and optimizer state (fnv1a64 %s)", R.size, hb);
+}
 
 /* How the gradients' allreduce went, over the steps of the run. */
 static void comm_report(void)

@@ -1,12 +1,13 @@
 /*
  * run.c - children (dp.h, "Shell commands"): dp_spawn, the one way libdp
  * starts a program, and shell commands run to completion (dp-train's
- * --on-epoch).  The command's words are the caller's to quote
- * (dp_shell_quote).
+ * --on-epoch), their {NAME} placeholders filled in (dp_shell_run_vars).
+ * The command's words are the caller's to quote (dp_shell_quote).
  */
 #define _GNU_SOURCE
 #include "dp.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -141,4 +142,37 @@ int dp_shell_run(const char *cmd, const char *const *env, int out_fd, int *statu
 	if (status)
 		*status = 128 + sig;
 	return dp_seterr(e, DP_EIO, "killed by signal %d (%s)", sig, strsignal(sig));
+}
+
+int dp_shell_run_vars(const char *cmd, const dp_shell_var *vars, size_t n, const char *env_prefix,
+		      int out_fd, int *status, dp_err *e)
+{
+	enum { MAXV = 16 };
+	if (n > MAXV)
+		return dp_seterr(e, DP_EARG, "%zu variables of a command: at most %d", n, MAXV);
+	dp_buf q[MAXV], env[MAXV];
+	const char *pairs[2 * MAXV + 1], *envp[MAXV + 1];
+	int oom = 0;
+	for (size_t i = 0; i < n; i++) {
+		q[i] = (dp_buf)DP_BUF_INIT, env[i] = (dp_buf)DP_BUF_INIT;
+		if (vars[i].quote)
+			dp_shell_quote(&q[i], vars[i].value);
+		else
+			dp_buf_addstr(&q[i], vars[i].value);
+		dp_buf_addstr(&env[i], env_prefix);
+		for (const char *c = vars[i].name; *c; c++)
+			dp_buf_printf(&env[i], "%c", toupper((unsigned char)*c));
+		dp_buf_printf(&env[i], "=%s", vars[i].value);
+		oom |= q[i].err || env[i].err;
+		pairs[2 * i] = vars[i].name, pairs[2 * i + 1] = q[i].p ? q[i].p : "", envp[i] = env[i].p;
+	}
+	pairs[2 * n] = NULL, envp[n] = NULL;
+	char *x = oom ? NULL : dp_expand(cmd, pairs);
+	int rc = x ? dp_shell_run(x, envp, out_fd, status, e) : dp_seterr(e, DP_ENOMEM, "out of memory");
+	free(x);
+	for (size_t i = 0; i < n; i++) {
+		dp_buf_free(&q[i]);
+		dp_buf_free(&env[i]);
+	}
+	return rc;
 }

@@ -634,6 +634,8 @@ static int part_done(putter *u, ubuf *b, CURLcode cc, dp_err *e)
 		release(u, b);
 		return DP_OK;
 	}
+	if (k == S3_FAIL && b->call.stopped == S3_STOP_CANCEL) /* as upload_parts says it */
+		return dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
 	if (k == S3_AGAIN) { /* to the bucket's region, at once */
 		b->retry_at = dp_now();
 		s3_call_clean(&b->call);

@@ -2,7 +2,7 @@
  * written by hand from the .proto field numbers, every scalar form of the
  * reader (simple_value; tensors of float, double, half, bfloat16, int32 and
  * int64, in value lists or tensor_content, of shape [] or [1,1]) and what
- * is not one, the file writer's names; and dp_shell_quote/dp_shell_run. */
+ * is not one, the file writer's names; and dp_shell_quote/dp_shell_run(_vars). */
 #define _GNU_SOURCE
 #include "dp_events.h"
 #include "dp_record.h"
@@ -217,6 +217,12 @@ int main(void)
 		   strstr(err.msg, "killed by signal 15"),
 	   "killed: %s", err.msg);
 	ok(dp_shell_run("read x", NULL, -1, &st, &err) == DP_EIO, "stdin is /dev/null: read ends");
+	dp_shell_var vars[] = {{"epoch", "3", 0}, {"file", "it's a $file", 1}};
+	ok(dp_shell_run_vars("test {epoch} = 3 && test {file} = \"$X_FILE\" && test \"$X_EPOCH\" = 3",
+			     vars, 2, "X_", -1, &st, &err) == 0,
+	   "a template's placeholders filled in, quoted or as they are, and in the environment");
+	ok(dp_shell_run_vars("exit {epoch}", vars, 1, "X_", -1, &st, &err) == DP_EIO && st == 3,
+	   "... its failure: %s", err.msg);
 	dp_buf_free(&q);
 	dp_buf_free(&s);
 	dp_buf_free(&ev);
