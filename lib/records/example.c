@@ -236,15 +236,7 @@ static int index_build(dp_example *ex)
 /* Room for one more feature at ex->f[ex->n]. */
 static int reserve_feature(dp_example *ex)
 {
-	if (ex->n < ex->cap)
-		return 0;
-	size_t nc = ex->cap ? ex->cap * 2 : 16;
-	dp_feature *nf = realloc(ex->f, nc * sizeof *nf);
-	if (!nf)
-		return -1;
-	ex->f = nf;
-	ex->cap = nc;
-	return 0;
+	return dp_grow(&ex->f, &ex->cap, ex->n + 1, sizeof *ex->f) < 0 ? -1 : 0;
 }
 
 /* Keep the feature just parsed into ex->f[ex->n]: append it, or let it
