@@ -114,8 +114,9 @@ typedef struct dp_backend_opts {
 	int device;    /* device ordinal (GPU backends); -1: choose (local rank) */
 	int conv_algo; /* 0: the backend chooses; 1: im2col + GEMM only; 2: also
 			* faster algorithms where they apply (CPU: Winograd);
-			* CPU: 3 one GEMM over the batch, 4 oneDNN, where they
-			* apply (im2col elsewhere) */
+			* CPU: 3 one GEMM over the batch, 4 oneDNN, 5 oneDNN's
+			* SGEMM for 1x1 kernels, where they apply (im2col
+			* elsewhere) */
 	int precision; /* enum dp_precision; a backend refuses what it lacks */
 	/* Convolution algorithms (cuDNN's, the CPU's implementations):
 	 * deterministic 1: by a rule, the same every run, rather than measured

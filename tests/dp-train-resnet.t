@@ -23,8 +23,9 @@
 #     with it, with 'layer2*' and with bn frozen is torch's;
 #  7. the CUDA backend's code (emulated on the CPU): steps = torch's, --sync-bn;
 #  8. the CPU backend's convolution implementations (im2col, Winograd, the
-#     batch-wide GEMM, oneDNN), each forced: steps = torch's; their choice
-#     in the checkpoint, taken by --resume, shown by --summary.
+#     batch-wide GEMM, oneDNN, oneDNN's SGEMM for 1x1 kernels), each forced:
+#     steps = torch's; their choice in the checkpoint, taken by --resume,
+#     shown by --summary.
 . "${DP_SRC:-.}/tests/lib.sh"
 . "$DP_SRC/tests/mpi.sh"
 
@@ -325,9 +326,9 @@ grep '^# .* tensors' fz.log
 meta() { $PY -c 'import json, struct, sys
 f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
 print(json.loads(f.read(n))["__metadata__"].get(sys.argv[2], ""))' "$@"; }
-impls="im2col winograd gemm onednn"
+impls="im2col winograd gemm onednn pointwise"
 if DP_CPU_CONV=onednn dp-train "${R20[@]}" --summary 2>&1 | grep -q "not in this build"; then
-	skip "no oneDNN in this build (libdnnl-dev): its convolutions are not checked against torch"
+	skip "no oneDNN in this build (libdnnl-dev): its convolutions (onednn, pointwise) are not checked against torch"
 	impls="im2col winograd gemm"
 fi
 : > impl.txt

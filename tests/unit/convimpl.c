@@ -1,11 +1,12 @@
 /* convimpl.c - the CPU backend's convolution implementations, each forced
- * in turn (im2col, winograd, gemm, onednn: dp_backend_opts.conv_algo 1-4),
+ * in turn (im2col, winograd, gemm, onednn, pointwise:
+ * dp_backend_opts.conv_algo 1-5),
  * against the definition in double: forward with bias and activation, the
  * input, filter and bias gradients, over strides 1 and 2, 1x1, 3x3 and 7x7
  * kernels, planes from 1x1 to 15x15, padding that leaves the bottom rows
  * out; the choice per shape (measured, pinned, given) through conv_algos,
- * conv_algos_take and conv_explain; DP_CPU_CONV.  oneDNN's checks skip in
- * a build without it (said so). */
+ * conv_algos_take and conv_explain; DP_CPU_CONV.  oneDNN's checks (onednn,
+ * pointwise) skip in a build without it (said so). */
 #define _GNU_SOURCE
 #include "dp_backend.h"
 #include "dp_rng.h"
@@ -96,7 +97,7 @@ static void reference(const dp_conv2d *g, const float *x, const float *w, const 
 	free(dy);
 }
 
-static const char *const names[] = {"", "im2col", "winograd", "gemm", "onednn"};
+static const char *const names[] = {"", "im2col", "winograd", "gemm", "onednn", "pointwise"};
 
 /* One shape through backend context ctx: forward and backward against
  * the reference, for act; the tests named by `what`. */
@@ -154,6 +155,8 @@ static const int shapes[][8] = {
 	{4, 16, 9, 9, 24, 3, 2, 1},  /* stride 2, bottom row left out */
 	{2, 8, 8, 8, 16, 1, 2, 0},   /* 1x1 stride 2 (a downsample) */
 	{3, 12, 5, 5, 20, 1, 1, 0},  /* 1x1 stride 1 (pointwise) */
+	{3, 16, 7, 9, 24, 1, 2, 0},  /* 1x1 stride 2 on an odd plane */
+	{2, 6, 4, 5, 7, 1, 1, 1},    /* 1x1 padded (not ResNet's, but taken) */
 	{2, 3, 15, 15, 8, 7, 2, 3},  /* 7x7 stride 2 (conv1) */
 	{2, 4, 1, 1, 6, 3, 1, 1},    /* a 1x1 plane, all padding */
 };
@@ -174,13 +177,19 @@ int main(void)
 			like(e.msg, "not in this build", "forcing oneDNN without it: said so (%s)", e.msg);
 		}
 	}
+	if (!have_dnnl) {
+		dp_bectx *c;
+		dp_backend_opts o = {.threads = 1, .device = -1, .conv_algo = 5};
+		ok(be->open(&c, &o, NULL, 0, &e) < 0 && strstr(e.msg, "not in this build"),
+		   "forcing pointwise (oneDNN's SGEMM) without oneDNN: said so (%s)", e.msg);
+	}
 #ifdef DP_EXPECT_NO_DNNL /* Makefile: built over the backend without oneDNN */
 	ok(!have_dnnl && !strstr(dp_build(), "oneDNN"), "a build without oneDNN: none (%s)",
 	   dp_build());
 #endif
-	for (int algo = 1; algo <= 4; algo++) {
-		if (algo == 4 && !have_dnnl) {
-			printf("# no oneDNN in this build: its implementation is not checked\n");
+	for (int algo = 1; algo <= 5; algo++) {
+		if (algo >= 4 && !have_dnnl) {
+			printf("# no oneDNN in this build: %s is not checked\n", names[algo]);
 			continue;
 		}
 		for (int threads = 1; threads <= 2; threads++) {
@@ -294,7 +303,7 @@ int main(void)
 	dp_bectx *c;
 	dp_setting_set("DP_CPU_CONV", "fft");
 	ok(be->open(&c, &om, NULL, 0, &e) < 0 && strstr(e.msg, "DP_CPU_CONV=fft") &&
-		   strstr(e.msg, "im2col, winograd, gemm, onednn"),
+		   strstr(e.msg, "im2col, winograd, gemm, onednn, pointwise"),
 	   "DP_CPU_CONV=fft: refused, the names listed (%s)", e.msg);
 	dp_setting_set("DP_CPU_CONV", "gemm");
 	if (ok(be->open(&c, &om, NULL, 0, &e) == DP_OK, "DP_CPU_CONV=gemm")) {

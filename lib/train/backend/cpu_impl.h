@@ -35,7 +35,7 @@ typedef void par_fn(void *arg, int i, int worker);
 typedef void cpu_range_fn(void *arg, size_t lo, size_t hi);
 
 /* ---- cpu_plan.c: the implementation of each convolution ---- */
-enum cpu_conv_impl { CPU_IM2COL, CPU_WINO, CPU_GEMM, CPU_DNNL, CPU_NIMPL };
+enum cpu_conv_impl { CPU_IM2COL, CPU_WINO, CPU_GEMM, CPU_DNNL, CPU_PW, CPU_NIMPL };
 enum cpu_conv_pass { CPU_PASS_FWD, CPU_PASS_DX, CPU_PASS_DW };
 typedef struct cpu_dnnl cpu_dnnl; /* a shape's oneDNN primitives (cpu_dnnl.c) */
 
@@ -97,7 +97,8 @@ be_conv_bwd_fn cpu_conv_bwd;
 be_conv_algos_fn cpu_conv_algos;
 be_conv_algos_take_fn cpu_conv_algos_take;
 int cpu_conv_explain(dp_bectx *c, const dp_conv2d *g, char *buf, size_t len);
-/* "im2col", "winograd", "gemm", "onednn" and back (-1: none of them) */
+/* "im2col", "winograd", "gemm", "onednn", "pointwise" and back (-1: none
+ * of them) */
 int cpu_conv_impl_parse(const char *s);
 const char *cpu_conv_impl_name(int impl);
 
@@ -121,6 +122,16 @@ void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float 
 		 void *ws);
 void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		 void *ws);
+/* pointwise: im2col's loops for 1x1 kernels (stride 1: x is the columns;
+ * stride 2: a strided gather, the sample's columns) with oneDNN's SGEMM;
+ * fits only in a build with oneDNN; its workspace is im2col's. */
+int cpu_pw_fits(const dp_conv2d *g);
+void cpu_pw_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
+		float *y, int act, void *ws);
+void cpu_pw_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
+	       void *ws);
+void cpu_pw_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
+	       void *ws);
 
 /* ---- cpu_dnnl.c: oneDNN's convolutions (nothing without DP_WITH_DNNL) ----
  * open: its engine and stream; version: "oneDNN 2.6.3", with isa_too
@@ -137,6 +148,11 @@ void cpu_dnnl_fwd(dp_bectx *c, cpu_dnnl *d, const float *x, const float *w, cons
 		  int act, float *y, void *ws);
 void cpu_dnnl_dx(dp_bectx *c, cpu_dnnl *d, const float *dy, const float *w, float *dx, void *ws);
 void cpu_dnnl_dw(dp_bectx *c, cpu_dnnl *d, const float *x, const float *dy, float *dw, void *ws);
+/* C = op(A) op(B) + beta C (row-major, alpha 1) by oneDNN's SGEMM, on c's
+ * threads (whole) or the calling thread; without oneDNN, cpu_sgemm's. */
+void cpu_dnnl_sgemm(dp_bectx *c, int whole, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+		    int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+		    float beta, float *cc, int ldc);
 
 /* ---- cpu_wino.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) ----
  * fits: whether layer g takes it; ws: the workspace it needs (forward and

@@ -6,7 +6,8 @@
  * Implementations: im2col (a GEMM a sample, the reference), winograd
  * (F(2x2, 3x3), 3x3 stride-1 layers: cpu_wino.c), gemm (one GEMM over the
  * whole batch, small planes: cpu_conv.c), onednn (oneDNN's direct
- * convolutions, when the build has it: cpu_dnnl.c).  Each pass of a shape
+ * convolutions, when the build has it: cpu_dnnl.c), pointwise (1x1
+ * kernels: im2col's GEMMs by oneDNN's SGEMM, cpu_conv.c).  Each pass of a shape
  * (forward, input gradient, filter gradient) gets its own, chosen once,
  * at the shape's first use (conv_ws, at bind time for the largest batch):
  *  - measured (the default): every implementation that takes the shape is
@@ -43,10 +44,11 @@
 
 char *openblas_get_corename(void);
 
-static const char *const impl_names[CPU_NIMPL] = {"im2col", "winograd", "gemm", "onednn"};
+static const char *const impl_names[CPU_NIMPL] = {"im2col", "winograd", "gemm", "onednn",
+						   "pointwise"};
 static const char *const pass_names[3] = {"forward", "input gradient", "filter gradient"};
 
-/* dp_backend_opts.conv_algo: 1 im2col, 2 winograd, 3 gemm, 4 onednn */
+/* dp_backend_opts.conv_algo: 1 im2col, 2 winograd, 3 gemm, 4 onednn, 5 pointwise */
 static int impl_of_algo(int a)
 {
 	return a >= 1 && a <= CPU_NIMPL ? a - 1 : -1;
@@ -103,6 +105,8 @@ static int applies(const conv_plan *p, int impl)
 		return cpu_wino_fits(&p->g);
 	case CPU_GEMM:
 		return cpu_gemm_fits(&p->g);
+	case CPU_PW:
+		return cpu_pw_fits(&p->g);
 	default:
 		return p->dn != NULL;
 	}
@@ -112,6 +116,7 @@ static size_t ws_of(const dp_bectx *c, const conv_plan *p, int impl, int pass)
 {
 	switch (impl) {
 	case CPU_IM2COL:
+	case CPU_PW:
 		return cpu_im2col_ws(c, &p->g, pass);
 	case CPU_WINO:
 		return cpu_wino_ws(c, &p->g, pass == CPU_PASS_DX);
@@ -197,6 +202,9 @@ static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 	case CPU_PASS_FWD * CPU_NIMPL + CPU_DNNL:
 		cpu_dnnl_fwd(c, p->dn, b->x, b->w, NULL, 0, b->y, b->ws);
 		break;
+	case CPU_PASS_FWD * CPU_NIMPL + CPU_PW:
+		cpu_pw_fwd(c, g, b->x, b->w, NULL, b->y, 0, b->ws);
+		break;
 	case CPU_PASS_DX * CPU_NIMPL + CPU_IM2COL:
 		cpu_im2col_dx(c, g, b->dy, b->w, b->dx, b->ws);
 		break;
@@ -209,6 +217,9 @@ static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 	case CPU_PASS_DX * CPU_NIMPL + CPU_DNNL:
 		cpu_dnnl_dx(c, p->dn, b->dy, b->w, b->dx, b->ws);
 		break;
+	case CPU_PASS_DX * CPU_NIMPL + CPU_PW:
+		cpu_pw_dx(c, g, b->dy, b->w, b->dx, b->ws);
+		break;
 	case CPU_PASS_DW * CPU_NIMPL + CPU_IM2COL:
 		cpu_im2col_dw(c, g, b->x, b->dy, b->dw, b->ws);
 		break;
@@ -217,6 +228,9 @@ static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
 		break;
 	case CPU_PASS_DW * CPU_NIMPL + CPU_GEMM:
 		cpu_gemm_dw(c, g, b->x, b->dy, b->dw, b->ws);
+		break;
+	case CPU_PASS_DW * CPU_NIMPL + CPU_PW:
+		cpu_pw_dw(c, g, b->x, b->dy, b->dw, b->ws);
 		break;
 	default:
 		cpu_dnnl_dw(c, p->dn, b->x, b->dy, b->dw, b->ws);
@@ -468,6 +482,9 @@ void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 	case CPU_DNNL:
 		cpu_dnnl_fwd(c, p->dn, x, w, b, act, y, ws);
 		break;
+	case CPU_PW:
+		cpu_pw_fwd(c, g, x, w, b, y, act, ws);
+		break;
 	default:
 		cpu_im2col_fwd(c, g, x, w, b, y, act, ws);
 	}
@@ -513,6 +530,9 @@ void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 	case CPU_DNNL:
 		cpu_dnnl_dw(c, p->dn, x, dy, dw, ws);
 		break;
+	case CPU_PW:
+		cpu_pw_dw(c, g, x, dy, dw, ws);
+		break;
 	default:
 		cpu_im2col_dw(c, g, x, dy, dw, ws);
 	}
@@ -527,6 +547,9 @@ void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 		break;
 	case CPU_DNNL:
 		cpu_dnnl_dx(c, p->dn, dy, w, dx, ws);
+		break;
+	case CPU_PW:
+		cpu_pw_dx(c, g, dy, w, dx, ws);
 		break;
 	default:
 		cpu_im2col_dx(c, g, dy, w, dx, ws);
@@ -625,7 +648,7 @@ int cpu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e)
 		if (c->force < 0)
 			return dp_seterr(e, DP_EARG,
 					 "DP_CPU_CONV=%.32s: not an implementation (auto, im2col, "
-					 "winograd, gemm, onednn)",
+					 "winograd, gemm, onednn, pointwise)",
 					 v);
 	}
 	c->pinned = o && o->deterministic;
@@ -634,10 +657,11 @@ int cpu_conv_open(dp_bectx *c, const dp_backend_opts *o, dp_err *e)
 	int rc = cpu_dnnl_open(c, e);
 	if (rc < 0)
 		return rc;
-	if (c->force == CPU_DNNL && !cpu_dnnl_version(1))
+	if ((c->force == CPU_DNNL || c->force == CPU_PW) && !cpu_dnnl_version(1))
 		return dp_seterr(e, DP_EARG,
-				 "convolutions by oneDNN: not in this build (install libdnnl-dev "
-				 "and rebuild)");
+				 "convolutions by oneDNN%s: not in this build (install "
+				 "libdnnl-dev and rebuild)",
+				 c->force == CPU_PW ? "'s SGEMM (pointwise)" : "");
 	return DP_OK;
 }
 
