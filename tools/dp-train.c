@@ -1305,6 +1305,7 @@ static int close_all(void)
 	free((char *)last_ckpt);
 	free(R.train);
 	free(R.val);
+	free(R.names);
 	dp_run_conf_free(&C);
 	if (R.logfp && R.logfp != stdout && fclose(R.logfp) != 0)
 		cli_die("%s: %s", R.log, strerror(errno));
