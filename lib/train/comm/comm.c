@@ -520,14 +520,8 @@ void dp_comm_event(dp_comm *c, const char *name, int tid, double t0, double t1)
 	if (!c->trace)
 		return;
 	pthread_mutex_lock(&c->tmu);
-	if (c->nev == c->cap && c->cap < (1u << 24)) {
-		size_t nc = c->cap ? 2 * c->cap : 1024;
-		comm_event *p = realloc(c->ev, nc * sizeof *p);
-		if (p) {
-			c->ev = p;
-			c->cap = nc;
-		}
-	}
+	if (c->nev == c->cap && c->cap < (1u << 24))
+		dp_grow(&c->ev, &c->cap, c->nev + 1, sizeof *c->ev); /* else the event is dropped */
 	if (c->nev < c->cap)
 		c->ev[c->nev++] = (comm_event){name, tid, t0, t1};
 	pthread_mutex_unlock(&c->tmu);
