@@ -503,12 +503,6 @@ static void note_text(char *t)
 	free(t);
 }
 
-/* A skipped image (--skip-corrupt), from a reader thread. */
-static void skip_warn(void *ctx, const dp_err *e)
-{
-	cli_warn("%s; skipped", e->msg);
-}
-
 static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
 
 static void stall_report(void *ctx, const char *msg)
@@ -1345,7 +1339,7 @@ int main(int argc, char **argv)
 	 * the checks, the weights, the data, the log */
 	dp_err e;
 	R.stall_report = stall_report;
-	R.on_skip = skip_warn;
+	R.on_skip = cli_input_skipped; /* an image skipped (--skip-corrupt) */
 	R.note = run_note;
 	R.before_line = cli_progress_clear;
 	run_ok(dp_run_join(&R, &e), &e);
