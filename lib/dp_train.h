@@ -26,8 +26,10 @@
  *  - synchronised batch normalisation: the statistics' sums over the ranks;
  *  - a short update (an epoch's last, with fewer samples): the mean over
  *    the samples it has.
- * The tool keeps the options, the messages, the logs and the loop over
- * epochs (tools/dp-train.c); tests/unit/step.c tests the step without it.
+ * The tool keeps the options, the messages and the loop over epochs
+ * (tools/dp-train.c); the run it sets up, with its log and checkpoints,
+ * is dp_run below.  tests/unit/step.c tests the step, tests/unit/run.c
+ * the run, without the tool.
  *
  * dp_run_conf: the settings of a run that a checkpoint's __metadata__
  * keeps (dp-checkpoint(5)), each key named once, here: dp-train writes them

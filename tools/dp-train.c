@@ -1,26 +1,30 @@
 /*
  * dp-train - train a neural network from TFRecord files of tf.train.Example.
  *
- * This file is the command line around libdp: options, messages, the
- * training loop and its logs.  The model (dp_nn.h), the math (dp_backend.h),
- * the optimizers (dp_optim.h), the input pipeline (dp_data.h), the
- * checkpoints (dp_ckpt.h), the talk between workers (dp_comm.h) and the
- * step itself (dp_train.h) are all in the library.  A step is: the next
- * batch (dp_data_next), the ranks' sample counts (dp_step_agree), then
- * dp_step_run: forward, loss, backward with each layer's gradients
- * summed over the ranks as they are ready, optimizer update (with
- * --accumulate, --freeze and --sync-bn: lib/train/step.c).  Under mpirun
- * every rank runs this same loop in lockstep; rank 0 alone logs and
- * writes checkpoints.  Validation is dp-eval's pass
- * (dp_eval.h).  See dp-train(1) (DISTRIBUTED) and dp-checkpoint(5).
- * The run's glue is in lib/train too, behind dp_train.h: what the ranks
- * agree on (agree.c), the data options of the settings (data.c), a
- * checkpoint resumed (resume.c), the run in words (summary.c) and
- * TensorBoard's files (tensorboard.c); this file says what they return.
+ * This file is the command line around libdp: options, messages and the
+ * training loop.  The model (dp_nn.h), the math (dp_backend.h), the
+ * optimizers (dp_optim.h), the input pipeline (dp_data.h), the checkpoints
+ * (dp_ckpt.h), the talk between workers (dp_comm.h) and the step itself
+ * (dp_train.h) are all in the library.  A step is: the next batch and the
+ * ranks' sample counts (dp_run_next), then dp_run_step: forward, loss,
+ * backward with each layer's gradients summed over the ranks as they are
+ * ready, optimizer update (with --accumulate, --freeze and --sync-bn:
+ * lib/train/step.c).  Under mpirun every rank runs this same loop in
+ * lockstep; rank 0 alone logs and writes checkpoints.  Validation is
+ * dp-eval's pass (dp_eval.h).  See dp-train(1) (DISTRIBUTED) and
+ * dp-checkpoint(5).
  *
- * The file reads: options, messages, the pieces of the run (logs,
- * checkpoints, data, the job), then validation, set-up, the epochs and
- * the finish, which main calls in that order.
+ * The run itself is one object of lib/train (dp_run, dp_train.h), which
+ * the options fill in: its set-up (setup.c, outputs.c), the bookkeeping
+ * of its epochs (epoch.c, epoch_end.c), its log (log.c), its checkpoints
+ * (save.c); what the ranks agree on (agree.c), the data options of the
+ * settings (data.c), a checkpoint resumed (resume.c), the run in words
+ * (summary.c) and TensorBoard's files (tensorboard.c).  Each failure says
+ * its kind (dp_run_fail); this file says it, and the notes.
+ *
+ * The file reads: options, messages, the pieces of the run (TensorBoard,
+ * logs, checkpoints), set-up, the epochs and the finish, which main calls
+ * in that order.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -497,12 +501,6 @@ static void note_text(char *t)
 		cli_die("out of memory");
 	note("%s", t);
 	free(t);
-}
-
-/* A skipped image (--skip-corrupt), from a reader thread. */
-static void skip_warn(void *ctx, const dp_err *e)
-{
-	cli_warn("%s; skipped", e->msg);
 }
 
 static volatile uint64_t cur_step; /* for stall reports, from the communication thread */
@@ -1035,7 +1033,6 @@ static void open_log(void)
 			(O.progress == 1 || (O.progress < 0 && !O.quiet && isatty(STDERR_FILENO))));
 }
 
-
 /* ---- the epochs (dp_train.h: lib/train/epoch.c) ---------------------------------------- */
 
 static void __attribute__((noreturn)) diverged(uint64_t epoch, double loss)
@@ -1302,6 +1299,7 @@ static int close_all(void)
 	free((char *)last_ckpt);
 	free(R.train);
 	free(R.val);
+	free(R.names);
 	dp_run_conf_free(&C);
 	if (R.logfp && R.logfp != stdout && fclose(R.logfp) != 0)
 		cli_die("%s: %s", R.log, strerror(errno));
@@ -1341,7 +1339,7 @@ int main(int argc, char **argv)
 	 * the checks, the weights, the data, the log */
 	dp_err e;
 	R.stall_report = stall_report;
-	R.on_skip = skip_warn;
+	R.on_skip = cli_input_skipped; /* an image skipped (--skip-corrupt) */
 	R.note = run_note;
 	R.before_line = cli_progress_clear;
 	run_ok(dp_run_join(&R, &e), &e);

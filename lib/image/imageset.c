@@ -55,14 +55,8 @@ int dp_image_is_name(const char *s)
 
 static int add_item(dp_image_set *s, const char *path, const char *name, size_t cls, dp_err *e)
 {
-	if (s->n == s->cap) {
-		size_t nc = s->cap ? s->cap * 2 : 256;
-		item *p = realloc(s->it, nc * sizeof *p);
-		if (!p)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		s->it = p;
-		s->cap = nc;
-	}
+	if (dp_grow(&s->it, &s->cap, s->n + 1, sizeof *s->it) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	item *t = &s->it[s->n];
 	t->path = strdup(path);
 	t->shown = dp_shown(path, strlen(path));
@@ -221,11 +215,9 @@ static int open_list(dp_image_set *s, const char *list, dp_err *e)
 
 dp_image_set *dp_image_set_open(const char *path, dp_err *e)
 {
-	dp_image_set *s = calloc(1, sizeof *s);
-	if (!s) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_image_set *s = dp_zalloc(sizeof *s, e);
+	if (!s)
 		return NULL;
-	}
 	dp_buf_init(&s->file, 0);
 	struct stat st;
 	int rc = stat(path, &st) < 0 ? dp_syserr(e, "%s", path)

@@ -70,6 +70,18 @@ static int count(const char *opt, const char *s, uint64_t max, uint64_t *v, dp_e
 	return dp_parse_count(opt, s, 1, max, v, e);
 }
 
+/* The next NAME[=VALUE] item of a list cut at sep by strtok_r (s: the
+ * list, a copy to cut, on the first call, then NULL; *save its state):
+ * NAME, *val at VALUE (NULL without '='); NULL after the last. */
+static char *next_item(char *s, const char *sep, char **save, char **val)
+{
+	char *it = strtok_r(s, sep, save);
+	*val = it ? strchr(it, '=') : NULL;
+	if (*val)
+		*(*val)++ = 0;
+	return it;
+}
+
 static int augment(dp_image_tf *t, const char *spec, dp_err *e)
 {
 	t->crop = DP_CROP_NONE;
@@ -80,11 +92,9 @@ static int augment(dp_image_tf *t, const char *spec, dp_err *e)
 	if (!copy)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	int rc = DP_OK;
-	for (char *it = strtok_r(copy, ",", &save); it && rc == DP_OK;
-	     it = strtok_r(NULL, ",", &save)) {
-		char *val = strchr(it, '=');
-		if (val)
-			*val++ = 0;
+	char *val;
+	for (char *it = next_item(copy, ",", &save, &val); it && rc == DP_OK;
+	     it = next_item(NULL, ",", &save, &val)) {
 		uint64_t n;
 		if (!strcmp(it, "random-resized-crop") && !val)
 			t->crop = DP_CROP_RANDOM;
@@ -176,14 +186,13 @@ int dp_image_spec_parse(dp_image_tf *t, const char *spec, dp_err *e)
 	if (!copy)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	int rc = DP_OK;
-	for (char *it = strtok_r(copy, ";", &save); it && rc == DP_OK;
-	     it = strtok_r(NULL, ";", &save)) {
-		char *val = strchr(it, '=');
+	char *val;
+	for (char *it = next_item(copy, ";", &save, &val); it && rc == DP_OK;
+	     it = next_item(NULL, ";", &save, &val)) {
 		if (!val) {
 			rc = dp_seterr(e, DP_EDATA, "image options '%s': want NAME=VALUE;...", spec);
 			break;
 		}
-		*val++ = 0;
 		rc = dp_image_opt(t, it, val, e);
 	}
 	free(copy);

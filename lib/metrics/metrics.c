@@ -278,11 +278,13 @@ struct def {
 
 struct dp_matcher {
 	struct name *names;
-	int nnames, cap_names, nfound;
+	int nnames, nfound;
+	size_t cap_names;
 	int *table; /* open addressing: name id + 1, 0 empty */
 	size_t table_size;
 	struct def *defs;
-	int ndefs, cap_defs;
+	int ndefs;
+	size_t cap_defs;
 	int logfmt, logfmt_all;
 	int tag_keyed; /* a tagged line has carried a rank= key */
 	pcre2_match_data *md;
@@ -346,14 +348,8 @@ static int intern(dp_matcher *m, const char *s, size_t n)
 		for (int i = 0; i < m->nnames; i++)
 			table_put(m, i);
 	}
-	if (m->nnames == m->cap_names) {
-		int nc = m->cap_names ? m->cap_names * 2 : 16;
-		struct name *nn = realloc(m->names, (size_t)nc * sizeof *nn);
-		if (!nn)
-			return -1;
-		m->names = nn;
-		m->cap_names = nc;
-	}
+	if (dp_grow(&m->names, &m->cap_names, (size_t)m->nnames + 1, sizeof *m->names) < 0)
+		return -1;
 	char *copy = malloc(n + 1);
 	if (!copy)
 		return -1;
@@ -521,15 +517,9 @@ int dp_matcher_add(dp_matcher *m, const char *name, const char *regex, const cha
 				 origin, q);
 	}
 	int jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
-	if (m->ndefs == m->cap_defs) {
-		int nc = m->cap_defs ? m->cap_defs * 2 : 8;
-		struct def *nd = realloc(m->defs, (size_t)nc * sizeof *nd);
-		if (!nd) {
-			pcre2_code_free(code);
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		}
-		m->defs = nd;
-		m->cap_defs = nc;
+	if (dp_grow(&m->defs, &m->cap_defs, (size_t)m->ndefs + 1, sizeof *m->defs) < 0) {
+		pcre2_code_free(code);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	int id = intern(m, name, nlen);
 	if (id < 0) {

@@ -71,9 +71,11 @@ struct panel {
 
 struct dp_plot {
 	struct series *s;
-	int ns, cap_s;
+	int ns;
+	size_t cap_s;
 	struct panel *p;
-	int np, cap_p;
+	int np;
+	size_t cap_p;
 };
 
 dp_plot *dp_plot_new(void) { return calloc(1, sizeof(dp_plot)); }
@@ -93,27 +95,12 @@ void dp_plot_free(dp_plot *p)
 	free(p);
 }
 
-/* Room for one more element in *pp, an array of n elements of `size`
- * bytes with room for *cap: 0 or DP_ENOMEM. */
-static int grow_one(void *pp, int n, int *cap, size_t size)
-{
-	if (n < *cap)
-		return 0;
-	int nc = *cap ? *cap * 2 : 8;
-	void *q = realloc(*(void **)pp, (size_t)nc * size);
-	if (!q)
-		return DP_ENOMEM;
-	*(void **)pp = q;
-	*cap = nc;
-	return 0;
-}
-
 static int find_panel(dp_plot *p, const char *name)
 {
 	for (int i = 0; i < p->np; i++)
 		if (strcmp(p->p[i].name, name) == 0)
 			return i;
-	if (grow_one(&p->p, p->np, &p->cap_p, sizeof *p->p) < 0)
+	if (dp_grow(&p->p, &p->cap_p, (size_t)p->np + 1, sizeof *p->p) < 0)
 		return DP_ENOMEM;
 	char *copy = strdup(name);
 	if (!copy)
@@ -130,7 +117,7 @@ int dp_plot_series(dp_plot *p, const char *label, const char *panel)
 	int pi = find_panel(p, panel);
 	if (pi < 0)
 		return pi;
-	if (grow_one(&p->s, p->ns, &p->cap_s, sizeof *p->s) < 0)
+	if (dp_grow(&p->s, &p->cap_s, (size_t)p->ns + 1, sizeof *p->s) < 0)
 		return DP_ENOMEM;
 	struct series *s = &p->s[p->ns];
 	memset(s, 0, sizeof *s);

@@ -236,15 +236,7 @@ static int index_build(dp_example *ex)
 /* Room for one more feature at ex->f[ex->n]. */
 static int reserve_feature(dp_example *ex)
 {
-	if (ex->n < ex->cap)
-		return 0;
-	size_t nc = ex->cap ? ex->cap * 2 : 16;
-	dp_feature *nf = realloc(ex->f, nc * sizeof *nf);
-	if (!nf)
-		return -1;
-	ex->f = nf;
-	ex->cap = nc;
-	return 0;
+	return dp_grow(&ex->f, &ex->cap, ex->n + 1, sizeof *ex->f) < 0 ? -1 : 0;
 }
 
 /* Keep the feature just parsed into ex->f[ex->n]: append it, or let it
@@ -291,6 +283,26 @@ static int keep_feature(dp_example *ex)
 	}
 	ex->ht[j] = (uint32_t)ex->n + 1;
 	ex->n++;
+	return 0;
+}
+
+/* The next field numbered 1 in [*p, end), the others passed over, which
+ * must be length-delimited (else *why is wrong): 1 with it in *f, 0 at the
+ * end, -1 with *why. */
+static int next_one(const uint8_t **p, const uint8_t *end, field *f, const char *wrong,
+		    const char **why)
+{
+	while (*p < end) {
+		if (rd_field_at(p, end, f, why) < 0)
+			return -1;
+		if (f->num != 1)
+			continue;
+		if (f->wt != 2) {
+			*why = wrong;
+			return -1;
+		}
+		return 1;
+	}
 	return 0;
 }
 
@@ -350,30 +362,22 @@ int dp_example_parse(dp_example *ex, const void *buf, size_t len, dp_err *e)
 	const uint8_t *p = buf, *end = p + len;
 	const char *why = NULL;
 	field f, g;
+	int rf, rg;
 	ex->n = 0;
 	ex->has_features = 0;
-	while (p < end) {
-		if (rd_field_at(&p, end, &f, &why) < 0)
-			goto bad;
-		if (f.num != 1)
-			continue;
-		if (f.wt != 2)
-			return dp_seterr(e, DP_EDATA, "invalid Example: features has the wrong wire type");
+	while ((rf = next_one(&p, end, &f, "features has the wrong wire type", &why)) > 0) {
 		ex->has_features = 1;
 		const uint8_t *q = f.data, *qe = f.data + f.len;
-		while (q < qe) {
-			if (rd_field_at(&q, qe, &g, &why) < 0)
-				goto bad;
-			if (g.num != 1)
-				continue;
-			if (g.wt != 2)
-				return dp_seterr(e, DP_EDATA,
-						 "invalid Example: feature map entry has the wrong wire type");
+		while ((rg = next_one(&q, qe, &g, "feature map entry has the wrong wire type", &why)) > 0) {
 			int r2 = parse_entry(ex, g.data, g.len, e);
 			if (r2 < 0)
 				return r2;
 		}
+		if (rg < 0)
+			goto bad;
 	}
+	if (rf < 0)
+		goto bad;
 	return 0;
 bad:
 	return dp_seterr(e, DP_EDATA, "invalid Example: %s", why);

@@ -223,12 +223,8 @@ char **s3_shell_split(const char *cmd)
 				word[w++] = *p++;
 			}
 		}
-		if (n + 2 > cap) {
-			char **na = realloc(argv, (cap *= 2) * sizeof *na);
-			if (!na)
-				goto fail;
-			argv = na;
-		}
+		if (dp_grow(&argv, &cap, n + 2, sizeof *argv) < 0)
+			goto fail;
 		if (!(argv[n] = strndup(word, w)))
 			goto fail;
 		argv[++n] = NULL;

@@ -47,11 +47,9 @@ dp_s3 *dp_s3_new(const dp_s3_conf *c, dp_err *e)
 		}
 		curl_ready = 1;
 	}
-	dp_s3 *s = calloc(1, sizeof *s);
-	if (!s) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_s3 *s = dp_zalloc(sizeof *s, e);
+	if (!s)
 		return NULL;
-	}
 	s->conf = *c;
 	if (s->conf.concurrency < 1)
 		s->conf.concurrency = 1;
@@ -500,6 +498,37 @@ int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e)
 	free(r.query);
 	free(r.host);
 	return rc;
+}
+
+CURLMsg *s3_multi_done(CURLM *multi)
+{
+	int left;
+	CURLMsg *m;
+	while ((m = curl_multi_info_read(multi, &left)))
+		if (m->msg == CURLMSG_DONE)
+			return m;
+	return NULL;
+}
+
+void s3_call_drop(s3_call *c, CURL *h, int running, CURLM *multi)
+{
+	if (running)
+		curl_multi_remove_handle(multi, h);
+	if (h)
+		curl_easy_cleanup(h);
+	s3_call_clean(c);
+}
+
+int s3_call_add(dp_s3 *s, s3_call *c, CURL *h, CURLM *multi, dp_err *e)
+{
+	if (!h)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	int rc = s3_call_setup(s, c, h, e);
+	if (rc < 0)
+		return rc;
+	if (curl_multi_add_handle(multi, h) != CURLM_OK)
+		return dp_seterr(e, DP_ENOMEM, "cannot add a transfer");
+	return DP_OK;
 }
 
 /* ---- The answer ---------------------------------------------------------------- */

@@ -174,6 +174,8 @@ int64_t s3_parse_time(const char *s);
  * -1 when it decoded a NUL (%00), which would cut the key short: the
  * caller refuses it. */
 int s3_url_decode(char *s);
+/* A hex digit's value (either case); -1 for another character. */
+int s3_hexval(char c);
 
 /* ---- One request (s3.c) ---------------------------------------------------------- */
 
@@ -233,6 +235,15 @@ const char *s3_fit_name(const char *what, size_t max, char *buf, size_t bufsz);
 /* Prepare c on handle h (reset first) for one attempt: URL, date,
  * signature, options.  Clears the previous answer. */
 int s3_call_setup(dp_s3 *s, s3_call *c, CURL *h, dp_err *e);
+/* s3_call_setup, then h added to multi to run beside the others (h
+ * NULL: out of memory, as a handle not had). */
+int s3_call_add(dp_s3 *s, s3_call *c, CURL *h, CURLM *multi, dp_err *e);
+/* The end of c's transfer on handle h (may be NULL): taken off multi when
+ * running, h cleaned up, c cleaned. */
+void s3_call_drop(s3_call *c, CURL *h, int running, CURLM *multi);
+/* The next transfer of multi that has finished (after curl_multi_perform),
+ * NULL when no more have. */
+CURLMsg *s3_multi_done(CURLM *multi);
 /* After the transfer of c finished with cc: the answer's class (S3_OK,
  * S3_RETRY, S3_FAIL, S3_AGAIN).  Reads the error body. */
 int s3_call_finish(dp_s3 *s, s3_call *c, CURL *h, CURLcode cc);
@@ -245,6 +256,19 @@ int s3_code_status(const char *code, long http);
 void s3_call_clean(s3_call *c);
 /* Run c to completion on s->easy, retrying; DP_OK when the answer is 2xx. */
 int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e);
+
+/* A transfer's retry waiting for the time at (0: none): whether it is due
+ * at now; when it is not, *wake brought forward to it. */
+static inline int s3_retry_due(double at, double now, double *wake)
+{
+	if (at <= 0)
+		return 0;
+	if (at <= now)
+		return 1;
+	if (at < *wake)
+		*wake = at;
+	return 0;
+}
 /* Seconds to wait before retry number attempt (1, 2, ...): half of it fixed,
  * half random (a generator per thread: any thread may call it). */
 double s3_backoff(const dp_s3 *s, int attempt);

@@ -98,15 +98,9 @@ static void dresult_cb(void *ctx, const char *path, const char *text, size_t len
 	} else if (!strcmp(path, "DeleteResult/Error/Message")) {
 		dp_buf_addstr(&r->msg, text);
 	} else if (!strcmp(path, "DeleteResult/Error")) {
-		if (r->n == r->cap) {
-			size_t cap = r->cap ? r->cap * 2 : 16;
-			refusal *v = realloc(r->v, cap * sizeof *v);
-			if (!v) {
-				r->oom = 1;
-				return;
-			}
-			r->v = v;
-			r->cap = cap;
+		if (dp_grow(&r->v, &r->cap, r->n + 1, sizeof *r->v) < 0) {
+			r->oom = 1;
+			return;
 		}
 		refusal *f = &r->v[r->n];
 		f->key = strdup(r->key.p ? r->key.p : "");

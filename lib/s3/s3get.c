@@ -361,11 +361,7 @@ static void getter_free(getter *g, dp_s3_stats *st)
 		free(g->pool_buf[k].p);
 	for (int k = 0; g->synced && k < g->nheads; k++) {
 		hslot *h = &g->heads[k];
-		if (h->running)
-			curl_multi_remove_handle(g->multi, h->h);
-		if (h->h)
-			curl_easy_cleanup(h->h);
-		s3_call_clean(&h->call);
+		s3_call_drop(&h->call, h->h, h->running, g->multi);
 	}
 	if (g->synced) {
 		pthread_mutex_destroy(&g->mu);
@@ -548,13 +544,11 @@ static int start_heads(getter *g, dp_err *e)
  * finish_head.  *moved: some finished. */
 static int collect(getter *g, int *moved, dp_err *e)
 {
-	int running, left, rc = DP_OK;
+	int running, rc = DP_OK;
 	curl_multi_perform(g->multi, &running);
 	CURLMsg *m;
 	*moved = 0;
-	while (rc == DP_OK && (m = curl_multi_info_read(g->multi, &left))) {
-		if (m->msg != CURLMSG_DONE)
-			continue;
+	while (rc == DP_OK && (m = s3_multi_done(g->multi))) {
 		*moved = 1;
 		CURL *h = m->easy_handle;
 		CURLcode cc = m->data.result;
@@ -581,21 +575,13 @@ static int start_retries(getter *g, double now, double *wake, dp_err *e)
 	*wake = now + 0.2;
 	for (int k = 0; k < g->nxf && rc == DP_OK; k++) {
 		xfer *x = &g->xf[k];
-		if (x->busy && x->retry_at > 0 && !x->running) {
-			if (x->retry_at <= now)
-				rc = s3_get_start_xfer(g, x, e);
-			else if (x->retry_at < *wake)
-				*wake = x->retry_at;
-		}
+		if (x->busy && !x->running && s3_retry_due(x->retry_at, now, wake))
+			rc = s3_get_start_xfer(g, x, e);
 	}
 	for (int k = 0; k < g->nheads && rc == DP_OK; k++) {
 		hslot *h = &g->heads[k];
-		if (h->busy && !h->running && h->retry_at > 0) {
-			if (h->retry_at <= now)
-				rc = s3_get_start_head(g, h, e);
-			else if (h->retry_at < *wake)
-				*wake = h->retry_at;
-		}
+		if (h->busy && !h->running && s3_retry_due(h->retry_at, now, wake))
+			rc = s3_get_start_head(g, h, e);
 	}
 	return rc;
 }

@@ -201,13 +201,11 @@ int s3_get_start_xfer(getter *g, xfer *x, dp_err *e)
 		c->h[c->nh++] = (s3_sigv4_kv){"If-Match", o->etag};
 	c->sink = run_sink;
 	c->sink_ctx = x;
-	if (!x->h && !(x->h = take_handle(g)))
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = s3_call_setup(g->s, c, x->h, e);
+	if (!x->h)
+		x->h = take_handle(g);
+	int rc = s3_call_add(g->s, c, x->h, g->multi, e);
 	if (rc < 0)
 		return rc;
-	if (curl_multi_add_handle(g->multi, x->h) != CURLM_OK)
-		return dp_seterr(e, DP_ENOMEM, "cannot add a transfer");
 	x->running = 1;
 	g->nreq++;
 	return DP_OK;
@@ -468,13 +466,11 @@ int s3_get_start_head(getter *g, hslot *h, dp_err *e)
 	h->call.bucket = o->bucket;
 	h->call.key = o->key;
 	h->retry_at = 0;
-	if (!h->h && !(h->h = take_handle(g)))
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = s3_call_setup(g->s, &h->call, h->h, e);
+	if (!h->h)
+		h->h = take_handle(g);
+	int rc = s3_call_add(g->s, &h->call, h->h, g->multi, e);
 	if (rc < 0)
 		return rc;
-	if (curl_multi_add_handle(g->multi, h->h) != CURLM_OK)
-		return dp_seterr(e, DP_ENOMEM, "cannot add a transfer");
 	h->running = 1;
 	g->nreq++;
 	return DP_OK;

@@ -96,14 +96,8 @@ int dp_loc_is_dir(const dp_loc *l)
 
 int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		dp_obj *v = realloc(l->v, cap * sizeof *v);
-		if (!v)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		l->v = v;
-		l->cap = cap;
-	}
+	if (dp_grow(&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	dp_obj *d = &l->v[l->n];
 	*d = *o;
 	d->bucket = o->bucket ? strdup(o->bucket) : NULL;
@@ -242,14 +236,8 @@ typedef struct fwalk {
 
 static int fw_add(fwalk *w, const char *rel, int dir, const struct stat *st, dp_err *e)
 {
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		fent *v = realloc(w->v, cap * sizeof *v);
-		if (!v)
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		w->v = v;
-		w->cap = cap;
-	}
+	if (dp_grow(&w->v, &w->cap, w->n + 1, sizeof *w->v) < 0)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	fent *f = &w->v[w->n];
 	f->rel = strdup(rel);
 	if (!f->rel)

@@ -14,25 +14,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Room for one more of size sz in *v (cap *cap, n used). */
-static int grow(void *v, size_t *cap, size_t n, size_t sz)
-{
-	if (n < *cap)
-		return 0;
-	size_t c = *cap ? *cap * 2 : 16;
-	void *p = realloc(*(void **)v, c * sz);
-	if (!p)
-		return -1;
-	*(void **)v = p;
-	*cap = c;
-	return 0;
-}
-
 /* ---- --include, --exclude ----------------------------------------------------------- */
 
 int dp_s3_filters_add(dp_s3_filters *f, int include, const char *pattern, dp_err *e)
 {
-	if (grow(&f->v, &f->cap, f->n, sizeof *f->v) < 0)
+	if (dp_grow(&f->v, &f->cap, f->n + 1, sizeof *f->v) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	f->v[f->n++] = (struct dp_s3_filter){include, pattern};
 	return DP_OK;
@@ -107,7 +93,7 @@ typedef struct planner {
 static int add_dir(planner *w, const char *a, size_t len, const char *b)
 {
 	dp_s3_plan *p = w->p;
-	if (grow(&p->dirs, &p->dcap, p->ndirs, sizeof *p->dirs) < 0 ||
+	if (dp_grow(&p->dirs, &p->dcap, p->ndirs + 1, sizeof *p->dirs) < 0 ||
 	    asprintf(&p->dirs[p->ndirs], "%.*s%s", (int)len, a, b) < 0)
 		return dp_seterr(w->e, DP_ENOMEM, "out of memory");
 	p->ndirs++;
@@ -118,7 +104,7 @@ static int add_file(planner *w, const char *file, const char *name)
 {
 	dp_s3_plan *p = w->p;
 	char *src = strdup(file), *dst = NULL;
-	if (!src || grow(&p->v, &p->cap, p->n, sizeof *p->v) < 0 ||
+	if (!src || dp_grow(&p->v, &p->cap, p->n + 1, sizeof *p->v) < 0 ||
 	    asprintf(&dst, "%s%s", w->prefix, name) < 0) {
 		free(src);
 		return dp_seterr(w->e, DP_ENOMEM, "out of memory");

@@ -388,13 +388,11 @@ static int start_upload(putter *u, ubuf *b, dp_err *e)
 	c->q[c->nq++] = (s3_sigv4_kv){"partNumber", b->qpart};
 	c->q[c->nq++] = (s3_sigv4_kv){"uploadId", u->upload_id};
 	b->retry_at = 0;
-	if (!b->h && !(b->h = curl_easy_init()))
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = s3_call_setup(u->s, c, b->h, e);
+	if (!b->h)
+		b->h = curl_easy_init();
+	int rc = s3_call_add(u->s, c, b->h, u->multi, e);
 	if (rc < 0)
 		return rc;
-	if (curl_multi_add_handle(u->multi, b->h) != CURLM_OK)
-		return dp_seterr(e, DP_ENOMEM, "cannot add a transfer");
 	b->running = 1;
 	u->s->nreq++;
 	return DP_OK;
@@ -516,13 +514,8 @@ static void putter_free(putter *u)
 		pthread_join(u->reader, NULL);
 	}
 	for (int i = 0; u->b && i < u->nb; i++) {
-		ubuf *b = &u->b[i];
-		if (b->running)
-			curl_multi_remove_handle(u->multi, b->h);
-		if (b->h)
-			curl_easy_cleanup(b->h);
-		s3_call_clean(&b->call);
-		free(b->p);
+		s3_call_drop(&u->b[i].call, u->b[i].h, u->b[i].running, u->multi);
+		free(u->b[i].p);
 	}
 	if (u->synced) {
 		pthread_mutex_destroy(&u->mu);
@@ -678,13 +671,11 @@ static int part_done(putter *u, ubuf *b, CURLcode cc, dp_err *e)
  * retries that are due; *wake: when the next one is. */
 static int pump(putter *u, int *moved, double *wake, dp_err *e)
 {
-	int running, left, rc = DP_OK;
+	int running, rc = DP_OK;
 	curl_multi_perform(u->multi, &running);
 	CURLMsg *m;
 	*moved = 0;
-	while (rc == DP_OK && (m = curl_multi_info_read(u->multi, &left))) {
-		if (m->msg != CURLMSG_DONE)
-			continue;
+	while (rc == DP_OK && (m = s3_multi_done(u->multi))) {
 		*moved = 1;
 		for (int i = 0; i < u->nb; i++)
 			if (u->b[i].running && u->b[i].h == m->easy_handle) {
@@ -696,12 +687,8 @@ static int pump(putter *u, int *moved, double *wake, dp_err *e)
 	*wake = now + 0.2;
 	for (int i = 0; i < u->nb && rc == DP_OK; i++) {
 		ubuf *b = &u->b[i];
-		if (b->state == B_SENDING && !b->running && b->retry_at > 0) {
-			if (b->retry_at <= now)
-				rc = start_upload(u, b, e);
-			else if (b->retry_at < *wake)
-				*wake = b->retry_at;
-		}
+		if (b->state == B_SENDING && !b->running && s3_retry_due(b->retry_at, now, wake))
+			rc = start_upload(u, b, e);
 	}
 	return rc;
 }

@@ -22,6 +22,7 @@ int dp_run_epoch_begin(dp_run *r, uint64_t epoch, dp_err *e)
 	r->ts.epoch = epoch;
 	r->ts.epoch_step = skip;
 	r->out = 0;
+	r->fail = DP_RUN_FAIL_RANK;
 	if (r->td && dp_data_epoch_at(r->td, epoch, skip * r->c->accumulate, skip ? r->resume_pos : 0, e) < 0)
 		return dp_preferr(e, "train");
 	r->data_pos = skip ? r->resume_pos : 0;
@@ -34,6 +35,7 @@ int dp_run_next(dp_run *r, dp_step *s, double *t0, dp_err *e)
 {
 	memset(s, 0, sizeof *s);
 	*t0 = dp_now();
+	r->fail = DP_RUN_FAIL_RANK;
 	if (!r->td) /* a pipeline's later stage: the first stage's counts come */
 		r->out = 1;
 	if (!r->out) {
@@ -72,6 +74,7 @@ double dp_run_rate(const dp_run *r, uint64_t epoch, uint64_t step)
 int dp_run_step(dp_run *r, uint64_t epoch, const dp_step *s, double t0, double *loss, dp_err *e)
 {
 	dp_step_result res = {0};
+	r->fail = DP_RUN_FAIL_RANK;
 	r->lr = dp_run_rate(r, epoch, r->ts.step);
 	int rc = s ? dp_step_run(r->tr, s, r->ts.step, r->lr, &res, e)
 		   : dp_step_flush(r->tr, r->ts.step, r->lr, &res, e);

@@ -107,30 +107,35 @@ static void s3_examples(void)
 	free(a);
 	free(path);
 
-	/* GET Bucket Lifecycle: "?lifecycle" */
-	s3_sigv4_kv life[] = {
+	/* GETs of the bucket with a query: "?lifecycle"; "?max-keys=2&prefix=J",
+	 * given out of order */
+	s3_sigv4_kv bucket[] = {
 		{"Host", "examplebucket.s3.amazonaws.com"},
 		{"x-amz-date", "20130524T000000Z"},
 		{"x-amz-content-sha256", DP_SHA256_EMPTY},
 	};
-	s3_sigv4_kv lq[] = {{"lifecycle", ""}};
-	char *q = s3_sigv4_query(lq, 1);
-	is_str(q, "lifecycle=", "lifecycle: a name without value gets '='");
-	a = s3_authz("GET", "/", q, life, 3, DP_SHA256_EMPTY);
-	is_str(sig_of(a), "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543",
-	       "GET Bucket Lifecycle: signature");
-	free(a);
-	free(q);
-
-	/* GET Bucket (List Objects): "?max-keys=2&prefix=J", given out of order */
-	s3_sigv4_kv lsq[] = {{"prefix", "J"}, {"max-keys", "2"}};
-	q = s3_sigv4_query(lsq, 2);
-	is_str(q, "max-keys=2&prefix=J", "list: query sorted");
-	a = s3_authz("GET", "/", q, life, 3, DP_SHA256_EMPTY);
-	is_str(sig_of(a), "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
-	       "GET Bucket (List Objects): signature");
-	free(a);
-	free(q);
+	static const struct {
+		const char *name;
+		s3_sigv4_kv q[2];
+		size_t nq;
+		const char *query, *why, *sig;
+	} gets[] = {
+		{"GET Bucket Lifecycle", {{"lifecycle", ""}}, 1, "lifecycle=",
+		 "a name without value gets '='",
+		 "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"},
+		{"GET Bucket (List Objects)", {{"prefix", "J"}, {"max-keys", "2"}}, 2,
+		 "max-keys=2&prefix=J", "query sorted",
+		 "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"},
+	};
+	char *q;
+	for (size_t i = 0; i < sizeof gets / sizeof gets[0]; i++) {
+		q = s3_sigv4_query(gets[i].q, gets[i].nq);
+		is_str(q, gets[i].query, "%s: %s", gets[i].name, gets[i].why);
+		a = s3_authz("GET", "/", q, bucket, 3, DP_SHA256_EMPTY);
+		is_str(sig_of(a), gets[i].sig, "%s: signature", gets[i].name);
+		free(a);
+		free(q);
+	}
 
 	/* Presigned GET of test.txt, 86400 s */
 	r = (s3_sigv4_req){

@@ -252,14 +252,9 @@ int dp_ckpt_save_parts(const char *path, dp_model *m, dp_optim *o, const void *c
 		part_rec r;
 		int got;
 		while ((got = get_rec(&p, end, &r)) == 1) {
-			if (nrec == cap) {
-				cap = cap ? 2 * cap : 256;
-				part_rec *t = realloc(rec, cap * sizeof *t);
-				if (!t) {
-					rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
-					goto out;
-				}
-				rec = t;
+			if (dp_grow(&rec, &cap, nrec + 1, sizeof *rec) < 0) {
+				rc = dp_seterr(e, DP_ENOMEM, "%s: out of memory", path);
+				goto out;
 			}
 			rec[nrec++] = r;
 		}

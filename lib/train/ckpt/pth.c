@@ -337,15 +337,9 @@ static const sbytes *zip_storage(void *ctx, const pk_val *st, dp_err *e)
 	for (size_t i = 0; i < z->ns; i++)
 		if (z->s[i].st == st)
 			return &z->s[i];
-	if (z->ns == z->cap) {
-		size_t nc = z->cap ? 2 * z->cap : 16;
-		sbytes *s = realloc(z->s, nc * sizeof *s);
-		if (!s) {
-			dp_seterr(e, DP_ENOMEM, "%s: out of memory", z->name);
-			return NULL;
-		}
-		z->s = s;
-		z->cap = nc;
+	if (dp_grow(&z->s, &z->cap, z->ns + 1, sizeof *z->s) < 0) {
+		dp_seterr(e, DP_ENOMEM, "%s: out of memory", z->name);
+		return NULL;
 	}
 	char *ent;
 	if (asprintf(&ent, "%sdata/%s", z->prefix, st->s) < 0) {

@@ -70,14 +70,8 @@ int dp_st_add(dp_st_writer *w, const char *name, int dtype, int ndim, const int6
 {
 	if (ndim < 0 || ndim > DP_ST_MAXDIM || !dp_dtype_size(dtype))
 		return w->failed = DP_EARG;
-	if (w->n == w->cap) {
-		size_t nc = w->cap ? w->cap * 2 : 32;
-		wentry *t = realloc(w->t, nc * sizeof *t);
-		if (!t)
-			return w->failed = DP_ENOMEM;
-		w->t = t;
-		w->cap = nc;
-	}
+	if (dp_grow(&w->t, &w->cap, w->n + 1, sizeof *w->t) < 0)
+		return w->failed = DP_ENOMEM;
 	wentry *x = &w->t[w->n];
 	memset(x, 0, sizeof *x);
 	if (!(x->name = strdup(name)))
@@ -106,14 +100,8 @@ int dp_st_set_meta(dp_st_writer *w, const char *key, const char *value)
 			w->meta[2 * i + 1] = v;
 			return DP_OK;
 		}
-	if (w->nmeta == w->metacap) {
-		size_t nc = w->metacap ? w->metacap * 2 : 32;
-		char **m = realloc(w->meta, 2 * nc * sizeof *m);
-		if (!m)
-			return w->failed = DP_ENOMEM;
-		w->meta = m;
-		w->metacap = nc;
-	}
+	if (dp_grow(&w->meta, &w->metacap, w->nmeta + 1, 2 * sizeof *w->meta) < 0) /* (key, value) */
+		return w->failed = DP_ENOMEM;
 	char *k = strdup(key), *v = strdup(value);
 	if (!k || !v) {
 		free(k);

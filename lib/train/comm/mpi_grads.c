@@ -461,15 +461,10 @@ int comm_mpi_grads_submit(dp_comm *c, float *buf, size_t lo, size_t hi, dp_err *
 	if (!m->running || (!c->in_step && !comm_mpi_grads_busy(c)))
 		return reduce_job(c, &j, 1, e);
 	pthread_mutex_lock(&m->mu);
-	if (m->qn == m->qcap) {
-		size_t nc = m->qcap ? 2 * m->qcap : 16;
-		comm_job *q = realloc(m->q, nc * sizeof *q); /* the thread copies jobs out under the lock */
-		if (!q) {
-			pthread_mutex_unlock(&m->mu);
-			return dp_seterr(e, DP_ENOMEM, "out of memory");
-		}
-		m->q = q;
-		m->qcap = nc;
+	/* the thread copies jobs out under the lock: m->q may move */
+	if (dp_grow(&m->q, &m->qcap, m->qn + 1, sizeof *m->q) < 0) {
+		pthread_mutex_unlock(&m->mu);
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
 	}
 	m->q[m->qn++] = j;
 	pthread_cond_signal(&m->cv);
