@@ -173,6 +173,9 @@ DP_EXPORT char *dp_buf_take(dp_buf *b);
  * bytes) for at least n, its capacity doubled from 16 until they fit.
  * DP_OK, or DP_ENOMEM with the array as it was. */
 DP_EXPORT int dp_grow(void *pp, size_t *cap, size_t n, size_t size);
+/* A new object's size bytes, zeroed; NULL with DP_ENOMEM ("out of memory")
+ * in e when there is no room. */
+DP_EXPORT void *dp_zalloc(size_t size, dp_err *e);
 
 /* Append s[0..n) as a JSON string, quotes included: the one escaper of
  * libdp and the tools.  '"', '\\' and control characters are escaped (\n,

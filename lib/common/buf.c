@@ -63,6 +63,14 @@ int dp_buf_reserve(dp_buf *b, size_t n)
 	return 0;
 }
 
+void *dp_zalloc(size_t size, dp_err *e)
+{
+	void *p = calloc(1, size);
+	if (!p)
+		dp_seterr(e, DP_ENOMEM, "out of memory");
+	return p;
+}
+
 int dp_grow(void *pp, size_t *cap, size_t n, size_t size)
 {
 	if (n <= *cap)

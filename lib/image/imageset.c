@@ -215,11 +215,9 @@ static int open_list(dp_image_set *s, const char *list, dp_err *e)
 
 dp_image_set *dp_image_set_open(const char *path, dp_err *e)
 {
-	dp_image_set *s = calloc(1, sizeof *s);
-	if (!s) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_image_set *s = dp_zalloc(sizeof *s, e);
+	if (!s)
 		return NULL;
-	}
 	dp_buf_init(&s->file, 0);
 	struct stat st;
 	int rc = stat(path, &st) < 0 ? dp_syserr(e, "%s", path)

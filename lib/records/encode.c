@@ -787,11 +787,9 @@ static int idx_next(dp_encoder *x, const uint8_t **rec, size_t *len)
 
 static dp_encoder *enc_open(const input *in, const input *labels, const dp_enc_opts *o, dp_err *e)
 {
-	dp_encoder *x = calloc(1, sizeof *x);
-	if (!x) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_encoder *x = dp_zalloc(sizeof *x, e);
+	if (!x)
 		return NULL;
-	}
 	enc_vals_init(&x->v);
 	dp_buf_init(&x->c.f, 0);
 	dp_buf_init(&x->c.off, 0);

@@ -147,11 +147,9 @@ static void part_free(struct part *p)
 
 static struct part *part_new(dp_shuffle *s, int shift, int bits, int level, dp_err *e)
 {
-	struct part *p = calloc(1, sizeof *p);
-	if (!p) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	struct part *p = dp_zalloc(sizeof *p, e);
+	if (!p)
 		return NULL;
-	}
 	if (bits > 64 - shift)
 		bits = 64 - shift;
 	p->shift = shift;

@@ -21,6 +21,7 @@
  */
 #include "dp.h"
 #include "md5.h"
+#include "s3_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -459,24 +460,13 @@ void s3_md5_update_many(s3_md5_job *jobs, size_t n)
 
 /* ---- S3 ETags ---------------------------------------------------------------------------- */
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int s3_md5_etag(const char *etag, unsigned char md[16])
 {
 	const char *p = etag;
 	if (*p == '"')
 		p++;
 	for (int i = 0; i < 16; i++) {
-		int hi = hexval(p[2 * i]), lo = hi < 0 ? -1 : hexval(p[2 * i + 1]);
+		int hi = s3_hexval(p[2 * i]), lo = hi < 0 ? -1 : s3_hexval(p[2 * i + 1]);
 		if (lo < 0)
 			return 0;
 		md[i] = (unsigned char)(hi << 4 | lo);

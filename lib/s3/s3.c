@@ -47,11 +47,9 @@ dp_s3 *dp_s3_new(const dp_s3_conf *c, dp_err *e)
 		}
 		curl_ready = 1;
 	}
-	dp_s3 *s = calloc(1, sizeof *s);
-	if (!s) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_s3 *s = dp_zalloc(sizeof *s, e);
+	if (!s)
 		return NULL;
-	}
 	s->conf = *c;
 	if (s->conf.concurrency < 1)
 		s->conf.concurrency = 1;

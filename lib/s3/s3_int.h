@@ -174,6 +174,8 @@ int64_t s3_parse_time(const char *s);
  * -1 when it decoded a NUL (%00), which would cut the key short: the
  * caller refuses it. */
 int s3_url_decode(char *s);
+/* A hex digit's value (either case); -1 for another character. */
+int s3_hexval(char c);
 
 /* ---- One request (s3.c) ---------------------------------------------------------- */
 

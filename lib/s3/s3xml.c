@@ -190,7 +190,7 @@ int64_t s3_parse_time(const char *s)
 	return t;
 }
 
-static int hexv(char c)
+int s3_hexval(char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -205,8 +205,8 @@ int s3_url_decode(char *s)
 	char *d = s;
 	int nul = 0;
 	for (; *s; s++) {
-		if (*s == '%' && hexv(s[1]) >= 0 && hexv(s[2]) >= 0) {
-			*d++ = (char)(hexv(s[1]) * 16 + hexv(s[2]));
+		if (*s == '%' && s3_hexval(s[1]) >= 0 && s3_hexval(s[2]) >= 0) {
+			*d++ = (char)(s3_hexval(s[1]) * 16 + s3_hexval(s[2]));
 			nul |= d[-1] == 0;
 			s += 2;
 		} else if (*s == '+') {

@@ -220,6 +220,19 @@ static void test_grow(void)
 	free(a);
 }
 
+/* dp_zalloc: zeroes, the error left alone (its failure is calloc's: not
+ * made to happen here, where ASan would stop the test instead). */
+static void test_zalloc(void)
+{
+	dp_err e = {0};
+	unsigned char *p = dp_zalloc(100, &e);
+	int zero = p != NULL;
+	for (int i = 0; p && i < 100; i++)
+		zero &= p[i] == 0;
+	ok(zero && e.code == 0, "dp_zalloc: 100 bytes of zeroes");
+	free(p);
+}
+
 /* dp_rng_seed is splitmix64 from mix64(seed ^ mix64(stream)): the stream
  * tfr-shard's splits and shuffles were specified with. */
 static void test_rng(void)
@@ -675,6 +688,7 @@ int main(void)
 	test_part();
 	test_buf();
 	test_grow();
+	test_zalloc();
 	test_rng();
 	test_out_threads();
 	test_out_paths();

@@ -73,6 +73,13 @@ __global__ void k_chw_to_cnhw(const float *dy, int k, size_t ohw, int s0, int cn
 	}
 }
 
+/* The output row (column) of n whose window, stride s, puts the tap at
+ * offset t of the padded input: t / s, or -1 when there is none. */
+__device__ __forceinline__ int out_at(int t, int s, int n)
+{
+	return t < 0 || t % s || t / s >= n ? -1 : t / s;
+}
+
 /* dx of samples s0 .. (c, h, w each) = the sum of the column entries that
  * read each input position, in (ki, kj) order, as the CPU's col2im adds. */
 __global__ void k_col2im(const float *dcol, dp_conv2d g, int s0, int cnt, float *dx)
@@ -85,18 +92,12 @@ __global__ void k_col2im(const float *dcol, dp_conv2d g, int s0, int cnt, float 
 		int ci = (int)(r / ((size_t)g.h * g.w)), iy = (int)(r / g.w % g.h), ix = (int)(r % g.w);
 		float acc = 0.0f;
 		for (int ki = 0; ki < g.kh; ki++) {
-			int ty = iy + g.ph - ki;
-			if (ty < 0 || ty % g.sh)
-				continue;
-			int oy = ty / g.sh;
-			if (oy >= g.oh)
+			int oy = out_at(iy + g.ph - ki, g.sh, g.oh);
+			if (oy < 0)
 				continue;
 			for (int kj = 0; kj < g.kw; kj++) {
-				int tx = ix + g.pw - kj;
-				if (tx < 0 || tx % g.sw)
-					continue;
-				int ox = tx / g.sw;
-				if (ox >= g.ow)
+				int ox = out_at(ix + g.pw - kj, g.sw, g.ow);
+				if (ox < 0)
 					continue;
 				size_t row = ((size_t)ci * g.kh + ki) * g.kw + kj;
 				acc += dcol[row * S + (size_t)s * ohw + (size_t)oy * g.ow + ox];

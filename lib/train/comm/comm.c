@@ -81,11 +81,9 @@ void dp_comm_conf_defaults(dp_comm_conf *conf)
 
 dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 {
-	dp_comm *c = calloc(1, sizeof *c);
-	if (!c) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_comm *c = dp_zalloc(sizeof *c, e);
+	if (!c)
 		return NULL;
-	}
 	c->be = be;
 	c->ctx = ctx;
 	c->host = !be || (be->caps & DP_CAP_HOST_MEMORY);
@@ -105,11 +103,9 @@ dp_comm *dp_comm_open(const dp_backend *be, dp_bectx *ctx, dp_err *e)
 
 dp_comm *dp_comm_split(dp_comm *c, int color, int key, dp_err *e)
 {
-	dp_comm *g = calloc(1, sizeof *g);
-	if (!g) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_comm *g = dp_zalloc(sizeof *g, e);
+	if (!g)
 		return NULL;
-	}
 	g->be = c->be;
 	g->ctx = c->ctx;
 	g->host = c->host;

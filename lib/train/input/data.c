@@ -496,11 +496,9 @@ dp_data *dp_data_open(const dp_data_opts *o, dp_err *e)
 		dp_seterr(e, DP_EARG, "data: bad options");
 		return NULL;
 	}
-	dp_data *d = calloc(1, sizeof *d);
-	if (!d) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_data *d = dp_zalloc(sizeof *d, e);
+	if (!d)
 		return NULL;
-	}
 	d->o = *o;
 	d->held = -1;
 	if (!(d->o.scale != 0))

@@ -79,11 +79,9 @@ dp_optim *dp_optim_new(const dp_optim_conf *c, const dp_backend *be, dp_bectx *c
 {
 	if (dp_optim_check(c, e) < 0)
 		return NULL;
-	dp_optim *o = calloc(1, sizeof *o);
-	if (!o) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_optim *o = dp_zalloc(sizeof *o, e);
+	if (!o)
 		return NULL;
-	}
 	o->c = *c;
 	o->be = be;
 	o->ctx = ctx;

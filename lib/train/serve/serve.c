@@ -313,11 +313,9 @@ static void *worker_main(void *arg)
 
 dp_serve *dp_serve_open(const dp_serve_conf *c, dp_err *e)
 {
-	dp_serve *s = calloc(1, sizeof *s);
-	if (!s) {
-		dp_seterr(e, DP_ENOMEM, "out of memory");
+	dp_serve *s = dp_zalloc(sizeof *s, e);
+	if (!s)
 		return NULL;
-	}
 	s->c = *c;
 	s->nw = c->workers ? c->workers : 1;
 	s->max_batch = c->max_batch ? c->max_batch : 32;
