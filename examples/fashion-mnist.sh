@@ -51,7 +51,7 @@ report() {
 	t1=$(date +%s)
 	grep val_accuracy "$W/$1/train.log" | sed 's/^/   /'
 	acc=$(sed -n 's/.*"accuracy": {"value": \(.*\)}.*/\1/p' "$W/$1/metrics.json" 2>/dev/null)
-	rate=$(grep -v val_ "$W/$1/train.log" | sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' |
+	rate=$(grep -v val_ "$W/$1/train.log" | sed -n 's/.*samples_per_sec=\([0-9.]*\).*/\1/p' |
 		sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
 	[ "$verdict" = ok ] || sed 's/^/   /' "$W/$1.out" | tail -n 3
 	echo "$1: test accuracy ${acc:-?} after $2 epochs (gate accuracy>=$3): $verdict;" \

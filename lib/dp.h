@@ -344,6 +344,13 @@ DP_EXPORT int dp_parse_size(const char *s, uint64_t *out);
 /* A byte count as people read it, in buf: "512 bytes", "100 KiB", "4 GiB",
  * "1.5 MiB" (binary units, one decimal when not whole).  Returns buf. */
 DP_EXPORT const char *dp_fmt_size(uint64_t n, char *buf, size_t len);
+/* A rate (samples/s) as logs and progress lines print it: fixed point,
+ * never an exponent (a regex of [0-9.]+ reads it whole), with at least 3
+ * significant digits: whole from 100 up ("123457", "100"), "34.1",
+ * "3.41", "0.0341" (at most 9 decimals), "0"; nan and the infinities as
+ * dp_fmt_double words.  DP_DOUBLE_BUF bytes hold it below 1e20.  Returns
+ * buf. */
+DP_EXPORT const char *dp_fmt_rate(double v, char *buf, size_t len);
 
 /* Parse a whole number from min to max for an option: decimal digits, or
  * 0x and hex digits; no sign, space or suffix.  Returns 0, or DP_EARG with

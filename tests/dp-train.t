@@ -72,7 +72,7 @@ is "$rc" 2 "stray argument: exit 2"
 # ---- training, logs ------------------------------------------------------------
 run dp-train --train small.tfr --val val.tfr "${BASE[@]}" --epochs 2 --log-every 3 -o a.st
 is "$rc" 0 "trains"
-is "$(echo "$out" | head -1)" "$(echo "$out" | head -1 | grep -E '^epoch=1 step=3 loss=[0-9.]+ accuracy=[0-9.]+ lr=0\.001 samples_per_sec=[0-9]+$')" "logfmt training line: keys in order"
+is "$(echo "$out" | head -1)" "$(echo "$out" | head -1 | grep -E '^epoch=1 step=3 loss=[0-9.]+ accuracy=[0-9.]+ lr=0\.001 samples_per_sec=[0-9]+(\.[0-9]+)?$')" "logfmt training line: keys in order"
 like "$out" "epoch=1 step=7 loss=" "a line closes each epoch (100 samples / 16 = 7 steps)"
 like "$out" "epoch=1 step=7 val_loss=[0-9.]+ val_accuracy=[0-9.]+ val_samples=30" "validation line after each epoch"
 like "$out" "epoch=2 step=14 val_loss=" "second epoch validated"
@@ -184,10 +184,20 @@ is "$(grep -o 'lr=[^ ]*' <<<"$out" | tr '\n' ' ')" "lr=0.01 lr=0.0075 lr=0.0025 
 # line of 2 epochs' worth of samples took well under the hook's 3 s)
 run dp-train --train small.tfr "${BASE[@]}" --epochs 2 --log-every 1000 --on-epoch 'sleep 3' -o h.st
 is "$rc" 0 "--on-epoch 'sleep 3'"
-read -r n r < <(sed -n 's/^epoch=2 .*samples_per_sec=\([0-9]*\).*/\1/p' <<<"$out" |
+read -r n r < <(sed -n 's/^epoch=2 .*samples_per_sec=\([0-9.]*\).*/\1/p' <<<"$out" |
 	awk -v n="$(tfr-cat -c small.tfr)" '{ print n, $1 }')
 ok awk -v n="$n" -v r="$r" 'BEGIN { exit !(r > 0 && n / r < 3) }' \
 	"... epoch 2's samples_per_sec leaves the hook out ($n samples at $r/s)"
+# a slow run's samples_per_sec keeps 3 significant digits (resnet50 on a
+# CPU trains 3.4/s, which whole samples print as 3): 16 records each 0.4 s
+for i in 1 2 3 4; do $MK slow$i.tfr random --n 16 --shape 1x8x8 --classes 4 --seed $i; done
+run dp-train --train-cmd 'for f in slow1.tfr slow2.tfr slow3.tfr slow4.tfr; do cat $f; sleep 0.4; done' \
+	"${BASE[@]}" --shuffle-buffer 0 --log-every 1
+rates=$(sed -n 's/.*samples_per_sec=\([^ ]*\).*/\1/p' <<<"$out" | tr '\n' ' ')
+ok awk -v r="$rates" 'BEGIN { n = split(r, v, " "); for (i = 1; i <= n; i++) {
+		if (v[i] !~ /^[0-9]+(\.[0-9]+)?$/) exit 1
+		if (v[i] + 0 < 100) { slow++; t = v[i]; sub(/^[0.]*/, "", t); sub(/\./, "", t); if (length(t) < 3) exit 1 }
+	} exit !(n == 4 && slow > 0) }' "... samples_per_sec under 100/s in decimals, 3 significant digits ($rates)"
 run dp-train --train small.tfr --init ck-10.st --prefetch 0 --log-every 1 -o ft.st
 is "$rc" 0 "--init takes the model from the checkpoint"
 like "$out" "^epoch=1 step=1 " "--init starts a new run at step 1"

@@ -87,7 +87,7 @@ for th in 0 2; do
 	is "$rc" 0 "dp-train, $th decode threads: trains past the $NCUT damaged images"
 	is "$(grep -c '; skipped$' <<<"$err")" $((2 * NCUT)) \
 		"... exactly the $NCUT damaged ones skipped, in training and in validation"
-	like "$out" "epoch=1 step=[0-9]+ loss=[^ ]+ accuracy=[^ ]+ lr=[^ ]+ samples_per_sec=[0-9]+ skipped=$NCUT\$" \
+	like "$out" "epoch=1 step=[0-9]+ loss=[^ ]+ accuracy=[^ ]+ lr=[^ ]+ samples_per_sec=[0-9.]+ skipped=$NCUT\$" \
 		"... the training line counts them: skipped=$NCUT"
 	like "$out" "val_samples=$NCUT val_skipped=$NCUT\$" "... the validation line: every good image, val_skipped=$NCUT"
 	run timeout 60 dp-eval --model cut$th.st --data cut.tfr --skip-corrupt --decode-threads $th \

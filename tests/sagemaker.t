@@ -51,8 +51,8 @@ run timeout 120 dp-train "${DIRECT[@]}" -o direct.st
 is "$rc" 0 "the same run with plain options"
 same_file "$R/model/model.safetensors" direct.st \
 	"the hyperparameters and channels are those options: the same checkpoint, byte for byte"
-sed 's/ samples_per_sec=[0-9]*//' <<<"$out" >direct.log
-dp-train --sagemaker="$R" 2>/dev/null | sed 's/ samples_per_sec=[0-9]*//' >sm.log
+sed 's/ samples_per_sec=[0-9.]*//' <<<"$out" >direct.log
+dp-train --sagemaker="$R" 2>/dev/null | sed 's/ samples_per_sec=[0-9.]*//' >sm.log
 same_file sm.log direct.log "... and the same log lines (samples_per_sec aside)"
 like "$(grep -c val_loss sm.log)" "^2$" "the validation channel: a line an epoch"
 

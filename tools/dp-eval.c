@@ -990,9 +990,10 @@ static int each_batch(void *arg, const dp_eval_rows *r, dp_err *e)
 				 R.cls ? r->prob + i * k : r->out + i * k, R.cls ? NULL : b->t + i * k,
 				 k);
 	pg->done += b->n;
+	char rate[DP_DOUBLE_BUF];
 	if (cli_progress_due())
-		cli_progress("%s: %" PRIu64 " samples, %.0f/s", cli.prog, pg->done,
-			     pg->done / fmax(1e-9, dp_now() - pg->t0));
+		cli_progress("%s: %" PRIu64 " samples, %s/s", cli.prog, pg->done,
+			     dp_fmt_rate(pg->done / fmax(1e-9, dp_now() - pg->t0), rate, sizeof rate));
 	return DP_OK;
 }
 

@@ -943,10 +943,11 @@ static void bar_draw(uint64_t epoch, uint64_t done, uint64_t total, const dp_run
 	} else {
 		n += snprintf(line + n, sizeof line - (size_t)n, "step %" PRIu64, done);
 	}
+	char rate[DP_DOUBLE_BUF];
 	if (mt->samples)
-		snprintf(line + n, sizeof line - (size_t)n, "  loss %.4f  %.0f samples/s",
+		snprintf(line + n, sizeof line - (size_t)n, "  loss %.4f  %s samples/s",
 			 mt->loss / (double)mt->samples,
-			 (double)mt->samples / fmax(1e-9, now - mt->t0));
+			 dp_fmt_rate((double)mt->samples / fmax(1e-9, now - mt->t0), rate, sizeof rate));
 	cli_progress("%s", line);
 }
 

@@ -279,6 +279,17 @@ const char *dp_fmt_float(float f, char *buf, size_t len)
 	return buf;
 }
 
+const char *dp_fmt_rate(double v, char *buf, size_t len)
+{
+	if (!isfinite(v))
+		return dp_fmt_double(v, buf, len);
+	int dec = 0; /* decimals for 3 significant digits once rounded */
+	for (double a = fabs(v); a != 0 && a < 99.95 && dec < 9; a *= 10)
+		dec++;
+	snprintf(buf, len, "%.*f", dec, v);
+	return buf;
+}
+
 const char *dp_fmt_size(uint64_t n, char *buf, size_t len)
 {
 	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

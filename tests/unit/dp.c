@@ -567,6 +567,37 @@ static void test_fmt_double(void)
 	}
 }
 
+/* dp_fmt_rate: 3 significant digits at least, read back as the rate to
+ * half a unit of the last digit, no exponent at any size. */
+static void test_fmt_rate(void)
+{
+	static const struct {
+		double v;
+		const char *want;
+	} cases[] = {
+		{3.4123, "3.41"}, {34.16, "34.2"}, {0.0341, "0.0341"}, {99.94, "99.9"}, {99.96, "100"},
+		{9.996, "10.0"}, {123456.7, "123457"}, {1e12, "1000000000000"}, {0, "0"},
+		{1e-12, "0.000000000"}, {NAN, "nan"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char b[DP_DOUBLE_BUF];
+		is_str(dp_fmt_rate(cases[i].v, b, sizeof b), cases[i].want, "dp_fmt_rate %g: %s",
+		       cases[i].v, cases[i].want);
+	}
+	int bad = 0;
+	for (double v = 1e-3; v < 1e15; v *= 1.0137) {
+		char b[DP_DOUBLE_BUF];
+		dp_fmt_rate(v, b, sizeof b);
+		const char *dot = strchr(b, '.'), *first = strpbrk(b, "123456789");
+		double ulp = dot ? pow(10, -(double)strlen(dot + 1)) : 1;
+		size_t sig = first ? strlen(first) - (dot && dot > first) : 0;
+		if ((strspn(b, "0123456789.") != strlen(b) || fabs(strtod(b, NULL) - v) > ulp * 0.500001 ||
+		     sig < 3) && bad++ < 5)
+			printf("#   %.17g printed as %s\n", v, b);
+	}
+	is_int(bad, 0, "dp_fmt_rate from 0.001 to 1e15: fixed point, 3 significant digits or whole");
+}
+
 /* dp_read_file: a whole file, a cap, a directory, a missing file, the
  * buffer reused. */
 static void test_read_file(void)
@@ -662,6 +693,7 @@ int main(void)
 	test_out_threads();
 	test_out_paths();
 	test_fmt_double();
+	test_fmt_rate();
 	test_read_file();
 	test_spawn();
 	test_settings();
