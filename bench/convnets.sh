@@ -3,8 +3,9 @@
 # PyTorch with the same threads (issue 29): torchvision's resnet18 at
 # 3x64x64 (batch 32), its fine-tune (--freeze 'conv1,bn1,layer1*,layer2*',
 # the frozen part in evaluation mode; batch 64), and resnet18 3x224x224 b32
-# and resnet50 3x224x224 b16 (CASES=all: minutes a run; CASES=224: those alone), each at 1 and 2
-# threads.  SGD momentum 0.9, lr 0.01, 10 classes, random data.
+# and resnet50 3x224x224 b16 (CASES=all: minutes a run; CASES=224: those
+# alone; CASES=resnet50: it alone), each at 1 and 2 threads (THREADS="1 2").
+# SGD momentum 0.9, lr 0.01, 10 classes, random data.
 #
 # The peer is bench/torch_convnets.py (../shared/peers' script, the one
 # behind the issue's figures): one random tensor in memory, warm-up steps
@@ -18,6 +19,9 @@
 # ROUNDS (default 3) runs of each side, alternating; medians, CPU use
 # (100% = one core) and the ratio, with the load average before each case:
 # on a shared machine the rates move with the load, the ratios much less.
+# dp-train's CPU use is over the steps its rate covers (user + system time
+# from /proc at its first and last log line), as the peer's is: per
+# CPU-second, the figure a loaded machine moves least at one thread.
 # Peak RSS of each side (medians; dp-train's from /usr/bin/time, the
 # peer's from getrusage: the whole python3 process, libraries included).
 # Then the implementation dp-train chose for each convolution
@@ -25,6 +29,7 @@
 set -eu
 ROUNDS=${ROUNDS:-3}
 CASES=${CASES:-small}
+THREADS=${THREADS:-1 2}
 PY=/usr/bin/python3
 DP_TRAIN=${DP_TRAIN:-dp-train}
 T=$(mktemp -d "${TMPDIR:-/tmp}/dpbench.XXXXXX")
@@ -38,19 +43,30 @@ fi
 $PY tests/mkexamples.py "$T/r64.tfrecord" random --n 640 --shape 3x64x64 --seed 1
 [ "$CASES" = small ] || $PY tests/mkexamples.py "$T/r224.tfrecord" random --n 96 --shape 3x224x224 --seed 1
 
-# ours DATA MODEL SHAPE BATCH THREADS [dp-train options]: "samples/s CPU% peakRSS_KiB"
+# ours DATA MODEL SHAPE BATCH THREADS [dp-train options]: "samples/s CPU% peakRSS_KiB",
+# the rate and CPU use over the same steps as the peer's: between the first
+# and the last log line, CPU = dp-train's user + system time then (from
+# /proc, at each line's arrival; the bind-time timings before the first
+# line left out)
 ours() {
 	d=$1 m=$2 s=$3 b=$4 t=$5
 	shift 5
-	/usr/bin/time -f '%P %M' -o "$T/cpu" $DP_TRAIN --train "$d" --model "$m" --input-shape "$s" \
+	rm -f "$T/log"
+	mkfifo "$T/log"
+	/usr/bin/time -f '%M' -o "$T/rss" $DP_TRAIN --train "$d" --model "$m" --input-shape "$s" \
 		--batch-size "$b" --threads "$t" --log-every 2 --epochs 1 --optimizer sgd --lr 0.01 \
-		--momentum 0.9 --prefetch 0 --shuffle-buffer 0 --classes 10 -q "$@" |
-		while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done |
-		sed -n 's/^\([0-9.]*\) .* step=\([0-9]*\) .*/\1 \2/p' |
-		awk -v b="$b" 'NR == 1 { t0 = $1; s0 = $2 } { t = $1; s = $2 }
-			END { printf "%.2f ", (s - s0) * b / (t - t0) }'
-	tr -d '%\n' < "$T/cpu"
-	echo
+		--momentum 0.9 --prefetch 0 --shuffle-buffer 0 --classes 10 -q "$@" > "$T/log" &
+	tp=$! pid=
+	while IFS= read -r l; do
+		pid=${pid:-$(pgrep -P "$tp")}
+		c=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$pid/stat" \
+			2>/dev/null) || continue
+		printf '%s %s %s\n' "$(date +%s.%N)" "$c" "$l"
+	done < "$T/log" | sed -n 's/^\([0-9.]*\) \([0-9.]*\) .* step=\([0-9]*\) .*/\1 \2 \3/p' |
+		awk -v b="$b" 'NR == 1 { t0 = $1; c0 = $2; s0 = $3 } { t = $1; c = $2; s = $3 }
+			END { printf "%.2f %.0f ", (s - s0) * b / (t - t0), 100 * (c - c0) / (t - t0) }'
+	wait "$tp"
+	cat "$T/rss"
 }
 # peer MODEL SHAPE BATCH THREADS STEPS [--freeze]: "samples/s CPU% peakRSS_KiB"
 peer() {
@@ -81,14 +97,17 @@ compare() {
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 FT="--freeze 'conv1,bn1,layer1*,layer2*'"
-for t in 1 2; do
-	[ "$CASES" = 224 ] || compare "resnet18 3x64x64 b32, $t thread(s)" "$T/r64.tfrecord resnet18 3x64x64 32 $t" \
-		"resnet18 3x64x64 32 $t 10"
-	[ "$CASES" = 224 ] || compare "resnet18 fine-tune 3x64x64 b64, $t thread(s)" \
-		"$T/r64.tfrecord resnet18 3x64x64 64 $t $FT" "resnet18 3x64x64 64 $t 6 --freeze"
+for t in $THREADS; do
+	case $CASES in 224 | resnet50) ;; *)
+		compare "resnet18 3x64x64 b32, $t thread(s)" "$T/r64.tfrecord resnet18 3x64x64 32 $t" \
+			"resnet18 3x64x64 32 $t 10"
+		compare "resnet18 fine-tune 3x64x64 b64, $t thread(s)" \
+			"$T/r64.tfrecord resnet18 3x64x64 64 $t $FT" "resnet18 3x64x64 64 $t 6 --freeze" ;;
+	esac
 	[ "$CASES" = small ] && continue
-	compare "resnet18 3x224x224 b32, $t thread(s)" "$T/r224.tfrecord resnet18 3x224x224 32 $t" \
-		"resnet18 3x224x224 32 $t 2 --warmup 1"
+	[ "$CASES" = resnet50 ] ||
+		compare "resnet18 3x224x224 b32, $t thread(s)" "$T/r224.tfrecord resnet18 3x224x224 32 $t" \
+			"resnet18 3x224x224 32 $t 2 --warmup 1"
 	compare "resnet50 3x224x224 b16, $t thread(s)" "$T/r224.tfrecord resnet50 3x224x224 16 $t" \
 		"resnet50 3x224x224 16 $t 4 --warmup 1"
 done

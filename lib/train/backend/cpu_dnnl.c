@@ -461,8 +461,9 @@ void cpu_dnnl_dw(dp_bectx *c, cpu_dnnl *d, const float *x, const float *dy, floa
 
 /* C (m, n) = op(A) op(B) + beta C, row-major, by oneDNN's SGEMM (its JIT
  * kernels, which run ResNet-50's 1x1 convolutions on 56x56 and 28x28
- * planes 10-35% faster than OpenBLAS's on one AVX-512 core: the pointwise
- * implementation, cpu_conv.c); on all of c's threads, or (whole 0) on the
+ * planes 10-35% faster than OpenBLAS's on one AVX-512 core, Winograd's
+ * GEMMs 5-25%: the pointwise implementation, cpu_conv.c, and cpu_wino.c);
+ * on all of c's threads, or (whole 0) on the
  * calling one (inside cpu_par_run's parts oneDNN runs on that thread
  * alone).  Deterministic for a number of threads. */
 void cpu_dnnl_sgemm(dp_bectx *c, int whole, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,

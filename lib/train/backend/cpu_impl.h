@@ -149,7 +149,8 @@ void cpu_dnnl_fwd(dp_bectx *c, cpu_dnnl *d, const float *x, const float *w, cons
 void cpu_dnnl_dx(dp_bectx *c, cpu_dnnl *d, const float *dy, const float *w, float *dx, void *ws);
 void cpu_dnnl_dw(dp_bectx *c, cpu_dnnl *d, const float *x, const float *dy, float *dw, void *ws);
 /* C = op(A) op(B) + beta C (row-major, alpha 1) by oneDNN's SGEMM, on c's
- * threads (whole) or the calling thread; without oneDNN, cpu_sgemm's. */
+ * threads (whole) or the calling thread; without oneDNN, OpenBLAS's
+ * (cpu_sgemm). */
 void cpu_dnnl_sgemm(dp_bectx *c, int whole, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
 		    int m, int n, int k, const float *a, int lda, const float *b, int ldb,
 		    float beta, float *cc, int ldc);
