@@ -153,8 +153,10 @@ static void test_updates(const char *spec, const char *freeze, uint64_t accumula
 	memcpy(w0, dp_model_params(a.m), dp_model_nparams(a.m) * sizeof *w0);
 	uint64_t B = 8 / accumulate / (uint64_t)size; /* a rank's micro-batch */
 	dp_trainer *t = make_trainer(&a, B, accumulate, sync_bn);
-	int good = 1, updates = 0;
+	int good = 1, updates = 0, zeros = 1;
 	uint64_t samples = 0;
+	dp_layer_info l0;
+	dp_model_layer(a.m, 0, &l0);
 	for (uint64_t u = 0; u < 2; u++) {
 		for (uint64_t k = 0; k < accumulate; k++) {
 			dp_step s;
@@ -167,6 +169,10 @@ static void test_updates(const char *spec, const char *freeze, uint64_t accumula
 			updates += r.updated;
 			samples += r.samples;
 			good &= dp_step_pending(t) == (k + 1) % accumulate;
+			/* a frozen start's gradients: zeros after every micro-batch
+			 * (backward does not clear them each step) */
+			for (size_t i = 0; freeze && i < l0.nparams; i++)
+				zeros &= dp_model_grads(a.m)[i] == 0;
 		}
 		int idx[8];
 		for (int i = 0; i < 8; i++)
@@ -184,6 +190,7 @@ static void test_updates(const char *spec, const char *freeze, uint64_t accumula
 		ok(li.frozen && li.nparams && !memcmp(w0, dp_model_params(a.m), li.nparams * sizeof *w0) &&
 			   memcmp(w0, dp_model_params(a.m), dp_model_nparams(a.m) * sizeof *w0),
 		   "%s: the frozen layer's %zu weights unchanged, the rest trained", what, li.nparams);
+		ok(zeros, "%s: the frozen layer's gradients zeros after every step", what);
 	}
 	uint64_t h, *all = calloc((size_t)size, sizeof *all);
 	good = dp_trainer_state_hash(t, &h, &e) == 0 && dp_comm_allgather(comm, &h, all, sizeof h, &e) == 0;
@@ -195,6 +202,54 @@ static void test_updates(const char *spec, const char *freeze, uint64_t accumula
 	dp_trainer_free(t);
 	free_run(&a);
 	free_run(&ref);
+}
+
+/* A layer frozen after steps that gave it gradients (dp_model_freeze on
+ * a model that trained): its gradients zeros from the freeze on, through
+ * steps with weight decay and clipping, and its weights unchanged. */
+static void test_freeze_late(void)
+{
+	dp_err e;
+	run a = make_run("dense:6,relu,dense:3", NULL);
+	dp_trainer *t = make_trainer(&a, 8 / (uint64_t)size, 1, 0);
+	dp_step s;
+	dp_step_result r;
+	dp_layer_info l0;
+	dp_model_layer(a.m, 0, &l0);
+	int good = step_of(t, &s, 8 * rank / size, 8 / (size_t)size, &e) == 0 &&
+		   dp_step_run(t, &s, 0, 0.1, &r, &e) == 0, nonzero = 0, zeros = 1;
+	for (size_t i = 0; i < l0.nparams; i++)
+		nonzero += dp_model_grads(a.m)[i] != 0;
+	dp_trainer_free(t);
+	good &= dp_model_freeze(a.m, "0", &e) == 0 &&
+		dp_optim_set_tensors(a.o, a.m, "0", NULL, NULL, &e) == 0;
+	for (size_t i = 0; i < l0.nparams; i++)
+		zeros &= dp_model_grads(a.m)[i] == 0;
+	float *w0 = malloc(l0.nparams * sizeof *w0);
+	memcpy(w0, dp_model_params(a.m), l0.nparams * sizeof *w0);
+	dp_step_conf sc = {.batch = 8 / (uint64_t)size, .accumulate = 1, .seed = 1, .clip_norm = 1e-3};
+	dp_optim_conf oc = *dp_optim_conf_get(a.o);
+	oc.weight_decay = 0.1;
+	dp_optim_free(a.o);
+	t = NULL;
+	if (!(a.o = dp_optim_new(&oc, be, ctx, dp_model_nparams(a.m), &e)) ||
+	    dp_optim_set_tensors(a.o, a.m, "0", NULL, NULL, &e) < 0 ||
+	    !(t = dp_trainer_new(a.m, a.o, comm, &sc, &e)))
+		good = 0;
+	for (uint64_t u = 1; t && u < 4; u++) {
+		good &= step_of(t, &s, (int)(8 * u) + 8 * rank / size, 8 / (size_t)size, &e) == 0 &&
+			dp_step_run(t, &s, u, 0.1, &r, &e) == 0 && r.updated;
+		for (size_t i = 0; i < l0.nparams; i++)
+			zeros &= dp_model_grads(a.m)[i] == 0;
+	}
+	ok(good && nonzero > 0, "a step before the freeze gave layer 0 gradients (%d of %zu nonzero)",
+	   nonzero, l0.nparams);
+	ok(zeros, "frozen after it: its gradients zeros at the freeze and after 3 more steps");
+	ok(!memcmp(w0, dp_model_params(a.m), l0.nparams * sizeof *w0),
+	   "... its weights unchanged (weight decay 0.1, clipping to 1e-3)");
+	free(w0);
+	dp_trainer_free(t);
+	free_run(&a);
 }
 
 /* An update whose last micro-batch rank `idle` has no samples for: it
@@ -324,6 +379,7 @@ int main(void)
 		test_idle(1, 1, bn);
 	}
 	test_flush_drop();
+	test_freeze_late();
 	test_diverged();
 	dp_comm_close(comm);
 	be->close(ctx);

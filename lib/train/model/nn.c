@@ -534,9 +534,11 @@ static int walk(dp_model *m, size_t n, int exec, dp_grad_hook hook, void *hook_c
 			gs[i] = -1;
 			if (exec && L->frozen && L->wn) /* frozen: no gradient, as requires_grad=False */
 				be->fill(c, nn_dw(m, L), 0, L->wn + L->bn);
-		} else if (exec && L->wn) {
+		} else if (exec && L->wn && !L->frozen) {
 			be->fill(c, nn_dw(m, L), 0, L->wn + L->bn);
-		}
+		} /* frozen, no gradient through it (a frozen start): nothing writes
+		   * its gradients, zeros since the buffer was made or the layer
+		   * frozen (dp_model_freeze), so no fill each step */
 		if (exec && L->wn && hook &&
 		    (rc = hook(hook_ctx, i, L->woff - m->plo, L->wn + L->bn, e)) < 0)
 			return rc;
@@ -703,6 +705,12 @@ int dp_model_freeze(dp_model *m, const char *patterns, dp_err *e)
 				m->l[t.layer].frozen = 0;
 		}
 		nn_plan_grads(m);
+		/* a frozen layer's gradients: zeros from here on (backward no
+		 * longer clears those of a frozen start; the optimizer and the
+		 * allreduce leave zeros zeros) */
+		for (int i = m->lo; i < m->hi && m->grads; i++)
+			if (m->l[i].frozen)
+				m->be->fill(m->ctx, nn_dw(m, &m->l[i]), 0, m->l[i].wn + m->l[i].bn);
 		rc = nn_plan_memory(m, e); /* what the frozen layers made is kept no more */
 	}
 	free(sel);
