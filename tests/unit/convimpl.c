@@ -294,6 +294,21 @@ int main(void)
 	n0 = be->conv_algos_take(p1, give);
 	be->conv_algos(p1, tg, sizeof tg);
 	ok(n0 == 0 && !strcmp(tg, t1), "a choice that does not apply to the shape: ignored");
+	snprintf(give, sizeof give, "%.*s|8x16x14x14-32x3x3-s2x2-p1x1=pointwise,im2col,im2col",
+		 (int)(strchr(t1, '|') - t1), t1);
+	n0 = be->conv_algos_take(p1, give);
+	be->conv_algos(p1, tg, sizeof tg);
+	ok(n0 == 0 && !strcmp(tg, t1), "pointwise on a 3x3 layer: ignored");
+	if (have_dnnl) { /* on a 1x1 stride-2 layer, a checkpoint's choice: taken */
+		dp_conv2d g1 = {8, 32, 14, 14, 64, 7, 7, 1, 1, 2, 2, 0, 0};
+		be->conv_ws(p1, &g1);
+		snprintf(give, sizeof give, "%.*s|8x32x14x14-64x1x1-s2x2-p0x0=pointwise,pointwise,im2col",
+			 (int)(strchr(t1, '|') - t1), t1);
+		n0 = be->conv_algos_take(p1, give);
+		be->conv_algos(p1, tg, sizeof tg);
+		ok(n0 == 1 && strstr(tg, "8x32x14x14-64x1x1-s2x2-p0x0=pointwise,pointwise,im2col"),
+		   "pointwise on a 1x1 layer: taken (%s)", tg);
+	}
 	be->close(m);
 	be->close(p1);
 	be->close(p2);
