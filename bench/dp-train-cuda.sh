@@ -123,7 +123,7 @@ ours() { # model batch precision: samples/s after the first log interval
 		say "dp-train failed: $(cat "$T/err")" >&2
 		exit 1
 	fi
-	r=$(sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9]*\).*/\1 \2/p' "$T/log" |
+	r=$(sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' "$T/log" |
 		awk -v B="$2" 'NR > 1 && $2 > 0 { n = ($1 - last) * B; s += n; t += n / $2 }
 			{ last = $1 } END { if (t > 0) printf "%.0f\n", s / t }')
 	[ -n "$r" ] || { say "too few log lines (N=${N:-65536} too small?)" >&2; exit 1; }

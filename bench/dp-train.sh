@@ -72,7 +72,7 @@ ours() { # data model shape log-every
 	/usr/bin/time -f %P -o "$T/cpu" $DP_TRAIN --train "$1" --model "$2" --input-shape "$3" \
 		--batch-size 128 --optimizer adam --lr 0.001 --threads 1 --prefetch 0 \
 		--shuffle-buffer 0 --log-every "$4" -q |
-		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9]*\).*/\1 \2/p' |
+		sed -n 's/.*step=\([0-9]*\) .*samples_per_sec=\([0-9.]*\).*/\1 \2/p' |
 		awk 'NR > 1 { n = ($1 - last) * 128; s += n; t += n / $2 }
 			{ last = $1 } END { printf "%.0f\n", s / t }'
 	cat "$T/cpu"

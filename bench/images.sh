@@ -111,7 +111,7 @@ rate() { # records model extra-options...
 	shift 2
 	$DP_TRAIN --train "$f" --model "$m" --input-shape 3x64x64 --scale 1/255 \
 		--batch-size 32 --epochs 3 --shuffle-buffer 256 --log-every 4 -q "$@" |
-		sed -n 's/.*samples_per_sec=\([0-9]*\).*/\1/p' | sed 1d | sort -n |
+		sed -n 's/.*samples_per_sec=\([0-9.]*\).*/\1/p' | sed 1d | sort -n |
 		awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 AUG="--decode image --augment random-resized-crop,flip"

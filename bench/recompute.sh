@@ -13,8 +13,8 @@
 # RSS understates the ratio of activations).  Step time: training
 # samples/s of forward + backward + SGD (momentum 0.9) on random records,
 # dp-train's from the times its log lines (one a step, flushed) arrive,
-# after the first (its samples_per_sec field is rounded to whole samples,
-# 0 for resnet50 on a CPU), PyTorch's over STEPS steps after one warm-up, the same thread
+# after the first (its samples_per_sec field was once rounded to whole
+# samples, 0 for resnet50 on a CPU), PyTorch's over STEPS steps after one warm-up, the same thread
 # count for both (THREADS, default 2: OPENBLAS_NUM_THREADS,
 # OMP_NUM_THREADS, torch.set_num_threads).  Each of the four runs
 # alternates ROUNDS (default 1) times; medians are printed.  BATCH
