@@ -329,6 +329,9 @@ DP_EXPORT char *dp_expand(const char *tmpl, const char *const *vars);
  * number.  NULL with DP_EARG in e ("unknown placeholder {shrad} (known:
  * {shard}, ..., {rank}, {size})"), or DP_ENOMEM.  Other braces are text. */
 DP_EXPORT char *dp_expand_strict(const char *tmpl, const char *const *vars, dp_err *e);
+/* Whether tmpl names {rank} (or {rank:W}): a file a rank, not one for the
+ * whole job. */
+DP_EXPORT int dp_names_rank(const char *tmpl);
 
 /* Parse "I/N", part I (0 to N-1) of N (1 to DP_PART_MAX), after filling
  * in {rank}, {size} and vars as dp_expand() does: the one parser of

@@ -1019,7 +1019,7 @@ static void open_log(void)
 	if (R.rank == 0 || R.log_all) {
 		R.logfp = stdout;
 		const char *lp = R.log;
-		if (lp && R.rank != 0 && !strstr(lp, "{rank}") && !strstr(lp, "{rank:"))
+		if (lp && R.rank != 0 && !dp_names_rank(lp))
 			lp = NULL;
 		if (lp && strcmp(lp, "-")) {
 			char *own = dp_run_path(&R, lp);

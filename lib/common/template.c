@@ -158,6 +158,11 @@ char *dp_expand(const char *tmpl, const char *const *vars)
 	return expand(tmpl, vars, NULL);
 }
 
+int dp_names_rank(const char *tmpl)
+{
+	return strstr(tmpl, "{rank}") || strstr(tmpl, "{rank:");
+}
+
 char *dp_expand_strict(const char *tmpl, const char *const *vars, dp_err *e)
 {
 	dp_err own;

@@ -20,11 +20,6 @@ char *dp_run_path(const dp_run *r, const char *tmpl)
 	return dp_expand(tmpl, vars);
 }
 
-static int names_rank(const char *tmpl)
-{
-	return strstr(tmpl, "{rank}") || strstr(tmpl, "{rank:");
-}
-
 /* The outputs: -o, --checkpoint, --log, --timeline, --save-best. */
 enum { OUT_O, OUT_CKPT, OUT_LOG, OUT_TIMELINE, OUT_BEST, NOUT };
 static const char *const out_opt[NOUT] = {"-o", "--checkpoint", "--log", "--timeline", "--save-best"};
@@ -46,9 +41,9 @@ static int writes(const dp_run *r, int i, const char *tmpl)
 	if (!tmpl)
 		return 0;
 	if (i == OUT_LOG)
-		return r->rank == 0 || (r->log_all && names_rank(tmpl));
+		return r->rank == 0 || (r->log_all && dp_names_rank(tmpl));
 	if (i == OUT_TIMELINE)
-		return r->rank == 0 || names_rank(tmpl);
+		return r->rank == 0 || dp_names_rank(tmpl);
 	return r->rank == 0;
 }
 
@@ -138,7 +133,7 @@ int dp_run_check_inputs(dp_run *r, dp_err *e)
 	/* standard output (the log, or -o -) redirected to an input:
 	 * `dp-train --train d.tfr >> d.tfr` */
 	int to_stdout = (r->rank == 0 || r->log_all) &&
-			(!r->log || !strcmp(r->log, "-") || (r->rank != 0 && !names_rank(r->log)));
+			(!r->log || !strcmp(r->log, "-") || (r->rank != 0 && !dp_names_rank(r->log)));
 	if (r->rank == 0 && r->output && !strcmp(r->output, "-"))
 		to_stdout = 1;
 	if (to_stdout && ((r->td && dp_data_reads(r->td, "/proc/self/fd/1")) ||

@@ -90,12 +90,6 @@ int dp_run_join(dp_run *r, dp_err *e)
 	return 0;
 }
 
-/* Whether a path template names {rank} (or {rank:W}): a file a rank. */
-static int names_rank(const char *tmpl)
-{
-	return strstr(tmpl, "{rank}") || strstr(tmpl, "{rank:");
-}
-
 /* Sources that name {rank} (or {rank:5}) give each rank its own records. */
 static int per_rank(const char *const *paths, size_t n, const char *cmd)
 {
@@ -130,7 +124,7 @@ int dp_run_check_same(dp_run *r, dp_err *e)
 		.log_every = r->log_every, .ckpt_every = r->ckpt_every, .ckpt_epochs = r->ckpt_epochs,
 		.ckpt = r->ckpt != NULL, .output = r->output != NULL, .overlap = r->overlap,
 		.bucket = r->bucket,
-		.timeline = !r->timeline ? "none" : names_rank(r->timeline) ? "per-rank" : "gathered",
+		.timeline = !r->timeline ? "none" : dp_names_rank(r->timeline) ? "per-rank" : "gathered",
 		.wire = r->wire, .algo = r->algo, .reset = r->reset, .classes = r->classes,
 		.save_best = r->save_best != NULL, .skip_corrupt = r->skip_corrupt,
 		.max_skipped = r->max_skipped};

@@ -601,7 +601,7 @@ int dp_comm_timeline_write(dp_comm *c, const char *path, dp_err *e)
 	if (!mine)
 		return dp_seterr(e, DP_ENOMEM, "out of memory for the timeline");
 	int rc;
-	if (strstr(path, "{rank}") || strstr(path, "{rank:") || c->size == 1) {
+	if (dp_names_rank(path) || c->size == 1) {
 		char rb[16], sb[16];
 		snprintf(rb, sizeof rb, "%d", c->rank);
 		snprintf(sb, sizeof sb, "%d", c->size);
