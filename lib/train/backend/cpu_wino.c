@@ -550,7 +550,7 @@ size_t cpu_wino_ws(const dp_bectx *ctx, const dp_conv2d *g, int backward)
 }
 
 void cpu_wino_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		  int act, float *y, void *ws)
+		  float *y, int act, void *ws)
 {
 	wino p = wino_fwd_plan(ctx, g);
 	wino_filters(w, g->k, g->c, 0, ws);
