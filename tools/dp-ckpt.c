@@ -465,23 +465,17 @@ static void diff_tensor(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y,
 	if (O.json) {
 		dp_buf_printf(b, ",\"differ\":%zu,\"of\":%zu,\"max_abs\":", d.ndiff, dp_st_numel(a));
 		add_num(b, d.max_abs);
-		dp_buf_addstr(b, ",\"at\":");
-		add_index(b, a, d.at);
-		dp_buf_addstr(b, ",\"a\":");
-		add_val(b, d.a, a->dtype);
-		dp_buf_addstr(b, ",\"b\":");
-		add_val(b, d.b, a->dtype);
-		dp_buf_addstr(b, "}");
 	} else {
-		dp_buf_printf(b, "%zu of %zu values differ, the largest by %.6g at ", d.ndiff,
+		dp_buf_printf(b, "%zu of %zu values differ, the largest by %.6g", d.ndiff,
 			      dp_st_numel(a), d.max_abs);
-		add_index(b, a, d.at);
-		dp_buf_addstr(b, " (");
-		add_val(b, d.a, a->dtype);
-		dp_buf_addstr(b, " against ");
-		add_val(b, d.b, a->dtype);
-		dp_buf_addstr(b, ")\n");
 	}
+	dp_buf_addstr(b, O.json ? ",\"at\":" : " at ");
+	add_index(b, a, d.at);
+	dp_buf_addstr(b, O.json ? ",\"a\":" : " (");
+	add_val(b, d.a, a->dtype);
+	dp_buf_addstr(b, O.json ? ",\"b\":" : " against ");
+	add_val(b, d.b, a->dtype);
+	dp_buf_addstr(b, O.json ? "}" : ")\n");
 	if (d.max_abs > *worst || !*worst_name) {
 		*worst = d.max_abs;
 		free(*worst_name);
