@@ -79,10 +79,8 @@ void dp_image_dec_free(dp_image_dec *x)
 	free(x->tmp);
 	free(x->f1);
 	free(x->f2);
-	free(x->kx);
-	free(x->ky);
-	free(x->bx);
-	free(x->by);
+	free(x->tx.k);
+	free(x->ty.k);
 	free(x);
 }
 
