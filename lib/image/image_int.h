@@ -54,6 +54,10 @@ int img_webp_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
 int img_tiff_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
 const char *img_stb_name(int format);
 
+/* The file extension for an image of a format: "jpg", "png"; "bin" for
+ * DP_IMAGE_UNKNOWN. */
+const char *img_format_ext(int format);
+
 /* DP_OK when a w x h image is within max_pixels (0: DP_IMAGE_MAX_PIXELS),
  * else DP_ELIMIT (DP_EDATA for no pixels), said for the user. */
 int img_check_size(uint32_t w, uint32_t h, uint64_t max_pixels, dp_err *e);
