@@ -792,26 +792,24 @@ int dp_writer_write(dp_writer *w, const void *data, size_t len, dp_err *e)
 	return 0;
 }
 
-int dp_writer_flush(dp_writer *w, dp_err *e)
+/* Write out what is staged, then flush zlib with flush (Z_SYNC_FLUSH,
+ * Z_FINISH); uncompressed, the staged bytes alone. */
+static int drain(dp_writer *w, int flush, dp_err *e)
 {
 	if (w->failed)
 		return wfail(w, e);
 	if (stage_flush(w, e) < 0)
 		return -1;
-	if (w->comp != DP_COMP_NONE)
-		return put(w, NULL, 0, Z_SYNC_FLUSH, e);
-	return 0;
+	return put(w, NULL, 0, flush, e);
 }
+
+int dp_writer_flush(dp_writer *w, dp_err *e) { return drain(w, Z_SYNC_FLUSH, e); }
 
 int dp_writer_finish(dp_writer *w, dp_err *e)
 {
-	if (w->failed)
-		return wfail(w, e);
-	if (stage_flush(w, e) < 0)
+	if (drain(w, Z_FINISH, e) < 0)
 		return -1;
-	if (w->comp != DP_COMP_NONE && w->z_init) {
-		if (put(w, NULL, 0, Z_FINISH, e) < 0)
-			return -1;
+	if (w->z_init) {
 		deflateEnd(&w->z);
 		w->z_init = 0;
 	}
