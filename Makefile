@@ -232,8 +232,9 @@ $(O)/.dnnl-$(DNNL_STATE):
 	@mkdir -p $(@D)
 	@rm -f $(O)/.dnnl-*
 	@touch $@
-# and so are the image resampler's (lib/image/transform.c)
-$(O)/lib/image/transform.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
+# and so are the image resampler's (lib/image/transform.c) and a record's
+# values into the model's input (lib/train/input/decode.c)
+$(O)/lib/image/transform.o $(O)/lib/train/input/decode.o: ALL_CFLAGS += -O3 -fno-math-errno -ffp-contract=off
 
 $(O)/libdp.a: $(LIB_OBJ)
 	@rm -f $@

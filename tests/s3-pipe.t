@@ -158,20 +158,18 @@ is "$out" "$(cat d/sub/y d/b d/a/b)" "--manifest: entries in manifest order"
 printf '[{"prefix": "d/"}, "z"]' >m2.json
 run s3-pipe get --manifest "file://$T/m2.json"
 is "$out" "$(cat d/z)" "--manifest with a plain-path prefix"
-printf '{"prefix": "d/"}' >bad1.json
-run s3-pipe get --manifest bad1.json
-is "$rc" 1 "manifest not an array: 1"
-like "$err" "^s3-pipe: bad1.json: manifest: not a JSON array" "manifest not an array: message"
-printf '[{"prefix": "d/"}, "b", 7]' >bad2.json
-run s3-pipe get --manifest bad2.json
-like "$err" "bad2.json: manifest: entry 2 is not a string" "manifest entry not a string: message"
-printf '[{"prefix": "d/"}, "b", "gone"]' >bad3.json
-run s3-pipe get --manifest bad3.json
-is "$rc" 3 "manifest entry missing: 3"
-like "$err" "bad3.json: manifest entry 2: d/gone: No such file" "manifest entry missing: message"
-printf '[{"prefix": "d/"}, "b"' >bad4.json
-run s3-pipe get --manifest bad4.json
-like "$err" "bad4.json: manifest: line 1" "manifest JSON syntax error: line"
+# bad manifests: the file, its text, the exit status, the message, what is wrong
+while IFS='|' read -r f text want msg what; do
+	printf '%s' "$text" >"$f"
+	run s3-pipe get --manifest "$f"
+	is "$rc" "$want" "$what: $want"
+	like "$err" "$msg" "$what: message"
+done <<'EOF'
+bad1.json|{"prefix": "d/"}|1|^s3-pipe: bad1.json: manifest: not a JSON array|manifest not an array
+bad2.json|[{"prefix": "d/"}, "b", 7]|1|bad2.json: manifest: entry 2 is not a string|manifest entry not a string
+bad3.json|[{"prefix": "d/"}, "b", "gone"]|3|bad3.json: manifest entry 2: d/gone: No such file|manifest entry missing
+bad4.json|[{"prefix": "d/"}, "b"|1|bad4.json: manifest: line 1|manifest JSON syntax error
+EOF
 
 # output errors
 if [ -c /dev/full ] && [ -w /dev/full ]; then

@@ -249,15 +249,13 @@ static dp_st *open_ckpt(const char *path)
 	return ck;
 }
 
-static const char *role_name(int role)
-{
-	switch (role) {
-	case DP_CK_PARAM: return "param";
-	case DP_CK_BUFFER: return "buffer";
-	case DP_CK_OPTIM: return "optimizer";
-	default: return "rng";
-	}
-}
+/* What a tensor is (dp_ckpt_role), as show says it. */
+static const char *const role_names[] = {
+	[DP_CK_PARAM] = "param",
+	[DP_CK_BUFFER] = "buffer",
+	[DP_CK_OPTIM] = "optimizer",
+	[DP_CK_RNG] = "rng",
+};
 
 /* "[16, 12]" */
 static void add_shape(dp_buf *b, const dp_st_tensor *t)
@@ -366,7 +364,7 @@ static void cmd_show(char **args, int n)
 			add_text(&b, t->name);
 			dp_buf_printf(&b, ",\"dtype\":\"%s\",\"shape\":", dp_dtype_name(t->dtype));
 			add_shape(&b, t);
-			dp_buf_printf(&b, ",\"role\":\"%s\"}", role_name(dp_ckpt_role(ck, t->name)));
+			dp_buf_printf(&b, ",\"role\":\"%s\"}", role_names[dp_ckpt_role(ck, t->name)]);
 		}
 		dp_buf_addstr(&b, "]}\n");
 	} else {
@@ -399,7 +397,7 @@ static void cmd_show(char **args, int n)
 			add_text(&b, t->name);
 			dp_buf_printf(&b, "\t%s\t", dp_dtype_name(t->dtype));
 			add_shape(&b, t);
-			dp_buf_printf(&b, "\t%s\n", role_name(dp_ckpt_role(ck, t->name)));
+			dp_buf_printf(&b, "\t%s\n", role_names[dp_ckpt_role(ck, t->name)]);
 		}
 	}
 	put_out(&b);
@@ -467,23 +465,17 @@ static void diff_tensor(dp_buf *b, int *ndiff, const dp_st *x, const dp_st *y,
 	if (O.json) {
 		dp_buf_printf(b, ",\"differ\":%zu,\"of\":%zu,\"max_abs\":", d.ndiff, dp_st_numel(a));
 		add_num(b, d.max_abs);
-		dp_buf_addstr(b, ",\"at\":");
-		add_index(b, a, d.at);
-		dp_buf_addstr(b, ",\"a\":");
-		add_val(b, d.a, a->dtype);
-		dp_buf_addstr(b, ",\"b\":");
-		add_val(b, d.b, a->dtype);
-		dp_buf_addstr(b, "}");
 	} else {
-		dp_buf_printf(b, "%zu of %zu values differ, the largest by %.6g at ", d.ndiff,
+		dp_buf_printf(b, "%zu of %zu values differ, the largest by %.6g", d.ndiff,
 			      dp_st_numel(a), d.max_abs);
-		add_index(b, a, d.at);
-		dp_buf_addstr(b, " (");
-		add_val(b, d.a, a->dtype);
-		dp_buf_addstr(b, " against ");
-		add_val(b, d.b, a->dtype);
-		dp_buf_addstr(b, ")\n");
 	}
+	dp_buf_addstr(b, O.json ? ",\"at\":" : " at ");
+	add_index(b, a, d.at);
+	dp_buf_addstr(b, O.json ? ",\"a\":" : " (");
+	add_val(b, d.a, a->dtype);
+	dp_buf_addstr(b, O.json ? ",\"b\":" : " against ");
+	add_val(b, d.b, a->dtype);
+	dp_buf_addstr(b, O.json ? "}" : ")\n");
 	if (d.max_abs > *worst || !*worst_name) {
 		*worst = d.max_abs;
 		free(*worst_name);
