@@ -288,7 +288,10 @@ int s3_sleep(dp_s3 *s, double secs);
 /* HEAD an object: size, etag, mtime. */
 int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e);
 
-/* ---- Local files (s3objs.c) ---------------------------------------------------------- */
+/* ---- Object lists and local files (s3objs.c) ----------------------------------------- */
+/* Free the bucket and key that dp_objs_add copied into o: for an entry
+ * dropped from a list. */
+void s3_obj_clear(dp_obj *o);
 int s3_file_stat(const char *path, dp_obj *o, dp_err *e);
 /* After a system call on the local path failed: dp_syserr's message, and
  * the code DP_ENOTFOUND when it (or a directory on its way) is missing,
