@@ -88,6 +88,35 @@ void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(p
 	{                                                                \
 		0, 0, 0, 0                                               \
 	}
+/* A program of commands (s3-pipe get|put|..., dp-ckpt show|diff|...) has
+ * one table of its options: getopt_long's row of each and the commands
+ * that take it, as bits (1u << the command's number).  cli_cmd_getopt
+ * reads argv with them (and --help, --version): set(c, optarg, argv) for
+ * each option in turn, used[i] set for each row i given.  Once the
+ * command is known, cli_cmd_check makes an option given that the command
+ * does not take a usage error, "--range does not apply to ls" (the first
+ * such row of the table).
+ *
+ *     static const struct cli_cmd_option opts[] = {
+ *             {"range", required_argument, OPT_RANGE, B(C_GET)},
+ *             {"region", required_argument, OPT_REGION, CLI_EVERY_CMD},
+ *     ...
+ *     unsigned char used[NOPTS] = {0};
+ *     cli_cmd_getopt(argc, argv, ":o:hV", opts, NOPTS, used, set_option);
+ *     cmd = ... argv[optind] ...;
+ *     cli_cmd_check(opts, NOPTS, used, cmd, argv[optind]); */
+struct cli_cmd_option {
+	const char *name; /* "range": --range */
+	int has_arg;      /* getopt_long's no_argument, required_argument, optional_argument */
+	int val;          /* what getopt_long returns for it: 'o', OPT_RANGE */
+	unsigned cmds;    /* the commands that take it, 1u << each one's number */
+};
+#define CLI_EVERY_CMD (~0u)
+void cli_cmd_getopt(int argc, char **argv, const char *shortopts, const struct cli_cmd_option *opts,
+		    size_t n, unsigned char *used, void (*set)(int c, const char *arg, char **argv));
+void cli_cmd_check(const struct cli_cmd_option *opts, size_t n, const unsigned char *used, int cmd,
+		   const char *cmd_name);
+
 /* --help: help() (the full option list, on stdout), then
  * cli_exit_stdout().  --version: "prog (dptools) VERSION" on stdout, then
  * cli_exit_stdout().  Said once in a job of several ranks: by the one
