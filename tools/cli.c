@@ -189,6 +189,15 @@ void cli_bad_option(int c, char **argv)
 	cli_usage_error("unknown option '%s'", word);
 }
 
+void cli_default_option(int c, char **argv, void (*help)(void))
+{
+	if (c == 'h')
+		cli_help(help);
+	if (c == 'V')
+		cli_version();
+	cli_bad_option(c, argv);
+}
+
 int cli_close_stdout(void)
 {
 	errno = 0;

@@ -68,6 +68,11 @@ void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(print
 /* getopt_long (optstring starting with ':', opterr = 0) returned '?' or
  * ':': "unknown option '--foo'" or "option '--foo' needs a value", exit 2. */
 void cli_bad_option(int c, char **argv) __attribute__((noreturn));
+/* The default: of every tool's switch over getopt_long's values, after
+ * its own options: 'h' and 'V' (CLI_OPTIONS_END's --help and --version,
+ * and -h, -V where the tool takes them) are cli_help(help) and
+ * cli_version(); anything else is cli_bad_option's. */
+void cli_default_option(int c, char **argv, void (*help)(void)) __attribute__((noreturn));
 /* Exit with code: for code > 0 the on_fail hook (or dp_out_cleanup) first. */
 void cli_exit(int code) __attribute__((noreturn));
 

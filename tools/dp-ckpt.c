@@ -182,9 +182,7 @@ static void set_option(int c, const char *v, char **argv)
 			cli_bad_value("--loss", v, "xent or mse");
 		break;
 	case OPT_CLASSES: O.classes = v; break;
-	case 'h': cli_help(help);
-	case 'V': cli_version();
-	default: cli_bad_option(c, argv);
+	default: cli_default_option(c, argv, help);
 	}
 }
 

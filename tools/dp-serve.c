@@ -178,9 +178,7 @@ static void parse_args(int argc, char **argv)
 		case O_STATS_EVERY: O.stats_every = cli_real("--stats-every", optarg, 0, 86400); break;
 		case O_JSON: O.json_out = 1; break;
 		case 'q': O.quiet = 1; break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
-		default: cli_bad_option(c, argv);
+		default: cli_default_option(c, argv, help);
 		}
 	}
 	O.files = argv + optind;

@@ -1359,9 +1359,7 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_TIMEOUT: O.conf.timeout = (double)cli_count("--timeout", v, 1, 86400); break;
 	case 'v': O.verbose++; break;
 	case 'q': O.quiet = 1; break;
-	case 'h': cli_help(help);
-	case 'V': cli_version();
-	default: cli_bad_option(c, argv);
+	default: cli_default_option(c, argv, help);
 	}
 }
 
