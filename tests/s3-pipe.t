@@ -158,20 +158,18 @@ is "$out" "$(cat d/sub/y d/b d/a/b)" "--manifest: entries in manifest order"
 printf '[{"prefix": "d/"}, "z"]' >m2.json
 run s3-pipe get --manifest "file://$T/m2.json"
 is "$out" "$(cat d/z)" "--manifest with a plain-path prefix"
-printf '{"prefix": "d/"}' >bad1.json
-run s3-pipe get --manifest bad1.json
-is "$rc" 1 "manifest not an array: 1"
-like "$err" "^s3-pipe: bad1.json: manifest: not a JSON array" "manifest not an array: message"
-printf '[{"prefix": "d/"}, "b", 7]' >bad2.json
-run s3-pipe get --manifest bad2.json
-like "$err" "bad2.json: manifest: entry 2 is not a string" "manifest entry not a string: message"
-printf '[{"prefix": "d/"}, "b", "gone"]' >bad3.json
-run s3-pipe get --manifest bad3.json
-is "$rc" 3 "manifest entry missing: 3"
-like "$err" "bad3.json: manifest entry 2: d/gone: No such file" "manifest entry missing: message"
-printf '[{"prefix": "d/"}, "b"' >bad4.json
-run s3-pipe get --manifest bad4.json
-like "$err" "bad4.json: manifest: line 1" "manifest JSON syntax error: line"
+# bad manifests: the file, its text, the exit status, the message, what is wrong
+while IFS='|' read -r f text want msg what; do
+	printf '%s' "$text" >"$f"
+	run s3-pipe get --manifest "$f"
+	is "$rc" "$want" "$what: $want"
+	like "$err" "$msg" "$what: message"
+done <<'EOF'
+bad1.json|{"prefix": "d/"}|1|^s3-pipe: bad1.json: manifest: not a JSON array|manifest not an array
+bad2.json|[{"prefix": "d/"}, "b", 7]|1|bad2.json: manifest: entry 2 is not a string|manifest entry not a string
+bad3.json|[{"prefix": "d/"}, "b", "gone"]|3|bad3.json: manifest entry 2: d/gone: No such file|manifest entry missing
+bad4.json|[{"prefix": "d/"}, "b"|1|bad4.json: manifest: line 1|manifest JSON syntax error
+EOF
 
 # output errors
 if [ -c /dev/full ] && [ -w /dev/full ]; then
@@ -389,9 +387,14 @@ done
 run s3-pipe fifo --dir pp nosuch/
 is "$rc" 3 "fifo of a missing prefix: 3"
 ok test ! -e pp/train_0 "... and no FIFO left for a reader to wait on"
-s3-pipe fifo --dir pp --epochs 3 rec/ 2>pp.err &
-pid=$!
-until [ -p pp/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+# s3-pipe fifo --dir DIR --epochs N rec/ in the background ($pid), stderr to
+# ERR, once its first FIFO is there (or it has ended)
+fifo_start() { # DIR N ERR
+	s3-pipe fifo --dir "$1" --epochs "$2" rec/ 2>"$3" &
+	pid=$!
+	until [ -p "$1/train_0" ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+}
+fifo_start pp 3 pp.err
 is "$(tfr-cat -c pp/train_0)" 6000 "fifo epoch 0: every record"
 ok test ! -e pp/train_0 "an epoch's FIFO is gone once the epoch ended"
 mv rec/p2.tfrecord rec.p2 # epoch 1 fails on it
@@ -404,24 +407,18 @@ ok test ! -e pp/train_1 "a failed epoch's FIFO is removed"
 ok test ! -e pp/train_2 "... and the next one was never made"
 mv rec.p2 rec/p2.tfrecord
 
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 kill -TERM $pid
 wait $pid
 is "$?" 143 "SIGTERM while waiting for a reader: dies of it"
 ok test ! -e pq/train_0 "... and removes the FIFO"
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 is "$(tfr-cat -c pq/train_0)" 6000 "epoch 0 read whole"
 kill -TERM $pid
 wait $pid
 is "$?" 143 "SIGTERM between epochs: dies of it"
 ok test ! -e pq/train_1 "... and removes the next epoch's FIFO"
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 exec 9<pq/train_0 # a reader that has not read yet: 1.2 MB cannot all wait in the pipe
 kill -TERM $pid
 wait $pid

@@ -65,18 +65,16 @@ open(sys.argv[1] + '/cut.csv.gz', 'wb').write(z[:n - 3])
 c = bytearray(z); c[10] |= 6; open(sys.argv[1] + '/blk.csv.gz', 'wb').write(c)
 " "$T"
 n=$(cat "$T/gz.len")
-run tfr-cat --encode csv -c "$T/crc.csv.gz"
-is "$rc/$err" "1/tfr-cat: $T/crc.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): CRC-32 of the data does not match" \
-	"csv.gz: a bad CRC-32 in the trailer, named as such"
-run tfr-cat --encode csv -c "$T/isize.csv.gz"
-is "$err" "tfr-cat: $T/isize.csv.gz: gzip trailer at compressed bytes $((n - 8))-$((n - 1)): length of the data (ISIZE) does not match" \
-	"csv.gz: a bad ISIZE"
-run tfr-cat --encode csv -c "$T/cut.csv.gz"
-is "$err" "tfr-cat: $T/cut.csv.gz: truncated gzip stream (it ends at compressed byte $((n - 3)))" \
-	"csv.gz: cut short: where it ends"
-run tfr-cat --encode csv -c "$T/blk.csv.gz"
-is "$err" "tfr-cat: $T/blk.csv.gz: corrupt gzip data near compressed byte 11: invalid block type" \
-	"csv.gz: bad deflate data: where"
+trailer="gzip trailer at compressed bytes $((n - 8))-$((n - 1))"
+while IFS='|' read -r f msg what; do
+	run tfr-cat --encode csv -c "$T/$f"
+	is "$rc/$err" "1/tfr-cat: $T/$f: $msg" "csv.gz: $what"
+done <<EOF
+crc.csv.gz|$trailer: CRC-32 of the data does not match|a bad CRC-32 in the trailer, named as such
+isize.csv.gz|$trailer: length of the data (ISIZE) does not match|a bad ISIZE
+cut.csv.gz|truncated gzip stream (it ends at compressed byte $((n - 3)))|cut short: where it ends
+blk.csv.gz|corrupt gzip data near compressed byte 11: invalid block type|bad deflate data: where
+EOF
 # a byte order mark: one rule for CSV and JSON lines (issue 12: --encode json
 # refused what --encode csv took): passed over at the start of the input
 printf '\xef\xbb\xbf{"a":{"int64":[1]}}\n' >"$T/bom.jsonl"

@@ -53,18 +53,27 @@ int dp_image_format_of(const void *p, size_t n)
 	return DP_IMAGE_UNKNOWN;
 }
 
-const char *dp_image_format_name(int format)
+/* Each format's name, and the file extension given to an image of it. */
+static const struct {
+	const char *name, *ext;
+} formats[] = {
+	[DP_IMAGE_UNKNOWN] = {"unknown", "bin"},
+	[DP_IMAGE_JPEG] = {"jpeg", "jpg"},
+	[DP_IMAGE_PNG] = {"png", "png"},
+	[DP_IMAGE_WEBP] = {"webp", "webp"},
+	[DP_IMAGE_TIFF] = {"tiff", "tif"},
+	[DP_IMAGE_BMP] = {"bmp", "bmp"},
+	[DP_IMAGE_PNM] = {"pnm", "ppm"},
+};
+
+static int format_index(int format)
 {
-	switch (format) {
-	case DP_IMAGE_JPEG: return "jpeg";
-	case DP_IMAGE_PNG: return "png";
-	case DP_IMAGE_WEBP: return "webp";
-	case DP_IMAGE_TIFF: return "tiff";
-	case DP_IMAGE_BMP: return "bmp";
-	case DP_IMAGE_PNM: return "pnm";
-	default: return "unknown";
-	}
+	return format > 0 && format < (int)(sizeof formats / sizeof *formats) ? format : 0;
 }
+
+const char *dp_image_format_name(int format) { return formats[format_index(format)].name; }
+
+const char *img_format_ext(int format) { return formats[format_index(format)].ext; }
 
 dp_image_dec *dp_image_dec_new(void)
 {
@@ -79,10 +88,8 @@ void dp_image_dec_free(dp_image_dec *x)
 	free(x->tmp);
 	free(x->f1);
 	free(x->f2);
-	free(x->kx);
-	free(x->ky);
-	free(x->bx);
-	free(x->by);
+	free(x->tx.k);
+	free(x->ty.k);
 	free(x);
 }
 

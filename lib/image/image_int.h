@@ -10,6 +10,16 @@
 
 #include "dp_image.h"
 
+/* The taps of one resampling axis: output i reads the inputs b[2i] ..
+ * b[2i] + b[2i+1] - 1 with the weights k[i * ks ...].  One allocation of
+ * cap bytes at k: the weights, then b. */
+typedef struct img_taps {
+	float *k;
+	int *b;
+	int ks;
+	size_t cap;
+} img_taps;
+
 struct dp_image_dec {
 	uint8_t *px;           /* the decoded image (h, w, c) */
 	size_t pxcap;
@@ -18,10 +28,7 @@ struct dp_image_dec {
 	float *f1, *f2;        /* the resampled image (before a padding crop); one
 				  row of (r, g, b, 0) pixels (resample3) */
 	size_t f1cap, f2cap;
-	float *kx, *ky;        /* filter weights per output column / row */
-	size_t kxcap, kycap;
-	int *bx, *by;          /* (first input index, taps) per output column / row */
-	size_t bxcap, bycap;
+	img_taps tx, ty;       /* per output column / row */
 };
 
 /* Decode the rows [y0, y1) and at least the columns [x0, x1) (of the
@@ -46,6 +53,10 @@ int img_other_decode(int format, dp_image_dec *x, const void *p, size_t n, int c
 int img_webp_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
 int img_tiff_info(const void *p, size_t n, dp_image_info *info, dp_err *e);
 const char *img_stb_name(int format);
+
+/* The file extension for an image of a format: "jpg", "png"; "bin" for
+ * DP_IMAGE_UNKNOWN. */
+const char *img_format_ext(int format);
 
 /* DP_OK when a w x h image is within max_pixels (0: DP_IMAGE_MAX_PIXELS),
  * else DP_ELIMIT (DP_EDATA for no pixels), said for the user. */

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "dp_example.h"
 #include "dp_image.h"
+#include "image_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -350,10 +351,7 @@ int dp_image_of_record(const dp_example *ex, const char *feature, uint64_t index
 		buf[pl] = 0;
 	} else {
 		int fmt = dp_image_format_of(*data, *n);
-		snprintf(buf, len, "%llu.%s", (unsigned long long)index,
-			 fmt == DP_IMAGE_JPEG ? "jpg" : fmt == DP_IMAGE_PNG ? "png"
-				: fmt == DP_IMAGE_WEBP ? "webp" : fmt == DP_IMAGE_TIFF ? "tif"
-				: fmt == DP_IMAGE_BMP ? "bmp" : fmt == DP_IMAGE_PNM ? "ppm" : "bin");
+		snprintf(buf, len, "%llu.%s", (unsigned long long)index, img_format_ext(fmt));
 	}
 	return DP_OK;
 }

@@ -21,20 +21,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Weights of one axis: for output i, taps b[2i] .. b[2i] + b[2i+1] - 1 of
- * the input with weights k[i * ks ...]; ks returned. */
+/* The taps of one axis (see img_taps) for out_size outputs from
+ * [in0, in1) of in_size inputs. */
 static int coeffs(size_t in_size, double in0, double in1, uint32_t out_size, int antialias,
-		  float **kp, size_t *kcap, int **bp, size_t *bcap, int *ks_out)
+		  img_taps *tp)
 {
 	double scale = (in1 - in0) / out_size;
 	double fs = antialias && scale > 1 ? scale : 1;
 	double support = fs;
 	int ks = (int)ceil(support) * 2 + 1;
-	if (img_grow((void **)kp, kcap, (size_t)out_size * ks * sizeof(float)) < 0 ||
-	    img_grow((void **)bp, bcap, (size_t)out_size * 2 * sizeof(int)) < 0)
+	size_t nk = (size_t)out_size * ks, nb = (size_t)out_size * 2;
+	if (img_grow((void **)&tp->k, &tp->cap, nk * sizeof(float) + nb * sizeof(int)) < 0)
 		return DP_ENOMEM;
-	float *k = *kp;
-	int *b = *bp;
+	tp->b = (int *)(void *)(tp->k + nk);
+	tp->ks = ks;
+	float *k = tp->k;
+	int *b = tp->b;
 	for (uint32_t i = 0; i < out_size; i++) {
 		double center = in0 + (i + 0.5) * scale, ww = 0, ss = 1.0 / fs;
 		int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
@@ -59,8 +61,20 @@ static int coeffs(size_t in_size, double in0, double in1, uint32_t out_size, int
 		b[2 * i] = xmin;
 		b[2 * i + 1] = xmax;
 	}
-	*ks_out = ks;
 	return DP_OK;
+}
+
+/* The inputs [*lo, *hi) that the n outputs of tp read. */
+static void taps_span(const img_taps *tp, uint32_t n, int *lo, int *hi)
+{
+	*lo = tp->b[0];
+	*hi = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (tp->b[2 * i] < *lo)
+			*lo = tp->b[2 * i];
+		if (tp->b[2 * i] + tp->b[2 * i + 1] > *hi)
+			*hi = tp->b[2 * i] + tp->b[2 * i + 1];
+	}
 }
 
 /* RGB: each pixel as a vector of 4 floats (r, g, b, 0), so that a tap is
@@ -75,16 +89,12 @@ typedef struct pack {
 	int flip;
 } pack;
 
-static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, int r1, int ksx,
-		     int ksy, uint32_t ow, uint32_t oh, float *out, const pack *pk, dp_err *e)
+static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, int r1,
+		     uint32_t ow, uint32_t oh, float *out, const pack *pk, dp_err *e)
 {
-	int c0 = x->bx[0], c1 = 0; /* the input columns the taps read */
-	for (uint32_t i = 0; i < ow; i++) {
-		if (x->bx[2 * i] < c0)
-			c0 = x->bx[2 * i];
-		if (x->bx[2 * i] + x->bx[2 * i + 1] > c1)
-			c1 = x->bx[2 * i] + x->bx[2 * i + 1];
-	}
+	const img_taps *tx = &x->tx, *ty = &x->ty;
+	int c0, c1; /* the input columns the taps read */
+	taps_span(tx, ow, &c0, &c1);
 	size_t wide = (size_t)(w > ow ? w : ow);
 	if (img_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * ow * sizeof(v4f)) < 0 ||
 	    img_grow((void **)&x->f2, &x->f2cap, wide * sizeof(v4f)) < 0)
@@ -96,9 +106,9 @@ static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, in
 			rowf[i] = (v4f){s[3 * i], s[3 * i + 1], s[3 * i + 2], 0};
 		v4f *t = tmp + (size_t)(y - r0) * ow;
 		for (uint32_t i = 0; i < ow; i++) {
-			const float *k = x->kx + (size_t)i * ksx;
-			const v4f *p = rowf + x->bx[2 * i];
-			int n = x->bx[2 * i + 1];
+			const float *k = tx->k + (size_t)i * tx->ks;
+			const v4f *p = rowf + tx->b[2 * i];
+			int n = tx->b[2 * i + 1];
 			v4f acc = {0, 0, 0, 0};
 			for (int j = 0; j < n; j++)
 				acc += k[j] * p[j];
@@ -106,9 +116,9 @@ static int resample3(dp_image_dec *x, const uint8_t *src, uint32_t w, int r0, in
 		}
 	}
 	for (uint32_t i = 0; i < oh; i++) {
-		const float *k = x->ky + (size_t)i * ksy;
-		const v4f *t0 = tmp + (size_t)(x->by[2 * i] - r0) * ow;
-		int n = x->by[2 * i + 1];
+		const float *k = ty->k + (size_t)i * ty->ks;
+		const v4f *t0 = tmp + (size_t)(ty->b[2 * i] - r0) * ow;
+		int n = ty->b[2 * i + 1];
 		for (uint32_t j = 0; j < ow; j++)
 			rowf[j] = (v4f){0, 0, 0, 0};
 		for (int r = 0; r < n; r++) {
@@ -151,22 +161,16 @@ static int resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h,
 			out[i] = src[i];
 		return DP_OK;
 	}
-	int ksx, ksy;
-	if (coeffs(w, x0, x1, ow, antialias, &x->kx, &x->kxcap, &x->bx, &x->bxcap, &ksx) < 0 ||
-	    coeffs(h, y0, y1, oh, antialias, &x->ky, &x->kycap, &x->by, &x->bycap, &ksy) < 0)
+	const img_taps *tx = &x->tx, *ty = &x->ty;
+	if (coeffs(w, x0, x1, ow, antialias, &x->tx) < 0 ||
+	    coeffs(h, y0, y1, oh, antialias, &x->ty) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	/* the input rows the vertical pass reads */
-	int r0 = x->by[0], r1 = x->by[2 * (oh - 1)] + x->by[2 * (oh - 1) + 1];
-	for (uint32_t i = 0; i < oh; i++) {
-		if (x->by[2 * i] < r0)
-			r0 = x->by[2 * i];
-		if (x->by[2 * i] + x->by[2 * i + 1] > r1)
-			r1 = x->by[2 * i] + x->by[2 * i + 1];
-	}
+	int r0, r1; /* the input rows the vertical pass reads */
+	taps_span(ty, oh, &r0, &r1);
 	if (r1 <= r0)
 		r1 = r0 + 1;
 	if (c == 3)
-		return resample3(x, src, w, r0, r1, ksx, ksy, ow, oh, out, pk, e);
+		return resample3(x, src, w, r0, r1, ow, oh, out, pk, e);
 	size_t rowlen = (size_t)ow * c;
 	if (img_grow((void **)&x->tmp, &x->tmpcap, (size_t)(r1 - r0) * rowlen * sizeof(float)) < 0)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
@@ -175,8 +179,8 @@ static int resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h,
 		const uint8_t *s = src + (size_t)y * w * c;
 		float *t = x->tmp + (size_t)(y - r0) * rowlen;
 		for (uint32_t i = 0; i < ow; i++) {
-			const float *k = x->kx + (size_t)i * ksx;
-			int xmin = x->bx[2 * i], n = x->bx[2 * i + 1];
+			const float *k = tx->k + (size_t)i * tx->ks;
+			int xmin = tx->b[2 * i], n = tx->b[2 * i + 1];
 			const uint8_t *p = s + (size_t)xmin * c;
 			for (int ch = 0; ch < c; ch++) {
 				float acc = 0;
@@ -188,8 +192,8 @@ static int resample(dp_image_dec *x, const uint8_t *src, uint32_t w, uint32_t h,
 	}
 	/* vertical: (oh, ow, c) */
 	for (uint32_t i = 0; i < oh; i++) {
-		const float *k = x->ky + (size_t)i * ksy;
-		int ymin = x->by[2 * i], n = x->by[2 * i + 1];
+		const float *k = ty->k + (size_t)i * ty->ks;
+		int ymin = ty->b[2 * i], n = ty->b[2 * i + 1];
 		float *o = out + (size_t)i * rowlen;
 		const float *t0 = x->tmp + (size_t)(ymin - r0) * rowlen;
 		for (size_t j = 0; j < rowlen; j++)

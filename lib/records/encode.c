@@ -52,6 +52,13 @@ typedef struct tspec {
 	int type, list;
 } tspec;
 
+/* One column of the header row. */
+typedef struct ccol {
+	char *name;          /* NUL-terminated; a name may hold NULs */
+	size_t nlen;
+	int type, list;      /* the first spec pattern that matches the name */
+} ccol;
+
 typedef struct csv {
 	char *spec;          /* the types spec, cut into patterns */
 	tspec *ts;
@@ -63,9 +70,7 @@ typedef struct csv {
 	uint64_t next_line;
 	int header;          /* a header row was read */
 	size_t ncol;
-	char **names;
-	size_t *nlens;
-	int *types, *lists;
+	ccol *cols;
 } csv;
 
 /* An IDX file header: magic 0 0 TYPE NDIMS, then NDIMS big-endian u32. */
@@ -348,12 +353,9 @@ static int types_parse(csv *c, const char *spec, dp_err *e)
 
 static void csv_free(csv *c)
 {
-	for (size_t i = 0; c->names && i < c->ncol; i++)
-		free(c->names[i]);
-	free(c->names);
-	free(c->nlens);
-	free(c->types);
-	free(c->lists);
+	for (size_t i = 0; c->cols && i < c->ncol; i++)
+		free(c->cols[i].name);
+	free(c->cols);
 	free(c->spec);
 	free(c->ts);
 	dp_buf_free(&c->f);
@@ -508,30 +510,27 @@ static int csv_header(dp_encoder *x)
 	}
 	c->header = 1;
 	size_t ncol = c->nf;
-	c->names = calloc(ncol, sizeof *c->names);
-	c->nlens = calloc(ncol, sizeof *c->nlens);
-	c->types = calloc(ncol, sizeof *c->types);
-	c->lists = calloc(ncol, sizeof *c->lists);
-	if (!c->names || !c->nlens || !c->types || !c->lists)
+	if (!(c->cols = calloc(ncol, sizeof *c->cols)))
 		return fail(x, DP_ENOMEM, "out of memory");
 	c->ncol = ncol;
 	for (size_t i = 0; i < ncol; i++) {
-		c->nlens[i] = csv_flen(c, i);
-		if (!(c->names[i] = malloc(c->nlens[i] + 1)))
+		ccol *col = &c->cols[i];
+		col->nlen = csv_flen(c, i);
+		if (!(col->name = malloc(col->nlen + 1)))
 			return fail(x, DP_ENOMEM, "out of memory");
-		memcpy(c->names[i], csv_field(c, i), c->nlens[i] + 1); /* a name may hold NULs */
-		if (!dp_utf8_valid(c->names[i], c->nlens[i]))
+		memcpy(col->name, csv_field(c, i), col->nlen + 1);
+		if (!dp_utf8_valid(col->name, col->nlen))
 			return fail(x, DP_EDATA, "%s: line %" PRIu64 ": column %zu: the name is not valid UTF-8",
 				    name, c->line, i + 1);
 		for (size_t j = 0; j < i; j++)
-			if (c->nlens[j] == c->nlens[i] && !memcmp(c->names[j], c->names[i], c->nlens[i]))
+			if (c->cols[j].nlen == col->nlen && !memcmp(c->cols[j].name, col->name, col->nlen))
 				return fail(x, DP_EDATA, "%s: line %" PRIu64 ": column '%s' appears twice in the header",
-					    name, c->line, c->names[i]);
-		c->types[i] = T_BYTES;
+					    name, c->line, col->name);
+		col->type = T_BYTES;
 		for (size_t k = 0; k < c->nts; k++)
-			if (fnmatch(c->ts[k].pat, c->names[i], 0) == 0) {
-				c->types[i] = c->ts[k].type;
-				c->lists[i] = c->ts[k].list;
+			if (fnmatch(c->ts[k].pat, col->name, 0) == 0) {
+				col->type = c->ts[k].type;
+				col->list = c->ts[k].list;
 				break;
 			}
 	}
@@ -591,9 +590,9 @@ static int csv_push(enc_vals *v, size_t nv, const char *t, const char *te)
  * the list separator (none in an empty cell). */
 static const char *csv_bytes(dp_encoder *x, size_t i, char *f, char *fe)
 {
-	csv *c = &x->c;
+	const ccol *col = &x->c.cols[i];
 	size_t nv = 0;
-	if (!c->lists[i]) {
+	if (!col->list) {
 		if (csv_push(&x->v, nv++, f, fe) < 0)
 			return E_NOMEM;
 	} else {
@@ -608,7 +607,7 @@ static const char *csv_bytes(dp_encoder *x, size_t i, char *f, char *fe)
 	}
 	if (enc_bytes_room(&x->v, nv) < 0)
 		return E_NOMEM;
-	return dp_exbuild_bytes(&x->eb, c->names[i], c->nlens[i], (const uint8_t **)x->v.bp.p,
+	return dp_exbuild_bytes(&x->eb, col->name, col->nlen, (const uint8_t **)x->v.bp.p,
 				(size_t *)x->v.bl.p, nv) < 0
 		       ? E_NOMEM
 		       : NULL;
@@ -617,16 +616,16 @@ static const char *csv_bytes(dp_encoder *x, size_t i, char *f, char *fe)
 /* A number cell [f, fe): tokens split on the list separator and blanks. */
 static const char *csv_numbers(dp_encoder *x, size_t i, char *f, char *fe)
 {
-	csv *c = &x->c;
+	const ccol *col = &x->c.cols[i];
 	size_t nv = 0;
 	const char *why = NULL;
 	for (char *t = f, *tok = f;; t++) {
 		int at_end = t == fe;
 		if (at_end || *t == x->o.list_sep || is_space(*t)) {
 			if (t > tok) {
-				if (!c->lists[i] && nv == 1)
+				if (!col->list && nv == 1)
 					return "holds more than one value (a list column is typed TYPE[])";
-				if ((why = csv_number(&x->v, c->types[i], tok, t, nv)))
+				if ((why = csv_number(&x->v, col->type, tok, t, nv)))
 					break;
 				nv++;
 			}
@@ -635,15 +634,15 @@ static const char *csv_numbers(dp_encoder *x, size_t i, char *f, char *fe)
 		if (at_end)
 			break;
 	}
-	if (why && c->lists[i] && (why == E_NOT_FLOAT || why == E_NOT_INT))
+	if (why && col->list && (why == E_NOT_FLOAT || why == E_NOT_INT))
 		why = why == E_NOT_FLOAT ? "holds a value that is not a float"
 					 : "holds a value that is not an int64";
 	if (why)
 		return why;
-	int rc = c->types[i] == T_FLOAT
-			 ? dp_exbuild_floats(&x->eb, c->names[i], c->nlens[i],
+	int rc = col->type == T_FLOAT
+			 ? dp_exbuild_floats(&x->eb, col->name, col->nlen,
 					     enc_room(&x->v.fv, nv, sizeof(float)), nv)
-			 : dp_exbuild_int64s(&x->eb, c->names[i], c->nlens[i],
+			 : dp_exbuild_int64s(&x->eb, col->name, col->nlen,
 					     enc_room(&x->v.iv, nv, sizeof(int64_t)), nv);
 	return rc < 0 ? E_NOMEM : NULL;
 }
@@ -664,17 +663,18 @@ static int csv_next(dp_encoder *x, const uint8_t **rec, size_t *len)
 			    x->s.name, c->line, c->nf, c->ncol);
 	dp_exbuild_reset(&x->eb);
 	for (size_t i = 0; i < c->ncol; i++) {
-		if (c->types[i] == T_SKIP)
+		const ccol *col = &c->cols[i];
+		if (col->type == T_SKIP)
 			continue;
 		char *f = csv_field(c, i), *fe = f + csv_flen(c, i);
-		const char *why = c->types[i] == T_BYTES ? csv_bytes(x, i, f, fe)
-							  : csv_numbers(x, i, f, fe);
+		const char *why = col->type == T_BYTES ? csv_bytes(x, i, f, fe)
+						       : csv_numbers(x, i, f, fe);
 		if (why == E_NOMEM)
 			return fail(x, DP_ENOMEM, "%s", E_NOMEM);
 		if (why) { /* the cell quoted escaped (a control character, ESC) */
 			char *cell = dp_shown(f, (size_t)(fe - f) > 80 ? 80 : (size_t)(fe - f));
 			int frc = fail(x, DP_EDATA, "%s: line %" PRIu64 ": column '%s': '%s' %s",
-				      x->s.name, c->line, c->names[i], cell ? cell : "?", why);
+				      x->s.name, c->line, col->name, cell ? cell : "?", why);
 			free(cell);
 			return frc;
 		}

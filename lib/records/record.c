@@ -58,27 +58,30 @@ void dp_tfr_footer(uint8_t ftr[DP_TFR_FOOTER], const void *data, size_t len)
 	memcpy(ftr, &c, 4);
 }
 
+/* The names of each compression: its own first, then the other spellings
+ * accepted (TensorFlow's "" and "GZIP", gzip's "gz"). */
+static const struct {
+	const char *name;
+	int comp;
+} comp_names[] = {
+	{"auto", DP_COMP_AUTO}, {"none", DP_COMP_NONE}, {"gzip", DP_COMP_GZIP}, {"zlib", DP_COMP_ZLIB},
+	{"", DP_COMP_NONE}, {"NONE", DP_COMP_NONE}, {"GZIP", DP_COMP_GZIP}, {"gz", DP_COMP_GZIP},
+	{"ZLIB", DP_COMP_ZLIB},
+};
+
 const char *dp_comp_name(int comp)
 {
-	switch (comp) {
-	case DP_COMP_AUTO: return "auto";
-	case DP_COMP_NONE: return "none";
-	case DP_COMP_GZIP: return "gzip";
-	case DP_COMP_ZLIB: return "zlib";
-	}
+	for (size_t i = 0; i < sizeof comp_names / sizeof *comp_names; i++)
+		if (comp_names[i].comp == comp)
+			return comp_names[i].name;
 	return "?";
 }
 
 int dp_comp_parse(const char *s)
 {
-	if (!strcmp(s, "none") || !strcmp(s, "") || !strcmp(s, "NONE"))
-		return DP_COMP_NONE;
-	if (!strcmp(s, "gzip") || !strcmp(s, "GZIP") || !strcmp(s, "gz"))
-		return DP_COMP_GZIP;
-	if (!strcmp(s, "zlib") || !strcmp(s, "ZLIB"))
-		return DP_COMP_ZLIB;
-	if (!strcmp(s, "auto"))
-		return DP_COMP_AUTO;
+	for (size_t i = 0; i < sizeof comp_names / sizeof *comp_names; i++)
+		if (!strcmp(comp_names[i].name, s))
+			return comp_names[i].comp;
 	return -1;
 }
 
@@ -789,26 +792,24 @@ int dp_writer_write(dp_writer *w, const void *data, size_t len, dp_err *e)
 	return 0;
 }
 
-int dp_writer_flush(dp_writer *w, dp_err *e)
+/* Write out what is staged, then flush zlib with flush (Z_SYNC_FLUSH,
+ * Z_FINISH); uncompressed, the staged bytes alone. */
+static int drain(dp_writer *w, int flush, dp_err *e)
 {
 	if (w->failed)
 		return wfail(w, e);
 	if (stage_flush(w, e) < 0)
 		return -1;
-	if (w->comp != DP_COMP_NONE)
-		return put(w, NULL, 0, Z_SYNC_FLUSH, e);
-	return 0;
+	return put(w, NULL, 0, flush, e);
 }
+
+int dp_writer_flush(dp_writer *w, dp_err *e) { return drain(w, Z_SYNC_FLUSH, e); }
 
 int dp_writer_finish(dp_writer *w, dp_err *e)
 {
-	if (w->failed)
-		return wfail(w, e);
-	if (stage_flush(w, e) < 0)
+	if (drain(w, Z_FINISH, e) < 0)
 		return -1;
-	if (w->comp != DP_COMP_NONE && w->z_init) {
-		if (put(w, NULL, 0, Z_FINISH, e) < 0)
-			return -1;
+	if (w->z_init) {
 		deflateEnd(&w->z);
 		w->z_init = 0;
 	}

@@ -200,7 +200,6 @@ int dp_st_write(dp_st_writer *w, const char *path, dp_err *e)
 /* ---- reader ------------------------------------------------------------------ */
 
 struct dp_st {
-	char *name;
 	const char *format; /* "safetensors", "pth" */
 	uint8_t *buf; /* the whole file (a .pth: its tensors) */
 	size_t len;
@@ -210,6 +209,7 @@ struct dp_st {
 	int n;
 	char **meta; /* key, value, ... */
 	int nmeta;
+	char name[];  /* in the same block */
 };
 
 void dp_st_close(dp_st *s)
@@ -224,7 +224,6 @@ void dp_st_close(dp_st *s)
 	free(s->meta);
 	free(s->buf);
 	free(s->raw);
-	free(s->name);
 	free(s);
 }
 
@@ -290,6 +289,28 @@ static int parse_tensor(dp_st *s, const char *key, json_t *v, const uint8_t *dat
 	return DP_OK;
 }
 
+/* The header's __metadata__ object v: string keys to string values. */
+static int parse_meta(dp_st *s, json_t *v, dp_err *e)
+{
+	if (!json_is_object(v))
+		return dp_seterr(e, DP_EDATA, "%s: __metadata__ is not an object", s->name);
+	if (!(s->meta = calloc(2 * json_object_size(v) + 1, sizeof *s->meta)))
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	const char *key;
+	json_t *mv;
+	json_object_foreach(v, key, mv) {
+		if (!json_is_string(mv))
+			return dp_seterr(e, DP_EDATA, "%s: __metadata__ '%s' is not a string", s->name,
+					 key);
+		s->meta[2 * s->nmeta] = strdup(key);
+		s->meta[2 * s->nmeta + 1] = strdup(json_string_value(mv));
+		s->nmeta++;
+		if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1])
+			return dp_seterr(e, DP_ENOMEM, "out of memory");
+	}
+	return DP_OK;
+}
+
 static int parse_header(dp_st *s, dp_err *e)
 {
 	const char *nm = s->name;
@@ -326,32 +347,8 @@ static int parse_header(dp_st *s, dp_err *e)
 	json_t *v;
 	json_object_foreach(root, key, v) {
 		if (!strcmp(key, "__metadata__")) {
-			if (!json_is_object(v)) {
-				rc = dp_seterr(e, DP_EDATA, "%s: __metadata__ is not an object", nm);
+			if ((rc = parse_meta(s, v, e)) < 0)
 				goto out;
-			}
-			size_t nm2 = json_object_size(v);
-			s->meta = calloc(2 * nm2 + 1, sizeof *s->meta);
-			if (!s->meta) {
-				rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-				goto out;
-			}
-			const char *mk;
-			json_t *mv;
-			json_object_foreach(v, mk, mv) {
-				if (!json_is_string(mv)) {
-					rc = dp_seterr(e, DP_EDATA,
-						       "%s: __metadata__ '%s' is not a string", nm, mk);
-					goto out;
-				}
-				s->meta[2 * s->nmeta] = strdup(mk);
-				s->meta[2 * s->nmeta + 1] = strdup(json_string_value(mv));
-				s->nmeta++;
-				if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) {
-					rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-					goto out;
-				}
-			}
 			continue;
 		}
 		if ((rc = parse_tensor(s, key, v, data, dlen, &s->t[s->n], e)) < 0)
@@ -378,12 +375,13 @@ out:
 
 static dp_st *st_new(const char *name, dp_err *e)
 {
-	dp_st *s = calloc(1, sizeof *s);
-	if (!s || !(s->name = strdup(name))) {
-		free(s);
+	size_t n = strlen(name) + 1;
+	dp_st *s = calloc(1, sizeof *s + n);
+	if (!s) {
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
 	}
+	memcpy(s->name, name, n);
 	s->format = "safetensors";
 	return s;
 }

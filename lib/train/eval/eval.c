@@ -153,41 +153,30 @@ int dp_xsum_import(dp_xsum *s, const double *v)
 
 /* ---- the accumulator ---------------------------------------------------------- */
 
+/* A regression output's exact sums. */
+typedef struct out_sums {
+	dp_xsum sse, sae, sy, syy;
+} out_sums;
+
+/* The arrays live in the same block as the struct, after it: every piece
+ * holds 8-byte members only, so each stays aligned. */
 struct dp_eval {
 	int kind;
 	size_t k, topk;
 	uint64_t n;
 	uint64_t skipped; /* records skipped as corrupt (dp_eval_add_skipped) */
+	dp_xsum loss;
 	/* classes */
 	uint64_t correct, topk_correct;
-	uint64_t *support, *predicted, *tp; /* (k) */
-	uint64_t *confusion;                /* (k, k) or NULL */
-	dp_xsum loss;
-	double *scratch;                    /* (k) */
-	/* regression, per output */
-	dp_xsum *sse, *sae, *sy, *syy;      /* (k) */
-	/* results */
-	dp_eval_class *cls;
-	dp_eval_output *outs;
+	dp_eval_class *cls;    /* (k): the counts, and the rates of the last report */
+	uint64_t *confusion;   /* (k, k) or NULL */
+	double *scratch;       /* (k) */
+	/* regression */
+	out_sums *sums;        /* (k) */
+	dp_eval_output *outs;  /* (k): the last report's */
 };
 
-void dp_eval_free(dp_eval *ev)
-{
-	if (!ev)
-		return;
-	free(ev->support);
-	free(ev->predicted);
-	free(ev->tp);
-	free(ev->confusion);
-	free(ev->scratch);
-	free(ev->sse);
-	free(ev->sae);
-	free(ev->sy);
-	free(ev->syy);
-	free(ev->cls);
-	free(ev->outs);
-	free(ev);
-}
+void dp_eval_free(dp_eval *ev) { free(ev); }
 
 dp_eval *dp_eval_new(int kind, size_t k, size_t topk, dp_err *e)
 {
@@ -196,33 +185,28 @@ dp_eval *dp_eval_new(int kind, size_t k, size_t topk, dp_err *e)
 		dp_seterr(e, DP_EARG, "eval: bad arguments");
 		return NULL;
 	}
-	dp_eval *ev = calloc(1, sizeof *ev);
-	if (!ev)
-		goto nomem;
+	int cls = kind == DP_EVAL_CLASS;
+	size_t nconf = cls && k <= DP_EVAL_CONFUSION_MAX ? k * k : 0;
+	size_t per = cls ? sizeof(dp_eval_class) + sizeof(double)
+			 : sizeof(out_sums) + sizeof(dp_eval_output);
+	dp_eval *ev = calloc(1, sizeof *ev + k * per + nconf * sizeof(uint64_t));
+	if (!ev) {
+		dp_seterr(e, DP_ENOMEM, "out of memory");
+		return NULL;
+	}
 	ev->kind = kind;
 	ev->k = k;
 	dp_xsum_init(&ev->loss);
-	if (kind == DP_EVAL_CLASS) {
+	if (cls) {
 		ev->topk = topk;
-		if (!(ev->support = calloc(k, sizeof(uint64_t))) ||
-		    !(ev->predicted = calloc(k, sizeof(uint64_t))) ||
-		    !(ev->tp = calloc(k, sizeof(uint64_t))) ||
-		    !(ev->scratch = calloc(k, sizeof(double))) ||
-		    !(ev->cls = calloc(k, sizeof *ev->cls)))
-			goto nomem;
-		if (k <= DP_EVAL_CONFUSION_MAX && !(ev->confusion = calloc(k * k, sizeof(uint64_t))))
-			goto nomem;
+		ev->cls = (dp_eval_class *)(ev + 1);
+		ev->scratch = (double *)(ev->cls + k);
+		ev->confusion = nconf ? (uint64_t *)(ev->scratch + k) : NULL;
 	} else {
-		if (!(ev->sse = calloc(k, sizeof(dp_xsum))) || !(ev->sae = calloc(k, sizeof(dp_xsum))) ||
-		    !(ev->sy = calloc(k, sizeof(dp_xsum))) || !(ev->syy = calloc(k, sizeof(dp_xsum))) ||
-		    !(ev->outs = calloc(k, sizeof *ev->outs)))
-			goto nomem;
+		ev->sums = (out_sums *)(ev + 1);
+		ev->outs = (dp_eval_output *)(ev->sums + k);
 	}
 	return ev;
-nomem:
-	dp_eval_free(ev);
-	dp_seterr(e, DP_ENOMEM, "out of memory");
-	return NULL;
 }
 
 void dp_eval_reset(dp_eval *ev)
@@ -231,17 +215,15 @@ void dp_eval_reset(dp_eval *ev)
 	ev->n = ev->correct = ev->topk_correct = ev->skipped = 0;
 	dp_xsum_init(&ev->loss);
 	if (ev->kind == DP_EVAL_CLASS) {
-		memset(ev->support, 0, k * sizeof *ev->support);
-		memset(ev->predicted, 0, k * sizeof *ev->predicted);
-		memset(ev->tp, 0, k * sizeof *ev->tp);
+		memset(ev->cls, 0, k * sizeof *ev->cls);
 		if (ev->confusion)
 			memset(ev->confusion, 0, k * k * sizeof *ev->confusion);
 	} else {
 		for (size_t j = 0; j < k; j++) {
-			dp_xsum_init(&ev->sse[j]);
-			dp_xsum_init(&ev->sae[j]);
-			dp_xsum_init(&ev->sy[j]);
-			dp_xsum_init(&ev->syy[j]);
+			dp_xsum_init(&ev->sums[j].sse);
+			dp_xsum_init(&ev->sums[j].sae);
+			dp_xsum_init(&ev->sums[j].sy);
+			dp_xsum_init(&ev->sums[j].syy);
 		}
 	}
 }
@@ -279,9 +261,9 @@ int dp_eval_add_class(dp_eval *ev, const float *logits, const int32_t *labels, s
 			above += z[j] > z[y];
 		ev->correct += am == (size_t)y;
 		ev->topk_correct += ev->topk && above < ev->topk;
-		ev->support[y]++;
-		ev->predicted[am]++;
-		ev->tp[y] += am == (size_t)y;
+		ev->cls[y].support++;
+		ev->cls[am].predicted++;
+		ev->cls[y].tp += am == (size_t)y;
 		if (ev->confusion)
 			ev->confusion[(size_t)y * k + am]++;
 		if (pred)
@@ -308,10 +290,11 @@ int dp_eval_add_regression(dp_eval *ev, const float *out, const float *target, s
 		double se = 0;
 		for (size_t j = 0; j < k; j++) {
 			double y = target[i * k + j], d = (double)out[i * k + j] - y;
-			dp_xsum_add(&ev->sse[j], d * d);
-			dp_xsum_add(&ev->sae[j], fabs(d));
-			dp_xsum_add(&ev->sy[j], y);
-			dp_xsum_add(&ev->syy[j], y * y); /* exact: a float squared fits a double */
+			out_sums *o = &ev->sums[j];
+			dp_xsum_add(&o->sse, d * d);
+			dp_xsum_add(&o->sae, fabs(d));
+			dp_xsum_add(&o->sy, y);
+			dp_xsum_add(&o->syy, y * y); /* exact: a float squared fits a double */
 			se += d * d;
 		}
 		double l = se / (double)k;
@@ -342,9 +325,9 @@ void dp_eval_state_get(const dp_eval *ev, double *v)
 		v[o++] = (double)ev->correct;
 		v[o++] = (double)ev->topk_correct;
 		for (size_t j = 0; j < k; j++) {
-			v[o++] = (double)ev->support[j];
-			v[o++] = (double)ev->predicted[j];
-			v[o++] = (double)ev->tp[j];
+			v[o++] = (double)ev->cls[j].support;
+			v[o++] = (double)ev->cls[j].predicted;
+			v[o++] = (double)ev->cls[j].tp;
 		}
 		if (ev->confusion)
 			for (size_t j = 0; j < k * k; j++)
@@ -354,10 +337,10 @@ void dp_eval_state_get(const dp_eval *ev, double *v)
 	o += DP_XSUM_DOUBLES;
 	if (ev->kind == DP_EVAL_REGRESSION)
 		for (size_t j = 0; j < k; j++) {
-			dp_xsum_export(&ev->sse[j], v + o);
-			dp_xsum_export(&ev->sae[j], v + o + DP_XSUM_DOUBLES);
-			dp_xsum_export(&ev->sy[j], v + o + 2 * DP_XSUM_DOUBLES);
-			dp_xsum_export(&ev->syy[j], v + o + 3 * DP_XSUM_DOUBLES);
+			dp_xsum_export(&ev->sums[j].sse, v + o);
+			dp_xsum_export(&ev->sums[j].sae, v + o + DP_XSUM_DOUBLES);
+			dp_xsum_export(&ev->sums[j].sy, v + o + 2 * DP_XSUM_DOUBLES);
+			dp_xsum_export(&ev->sums[j].syy, v + o + 3 * DP_XSUM_DOUBLES);
 			o += 4 * DP_XSUM_DOUBLES;
 		}
 }
@@ -379,9 +362,9 @@ int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e)
 		bad |= count_of(v[o++], &ev->correct);
 		bad |= count_of(v[o++], &ev->topk_correct);
 		for (size_t j = 0; j < k; j++) {
-			bad |= count_of(v[o++], &ev->support[j]);
-			bad |= count_of(v[o++], &ev->predicted[j]);
-			bad |= count_of(v[o++], &ev->tp[j]);
+			bad |= count_of(v[o++], &ev->cls[j].support);
+			bad |= count_of(v[o++], &ev->cls[j].predicted);
+			bad |= count_of(v[o++], &ev->cls[j].tp);
 		}
 		if (ev->confusion)
 			for (size_t j = 0; j < k * k; j++)
@@ -391,10 +374,10 @@ int dp_eval_state_set(dp_eval *ev, const double *v, dp_err *e)
 	o += DP_XSUM_DOUBLES;
 	if (ev->kind == DP_EVAL_REGRESSION)
 		for (size_t j = 0; j < k; j++) {
-			bad |= dp_xsum_import(&ev->sse[j], v + o) < 0;
-			bad |= dp_xsum_import(&ev->sae[j], v + o + DP_XSUM_DOUBLES) < 0;
-			bad |= dp_xsum_import(&ev->sy[j], v + o + 2 * DP_XSUM_DOUBLES) < 0;
-			bad |= dp_xsum_import(&ev->syy[j], v + o + 3 * DP_XSUM_DOUBLES) < 0;
+			bad |= dp_xsum_import(&ev->sums[j].sse, v + o) < 0;
+			bad |= dp_xsum_import(&ev->sums[j].sae, v + o + DP_XSUM_DOUBLES) < 0;
+			bad |= dp_xsum_import(&ev->sums[j].sy, v + o + 2 * DP_XSUM_DOUBLES) < 0;
+			bad |= dp_xsum_import(&ev->sums[j].syy, v + o + 3 * DP_XSUM_DOUBLES) < 0;
 			o += 4 * DP_XSUM_DOUBLES;
 		}
 	return bad ? dp_seterr(e, DP_EDATA, "eval: combined state is not valid") : DP_OK;
@@ -429,9 +412,6 @@ int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e)
 		size_t seen = 0;
 		for (size_t j = 0; j < k; j++) {
 			dp_eval_class *c = &ev->cls[j];
-			c->support = ev->support[j];
-			c->predicted = ev->predicted[j];
-			c->tp = ev->tp[j];
 			c->precision = ratio(c->tp, c->predicted);
 			c->recall = ratio(c->tp, c->support);
 			c->f1 = c->precision + c->recall > 0
@@ -460,9 +440,10 @@ int dp_eval_report_get(dp_eval *ev, dp_eval_report *r, dp_err *e)
 	} else {
 		double sse = 0, sae = 0, r2 = 0;
 		for (size_t j = 0; j < k; j++) {
-			double a = dp_xsum_value(&ev->sse[j]), b = dp_xsum_value(&ev->sae[j]);
+			const out_sums *u = &ev->sums[j];
+			double a = dp_xsum_value(&u->sse), b = dp_xsum_value(&u->sae);
 			/* SS_tot = sum y^2 - (sum y)^2 / n from the exact sums, in long double */
-			long double sy = dp_xsum_value(&ev->sy[j]), syy = dp_xsum_value(&ev->syy[j]);
+			long double sy = dp_xsum_value(&u->sy), syy = dp_xsum_value(&u->syy);
 			double tot = (double)(syy - sy * sy / (long double)n);
 			if (tot < 0)
 				tot = 0;

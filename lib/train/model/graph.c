@@ -547,9 +547,7 @@ dp_model *dp_model_new(const char *spec, const dp_shape *in, int loss, dp_err *e
 fail:
 	items_free(top, ntop);
 	free(arch);
-	nn_free_layers(m);
-	free(m->spec);
-	free(m);
+	dp_model_free(m); /* not bound yet: its layers and spec */
 	return NULL;
 }
 

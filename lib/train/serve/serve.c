@@ -27,21 +27,18 @@ static void gen_free(serve_gen *g)
 {
 	if (!g)
 		return;
-	for (unsigned i = 0; i < g->nw; i++) {
-		if (g->m && g->m[i])
-			dp_model_free(g->m[i]);
-		if (g->ctx && g->ctx[i]) {
-			if (g->xbuf && g->xbuf[i])
-				g->be->host_free(g->ctx[i], g->xbuf[i]);
-			g->be->close(g->ctx[i]);
+	for (unsigned i = 0; g->copy && i < g->nw; i++) {
+		serve_copy *c = &g->copy[i];
+		if (c->m)
+			dp_model_free(c->m);
+		if (c->ctx) {
+			if (c->xbuf)
+				g->be->host_free(c->ctx, c->xbuf);
+			g->be->close(c->ctx);
 		}
-		if (g->obuf)
-			free(g->obuf[i]);
+		free(c->obuf);
 	}
-	free(g->m);
-	free(g->ctx);
-	free(g->xbuf);
-	free(g->obuf);
+	free(g->copy);
 	dp_st_close(g->ck);
 	dp_run_conf_free(&g->rc);
 	free(g->path);
@@ -61,32 +58,31 @@ static serve_gen *gen_load(dp_serve *s, const char *path, dp_err *e)
 	dp_run_conf_init(&g->rc);
 	g->nw = s->nw;
 	g->be = dp_backend_default();
-	g->m = calloc(g->nw, sizeof *g->m);
-	g->ctx = calloc(g->nw, sizeof *g->ctx);
-	g->xbuf = calloc(g->nw, sizeof *g->xbuf);
-	g->obuf = calloc(g->nw, sizeof *g->obuf);
-	if (!g->m || !g->ctx || !g->xbuf || !g->obuf) {
+	if (!(g->copy = calloc(g->nw, sizeof *g->copy))) {
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		goto fail;
 	}
 	dp_backend_opts bo = {.threads = c->threads > 0 ? c->threads : 1, .device = c->device};
 	for (unsigned i = 0; i < g->nw; i++) {
+		serve_copy *cp = &g->copy[i];
 		char desc[256];
-		if (g->be->open(&g->ctx[i], &bo, desc, sizeof desc, e) < 0)
+		if (g->be->open(&cp->ctx, &bo, desc, sizeof desc, e) < 0)
 			goto fail;
-		if (!(g->m[i] = dp_model_load(path, g->be, g->ctx[i], s->max_batch, i ? NULL : &g->ck, e)))
+		if (!(cp->m = dp_model_load(path, g->be, cp->ctx, s->max_batch, i ? NULL : &g->ck, e)))
 			goto fail;
 	}
-	dp_model *m = g->m[0];
+	dp_model *m = g->copy[0].m;
 	g->in_size = dp_model_in_size(m);
 	g->k = dp_model_out_size(m);
 	g->cls = dp_model_loss_kind(m) == DP_LOSS_XENT;
-	for (unsigned i = 0; i < g->nw; i++)
-		if (!(g->xbuf[i] = g->be->host_alloc(g->ctx[i], s->max_batch * g->in_size * sizeof(float))) ||
-		    !(g->obuf[i] = malloc(s->max_batch * g->k * sizeof(float)))) {
+	for (unsigned i = 0; i < g->nw; i++) {
+		serve_copy *cp = &g->copy[i];
+		if (!(cp->xbuf = g->be->host_alloc(cp->ctx, s->max_batch * g->in_size * sizeof(float))) ||
+		    !(cp->obuf = malloc(s->max_batch * g->k * sizeof(float)))) {
 			dp_seterr(e, DP_ENOMEM, "out of memory");
 			goto fail;
 		}
+	}
 	/* how its samples are read: the checkpoint's settings, as dp-eval's */
 	static const int keys[] = {DP_RUN_FEATURE, DP_RUN_DECODE, DP_RUN_IMAGE, DP_RUN_LAYOUT,
 				   DP_RUN_SCALE, -1};
@@ -186,8 +182,8 @@ static void timed_wait(dp_serve *s, double until)
 static void compute(dp_serve *s, unsigned w, dp_req *list)
 {
 	serve_gen *g = list->g;
-	dp_model *m = g->m[w];
-	float *xb = g->xbuf[w], *ob = g->obuf[w];
+	dp_model *m = g->copy[w].m;
+	float *xb = g->copy[w].xbuf, *ob = g->copy[w].obuf;
 	size_t in = g->in_size, k = g->k, cap = s->max_batch;
 	/* walk the requests' samples in order, a batch at a time */
 	dp_req *r = list, *r0 = list;
@@ -400,7 +396,7 @@ void dp_serve_get_info(dp_serve *s, dp_serve_info *out)
 	lock(s);
 	serve_gen *g = s->cur;
 	out->model = g->path;
-	out->spec = dp_model_spec(g->m[0]);
+	out->spec = dp_model_spec(g->copy[0].m);
 	out->input = g->input;
 	out->in_size = g->in_size;
 	out->k = g->k;

@@ -16,6 +16,13 @@
 
 #include <pthread.h>
 
+/* A worker's copy of a generation's model, on a backend context of its own. */
+typedef struct serve_copy {
+	dp_bectx *ctx;
+	dp_model *m;           /* bound for max_batch */
+	float *xbuf, *obuf;    /* (max_batch, in_size) host, (max_batch, k) */
+} serve_copy;
+
 /* One checkpoint loaded for every worker; requests hold references. */
 typedef struct serve_gen {
 	int refs;              /* under dp_serve.mu */
@@ -24,9 +31,7 @@ typedef struct serve_gen {
 	dp_st *ck;             /* worker 0's, open: its metadata */
 	const dp_backend *be;
 	unsigned nw;
-	dp_bectx **ctx;        /* (nw) */
-	dp_model **m;          /* (nw) bound for max_batch */
-	float **xbuf, **obuf;  /* (nw) (max_batch, in_size) host, (max_batch, k) */
+	serve_copy *copy;      /* (nw) */
 	dp_run_conf rc;        /* the checkpoint's settings (its strings) */
 	dp_data_opts dopts;    /* how its records and raw samples are read */
 	dp_image_tf img;       /* image bodies: the evaluation transform, sized */
