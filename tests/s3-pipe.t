@@ -387,9 +387,14 @@ done
 run s3-pipe fifo --dir pp nosuch/
 is "$rc" 3 "fifo of a missing prefix: 3"
 ok test ! -e pp/train_0 "... and no FIFO left for a reader to wait on"
-s3-pipe fifo --dir pp --epochs 3 rec/ 2>pp.err &
-pid=$!
-until [ -p pp/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+# s3-pipe fifo --dir DIR --epochs N rec/ in the background ($pid), stderr to
+# ERR, once its first FIFO is there (or it has ended)
+fifo_start() { # DIR N ERR
+	s3-pipe fifo --dir "$1" --epochs "$2" rec/ 2>"$3" &
+	pid=$!
+	until [ -p "$1/train_0" ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+}
+fifo_start pp 3 pp.err
 is "$(tfr-cat -c pp/train_0)" 6000 "fifo epoch 0: every record"
 ok test ! -e pp/train_0 "an epoch's FIFO is gone once the epoch ended"
 mv rec/p2.tfrecord rec.p2 # epoch 1 fails on it
@@ -402,24 +407,18 @@ ok test ! -e pp/train_1 "a failed epoch's FIFO is removed"
 ok test ! -e pp/train_2 "... and the next one was never made"
 mv rec.p2 rec/p2.tfrecord
 
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 kill -TERM $pid
 wait $pid
 is "$?" 143 "SIGTERM while waiting for a reader: dies of it"
 ok test ! -e pq/train_0 "... and removes the FIFO"
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 is "$(tfr-cat -c pq/train_0)" 6000 "epoch 0 read whole"
 kill -TERM $pid
 wait $pid
 is "$?" 143 "SIGTERM between epochs: dies of it"
 ok test ! -e pq/train_1 "... and removes the next epoch's FIFO"
-s3-pipe fifo --dir pq --epochs 2 rec/ 2>/dev/null &
-pid=$!
-until [ -p pq/train_0 ] || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+fifo_start pq 2 /dev/null
 exec 9<pq/train_0 # a reader that has not read yet: 1.2 MB cannot all wait in the pipe
 kill -TERM $pid
 wait $pid

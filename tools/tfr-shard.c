@@ -1100,9 +1100,7 @@ static void parse_options(int argc, char **argv)
 		case O_SKIP: opt.skip_corrupt = 1; break;
 		case O_MAXRECORD: opt.max_record = cli_size("--max-record", optarg, 1, UINT64_MAX); break;
 		case 'q': opt.quiet = 1; break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
-		default: cli_bad_option(c, argv);
+		default: cli_default_option(c, argv, help);
 		}
 	}
 	opt.inputs = argv + optind;

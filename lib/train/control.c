@@ -75,17 +75,57 @@ int dp_control_monitor(dp_control_conf *c, const char *metric, const char *mode,
 
 /* ---- key=value lists ---------------------------------------------------------- */
 
+/* A setting of a key=value list, in dp_control_conf; a list's first is the
+ * one a bare value sets. */
+#define AT(field) offsetof(dp_control_conf, field)
 struct field {
 	const char *name;
 	int real;          /* a double, else a count */
-	void *p;
+	size_t off;        /* of the value */
+	double def;        /* the value when not given */
 	double min, max;   /* bounds of a double (min excluded when open) */
 	int open;
-	int *set;          /* set to 1 when given (may be NULL) */
+	size_t set;        /* of an int set to 1 when given (0: none) */
 };
 
-static int parse_fields(const char *spec, struct field *f, size_t nf, dp_err *e)
+/* Keras' EarlyStopping */
+static const struct field es_fields[] = {
+	{"patience", 0, AT(es_patience), 0, 0, 0, 0, 0},
+	{"min_delta", 1, AT(es_min_delta), 0, 0, 1e300, 0, 0},
+	{"baseline", 1, AT(es_baseline), 0, -1e300, 1e300, 0, AT(es_has_baseline)},
+	{"start_from_epoch", 0, AT(es_start_from_epoch), 0, 0, 0, 0, 0},
+};
+
+/* Keras' ReduceLROnPlateau */
+static const struct field rlr_fields[] = {
+	{"patience", 0, AT(rlr_patience), 10, 0, 0, 0, 0},
+	{"factor", 1, AT(rlr_factor), 0.1, 0, 1, 1, 0},
+	{"cooldown", 0, AT(rlr_cooldown), 0, 0, 0, 0, 0},
+	{"min_lr", 1, AT(rlr_min_lr), 0, 0, 1e300, 0, 0},
+	{"min_delta", 1, AT(rlr_min_delta), 1e-4, 0, 1e300, 0, 0},
+};
+
+/* A feature's key=value list spec into c: the feature's int at offset on
+ * set and the fields given over their defaults, or for an empty spec that
+ * int cleared and the fields left as they are; c unchanged on error. */
+static int parse_fields(dp_control_conf *c, size_t on, const char *spec, const struct field *f,
+			size_t nf, dp_err *e)
 {
+	if (!spec || !*spec) {
+		*(int *)((char *)c + on) = 0;
+		return DP_OK;
+	}
+	dp_control_conf t = *c;
+	char *base = (char *)&t;
+	*(int *)(base + on) = 1;
+	for (size_t i = 0; i < nf; i++) {
+		if (f[i].real)
+			*(double *)(base + f[i].off) = f[i].def;
+		else
+			*(uint64_t *)(base + f[i].off) = (uint64_t)f[i].def;
+		if (f[i].set)
+			*(int *)(base + f[i].set) = 0;
+	}
 	char *s = strdup(spec), *save = NULL;
 	if (!s)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
@@ -116,64 +156,40 @@ static int parse_fields(const char *spec, struct field *f, size_t nf, dp_err *e)
 					       f[i].max < 1e300 ? (f[i].open ? " and below " : " to ") : "",
 					       f[i].max < 1e300 ? "1" : "");
 			else
-				*(double *)f[i].p = d;
+				*(double *)(base + f[i].off) = d;
 		} else {
 			unsigned long long n = strtoull(val, &end, 10);
 			if (end == val || *end || errno || *val == '-' || n > (1ull << 40))
 				rc = dp_seterr(e, DP_EARG, "%s '%.40s': want a whole number from 0",
 					       f[i].name, val);
 			else
-				*(uint64_t *)f[i].p = n;
+				*(uint64_t *)(base + f[i].off) = n;
 		}
 		if (f[i].set)
-			*f[i].set = 1;
+			*(int *)(base + f[i].set) = 1;
 	}
 	free(s);
+	if (rc == DP_OK)
+		*c = t;
 	return rc;
 }
 
 int dp_control_early_stop(dp_control_conf *c, const char *spec, dp_err *e)
 {
-	if (!spec || !*spec) {
-		c->early_stop = 0;
-		return DP_OK;
-	}
-	dp_control_conf t = *c;
-	t.es_patience = 0, t.es_start_from_epoch = 0, t.es_min_delta = 0, t.es_has_baseline = 0;
-	struct field f[] = {
-		{"patience", 0, &t.es_patience, 0, 0, 0, NULL},
-		{"min_delta", 1, &t.es_min_delta, 0, 1e300, 0, NULL},
-		{"baseline", 1, &t.es_baseline, -1e300, 1e300, 0, &t.es_has_baseline},
-		{"start_from_epoch", 0, &t.es_start_from_epoch, 0, 0, 0, NULL},
-	};
-	if (parse_fields(spec, f, sizeof f / sizeof f[0], e) < 0)
+	if (parse_fields(c, AT(early_stop), spec, es_fields, sizeof es_fields / sizeof es_fields[0],
+			 e) < 0)
 		return DP_EARG;
-	t.early_stop = 1;
-	*c = t;
 	return DP_OK;
 }
 
 int dp_control_plateau(dp_control_conf *c, const char *spec, dp_err *e)
 {
-	if (!spec || !*spec) {
-		c->plateau = 0;
-		return DP_OK;
-	}
 	dp_control_conf t = *c;
-	t.rlr_factor = 0.1, t.rlr_patience = 10, t.rlr_cooldown = 0, t.rlr_min_lr = 0;
-	t.rlr_min_delta = 1e-4;
-	struct field f[] = {
-		{"patience", 0, &t.rlr_patience, 0, 0, 0, NULL},
-		{"factor", 1, &t.rlr_factor, 0, 1, 1, NULL},
-		{"cooldown", 0, &t.rlr_cooldown, 0, 0, 0, NULL},
-		{"min_lr", 1, &t.rlr_min_lr, 0, 1e300, 0, NULL},
-		{"min_delta", 1, &t.rlr_min_delta, 0, 1e300, 0, NULL},
-	};
-	if (parse_fields(spec, f, sizeof f / sizeof f[0], e) < 0)
+	if (parse_fields(&t, AT(plateau), spec, rlr_fields, sizeof rlr_fields / sizeof rlr_fields[0],
+			 e) < 0)
 		return DP_EARG;
-	if (t.rlr_factor >= 1) /* Keras: "does not support a factor >= 1.0" */
+	if (t.plateau && t.rlr_factor >= 1) /* Keras: "does not support a factor >= 1.0" */
 		return dp_seterr(e, DP_EARG, "factor %g: want below 1", t.rlr_factor);
-	t.plateau = 1;
 	*c = t;
 	return DP_OK;
 }
