@@ -10,24 +10,29 @@
 #   - MLP 784-1024-1024-10 training, 2 hosts x 1 rank at 1 Gbit/s:
 #     dp-train (fp32, bf16) against PyTorch DDP (gloo), the same batch,
 #     alternated AH_REPS times (3); AH_ONLY=train: this part alone.
+# AH_ONLY=allreduce: the allreduce figures alone (no training, no model);
+# AH_RATES ("1gbit 10gbit"), AH_HOSTS ("2 4"), AH_MIB (32) and AH_ITERS (8)
+# shorten them (scripts/device-check's --cpu plumbing: 1gbit, 2, 1, 2).
 # Needs root (network namespaces); says why and exits 0 where it cannot.
 # Everything is measured in this one run; the machine's other load shows
 # in the figures (run it on a quiet machine).
 cd "$(dirname "$0")/.."
-BH_NAME=allreduce-hosts BH_N=4
+AH_HOSTS=${AH_HOSTS:-2 4}
+BH_NAME=allreduce-hosts BH_N=$(printf '%s\n' $AH_HOSTS 2 | sort -n | tail -1)
 . bench/hosts.bash
 hosts() { local h=h1 i; for i in $(seq 2 "$1"); do h="$h,h$i"; done; echo "$h"; }
 # AH_ONLY=train: the training comparison alone (no allreduce figures, no model)
-[ "${AH_ONLY:-}" = train ] && rates= || rates="1gbit 10gbit"
+[ "${AH_ONLY:-}" = train ] && rates= || rates=${AH_RATES:-1gbit 10gbit}
 for rate in $rates; do
 	cluster_shape $rate || exit 1
 	gbit=${rate%gbit}
-	for n in 2 4; do
+	for n in $AH_HOSTS; do
 		for cfg in "fp32 ring" "fp32 mpi" "bf16 ring" "fp32 ring small"; do
 			set -- $cfg
-			mib=32
+			mib=${AH_MIB:-32}
 			[ $# = 3 ] && mib=0.0625 # latency: the alpha of the model
-			line=$(cluster_mpirun -np $n -H "$(hosts $n)" "$T/allreduce" $mib 8 $1 $2 2>&1 | grep '^size=')
+			line=$(cluster_mpirun -np $n -H "$(hosts $n)" "$T/allreduce" $mib ${AH_ITERS:-8} $1 $2 2>&1 |
+				grep '^size=')
 			bus=$(sed -n 's/.*busbw_gbit=\([0-9.]*\).*/\1/p' <<<"$line")
 			echo "link=$rate $line link_fraction=$(awk -v b="${bus:-0}" -v g="$gbit" 'BEGIN { printf "%.2f", b / g }')" |
 				tee -a "$T/fig"
@@ -36,9 +41,11 @@ for rate in $rates; do
 done
 cluster_shape 1gbit
 for algo in ${rates:+ring hierarchical}; do
-	line=$(cluster_mpirun -np 4 -H h1:2,h2:2 "$T/allreduce" 32 8 fp32 $algo 2>&1 | grep '^size=')
+	line=$(cluster_mpirun -np 4 -H h1:2,h2:2 "$T/allreduce" ${AH_MIB:-32} ${AH_ITERS:-8} fp32 $algo 2>&1 |
+		grep '^size=')
 	echo "link=1gbit 2x2 $line"
 done
+[ "${AH_ONLY:-}" = allreduce ] && exit 0
 
 # training: dp-train against DDP, 2 hosts x 1 rank, 1 Gbit/s
 $PY tests/mkexamples.py "$T/mlp.tfr" random --n 4096 --shape 1x28x28 --classes 10 --seed 1

@@ -29,11 +29,11 @@ like "$err" "dptools-kit.tar.xz: [0-9]+ KiB" "it says what it made"
 size=$(stat -c %s kit/dptools-kit.tar.xz)
 ok [ "$size" -lt $((62 << 20)) ] "the kit fits what a device call carries ($((size >> 20)) MiB, at most ~60)"
 mkdir x && tar -C x -xJf kit/dptools-kit.tar.xz
-for f in bin/dp-train bin/mpirun tests/cuda lib/libjansson.so.4 lib/libmpi.so.40 ompi/bin/orterun env.sh MANIFEST \
-	data/train-images-idx3-ubyte.gz; do
+for f in bin/dp-train bin/mpirun bin/ip bin/tc bench/allreduce tests/cuda lib/libjansson.so.4 lib/libmpi.so.40 \
+	lib/libmnl.so.0 ompi/bin/orterun env.sh MANIFEST data/train-images-idx3-ubyte.gz; do
 	[ -e "x/$f" ] || missing_f="${missing_f:-} $f"
 done
-is "${missing_f:-}" "" "it holds the programs, the GPU unit test, the libraries, Open MPI, the data"
+is "${missing_f:-}" "" "it holds the programs, ip and tc, the GPU unit test, bench/allreduce, the libraries, Open MPI, the data"
 like "$(sed -n 2p x/MANIFEST)" "^commit: [0-9a-f]{40}" "its MANIFEST names the commit"
 unlike "$(ls x/lib)" "libcudart|libcublas|libcudnn|libnccl|libc\.so|libstdc" \
 	"not the CUDA libraries nor the C and C++ runtimes (the machine's own)"
@@ -92,7 +92,7 @@ $PY $DP_SRC/tests/mkexamples.py m.tfr random --n 256 --shape 1x8x8 --classes 4 -
 timeout 120 mpirun -np 2 dp-train --train m.tfr --input-shape 1x8x8 --model conv:4:3,relu,flatten,dense:4 \
 	--batch-size 32 --epochs 1 --log-every 2 --log-all-ranks -q -o m.st > mpi.out 2> mpi.err
 echo "mpirun: \$?"
-DP_CHECK_STAGES="env tests correct" DP_CHECK_CORRECT="curve step precision" \
+DP_CHECK_STAGES="env tests correct hosts" DP_CHECK_CORRECT="curve step precision" \
 	$DP_SRC/scripts/device-check --cpu kit/dptools-kit.tar.xz out > check.out 2>&1
 echo "device-check: \$?"
 EOF
@@ -123,6 +123,14 @@ like "$s" "^env +PASS" "its env stage passes (the libraries found)"
 like "$s" "tests +SKIP unit-cuda: no CUDA device" "the GPU tests skip, saying why"
 like "$s" "correct +PASS 10 updates" "the loss-curve plumbing runs (CPU against CPU)"
 like "$s" "correct +PASS resnet18 step" "the resnet18 step runs against torch"
+if printf '%s\n' "$s" | grep -q '^hosts *SKIP'; then
+	skip "hosts stage: $(printf '%s\n' "$s" | sed -n 's/^hosts *SKIP //p')"
+else
+	like "$s" "hosts +PASS [0-9]+ allreduce figures on hosts emulated with the kit's ip, tc and mpirun" \
+		"the hosts stage emulates 2 hosts with the kit's own ip, tc and mpirun (the system's lack their libraries)"
+	like "$s" "hosts +INFO allreduce of 1.0MiB, 2 hosts at 1gbit, fp32 ring: bus bandwidth [0-9.]+ Gbit/s, [0-9]+% of the link \\(target 85%\\)" \
+		"...and says each bus bandwidth against its target"
+fi
 unlike "$s" "FAIL" "no stage fails"
 ok tar -tzf out/logs.tar.gz "its logs come back in one file (a gzip tar that lists)"
 done_testing

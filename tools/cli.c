@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -188,6 +189,15 @@ void cli_bad_option(int c, char **argv)
 	cli_usage_error("unknown option '%s'", word);
 }
 
+void cli_default_option(int c, char **argv, void (*help)(void))
+{
+	if (c == 'h')
+		cli_help(help);
+	if (c == 'V')
+		cli_version();
+	cli_bad_option(c, argv);
+}
+
 int cli_close_stdout(void)
 {
 	errno = 0;
@@ -217,6 +227,32 @@ int cli_close_stdout(void)
 void cli_exit_stdout(void)
 {
 	cli_exit(cli_close_stdout() < 0 ? CLI_FAIL : CLI_OK);
+}
+
+void cli_cmd_getopt(int argc, char **argv, const char *shortopts, const struct cli_cmd_option *opts,
+		    size_t n, unsigned char *used, void (*set)(int c, const char *arg, char **argv))
+{
+	static const struct option end[] = {CLI_OPTIONS_END};
+	struct option *lopts = cli_malloc(sizeof end + n * sizeof *lopts);
+	for (size_t i = 0; i < n; i++)
+		lopts[i] = (struct option){opts[i].name, opts[i].has_arg, NULL, opts[i].val};
+	memcpy(lopts + n, end, sizeof end);
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, shortopts, lopts, NULL)) != -1) {
+		for (size_t i = 0; i < n; i++)
+			used[i] |= opts[i].val == c;
+		set(c, optarg, argv);
+	}
+	free(lopts);
+}
+
+void cli_cmd_check(const struct cli_cmd_option *opts, size_t n, const unsigned char *used, int cmd,
+		   const char *cmd_name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (used[i] && !(opts[i].cmds & (1u << cmd)))
+			cli_usage_error("--%s does not apply to %s", opts[i].name, cmd_name);
 }
 
 void cli_help(void (*help)(void))

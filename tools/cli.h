@@ -68,6 +68,11 @@ void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(print
 /* getopt_long (optstring starting with ':', opterr = 0) returned '?' or
  * ':': "unknown option '--foo'" or "option '--foo' needs a value", exit 2. */
 void cli_bad_option(int c, char **argv) __attribute__((noreturn));
+/* The default: of every tool's switch over getopt_long's values, after
+ * its own options: 'h' and 'V' (CLI_OPTIONS_END's --help and --version,
+ * and -h, -V where the tool takes them) are cli_help(help) and
+ * cli_version(); anything else is cli_bad_option's. */
+void cli_default_option(int c, char **argv, void (*help)(void)) __attribute__((noreturn));
 /* Exit with code: for code > 0 the on_fail hook (or dp_out_cleanup) first. */
 void cli_exit(int code) __attribute__((noreturn));
 
@@ -88,6 +93,35 @@ void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(p
 	{                                                                \
 		0, 0, 0, 0                                               \
 	}
+/* A program of commands (s3-pipe get|put|..., dp-ckpt show|diff|...) has
+ * one table of its options: getopt_long's row of each and the commands
+ * that take it, as bits (1u << the command's number).  cli_cmd_getopt
+ * reads argv with them (and --help, --version): set(c, optarg, argv) for
+ * each option in turn, used[i] set for each row i given.  Once the
+ * command is known, cli_cmd_check makes an option given that the command
+ * does not take a usage error, "--range does not apply to ls" (the first
+ * such row of the table).
+ *
+ *     static const struct cli_cmd_option opts[] = {
+ *             {"range", required_argument, OPT_RANGE, B(C_GET)},
+ *             {"region", required_argument, OPT_REGION, CLI_EVERY_CMD},
+ *     ...
+ *     unsigned char used[NOPTS] = {0};
+ *     cli_cmd_getopt(argc, argv, ":o:hV", opts, NOPTS, used, set_option);
+ *     cmd = ... argv[optind] ...;
+ *     cli_cmd_check(opts, NOPTS, used, cmd, argv[optind]); */
+struct cli_cmd_option {
+	const char *name; /* "range": --range */
+	int has_arg;      /* getopt_long's no_argument, required_argument, optional_argument */
+	int val;          /* what getopt_long returns for it: 'o', OPT_RANGE */
+	unsigned cmds;    /* the commands that take it, 1u << each one's number */
+};
+#define CLI_EVERY_CMD (~0u)
+void cli_cmd_getopt(int argc, char **argv, const char *shortopts, const struct cli_cmd_option *opts,
+		    size_t n, unsigned char *used, void (*set)(int c, const char *arg, char **argv));
+void cli_cmd_check(const struct cli_cmd_option *opts, size_t n, const unsigned char *used, int cmd,
+		   const char *cmd_name);
+
 /* --help: help() (the full option list, on stdout), then
  * cli_exit_stdout().  --version: "prog (dptools) VERSION" on stdout, then
  * cli_exit_stdout().  Said once in a job of several ranks: by the one

@@ -72,24 +72,21 @@ static struct {
 	int loss;
 } O = {.tolerance = -1, .loss = DP_LOSS_XENT};
 
-/* Which options apply to which subcommand. */
-static const struct {
-	int opt;
-	unsigned cmds;
-	const char *name;
-} allowed[] = {
-	{OPT_JSON, B(C_SHOW) | B(C_DIFF), "--json"},
-	{OPT_WEIGHTS, B(C_DIFF), "--weights"},
-	{OPT_TOLERANCE, B(C_DIFF), "--tolerance"},
-	{OPT_META, B(C_DIFF), "--meta"},
-	{'q', B(C_DIFF), "--quiet"},
-	{'o', B(C_EXPORT) | B(C_IMPORT), "--output"},
-	{OPT_FORMAT, B(C_EXPORT), "--format"},
-	{OPT_MODEL, B(C_IMPORT), "--model"},
-	{OPT_SHAPE, B(C_IMPORT), "--input-shape"},
-	{OPT_LOSS, B(C_IMPORT), "--loss"},
-	{OPT_CLASSES, B(C_EXPORT), "--classes"},
+/* The options and the subcommands that take each. */
+static const struct cli_cmd_option opts[] = {
+	{"json", no_argument, OPT_JSON, B(C_SHOW) | B(C_DIFF)},
+	{"weights", no_argument, OPT_WEIGHTS, B(C_DIFF)},
+	{"tolerance", required_argument, OPT_TOLERANCE, B(C_DIFF)},
+	{"meta", no_argument, OPT_META, B(C_DIFF)},
+	{"quiet", no_argument, 'q', B(C_DIFF)},
+	{"output", required_argument, 'o', B(C_EXPORT) | B(C_IMPORT)},
+	{"format", required_argument, OPT_FORMAT, B(C_EXPORT)},
+	{"model", required_argument, OPT_MODEL, B(C_IMPORT)},
+	{"input-shape", required_argument, OPT_SHAPE, B(C_IMPORT)},
+	{"loss", required_argument, OPT_LOSS, B(C_IMPORT)},
+	{"classes", required_argument, OPT_CLASSES, B(C_EXPORT)},
 };
+#define NOPTS (sizeof opts / sizeof opts[0])
 
 static void cmd_show(char **args, int n);
 static void cmd_diff(char **args, int n);
@@ -185,9 +182,7 @@ static void set_option(int c, const char *v, char **argv)
 			cli_bad_value("--loss", v, "xent or mse");
 		break;
 	case OPT_CLASSES: O.classes = v; break;
-	case 'h': cli_help(help);
-	case 'V': cli_version();
-	default: cli_bad_option(c, argv);
+	default: cli_default_option(c, argv, help);
 	}
 }
 
@@ -195,29 +190,8 @@ static void set_option(int c, const char *v, char **argv)
  * its operands, *nargs of them, checked against what it takes. */
 static char **parse_args(int argc, char **argv, int *nargs)
 {
-	static const struct option lopts[] = {
-		{"json", no_argument, NULL, OPT_JSON},
-		{"weights", no_argument, NULL, OPT_WEIGHTS},
-		{"tolerance", required_argument, NULL, OPT_TOLERANCE},
-		{"meta", no_argument, NULL, OPT_META},
-		{"quiet", no_argument, NULL, 'q'},
-		{"output", required_argument, NULL, 'o'},
-		{"format", required_argument, NULL, OPT_FORMAT},
-		{"model", required_argument, NULL, OPT_MODEL},
-		{"input-shape", required_argument, NULL, OPT_SHAPE},
-		{"loss", required_argument, NULL, OPT_LOSS},
-		{"classes", required_argument, NULL, OPT_CLASSES},
-		CLI_OPTIONS_END,
-	};
-	const size_t nallowed = sizeof allowed / sizeof allowed[0];
-	unsigned used[sizeof allowed / sizeof allowed[0]] = {0};
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":qo:hV", lopts, NULL)) != -1) {
-		for (size_t i = 0; i < nallowed; i++)
-			used[i] |= allowed[i].opt == c;
-		set_option(c, optarg, argv);
-	}
+	unsigned char used[NOPTS] = {0};
+	cli_cmd_getopt(argc, argv, ":qo:hV", opts, NOPTS, used, set_option);
 	if (optind >= argc)
 		cli_usage_error("no command (show, diff, import, export)");
 	for (int k = 1; k < NCMDS; k++)
@@ -227,9 +201,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		char *shown = dp_shown(argv[optind], strlen(argv[optind]));
 		cli_usage_error("unknown command '%s' (show, diff, import, export)", shown ? shown : "?");
 	}
-	for (size_t i = 0; i < nallowed; i++)
-		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
-			cli_usage_error("%s does not apply to %s", allowed[i].name, cmds[O.cmd].name);
+	cli_cmd_check(opts, NOPTS, used, O.cmd, cmds[O.cmd].name);
 	*nargs = argc - optind - 1;
 	if (*nargs != cmds[O.cmd].nargs)
 		cli_usage_error("%s takes %s", cmds[O.cmd].name, cmds[O.cmd].operands);

@@ -255,11 +255,9 @@ static void parse_args(int argc, char **argv)
 				cli_bad_value("--precision", optarg, "fp32, tf32 or bf16");
 			break;
 		case 'q': O.quiet = 1; break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
 		default:
 			if (!cli_input_option(&O.in, c, longopts[li].name, optarg))
-				cli_bad_option(c, argv);
+				cli_default_option(c, argv, help);
 		}
 	}
 	for (int i = optind; i < argc; i++)

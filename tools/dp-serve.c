@@ -44,7 +44,7 @@
 enum {
 	O_MODEL = 256, O_CLASSES, O_PORT, O_BIND, O_WORKERS, O_THREADS, O_HTTP_THREADS, O_MAX_BATCH,
 	O_MAX_DELAY, O_MAX_QUEUE, O_MAX_BODY, O_TIMEOUT, O_CONNECTIONS, O_TOPK, O_LOG_FORMAT,
-	O_LOG_REQUESTS, O_STATS_EVERY, O_PORT_FILE, O_JSON, O_HELP, O_VERSION
+	O_LOG_REQUESTS, O_STATS_EVERY, O_PORT_FILE, O_JSON
 };
 
 static const struct option longopts[] = {
@@ -178,9 +178,7 @@ static void parse_args(int argc, char **argv)
 		case O_STATS_EVERY: O.stats_every = cli_real("--stats-every", optarg, 0, 86400); break;
 		case O_JSON: O.json_out = 1; break;
 		case 'q': O.quiet = 1; break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
-		default: cli_bad_option(c, argv);
+		default: cli_default_option(c, argv, help);
 		}
 	}
 	O.files = argv + optind;

@@ -824,12 +824,10 @@ static void parse_args(int argc, char **argv)
 		case O_EARLY_STOP:
 		case O_PLATEAU: control_option(c, optarg); break;
 		case O_SAVE_BEST: R.save_best = optarg; break;
-		case 'h': cli_help(help); /* once per job under mpirun */
-		case 'V': cli_version();
 		default:
 			if (!data_option(c, optarg, li) && !dist_option(c, optarg) &&
 			    !optim_option(c, optarg))
-				cli_bad_option(c, argv);
+				cli_default_option(c, argv, help);
 		}
 	}
 	if (optind < argc)

@@ -1115,9 +1115,7 @@ static int parse_args(int argc, char **argv)
 		case OPT_MAXLINE:
 			G.max_line = (size_t)cli_size("--max-line-length", optarg, 1, (uint64_t)1 << 36);
 			break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
-		default: cli_bad_option(c, argv);
+		default: cli_default_option(c, argv, help);
 		}
 	}
 	dp_err e;

@@ -1270,39 +1270,49 @@ enum {
 };
 
 #define B(c) (1u << (c))
+/* the commands on keys and files (not whoami, mb, rb) */
 #define ALL (B(C_GET) | B(C_PUT) | B(C_LS) | B(C_FIFO) | B(C_PRESIGN) | B(C_RM) | B(C_SYNC))
 
-/* Which commands take which option (the rest is a usage error). */
-static const struct {
-	int opt;
-	unsigned cmds;
-	const char *name;
-} allowed[] = {
-	{'o', B(C_GET), "--output"},
-	{OPT_RANGE, B(C_GET), "--range"},
-	{OPT_SHARD, B(C_GET) | B(C_FIFO), "--shard"},
-	{OPT_SHUFFLE, B(C_GET) | B(C_FIFO), "--shuffle"},
-	{OPT_SEED, B(C_GET) | B(C_FIFO), "--seed"},
-	{OPT_EPOCH, B(C_GET) | B(C_FIFO), "--epoch"},
-	{OPT_MANIFEST, B(C_GET) | B(C_FIFO), "--manifest"},
-	{OPT_NO_VERIFY, B(C_GET) | B(C_FIFO), "--no-verify"},
-	{OPT_EPOCHS, B(C_FIFO), "--epochs"},
-	{OPT_CHANNEL, B(C_FIFO), "--channel"},
-	{OPT_DIR, B(C_FIFO), "--dir"},
-	{'r', B(C_LS) | B(C_RM) | B(C_GET) | B(C_PUT), "--recursive"},
-	{OPT_INCLUDE, ALL & ~B(C_PRESIGN), "--include"},
-	{OPT_EXCLUDE, ALL & ~B(C_PRESIGN), "--exclude"},
-	{OPT_JSON, B(C_LS), "--json"},
-	{OPT_PAGE_SIZE, B(C_LS), "--page-size"},
-	{OPT_UPLOADS, B(C_LS) | B(C_RM), "--uploads"},
-	{OPT_EXPIRES, B(C_PRESIGN), "--expires"},
-	{OPT_METHOD, B(C_PRESIGN), "--method"},
-	{OPT_DRYRUN, B(C_PUT) | B(C_RM) | B(C_SYNC), "--dryrun"},
-	{OPT_DELETE, B(C_SYNC), "--delete"},
-	{OPT_EXACT, B(C_SYNC), "--exact-timestamps"},
-	{OPT_DIR_MARKERS, B(C_PUT), "--dir-markers"},
-	{OPT_EXPAND, ALL & ~B(C_RM), "--expand"},
+/* The options and the commands that take each (another command given one
+ * is a usage error). */
+static const struct cli_cmd_option opts[] = {
+	{"output", required_argument, 'o', B(C_GET)},
+	{"range", required_argument, OPT_RANGE, B(C_GET)},
+	{"shard", required_argument, OPT_SHARD, B(C_GET) | B(C_FIFO)},
+	{"shuffle", no_argument, OPT_SHUFFLE, B(C_GET) | B(C_FIFO)},
+	{"seed", required_argument, OPT_SEED, B(C_GET) | B(C_FIFO)},
+	{"epoch", required_argument, OPT_EPOCH, B(C_GET) | B(C_FIFO)},
+	{"manifest", no_argument, OPT_MANIFEST, B(C_GET) | B(C_FIFO)},
+	{"no-verify", no_argument, OPT_NO_VERIFY, B(C_GET) | B(C_FIFO)},
+	{"epochs", required_argument, OPT_EPOCHS, B(C_FIFO)},
+	{"channel", required_argument, OPT_CHANNEL, B(C_FIFO)},
+	{"dir", required_argument, OPT_DIR, B(C_FIFO)},
+	{"recursive", no_argument, 'r', B(C_LS) | B(C_RM) | B(C_GET) | B(C_PUT)},
+	{"include", required_argument, OPT_INCLUDE, ALL & ~B(C_PRESIGN)},
+	{"exclude", required_argument, OPT_EXCLUDE, ALL & ~B(C_PRESIGN)},
+	{"json", no_argument, OPT_JSON, B(C_LS)},
+	{"page-size", required_argument, OPT_PAGE_SIZE, B(C_LS)},
+	{"uploads", no_argument, OPT_UPLOADS, B(C_LS) | B(C_RM)},
+	{"expires", required_argument, OPT_EXPIRES, B(C_PRESIGN)},
+	{"method", required_argument, OPT_METHOD, B(C_PRESIGN)},
+	{"dryrun", no_argument, OPT_DRYRUN, B(C_PUT) | B(C_RM) | B(C_SYNC)},
+	{"delete", no_argument, OPT_DELETE, B(C_SYNC)},
+	{"exact-timestamps", no_argument, OPT_EXACT, B(C_SYNC)},
+	{"dir-markers", no_argument, OPT_DIR_MARKERS, B(C_PUT)},
+	{"expand", no_argument, OPT_EXPAND, ALL & ~B(C_RM)},
+	{"endpoint-url", required_argument, OPT_ENDPOINT, CLI_EVERY_CMD},
+	{"region", required_argument, OPT_REGION, CLI_EVERY_CMD},
+	{"profile", required_argument, OPT_PROFILE, CLI_EVERY_CMD},
+	{"no-sign-request", no_argument, OPT_NO_SIGN, CLI_EVERY_CMD},
+	{"addressing-style", required_argument, OPT_ADDRESSING, CLI_EVERY_CMD},
+	{"concurrency", required_argument, 'j', CLI_EVERY_CMD},
+	{"part-size", required_argument, OPT_PART_SIZE, CLI_EVERY_CMD},
+	{"retries", required_argument, OPT_RETRIES, CLI_EVERY_CMD},
+	{"timeout", required_argument, OPT_TIMEOUT, CLI_EVERY_CMD},
+	{"verbose", no_argument, 'v', CLI_EVERY_CMD},
+	{"quiet", no_argument, 'q', CLI_EVERY_CMD},
 };
+#define NOPTS (sizeof opts / sizeof opts[0])
 
 static void set_addressing(const char *v)
 {
@@ -1349,9 +1359,7 @@ static void set_option(int c, const char *v, char **argv)
 	case OPT_TIMEOUT: O.conf.timeout = (double)cli_count("--timeout", v, 1, 86400); break;
 	case 'v': O.verbose++; break;
 	case 'q': O.quiet = 1; break;
-	case 'h': cli_help(help);
-	case 'V': cli_version();
-	default: cli_bad_option(c, argv);
+	default: cli_default_option(c, argv, help);
 	}
 }
 
@@ -1359,53 +1367,8 @@ static void set_option(int c, const char *v, char **argv)
  * command; returns the command's arguments (*nargs of them). */
 static char **parse_args(int argc, char **argv, int *nargs)
 {
-	static const struct option lopts[] = {
-		{"output", required_argument, NULL, 'o'},
-		{"range", required_argument, NULL, OPT_RANGE},
-		{"shard", required_argument, NULL, OPT_SHARD},
-		{"shuffle", no_argument, NULL, OPT_SHUFFLE},
-		{"seed", required_argument, NULL, OPT_SEED},
-		{"epoch", required_argument, NULL, OPT_EPOCH},
-		{"epochs", required_argument, NULL, OPT_EPOCHS},
-		{"channel", required_argument, NULL, OPT_CHANNEL},
-		{"dir", required_argument, NULL, OPT_DIR},
-		{"manifest", no_argument, NULL, OPT_MANIFEST},
-		{"no-verify", no_argument, NULL, OPT_NO_VERIFY},
-		{"recursive", no_argument, NULL, 'r'},
-		{"json", no_argument, NULL, OPT_JSON},
-		{"page-size", required_argument, NULL, OPT_PAGE_SIZE},
-		{"uploads", no_argument, NULL, OPT_UPLOADS},
-		{"expires", required_argument, NULL, OPT_EXPIRES},
-		{"method", required_argument, NULL, OPT_METHOD},
-		{"dryrun", no_argument, NULL, OPT_DRYRUN},
-		{"dir-markers", no_argument, NULL, OPT_DIR_MARKERS},
-		{"expand", no_argument, NULL, OPT_EXPAND},
-		{"include", required_argument, NULL, OPT_INCLUDE},
-		{"exclude", required_argument, NULL, OPT_EXCLUDE},
-		{"delete", no_argument, NULL, OPT_DELETE},
-		{"exact-timestamps", no_argument, NULL, OPT_EXACT},
-		{"endpoint-url", required_argument, NULL, OPT_ENDPOINT},
-		{"region", required_argument, NULL, OPT_REGION},
-		{"profile", required_argument, NULL, OPT_PROFILE},
-		{"no-sign-request", no_argument, NULL, OPT_NO_SIGN},
-		{"addressing-style", required_argument, NULL, OPT_ADDRESSING},
-		{"concurrency", required_argument, NULL, 'j'},
-		{"part-size", required_argument, NULL, OPT_PART_SIZE},
-		{"retries", required_argument, NULL, OPT_RETRIES},
-		{"timeout", required_argument, NULL, OPT_TIMEOUT},
-		{"verbose", no_argument, NULL, 'v'},
-		{"quiet", no_argument, NULL, 'q'},
-		CLI_OPTIONS_END,
-	};
-	const size_t nallowed = sizeof allowed / sizeof allowed[0];
-	unsigned used[sizeof allowed / sizeof allowed[0]] = {0}; /* by index in allowed[] */
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":o:rj:vqhV", lopts, NULL)) != -1) {
-		for (size_t i = 0; i < nallowed; i++)
-			used[i] |= allowed[i].opt == c;
-		set_option(c, optarg, argv);
-	}
+	unsigned char used[NOPTS] = {0};
+	cli_cmd_getopt(argc, argv, ":o:rj:vqhV", opts, NOPTS, used, set_option);
 	char **args = argv + optind;
 	if (optind >= argc)
 		cli_usage_error("no command");
@@ -1416,9 +1379,7 @@ static char **parse_args(int argc, char **argv, int *nargs)
 		cli_usage_error("unknown command '%s' (get, put, ls, fifo, presign, rm, whoami, sync, "
 				"mb, rb)",
 				args[0]);
-	for (size_t i = 0; i < nallowed; i++)
-		if (used[i] && !(allowed[i].cmds & B(O.cmd)))
-			cli_usage_error("%s does not apply to %s", allowed[i].name, cmd_names[O.cmd]);
+	cli_cmd_check(opts, NOPTS, used, O.cmd, cmd_names[O.cmd]);
 	if (filters.n && O.manifest)
 		cli_usage_error("--include and --exclude do not apply to --manifest (it names each key)");
 	if (O.conf.part_size < (5u << 20) && (O.cmd == C_PUT || O.cmd == C_SYNC))

@@ -651,9 +651,7 @@ static int parse_options(int argc, char **argv)
 		case OPT_LABEL: O.enc.label_name = optarg; break;
 		case OPT_CLASSES_OUT: O.classes_out = optarg; break;
 		case OPT_DECODE_IMAGES: O.images_dir = optarg; break;
-		case 'h': cli_help(help);
-		case 'V': cli_version();
-		default: cli_bad_option(c, argv);
+		default: cli_default_option(c, argv, help);
 		}
 	}
 	return optind;

@@ -200,7 +200,6 @@ int dp_st_write(dp_st_writer *w, const char *path, dp_err *e)
 /* ---- reader ------------------------------------------------------------------ */
 
 struct dp_st {
-	char *name;
 	const char *format; /* "safetensors", "pth" */
 	uint8_t *buf; /* the whole file (a .pth: its tensors) */
 	size_t len;
@@ -210,6 +209,7 @@ struct dp_st {
 	int n;
 	char **meta; /* key, value, ... */
 	int nmeta;
+	char name[];  /* in the same block */
 };
 
 void dp_st_close(dp_st *s)
@@ -224,7 +224,6 @@ void dp_st_close(dp_st *s)
 	free(s->meta);
 	free(s->buf);
 	free(s->raw);
-	free(s->name);
 	free(s);
 }
 
@@ -376,12 +375,13 @@ out:
 
 static dp_st *st_new(const char *name, dp_err *e)
 {
-	dp_st *s = calloc(1, sizeof *s);
-	if (!s || !(s->name = strdup(name))) {
-		free(s);
+	size_t n = strlen(name) + 1;
+	dp_st *s = calloc(1, sizeof *s + n);
+	if (!s) {
 		dp_seterr(e, DP_ENOMEM, "out of memory");
 		return NULL;
 	}
+	memcpy(s->name, name, n);
 	s->format = "safetensors";
 	return s;
 }
