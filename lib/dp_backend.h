@@ -81,6 +81,7 @@ typedef struct dp_bnorm {
 	float eps, momentum; /* PyTorch's meaning: running = (1-m) running + m batch */
 	double count; /* values per channel over all ranks when sums are given; 0: n * hw */
 	int eval;     /* backward of an evaluation-mode forward (a frozen layer) */
+	int act;      /* DP_ACT_NONE, or DP_ACT_RELU applied to the output (fused) */
 } dp_bnorm;
 
 /* One optimizer update of a flat range of parameters (see lib/dp_optim.h
@@ -240,6 +241,12 @@ typedef struct dp_backend {
 	 * when not NULL, receives them as a training forward would (the
 	 * backward of a frozen layer reads it).
 	 *
+	 * g->act == DP_ACT_RELU: the forward writes y = max(0, normalised x)
+	 * (a ReLU after the batchnorm, fused: the same bits as the two layers
+	 * one after the other), and both backward functions read dy as the
+	 * ReLU's gradient, dy where y > 0 and 0 elsewhere, y (dev, (n, c,
+	 * hw)) being that forward's output; y is NULL when g->act is none.
+	 *
 	 * bnorm_bwd_sums: sums (dev, 2c doubles) = per channel, sum dy, then
 	 * sum dy * xhat (xhat = (x - mean) * inv from save), to sum over ranks.
 	 *
@@ -254,10 +261,10 @@ typedef struct dp_backend {
 			  const float *gamma, const float *beta, float *run_mean, float *run_var,
 			  const double *sums, float *save, float *y);
 	void (*bnorm_bwd_sums)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
-			       const float *dy, double *sums);
+			       const float *y, const float *dy, double *sums);
 	void (*bnorm_bwd)(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
-			  const float *save, const double *sums, const float *dy, float *dx,
-			  float *dgamma, float *dbeta);
+			  const float *save, const double *sums, const float *y, const float *dy,
+			  float *dx, float *dgamma, float *dbeta);
 	/* An evaluation-mode batchnorm folded into the convolution before it
 	 * (k filters of per weights each, bias b or NULL): per filter, with
 	 * a = gamma / sqrt(var + eps) as bnorm_fwd computes it, wout = w * a

@@ -433,7 +433,7 @@ static void bn_run(const dp_backend *B, dp_bectx *k, dp_bnorm q, const float *x,
 	}
 	B->bnorm_fwd(k, &q, 1, gx, ggam, gbet, d[2], d[3], NULL, d[1], d[0]);
 	B->upload(k, gdy, dy, xn * 4);
-	B->bnorm_bwd(k, &q, gx, ggam, d[1], NULL, gdy, d[4], d[5], d[6]);
+	B->bnorm_bwd(k, &q, gx, ggam, d[1], NULL, NULL, gdy, d[4], d[5], d[6]);
 	/* given sums: two ranks with this batch each */
 	B->bnorm_sums(k, &q, gx, gs);
 	B->download(k, sums[0], gs, 2 * c * 8);
@@ -444,19 +444,19 @@ static void bn_run(const dp_backend *B, dp_bectx *k, dp_bnorm q, const float *x,
 	dp_bnorm q2 = q;
 	q2.count = 2.0 * q.n * q.hw;
 	B->bnorm_fwd(k, &q2, 1, gx, ggam, gbet, d[9], d[10], gs2, d[8], d[7]);
-	B->bnorm_bwd_sums(k, &q2, gx, d[8], gdy, gs);
+	B->bnorm_bwd_sums(k, &q2, gx, d[8], NULL, gdy, gs);
 	B->download(k, sums[1], gs, 2 * c * 8);
 	for (int i = 0; i < 2 * c; i++)
 		twice[i] = 2 * sums[1][i];
 	B->upload(k, gs2, twice, 2 * c * 8);
-	B->bnorm_bwd(k, &q2, gx, ggam, d[8], gs2, gdy, d[11], d[12], d[13]);
+	B->bnorm_bwd(k, &q2, gx, ggam, d[8], gs2, NULL, gdy, d[11], d[12], d[13]);
 	/* inference on the running statistics of the first forward, then
 	 * the backward of that forward as a frozen layer's */
 	B->bnorm_fwd(k, &q, 0, gx, ggam, gbet, d[2], d[3], NULL, d[15], d[14]);
 	dp_bnorm qe = q;
 	qe.eval = 1;
 	B->upload(k, gdy, dy, xn * 4);
-	B->bnorm_bwd(k, &qe, gx, ggam, d[15], NULL, gdy, d[16], d[17], d[18]);
+	B->bnorm_bwd(k, &qe, gx, ggam, d[15], NULL, NULL, gdy, d[16], d[17], d[18]);
 	for (int i = 0; i < BN_OUTS; i++) {
 		o[i] = malloc(bn_len(i, xn, c) * 4);
 		B->download(k, o[i], d[i], bn_len(i, xn, c) * 4);
@@ -480,7 +480,7 @@ static void t_bnorm(int n, int c, int hw)
 	static const double tol[BN_OUTS] = {2e-5, 2e-6, 2e-6, 2e-6, 2e-5, 2e-5, 2e-5,
 					    2e-5, 2e-6, 2e-6, 2e-6, 2e-5, 2e-5, 2e-5,
 					    2e-6, 2e-6, 2e-6, 2e-5, 2e-5};
-	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0};
+	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0, DP_ACT_NONE};
 	size_t xn = (size_t)n * c * hw;
 	float *x = rnd(xn, 41), *dy = rnd(xn, 42), *gam = rnd(c, 43), *bet = rnd(c, 44);
 	for (size_t i = 0; i < xn; i++)
@@ -519,6 +519,124 @@ static void t_bnorm(int n, int c, int hw)
 }
 
 /* ---- residual connections: add ------------------------------------------------- */
+
+/* Batchnorm with a fused ReLU (dp_bnorm.act) on backend B against the two
+ * layers one after the other (bnorm_fwd, act_fwd in place; act_bwd in
+ * place, then the batchnorm's backward): the same bits on each backend.
+ * Outputs, host (o[i], bnr_len(i) floats): 0-6 training (y, save,
+ * running mean, running variance, dx, dgamma, dbeta), 7-10 the backward
+ * with given sums (bnorm_bwd_sums' 2c doubles, dx, dgamma, dbeta), 11-14
+ * inference and a frozen layer's backward (y, dx, dgamma, dbeta). */
+enum { BNR_OUTS = 15 };
+static size_t bnr_len(int i, size_t xn, int c)
+{
+	static const char kind[BNR_OUTS + 1] = "xscc" "xcc" "sxcc" "xxcc";
+	return kind[i] == 'x' ? xn : kind[i] == 's' ? 2 * (size_t)c : (size_t)c;
+}
+
+/* x as B's layers would pass it: through an identity 1x1 convolution
+ * (on a channels-last context, x channels-last and in its precision) */
+static float *bnr_x(const dp_backend *B, dp_bectx *k, const dp_bnorm *q, const float *x)
+{
+	dp_conv2d g = conv_geo(q->n, q->c, q->hw, 1, q->c, 1, 1, 1, 1, 0, 0);
+	size_t xn = (size_t)q->n * q->c * q->hw, wn = (size_t)q->c * q->c;
+	float *w = calloc(wn, 4), *gx = B->alloc(k, xn * 4), *gw = B->alloc(k, wn * 4),
+	      *y = B->alloc(k, xn * 4);
+	void *ws = B->alloc(k, B->conv_ws(k, &g) + 64);
+	for (int i = 0; i < q->c; i++)
+		w[i * q->c + i] = 1;
+	B->upload(k, gx, x, xn * 4);
+	B->upload(k, gw, w, wn * 4);
+	B->conv_fwd(k, &g, gx, gw, NULL, y, DP_ACT_NONE, ws);
+	void *f[] = {gx, gw, ws};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		B->free(k, f[i]);
+	free(w);
+	return y;
+}
+
+static void bnr_run(const dp_backend *B, dp_bectx *k, dp_bnorm q, int fused, const float *x,
+		    const float *dy, const float *gam, const float *bet, float **o)
+{
+	int c = q.c;
+	size_t xn = (size_t)q.n * c * q.hw;
+	float *d[BNR_OUTS];
+	for (int i = 0; i < BNR_OUTS; i++)
+		d[i] = B->alloc(k, bnr_len(i, xn, c) * (i == 7 ? 8 : 4));
+	float *gx = bnr_x(B, k, &q, x), *gdy = B->alloc(k, xn * 4), *ggam = B->alloc(k, c * 4),
+	      *gbet = B->alloc(k, c * 4), *one = malloc(c * 4);
+	for (int i = 0; i < c; i++)
+		one[i] = 1;
+	B->upload(k, ggam, gam, c * 4);
+	B->upload(k, gbet, bet, c * 4);
+	B->fill(k, d[2], 0, c);
+	B->upload(k, d[3], one, c * 4);
+	q.act = fused ? DP_ACT_RELU : DP_ACT_NONE;
+	const float *y = fused ? d[0] : NULL, *ye = fused ? d[11] : NULL;
+	B->bnorm_fwd(k, &q, 1, gx, ggam, gbet, d[2], d[3], NULL, d[1], d[0]);
+	if (!fused)
+		B->act_fwd(k, DP_ACT_RELU, xn, d[0], d[0]);
+	for (int r = 0; r < 2; r++) { /* this batch's statistics, then given sums */
+		dp_bnorm qs = q;
+		qs.count = (double)q.n * q.hw;
+		B->upload(k, gdy, dy, xn * 4);
+		if (!fused)
+			B->act_bwd(k, DP_ACT_RELU, xn, d[0], gdy, gdy);
+		if (r)
+			B->bnorm_bwd_sums(k, &qs, gx, d[1], y, gdy, (double *)d[7]);
+		B->bnorm_bwd(k, &qs, gx, ggam, d[1], r ? (double *)d[7] : NULL, y, gdy, d[4 + 4 * r],
+			     d[5 + 4 * r], d[6 + 4 * r]);
+	}
+	dp_bnorm qe = q;
+	B->bnorm_fwd(k, &qe, 0, gx, ggam, gbet, d[2], d[3], NULL, d[1], d[11]);
+	if (!fused)
+		B->act_fwd(k, DP_ACT_RELU, xn, d[11], d[11]);
+	qe.eval = 1;
+	B->upload(k, gdy, dy, xn * 4);
+	if (!fused)
+		B->act_bwd(k, DP_ACT_RELU, xn, d[11], gdy, gdy);
+	B->bnorm_bwd(k, &qe, gx, ggam, d[1], NULL, ye, gdy, d[12], d[13], d[14]);
+	for (int i = 0; i < BNR_OUTS; i++) {
+		size_t bytes = bnr_len(i, xn, c) * (i == 7 ? 8 : 4);
+		o[i] = malloc(bytes);
+		B->download(k, o[i], d[i], bytes);
+		B->free(k, d[i]);
+	}
+	void *f[] = {gx, gdy, ggam, gbet};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		B->free(k, f[i]);
+	free(one);
+}
+
+static void t_bnorm_relu(const dp_backend *B, dp_bectx *k, const char *tag, int n, int c, int hw)
+{
+	static const char *const what[BNR_OUTS] = {
+		"forward", "saved statistics", "running mean", "running variance", "dx", "dgamma",
+		"dbeta", "gradient sums", "dx, given sums", "dgamma, given sums", "dbeta, given sums",
+		"inference forward", "frozen layer dx", "frozen layer dgamma", "frozen layer dbeta"};
+	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0, DP_ACT_NONE};
+	size_t xn = (size_t)n * c * hw;
+	float *x = rnd(xn, 51), *dy = rnd(xn, 52), *gam = rnd(c, 53), *bet = rnd(c, 54);
+	float *un[BNR_OUTS], *fu[BNR_OUTS];
+	bnr_run(B, k, q, 0, x, dy, gam, bet, un);
+	bnr_run(B, k, q, 1, x, dy, gam, bet, fu);
+	size_t zeros = 0;
+	for (size_t i = 0; i < xn; i++)
+		zeros += un[0][i] == 0.0f;
+	ok(zeros > 0 && zeros < xn, "%s batchnorm+relu n%d c%d hw%d: the ReLU cuts %zu of %zu", tag,
+	   n, c, hw, zeros, xn);
+	char name[120];
+	for (int i = 0; i < BNR_OUTS; i++) {
+		snprintf(name, sizeof name, "%s batchnorm+relu n%d c%d hw%d fused = unfused: %s", tag,
+			 n, c, hw, what[i]);
+		exact(fu[i], un[i], bnr_len(i, xn, c) * (i == 7 ? 8 : 4), name);
+		free(un[i]);
+		free(fu[i]);
+	}
+	void *h[] = {x, dy, gam, bet};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
 
 static void t_add(void)
 {
@@ -845,6 +963,8 @@ static void t_cudnn(const dp_conv2d *convs, size_t nconv)
 		snprintf(tag, sizeof tag, "%s channels-last", pn);
 		t_conv(d, conv_geo(4, 32, 13, 13, 64, 3, 3, 1, 1, 1, 1), DP_ACT_RELU, tols[i], tag, 1);
 		t_conv(d, conv_geo(2, 3, 9, 11, 5, 3, 3, 2, 2, 1, 1), DP_ACT_NONE, tols[i], tag, 0);
+		t_bnorm_relu(G, d, tag, 4, 8, 10);
+		t_bnorm_relu(G, d, tag, 3, 5, 7); /* channels not a whole vector */
 		t_model_on(d, mtols[i], tag, CNN, "1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 10);
 		t_model_on(d, mtols[i], tag, RES, "3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 10);
 		t_model_on(d, mtols[i], tag, "conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
@@ -919,6 +1039,10 @@ int main(void)
 	t_bnorm(8, 5, 9);
 	t_bnorm(33, 7, 1);
 	t_bnorm(4, 3, 300);
+	t_bnorm_relu(C, cc, "CPU", 8, 5, 9);
+	t_bnorm_relu(C, cc, "CPU", 4, 3, 300);
+	t_bnorm_relu(G, gc, "GPU", 8, 5, 9);
+	t_bnorm_relu(G, gc, "GPU", 4, 3, 300);
 	t_add();
 	t_losses(37, 10);
 	t_losses(300, 1000);

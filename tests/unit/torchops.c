@@ -100,7 +100,7 @@ static void t_bnorm(int n, int c, int hw)
 {
 	char what[128];
 	size_t xn = (size_t)n * c * hw, half = xn / 2;
-	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0};
+	dp_bnorm q = {n, c, hw, 1e-5f, 0.1f, 0, 0, DP_ACT_NONE};
 	float *x = next(xn), *dy = next(xn), *gam = next(c), *bet = next(c), *ty = next(xn),
 	      *trm = next(c), *trv = next(c), *tdx = next(xn), *tdg = next(c), *tdb = next(c);
 	float *rm = calloc(c, 4), *rv = malloc(c * 4), *save = malloc(2 * c * 4),
@@ -115,7 +115,7 @@ static void t_bnorm(int n, int c, int hw)
 	/* training, this batch's statistics */
 	float *dyc = copy(dy, xn);
 	B->bnorm_fwd(bc, &q, 1, x, gam, bet, rm, rv, NULL, save, y);
-	B->bnorm_bwd(bc, &q, x, gam, save, NULL, dyc, dx, dg, db);
+	B->bnorm_bwd(bc, &q, x, gam, save, NULL, NULL, dyc, dx, dg, db);
 	CHECK(y, ty, xn, "training forward");
 	CHECK(rm, trm, c, "running mean");
 	CHECK(rv, trv, c, "running variance");
@@ -143,12 +143,12 @@ static void t_bnorm(int n, int c, int hw)
 	CHECK(rm2, trm, c, "two halves: running mean of the first");
 	CHECK(rv2 + c, trv, c, "two halves: running variance of the second");
 	memcpy(dyc, dy, xn * 4);
-	B->bnorm_bwd_sums(bc, &h, x, save2, dyc, s);
-	B->bnorm_bwd_sums(bc, &h, x + half, save2 + 2 * c, dyc + half, s2);
+	B->bnorm_bwd_sums(bc, &h, x, save2, NULL, dyc, s);
+	B->bnorm_bwd_sums(bc, &h, x + half, save2 + 2 * c, NULL, dyc + half, s2);
 	for (int i = 0; i < 2 * c; i++)
 		s[i] += s2[i];
 	for (int r = 0; r < 2; r++)
-		B->bnorm_bwd(bc, &h, x + r * half, gam, save2 + 2 * r * c, s, dyc + r * half,
+		B->bnorm_bwd(bc, &h, x + r * half, gam, save2 + 2 * r * c, s, NULL, dyc + r * half,
 			     dx + r * half, dg2 + r * c, db2 + r * c);
 	for (int i = 0; i < c; i++) {
 		dg[i] = dg2[i] + dg2[c + i];
@@ -169,7 +169,7 @@ static void t_bnorm(int n, int c, int hw)
 	e.eval = 1;
 	B->bnorm_fwd(bc, &q, 0, x, gam, bet, erm, erv, NULL, save, y);
 	memcpy(dyc, dy, xn * 4);
-	B->bnorm_bwd(bc, &e, x, gam, save, NULL, dyc, dx, dg, db);
+	B->bnorm_bwd(bc, &e, x, gam, save, NULL, NULL, dyc, dx, dg, db);
 	CHECK(y, ey, xn, "evaluation forward");
 	CHECK(dx, edx, xn, "evaluation-mode backward: dx");
 	CHECK(dg, edg, c, "evaluation-mode backward: dgamma");

@@ -676,23 +676,27 @@ HOT static void chan_sums(const dp_bnorm *g, const float *x, int c, double mu, d
 }
 
 /* Over channel c: the sum of dy and of dy * xhat, xhat = (x - mean) inv,
- * as chan_sums. */
-HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *dy, int c,
-			       float mean, float inv, double *s, double *sx)
+ * as chan_sums; y (not NULL: a fused ReLU's output) masks dy where y <= 0,
+ * as the ReLU's own backward writes it. */
+HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *y, const float *dy,
+			       int c, float mean, float inv, double *s, double *sx)
 {
 	double a[8] = {0}, b[8] = {0}, sa = 0, sb = 0;
 	size_t hw = (size_t)g->hw;
 	for (int i = 0; i < g->n; i++) {
 		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
+		const float *r = y ? BN_PLANE(g, y, c, i) : NULL;
 		size_t j = 0;
 		for (; j + 8 <= hw; j += 8)
 			for (int k = 0; k < 8; k++) {
-				a[k] += d[j + k];
-				b[k] += (double)d[j + k] * ((p[j + k] - mean) * inv);
+				float dv = r && !(r[j + k] > 0.0f) ? 0.0f : d[j + k];
+				a[k] += dv;
+				b[k] += (double)dv * ((p[j + k] - mean) * inv);
 			}
 		for (; j < hw; j++) {
-			sa += d[j];
-			sb += (double)d[j] * ((p[j] - mean) * inv);
+			float dv = r && !(r[j] > 0.0f) ? 0.0f : d[j];
+			sa += dv;
+			sb += (double)dv * ((p[j] - mean) * inv);
 		}
 	}
 	for (int k = 0; k < 8; k++) {
@@ -703,26 +707,40 @@ HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *d
 	*sx = sb;
 }
 
-/* y = x a + b over channel c. */
-HOT static void chan_affine(const dp_bnorm *g, const float *x, float *y, int c, float a, float b)
+/* y = x a + b over channel c, then max(0, y) when relu. */
+HOT static void chan_affine(const dp_bnorm *g, const float *x, float *y, int c, float a, float b,
+			    int relu)
 {
 	for (int i = 0; i < g->n; i++) {
 		const float *p = BN_PLANE(g, x, c, i);
 		float *q = BN_PLANE(g, y, c, i);
-		for (int j = 0; j < g->hw; j++)
-			q[j] = p[j] * a + b;
+		if (relu)
+			for (int j = 0; j < g->hw; j++) {
+				float v = p[j] * a + b;
+				q[j] = v > 0.0f ? v : 0.0f;
+			}
+		else
+			for (int j = 0; j < g->hw; j++)
+				q[j] = p[j] * a + b;
 	}
 }
 
-/* dx = k (dy - mdy - (x - mean) inv mdyx) over channel c. */
-HOT static void chan_dx(const dp_bnorm *g, const float *x, const float *dy, float *dx, int c,
-			float k, float mdy, float mean, float inv, float mdyx)
+/* dx = k (dy - mdy - (x - mean) inv mdyx) over channel c, dy masked by y
+ * as in chan_grad_sums (eval: dx = k dy, mdy = mdyx = 0 unused). */
+HOT static void chan_dx(const dp_bnorm *g, const float *x, const float *y, const float *dy,
+			float *dx, int c, float k, float mdy, float mean, float inv, float mdyx)
 {
 	for (int i = 0; i < g->n; i++) {
 		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
+		const float *r = y ? BN_PLANE(g, y, c, i) : NULL;
 		float *q = BN_PLANE(g, dx, c, i);
-		for (int j = 0; j < g->hw; j++)
-			q[j] = k * (d[j] - mdy - (p[j] - mean) * inv * mdyx);
+		if (g->eval)
+			for (int j = 0; j < g->hw; j++)
+				q[j] = (r && !(r[j] > 0.0f) ? 0.0f : d[j]) * k + 0.0f;
+		else
+			for (int j = 0; j < g->hw; j++)
+				q[j] = k * ((r && !(r[j] > 0.0f) ? 0.0f : d[j]) - mdy -
+					    (p[j] - mean) * inv * mdyx);
 	}
 }
 
@@ -737,7 +755,7 @@ static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, dou
 typedef struct bn_job {
 	const dp_bnorm *g;
 	int train;
-	const float *x, *gamma, *beta, *save, *dy;
+	const float *x, *gamma, *beta, *save, *dy, *yout; /* yout: a fused ReLU's output */
 	float *run_mean, *run_var, *save_out, *y, *dx, *dgamma, *dbeta;
 	const double *sums;
 	double *sums_out;
@@ -775,7 +793,7 @@ static void bn_fwd_chan(void *arg, int c, int worker)
 		j->save_out[g->c + c] = inv;
 	}
 	float a = j->gamma[c] * inv;
-	chan_affine(g, j->x, j->y, c, a, j->beta[c] - mean * a);
+	chan_affine(g, j->x, j->y, c, a, j->beta[c] - mean * a, g->act == DP_ACT_RELU);
 }
 
 static void cpu_bnorm_fwd(dp_bectx *ctx, const dp_bnorm *g, int train, const float *x,
@@ -792,14 +810,15 @@ static void bn_bwd_sums_chan(void *arg, int c, int worker)
 {
 	const bn_job *j = arg;
 	(void)worker;
-	chan_grad_sums(j->g, j->x, j->dy, c, j->save[c], j->save[j->g->c + c], &j->sums_out[c],
-		       &j->sums_out[j->g->c + c]);
+	chan_grad_sums(j->g, j->x, j->yout, j->dy, c, j->save[c], j->save[j->g->c + c],
+		       &j->sums_out[c], &j->sums_out[j->g->c + c]);
 }
 
 static void cpu_bnorm_bwd_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *save,
-			       const float *dy, double *sums)
+			       const float *y, const float *dy, double *sums)
 {
-	bn_job j = {.g = g, .x = x, .save = save, .dy = dy, .sums_out = sums};
+	bn_job j = {.g = g, .x = x, .save = save, .yout = g->act ? y : NULL, .dy = dy,
+		    .sums_out = sums};
 	cpu_par_run(ctx, g->c, bn_bwd_sums_chan, &j);
 }
 
@@ -810,29 +829,30 @@ static void bn_bwd_chan(void *arg, int c, int worker)
 	float mean = j->save[c], inv = j->save[g->c + c];
 	double sdy, sdyx;
 	(void)worker;
-	chan_grad_sums(g, j->x, j->dy, c, mean, inv, &sdy, &sdyx);
+	chan_grad_sums(g, j->x, j->yout, j->dy, c, mean, inv, &sdy, &sdyx);
 	j->dgamma[c] = (float)sdyx;
 	j->dbeta[c] = (float)sdy;
 	if (!j->dx)
 		return;
 	float k = j->gamma[c] * inv;
 	if (g->eval) { /* dx = gamma inv dy: no path through the statistics */
-		chan_affine(g, j->dy, j->dx, c, k, 0.0f);
+		chan_dx(g, j->x, j->yout, j->dy, j->dx, c, k, 0.0f, mean, inv, 0.0f);
 		return;
 	}
 	/* dx = gamma inv (dy - mean(dy) - xhat mean(dy xhat)), the means over
 	 * this batch or (sums) over all ranks */
 	float mdy = (float)((j->sums ? j->sums[c] : sdy) / j->m),
 	      mdyx = (float)((j->sums ? j->sums[g->c + c] : sdyx) / j->m);
-	chan_dx(g, j->x, j->dy, j->dx, c, k, mdy, mean, inv, mdyx);
+	chan_dx(g, j->x, j->yout, j->dy, j->dx, c, k, mdy, mean, inv, mdyx);
 }
 
 static void cpu_bnorm_bwd(dp_bectx *ctx, const dp_bnorm *g, const float *x, const float *gamma,
-			  const float *save, const double *sums, const float *dy, float *dx,
-			  float *dgamma, float *dbeta)
+			  const float *save, const double *sums, const float *y, const float *dy,
+			  float *dx, float *dgamma, float *dbeta)
 {
-	bn_job j = {.g = g, .x = x, .gamma = gamma, .save = save, .sums = sums, .dy = dy,
-		    .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .m = bn_count(g, sums)};
+	bn_job j = {.g = g, .x = x, .gamma = gamma, .save = save, .sums = sums,
+		    .yout = g->act ? y : NULL, .dy = dy, .dx = dx, .dgamma = dgamma, .dbeta = dbeta,
+		    .m = bn_count(g, sums)};
 	cpu_par_run(ctx, g->c, bn_bwd_chan, &j);
 }
 

@@ -295,10 +295,10 @@ void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, con
 		  const float *beta, float *run_mean, float *run_var, const double *sums, float *save,
 		  float *y);
 void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
-		       const float *dy, double *sums);
+		       const float *y, const float *dy, double *sums);
 void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
-		  const float *save, const double *sums, const float *dy, float *dx, float *dgamma,
-		  float *dbeta);
+		  const float *save, const double *sums, const float *y, const float *dy, float *dx,
+		  float *dgamma, float *dbeta);
 void cu_xent(dp_bectx *c, int n, int k, const float *logits, const int32_t *labels, float smooth,
 	     float scale, float *dlogits, double *stats);
 void cu_mse(dp_bectx *c, int n, int k, const float *pred, const float *target, float scale,
@@ -371,9 +371,9 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 		    const float *beta, float *run_mean, float *run_var, const double *sums,
 		    float *save, float *y);
 bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
-			 const float *dy, double *sums);
+			 const float *y, const float *dy, double *sums);
 bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
-		    const float *save, const double *sums, const float *dy, float *dx,
-		    float *dgamma, float *dbeta);
+		    const float *save, const double *sums, const float *y, const float *dy,
+		    float *dx, float *dgamma, float *dbeta);
 
 #endif

@@ -55,16 +55,20 @@ __global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const doubl
 	}
 }
 
-template <typename T> __global__ void k_bn_apply(const T *x, const float *ab, int k, size_t total, T *y)
+/* y = x a + b, then max(0, y) when relu (a fused ReLU: as the ReLU after
+ * the rounded y would give) */
+template <typename T>
+__global__ void k_bn_apply(const T *x, const float *ab, int k, size_t total, int relu, T *y)
 {
 	FOR_CHAN(i, ch, total, k)
 	{
-		float a = ab[ch], b = ab[k + ch];
-		y[i] = to<T>(fl(x[i]) * a + b);
+		float a = ab[ch], b = ab[k + ch], v = fl(x[i]) * a + b;
+		y[i] = to<T>(relu && !(v > 0.0f) ? 0.0f : v);
 	}
 }
 
-template <typename T> __global__ void k_bn_apply_v(const T *x, const float *ab, int k, size_t nv, T *y)
+template <typename T>
+__global__ void k_bn_apply_v(const T *x, const float *ab, int k, size_t nv, int relu, T *y)
 {
 	const int N = VN<T>::n;
 	CHAN_OF(i, cv, k / N);
@@ -77,8 +81,10 @@ template <typename T> __global__ void k_bn_apply_v(const T *x, const float *ab, 
 	{
 		float f[N];
 		vld(x + i * N, f);
-		for (int j = 0; j < N; j++)
-			f[j] = f[j] * a[j] + b[j];
+		for (int j = 0; j < N; j++) {
+			float v = f[j] * a[j] + b[j];
+			f[j] = relu && !(v > 0.0f) ? 0.0f : v;
+		}
 		vst(y + i * N, f);
 	}
 }
@@ -140,12 +146,13 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	       run_mean, run_var, save, ab);
 	LAUNCHED(c, "batchnorm statistics");
 	size_t N = vec_n(c);
+	int relu = g->act == DP_ACT_RELU;
 	if (g->c % N == 0 && vec_ok(c, total, x, y))
 		BY_TYPE(c, LAUNCH(k_bn_apply_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s, (const T *)x,
-				  ab, g->c, total / N, (T *)y));
+				  ab, g->c, total / N, relu, (T *)y));
 	else
 		BY_TYPE(c, LAUNCH(k_bn_apply<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x, ab, g->c,
-				  total, (T *)y));
+				  total, relu, (T *)y));
 	LAUNCHED(c, "batchnorm");
 	tag_set(c, y, s.n, s.c, s.h, s.w);
 	return true;
@@ -218,17 +225,39 @@ static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const
 	return nhwc_col_sums(c, 2, x, dy, rows, g->c, NULL, save, scr);
 }
 
+/* Scratch for bn_dy: dy converted, then y converted (for a fused ReLU). */
+static size_t bn_dy_scratch(dp_bectx *c, const dp_bnorm *g, const float *y)
+{
+	size_t n = (size_t)g->n * g->c * g->hw;
+	return align256(nhwc_bytes(c, n)) + (y && !tag_of(c, y) ? nhwc_bytes(c, n) : 0);
+}
+
+/* dy channels-last (converted into scr when it comes as NCHW float32),
+ * masked in place where the fused ReLU's output y (NULL: none) is not
+ * positive: as the ReLU's own backward (nhwc_act_bwd) writes it, dy being
+ * scratch to the backward pass */
+static void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const float *dy, char *scr)
+{
+	size_t n = (size_t)t->n * t->c * t->h * t->w;
+	void *d = (void *)nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr);
+	if (y)
+		nhwc_act_grad(c, DP_ACT_RELU,
+			      nhwc_in(c, y, t->n, t->c, t->h, t->w, scr + align256(nhwc_bytes(c, n))), d,
+			      d, n);
+	return d;
+}
+
 bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
-			 const float *dy, double *sums)
+			 const float *y, const float *dy, double *sums)
 {
 	const nhwc_tag *t = bn_tag(c, g, x);
 	if (!t)
 		return false;
 	size_t rows = (size_t)g->n * g->hw, cs = nhwc_chan_scratch(rows, g->c);
-	char *scr = (char *)cu_scratch(c, cs + nhwc_bytes(c, rows * g->c));
+	char *scr = (char *)cu_scratch(c, cs + bn_dy_scratch(c, g, y));
 	if (!scr)
 		return true;
-	const void *d = nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr + cs);
+	const void *d = bn_dy(c, t, y, dy, scr + cs);
 	double *own = bn_grad_sums(c, g, x, save, d, scr);
 	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
 	   "batchnorm gradient sums");
@@ -236,8 +265,8 @@ bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 }
 
 bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
-		    const float *save, const double *sums, const float *dy, float *dx,
-		    float *dgamma, float *dbeta)
+		    const float *save, const double *sums, const float *y, const float *dy,
+		    float *dx, float *dgamma, float *dbeta)
 {
 	const nhwc_tag *t = bn_tag(c, g, x);
 	if (!t)
@@ -245,11 +274,11 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 	nhwc_tag s = *t;
 	size_t rows = (size_t)g->n * g->hw, total = rows * g->c, cs = nhwc_chan_scratch(rows, g->c);
 	size_t cb = align256(3 * (size_t)g->c * sizeof(float));
-	char *scr = (char *)cu_scratch(c, cs + cb + nhwc_bytes(c, total));
+	char *scr = (char *)cu_scratch(c, cs + cb + bn_dy_scratch(c, g, y));
 	if (!scr)
 		return true;
 	float *coef = (float *)(scr + cs);
-	const void *d = nhwc_in(c, dy, s.n, s.c, s.h, s.w, scr + cs + cb);
+	const void *d = bn_dy(c, &s, y, dy, scr + cs + cb);
 	double *own = bn_grad_sums(c, g, x, save, d, scr);
 	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
 	LAUNCHED(c, "batchnorm gradient");

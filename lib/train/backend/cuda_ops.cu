@@ -159,20 +159,28 @@ __global__ void k_bnorm_fwd(dp_bnorm g, int train, const float *x, const float *
 	float a = gamma[c] * inv, bb = beta[c] - mean * a;
 	for (size_t i = threadIdx.x; i < m; i += THREADS) {
 		size_t at = bn_at(g, c, i);
-		y[at] = x[at] * a + bb;
+		float v = x[at] * a + bb;
+		y[at] = g.act == DP_ACT_RELU && !(v > 0.0f) ? 0.0f : v;
 	}
 }
 
-/* This batch's sum of dy and of dy * xhat over channel c (all threads). */
+/* dy at i, masked where a fused ReLU's output y (NULL: none) is not positive */
+__device__ __forceinline__ float bn_dy(const float *y, const float *dy, size_t i)
+{
+	return y && !(y[i] > 0.0f) ? 0.0f : dy[i];
+}
+
+/* This batch's sum of dy and of dy * xhat over channel c (all threads),
+ * dy masked by y (bn_dy). */
 __device__ void bn_grad_sums(const dp_bnorm &g, int c, const float *x, const float *save,
-			     const float *dy, double *sdy, double *sdyx)
+			     const float *y, const float *dy, double *sdy, double *sdyx)
 {
 	size_t m = (size_t)g.n * g.hw;
 	float mean = save[c], inv = save[g.c + c];
 	double s = 0, sx = 0;
 	for (size_t i = threadIdx.x; i < m; i += THREADS) {
 		size_t at = bn_at(g, c, i);
-		float d = dy[at];
+		float d = bn_dy(y, dy, at);
 		s += d;
 		sx += (double)d * ((x[at] - mean) * inv);
 	}
@@ -180,12 +188,12 @@ __device__ void bn_grad_sums(const dp_bnorm &g, int c, const float *x, const flo
 	*sdyx = block_sum(sx);
 }
 
-__global__ void k_bnorm_bwd_sums(dp_bnorm g, const float *x, const float *save, const float *dy,
-				 double *sums)
+__global__ void k_bnorm_bwd_sums(dp_bnorm g, const float *x, const float *save, const float *y,
+				 const float *dy, double *sums)
 {
 	int c = blockIdx.x;
 	double sdy, sdyx;
-	bn_grad_sums(g, c, x, save, dy, &sdy, &sdyx);
+	bn_grad_sums(g, c, x, save, y, dy, &sdy, &sdyx);
 	if (threadIdx.x == 0) {
 		sums[c] = sdy;
 		sums[g.c + c] = sdyx;
@@ -193,14 +201,14 @@ __global__ void k_bnorm_bwd_sums(dp_bnorm g, const float *x, const float *save, 
 }
 
 __global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, const float *save,
-			    const double *sums, const float *dy, float *dx, float *dgamma,
-			    float *dbeta)
+			    const double *sums, const float *y, const float *dy, float *dx,
+			    float *dgamma, float *dbeta)
 {
 	int c = blockIdx.x;
 	size_t m = (size_t)g.n * g.hw;
 	float mean = save[c], inv = save[g.c + c];
 	double sdy, sdyx;
-	bn_grad_sums(g, c, x, save, dy, &sdy, &sdyx);
+	bn_grad_sums(g, c, x, save, y, dy, &sdy, &sdyx);
 	if (threadIdx.x == 0) {
 		dgamma[c] = (float)sdyx;
 		dbeta[c] = (float)sdy;
@@ -211,7 +219,7 @@ __global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, cons
 	if (g.eval) { /* dx = gamma inv dy: no path through the statistics */
 		for (size_t i = threadIdx.x; i < m; i += THREADS) {
 			size_t at = bn_at(g, c, i);
-			dx[at] = dy[at] * k + 0.0f;
+			dx[at] = bn_dy(y, dy, at) * k + 0.0f;
 		}
 		return;
 	}
@@ -222,7 +230,7 @@ __global__ void k_bnorm_bwd(dp_bnorm g, const float *x, const float *gamma, cons
 	      mdyx = (float)((sums ? sums[g.c + c] : sdyx) / cnt);
 	for (size_t i = threadIdx.x; i < m; i += THREADS) {
 		size_t at = bn_at(g, c, i);
-		dx[at] = k * (dy[at] - mdy - (x[at] - mean) * inv * mdyx);
+		dx[at] = k * (bn_dy(y, dy, at) - mdy - (x[at] - mean) * inv * mdyx);
 	}
 }
 
@@ -405,34 +413,44 @@ void cu_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x,
 }
 
 void cu_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
-			      const float *dy, double *sums)
+			      const float *y, const float *dy, double *sums)
 {
 	if (g->c <= 0)
 		return;
 	cu_use(c);
 	PROF(c, "batchnorm backward");
-	if (nhwc_bnorm_bwd_sums(c, g, x, save, dy, sums))
+	if (!g->act)
+		y = NULL;
+	if (nhwc_bnorm_bwd_sums(c, g, x, save, y, dy, sums))
 		return;
-	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0);
-	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 1);
-	LAUNCH(k_bnorm_bwd_sums, g->c, THREADS, c->s, *g, x, save, dy, sums);
+	size_t n = (size_t)g->n * g->c * g->hw;
+	nhwc_flat(c, &x, n, 0);
+	nhwc_flat(c, &dy, n, 1);
+	if (y)
+		nhwc_flat(c, &y, n, 2);
+	LAUNCH(k_bnorm_bwd_sums, g->c, THREADS, c->s, *g, x, save, y, dy, sums);
 	LAUNCHED(c, "batchnorm gradient sums");
 }
 
 void cu_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float *gamma,
-			 const float *save, const double *sums, const float *dy, float *dx,
-			 float *dgamma, float *dbeta)
+			 const float *save, const double *sums, const float *y, const float *dy,
+			 float *dx, float *dgamma, float *dbeta)
 {
 	if (g->c <= 0)
 		return;
 	cu_use(c);
 	PROF(c, "batchnorm backward");
-	if (nhwc_bnorm_bwd(c, g, x, gamma, save, sums, dy, dx, dgamma, dbeta))
+	if (!g->act)
+		y = NULL;
+	if (nhwc_bnorm_bwd(c, g, x, gamma, save, sums, y, dy, dx, dgamma, dbeta))
 		return;
-	nhwc_flat(c, &x, (size_t)g->n * g->c * g->hw, 0);
-	nhwc_flat(c, &dy, (size_t)g->n * g->c * g->hw, 1);
+	size_t n = (size_t)g->n * g->c * g->hw;
+	nhwc_flat(c, &x, n, 0);
+	nhwc_flat(c, &dy, n, 1);
+	if (y)
+		nhwc_flat(c, &y, n, 2);
 	tag_drop(c, dx);
-	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, sums, dy, dx, dgamma, dbeta);
+	LAUNCH(k_bnorm_bwd, g->c, THREADS, c->s, *g, x, gamma, save, sums, y, dy, dx, dgamma, dbeta);
 	LAUNCHED(c, "batchnorm gradient");
 }
 

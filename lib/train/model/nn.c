@@ -104,7 +104,7 @@ static dp_pool2d pool_geom(const layer *L, size_t n)
 static dp_bnorm bnorm_geom(const layer *L, size_t n)
 {
 	dp_bnorm g = {(int)n,      L->in.c,  L->in.rank == 3 ? L->in.h * L->in.w : 1,
-		      L->eps,      L->momentum, L->count, L->frozen};
+		      L->eps,      L->momentum, L->count, L->frozen, L->act};
 	return g;
 }
 
@@ -442,13 +442,13 @@ static int fresh_bwd(dp_model *m, const layer *L, size_t n, float *dy, float *dx
 		dp_bnorm g = bnorm_geom(L, n);
 		const double *sums = NULL;
 		if (dx && bn_synced(m, L)) {
-			be->bnorm_bwd_sums(c, &g, L->x, L->aux, dy, m->sums);
+			be->bnorm_bwd_sums(c, &g, L->x, L->aux, L->act ? L->y : NULL, dy, m->sums);
 			int rc = sync_sums(m, m->sums, 2 * g.c, NULL, e);
 			if (rc < 0)
 				return rc;
 			sums = m->sums;
 		}
-		be->bnorm_bwd(c, &g, L->x, w, L->aux, sums, dy, dx, dw, db);
+		be->bnorm_bwd(c, &g, L->x, w, L->aux, sums, L->act ? L->y : NULL, dy, dx, dw, db);
 	}
 	return DP_OK;
 }
