@@ -412,14 +412,6 @@ int nn_folded(const dp_model *m, int i)
 	       B->in.rank == 3 && C->kind == DP_LAYER_CONV && C->frozen && C->uses == 1 && !C->act;
 }
 
-int nn_fold_act(const dp_model *m, int i)
-{
-	const layer *R = i + 1 < m->hi ? &m->l[i + 1] : NULL;
-	return R && R->kind == DP_LAYER_RELU && R->src == i && R->inplace && m->l[i].uses == 1
-		       ? DP_ACT_RELU
-		       : DP_ACT_NONE;
-}
-
 /* Shapes, parameters, and what each layer may compute in place. */
 static int plan(dp_model *m, dp_err *e)
 {
@@ -445,12 +437,15 @@ static int plan(dp_model *m, dp_err *e)
 		if (L->kind == DP_LAYER_AVGPOOL && (L->ph || L->pw))
 			return dp_seterr(e, DP_EARG, "model: layer %s (%s): avgpool takes no padding",
 					 L->name, L->text);
-		/* an activation right after a dense, conv or sum is computed by it;
-		 * after a batchnorm or pooling, in its output's memory */
+		/* an activation right after a dense, conv or sum is computed by it,
+		 * and a ReLU after a batchnorm (dp_bnorm.act); after a batchnorm or
+		 * pooling, others in its output's memory */
 		if (is_act(L->kind) && L->src == i - 1 && i > 0 && m->l[i - 1].uses == 1) {
 			layer *P = &m->l[i - 1];
 			if ((P->kind == DP_LAYER_DENSE || P->kind == DP_LAYER_CONV ||
-			     P->kind == DP_LAYER_ADD) && !P->act) {
+			     P->kind == DP_LAYER_ADD ||
+			     (P->kind == DP_LAYER_BATCHNORM && L->kind == DP_LAYER_RELU)) &&
+			    !P->act) {
 				P->act = act_of(L->kind);
 				L->fused = 1;
 			} else if (P->kind == DP_LAYER_BATCHNORM || P->kind == DP_LAYER_MAXPOOL ||

@@ -299,7 +299,8 @@ static void kept(const dp_model *m, const int *own, char *keep)
 			       L->kind == DP_LAYER_BATCHNORM))
 			keep[x] = 1;
 		if (own[i] >= 0 && (((L->kind == DP_LAYER_DENSE || L->kind == DP_LAYER_CONV ||
-				      L->kind == DP_LAYER_ADD) && L->act) ||
+				      L->kind == DP_LAYER_ADD || L->kind == DP_LAYER_BATCHNORM) &&
+				     L->act) ||
 				    (is_act(L->kind) && !L->fused)))
 			keep[own[i]] = 1;
 	}

@@ -7,15 +7,17 @@
  * Nothing numeric happens here beyond initial weights: every tensor
  * operation is a dp_backend call, so this file is the same for every
  * backend.  Plans made once per model:
- *  - an activation item right after dense or conv is computed by that
- *    layer (fused: one pass over its output while in cache); the item
- *    keeps its own index, so tensor names still follow the spec;
+ *  - an activation item right after dense, conv or a residual sum, and a
+ *    ReLU right after batchnorm, is computed by that layer (fused: one
+ *    pass over its output while in cache, its backward reading the
+ *    gradient masked); the item keeps its own index, so tensor names
+ *    still follow the spec;
  *  - flatten, fused activations, a final softmax, and dropout outside
  *    training are views of their input: no copy;
  *  - a frozen convolution followed by a frozen (evaluation-mode)
  *    batchnorm that no backward pass goes through is one convolution
  *    with the batchnorm folded into its weights and bias (fold_conv), and
- *    a ReLU in place after them its activation (nn_folded);
+ *    the batchnorm's fused ReLU its activation (nn_folded);
  *  - the backward pass stops at the first layer with parameters (no
  *    input gradient is ever computed for the data), and passes gradients
  *    between two buffers, elementwise layers working in place.
@@ -246,7 +248,7 @@ int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int 
 			int rc = fold_conv(m, i, &w, &b, e);
 			if (rc < 0)
 				return rc;
-			act = nn_fold_act(m, i + 1);
+			act = m->l[i + 1].act;
 		}
 		be->conv_fwd(c, &g, cur, w, b, y, act, m->ws);
 		break;
@@ -272,9 +274,8 @@ int nn_layer_fwd(dp_model *m, int i, size_t n, int train, const dp_pass *p, int 
 	case DP_LAYER_RELU:
 	case DP_LAYER_TANH:
 	case DP_LAYER_SIGMOID:
-		if (L->fused || (L->src >= m->lo && nn_folded(m, L->src) &&
-				 nn_fold_act(m, L->src) == act_of(L->kind)))
-			y = (float *)cur; /* done by the layer before, or the folded convolution */
+		if (L->fused)
+			y = (float *)cur; /* done by the layer before (a folded convolution too) */
 		else if (L->inplace)
 			be->act_fwd(c, act_of(L->kind), n * (size_t)isz, cur, y = (float *)cur);
 		else

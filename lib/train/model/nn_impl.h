@@ -171,11 +171,9 @@ void nn_plan_grads(dp_model *m);
  * forward pass: both frozen, the batchnorm in evaluation mode, no
  * backward pass through them, the convolution's output read by it alone,
  * both in the stage, a backend with bnorm_fold)?  Then the convolution
- * writes the batchnorm's output, which is a view of it.  nn_fold_act: the
- * activation the convolution applies too (a ReLU in place after the
- * batchnorm i, which then has nothing left to do), else DP_ACT_NONE. */
+ * writes the batchnorm's output, which is a view of it, and applies the
+ * batchnorm's fused activation (its act) too. */
 int nn_folded(const dp_model *m, int i);
-int nn_fold_act(const dp_model *m, int i);
 
 /* ---- memory.c ---- */
 void nn_unbind(dp_model *m);

@@ -49,8 +49,9 @@ double dp_model_layer_cost(const dp_model *m, int i)
 	case DP_LAYER_FLATTEN:
 	case DP_LAYER_SOFTMAX:
 		return 0;
-	default: /* activations (none when fused), dropout, sums */
-		return L->fused ? 0 : 2 * out;
+	default: /* activations (none when fused, but a batchnorm's ReLU: the
+		  * mask its backward pass reads), dropout, sums */
+		return !L->fused ? 2 * out : m->l[L->src].kind == DP_LAYER_BATCHNORM ? out : 0;
 	}
 }
 
