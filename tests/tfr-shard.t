@@ -133,6 +133,12 @@ same_file o1.tfr a.tfr "-o -: one output to stdout"
 tfr-shard a.tfr >o2.tfr 2>o2.err
 same_file o2.tfr a.tfr "no -o: one output to stdout"
 like "$(cat o2.err)" "file=- shard=0 records=10" "summary names stdout '-'"
+esc=$(printf 'e\033[31mx y')
+run tfr-shard -o "$esc" a.tfr
+same_file "$esc" a.tfr "an output named with a terminal control and a space"
+like "$err" 'file="e\\u001b\[31mx y" shard=0 records=10' \
+	"...is named in the summary quoted, its control escaped (it cannot rewrite the terminal)"
+unlike "$err" "$(printf '\033')" "...no control character reaches stderr"
 run tfr-shard -n 2 -o - a.tfr
 is "$rc" 2 "-o - with two outputs: usage error"
 run tfr-shard -n 2 a.tfr

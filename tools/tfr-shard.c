@@ -947,7 +947,9 @@ static void run(void)
 
 /* ---- summary ----------------------------------------------------------- */
 
-/* logfmt value: bare when safe, else quoted. */
+/* logfmt value: bare when safe, else quoted as a JSON string is (a control
+ * character in a file or split name escaped: it cannot rewrite the
+ * terminal nor split the line). */
 static void put_value(const char *v)
 {
 	int bare = *v != 0;
@@ -958,16 +960,11 @@ static void put_value(const char *v)
 		fputs(v, stderr);
 		return;
 	}
-	fputc('"', stderr);
-	for (const char *p = v; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fputc('\\', stderr);
-		if (*p == '\n')
-			fputs("\\n", stderr);
-		else
-			fputc(*p, stderr);
-	}
-	fputc('"', stderr);
+	dp_buf b = DP_BUF_INIT;
+	if (dp_buf_json_str(&b, v, strlen(v), 0) < 0)
+		cli_die("out of memory");
+	fwrite(b.p, 1, b.len, stderr);
+	dp_buf_free(&b);
 }
 
 static void summary(double secs)
@@ -981,8 +978,10 @@ static void summary(double secs)
 			struct output *o = &sp->sh[k];
 			fputs("file=", stderr);
 			put_value(o->name);
-			if (sp->name)
-				fprintf(stderr, " split=%s", sp->name);
+			if (sp->name) {
+				fputs(" split=", stderr);
+				put_value(sp->name);
+			}
 			fprintf(stderr,
 				" shard=%" PRIu64 " records=%" PRIu64 " bytes=%" PRIu64 " file_bytes=%" PRIu64
 				"\n",
@@ -990,11 +989,13 @@ static void summary(double secs)
 				o->out_bytes);
 			nout++;
 		}
-		if (sp->name)
+		if (sp->name) {
+			fputs("split=", stderr);
+			put_value(sp->name);
 			fprintf(stderr,
-				"split=%s shards=%zu records=%" PRIu64 " bytes=%" PRIu64 " dropped=%" PRIu64
-				"\n",
-				sp->name, sp->nsh, sp->written, sp->bytes, sp->dropped);
+				" shards=%zu records=%" PRIu64 " bytes=%" PRIu64 " dropped=%" PRIu64 "\n",
+				sp->nsh, sp->written, sp->bytes, sp->dropped);
+		}
 		rec += sp->written;
 		bytes += sp->bytes;
 		dropped += sp->dropped;

@@ -142,6 +142,29 @@ double s3_backoff(const dp_s3 *s, int attempt)
 	return d / 2 + d / 2 * (double)(jitter_next() >> 11) / (double)(1ull << 53);
 }
 
+double s3_retry_at(const dp_s3 *s, int k, int *attempts, double *retry_at)
+{
+	if (k == S3_AGAIN) {
+		*retry_at = dp_now();
+		return 0;
+	}
+	if (k != S3_RETRY || *attempts >= s->conf.retries)
+		return -1;
+	double w = s3_backoff(s, ++*attempts);
+	*retry_at = dp_now() + w;
+	return w;
+}
+
+int s3_gave_up(dp_err *e, int attempts)
+{
+	if (e) {
+		e->code = DP_ETRANSFER;
+		size_t l = strlen(e->msg);
+		snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)", attempts);
+	}
+	return DP_ETRANSFER;
+}
+
 int s3_sleep(dp_s3 *s, double secs)
 {
 	double end = dp_now() + secs;
@@ -802,15 +825,8 @@ int s3_perform(dp_s3 *s, s3_call *c, const char *what, dp_err *e)
 			continue;
 		}
 		rc = s3_call_error(s, c, what, e);
-		if (k == S3_RETRY) {
-			rc = DP_ETRANSFER;
-			if (e) {
-				e->code = rc;
-				size_t l = strlen(e->msg);
-				snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)",
-					 attempt + 1);
-			}
-		}
+		if (k == S3_RETRY)
+			rc = s3_gave_up(e, attempt + 1);
 		break;
 	}
 	free(own);

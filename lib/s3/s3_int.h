@@ -272,6 +272,15 @@ static inline int s3_retry_due(double at, double now, double *wake)
 /* Seconds to wait before retry number attempt (1, 2, ...): half of it fixed,
  * half random (a generator per thread: any thread may call it). */
 double s3_backoff(const dp_s3 *s, int attempt);
+/* When a request of the transfer engines that ended k goes again
+ * (*retry_at): at once when sent on to the bucket's region (S3_AGAIN),
+ * after a backoff when it failed in a way that may pass (S3_RETRY) with
+ * retries left, *attempts counting them.  Returns the wait in seconds,
+ * -1 for no more tries. */
+double s3_retry_at(const dp_s3 *s, int k, int *attempts, double *retry_at);
+/* A request that failed attempts times and may not go again: DP_ETRANSFER,
+ * e's message (that of s3_call_error) saying so. */
+int s3_gave_up(dp_err *e, int attempts);
 /* Log a line through conf.log (printf-style). */
 #define s3_log(s, ...) dp_msgf((s)->conf.log, (s)->conf.log_ctx, __VA_ARGS__)
 /* Sleep up to secs, returning early (-1) when cancelled. */
@@ -279,7 +288,10 @@ int s3_sleep(dp_s3 *s, double secs);
 /* HEAD an object: size, etag, mtime. */
 int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e);
 
-/* ---- Local files (s3objs.c) ---------------------------------------------------------- */
+/* ---- Object lists and local files (s3objs.c) ----------------------------------------- */
+/* Free the bucket and key that dp_objs_add copied into o: for an entry
+ * dropped from a list. */
+void s3_obj_clear(dp_obj *o);
 int s3_file_stat(const char *path, dp_obj *o, dp_err *e);
 /* After a system call on the local path failed: dp_syserr's message, and
  * the code DP_ENOTFOUND when it (or a directory on its way) is missing,

@@ -387,23 +387,19 @@ int s3_get_finish_xfer(getter *g, xfer *x, CURLcode cc, dp_err *e)
 		maybe_free(g, x);
 		return DP_OK;
 	}
-	if (k == S3_AGAIN) { /* to the bucket's region, at once */
-		x->retry_at = dp_now();
-		s3_call_clean(c);
-		return DP_OK;
-	}
-	if (k == S3_RETRY && x->attempts < g->s->conf.retries) {
-		x->attempts++;
-		double w = s3_backoff(g->s, x->attempts);
-		x->retry_at = dp_now() + w;
-		g->nretry++;
-		s3_log(g->s, "retry=%d op=GET url=%s error=\"%s\" resume_at=%" PRIu64 " wait_ms=%.0f",
-		       x->attempts, name,
-		       c->curl_err[0] ? c->curl_err
-		       : c->code[0]   ? c->code
-		       : cc           ? curl_easy_strerror(cc)
-				      : "HTTP error",
-		       rcv(x), w * 1000);
+	double w = s3_retry_at(g->s, k, &x->attempts, &x->retry_at);
+	if (w >= 0) {
+		if (k == S3_RETRY) {
+			g->nretry++;
+			s3_log(g->s,
+			       "retry=%d op=GET url=%s error=\"%s\" resume_at=%" PRIu64 " wait_ms=%.0f",
+			       x->attempts, name,
+			       c->curl_err[0] ? c->curl_err
+			       : c->code[0]   ? c->code
+			       : cc           ? curl_easy_strerror(cc)
+					      : "HTTP error",
+			       rcv(x), w * 1000);
+		}
 		s3_call_clean(c);
 		return DP_OK;
 	}
@@ -411,11 +407,8 @@ int s3_get_finish_xfer(getter *g, xfer *x, CURLcode cc, dp_err *e)
 	if (c->status == 412 && e) {
 		rc = dp_seterr(e, DP_EDATA, "%s: the object changed while being read (If-Match %s "
 			       "failed)", name, g->objs->v[x->obj].etag);
-	} else if (k == S3_RETRY && e) {
-		rc = e->code = DP_ETRANSFER;
-		size_t l = strlen(e->msg);
-		snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)",
-			 x->attempts + 1);
+	} else if (k == S3_RETRY) {
+		rc = s3_gave_up(e, x->attempts + 1);
 	}
 	s3_call_clean(c);
 	return rc;
@@ -534,19 +527,15 @@ int s3_get_finish_head(getter *g, hslot *h, CURLcode cc, dp_err *e)
 		h->h = NULL;
 		return DP_OK;
 	}
-	if (k == S3_AGAIN) { /* to the bucket's region, at once */
-		h->retry_at = dp_now();
-		s3_call_clean(&h->call);
-		return DP_OK;
-	}
-	if (k == S3_RETRY && h->attempts < g->s->conf.retries) {
-		h->attempts++;
-		double w = s3_backoff(g->s, h->attempts);
-		h->retry_at = dp_now() + w;
-		g->nretry++;
-		s3_log(g->s, "retry=%d op=HEAD url=%s error=\"%s\" wait_ms=%.0f", h->attempts, name,
-		       h->call.code[0] ? h->call.code : cc ? curl_easy_strerror(cc) : "HTTP error",
-		       w * 1000);
+	double w = s3_retry_at(g->s, k, &h->attempts, &h->retry_at);
+	if (w >= 0) {
+		if (k == S3_RETRY) {
+			g->nretry++;
+			s3_log(g->s, "retry=%d op=HEAD url=%s error=\"%s\" wait_ms=%.0f", h->attempts,
+			       name,
+			       h->call.code[0] ? h->call.code : cc ? curl_easy_strerror(cc) : "HTTP error",
+			       w * 1000);
+		}
 		s3_call_clean(&h->call);
 		return DP_OK;
 	}
@@ -555,12 +544,8 @@ int s3_get_finish_head(getter *g, hslot *h, CURLcode cc, dp_err *e)
 		rc = head_error(g, h->obj, e);
 	} else {
 		rc = s3_call_error(g->s, &h->call, name, e);
-		if (k == S3_RETRY && e) {
-			rc = e->code = DP_ETRANSFER;
-			size_t l = strlen(e->msg);
-			snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)",
-				 h->attempts + 1);
-		}
+		if (k == S3_RETRY)
+			rc = s3_gave_up(e, h->attempts + 1);
 	}
 	s3_call_clean(&h->call);
 	return rc;

@@ -111,12 +111,17 @@ int dp_objs_add(dp_objs *l, const dp_obj *o, dp_err *e)
 	return DP_OK;
 }
 
+void s3_obj_clear(dp_obj *o)
+{
+	free(o->bucket);
+	free(o->key);
+	o->bucket = o->key = NULL;
+}
+
 void dp_objs_free(dp_objs *l)
 {
-	for (size_t i = 0; i < l->n; i++) {
-		free(l->v[i].bucket);
-		free(l->v[i].key);
-	}
+	for (size_t i = 0; i < l->n; i++)
+		s3_obj_clear(&l->v[i]);
 	free(l->v);
 	memset(l, 0, sizeof *l);
 }
@@ -139,12 +144,10 @@ void dp_objs_shard(dp_objs *l, int index, int count)
 		return;
 	size_t k = 0;
 	for (size_t i = 0; i < l->n; i++) {
-		if ((int)(i % (size_t)count) == index) {
+		if ((int)(i % (size_t)count) == index)
 			l->v[k++] = l->v[i];
-		} else {
-			free(l->v[i].bucket);
-			free(l->v[i].key);
-		}
+		else
+			s3_obj_clear(&l->v[i]);
 	}
 	l->n = k;
 }

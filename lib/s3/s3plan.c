@@ -68,12 +68,10 @@ void dp_s3_filters_apply(const dp_s3_filters *f, dp_objs *objs, size_t from, con
 		return;
 	size_t k = from;
 	for (size_t i = from; i < objs->n; i++) {
-		if (dp_s3_filters_keep(f, dp_s3_rel_name(objs->v[i].key, base))) {
+		if (dp_s3_filters_keep(f, dp_s3_rel_name(objs->v[i].key, base)))
 			objs->v[k++] = objs->v[i];
-		} else {
-			free(objs->v[i].bucket);
-			free(objs->v[i].key);
-		}
+		else
+			s3_obj_clear(&objs->v[i]);
 	}
 	objs->n = k;
 }

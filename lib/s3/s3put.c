@@ -636,35 +636,24 @@ static int part_done(putter *u, ubuf *b, CURLcode cc, dp_err *e)
 	}
 	if (k == S3_FAIL && b->call.stopped == S3_STOP_CANCEL) /* as upload_parts says it */
 		return dp_seterr(e, DP_EIO, "%s: interrupted", u->what);
-	if (k == S3_AGAIN) { /* to the bucket's region, at once */
-		b->retry_at = dp_now();
-		s3_call_clean(&b->call);
-		return DP_OK;
-	}
-	if (k == S3_RETRY && b->attempts < s->conf.retries) {
-		b->attempts++;
-		double w = s3_backoff(s, b->attempts);
-		b->retry_at = dp_now() + w;
-		s->nretry++;
-		s3_log(s, "retry=%d op=PUT url=%s part=%d error=\"%s\" wait_ms=%.0f", b->attempts,
-		       u->what, b->partno,
-		       b->call.code[0] ? b->call.code
-		       : b->call.cc    ? curl_easy_strerror(b->call.cc)
-				       : "HTTP error",
-		       w * 1000);
+	double w = s3_retry_at(s, k, &b->attempts, &b->retry_at);
+	if (w >= 0) {
+		if (k == S3_RETRY) {
+			s->nretry++;
+			s3_log(s, "retry=%d op=PUT url=%s part=%d error=\"%s\" wait_ms=%.0f",
+			       b->attempts, u->what, b->partno,
+			       b->call.code[0] ? b->call.code
+			       : b->call.cc    ? curl_easy_strerror(b->call.cc)
+					       : "HTTP error",
+			       w * 1000);
+		}
 		s3_call_clean(&b->call);
 		return DP_OK;
 	}
 	char what[1200];
 	snprintf(what, sizeof what, "%s: part %d", u->what, b->partno);
 	int rc = s3_call_error(s, &b->call, what, e);
-	if (k == S3_RETRY && e) {
-		rc = e->code = DP_ETRANSFER;
-		size_t l = strlen(e->msg);
-		snprintf(e->msg + l, sizeof e->msg - l, " (gave up after %d attempts)",
-			 b->attempts + 1);
-	}
-	return rc;
+	return k == S3_RETRY ? s3_gave_up(e, b->attempts + 1) : rc;
 }
 
 /* Move the transfers on: collect the finished ones (*moved), start the
