@@ -428,16 +428,32 @@ typedef struct gemm_conv_job {
 	const float *x, *b, *dy;
 	float *col, *t, *y, *dx;
 	int act;
+	int ckk;   /* the columns' rows: c kh kw */
+	size_t ld; /* their columns: n oh ow */
 } gemm_conv_job;
 
-/* col (ckk, n ohw): every sample's columns side by side, samples lo..hi */
+/* j's columns in the workspace ws: col (ckk, n ohw), then t (k, n ohw). */
+static void gemm_place(gemm_conv_job *j, void *ws)
+{
+	const dp_conv2d *g = j->g;
+	j->ckk = g->c * g->kh * g->kw;
+	j->ld = (size_t)g->n * g->oh * g->ow;
+	j->col = ws;
+	j->t = j->col + (size_t)j->ckk * j->ld;
+}
+
+/* Samples lo..hi of col (ckk, n ohw), every sample's columns side by
+ * side: from x, or (j->dx given) summed back into dx. */
 static void batch_cols_part(void *a, size_t lo, size_t hi)
 {
 	const gemm_conv_job *j = a;
 	const dp_conv2d *g = j->g;
-	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
+	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow;
 	for (size_t s = lo; s < hi; s++)
-		im2col(g, j->x + s * xs, j->col + s * ohw, ld);
+		if (j->dx)
+			col2im(g, j->col + s * ohw, j->dx + s * xs, j->ld);
+		else
+			im2col(g, j->x + s * xs, j->col + s * ohw, j->ld);
 }
 
 /* t (k, n ohw) from dy (n, k, ohw), samples lo..hi */
@@ -465,16 +481,6 @@ static void scatter_k_part(void *a, size_t lo, size_t hi)
 			if (j->b || j->act)
 				cpu_bias_act(yr, ohw, j->b ? j->b[k] : 0.0f, j->act);
 		}
-}
-
-/* dx samples lo..hi from dcol (in col) */
-static void col2im_part(void *a, size_t lo, size_t hi)
-{
-	const gemm_conv_job *j = a;
-	const dp_conv2d *g = j->g;
-	size_t xs = (size_t)g->c * g->h * g->w, ohw = (size_t)g->oh * g->ow, ld = g->n * ohw;
-	for (size_t s = lo; s < hi; s++)
-		col2im(g, j->col + s * ohw, j->dx + s * xs, ld);
 }
 
 /* ---- the dense map (dense_fits): rows r = (k, o), o = (oy, ox), columns
@@ -572,56 +578,57 @@ static void dense_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const fl
 	cpu_par_range(ctx, (size_t)g->k, 1, dense_map_part, &j);
 }
 
+static void batch_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+		      const float *b, float *y, int act, void *ws)
+{
+	gemm_conv_job j = {.g = g, .x = x, .b = b, .y = y, .act = act};
+	gemm_place(&j, ws);
+	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
+	/* t (k, n ohw) = w (k, ckk) col (ckk, n ohw) */
+	cpu_sgemm(ctx, CblasNoTrans, CblasNoTrans, g->k, (int)j.ld, j.ckk, 1.0f, w, j.ckk, j.col,
+		  (int)j.ld, 0.0f, j.t, (int)j.ld);
+	cpu_par_range(ctx, (size_t)g->n, 1, scatter_k_part, &j);
+}
+
+static void batch_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy,
+		     float *dw, void *ws)
+{
+	gemm_conv_job j = {.g = g, .x = x, .dy = dy};
+	gemm_place(&j, ws);
+	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
+	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
+	/* dw (k, ckk) = t (k, n ohw) col^T (n ohw, ckk) */
+	cpu_sgemm(ctx, CblasNoTrans, CblasTrans, g->k, j.ckk, (int)j.ld, 1.0f, j.t, (int)j.ld, j.col,
+		  (int)j.ld, 0.0f, dw, j.ckk);
+}
+
+static void batch_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w,
+		     float *dx, void *ws)
+{
+	gemm_conv_job j = {.g = g, .dy = dy, .dx = dx};
+	gemm_place(&j, ws);
+	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
+	/* dcol (ckk, n ohw) = w^T (ckk, k) t (k, n ohw) */
+	cpu_sgemm(ctx, CblasTrans, CblasNoTrans, j.ckk, (int)j.ld, g->k, 1.0f, w, j.ckk, j.t,
+		  (int)j.ld, 0.0f, j.col, (int)j.ld);
+	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
+}
+
+/* gemm: the dense map where it fits, else the batch's columns. */
 void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
 		  const float *b, float *y, int act, void *ws)
 {
-	if (dense_fits(g)) {
-		dense_fwd(ctx, g, x, w, b, y, act, ws);
-		return;
-	}
-	int ckk = g->c * g->kh * g->kw;
-	size_t ld = (size_t)g->n * g->oh * g->ow;
-	gemm_conv_job j = {.g = g, .x = x, .b = b, .y = y, .act = act, .col = ws};
-	j.t = j.col + (size_t)ckk * ld;
-	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
-	/* t (k, n ohw) = w (k, ckk) col (ckk, n ohw) */
-	cpu_sgemm(ctx, CblasNoTrans, CblasNoTrans, g->k, (int)ld, ckk, 1.0f, w, ckk, j.col, (int)ld,
-		  0.0f, j.t, (int)ld);
-	cpu_par_range(ctx, (size_t)g->n, 1, scatter_k_part, &j);
+	(dense_fits(g) ? dense_fwd : batch_fwd)(ctx, g, x, w, b, y, act, ws);
 }
 
 void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
 		 void *ws)
 {
-	if (dense_fits(g)) {
-		dense_dw(ctx, g, x, dy, dw, ws);
-		return;
-	}
-	int ckk = g->c * g->kh * g->kw;
-	size_t ld = (size_t)g->n * g->oh * g->ow;
-	gemm_conv_job j = {.g = g, .x = x, .dy = dy, .col = ws};
-	j.t = j.col + (size_t)ckk * ld;
-	cpu_par_range(ctx, (size_t)g->n, 1, batch_cols_part, &j);
-	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
-	/* dw (k, ckk) = t (k, n ohw) col^T (n ohw, ckk) */
-	cpu_sgemm(ctx, CblasNoTrans, CblasTrans, g->k, ckk, (int)ld, 1.0f, j.t, (int)ld, j.col,
-		  (int)ld, 0.0f, dw, ckk);
+	(dense_fits(g) ? dense_dw : batch_dw)(ctx, g, x, dy, dw, ws);
 }
 
 void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
 		 void *ws)
 {
-	if (dense_fits(g)) {
-		dense_dx(ctx, g, dy, w, dx, ws);
-		return;
-	}
-	int ckk = g->c * g->kh * g->kw;
-	size_t ld = (size_t)g->n * g->oh * g->ow;
-	gemm_conv_job j = {.g = g, .dy = dy, .dx = dx, .col = ws};
-	j.t = j.col + (size_t)ckk * ld;
-	cpu_par_range(ctx, (size_t)g->n, 1, gather_k_part, &j);
-	/* dcol (ckk, n ohw) = w^T (ckk, k) t (k, n ohw) */
-	cpu_sgemm(ctx, CblasTrans, CblasNoTrans, ckk, (int)ld, g->k, 1.0f, w, ckk, j.t, (int)ld, 0.0f,
-		  j.col, (int)ld);
-	cpu_par_range(ctx, (size_t)g->n, 1, col2im_part, &j);
+	(dense_fits(g) ? dense_dx : batch_dx)(ctx, g, dy, w, dx, ws);
 }

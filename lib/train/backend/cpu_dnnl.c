@@ -84,12 +84,11 @@ int cpu_dnnl_open(dp_bectx *c, dp_err *e)
 	return DP_OK;
 }
 
+/* oneDNN's destroy functions take NULL, as free does. */
 void cpu_dnnl_close(dp_bectx *c)
 {
-	if (c->dn_stream)
-		dnnl_stream_destroy(c->dn_stream);
-	if (c->dn_engine)
-		dnnl_engine_destroy(c->dn_engine);
+	dnnl_stream_destroy(c->dn_stream);
+	dnnl_engine_destroy(c->dn_engine);
 }
 
 /* "oneDNN 2.6.3 (avx512_core_amx)": the library and (isa) the instructions
@@ -129,21 +128,16 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void pass_free(dn_pass *p)
 {
-	if (p->conv)
-		dnnl_primitive_destroy(p->conv);
+	dnnl_primitive_destroy(p->conv);
 	for (int i = 0; i < 3; i++) {
 		dn_operand *o = &p->op[i];
-		if (o->reorder)
-			dnnl_primitive_destroy(o->reorder);
-		if (o->mem && o->mem != o->plain)
+		dnnl_primitive_destroy(o->reorder);
+		if (o->mem != o->plain)
 			dnnl_memory_destroy(o->mem);
-		if (o->plain)
-			dnnl_memory_destroy(o->plain);
+		dnnl_memory_destroy(o->plain);
 	}
-	if (p->bias)
-		dnnl_memory_destroy(p->bias);
-	if (p->scratch)
-		dnnl_memory_destroy(p->scratch);
+	dnnl_memory_destroy(p->bias);
+	dnnl_memory_destroy(p->scratch);
 	memset(p, 0, sizeof *p);
 }
 
@@ -170,13 +164,14 @@ static int operand(dp_bectx *c, dn_operand *o, int arg, const dnnl_memory_desc_t
 	return s == dnnl_success ? 0 : -1;
 }
 
-/* Pass p from its primitive descriptor: operands (in, in, out) by query
- * and argument, their plain layouts given. */
-static int pass_make(dp_bectx *c, dn_pass *p, dnnl_primitive_desc_t pd, const int q[3],
-		     const int arg[3], const dnnl_memory_desc_t *plain[3])
+/* Pass p from its primitive descriptor: operands (in, in, out) by
+ * argument, their plain layouts given. */
+static int pass_make(dp_bectx *c, dn_pass *p, dnnl_primitive_desc_t pd, const int arg[3],
+		     const dnnl_memory_desc_t *plain[3])
 {
 	for (int i = 0; i < 3; i++) {
-		const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, (dnnl_query_t)q[i], 0);
+		const dnnl_memory_desc_t *md =
+			dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg[i]);
 		if (!md || operand(c, &p->op[i], arg[i], plain[i], md, i == 2) < 0)
 			return -1;
 	}
@@ -259,10 +254,8 @@ static dnnl_primitive_desc_t fwd_pd(dp_bectx *c, const dn_descs *d, int act)
 	if (dnnl_primitive_desc_create(&pd, &cd, attr, c->dn_engine, NULL) != dnnl_success)
 		pd = NULL;
 out:
-	if (po)
-		dnnl_post_ops_destroy(po);
-	if (attr)
-		dnnl_primitive_attr_destroy(attr);
+	dnnl_post_ops_destroy(po);
+	dnnl_primitive_attr_destroy(attr);
 	return pd;
 }
 
@@ -272,11 +265,10 @@ static int fwd_make(dp_bectx *c, cpu_dnnl *d, const dn_descs *ds, int act)
 	dnnl_primitive_desc_t pd = fwd_pd(c, ds, act);
 	if (!pd)
 		return -1;
-	static const int q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
 	static const int arg[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
 	const dnnl_memory_desc_t *plain[3] = {&ds->x, &ds->w, &ds->y};
 	dn_pass *p = &d->fwd[act];
-	int rc = pass_make(c, p, pd, q, arg, plain);
+	int rc = pass_make(c, p, pd, arg, plain);
 	dnnl_primitive_desc_destroy(pd);
 	if (rc == 0 && dnnl_memory_create(&p->bias, &ds->b, c->dn_engine, DNNL_MEMORY_NONE) !=
 			       dnnl_success)
@@ -286,54 +278,40 @@ static int fwd_make(dp_bectx *c, cpu_dnnl *d, const dn_descs *ds, int act)
 	return rc;
 }
 
-/* The backward passes, with the forward's descriptor as their hint. */
+/* The backward passes, with the forward's descriptor as their hint: data,
+ * dy (diff_dst) and w -> dx (diff_src); filters, x (src) and dy
+ * (diff_dst) -> dw (diff_weights), no bias. */
 static int bwd_make(dp_bectx *c, cpu_dnnl *d, const dn_descs *ds)
 {
-	dnnl_primitive_desc_t hint = fwd_pd(c, ds, 0), pd = NULL;
+	static const int arg[2][3] = {{DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+				      {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+	const dnnl_memory_desc_t *plain[2][3] = {{&ds->y, &ds->w, &ds->x}, {&ds->x, &ds->y, &ds->w}};
+	dn_pass *pass[2] = {&d->dx, &d->dw};
+	dnnl_primitive_desc_t hint = fwd_pd(c, ds, 0);
 	dnnl_primitive_attr_t attr = NULL;
-	dnnl_convolution_desc_t cd;
+	dnnl_convolution_desc_t cd[2];
 	int rc = -1;
 	if (!hint || dnnl_primitive_attr_create(&attr) != dnnl_success ||
-	    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success)
-		goto out;
-	/* data: dy (diff_dst), w -> dx (diff_src) */
-	if (dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &ds->xa, &ds->wa,
-						     &ds->ya, ds->stride, ds->pl,
+	    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+	    dnnl_convolution_backward_data_desc_init(&cd[0], dnnl_convolution_direct, &ds->xa,
+						     &ds->wa, &ds->ya, ds->stride, ds->pl,
 						     ds->pr) != dnnl_success ||
-	    dnnl_primitive_desc_create(&pd, &cd, attr, c->dn_engine, hint) != dnnl_success)
-		goto out;
-	{
-		static const int q[3] = {dnnl_query_diff_dst_md, dnnl_query_weights_md,
-					 dnnl_query_diff_src_md};
-		static const int arg[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-		const dnnl_memory_desc_t *plain[3] = {&ds->y, &ds->w, &ds->x};
-		if (pass_make(c, &d->dx, pd, q, arg, plain) < 0)
-			goto out;
-	}
-	dnnl_primitive_desc_destroy(pd);
-	pd = NULL;
-	/* filters: x (src), dy (diff_dst) -> dw (diff_weights); no bias */
-	if (dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &ds->xa,
+	    dnnl_convolution_backward_weights_desc_init(&cd[1], dnnl_convolution_direct, &ds->xa,
 							&ds->wa, NULL, &ds->ya, ds->stride, ds->pl,
-							ds->pr) != dnnl_success ||
-	    dnnl_primitive_desc_create(&pd, &cd, attr, c->dn_engine, hint) != dnnl_success)
+							ds->pr) != dnnl_success)
 		goto out;
-	{
-		static const int q[3] = {dnnl_query_src_md, dnnl_query_diff_dst_md,
-					 dnnl_query_diff_weights_md};
-		static const int arg[3] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-		const dnnl_memory_desc_t *plain[3] = {&ds->x, &ds->y, &ds->w};
-		if (pass_make(c, &d->dw, pd, q, arg, plain) < 0)
-			goto out;
-	}
-	rc = 0;
-out:
-	if (pd)
+	for (int i = 0; i < 2; i++) {
+		dnnl_primitive_desc_t pd = NULL;
+		rc = dnnl_primitive_desc_create(&pd, &cd[i], attr, c->dn_engine, hint) == dnnl_success
+			     ? pass_make(c, pass[i], pd, arg[i], plain[i])
+			     : -1;
 		dnnl_primitive_desc_destroy(pd);
-	if (hint)
-		dnnl_primitive_desc_destroy(hint);
-	if (attr)
-		dnnl_primitive_attr_destroy(attr);
+		if (rc < 0)
+			break;
+	}
+out:
+	dnnl_primitive_desc_destroy(hint);
+	dnnl_primitive_attr_destroy(attr);
 	return rc;
 }
 

@@ -102,42 +102,35 @@ int cpu_conv_explain(dp_bectx *c, const dp_conv2d *g, char *buf, size_t len);
 int cpu_conv_impl_parse(const char *s);
 const char *cpu_conv_impl_name(int impl);
 
-/* ---- cpu_conv.c: im2col (a GEMM a sample) and gemm (one over the batch) ----
+/* ---- the convolutions' implementations (cpu_conv.c, cpu_wino.c) ----
  * x (n, c, h, w), w (k, c, kh, kw), y and dy (n, k, oh, ow); fwd: y =
  * act(conv(x, w) + b) (b may be NULL); dw, dx: the filter and input
  * gradients of dy (its activation's derivative applied), overwritten;
  * ws: the workspace of *_ws bytes. */
+typedef void cpu_fwd_fn(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
+			const float *b, float *y, int act, void *ws);
+typedef void cpu_dw_fn(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy,
+		       float *dw, void *ws);
+typedef void cpu_dx_fn(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w,
+		       float *dx, void *ws);
+cpu_fwd_fn cpu_im2col_fwd, cpu_gemm_fwd, cpu_pw_fwd, cpu_wino_fwd;
+cpu_dw_fn cpu_im2col_dw, cpu_gemm_dw, cpu_pw_dw, cpu_wino_dw;
+cpu_dx_fn cpu_im2col_dx, cpu_gemm_dx, cpu_pw_dx, cpu_wino_dx;
+
+/* cpu_conv.c: im2col (a GEMM a sample) and gemm (one over the batch) */
 size_t cpu_im2col_ws(const dp_bectx *ctx, const dp_conv2d *g, int pass);
-void cpu_im2col_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
-		    const float *b, float *y, int act, void *ws);
-void cpu_im2col_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
-		   void *ws);
-void cpu_im2col_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
-		   void *ws);
 int cpu_gemm_fits(const dp_conv2d *g);
 size_t cpu_gemm_ws(const dp_conv2d *g);
-void cpu_gemm_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w,
-		  const float *b, float *y, int act, void *ws);
-void cpu_gemm_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
-		 void *ws);
-void cpu_gemm_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
-		 void *ws);
 /* pointwise: im2col's loops for 1x1 kernels (stride 1: x is the columns;
  * stride 2: a strided gather, the sample's columns) with oneDNN's SGEMM;
  * fits only in a build with oneDNN; its workspace is im2col's. */
 int cpu_pw_fits(const dp_conv2d *g);
-void cpu_pw_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		float *y, int act, void *ws);
-void cpu_pw_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
-	       void *ws);
-void cpu_pw_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
-	       void *ws);
 
 /* ---- cpu_dnnl.c: oneDNN's convolutions (nothing without DP_WITH_DNNL) ----
  * open: its engine and stream; version: "oneDNN 2.6.3", with isa_too
  * "oneDNN 2.6.3 (avx512_core)", NULL when not built in; make: a shape's primitives (NULL where oneDNN does not
  * take the shape); ws: the most workspace a pass takes; the passes as
- * cpu_conv.c's.  A failure of the library is kept in ctx->fail. */
+ * above (on d's shape).  A failure of the library is kept in ctx->fail. */
 int cpu_dnnl_open(dp_bectx *c, dp_err *e);
 void cpu_dnnl_close(dp_bectx *c);
 const char *cpu_dnnl_version(int isa_too);
@@ -156,16 +149,9 @@ void cpu_dnnl_sgemm(dp_bectx *c, int whole, enum CBLAS_TRANSPOSE ta, enum CBLAS_
 
 /* ---- cpu_wino.c: 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) ----
  * fits: whether layer g takes it; ws: the workspace it needs (forward and
- * filter gradient: backward 0; input gradient: backward 1); fwd: y =
- * act(conv(x, w) + b); dx: the input gradient of dy; dw: the filter
- * gradient. */
+ * filter gradient: backward 0; input gradient: backward 1); the passes
+ * above. */
 int cpu_wino_fits(const dp_conv2d *g);
 size_t cpu_wino_ws(const dp_bectx *ctx, const dp_conv2d *g, int backward);
-void cpu_wino_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		  int act, float *y, void *ws);
-void cpu_wino_dx(dp_bectx *ctx, const dp_conv2d *g, const float *dy, const float *w, float *dx,
-		 void *ws);
-void cpu_wino_dw(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *dy, float *dw,
-		 void *ws);
 
 #endif

@@ -181,61 +181,45 @@ static float *rand_buf(size_t n, uint64_t seed)
 	return p;
 }
 
-typedef struct bench {
-	float *x, *w, *y, *dy, *dx, *dw;
+/* A convolution's buffers, for any of its passes (cpu_impl.h); b and act
+ * are the forward pass's (NULL and 0 in the timings). */
+typedef struct conv_bufs {
+	const float *x, *w, *b, *dy;
+	float *y, *dx, *dw;
+	int act;
 	void *ws;
-} bench;
+} conv_bufs;
 
-static void run_pass(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
+/* The passes of each implementation but onednn's, which run on the
+ * shape's primitives (p->dn). */
+static const struct {
+	cpu_fwd_fn *fwd;
+	cpu_dx_fn *dx;
+	cpu_dw_fn *dw;
+} impls[CPU_NIMPL] = {
+	[CPU_IM2COL] = {cpu_im2col_fwd, cpu_im2col_dx, cpu_im2col_dw},
+	[CPU_WINO] = {cpu_wino_fwd, cpu_wino_dx, cpu_wino_dw},
+	[CPU_GEMM] = {cpu_gemm_fwd, cpu_gemm_dx, cpu_gemm_dw},
+	[CPU_PW] = {cpu_pw_fwd, cpu_pw_dx, cpu_pw_dw},
+};
+
+/* Pass `pass` of shape g (p's, NULL where it has no plan) by
+ * implementation impl. */
+static void run_pass(dp_bectx *c, const conv_plan *p, const dp_conv2d *g, int impl, int pass,
+		     const conv_bufs *a)
 {
-	const dp_conv2d *g = &p->g;
-	switch (pass * CPU_NIMPL + impl) {
-	case CPU_PASS_FWD * CPU_NIMPL + CPU_IM2COL:
-		cpu_im2col_fwd(c, g, b->x, b->w, NULL, b->y, 0, b->ws);
-		break;
-	case CPU_PASS_FWD * CPU_NIMPL + CPU_WINO:
-		cpu_wino_fwd(c, g, b->x, b->w, NULL, 0, b->y, b->ws);
-		break;
-	case CPU_PASS_FWD * CPU_NIMPL + CPU_GEMM:
-		cpu_gemm_fwd(c, g, b->x, b->w, NULL, b->y, 0, b->ws);
-		break;
-	case CPU_PASS_FWD * CPU_NIMPL + CPU_DNNL:
-		cpu_dnnl_fwd(c, p->dn, b->x, b->w, NULL, 0, b->y, b->ws);
-		break;
-	case CPU_PASS_FWD * CPU_NIMPL + CPU_PW:
-		cpu_pw_fwd(c, g, b->x, b->w, NULL, b->y, 0, b->ws);
-		break;
-	case CPU_PASS_DX * CPU_NIMPL + CPU_IM2COL:
-		cpu_im2col_dx(c, g, b->dy, b->w, b->dx, b->ws);
-		break;
-	case CPU_PASS_DX * CPU_NIMPL + CPU_WINO:
-		cpu_wino_dx(c, g, b->dy, b->w, b->dx, b->ws);
-		break;
-	case CPU_PASS_DX * CPU_NIMPL + CPU_GEMM:
-		cpu_gemm_dx(c, g, b->dy, b->w, b->dx, b->ws);
-		break;
-	case CPU_PASS_DX * CPU_NIMPL + CPU_DNNL:
-		cpu_dnnl_dx(c, p->dn, b->dy, b->w, b->dx, b->ws);
-		break;
-	case CPU_PASS_DX * CPU_NIMPL + CPU_PW:
-		cpu_pw_dx(c, g, b->dy, b->w, b->dx, b->ws);
-		break;
-	case CPU_PASS_DW * CPU_NIMPL + CPU_IM2COL:
-		cpu_im2col_dw(c, g, b->x, b->dy, b->dw, b->ws);
-		break;
-	case CPU_PASS_DW * CPU_NIMPL + CPU_WINO:
-		cpu_wino_dw(c, g, b->x, b->dy, b->dw, b->ws);
-		break;
-	case CPU_PASS_DW * CPU_NIMPL + CPU_GEMM:
-		cpu_gemm_dw(c, g, b->x, b->dy, b->dw, b->ws);
-		break;
-	case CPU_PASS_DW * CPU_NIMPL + CPU_PW:
-		cpu_pw_dw(c, g, b->x, b->dy, b->dw, b->ws);
-		break;
-	default:
-		cpu_dnnl_dw(c, p->dn, b->x, b->dy, b->dw, b->ws);
-		break;
-	}
+	if (pass == CPU_PASS_FWD && impl == CPU_DNNL)
+		cpu_dnnl_fwd(c, p->dn, a->x, a->w, a->b, a->act, a->y, a->ws);
+	else if (pass == CPU_PASS_FWD)
+		impls[impl].fwd(c, g, a->x, a->w, a->b, a->y, a->act, a->ws);
+	else if (pass == CPU_PASS_DX && impl == CPU_DNNL)
+		cpu_dnnl_dx(c, p->dn, a->dy, a->w, a->dx, a->ws);
+	else if (pass == CPU_PASS_DX)
+		impls[impl].dx(c, g, a->dy, a->w, a->dx, a->ws);
+	else if (impl == CPU_DNNL)
+		cpu_dnnl_dw(c, p->dn, a->x, a->dy, a->dw, a->ws);
+	else
+		impls[impl].dw(c, g, a->x, a->dy, a->dw, a->ws);
 }
 
 /* The clock of the timings: with one thread, the thread's CPU time (every
@@ -253,10 +237,10 @@ static double clock_of(const dp_bectx *c)
 }
 
 /* Seconds one run of impl on pass takes. */
-static double time_once(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
+static double time_once(dp_bectx *c, conv_plan *p, int impl, int pass, const conv_bufs *b)
 {
 	double t0 = clock_of(c);
-	run_pass(c, p, impl, pass, b);
+	run_pass(c, p, &p->g, impl, pass, b);
 	return clock_of(c) - t0;
 }
 
@@ -266,7 +250,7 @@ static double time_once(dp_bectx *c, conv_plan *p, int impl, int pass, bench *b)
  * run each a round, 3 rounds (2 when a run takes more than 50 ms).  Runs
  * in turn, not one candidate's after another's: on a loaded machine a
  * burst of other work slows one run of each, not every run of one. */
-static int time_pass(dp_bectx *c, conv_plan *p, int pass, int pin, bench *b)
+static int time_pass(dp_bectx *c, conv_plan *p, int pass, int pin, const conv_bufs *b)
 {
 	double t[CPU_NIMPL], best = 1e30;
 	int live[CPU_NIMPL] = {0};
@@ -306,11 +290,13 @@ static void measure(dp_bectx *c, conv_plan *p)
 	const dp_conv2d *g = &p->g;
 	size_t xs = (size_t)g->n * g->c * g->h * g->w, ys = (size_t)g->n * g->k * g->oh * g->ow,
 	       wn = (size_t)g->k * g->c * g->kh * g->kw;
-	bench b = {rand_buf(xs, 1), rand_buf(wn, 2), rand_buf(ys, 3), rand_buf(ys, 4),
-		   rand_buf(xs, 5), rand_buf(wn, 6), NULL};
-	if (posix_memalign(&b.ws, 64, p->ws ? p->ws : 64))
-		b.ws = NULL;
-	int okay = b.x && b.w && b.y && b.dy && b.dx && b.dw && b.ws;
+	size_t len[6] = {xs, wn, ys, ys, xs, wn};
+	void *buf[7] = {NULL};
+	int okay = !posix_memalign(&buf[6], 64, p->ws ? p->ws : 64);
+	for (int i = 0; i < 6; i++)
+		okay &= (buf[i] = rand_buf(len[i], (uint64_t)i + 1)) != NULL;
+	conv_bufs b = {.x = buf[0], .w = buf[1], .y = buf[2], .dy = buf[3], .dx = buf[4],
+		       .dw = buf[5], .ws = buf[6]};
 	for (int pass = 0; pass < 3; pass++) {
 		int pin = pinned_choice(p, pass);
 		p->impl[pass] = (signed char)pin;
@@ -319,9 +305,8 @@ static void measure(dp_bectx *c, conv_plan *p)
 		p->impl[pass] = (signed char)time_pass(c, p, pass, pin, &b);
 	}
 	p->how = okay ? "measured" : "pinned (no memory to measure)";
-	void *bufs[] = {b.x, b.w, b.y, b.dy, b.dx, b.dw, b.ws};
-	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-		free(bufs[i]);
+	for (int i = 0; i < 7; i++)
+		free(buf[i]);
 }
 
 /* The choices the text c->algos gives for p (each an implementation that
@@ -472,22 +457,8 @@ void cpu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 		  float *y, int act, void *ws)
 {
 	conv_plan *p = plan_for(c, g);
-	switch (p ? p->impl[CPU_PASS_FWD] : CPU_IM2COL) {
-	case CPU_WINO:
-		cpu_wino_fwd(c, g, x, w, b, act, y, ws);
-		break;
-	case CPU_GEMM:
-		cpu_gemm_fwd(c, g, x, w, b, y, act, ws);
-		break;
-	case CPU_DNNL:
-		cpu_dnnl_fwd(c, p->dn, x, w, b, act, y, ws);
-		break;
-	case CPU_PW:
-		cpu_pw_fwd(c, g, x, w, b, y, act, ws);
-		break;
-	default:
-		cpu_im2col_fwd(c, g, x, w, b, y, act, ws);
-	}
+	conv_bufs a = {.x = x, .w = w, .b = b, .y = y, .act = act, .ws = ws};
+	run_pass(c, p, g, p ? p->impl[CPU_PASS_FWD] : CPU_IM2COL, CPU_PASS_FWD, &a);
 }
 
 /* dy *= act'(y) and db = the sum of dy per channel, sample after sample,
@@ -520,40 +491,10 @@ void cpu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *
 	conv_plan *p = plan_for(c, g);
 	dy_job j = {g, y, dy, db, act};
 	cpu_par_range(c, (size_t)g->k, 1, dy_part, &j);
-	switch (p ? p->impl[CPU_PASS_DW] : CPU_IM2COL) {
-	case CPU_WINO:
-		cpu_wino_dw(c, g, x, dy, dw, ws);
-		break;
-	case CPU_GEMM:
-		cpu_gemm_dw(c, g, x, dy, dw, ws);
-		break;
-	case CPU_DNNL:
-		cpu_dnnl_dw(c, p->dn, x, dy, dw, ws);
-		break;
-	case CPU_PW:
-		cpu_pw_dw(c, g, x, dy, dw, ws);
-		break;
-	default:
-		cpu_im2col_dw(c, g, x, dy, dw, ws);
-	}
-	if (!dx)
-		return;
-	switch (p ? p->impl[CPU_PASS_DX] : CPU_IM2COL) {
-	case CPU_WINO:
-		cpu_wino_dx(c, g, dy, w, dx, ws);
-		break;
-	case CPU_GEMM:
-		cpu_gemm_dx(c, g, dy, w, dx, ws);
-		break;
-	case CPU_DNNL:
-		cpu_dnnl_dx(c, p->dn, dy, w, dx, ws);
-		break;
-	case CPU_PW:
-		cpu_pw_dx(c, g, dy, w, dx, ws);
-		break;
-	default:
-		cpu_im2col_dx(c, g, dy, w, dx, ws);
-	}
+	conv_bufs a = {.x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .ws = ws};
+	run_pass(c, p, g, p ? p->impl[CPU_PASS_DW] : CPU_IM2COL, CPU_PASS_DW, &a);
+	if (dx)
+		run_pass(c, p, g, p ? p->impl[CPU_PASS_DX] : CPU_IM2COL, CPU_PASS_DX, &a);
 }
 
 int cpu_conv_algos(dp_bectx *c, char *buf, size_t len)

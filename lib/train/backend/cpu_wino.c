@@ -396,11 +396,18 @@ static void wino_gemm_part(void *a, int xi, int worker)
 			    j->w.m + (size_t)xi * j->t * p->cout, p->cout);
 }
 
-static wino_job wino_round(const wino *p, wino_bufs w, int s0)
+/* The job of the round of samples from s0 on: x and dy or y (the other
+ * NULL) at its first sample. */
+static wino_job wino_round(const wino *p, wino_bufs w, int s0, const float *x, const float *dy,
+			   float *y)
 {
+	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	wino_job j = {.p = p, .w = w, .nbi = (p->cin + 15) / 16, .nbo = (p->cout + 15) / 16};
 	j.gn = p->n - s0 < p->group ? p->n - s0 : p->group;
 	j.t = (size_t)j.gn * p->th * p->tw;
+	j.x = x + (size_t)s0 * xs;
+	j.dy = dy ? dy + (size_t)s0 * ys : NULL;
+	j.y = y ? y + (size_t)s0 * ys : NULL;
 	return j;
 }
 
@@ -410,12 +417,9 @@ static wino_job wino_round(const wino *p, wino_bufs w, int s0)
 static void wino_conv(dp_bectx *ctx, const wino *p, const float *x, const float *u,
 		      const float *b, int act, float *y, float *ws)
 {
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	wino_bufs w = wino_split(p, ws);
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, w, s0);
-		j.x = x + (size_t)s0 * xs;
-		j.y = y + (size_t)s0 * ys;
+		wino_job j = wino_round(p, w, s0, x, NULL, y);
 		j.b = b;
 		j.act = act;
 		cpu_par_run(ctx, j.gn * j.nbi, wino_input_part, &j);
@@ -503,12 +507,9 @@ static void wino_dw_part(void *a, int i, int worker)
 static void wino_conv_dw(dp_bectx *ctx, const wino *p, const float *x, const float *dy, float *dw,
 			 float *ws)
 {
-	size_t xs = (size_t)p->cin * p->h * p->w, ys = (size_t)p->cout * p->oh * p->ow;
 	wino_bufs w = wino_split(p, ws);
 	for (int s0 = 0; s0 < p->n; s0 += p->group) {
-		wino_job j = wino_round(p, w, s0);
-		j.x = x + (size_t)s0 * xs;
-		j.dy = dy + (size_t)s0 * ys;
+		wino_job j = wino_round(p, w, s0, x, dy, NULL);
 		cpu_par_run(ctx, j.gn * (j.nbi + j.nbo), wino_dw_part, &j);
 		/* dU[xi] (cout, cin) += Q[xi]^T (cout, t) V[xi] (t, cin) */
 		wino_gemms gj = {p, w, j.t, NULL, 1, s0 ? 1.0f : 0.0f};
@@ -550,7 +551,7 @@ size_t cpu_wino_ws(const dp_bectx *ctx, const dp_conv2d *g, int backward)
 }
 
 void cpu_wino_fwd(dp_bectx *ctx, const dp_conv2d *g, const float *x, const float *w, const float *b,
-		  int act, float *y, void *ws)
+		  float *y, int act, void *ws)
 {
 	wino p = wino_fwd_plan(ctx, g);
 	wino_filters(w, g->k, g->c, 0, ws);
