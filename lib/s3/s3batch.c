@@ -24,7 +24,6 @@
 #include "md5.h"
 #include "s3_int.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -407,19 +406,8 @@ static int get_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 	int rc = dp_loc_parse(f->src, &src, e);
 	if (rc < 0)
 		return rc;
-	char *dir = strdup(f->dst);
-	if (!dir) {
-		dp_loc_free(&src);
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	}
-	for (char *p = strchr(dir + 1, '/'); p && rc == DP_OK; p = strchr(p + 1, '/')) {
-		*p = 0;
-		if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-			rc = dp_syserr(e, "%s", dir);
-		*p = '/';
-	}
-	free(dir);
 	dp_out o;
+	rc = s3_make_parents(f->dst, e);
 	if (rc == DP_OK)
 		rc = dp_out_open(&o, f->dst, e);
 	if (rc < 0) {
