@@ -480,11 +480,8 @@ int cu_conv_algos_take(dp_bectx *c, const char *algos)
 {
 	if (!c->dnn)
 		return 0;
-	char *t = algos ? strdup(algos) : NULL;
-	if (algos && !t)
+	if (be_conv_algos_keep(&c->algos, algos) < 0)
 		return -1;
-	free(c->algos);
-	c->algos = t;
 	int changed = 0, a[3];
 	for (int i = 0; i < c->nplan; i++) {
 		conv_plan *p = &c->plan[i];
