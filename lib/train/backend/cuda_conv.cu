@@ -317,16 +317,13 @@ static int pick(const dp_bectx *c, int pass, const P *r, int n, size_t max, size
 	return best < 0 ? -1 : (int)r[best].algo;
 }
 
+/* (cuDNN's destroy functions take NULL: nothing to do, success) */
 static void plan_free(conv_plan *p)
 {
-	if (p->x)
-		cudnnDestroyTensorDescriptor(p->x);
-	if (p->y)
-		cudnnDestroyTensorDescriptor(p->y);
-	if (p->w)
-		cudnnDestroyFilterDescriptor(p->w);
-	if (p->conv)
-		cudnnDestroyConvolutionDescriptor(p->conv);
+	cudnnDestroyTensorDescriptor(p->x);
+	cudnnDestroyTensorDescriptor(p->y);
+	cudnnDestroyFilterDescriptor(p->w);
+	cudnnDestroyConvolutionDescriptor(p->conv);
 	memset(p, 0, sizeof *p);
 }
 
