@@ -14,13 +14,8 @@ set -eu
 EPOCHS=${EPOCHS:-3}
 N=${FASHION_N:-0}
 D=/usr/share/datasets/fashion-mnist
-if [ -n "${FASHION_DIR:-}" ]; then
-	W=$FASHION_DIR
-	mkdir -p "$W"
-else
-	W=$(mktemp -d "${TMPDIR:-/tmp}/fashion-images.XXXXXX")
-	trap 'rm -rf "$W"' EXIT INT TERM
-fi
+W=${FASHION_DIR:-} # the working folder: FASHION_DIR (kept), else a temporary one
+. "$(dirname "$0")/workdir.sh"
 cd "$W"
 [ -d png ] || /usr/bin/python3 - "$D" "$N" <<'EOF'
 import gzip, os, sys

@@ -31,13 +31,8 @@ MPIRUN=${MPIRUN:-mpirun --bind-to none}
 [ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 FASHION=/usr/share/datasets/fashion-mnist
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${LEARN_DIR:-}" ]; then
-	W=$LEARN_DIR
-	mkdir -p "$W"
-else
-	W=$(mktemp -d "${TMPDIR:-/tmp}/fashion.XXXXXX")
-	trap 'rm -rf "$W"' EXIT INT TERM
-fi
+W=${LEARN_DIR:-} # the working folder: LEARN_DIR (kept), else a temporary one
+. "$(dirname "$0")/workdir.sh"
 pipeline() {
 	make --no-print-directory -s -f "$SRC/examples/pipeline.mk" DATA="$W/data" NP=1 SPLIT= \
 		BATCH=128 OPTIMIZER=adam LR=1e-3 THREADS="$THREADS" SEED="$SEED" LOG_EVERY=100000 \

@@ -18,13 +18,8 @@ FT_SAMPLES=${FT_SAMPLES:-1000}
 FT_EPOCHS=${FT_EPOCHS:-10}
 THREADS=${THREADS:-2}
 FASHION=${FASHION:-/usr/share/datasets/fashion-mnist}
-if [ -n "${FT_DIR:-}" ]; then
-	W=$FT_DIR
-	mkdir -p "$W"
-else
-	W=$(mktemp -d "${TMPDIR:-/tmp}/finetune.XXXXXX")
-	trap 'rm -rf "$W"' EXIT INT TERM
-fi
+W=${FT_DIR:-} # the working folder: FT_DIR (kept), else a temporary one
+. "$(dirname "$0")/workdir.sh"
 test -r "$FASHION/train-images-idx3-ubyte.gz" ||
 	{ echo "finetune.sh: no Fashion-MNIST in $FASHION (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
 

@@ -70,16 +70,51 @@ static int count(const char *opt, const char *s, uint64_t max, uint64_t *v, dp_e
 	return dp_parse_count(opt, s, 1, max, v, e);
 }
 
-/* The next NAME[=VALUE] item of a list cut at sep by strtok_r (s: the
- * list, a copy to cut, on the first call, then NULL; *save its state):
- * NAME, *val at VALUE (NULL without '='); NULL after the last. */
-static char *next_item(char *s, const char *sep, char **save, char **val)
+/* Call fn with each NAME[=VALUE] item of list (items apart by sep): NAME,
+ * and VALUE or NULL without '='; until one fails, its status returned. */
+static int each_item(const char *list, const char *sep,
+		     int (*fn)(void *ctx, const char *name, const char *val, dp_err *e), void *ctx,
+		     dp_err *e)
 {
-	char *it = strtok_r(s, sep, save);
-	*val = it ? strchr(it, '=') : NULL;
-	if (*val)
-		*(*val)++ = 0;
-	return it;
+	char *copy = strdup(list), *save = NULL;
+	if (!copy)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	int rc = DP_OK;
+	for (char *it = strtok_r(copy, sep, &save); it && rc == DP_OK;
+	     it = strtok_r(NULL, sep, &save)) {
+		char *val = strchr(it, '=');
+		if (val)
+			*val++ = 0;
+		rc = fn(ctx, it, val, e);
+	}
+	free(copy);
+	return rc;
+}
+
+static int augment_item(void *ctx, const char *it, const char *val, dp_err *e)
+{
+	dp_image_tf *t = ctx;
+	uint64_t n;
+	int rc = DP_OK;
+	if (!strcmp(it, "random-resized-crop") && !val)
+		t->crop = DP_CROP_RANDOM;
+	else if (!strcmp(it, "flip") && !val)
+		t->flip = 1;
+	else if (!strcmp(it, "none") && !val)
+		;
+	else if (!strcmp(it, "crop-pad") && val &&
+		 (rc = count("--augment crop-pad", val, 4096, &n, e)) == DP_OK)
+		t->pad = (uint32_t)n;
+	else if (!strcmp(it, "scale") && val)
+		rc = range("scale", val, 1, &t->scale_min, &t->scale_max, e);
+	else if (!strcmp(it, "ratio") && val)
+		rc = range("ratio", val, 0, &t->ratio_min, &t->ratio_max, e);
+	else if (rc == DP_OK)
+		rc = dp_seterr(e, DP_EARG,
+			       "--augment '%s%s%s': want a list of random-resized-crop, "
+			       "scale=MIN:MAX, ratio=MIN:MAX, crop-pad=N, flip, none",
+			       it, val ? "=" : "", val ? val : "");
+	return rc;
 }
 
 static int augment(dp_image_tf *t, const char *spec, dp_err *e)
@@ -88,34 +123,7 @@ static int augment(dp_image_tf *t, const char *spec, dp_err *e)
 	t->pad = 0;
 	t->flip = 0;
 	t->scale_min = t->scale_max = t->ratio_min = t->ratio_max = 0;
-	char *copy = strdup(spec), *save = NULL;
-	if (!copy)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = DP_OK;
-	char *val;
-	for (char *it = next_item(copy, ",", &save, &val); it && rc == DP_OK;
-	     it = next_item(NULL, ",", &save, &val)) {
-		uint64_t n;
-		if (!strcmp(it, "random-resized-crop") && !val)
-			t->crop = DP_CROP_RANDOM;
-		else if (!strcmp(it, "flip") && !val)
-			t->flip = 1;
-		else if (!strcmp(it, "none") && !val)
-			;
-		else if (!strcmp(it, "crop-pad") && val &&
-			 (rc = count("--augment crop-pad", val, 4096, &n, e)) == DP_OK)
-			t->pad = (uint32_t)n;
-		else if (!strcmp(it, "scale") && val)
-			rc = range("scale", val, 1, &t->scale_min, &t->scale_max, e);
-		else if (!strcmp(it, "ratio") && val)
-			rc = range("ratio", val, 0, &t->ratio_min, &t->ratio_max, e);
-		else if (rc == DP_OK)
-			rc = dp_seterr(e, DP_EARG,
-				       "--augment '%s%s%s': want a list of random-resized-crop, "
-				       "scale=MIN:MAX, ratio=MIN:MAX, crop-pad=N, flip, none",
-				       it, val ? "=" : "", val ? val : "");
-	}
-	free(copy);
+	int rc = each_item(spec, ",", augment_item, t, e);
 	if (rc == DP_OK && (t->scale_max || t->ratio_max) && t->crop != DP_CROP_RANDOM)
 		rc = dp_seterr(e, DP_EARG, "--augment: scale= and ratio= go with random-resized-crop");
 	return rc;
@@ -180,23 +188,23 @@ int dp_image_spec(const dp_image_tf *t, char *buf, size_t len)
 	return rc;
 }
 
+struct spec_ctx {
+	dp_image_tf *t;
+	const char *spec;
+};
+
+static int spec_item(void *ctx, const char *name, const char *val, dp_err *e)
+{
+	const struct spec_ctx *c = ctx;
+	if (!val)
+		return dp_seterr(e, DP_EDATA, "image options '%s': want NAME=VALUE;...", c->spec);
+	return dp_image_opt(c->t, name, val, e);
+}
+
 int dp_image_spec_parse(dp_image_tf *t, const char *spec, dp_err *e)
 {
-	char *copy = strdup(spec), *save = NULL;
-	if (!copy)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	int rc = DP_OK;
-	char *val;
-	for (char *it = next_item(copy, ";", &save, &val); it && rc == DP_OK;
-	     it = next_item(NULL, ";", &save, &val)) {
-		if (!val) {
-			rc = dp_seterr(e, DP_EDATA, "image options '%s': want NAME=VALUE;...", spec);
-			break;
-		}
-		rc = dp_image_opt(t, it, val, e);
-	}
-	free(copy);
-	return rc;
+	struct spec_ctx c = {t, spec};
+	return each_item(spec, ";", spec_item, &c, e);
 }
 
 void dp_image_tf_eval(const dp_image_tf *train, dp_image_tf *ev)

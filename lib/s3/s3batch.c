@@ -24,7 +24,6 @@
 #include "md5.h"
 #include "s3_int.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -407,37 +406,21 @@ static int get_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 	int rc = dp_loc_parse(f->src, &src, e);
 	if (rc < 0)
 		return rc;
-	char *dir = strdup(f->dst);
-	if (!dir) {
-		dp_loc_free(&src);
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	}
-	for (char *p = strchr(dir + 1, '/'); p && rc == DP_OK; p = strchr(p + 1, '/')) {
-		*p = 0;
-		if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-			rc = dp_syserr(e, "%s", dir);
-		*p = '/';
-	}
-	free(dir);
 	dp_out o;
+	rc = s3_make_parents(f->dst, e);
 	if (rc == DP_OK)
 		rc = dp_out_open(&o, f->dst, e);
-	if (rc < 0) {
-		dp_loc_free(&src);
-		return rc;
+	if (rc == DP_OK) {
+		/* a list of the one object for dp_s3_get, its strings src's */
+		dp_obj ob = {.kind = src.kind, .bucket = src.bucket, .key = src.key,
+			     .size = f->size, .known = f->known, .mtime = f->mtime};
+		dp_objs one = {.v = &ob, .n = 1, .cap = 1};
+		if ((rc = dp_s3_get(c, &one, NULL, o.fd, f->dst, st, e)) < 0)
+			dp_out_abort(&o);
 	}
-	dp_objs objs = {0};
-	dp_obj ob = {.kind = src.kind, .bucket = src.bucket, .key = src.key, .size = f->size,
-		     .known = f->known, .mtime = f->mtime};
-	rc = dp_objs_add(&objs, &ob, e);
-	if (rc == DP_OK)
-		rc = dp_s3_get(c, &objs, NULL, o.fd, f->dst, st, e);
-	dp_objs_free(&objs);
 	dp_loc_free(&src);
-	if (rc < 0) {
-		dp_out_abort(&o);
+	if (rc < 0)
 		return rc;
-	}
 	if (f->mtime > 0) {
 		struct timespec t[2] = {{.tv_sec = f->mtime}, {.tv_sec = f->mtime}};
 		if (futimens(o.fd, t) < 0) {

@@ -63,6 +63,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,13 @@ static void grow_pipe(int fd)
 
 /* ---- Set-up and the main loop ------------------------------------------------------------ */
 
+/* n bytes rounded up to the alignment of any type. */
+static size_t aligned(size_t n)
+{
+	size_t al = _Alignof(max_align_t);
+	return (n + al - 1) / al * al;
+}
+
 static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, int fd,
 		       const char *outname, int verify, dp_err *e)
 {
@@ -275,27 +283,40 @@ static int getter_init(getter *g, dp_s3 *s, dp_objs *objs, const dp_range *r, in
 	else if (force && !strcmp(force, "parts"))
 		g->mode = MODE_PARTS;
 	g->verify_any = verify;
-	size_t n = objs->n ? objs->n : 1;
-	g->lo = calloc(n, sizeof *g->lo);
-	g->hi = calloc(n, sizeof *g->hi);
-	g->spanned = calloc(n, 1);
-	g->ring = calloc((size_t)g->S, sizeof *g->ring);
-	g->pool_buf = calloc((size_t)g->S, sizeof *g->pool_buf);
 	g->nxf = g->W + 2;
-	g->xf = calloc((size_t)g->nxf, sizeof *g->xf);
 	g->nvs = g->S + 1;
-	g->vs = calloc((size_t)g->nvs, sizeof *g->vs);
-	g->vfree = calloc((size_t)g->nvs, sizeof *g->vfree);
-	g->vidx = calloc(n, sizeof *g->vidx);
-	for (int i = 0; g->vfree && i < g->nvs; i++)
-		g->vfree[g->nvfree++] = g->nvs - 1 - i;
 	g->nheads = g->W;
-	g->heads = calloc((size_t)g->nheads, sizeof *g->heads);
-	g->pool = calloc((size_t)(g->nxf + g->nheads), sizeof *g->pool);
+	/* the arrays, all of the getter's size from here on: one allocation,
+	 * each at an offset aligned for any type */
+	size_t n = objs->n ? objs->n : 1, S = (size_t)g->S;
+	struct {
+		void **p;
+		size_t n, size;
+	} arr[] = {
+		{(void **)&g->lo, n, sizeof *g->lo},
+		{(void **)&g->hi, n, sizeof *g->hi},
+		{(void **)&g->spanned, n, sizeof *g->spanned},
+		{(void **)&g->vidx, n, sizeof *g->vidx},
+		{(void **)&g->ring, S, sizeof *g->ring},
+		{(void **)&g->pool_buf, S, sizeof *g->pool_buf},
+		{(void **)&g->xf, (size_t)g->nxf, sizeof *g->xf},
+		{(void **)&g->vs, (size_t)g->nvs, sizeof *g->vs},
+		{(void **)&g->vfree, (size_t)g->nvs, sizeof *g->vfree},
+		{(void **)&g->heads, (size_t)g->nheads, sizeof *g->heads},
+		{(void **)&g->pool, (size_t)(g->nxf + g->nheads), sizeof *g->pool},
+	};
+	size_t narr = sizeof arr / sizeof *arr, total = 0;
+	for (size_t i = 0; i < narr; i++)
+		total += aligned(arr[i].n * arr[i].size);
 	g->multi = curl_multi_init();
-	if (!g->lo || !g->hi || !g->spanned || !g->ring || !g->pool_buf || !g->xf || !g->vs ||
-	    !g->vfree || !g->vidx || !g->heads || !g->pool || !g->multi)
+	if (!(g->arrays = calloc(1, total)) || !g->multi)
 		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	for (size_t i = 0, off = 0; i < narr; i++) {
+		*arr[i].p = g->arrays + off;
+		off += aligned(arr[i].n * arr[i].size);
+	}
+	for (int i = 0; i < g->nvs; i++)
+		g->vfree[g->nvfree++] = g->nvs - 1 - i;
 	for (int k = 0; k < g->nxf; k++)
 		dp_buf_init(&g->xf[k].stash, 0);
 	grow_pipe(fd);
@@ -380,17 +401,7 @@ static void getter_free(getter *g, dp_s3_stats *st)
 		curl_easy_cleanup(g->pool[k]);
 	if (g->multi)
 		curl_multi_cleanup(g->multi);
-	free(g->pool);
-	free(g->heads);
-	free(g->vs);
-	free(g->vfree);
-	free(g->vidx);
-	free(g->xf);
-	free(g->ring);
-	free(g->pool_buf);
-	free(g->lo);
-	free(g->hi);
-	free(g->spanned);
+	free(g->arrays);
 }
 
 /* The next len bytes of the object being cut, in buf (cap bytes), enter

@@ -157,6 +157,7 @@ struct getter {
 	/* the threads */
 	pthread_t wt, ht;
 	int synced, have_wt, have_ht; /* mu and the cvs made; the threads started */
+	char *arrays; /* the one allocation of lo, hi, ..., heads, pool */
 };
 
 static inline part *slot(getter *g, uint64_t seq) { return &g->ring[seq % (uint64_t)g->S]; }

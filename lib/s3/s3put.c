@@ -400,9 +400,7 @@ static int start_upload(putter *u, ubuf *b, dp_err *e)
 
 /* ---- A local destination ----------------------------------------------------------- */
 
-/* mkdir -p of the directories above path: a key needs none in S3, and
- * file:// destinations behave the same. */
-static int make_parents(const char *path, dp_err *e)
+int s3_make_parents(const char *path, dp_err *e)
 {
 	char *p = strdup(path);
 	if (!p)
@@ -430,7 +428,7 @@ static int put_local(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, d
 		     dp_err *e)
 {
 	dp_out out;
-	int rc = make_parents(dst->key, e);
+	int rc = s3_make_parents(dst->key, e);
 	if (rc < 0)
 		return rc;
 	rc = dp_out_open(&out, dst->key, e);

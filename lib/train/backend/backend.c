@@ -2,7 +2,7 @@
  * backend.c - which math backends this build has, and what the build is
  * (see dp_backend.h).
  */
-#include "dp_backend.h"
+#include "conv_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +48,16 @@ char *dp_backend_conv_algos_text(const dp_backend *be, dp_bectx *ctx)
 	}
 	free(t);
 	return NULL;
+}
+
+int be_conv_algos_keep(char **kept, const char *algos)
+{
+	char *t = algos ? strdup(algos) : NULL;
+	if (algos && !t)
+		return -1;
+	free(*kept);
+	*kept = t;
+	return 0;
 }
 
 const char *dp_build(void)

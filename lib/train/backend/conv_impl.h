@@ -22,4 +22,11 @@ typedef void be_conv_bwd_fn(dp_bectx *c, const dp_conv2d *g, const float *x, con
 typedef int be_conv_algos_fn(dp_bectx *c, char *buf, size_t len);
 typedef int be_conv_algos_take_fn(dp_bectx *c, const char *algos);
 
+/* backend.c, for conv_algos_take: *kept = a copy of algos (NULL: none),
+ * the one before freed; -1 out of memory, *kept as it was. */
+#ifdef __cplusplus
+extern "C"
+#endif
+int be_conv_algos_keep(char **kept, const char *algos);
+
 #endif

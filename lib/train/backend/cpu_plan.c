@@ -523,11 +523,8 @@ int cpu_conv_algos(dp_bectx *c, char *buf, size_t len)
 
 int cpu_conv_algos_take(dp_bectx *c, const char *algos)
 {
-	char *t = algos ? strdup(algos) : NULL;
-	if (algos && !t)
+	if (be_conv_algos_keep(&c->algos, algos) < 0)
 		return -1;
-	free(c->algos);
-	c->algos = t;
 	int changed = 0, impl[3];
 	for (int i = 0; i < c->nplan; i++) {
 		conv_plan *p = &c->plan[i];

@@ -316,16 +316,21 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 
 /* ---- memory ---------------------------------------------------------------- */
 
-static void *cu_alloc(dp_bectx *c, size_t bytes)
+/* bytes of device memory, or (host) of pinned host memory; NULL: out of
+ * memory, the caller's to report. */
+static void *cu_malloc(dp_bectx *c, size_t bytes, bool host)
 {
 	cu_use(c);
 	void *p = NULL;
-	if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
-		cudaGetLastError(); /* out of memory is the caller's to report */
+	if ((host ? cudaMallocHost(&p, bytes ? bytes : 64) : cudaMalloc(&p, bytes ? bytes : 256)) !=
+	    cudaSuccess) {
+		cudaGetLastError();
 		return NULL;
 	}
 	return p;
 }
+
+static void *cu_alloc(dp_bectx *c, size_t bytes) { return cu_malloc(c, bytes, false); }
 
 static void cu_free(dp_bectx *c, void *p)
 {
@@ -336,16 +341,7 @@ static void cu_free(dp_bectx *c, void *p)
 	cudaFree(p); /* waits for the device */
 }
 
-static void *cu_host_alloc(dp_bectx *c, size_t bytes)
-{
-	cu_use(c);
-	void *p = NULL;
-	if (cudaMallocHost(&p, bytes ? bytes : 64) != cudaSuccess) {
-		cudaGetLastError();
-		return NULL;
-	}
-	return p;
-}
+static void *cu_host_alloc(dp_bectx *c, size_t bytes) { return cu_malloc(c, bytes, true); }
 
 static void cu_host_free(dp_bectx *c, void *p)
 {
@@ -469,26 +465,27 @@ static int cu_sync(dp_bectx *c, dp_err *e)
 	return DP_OK;
 }
 
-static void cu_fill(dp_bectx *c, float *p, float v, size_t n)
+/* p[0, n) by kernel k and the scalar v: fill and scale. */
+static void scalar_op(dp_bectx *c, void (*k)(float *, float, size_t), const char *what, float *p,
+		      float v, size_t n)
 {
 	tag_drop(c, p);
 	if (!n)
 		return;
 	cu_use(c);
-	PROF(c, "fill");
-	LAUNCH(k_fill, grid(n), THREADS, c->s, p, v, n);
-	LAUNCHED(c, "fill");
+	PROF(c, what);
+	LAUNCH(k, grid(n), THREADS, c->s, p, v, n);
+	LAUNCHED(c, what);
+}
+
+static void cu_fill(dp_bectx *c, float *p, float v, size_t n)
+{
+	scalar_op(c, k_fill, "fill", p, v, n);
 }
 
 static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
 {
-	tag_drop(c, p);
-	if (!n)
-		return;
-	cu_use(c);
-	PROF(c, "scale");
-	LAUNCH(k_scale, grid(n), THREADS, c->s, p, s, n);
-	LAUNCHED(c, "scale");
+	scalar_op(c, k_scale, "scale", p, s, n);
 }
 
 /* ---- GEMM ------------------------------------------------------------------

@@ -317,16 +317,13 @@ static int pick(const dp_bectx *c, int pass, const P *r, int n, size_t max, size
 	return best < 0 ? -1 : (int)r[best].algo;
 }
 
+/* (cuDNN's destroy functions take NULL: nothing to do, success) */
 static void plan_free(conv_plan *p)
 {
-	if (p->x)
-		cudnnDestroyTensorDescriptor(p->x);
-	if (p->y)
-		cudnnDestroyTensorDescriptor(p->y);
-	if (p->w)
-		cudnnDestroyFilterDescriptor(p->w);
-	if (p->conv)
-		cudnnDestroyConvolutionDescriptor(p->conv);
+	cudnnDestroyTensorDescriptor(p->x);
+	cudnnDestroyTensorDescriptor(p->y);
+	cudnnDestroyFilterDescriptor(p->w);
+	cudnnDestroyConvolutionDescriptor(p->conv);
 	memset(p, 0, sizeof *p);
 }
 
@@ -480,11 +477,8 @@ int cu_conv_algos_take(dp_bectx *c, const char *algos)
 {
 	if (!c->dnn)
 		return 0;
-	char *t = algos ? strdup(algos) : NULL;
-	if (algos && !t)
+	if (be_conv_algos_keep(&c->algos, algos) < 0)
 		return -1;
-	free(c->algos);
-	c->algos = t;
 	int changed = 0, a[3];
 	for (int i = 0; i < c->nplan; i++) {
 		conv_plan *p = &c->plan[i];

@@ -178,40 +178,35 @@ void dp_comm_abort(dp_comm *c, int code)
 	exit(code);
 }
 
-int dp_comm_wire_parse(const char *s)
+/* The names of the wire formats (DP_WIRE_*) and of the algorithms
+ * (DP_ALLREDUCE_*), each its own first, then the others parse takes. */
+static const char *const wire_names[3][4] = {
+	[DP_WIRE_F32] = {"fp32", "f32", "float32", "float"},
+	[DP_WIRE_BF16] = {"bf16", "bfloat16"},
+	[DP_WIRE_F16] = {"fp16", "f16", "float16", "half"},
+};
+static const char *const algo_names[3][4] = {
+	[DP_ALLREDUCE_RING] = {"ring"},
+	[DP_ALLREDUCE_HIER] = {"hierarchical", "hier"},
+	[DP_ALLREDUCE_MPI] = {"mpi"},
+};
+
+/* The row of names that holds s; -1: none. */
+static int names_find(const char *const names[3][4], const char *s)
 {
-	static const char *const names[][4] = {
-		{"f32", "fp32", "float32", "float"},
-		{"bf16", "bfloat16", "", ""},
-		{"f16", "fp16", "float16", "half"},
-	};
-	for (int w = 0; w < 3; w++)
-		for (int k = 0; k < 4; k++)
-			if (*names[w][k] && !strcmp(s, names[w][k]))
-				return w;
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4 && names[i][k]; k++)
+			if (!strcmp(s, names[i][k]))
+				return i;
 	return -1;
 }
 
-const char *dp_comm_wire_name(int wire)
-{
-	return wire == DP_WIRE_BF16 ? "bf16" : wire == DP_WIRE_F16 ? "fp16" : "fp32";
-}
+int dp_comm_wire_parse(const char *s) { return names_find(wire_names, s); }
+int dp_comm_algo_parse(const char *s) { return names_find(algo_names, s); }
 
-int dp_comm_algo_parse(const char *s)
-{
-	if (!strcmp(s, "ring"))
-		return DP_ALLREDUCE_RING;
-	if (!strcmp(s, "hierarchical") || !strcmp(s, "hier"))
-		return DP_ALLREDUCE_HIER;
-	if (!strcmp(s, "mpi"))
-		return DP_ALLREDUCE_MPI;
-	return -1;
-}
-
-const char *dp_comm_algo_name(int algo)
-{
-	return algo == DP_ALLREDUCE_HIER ? "hierarchical" : algo == DP_ALLREDUCE_MPI ? "mpi" : "ring";
-}
+/* Their first names (out of range: the first row's, fp32 and ring). */
+const char *dp_comm_wire_name(int wire) { return wire_names[wire >= 0 && wire < 3 ? wire : 0][0]; }
+const char *dp_comm_algo_name(int algo) { return algo_names[algo >= 0 && algo < 3 ? algo : 0][0]; }
 
 int dp_comm_configure(dp_comm *c, const dp_comm_conf *conf, dp_err *e)
 {
