@@ -675,26 +675,38 @@ HOT static void chan_sums(const dp_bnorm *g, const float *x, int c, double mu, d
 	*s2 = sb;
 }
 
-/* Over channel c: the sum of dy and of dy * xhat, xhat = (x - mean) inv,
- * as chan_sums; y (not NULL: a fused ReLU's output) masks dy where y <= 0,
- * as the ReLU's own backward writes it. */
-HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *y, const float *dy,
-			       int c, float mean, float inv, double *s, double *sx)
+/* d where a fused ReLU's output r is positive, else +0 (as the ReLU's own
+ * backward writes it): by a mask of the bits, so that loops vectorise. */
+static inline float bn_dy_masked(float r, float d)
+{
+	uint32_t u;
+	memcpy(&u, &d, sizeof u);
+	u &= -(uint32_t)(r > 0.0f);
+	memcpy(&d, &u, sizeof d);
+	return d;
+}
+
+/* chan_grad_sums for one case of masked (a constant where inlined: a
+ * loop of its own each). */
+static inline __attribute__((always_inline)) void grad_sums(const dp_bnorm *g, const float *x,
+							    const float *y, const float *dy, int c,
+							    float mean, float inv, int masked,
+							    double *s, double *sx)
 {
 	double a[8] = {0}, b[8] = {0}, sa = 0, sb = 0;
 	size_t hw = (size_t)g->hw;
 	for (int i = 0; i < g->n; i++) {
 		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
-		const float *r = y ? BN_PLANE(g, y, c, i) : NULL;
+		const float *r = masked ? BN_PLANE(g, y, c, i) : d;
 		size_t j = 0;
 		for (; j + 8 <= hw; j += 8)
 			for (int k = 0; k < 8; k++) {
-				float dv = r && !(r[j + k] > 0.0f) ? 0.0f : d[j + k];
+				float dv = masked ? bn_dy_masked(r[j + k], d[j + k]) : d[j + k];
 				a[k] += dv;
 				b[k] += (double)dv * ((p[j + k] - mean) * inv);
 			}
 		for (; j < hw; j++) {
-			float dv = r && !(r[j] > 0.0f) ? 0.0f : d[j];
+			float dv = masked ? bn_dy_masked(r[j], d[j]) : d[j];
 			sa += dv;
 			sb += (double)dv * ((p[j] - mean) * inv);
 		}
@@ -705,6 +717,17 @@ HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *y
 	}
 	*s = sa;
 	*sx = sb;
+}
+
+/* Over channel c: the sum of dy and of dy * xhat, xhat = (x - mean) inv,
+ * as chan_sums; y (not NULL: a fused ReLU's output) masks dy. */
+HOT static void chan_grad_sums(const dp_bnorm *g, const float *x, const float *y, const float *dy,
+			       int c, float mean, float inv, double *s, double *sx)
+{
+	if (y)
+		grad_sums(g, x, y, dy, c, mean, inv, 1, s, sx);
+	else
+		grad_sums(g, x, y, dy, c, mean, inv, 0, s, sx);
 }
 
 /* y = x a + b over channel c, then max(0, y) when relu. */
@@ -725,23 +748,35 @@ HOT static void chan_affine(const dp_bnorm *g, const float *x, float *y, int c, 
 	}
 }
 
-/* dx = k (dy - mdy - (x - mean) inv mdyx) over channel c, dy masked by y
- * as in chan_grad_sums (eval: dx = k dy, mdy = mdyx = 0 unused). */
-HOT static void chan_dx(const dp_bnorm *g, const float *x, const float *y, const float *dy,
-			float *dx, int c, float k, float mdy, float mean, float inv, float mdyx)
+/* chan_dx for one case of masked, as grad_sums. */
+static inline __attribute__((always_inline)) void dx_of(const dp_bnorm *g, const float *x,
+							const float *y, const float *dy, float *dx,
+							int c, float k, float mdy, float mean,
+							float inv, float mdyx, int masked)
 {
 	for (int i = 0; i < g->n; i++) {
 		const float *p = BN_PLANE(g, x, c, i), *d = BN_PLANE(g, dy, c, i);
-		const float *r = y ? BN_PLANE(g, y, c, i) : NULL;
+		const float *r = masked ? BN_PLANE(g, y, c, i) : d;
 		float *q = BN_PLANE(g, dx, c, i);
 		if (g->eval)
 			for (int j = 0; j < g->hw; j++)
-				q[j] = (r && !(r[j] > 0.0f) ? 0.0f : d[j]) * k + 0.0f;
+				q[j] = (masked ? bn_dy_masked(r[j], d[j]) : d[j]) * k + 0.0f;
 		else
 			for (int j = 0; j < g->hw; j++)
-				q[j] = k * ((r && !(r[j] > 0.0f) ? 0.0f : d[j]) - mdy -
+				q[j] = k * ((masked ? bn_dy_masked(r[j], d[j]) : d[j]) - mdy -
 					    (p[j] - mean) * inv * mdyx);
 	}
+}
+
+/* dx = k (dy - mdy - (x - mean) inv mdyx) over channel c, or k dy
+ * (g->eval), dy masked by y as in chan_grad_sums. */
+HOT static void chan_dx(const dp_bnorm *g, const float *x, const float *y, const float *dy,
+			float *dx, int c, float k, float mdy, float mean, float inv, float mdyx)
+{
+	if (y)
+		dx_of(g, x, y, dy, dx, c, k, mdy, mean, inv, mdyx, 1);
+	else
+		dx_of(g, x, y, dy, dx, c, k, mdy, mean, inv, mdyx, 0);
 }
 
 static void cpu_bnorm_sums(dp_bectx *ctx, const dp_bnorm *g, const float *x, double *sums)
