@@ -22,7 +22,9 @@ run dp-train --help
 is "$rc" 0 "--help exits 0"
 like "$out" "--train-cmd" "--help lists options"
 manpage=$(groff -man -Tascii -rLL=300n "$DP_SRC/man/man1/dp-train.1" 2>/dev/null | col -b)
-for o in $(sed -n 's/^\t{"\([a-z-]*\)", .*/\1/p' "$DP_SRC/tools/dp-train.c") help version; do
+opts=$(sed -n 's/^\t{"\([a-z-]*\)", .*/\1/p' "$DP_SRC/tools/dp-train.c")
+ok [ "$(echo $opts | wc -w)" -ge 60 ] "the option table read from tools/dp-train.c ($(echo $opts | wc -w) options)"
+for o in $opts help version; do
 	grep -Eq -- "--$o([^a-z-]|$)" <<<"$out" || { echo "# --help lacks --$o"; missing=1; }
 	grep -Eq -- "--$o([^a-z-]|$)" <<<"$manpage" || { echo "# dp-train.1 lacks --$o"; missing=1; }
 done
