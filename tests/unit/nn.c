@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const dp_backend *be;
 static dp_bectx *ctx;
@@ -44,6 +45,64 @@ static int hook(void *c, int layer, size_t off, size_t count, dp_err *e)
 	h->next_end = off;
 	h->calls++;
 	return 0;
+}
+
+static int no_sum(void *c, double *v, size_t n, dp_err *e) { return 0; }
+
+/* A ReLU right after a batchnorm is computed by it (fused); one after a
+ * dropout:0 in between is a layer of its own, the same math: the two
+ * models' losses, gradients and running statistics must be the same bits
+ * over two steps, with the batchnorms frozen (evaluation mode, a gradient
+ * through them), folded into a frozen convolution, --sync-bn's path,
+ * recomputed blocks, and the ReLU read by two layers (a residual). */
+static void fused_as_apart(const char *what, const char *fused, const char *apart,
+			   const char *freeze, const char *recompute, int sync, int train)
+{
+	dp_err e;
+	dp_shape in;
+	dp_shape_parse("3x6x6", &in, &e);
+	dp_model *m[2];
+	const char *spec[2] = {fused, apart};
+	for (int k = 0; k < 2; k++) {
+		m[k] = dp_model_new(spec[k], &in, DP_LOSS_XENT, &e);
+		if (!m[k] || dp_model_bind(m[k], be, ctx, 6, &e) < 0 ||
+		    (freeze && dp_model_freeze(m[k], freeze, &e) < 0) ||
+		    (recompute && dp_model_set_recompute(m[k], recompute, &e) < 0)) {
+			ok(0, "%s: %s", what, e.msg);
+			return;
+		}
+		if (sync)
+			dp_model_set_sync(m[k], no_sum, NULL);
+		dp_model_init(m[k], 9);
+	}
+	size_t np = dp_model_nparams(m[0]), nb = dp_model_nbuffers(m[0]);
+	memcpy(dp_model_params(m[1]), dp_model_params(m[0]), np * sizeof(float));
+	float x[6 * 3 * 6 * 6];
+	int32_t y[6];
+	dp_rng r = {9, 0};
+	for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+		x[i] = (float)(2 * dp_rng_unit(dp_rng_next(&r)) - 1);
+	for (int i = 0; i < 6; i++)
+		y[i] = i % 3;
+	int same = np == dp_model_nparams(m[1]) && nb == dp_model_nbuffers(m[1]), okk = 1;
+	for (int it = 0; it < 2 && okk; it++) {
+		dp_pass p = {train, 5, (uint64_t)it, 0};
+		double st[2][2];
+		for (int k = 0; k < 2; k++) {
+			okk &= dp_model_forward(m[k], x, 6, &p, &e) == 0 &&
+			       dp_model_loss(m[k], y, 6, 1.0f / 6, 1, st[k], &e) == 0 &&
+			       (!train || dp_model_backward(m[k], 6, NULL, NULL, &e) == 0);
+		}
+		same &= okk && st[0][0] == st[1][0] &&
+			!memcmp(dp_model_buffers(m[0]), dp_model_buffers(m[1]), nb * sizeof(float)) &&
+			(!train ||
+			 !memcmp(dp_model_grads(m[0]), dp_model_grads(m[1]), np * sizeof(float)));
+	}
+	if (!okk)
+		printf("# %s\n", e.msg);
+	ok(same, "batchnorm + ReLU fused as apart, %s: the same loss, gradients, statistics", what);
+	dp_model_free(m[0]);
+	dp_model_free(m[1]);
 }
 
 /* Check spec over input shape with loss, the parameters freeze selects
@@ -313,6 +372,25 @@ int main(void)
 	bad_spec("res(dense:4,softmax),dense:2", "4", DP_LOSS_XENT, "softmax is allowed only as");
 	bad_spec("dense:4,res(),dense:2", "4", DP_LOSS_XENT, "item 1.0 is empty");
 	bad_spec("resnet18:0", "3x64x64", DP_LOSS_XENT, "want resnet18 or resnet18:CLASSES");
+
+	/* batchnorm + ReLU fused (graph.c) against the two apart */
+#define BNR(mid) "c=conv:4:3:1:1,n=batchnorm," mid "relu,d=conv:4:3:1:1,m=batchnorm," mid "relu,flatten,dense:3"
+#define BNRES(mid)                                                                         \
+	"c=conv:4:3:1:1,n=batchnorm," mid "relu,r=res(conv:4:3:1:1,b=batchnorm," mid "relu," \
+	"conv:4:3:1:1,batchnorm):relu,flatten,dense:3"
+	fused_as_apart("training", BNR(""), BNR("dropout:0,"), NULL, NULL, 0, 1);
+	fused_as_apart("evaluation", BNR(""), BNR("dropout:0,"), NULL, NULL, 0, 0);
+	fused_as_apart("a frozen batchnorm under a trained convolution", BNR(""), BNR("dropout:0,"),
+		       "n,m", NULL, 0, 1);
+	fused_as_apart("conv + batchnorm frozen, folded", BNR(""), BNR("dropout:0,"), "c,n", NULL, 0,
+		       1);
+	fused_as_apart("--sync-bn", BNR(""), BNR("dropout:0,"), NULL, NULL, 1, 1);
+	fused_as_apart("the ReLU read by two layers", BNRES(""), BNRES("dropout:0,"), NULL, NULL, 0,
+		       1);
+	fused_as_apart("the ReLU read by two layers, recomputed, --sync-bn", BNRES(""),
+		       BNRES("dropout:0,"), NULL, "", 1, 1);
+	fused_as_apart("a frozen batchnorm in a recomputed block", BNRES(""), BNRES("dropout:0,"),
+		       "r.b", "", 0, 1);
 
 	be->close(ctx);
 	return done_testing();

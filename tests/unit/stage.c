@@ -177,6 +177,11 @@ int main(void)
 	check_chain("4 stages", 4, four, NULL, NULL);
 	check_chain("4 stages, recomputed", 4, four, NULL, "");
 	check_chain("2 stages, the first frozen", 2, two, "0,1,3*", NULL);
+	/* a cut between a batchnorm and the ReLU it computes (fused) */
+	int bn_relu[3] = {0, 2, two[2]};
+	check_chain("2 stages cut between batchnorm and its ReLU", 2, bn_relu, NULL, NULL);
+	check_chain("2 stages cut between batchnorm and its ReLU, recomputed", 2, bn_relu, NULL, "");
+	check_chain("2 stages cut between batchnorm and its ReLU, frozen", 2, bn_relu, "0,1", NULL);
 
 	/* a stage's own tensors; patterns of other stages' */
 	m = make(RES, 10, two[2], "0,1", NULL);
