@@ -136,6 +136,18 @@ static void test_damage(void)
 	       8, "duplicate");
 	refuse("an unknown dtype", "{\"x\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
 	       "unknown dtype 'F33'");
+	/* the file's words in messages escaped: a control can't reach the terminal */
+	refuse("a dtype with a terminal control",
+	       "{\"x\":{\"dtype\":\"\\u001b[2J\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+	       "unknown dtype '$'\\x1b[2J''");
+	refuse("damage to a tensor named with a terminal control",
+	       "{\"a\\u001b]0;t\\u0007\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+	       "tensor '$'a\\x1b]0;t\\a'': bad shape");
+	refuse("a hole after a tensor named with a control",
+	       "{\"\\n\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+	       "tensor '$'\\n'' leaves a hole");
+	refuse("a metadata value that is not a string, under a name with a control",
+	       "{\"__metadata__\":{\"k\\u001b\":1}}", 0, "__metadata__ '$'k\\x1b'' is not a string");
 	refuse("a shape that disagrees with the bytes",
 	       "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]},"
 	       "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",

@@ -235,8 +235,9 @@ static int by_offset(const void *a, const void *b)
 	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
-static int parse_tensor(dp_st *s, const char *key, json_t *v, const uint8_t *data, size_t dlen,
-			dp_st_tensor *t, dp_err *e)
+/* Tensor key (shown: the same escaped, for messages) from its header entry v. */
+static int parse_tensor(dp_st *s, const char *key, const char *shown, json_t *v,
+			const uint8_t *data, size_t dlen, dp_st_tensor *t, dp_err *e)
 {
 	const char *nm = s->name;
 	memset(t, 0, sizeof *t);
@@ -245,43 +246,46 @@ static int parse_tensor(dp_st *s, const char *key, json_t *v, const uint8_t *dat
 	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) ||
 	    !json_is_array(offs) || json_array_size(offs) != 2)
 		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': want dtype, shape and data_offsets", nm, key);
+				 "%s: tensor '%s': want dtype, shape and data_offsets", nm, shown);
 	if (json_object_size(v) != 3)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unexpected fields", nm, key);
+		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unexpected fields", nm, shown);
 	t->dtype = dp_dtype_parse(json_string_value(dt));
-	if (!t->dtype)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unknown dtype '%s'", nm, key,
-				 json_string_value(dt));
+	if (!t->dtype) {
+		char *d = dp_shown(json_string_value(dt), json_string_length(dt));
+		dp_seterr(e, DP_EDATA, "%s: tensor '%s': unknown dtype '%s'", nm, shown, d ? d : "?");
+		free(d);
+		return DP_EDATA;
+	}
 	if (json_array_size(shape) > DP_ST_MAXDIM)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': more than %d dimensions", nm, key,
+		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': more than %d dimensions", nm, shown,
 				 DP_ST_MAXDIM);
 	t->ndim = (int)json_array_size(shape);
 	unsigned __int128 bytes = dp_dtype_size(t->dtype);
 	for (int d = 0; d < t->ndim; d++) {
 		json_t *x = json_array_get(shape, (size_t)d);
 		if (!json_is_integer(x) || json_integer_value(x) < 0)
-			return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad shape", nm, key);
+			return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad shape", nm, shown);
 		t->shape[d] = json_integer_value(x);
 		bytes *= (uint64_t)t->shape[d];
 		if (bytes > dlen)
 			return dp_seterr(e, DP_EDATA,
 					 "%s: tensor '%s': shape larger than the file (truncated?)",
-					 nm, key);
+					 nm, shown);
 	}
 	json_t *b = json_array_get(offs, 0), *en = json_array_get(offs, 1);
 	if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
 	    json_integer_value(en) < json_integer_value(b))
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad data_offsets", nm, key);
+		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad data_offsets", nm, shown);
 	uint64_t ob = (uint64_t)json_integer_value(b), oe = (uint64_t)json_integer_value(en);
 	if (oe > dlen)
 		return dp_seterr(e, DP_EDATA,
 				 "%s: tensor '%s': data ends at byte %" PRIu64
 				 " of %zu: file truncated",
-				 nm, key, oe, dlen);
+				 nm, shown, oe, dlen);
 	if (oe - ob != (uint64_t)bytes)
 		return dp_seterr(e, DP_EDATA,
 				 "%s: tensor '%s': %" PRIu64 " bytes for a shape of %" PRIu64 " bytes",
-				 nm, key, oe - ob, (uint64_t)bytes);
+				 nm, shown, oe - ob, (uint64_t)bytes);
 	t->data = data + ob;
 	t->nbytes = (size_t)(oe - ob);
 	if (!(t->name = strdup(key)))
@@ -299,9 +303,13 @@ static int parse_meta(dp_st *s, json_t *v, dp_err *e)
 	const char *key;
 	json_t *mv;
 	json_object_foreach(v, key, mv) {
-		if (!json_is_string(mv))
-			return dp_seterr(e, DP_EDATA, "%s: __metadata__ '%s' is not a string", s->name,
-					 key);
+		if (!json_is_string(mv)) {
+			char *k = dp_shown(key, strlen(key)); /* the file's words, escaped */
+			dp_seterr(e, DP_EDATA, "%s: __metadata__ '%s' is not a string", s->name,
+				  k ? k : "?");
+			free(k);
+			return DP_EDATA;
+		}
 		s->meta[2 * s->nmeta] = strdup(key);
 		s->meta[2 * s->nmeta + 1] = strdup(json_string_value(mv));
 		s->nmeta++;
@@ -351,7 +359,14 @@ static int parse_header(dp_st *s, dp_err *e)
 				goto out;
 			continue;
 		}
-		if ((rc = parse_tensor(s, key, v, data, dlen, &s->t[s->n], e)) < 0)
+		char *shown = dp_shown(key, strlen(key)); /* as messages quote it */
+		if (!shown) {
+			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
+			goto out;
+		}
+		rc = parse_tensor(s, key, shown, v, data, dlen, &s->t[s->n], e);
+		free(shown);
+		if (rc < 0)
 			goto out;
 		s->n++;
 	}
@@ -360,8 +375,10 @@ static int parse_header(dp_st *s, dp_err *e)
 	for (int i = 0; i < s->n; i++) {
 		size_t b = (size_t)((const uint8_t *)s->t[i].data - data);
 		if (b != at) {
+			char *shown = dp_shown(s->t[i].name, strlen(s->t[i].name));
 			rc = dp_seterr(e, DP_EDATA, "%s: tensor '%s' %s the one before it", nm,
-				       s->t[i].name, b < at ? "overlaps" : "leaves a hole after");
+				       shown ? shown : "?", b < at ? "overlaps" : "leaves a hole after");
+			free(shown);
 			goto out;
 		}
 		at = b + s->t[i].nbytes;
