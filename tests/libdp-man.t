@@ -11,7 +11,9 @@ sed -n '/^\.SH EXAMPLES/,/^\.SH/p' "$PAGE" | awk '/^\.fi/ { on = 0 } on; /^\.nf/
 	sed 's/\\e/\\/g; s/\\-/-/g' > count.c
 ok grep -q "int main" count.c "the example is a program"
 libs=$(sed -n 's/^Libs.private: //p' "$DP_BUILD/libdp.pc")
-run cc -std=gnu11 -Wall -Werror -I"$DP_SRC/lib" -o count count.c "$DP_BUILD/libdp.a" $libs
+# (with the build's own flags: under make asan, libdp.a needs the sanitizers)
+run cc -std=gnu11 -Wall -Werror ${DP_CFLAGS:-} -I"$DP_SRC/lib" -o count count.c "$DP_BUILD/libdp.a" $libs \
+	${DP_LDFLAGS:-}
 is "$rc:$err" "0:" "it compiles against libdp's headers and libdp.a, without a warning"
 printf '{"x":{"int64":[1]}}\n{"x":{"int64":[2]}}\n{"x":{"int64":[3]}}\n' | tfr-cat --encode json > three.tfr
 run ./count three.tfr

@@ -202,7 +202,8 @@ static void initializer(build *b, const char *name, const int64_t *dims, int nd,
 		return;
 	onnx__tensor_proto__init(t);
 	t->name = sdup(b, name);
-	memcpy(d, dims, (size_t)nd * sizeof *d);
+	if (nd) /* a scalar's dims may be NULL */
+		memcpy(d, dims, (size_t)nd * sizeof *d);
 	t->dims = d;
 	t->n_dims = (size_t)nd;
 	t->has_data_type = 1;
