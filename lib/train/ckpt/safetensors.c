@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,61 +236,73 @@ static int by_offset(const void *a, const void *b)
 	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
-/* Tensor key (shown: the same escaped, for messages) from its header entry v. */
-static int parse_tensor(dp_st *s, const char *key, const char *shown, json_t *v,
-			const uint8_t *data, size_t dlen, dp_st_tensor *t, dp_err *e)
+/* why, formatted; returns DP_EDATA. */
+static int bad(char *why, size_t wl, const char *fmt, ...)
 {
-	const char *nm = s->name;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, wl, fmt, ap);
+	va_end(ap);
+	return DP_EDATA;
+}
+
+/* An error about tensor key, its name escaped (a name may hold a terminal
+ * control): "FILE: tensor 'KEY'" sep why. */
+static int tensor_err(dp_err *e, const char *nm, const char *key, const char *sep, const char *why)
+{
+	char *k = dp_shown(key, strlen(key));
+	dp_seterr(e, DP_EDATA, "%s: tensor '%s'%s%s", nm, k ? k : "?", sep, why);
+	free(k);
+	return DP_EDATA;
+}
+
+/* Tensor key from its header entry v.  DP_EDATA with what is wrong in why
+ * (the caller names the tensor, escaped), or DP_ENOMEM. */
+static int parse_tensor(const char *key, json_t *v, const uint8_t *data, size_t dlen,
+			dp_st_tensor *t, char *why, size_t wl)
+{
 	memset(t, 0, sizeof *t);
 	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
 	       *offs = json_object_get(v, "data_offsets");
 	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) ||
 	    !json_is_array(offs) || json_array_size(offs) != 2)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': want dtype, shape and data_offsets", nm, shown);
+		return bad(why, wl, "want dtype, shape and data_offsets");
 	if (json_object_size(v) != 3)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': unexpected fields", nm, shown);
+		return bad(why, wl, "unexpected fields");
 	t->dtype = dp_dtype_parse(json_string_value(dt));
 	if (!t->dtype) {
 		char *d = dp_shown(json_string_value(dt), json_string_length(dt));
-		dp_seterr(e, DP_EDATA, "%s: tensor '%s': unknown dtype '%s'", nm, shown, d ? d : "?");
+		bad(why, wl, "unknown dtype '%s'", d ? d : "?");
 		free(d);
 		return DP_EDATA;
 	}
 	if (json_array_size(shape) > DP_ST_MAXDIM)
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': more than %d dimensions", nm, shown,
-				 DP_ST_MAXDIM);
+		return bad(why, wl, "more than %d dimensions", DP_ST_MAXDIM);
 	t->ndim = (int)json_array_size(shape);
 	unsigned __int128 bytes = dp_dtype_size(t->dtype);
 	for (int d = 0; d < t->ndim; d++) {
 		json_t *x = json_array_get(shape, (size_t)d);
 		if (!json_is_integer(x) || json_integer_value(x) < 0)
-			return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad shape", nm, shown);
+			return bad(why, wl, "bad shape");
 		t->shape[d] = json_integer_value(x);
 		bytes *= (uint64_t)t->shape[d];
 		if (bytes > dlen)
-			return dp_seterr(e, DP_EDATA,
-					 "%s: tensor '%s': shape larger than the file (truncated?)",
-					 nm, shown);
+			return bad(why, wl, "shape larger than the file (truncated?)");
 	}
 	json_t *b = json_array_get(offs, 0), *en = json_array_get(offs, 1);
 	if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
 	    json_integer_value(en) < json_integer_value(b))
-		return dp_seterr(e, DP_EDATA, "%s: tensor '%s': bad data_offsets", nm, shown);
+		return bad(why, wl, "bad data_offsets");
 	uint64_t ob = (uint64_t)json_integer_value(b), oe = (uint64_t)json_integer_value(en);
 	if (oe > dlen)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': data ends at byte %" PRIu64
-				 " of %zu: file truncated",
-				 nm, shown, oe, dlen);
+		return bad(why, wl, "data ends at byte %" PRIu64 " of %zu: file truncated", oe, dlen);
 	if (oe - ob != (uint64_t)bytes)
-		return dp_seterr(e, DP_EDATA,
-				 "%s: tensor '%s': %" PRIu64 " bytes for a shape of %" PRIu64 " bytes",
-				 nm, shown, oe - ob, (uint64_t)bytes);
+		return bad(why, wl, "%" PRIu64 " bytes for a shape of %" PRIu64 " bytes", oe - ob,
+			   (uint64_t)bytes);
 	t->data = data + ob;
 	t->nbytes = (size_t)(oe - ob);
 	if (!(t->name = strdup(key)))
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
+		return DP_ENOMEM;
 	return DP_OK;
 }
 
@@ -359,13 +372,12 @@ static int parse_header(dp_st *s, dp_err *e)
 				goto out;
 			continue;
 		}
-		char *shown = dp_shown(key, strlen(key)); /* as messages quote it */
-		if (!shown) {
+		char why[160];
+		rc = parse_tensor(key, v, data, dlen, &s->t[s->n], why, sizeof why);
+		if (rc == DP_ENOMEM)
 			rc = dp_seterr(e, DP_ENOMEM, "out of memory");
-			goto out;
-		}
-		rc = parse_tensor(s, key, shown, v, data, dlen, &s->t[s->n], e);
-		free(shown);
+		else if (rc < 0)
+			rc = tensor_err(e, nm, key, ": ", why);
 		if (rc < 0)
 			goto out;
 		s->n++;
@@ -375,10 +387,9 @@ static int parse_header(dp_st *s, dp_err *e)
 	for (int i = 0; i < s->n; i++) {
 		size_t b = (size_t)((const uint8_t *)s->t[i].data - data);
 		if (b != at) {
-			char *shown = dp_shown(s->t[i].name, strlen(s->t[i].name));
-			rc = dp_seterr(e, DP_EDATA, "%s: tensor '%s' %s the one before it", nm,
-				       shown ? shown : "?", b < at ? "overlaps" : "leaves a hole after");
-			free(shown);
+			rc = tensor_err(e, nm, s->t[i].name, " ",
+					b < at ? "overlaps the one before it"
+					       : "leaves a hole after the one before it");
 			goto out;
 		}
 		at = b + s->t[i].nbytes;
