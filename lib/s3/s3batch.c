@@ -407,7 +407,7 @@ static int get_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 	if (rc < 0)
 		return rc;
 	dp_out o;
-	rc = s3_make_parents(f->dst, e);
+	rc = dp_make_parents(f->dst, NULL, NULL, e);
 	if (rc == DP_OK)
 		rc = dp_out_open(&o, f->dst, e);
 	if (rc == DP_OK) {
