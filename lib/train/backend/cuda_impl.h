@@ -108,6 +108,7 @@ struct dp_bectx {
 	int pinned;      /* algorithms by cuDNN's heuristics, not measured */
 	cudaStream_t s;  /* compute */
 	cudaStream_t cs; /* host-to-device copies of stage() */
+	cudaEvent_t fetched; /* on the compute stream: the last fetch() is done */
 	cublasHandle_t blas;
 #ifdef DP_WITH_CUDNN
 	cudnnHandle_t dnn;

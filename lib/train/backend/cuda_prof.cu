@@ -2,19 +2,19 @@
  * cuda_prof.cu - where a CUDA run's GPU time goes (lib/train/backend/
  * cuda_impl.h), for DP_CUDA_PROFILE=FILE: CUDA events on the compute
  * stream around each call of the backend (convolutions, batchnorm, GEMMs,
- * the optimizer...), read at each sync(), summed per kind of call; at
- * close, FILE receives one line per kind, most time first:
+ * the optimizer...), read at each sync() and wait(), summed per kind of
+ * call; at close, FILE receives one line per kind, most time first:
  *
  *   kind calls gpu_ms share host_ms
  *
  * (host_ms: the time the calls took on the host, queueing the work: when
  * it nears gpu_ms the GPU waits for the host), then the totals: the GPU
  * time inside calls against the wall time counted (the GPU's busy
- * fraction, as nvidia-smi cannot say it).  The first 3 syncs (steps) are
- * left out: they load kernels and choose cuDNN's algorithms.  An event
- * pair also counts the GPU's idle time inside a call (waiting for the
- * host), and the events cost a few microseconds a call: profile a
- * separate short run, not the one whose speed is reported.
+ * fraction, as nvidia-smi cannot say it).  The first 3 syncs or waits
+ * (steps) are left out: they load kernels and choose cuDNN's algorithms.
+ * An event pair also counts the GPU's idle time inside a call (waiting
+ * for the host), and the events cost a few microseconds a call: profile
+ * a separate short run, not the one whose speed is reported.
  */
 #include "cuda_impl.h"
 
@@ -104,34 +104,40 @@ void cu_prof_end(dp_bectx *c, int i)
 	}
 }
 
-/* The syncs (a step's each) left out of the sums: the first steps load
- * kernels and choose algorithms. */
+/* The syncs and waits (a step's each) left out of the sums: the first
+ * steps load kernels and choose algorithms. */
 #define PROF_SKIP 3
 
-/* After a sync: the events' times into the sums. */
+/* After a sync or a wait: the times of the calls done into the sums.  A
+ * wait leaves work queued after the call it waits for: those calls' events
+ * stay for the next time, first in the list (swapped, not copied: the
+ * events are reused). */
 void cu_prof_collect(dp_bectx *c)
 {
 	cu_prof *f = c->prof;
 	if (!f)
 		return;
-	if (++f->nsync <= PROF_SKIP) {
-		f->nev = 0;
-		memset(f->ms, 0, sizeof f->ms);
-		memset(f->host_ms, 0, sizeof f->host_ms);
-		memset(f->calls, 0, sizeof f->calls);
-		f->wall0 = now_s();
-		return;
-	}
-	for (int i = 0; i < f->nev; i++) {
+	int skip = ++f->nsync <= PROF_SKIP, i = 0;
+	for (; i < f->nev && cudaEventQuery(f->ev[i].b) == cudaSuccess; i++) {
 		float ms = 0;
-		if (cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
+		if (!skip && cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
 			f->ms[f->ev[i].kind] += ms;
 			f->calls[f->ev[i].kind]++;
 		}
 	}
 	cudaGetLastError();
-	f->nev = 0;
-	f->wall1 = now_s();
+	for (int k = i; k < f->nev; k++) {
+		prof_pair t = f->ev[k - i];
+		f->ev[k - i] = f->ev[k];
+		f->ev[k] = t;
+	}
+	f->nev -= i;
+	if (skip) {
+		memset(f->host_ms, 0, sizeof f->host_ms);
+		f->wall0 = now_s();
+	} else {
+		f->wall1 = now_s();
+	}
 }
 
 void cu_prof_close(dp_bectx *c)
