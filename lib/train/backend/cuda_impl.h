@@ -328,23 +328,30 @@ void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v
 	     const dp_adam_args *a);
 
 /* cuda_prof.cu: PROF(c, "kind") at the top of a backend call times it
- * (DP_CUDA_PROFILE) */
+ * (DP_CUDA_PROFILE); PROF_PART(c, "kind") in a block inside one times
+ * that block as a kind of its own, left out of the call's time (cuDNN's
+ * calls inside a convolution's) */
 void cu_prof_open(dp_bectx *c);
-int cu_prof_begin(dp_bectx *c, const char *what);
-void cu_prof_end(dp_bectx *c, int i);
+int cu_prof_begin(dp_bectx *c, const char *what, int *part);
+void cu_prof_end(dp_bectx *c, int i, int part);
 void cu_prof_collect(dp_bectx *c);
 void cu_prof_close(dp_bectx *c);
 struct cu_prof_scope {
 	dp_bectx *c;
-	int i;
-	cu_prof_scope(dp_bectx *k, const char *what) : c(k), i(k->prof ? cu_prof_begin(k, what) : -1) {}
+	int i, part;
+	cu_prof_scope(dp_bectx *k, const char *what, int p = 0) : c(k), i(-1), part(p)
+	{
+		if (k->prof)
+			i = cu_prof_begin(k, what, &part);
+	}
 	~cu_prof_scope()
 	{
 		if (c->prof)
-			cu_prof_end(c, i);
+			cu_prof_end(c, i, part);
 	}
 };
 #define PROF(c, what) cu_prof_scope prof_scope_((c), (what))
+#define PROF_PART(c, what) cu_prof_scope prof_part_((c), (what), 1)
 
 /* cuda_conv.cu: dp_backend's conv_ws, conv_fwd, conv_bwd, and the set-up */
 be_conv_open_fn cu_conv_open;
