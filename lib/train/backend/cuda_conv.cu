@@ -361,6 +361,82 @@ static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g)
 	return c->nhwc ? 2 * align256(nhwc_bytes(c, (size_t)g->k * g->c * g->kh * g->kw)) : 0;
 }
 
+/* ---- filters kept from the forward pass for the backward ------------------------
+ * Under nhwc both passes read the filters channels-last in the activation
+ * type, (k, kh, kw, c): the forward converts the float32 master weights
+ * into a slot of their own (found by their address), and the backward's
+ * data gradient reads that conversion where it is still current rather
+ * than making its own (one pass over the filters and a launch fewer per
+ * layer and step).  Current: converted since the optimizer last changed
+ * weights (dp_bectx.wgen), as nothing else writes a layer's weights
+ * between its forward and its backward; each forward converts anew
+ * whatever wrote the weights before it (an upload, another rank's).
+ * Where no slot can be had (NFILT of them, FILT_MAX bytes in all, or no
+ * memory) the filters are converted into the workspace at each pass. */
+
+static filt_slot *filt_slot_of(dp_bectx *c, const float *w, const dp_conv2d *g)
+{
+	size_t bytes = nhwc_bytes(c, (size_t)g->k * g->c * g->kh * g->kw);
+	if (!c->filt && !(c->filt = (filt_slot *)calloc(NFILT, sizeof *c->filt)))
+		return NULL;
+	filt_slot *f = NULL;
+	for (int i = 0; i < c->nfilt && !f; i++)
+		if (c->filt[i].w == w)
+			f = &c->filt[i];
+	if (!f) {
+		if (c->nfilt == NFILT)
+			return NULL;
+		f = &c->filt[c->nfilt++];
+		f->w = w;
+	}
+	if (f->k != g->k || f->c != g->c || f->kh != g->kh || f->kw != g->kw) {
+		f->k = g->k, f->c = g->c, f->kh = g->kh, f->kw = g->kw;
+		f->valid = 0;
+	}
+	if (f->cap < bytes) { /* new, or the address reused for larger filters */
+		void *p = NULL;
+		if (c->filt_bytes - f->cap + bytes > FILT_MAX)
+			return NULL;
+		if (cudaMalloc(&p, bytes) != cudaSuccess) {
+			cudaGetLastError();
+			return NULL;
+		}
+		cudaFree(f->buf); /* waits for the device: NULL, or after a re-bind */
+		c->filt_bytes += bytes - f->cap;
+		f->buf = p;
+		f->cap = bytes;
+		f->valid = 0;
+	}
+	return f;
+}
+
+/* w channels-last for a forward pass (fwd, converted) or a backward one
+ * (the forward's conversion where current): in its slot, else in wt */
+static const void *conv_filters(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt, bool fwd)
+{
+	filt_slot *f = filt_slot_of(c, w, g);
+	if (!f) {
+		nhwc_filter(c, w, g, wt);
+		return wt;
+	}
+	if (fwd || !f->valid || f->gen != c->wgen) {
+		nhwc_filter(c, w, g, f->buf);
+		f->valid = 1;
+		f->gen = c->wgen;
+	}
+	return f->buf;
+}
+
+static void filt_free(dp_bectx *c)
+{
+	for (int i = 0; c->filt && i < c->nfilt; i++)
+		cudaFree(c->filt[i].buf);
+	free(c->filt);
+	c->filt = NULL;
+	c->nfilt = 0;
+	c->filt_bytes = 0;
+}
+
 enum { NALGO = 16 };
 
 /* Take the given algorithms a for p if cuDNN knows them for its shape
@@ -519,6 +595,7 @@ void cu_conv_close(dp_bectx *c)
 	for (int i = 0; c->plan && i < c->nplan; i++)
 		plan_free(&c->plan[i]);
 	free(c->plan);
+	filt_free(c);
 	free(c->algos);
 	if (c->dnn)
 		cudnnDestroy(c->dnn);
@@ -638,8 +715,7 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	}
 	size_t xn = (size_t)g->n * g->c * g->h * g->w;
-	void *wt = base;
-	nhwc_filter(c, w, g, wt);
+	const void *wt = conv_filters(c, w, g, base, true);
 	const void *xs = nhwc_in(c, x, g->n, g->c, g->h, g->w,
 				 tag_of(c, x) ? NULL : cu_scratch(c, nhwc_bytes(c, xn)));
 	ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, xs, p->w, wt, p->conv, p->fwd, cws,
@@ -704,14 +780,14 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 	if (db)
 		nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
 	size_t fb = filter_bytes(c, g) / 2;
-	void *wt = base, *dwt = base + fb;
+	void *dwt = base + fb;
 	ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, xs, p->y, d, p->conv, p->bwd_filter,
 					      cws, p->ws_filter, &zero, p->w, dwt),
 	    "cuDNN filter gradient");
 	nhwc_filter_grad(c, dwt, g, dw);
 	if (!dx)
 		return;
-	nhwc_filter(c, w, g, wt);
+	const void *wt = conv_filters(c, w, g, base, false);
 	void *dxs = tx ? (void *)dx : (void *)(s + a); /* x's conversion is read by now */
 	ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, wt, p->y, d, p->conv, p->bwd_data,
 					    cws, p->ws_data, &zero, p->x, dxs),

@@ -49,6 +49,8 @@ extern "C" {
 					  * take; DP_CUDNN_WS_MAX overrides it */
 #define NTAG 1024                       /* channels-last tensors tracked (a power of 2) */
 #define NPLAN 256                       /* convolution shapes planned */
+#define NFILT 512                       /* channels-last filters kept (cuda_conv.cu) */
+#define FILT_MAX ((size_t)1 << 30)      /* the most bytes they take */
 
 typedef __nv_bfloat16 bf16;
 
@@ -67,6 +69,18 @@ struct stage_slot {
 struct nhwc_tag {
 	const void *p;
 	int n, c, h, w;
+};
+
+/* A convolution's filters in the channels-last type, as its forward pass
+ * converted them for its backward pass (cuda_conv.cu: conv_filters);
+ * w == NULL: a free slot. */
+struct filt_slot {
+	const float *w; /* the float32 weights, (k, c, kh, kw) */
+	int k, c, kh, kw;
+	int valid;
+	unsigned gen; /* dp_bectx.wgen at the conversion */
+	void *buf;
+	size_t cap; /* bytes of buf */
 };
 
 /* One convolution shape's cuDNN set-up and chosen algorithms
@@ -112,6 +126,10 @@ struct dp_bectx {
 	conv_plan *plan;
 	int nplan;
 	char *algos; /* dp_backend_opts.algos: choices to take rather than measure */
+	filt_slot *filt; /* NFILT of them, made at the first use */
+	int nfilt;       /* used */
+	size_t filt_bytes;
+	unsigned wgen; /* changes when the optimizer changes weights */
 	struct cu_prof *prof; /* DP_CUDA_PROFILE (cuda_prof.cu) */
 	int prof_depth;
 	int failed;
