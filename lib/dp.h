@@ -227,6 +227,15 @@ typedef struct dp_walk_entry {
 } dp_walk_entry;
 typedef int (*dp_walk_fn)(void *ctx, const dp_walk_entry *w, dp_err *e);
 DP_EXPORT int dp_walk(const char *dir, dp_walk_fn fn, void *ctx, dp_err *e);
+/* dp_make_parents: `mkdir -p` of the folder part of path (all before its
+ * last '/'; nothing when that is empty or "/"), mode 0777 less the umask,
+ * folders already there left as they are.  made, when not NULL, is told of
+ * each folder this call creates, parents first (a caller that removes
+ * them again on failure keeps the list); an error it returns ends the
+ * call.  A folder that cannot be made: "DIR: cannot create directory:
+ * REASON" (dp_syserr). */
+typedef int (*dp_made_fn)(void *ctx, const char *dir, dp_err *e);
+DP_EXPORT int dp_make_parents(const char *path, dp_made_fn made, void *ctx, dp_err *e);
 
 /* ---- One holder of a name on the machine ------------------------------
  * dp_hold_name: hold `name` (any text) for as long as the process lives,

@@ -166,10 +166,19 @@ typedef struct dp_backend {
 	 * backend's after a copy (GPU: alternating, so that the copy overlaps
 	 * the work still queued on the previous one).  The pointer serves the
 	 * work queued until the next stage() of the same `dev`.  The host
-	 * bytes must not change until the next sync() or download(). */
+	 * bytes must not change until the next sync(), download() or wait(). */
 	const void *(*stage)(dp_bectx *ctx, void *dev, const void *host, size_t bytes);
 	/* Wait for queued work; report a failure of it (GPU faults). */
 	int (*sync)(dp_bectx *ctx, dp_err *e);
+	/* download() without waiting: dev's bytes, as the work queued up to
+	 * now leaves them, into host memory (from host_alloc), which holds
+	 * them once wait() returns.  wait() waits for the last fetch alone,
+	 * not for the work queued after it, and reports a failure as sync()
+	 * does: the host goes on queueing (a backward pass) while the device
+	 * catches up, and reads a step's loss without draining its queue.
+	 * Host bytes given to stage() before the fetch are free after wait(). */
+	void (*fetch)(dp_bectx *ctx, void *host, const void *dev, size_t bytes);
+	int (*wait)(dp_bectx *ctx, dp_err *e);
 	void (*fill)(dp_bectx *ctx, float *p, float v, size_t n);
 	void (*scale)(dp_bectx *ctx, float *p, float s, size_t n);
 

@@ -47,7 +47,8 @@
  *
  * A training step (dp_train.h's dp_step_run makes it data-parallel):
  *     dp_model_forward(m, x, n, &pass)         activations
- *     dp_model_loss(m, y, n, 1.0f / n, 1, st)  loss, d loss / d output
+ *     dp_model_loss(m, y, n, 1.0f / n, 1, st)  loss, d loss / d output (or its
+ *                                              halves: _queue, then _wait)
  *     dp_model_backward(m, n, hook, ctx)       gradients; hook per layer
  *     (average gradients across workers: dp_comm.h)
  *     dp_optim_step(...)                       update (dp_optim.h)
@@ -245,6 +246,14 @@ DP_EXPORT const float *dp_model_output(const dp_model *m);
  * DP_EDATA when a class label is out of range. */
 DP_EXPORT int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
 		  double stats[2], dp_err *e);
+
+/* dp_model_loss in two halves: queue the loss (labels checked, the
+ * gradient kept for the backward pass), then wait for its stats alone,
+ * not for the work queued between (a backward pass): a GPU's host queues
+ * the backward while the device runs the forward. */
+DP_EXPORT int dp_model_loss_queue(dp_model *m, const void *y, size_t n, float scale,
+				  int want_grad, dp_err *e);
+DP_EXPORT int dp_model_loss_wait(dp_model *m, double stats[2], dp_err *e);
 
 /* Called by dp_model_backward as soon as the gradients of one layer are
  * final: `count` floats at `off` in the gradient buffer.  Layers come last

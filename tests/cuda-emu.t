@@ -42,6 +42,17 @@ like "$algos" '^CPU emulation \(tests/cudaemu\)/cudnn [0-9]+/fp32\|32x1x8x8-4x3x
 	"the checkpoint records cuDNN's choice for each convolution shape, and for which GPU"
 run "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res2.st
 is "$rc:$(meta res2.st conv_algos)" "0:$algos" "resumed on the GPU, with the same choices"
+# DP_CUDA_PROFILE: each step's calls counted once its loss is read (a
+# step waits for its forward and loss alone, the backward still queued on
+# a GPU), the first 3 steps left out
+run env DP_CUDA_PROFILE=prof.txt "$EMU" "${COMMON[@]}" --batch-size 32 -q --log /dev/null
+is "$rc" 0 "a profiled run"
+is "$(head -1 prof.txt)" "kind calls gpu_ms share host_ms" "the profile's header"
+is "$(awk '$1 == "convolution" && $2 ~ /^[0-9]/ { print $2 }' prof.txt)" 9 \
+	"12 steps' forward convolutions, less the first 3"
+is "$(awk '$1 == "convolution" && $2 == "backward" { print $3 }' prof.txt)" 9 "... and their backward"
+like "$(tail -1 prof.txt)" '^total gpu_ms=[0-9.]+ host_ms=[0-9.]+ wall_ms=[0-9.]+ busy=[0-9.]+%$' \
+	"the totals"
 
 require "mpirun is not installed (apt-get install openmpi-bin)" have_mpirun
 run mpi 2 "$EMU" "${COMMON[@]}" --batch-size 16 --log two.log --log-all-ranks -o two.st

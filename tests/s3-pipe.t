@@ -204,6 +204,12 @@ printf 'from stdin\n' | s3-pipe put new/dirs/p0
 is "$(cat new/dirs/p0)" "from stdin" "put to a local path makes its directories, as S3 needs none"
 printf 'from stdin\n' | s3-pipe put p1
 is "$(cat p1)" "from stdin" "put FILE: stdin to a local file"
+run s3-pipe put p1/sub/p2 <p1
+is "$rc/$err" "1/s3-pipe: p1/sub: cannot create directory: Not a directory" \
+	"put under a file where a directory should be made: 1, the directory named"
+run s3-pipe sync "file://$T/d/" p1/sub/
+is "$rc/$err" "1/s3-pipe: p1/sub: cannot create directory: Not a directory" \
+	"sync to under a file: the same"
 mkdir up
 run s3-pipe put "file://$T/up/" d/b d/c
 is "$rc" 0 "put PREFIX/ FILE FILE: 0"

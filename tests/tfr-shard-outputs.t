@@ -76,6 +76,11 @@ mkdir -p part/s-00001.tfr
 run tfr-shard -n 2 -o 'part/sub/../s-{shard}.tfr' in.tfr
 is "$rc" 1 "a bad destination found after a directory was made: exit 1"
 ok test ! -e part/sub "  the directory made for it is gone"
+mkdir mk && echo x >mk/00001
+run tfr-shard -n 2 -o 'mk/{shard}/sub/s.tfr' in.tfr
+is "$rc/$err" "1/tfr-shard: mk/00001/sub: cannot create directory: Not a directory" \
+	"a file where a directory should be made: exit 1, named"
+is "$(find mk | sort | tr '\n' ' ')" "mk mk/00001 " "  the directories made for shard 0 are gone"
 run tfr-shard -n 2 -o 'fine/{shard}/s.tfr' in.tfr
 is "$rc/$(find fine -type f | wc -l)" "0/2" "a run that succeeds keeps its directories"
 

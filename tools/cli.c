@@ -251,7 +251,7 @@ void cli_cmd_check(const struct cli_cmd_option *opts, size_t n, const unsigned c
 		   const char *cmd_name)
 {
 	for (size_t i = 0; i < n; i++)
-		if (used[i] && !(opts[i].cmds & (1u << cmd)))
+		if (used[i] && !(opts[i].cmds & CLI_CMD(cmd)))
 			cli_usage_error("--%s does not apply to %s", opts[i].name, cmd_name);
 }
 

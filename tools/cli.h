@@ -95,7 +95,7 @@ void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(p
 	}
 /* A program of commands (s3-pipe get|put|..., dp-ckpt show|diff|...) has
  * one table of its options: getopt_long's row of each and the commands
- * that take it, as bits (1u << the command's number).  cli_cmd_getopt
+ * that take it, as bits (CLI_CMD(the command's number)).  cli_cmd_getopt
  * reads argv with them (and --help, --version): set(c, optarg, argv) for
  * each option in turn, used[i] set for each row i given.  Once the
  * command is known, cli_cmd_check makes an option given that the command
@@ -103,7 +103,7 @@ void cli_job_usage_error(const char *fmt, ...) __attribute__((noreturn, format(p
  * such row of the table).
  *
  *     static const struct cli_cmd_option opts[] = {
- *             {"range", required_argument, OPT_RANGE, B(C_GET)},
+ *             {"range", required_argument, OPT_RANGE, CLI_CMD(C_GET)},
  *             {"region", required_argument, OPT_REGION, CLI_EVERY_CMD},
  *     ...
  *     unsigned char used[NOPTS] = {0};
@@ -114,8 +114,9 @@ struct cli_cmd_option {
 	const char *name; /* "range": --range */
 	int has_arg;      /* getopt_long's no_argument, required_argument, optional_argument */
 	int val;          /* what getopt_long returns for it: 'o', OPT_RANGE */
-	unsigned cmds;    /* the commands that take it, 1u << each one's number */
+	unsigned cmds;    /* the commands that take it: CLI_CMD(each one's number), or'd */
 };
+#define CLI_CMD(c) (1u << (c))
 #define CLI_EVERY_CMD (~0u)
 void cli_cmd_getopt(int argc, char **argv, const char *shortopts, const struct cli_cmd_option *opts,
 		    size_t n, unsigned char *used, void (*set)(int c, const char *arg, char **argv));

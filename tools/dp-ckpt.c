@@ -56,7 +56,6 @@ static const struct format {
 /* ---- the command line ----------------------------------------------- */
 
 enum { C_SHOW = 1, C_DIFF, C_IMPORT, C_EXPORT };
-#define B(c) (1u << (c))
 
 enum {
 	OPT_JSON = 256, OPT_FORMAT, OPT_CLASSES, OPT_WEIGHTS, OPT_TOLERANCE, OPT_META, OPT_MODEL,
@@ -74,17 +73,17 @@ static struct {
 
 /* The options and the subcommands that take each. */
 static const struct cli_cmd_option opts[] = {
-	{"json", no_argument, OPT_JSON, B(C_SHOW) | B(C_DIFF)},
-	{"weights", no_argument, OPT_WEIGHTS, B(C_DIFF)},
-	{"tolerance", required_argument, OPT_TOLERANCE, B(C_DIFF)},
-	{"meta", no_argument, OPT_META, B(C_DIFF)},
-	{"quiet", no_argument, 'q', B(C_DIFF)},
-	{"output", required_argument, 'o', B(C_EXPORT) | B(C_IMPORT)},
-	{"format", required_argument, OPT_FORMAT, B(C_EXPORT)},
-	{"model", required_argument, OPT_MODEL, B(C_IMPORT)},
-	{"input-shape", required_argument, OPT_SHAPE, B(C_IMPORT)},
-	{"loss", required_argument, OPT_LOSS, B(C_IMPORT)},
-	{"classes", required_argument, OPT_CLASSES, B(C_EXPORT)},
+	{"json", no_argument, OPT_JSON, CLI_CMD(C_SHOW) | CLI_CMD(C_DIFF)},
+	{"weights", no_argument, OPT_WEIGHTS, CLI_CMD(C_DIFF)},
+	{"tolerance", required_argument, OPT_TOLERANCE, CLI_CMD(C_DIFF)},
+	{"meta", no_argument, OPT_META, CLI_CMD(C_DIFF)},
+	{"quiet", no_argument, 'q', CLI_CMD(C_DIFF)},
+	{"output", required_argument, 'o', CLI_CMD(C_EXPORT) | CLI_CMD(C_IMPORT)},
+	{"format", required_argument, OPT_FORMAT, CLI_CMD(C_EXPORT)},
+	{"model", required_argument, OPT_MODEL, CLI_CMD(C_IMPORT)},
+	{"input-shape", required_argument, OPT_SHAPE, CLI_CMD(C_IMPORT)},
+	{"loss", required_argument, OPT_LOSS, CLI_CMD(C_IMPORT)},
+	{"classes", required_argument, OPT_CLASSES, CLI_CMD(C_EXPORT)},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 

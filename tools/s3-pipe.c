@@ -1269,37 +1269,38 @@ enum {
 	OPT_DELETE, OPT_EXACT,
 };
 
-#define B(c) (1u << (c))
 /* the commands on keys and files (not whoami, mb, rb) */
-#define ALL (B(C_GET) | B(C_PUT) | B(C_LS) | B(C_FIFO) | B(C_PRESIGN) | B(C_RM) | B(C_SYNC))
+#define ALL                                                                                 \
+	(CLI_CMD(C_GET) | CLI_CMD(C_PUT) | CLI_CMD(C_LS) | CLI_CMD(C_FIFO) | CLI_CMD(C_PRESIGN) | \
+	 CLI_CMD(C_RM) | CLI_CMD(C_SYNC))
 
 /* The options and the commands that take each (another command given one
  * is a usage error). */
 static const struct cli_cmd_option opts[] = {
-	{"output", required_argument, 'o', B(C_GET)},
-	{"range", required_argument, OPT_RANGE, B(C_GET)},
-	{"shard", required_argument, OPT_SHARD, B(C_GET) | B(C_FIFO)},
-	{"shuffle", no_argument, OPT_SHUFFLE, B(C_GET) | B(C_FIFO)},
-	{"seed", required_argument, OPT_SEED, B(C_GET) | B(C_FIFO)},
-	{"epoch", required_argument, OPT_EPOCH, B(C_GET) | B(C_FIFO)},
-	{"manifest", no_argument, OPT_MANIFEST, B(C_GET) | B(C_FIFO)},
-	{"no-verify", no_argument, OPT_NO_VERIFY, B(C_GET) | B(C_FIFO)},
-	{"epochs", required_argument, OPT_EPOCHS, B(C_FIFO)},
-	{"channel", required_argument, OPT_CHANNEL, B(C_FIFO)},
-	{"dir", required_argument, OPT_DIR, B(C_FIFO)},
-	{"recursive", no_argument, 'r', B(C_LS) | B(C_RM) | B(C_GET) | B(C_PUT)},
-	{"include", required_argument, OPT_INCLUDE, ALL & ~B(C_PRESIGN)},
-	{"exclude", required_argument, OPT_EXCLUDE, ALL & ~B(C_PRESIGN)},
-	{"json", no_argument, OPT_JSON, B(C_LS)},
-	{"page-size", required_argument, OPT_PAGE_SIZE, B(C_LS)},
-	{"uploads", no_argument, OPT_UPLOADS, B(C_LS) | B(C_RM)},
-	{"expires", required_argument, OPT_EXPIRES, B(C_PRESIGN)},
-	{"method", required_argument, OPT_METHOD, B(C_PRESIGN)},
-	{"dryrun", no_argument, OPT_DRYRUN, B(C_PUT) | B(C_RM) | B(C_SYNC)},
-	{"delete", no_argument, OPT_DELETE, B(C_SYNC)},
-	{"exact-timestamps", no_argument, OPT_EXACT, B(C_SYNC)},
-	{"dir-markers", no_argument, OPT_DIR_MARKERS, B(C_PUT)},
-	{"expand", no_argument, OPT_EXPAND, ALL & ~B(C_RM)},
+	{"output", required_argument, 'o', CLI_CMD(C_GET)},
+	{"range", required_argument, OPT_RANGE, CLI_CMD(C_GET)},
+	{"shard", required_argument, OPT_SHARD, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"shuffle", no_argument, OPT_SHUFFLE, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"seed", required_argument, OPT_SEED, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"epoch", required_argument, OPT_EPOCH, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"manifest", no_argument, OPT_MANIFEST, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"no-verify", no_argument, OPT_NO_VERIFY, CLI_CMD(C_GET) | CLI_CMD(C_FIFO)},
+	{"epochs", required_argument, OPT_EPOCHS, CLI_CMD(C_FIFO)},
+	{"channel", required_argument, OPT_CHANNEL, CLI_CMD(C_FIFO)},
+	{"dir", required_argument, OPT_DIR, CLI_CMD(C_FIFO)},
+	{"recursive", no_argument, 'r', CLI_CMD(C_LS) | CLI_CMD(C_RM) | CLI_CMD(C_GET) | CLI_CMD(C_PUT)},
+	{"include", required_argument, OPT_INCLUDE, ALL & ~CLI_CMD(C_PRESIGN)},
+	{"exclude", required_argument, OPT_EXCLUDE, ALL & ~CLI_CMD(C_PRESIGN)},
+	{"json", no_argument, OPT_JSON, CLI_CMD(C_LS)},
+	{"page-size", required_argument, OPT_PAGE_SIZE, CLI_CMD(C_LS)},
+	{"uploads", no_argument, OPT_UPLOADS, CLI_CMD(C_LS) | CLI_CMD(C_RM)},
+	{"expires", required_argument, OPT_EXPIRES, CLI_CMD(C_PRESIGN)},
+	{"method", required_argument, OPT_METHOD, CLI_CMD(C_PRESIGN)},
+	{"dryrun", no_argument, OPT_DRYRUN, CLI_CMD(C_PUT) | CLI_CMD(C_RM) | CLI_CMD(C_SYNC)},
+	{"delete", no_argument, OPT_DELETE, CLI_CMD(C_SYNC)},
+	{"exact-timestamps", no_argument, OPT_EXACT, CLI_CMD(C_SYNC)},
+	{"dir-markers", no_argument, OPT_DIR_MARKERS, CLI_CMD(C_PUT)},
+	{"expand", no_argument, OPT_EXPAND, ALL & ~CLI_CMD(C_RM)},
 	{"endpoint-url", required_argument, OPT_ENDPOINT, CLI_EVERY_CMD},
 	{"region", required_argument, OPT_REGION, CLI_EVERY_CMD},
 	{"profile", required_argument, OPT_PROFILE, CLI_EVERY_CMD},

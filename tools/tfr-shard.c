@@ -302,34 +302,20 @@ static char *out_name(int s, uint64_t k, uint64_t nshards)
 	return cli_expand(opt.tmpl, vars);
 }
 
-/* mkdir d, remembering it when it is new (abort_outputs removes it). */
-static void make_dir(const char *d)
+/* A directory make_parents made: remembered (abort_outputs removes it). */
+static int remember_dir(void *ctx, const char *d, dp_err *e)
 {
-	if (mkdir(d, 0777) == 0) {
-		cli_grow(&g.dirs, &g.capdirs, g.ndirs + 1, sizeof *g.dirs);
-		g.dirs[g.ndirs++] = cli_strdup(d);
-	} else if (errno != EEXIST) {
-		cli_die("%s: cannot create directory: %s", d, strerror(errno));
-	}
+	cli_grow(&g.dirs, &g.capdirs, g.ndirs + 1, sizeof *g.dirs);
+	g.dirs[g.ndirs++] = cli_strdup(d);
+	return DP_OK;
 }
 
 /* mkdir -p of the directory part of path. */
 static void make_parents(const char *path)
 {
-	char *d = cli_strdup(path);
-	char *slash = strrchr(d, '/');
-	if (slash && slash != d) {
-		*slash = 0;
-		for (char *p = d + 1; *p; p++) {
-			if (*p != '/')
-				continue;
-			*p = 0;
-			make_dir(d);
-			*p = '/';
-		}
-		make_dir(d);
-	}
-	free(d);
+	dp_err e;
+	if (dp_make_parents(path, remember_dir, NULL, &e) < 0)
+		cli_die_err(CLI_FAIL, &e);
 }
 
 /* `tfr-shard f.tfr >> f.tfr` would read its own output for ever: an output

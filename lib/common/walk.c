@@ -1,5 +1,6 @@
 /*
- * walk.c - a folder tree, each folder once (dp.h, dp_walk).
+ * walk.c - folder trees (dp.h): one read, each folder once (dp_walk), and
+ * the folders of a path made (dp_make_parents).
  *
  * Symbolic links are followed (a dataset is often a tree of links), so a
  * link to a folder above it (cat/loop -> ..) would make the tree endless
@@ -13,6 +14,7 @@
 #include "dp.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,5 +110,36 @@ int dp_walk(const char *dir, dp_walk_fn fn, void *ctx, dp_err *e)
 	for (size_t i = 0; i < w.n; i++)
 		free(w.dirs[i].path);
 	free(w.dirs);
+	return rc;
+}
+
+/* One folder of dp_make_parents: made, or there already. */
+static int make_dir(const char *d, dp_made_fn made, void *ctx, dp_err *e)
+{
+	if (mkdir(d, 0777) == 0)
+		return made ? made(ctx, d, e) : DP_OK;
+	return errno == EEXIST ? DP_OK : dp_syserr(e, "%s: cannot create directory", d);
+}
+
+int dp_make_parents(const char *path, dp_made_fn made, void *ctx, dp_err *e)
+{
+	char *d = strdup(path);
+	if (!d)
+		return dp_seterr(e, DP_ENOMEM, "out of memory");
+	char *slash = strrchr(d, '/');
+	int rc = DP_OK;
+	if (slash && slash != d) {
+		*slash = 0;
+		for (char *p = d + 1; *p && rc == DP_OK; p++) {
+			if (*p != '/')
+				continue;
+			*p = 0;
+			rc = make_dir(d, made, ctx, e);
+			*p = '/';
+		}
+		if (rc == DP_OK)
+			rc = make_dir(d, made, ctx, e);
+	}
+	free(d);
 	return rc;
 }

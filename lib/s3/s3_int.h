@@ -287,9 +287,6 @@ int s3_gave_up(dp_err *e, int attempts);
 int s3_sleep(dp_s3 *s, double secs);
 /* HEAD an object: size, etag, mtime. */
 int s3_head(dp_s3 *s, const char *bucket, const char *key, dp_obj *o, dp_err *e);
-/* mkdir -p of the directories above a local path (s3put.c): a key needs
- * none in S3, and file:// destinations behave the same. */
-int s3_make_parents(const char *path, dp_err *e);
 
 /* ---- Object lists and local files (s3objs.c) ----------------------------------------- */
 /* Free the bucket and key that dp_objs_add copied into o: for an entry

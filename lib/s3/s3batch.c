@@ -333,11 +333,13 @@ static int put_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 		return rc;
 	}
 	struct stat sb;
-	int64_t size = -1;
-	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode))
-		rc = dp_seterr(e, DP_EARG, "%s: is a directory", f->src);
-	else if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
-		size = (int64_t)sb.st_size;
+	int64_t size = -1; /* not a regular file: streamed, its size unknown */
+	if (fstat(fd, &sb) == 0) {
+		if (S_ISDIR(sb.st_mode))
+			rc = dp_seterr(e, DP_EARG, "%s: is a directory", f->src);
+		else if (S_ISREG(sb.st_mode))
+			size = (int64_t)sb.st_size;
+	}
 	if (rc == DP_OK && dst.kind == DP_LOC_S3 && size >= 0 && (uint64_t)size <= c->conf.part_size)
 		rc = put_small(c, &dst, fd, f->src, (size_t)size, st, e);
 	else if (rc == DP_OK)
@@ -407,7 +409,7 @@ static int get_file(dp_s3 *c, const dp_s3_file *f, dp_s3_stats *st, dp_err *e)
 	if (rc < 0)
 		return rc;
 	dp_out o;
-	rc = s3_make_parents(f->dst, e);
+	rc = dp_make_parents(f->dst, NULL, NULL, e);
 	if (rc == DP_OK)
 		rc = dp_out_open(&o, f->dst, e);
 	if (rc == DP_OK) {

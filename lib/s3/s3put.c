@@ -400,35 +400,13 @@ static int start_upload(putter *u, ubuf *b, dp_err *e)
 
 /* ---- A local destination ----------------------------------------------------------- */
 
-int s3_make_parents(const char *path, dp_err *e)
-{
-	char *p = strdup(path);
-	if (!p)
-		return dp_seterr(e, DP_ENOMEM, "out of memory");
-	char *slash = strrchr(p, '/');
-	int rc = DP_OK;
-	if (slash && slash != p) {
-		*slash = 0;
-		for (char *c = p + 1; *c && rc == DP_OK; c++) {
-			if (*c != '/')
-				continue;
-			*c = 0;
-			if (mkdir(p, 0777) < 0 && errno != EEXIST)
-				rc = dp_syserr(e, "%s: cannot create", p);
-			*c = '/';
-		}
-		if (rc == DP_OK && mkdir(p, 0777) < 0 && errno != EEXIST)
-			rc = dp_syserr(e, "%s: cannot create", p);
-	}
-	free(p);
-	return rc;
-}
-
+/* Its folders are made (mkdir -p): a key needs none in S3, and file://
+ * destinations behave the same. */
 static int put_local(dp_s3 *s, const dp_loc *dst, int fd, const char *srcname, dp_s3_stats *st,
 		     dp_err *e)
 {
 	dp_out out;
-	int rc = s3_make_parents(dst->key, e);
+	int rc = dp_make_parents(dst->key, NULL, NULL, e);
 	if (rc < 0)
 		return rc;
 	rc = dp_out_open(&out, dst->key, e);

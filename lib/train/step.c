@@ -13,6 +13,10 @@
  *    a rank without samples hands over zeros (or its sum so far) layer by
  *    layer instead (idle_grads); then wait for the sums, take a short
  *    update's mean over its samples, clip, and step the optimizer.
+ * The loss is queued with the forward and read (waiting for the device)
+ * after the backward is queued, or before it where the backward starts an
+ * allreduce with other ranks; a loss that is not finite stops the step
+ * before anything reaches the weights or the sum so far.
  * The timeline gets "agree", "forward", "backward" and "update" events.
  */
 #define _GNU_SOURCE
@@ -159,12 +163,34 @@ static int idle_grads(dp_trainer *t, dp_err *e)
 	return dp_model_idle(t->m, comm_hook, t, e);
 }
 
-/* A micro-batch before the update's last: its gradients into acc. */
-static int accumulate(dp_trainer *t, const dp_step *s, dp_err *e)
+/* The micro-batch's loss, queued by micro_batch (none where s->n is 0),
+ * into r and the update's sums; DP_EDATA where it is not finite, and no
+ * update follows. */
+static int loss_read(dp_trainer *t, const dp_step *s, dp_step_result *r, dp_err *e)
+{
+	double st[2] = {0, 0};
+	int rc = s->n ? dp_model_loss_wait(t->m, st, e) : DP_OK;
+	if (rc < 0)
+		return rc;
+	r->loss = st[0];
+	if (!isfinite(st[0]))
+		return dp_seterr(e, DP_EDATA, "loss is %s", isnan(st[0]) ? "NaN" : "infinite");
+	t->pend_loss += st[0];
+	t->pend_correct += st[1];
+	t->pend_samples += s->n;
+	t->micro_gn += s->gn;
+	return DP_OK;
+}
+
+/* A micro-batch before the update's last: its gradients into acc, once its
+ * loss is known to be finite. */
+static int accumulate(dp_trainer *t, const dp_step *s, dp_step_result *r, dp_err *e)
 {
 	float *g = dp_model_grads(t->m);
 	size_t np = dp_model_nparams(t->m);
 	int rc = s->n ? dp_model_backward(t->m, s->n, NULL, NULL, e) : DP_OK;
+	if (rc == 0)
+		rc = loss_read(t, s, r, e);
 	if (rc < 0)
 		return rc;
 	if (!t->micro && s->n)
@@ -179,8 +205,10 @@ static int accumulate(dp_trainer *t, const dp_step *s, dp_err *e)
 
 /* The update's last micro-batch (s->n 0: none on this rank): gradients
  * summed over the ranks, the mean over a short update's samples, clip,
- * optimizer step. */
-static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_err *e)
+ * optimizer step; r: its loss is read here (else it was), before the
+ * step. */
+static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_step_result *r,
+		  dp_err *e)
 {
 	float *g = dp_model_grads(t->m);
 	size_t np = dp_model_nparams(t->m);
@@ -191,7 +219,7 @@ static int update(dp_trainer *t, const dp_step *s, double lr, double t0, dp_err 
 		return rc;
 	double t1 = dp_now();
 	dp_comm_event(t->c, "backward", 1, t0, t1);
-	if ((rc = dp_comm_grads_wait(t->c, e)) < 0)
+	if ((rc = dp_comm_grads_wait(t->c, e)) < 0 || (r && (rc = loss_read(t, s, r, e)) < 0))
 		return rc;
 	return train_apply(t, lr, e);
 }
@@ -226,12 +254,16 @@ int train_apply(dp_trainer *t, double lr, dp_err *e)
 	return DP_OK;
 }
 
-/* One micro-batch; last: it ends the update. */
+/* One micro-batch; last: it ends the update.  Its loss is read once its
+ * backward pass is queued: the host queues the backward while a GPU runs
+ * the forward, and the device's queue is not drained each step.  But an
+ * update with other ranks reads it first, as their allreduce starts inside
+ * the backward: a rank whose loss is not finite stops before it. */
 static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr, int last,
 		       dp_step_result *r, dp_err *e)
 {
 	uint64_t N = t->conf.accumulate, full = train_full(t);
-	double st[2] = {0, 0}, t0 = dp_now();
+	double t0 = dp_now();
 	memset(r, 0, sizeof *r);
 	if (s->n) {
 		dp_pass pass = {1, t->conf.seed, step,
@@ -239,27 +271,21 @@ static int micro_batch(dp_trainer *t, const dp_step *s, uint64_t step, double lr
 		int rc = dp_model_forward(t->m, s->x, s->n, &pass, e);
 		if (rc == 0) /* scaled by the update's samples: known in advance, but at
 			      * an epoch's end, where update() takes the mean */
-			rc = dp_model_loss(t->m, s->y, s->n, 1.0f / (float)(N == 1 ? s->gn : full), 1,
-					   st, e);
+			rc = dp_model_loss_queue(t->m, s->y, s->n,
+						 1.0f / (float)(N == 1 ? s->gn : full), 1, e);
 		if (rc < 0)
 			return rc;
 	}
 	double t1 = dp_now();
 	dp_comm_event(t->c, "forward", 1, t0, t1);
-	r->loss = st[0];
-	if (!isfinite(st[0]))
-		return dp_seterr(e, DP_EDATA, "loss is %s", isnan(st[0]) ? "NaN" : "infinite");
-	t->pend_loss += st[0];
-	t->pend_correct += st[1];
-	t->pend_samples += s->n;
-	t->micro_gn += s->gn;
 	if (!last) {
-		int rc = accumulate(t, s, e);
+		int rc = accumulate(t, s, r, e);
 		dp_comm_event(t->c, "backward", 1, t1, dp_now());
 		return rc;
 	}
-	int rc = update(t, s, lr, t1, e);
-	if (rc < 0)
+	int early = t->size > 1, rc;
+	if ((early && (rc = loss_read(t, s, r, e)) < 0) ||
+	    (rc = update(t, s, lr, t1, early ? NULL : r, e)) < 0)
 		return rc;
 	train_updated(t, r);
 	return DP_OK;

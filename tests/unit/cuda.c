@@ -17,6 +17,7 @@
  * The convolutions run with a tiny workspace budget too, so that the
  * batch is split into chunks (DP_CUDA_CONV_BUDGET). */
 #define _GNU_SOURCE
+#include "dp.h"
 #include "dp_backend.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
@@ -26,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const dp_backend *G, *C = &dp_backend_cpu;
 static dp_bectx *gc, *cc;
@@ -872,6 +874,174 @@ static void t_model(const char *spec, const char *shape, int loss, int opt, int 
  * algorithm choices (measured, pinned, given) and the workspace they
  * report; tf32 and bf16 on channels-last tensors (cuda_nhwc.cu) through
  * whole models, within their rounding */
+/* ---- passes over memory: kernel launches, counted by the emulation ----------- */
+
+/* tests/cudaemu's count of kernels launched (absent on a GPU: NULL) */
+extern unsigned long cudaemu_launches __attribute__((weak));
+
+static unsigned long launches(void) { return &cudaemu_launches ? cudaemu_launches : 0; }
+
+/* On a channels-last context d: a convolution's backward reads the
+ * filters its forward converted (its data gradient adds no launch to a
+ * backward without one) while they are current, and converts them anew
+ * after an optimizer step changed them, giving the data gradient of the
+ * new weights; a batchnorm's backward with a fused ReLU launches what one
+ * without does (the mask read by its kernels, not a pass of its own). */
+static void t_passes(dp_bectx *d, const char *tag)
+{
+	if (!&cudaemu_launches) {
+		printf("ok %d # SKIP %s: launches are counted by the emulation only\n", ++tap_n, tag);
+		return;
+	}
+	dp_conv2d q = conv_geo(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1), p = conv_geo(2, 8, 6, 6, 8, 1, 1, 1, 1, 0, 0);
+	size_t xn = 2 * 8 * 36, yn = 2 * 16 * 36, wn = 16 * 8 * 9;
+	float *x0 = rnd(xn, 71), *w = rnd(wn, 72), *wd = rnd(wn, 73), *wp = rnd(64, 74), *g = rnd(wn, 75);
+	float *gx0 = up(d, x0, xn * 4), *gw = up(d, w, wn * 4), *gwd = up(d, wd, wn * 4),
+	      *gwp = up(d, wp, 64 * 4), *gg = up(d, g, wn * 4), *gx = G->alloc(d, xn * 4),
+	      *gy = G->alloc(d, yn * 4), *gdy = G->alloc(d, yn * 4), *gdx = G->alloc(d, xn * 4),
+	      *gdw = G->alloc(d, wn * 4), *gm = G->alloc(d, wn * 4);
+	size_t wsn = G->conv_ws(d, &q), wp_ws = G->conv_ws(d, &p);
+	void *ws = G->alloc(d, wsn > wp_ws ? wsn : wp_ws);
+	/* x and dy channels-last, as layers pass them: no conversions counted */
+	G->conv_fwd(d, &p, gx0, gwp, NULL, gx, DP_ACT_NONE, ws);
+	G->conv_fwd(d, &q, gx, gwd, NULL, gdy, DP_ACT_NONE, ws);
+	G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
+	unsigned long n0 = launches();
+	G->conv_bwd(d, &q, gx, gw, gy, gdy, NULL, gdw, NULL, DP_ACT_NONE, ws);
+	unsigned long plain = launches() - n0;
+	n0 = launches();
+	G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+	unsigned long withdx = launches() - n0;
+	ok(withdx == plain, "%s: a convolution's data gradient reads the filters its forward converted "
+	   "(%lu launches, %lu without it)", tag, withdx, plain);
+	dp_sgd_args a = {0.5f, 0.0f, 0.0f, 0.0f, 0, 1};
+	G->sgd(d, wn, gw, gg, gm, &a);
+	n0 = launches();
+	G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+	unsigned long after = launches() - n0;
+	ok(after == withdx + 1, "%s: after an optimizer step the backward converts them anew (%lu launches)",
+	   tag, after);
+	float *dx1 = down(d, gdx, xn);
+	G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
+	G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+	float *dx2 = down(d, gdx, xn);
+	char what[120];
+	snprintf(what, sizeof what, "%s: and its data gradient is that of the new weights", tag);
+	exact(dx1, dx2, xn * 4, what);
+
+	/* batchnorm over y (16 channels), with and without its fused ReLU */
+	dp_bnorm b = {2, 16, 36, 1e-5f, 0.1f, 0, 0, DP_ACT_RELU};
+	float *gam = rnd(16, 76), *bet = rnd(16, 77), one[16] = {0};
+	for (int i = 0; i < 16; i++)
+		one[i] = 1;
+	float *ggam = up(d, gam, 64), *gbet = up(d, bet, 64), *grm = G->alloc(d, 64),
+	      *grv = up(d, one, 64), *gsave = G->alloc(d, 128), *gby = G->alloc(d, yn * 4),
+	      *gbdx = G->alloc(d, yn * 4), *gdg = G->alloc(d, 64), *gdb = G->alloc(d, 64);
+	G->fill(d, grm, 0, 16);
+	G->bnorm_fwd(d, &b, 1, gy, ggam, gbet, grm, grv, NULL, gsave, gby);
+	unsigned long fused[2];
+	for (int f = 0; f < 2; f++) {
+		b.act = f ? DP_ACT_RELU : DP_ACT_NONE;
+		n0 = launches();
+		G->bnorm_bwd(d, &b, gy, ggam, gsave, NULL, gby, gdy, gbdx, gdg, gdb);
+		fused[f] = launches() - n0;
+	}
+	ok(fused[1] == fused[0], "%s: batchnorm's backward with a fused ReLU: %lu launches, %lu without",
+	   tag, fused[1], fused[0]);
+	check_sync(d, "passes");
+	void *f[] = {gx0, gw, gwd, gwp, gg, gx, gy, gdy, gdx, gdw, gm, ws, ggam, gbet, grm, grv, gsave, gby, gbdx, gdg, gdb};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		G->free(d, f[i]);
+	void *h[] = {x0, w, wd, wp, g, dx1, dx2, gam, bet};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* DP_CUDA_PROFILE on a bf16 channels-last context: cuDNN's three passes
+ * kinds of their own beside the convolutions that call them (their time
+ * taken out of the convolutions'), a call each per convolution in the
+ * steps counted (the first 3 syncs left out); the file's form, which
+ * bench/resnet-cuda.sh reads: a header, "kind calls gpu_ms share host_ms"
+ * lines (kinds of several words), the totals. */
+static void t_profile(void)
+{
+	char path[4096], line[256];
+	snprintf(path, sizeof path, "%s/dp-cuda-prof-XXXXXX", dp_tmpdir(NULL));
+	int fd = mkstemp(path);
+	if (!ok(fd >= 0, "profile: a temporary file"))
+		return;
+	close(fd);
+	dp_err e;
+	dp_backend_opts o = {.threads = 1, .device = -1, .precision = DP_PREC_BF16};
+	dp_bectx *d;
+	char desc[256];
+	dp_setting_set("DP_CUDA_PROFILE", path);
+	int rc = G->open(&d, &o, desc, sizeof desc, &e);
+	dp_setting_set("DP_CUDA_PROFILE", NULL);
+	if (rc < 0 || !strstr(desc, "cuDNN")) {
+		printf("ok %d # SKIP profile: bf16 with cuDNN: %s\n", ++tap_n, rc < 0 ? e.msg : desc);
+		if (rc >= 0)
+			G->close(d);
+		unlink(path);
+		return;
+	}
+	dp_conv2d q = conv_geo(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1);
+	size_t xn = 2 * 8 * 36, yn = 2 * 16 * 36, wn = 16 * 8 * 9;
+	float *x = rnd(xn, 81), *w = rnd(wn, 82), *dy = rnd(yn, 83);
+	float *gx = up(d, x, xn * 4), *gw = up(d, w, wn * 4), *gdy = up(d, dy, yn * 4),
+	      *gy = G->alloc(d, yn * 4), *gdx = G->alloc(d, xn * 4), *gdw = G->alloc(d, wn * 4);
+	void *ws = G->alloc(d, G->conv_ws(d, &q));
+	for (int step = 0; step < 5; step++) {
+		G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
+		G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+		check_sync(d, "profiled step");
+	}
+	void *f[] = {gx, gw, gdy, gy, gdx, gdw, ws};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		G->free(d, f[i]);
+	G->close(d);
+	static const char *const want[] = {"convolution", "convolution backward", "cudnn forward",
+					   "cudnn filter gradient", "cudnn data gradient"};
+	long calls[5] = {0};
+	int lines = 0, bad = 0, total = 0;
+	FILE *p = fopen(path, "r");
+	while (p && fgets(line, sizeof line, p)) {
+		if (!lines++) {
+			bad += strcmp(line, "kind calls gpu_ms share host_ms\n") != 0;
+			continue;
+		}
+		if (!strncmp(line, "total gpu_ms=", 13)) {
+			total++;
+			continue;
+		}
+		/* kind, then 4 numbers: from the right */
+		char *sp[4], *end = line + strlen(line);
+		int n = 0;
+		for (char *c = end - 1; c > line && n < 4; c--)
+			if (*c == ' ')
+				sp[n++] = c;
+		long k;
+		double ms, share, host;
+		if (n < 4 || sscanf(sp[3] + 1, "%ld %lf %lf%% %lf", &k, &ms, &share, &host) != 4) {
+			bad++;
+			continue;
+		}
+		*sp[3] = 0;
+		for (int i = 0; i < 5; i++)
+			if (!strcmp(line, want[i]))
+				calls[i] = k;
+	}
+	if (p)
+		fclose(p);
+	ok(p && !bad && total == 1, "profile: %d lines, a header, kind lines and the totals", lines);
+	for (int i = 0; i < 5; i++)
+		ok(calls[i] == 2, "profile: %s, %ld calls in the 2 steps counted", want[i], calls[i]);
+	unlink(path);
+	void *h[] = {x, w, dy};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
 static const char *const RES = "conv:8:3:1:1:bias=0,bn,relu,maxpool:3:2:1,"
 			       "res(conv:8:3:1:1:bias=0,bn,relu,conv:8:3:1:1:bias=0,bn):relu,"
 			       "res(conv:12:3:2:1:bias=0,bn|conv:12:1:2:bias=0,bn):relu,gap,flatten,fc=dense:5";
@@ -965,6 +1135,7 @@ static void t_cudnn(const dp_conv2d *convs, size_t nconv)
 		t_conv(d, conv_geo(2, 3, 9, 11, 5, 3, 3, 2, 2, 1, 1), DP_ACT_NONE, tols[i], tag, 0);
 		t_bnorm_relu(G, d, tag, 4, 8, 10);
 		t_bnorm_relu(G, d, tag, 3, 5, 7); /* channels not a whole vector */
+		t_passes(d, tag);
 		t_model_on(d, mtols[i], tag, CNN, "1x12x12", DP_LOSS_XENT, DP_OPTIM_ADAM, 10);
 		t_model_on(d, mtols[i], tag, RES, "3x12x12", DP_LOSS_XENT, DP_OPTIM_SGD, 10);
 		t_model_on(d, mtols[i], tag, "conv:6:3:same,batchnorm,tanh,avgpool:2,conv:4:3:2:1,sigmoid,flatten,dense:5",
@@ -1077,6 +1248,7 @@ int main(void)
 	 * steps on an H200; 1e-5 after 3) */
 	t_model("resnet20:4", "1x8x8", DP_LOSS_XENT, DP_OPTIM_SGD, 3);
 	t_cudnn(convs, sizeof convs / sizeof convs[0]);
+	t_profile();
 
 	G->close(gc);
 	C->close(cc);

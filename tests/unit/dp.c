@@ -626,6 +626,71 @@ static void test_read_file(void)
 	rmdir(dir);
 }
 
+/* dp_make_parents' callback: the folders made, each followed by ';'; it
+ * refuses the one named stop. */
+struct made {
+	char list[512];
+	const char *stop;
+};
+
+static int note_made(void *ctx, const char *dir, dp_err *e)
+{
+	struct made *m = ctx;
+	size_t n = strlen(m->list);
+	snprintf(m->list + n, sizeof m->list - n, "%s;", dir);
+	if (m->stop && !strcmp(dir, m->stop))
+		return dp_seterr(e, DP_EARG, "%s: stop", dir);
+	return DP_OK;
+}
+
+/* dp_make_parents: the folders above a path made, parents first and each
+ * reported once; those there already left; a file in the way named; the
+ * callback's error ends it. */
+static void test_make_parents(void)
+{
+	char dir[] = "/tmp/dpmkp.XXXXXX", path[128], want[512];
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	struct made m = {"", NULL};
+	dp_err e;
+	struct stat st;
+	snprintf(path, sizeof path, "%s/a//b/c.tfr", dir);
+	ok(dp_make_parents(path, note_made, &m, &e) == 0, "dp_make_parents: a/b under a folder");
+	snprintf(want, sizeof want, "%s/a;%s/a//b;", dir, dir);
+	is_str(m.list, want, "... each folder made reported, parents first");
+	snprintf(path, sizeof path, "%s/a/b", dir);
+	ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "... a/b is a folder");
+	snprintf(path, sizeof path, "%s/a/b/c.tfr", dir);
+	ok(stat(path, &st) < 0, "... the last name not made");
+	m.list[0] = 0;
+	ok(dp_make_parents(path, note_made, &m, &e) == 0 && !m.list[0], "... again: nothing made");
+	ok(dp_make_parents("x", note_made, &m, &e) == 0 && dp_make_parents("/x", note_made, &m, &e) == 0 &&
+		   !m.list[0],
+	   "no folder part, or only /: nothing to make");
+	snprintf(path, sizeof path, "%s/f", dir);
+	close(open(path, O_WRONLY | O_CREAT, 0644));
+	snprintf(path, sizeof path, "%s/f/g/h", dir);
+	ok(dp_make_parents(path, note_made, &m, &e) == DP_EIO && !m.list[0], "a file in the way: DP_EIO");
+	snprintf(want, sizeof want, "%s/f/g: cannot create directory: Not a directory", dir);
+	is_str(e.msg, want, "... naming the folder");
+	snprintf(path, sizeof path, "%s/s/t/u", dir);
+	snprintf(want, sizeof want, "%s/s", dir);
+	m.stop = want;
+	ok(dp_make_parents(path, note_made, &m, &e) == DP_EARG, "the callback's error ends it");
+	snprintf(path, sizeof path, "%s/s/t", dir);
+	ok(stat(want, &st) == 0 && stat(path, &st) < 0, "... after the folder it was told of");
+	rmdir(want);
+	snprintf(path, sizeof path, "%s/f", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/a/b", dir);
+	rmdir(path);
+	snprintf(path, sizeof path, "%s/a", dir);
+	rmdir(path);
+	ok(rmdir(dir) == 0, "nothing else made");
+}
+
 /* dp_spawn: a child with every signal unblocked and at its default
  * though its parent blocks them all and ignores SIGPIPE, the environment
  * given added, a program found on PATH, one missing named. */
@@ -695,6 +760,7 @@ int main(void)
 	test_fmt_double();
 	test_fmt_rate();
 	test_read_file();
+	test_make_parents();
 	test_spawn();
 	test_settings();
 	return done_testing();

@@ -331,24 +331,34 @@ static void test_flush_drop(void)
 }
 
 /* A loss that is not finite (every rank's input holds a NaN): DP_EDATA,
- * the loss given back, no update. */
-static void test_diverged(void)
+ * the loss given back, no update; in an update of one micro-batch, and in
+ * the first or the last of an update of two (whose loss is read after its
+ * backward pass is queued: its gradients must not reach the weights). */
+static void test_diverged(uint64_t accumulate, int bad)
 {
 	dp_err e;
 	run a = make_run("dense:6,tanh,dense:3", NULL); /* (relu would take the NaN to 0) */
-	dp_trainer *t = make_trainer(&a, 2, 1, 0);
+	dp_trainer *t = make_trainer(&a, 2, accumulate, 0);
 	float x[2][NIN];
 	memcpy(x, X, sizeof x);
 	x[1][2] = NAN;
 	float *w0 = malloc(dp_model_nparams(a.m) * sizeof *w0);
 	memcpy(w0, dp_model_params(a.m), dp_model_nparams(a.m) * sizeof *w0);
-	dp_step s = {.x = &x[0][0], .y = Y, .n = 2};
+	dp_step good = {.x = X[0], .y = Y, .n = 2}, s = {.x = &x[0][0], .y = Y, .n = 2};
 	dp_step_result r;
-	int ag = dp_step_agree(t, &s, &e), rc = dp_step_run(t, &s, 0, 0.1, &r, &e);
+	int ag = 0, rc = 0;
+	for (int i = 0; i < bad && rc == 0; i++)
+		if ((ag |= dp_step_agree(t, &good, &e)) == 0)
+			rc = dp_step_run(t, &good, 0, 0.1, &r, &e);
+	ok(ag == 0 && rc == 0 && dp_step_pending(t) == (uint64_t)bad, "micro-batch %d of %d: the ones before pass",
+	   bad + 1, (int)accumulate);
+	ag = dp_step_agree(t, &s, &e);
+	rc = dp_step_run(t, &s, 0, 0.1, &r, &e);
 	ok(ag == 0 && rc == DP_EDATA && isnan(r.loss) && !r.updated, "a NaN loss: DP_EDATA, the loss given back");
 	like(e.msg, "loss is NaN", "... said so");
-	ok(!memcmp(w0, dp_model_params(a.m), dp_model_nparams(a.m) * sizeof *w0) && dp_step_pending(t) == 0,
-	   "... the weights unchanged");
+	ok(!memcmp(w0, dp_model_params(a.m), dp_model_nparams(a.m) * sizeof *w0) &&
+		   dp_step_pending(t) == (uint64_t)bad,
+	   "... the weights unchanged, the micro-batch not counted");
 	free(w0);
 	dp_trainer_free(t);
 	free_run(&a);
@@ -380,7 +390,9 @@ int main(void)
 	}
 	test_flush_drop();
 	test_freeze_late();
-	test_diverged();
+	test_diverged(1, 0);
+	test_diverged(2, 0);
+	test_diverged(2, 1);
 	dp_comm_close(comm);
 	be->close(ctx);
 	return done_testing();

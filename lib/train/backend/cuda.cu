@@ -207,6 +207,8 @@ static void cu_close(dp_bectx *c)
 	cu_conv_close(c);
 	if (c->blas)
 		cublasDestroy(c->blas);
+	if (c->fetched)
+		cudaEventDestroy(c->fetched);
 	if (c->cs)
 		cudaStreamDestroy(c->cs);
 	if (c->s)
@@ -271,7 +273,8 @@ static int cu_open(dp_bectx **ctx, const dp_backend_opts *o, char *desc, size_t 
 		return DP_EIO;
 	}
 	if ((r = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking)) != cudaSuccess ||
-	    (r = cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking)) != cudaSuccess) {
+	    (r = cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&c->fetched, cudaEventDisableTiming)) != cudaSuccess) {
 		dp_seterr(e, DP_EIO, "GPU %d: streams: %s", dev, cudaGetErrorString(r));
 		cu_close(c);
 		return DP_EIO;
@@ -378,6 +381,26 @@ static void cu_download(dp_bectx *c, void *host, const void *dev, size_t bytes)
 	if (!ck(c, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->s), "download") ||
 	    !ck(c, cudaStreamSynchronize(c->s), "download"))
 		memset(host, 0xff, bytes); /* NaN, not stale numbers; sync() says why */
+}
+
+/* dev is not a channels-last activation (a loss's figures) */
+static void cu_fetch(dp_bectx *c, void *host, const void *dev, size_t bytes)
+{
+	if (!bytes)
+		return;
+	cu_use(c);
+	if (ck(c, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->s), "fetch"))
+		ck(c, cudaEventRecord(c->fetched, c->s), "fetch");
+}
+
+static int cu_wait(dp_bectx *c, dp_err *e)
+{
+	cu_use(c);
+	ck(c, cudaEventSynchronize(c->fetched), "wait");
+	cu_prof_collect(c);
+	if (c->failed)
+		return dp_seterr(e, DP_EIO, "%s", c->msg);
+	return DP_OK;
 }
 
 static void cu_copy(dp_bectx *c, void *dst, const void *src, size_t bytes)
@@ -704,6 +727,8 @@ static dp_backend make_backend(void)
 	b.copy = cu_copy;
 	b.stage = cu_stage;
 	b.sync = cu_sync;
+	b.fetch = cu_fetch;
+	b.wait = cu_wait;
 	b.fill = cu_fill;
 	b.scale = cu_scale;
 	b.dense_fwd = cu_dense_fwd;

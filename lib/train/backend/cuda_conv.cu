@@ -361,6 +361,82 @@ static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g)
 	return c->nhwc ? 2 * align256(nhwc_bytes(c, (size_t)g->k * g->c * g->kh * g->kw)) : 0;
 }
 
+/* ---- filters kept from the forward pass for the backward ------------------------
+ * Under nhwc both passes read the filters channels-last in the activation
+ * type, (k, kh, kw, c): the forward converts the float32 master weights
+ * into a slot of their own (found by their address), and the backward's
+ * data gradient reads that conversion where it is still current rather
+ * than making its own (one pass over the filters and a launch fewer per
+ * layer and step).  Current: converted since the optimizer last changed
+ * weights (dp_bectx.wgen), as nothing else writes a layer's weights
+ * between its forward and its backward; each forward converts anew
+ * whatever wrote the weights before it (an upload, another rank's).
+ * Where no slot can be had (NFILT of them, FILT_MAX bytes in all, or no
+ * memory) the filters are converted into the workspace at each pass. */
+
+static filt_slot *filt_slot_of(dp_bectx *c, const float *w, const dp_conv2d *g)
+{
+	size_t bytes = nhwc_bytes(c, (size_t)g->k * g->c * g->kh * g->kw);
+	if (!c->filt && !(c->filt = (filt_slot *)calloc(NFILT, sizeof *c->filt)))
+		return NULL;
+	filt_slot *f = NULL;
+	for (int i = 0; i < c->nfilt && !f; i++)
+		if (c->filt[i].w == w)
+			f = &c->filt[i];
+	if (!f) {
+		if (c->nfilt == NFILT)
+			return NULL;
+		f = &c->filt[c->nfilt++];
+		f->w = w;
+	}
+	if (f->k != g->k || f->c != g->c || f->kh != g->kh || f->kw != g->kw) {
+		f->k = g->k, f->c = g->c, f->kh = g->kh, f->kw = g->kw;
+		f->valid = 0;
+	}
+	if (f->cap < bytes) { /* new, or the address reused for larger filters */
+		void *p = NULL;
+		if (c->filt_bytes - f->cap + bytes > FILT_MAX)
+			return NULL;
+		if (cudaMalloc(&p, bytes) != cudaSuccess) {
+			cudaGetLastError();
+			return NULL;
+		}
+		cudaFree(f->buf); /* waits for the device: NULL, or after a re-bind */
+		c->filt_bytes += bytes - f->cap;
+		f->buf = p;
+		f->cap = bytes;
+		f->valid = 0;
+	}
+	return f;
+}
+
+/* w channels-last for a forward pass (fwd, converted) or a backward one
+ * (the forward's conversion where current): in its slot, else in wt */
+static const void *conv_filters(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt, bool fwd)
+{
+	filt_slot *f = filt_slot_of(c, w, g);
+	if (!f) {
+		nhwc_filter(c, w, g, wt);
+		return wt;
+	}
+	if (fwd || !f->valid || f->gen != c->wgen) {
+		nhwc_filter(c, w, g, f->buf);
+		f->valid = 1;
+		f->gen = c->wgen;
+	}
+	return f->buf;
+}
+
+static void filt_free(dp_bectx *c)
+{
+	for (int i = 0; c->filt && i < c->nfilt; i++)
+		cudaFree(c->filt[i].buf);
+	free(c->filt);
+	c->filt = NULL;
+	c->nfilt = 0;
+	c->filt_bytes = 0;
+}
+
 enum { NALGO = 16 };
 
 /* Take the given algorithms a for p if cuDNN knows them for its shape
@@ -519,6 +595,7 @@ void cu_conv_close(dp_bectx *c)
 	for (int i = 0; c->plan && i < c->nplan; i++)
 		plan_free(&c->plan[i]);
 	free(c->plan);
+	filt_free(c);
 	free(c->algos);
 	if (c->dnn)
 		cudnnDestroy(c->dnn);
@@ -614,6 +691,40 @@ static void gemm_bwd_nhwc(dp_bectx *c, const dp_conv2d *g, const float *x, const
 	}
 }
 
+#ifdef DP_WITH_CUDNN
+/* cuDNN's three passes with plan p, workspace cws, each a kind of its own
+ * in DP_CUDA_PROFILE (the host time of cuDNN's call alone) */
+static void cudnn_fwd(dp_bectx *c, const conv_plan *p, const void *x, const void *w, void *y,
+		      void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn forward");
+	ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, cws, p->ws_fwd,
+				       &zero, p->y, y),
+	    "cuDNN convolution");
+}
+
+static void cudnn_filter_grad(dp_bectx *c, const conv_plan *p, const void *x, const void *dy,
+			      void *dw, void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn filter gradient");
+	ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter,
+					      cws, p->ws_filter, &zero, p->w, dw),
+	    "cuDNN filter gradient");
+}
+
+static void cudnn_data_grad(dp_bectx *c, const conv_plan *p, const void *w, const void *dy,
+			    void *dx, void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn data gradient");
+	ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, cws,
+					    p->ws_data, &zero, p->x, dx),
+	    "cuDNN data gradient");
+}
+#endif
+
 void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *b,
 		 float *y, int act, void *ws)
 {
@@ -628,23 +739,17 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	}
 #ifdef DP_WITH_CUDNN
-	const float one = 1.0f, zero = 0.0f;
 	char *base = (char *)ws, *cws = base + filter_bytes(c, g);
 	if (!c->nhwc) {
-		ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, cws,
-					       p->ws_fwd, &zero, p->y, y),
-		    "cuDNN convolution");
+		cudnn_fwd(c, p, x, w, y, cws);
 		cu_bias_act(c, y, (size_t)g->n * g->k * g->oh * g->ow, b, g->k, (size_t)g->oh * g->ow, act);
 		return;
 	}
 	size_t xn = (size_t)g->n * g->c * g->h * g->w;
-	void *wt = base;
-	nhwc_filter(c, w, g, wt);
+	const void *wt = conv_filters(c, w, g, base, true);
 	const void *xs = nhwc_in(c, x, g->n, g->c, g->h, g->w,
 				 tag_of(c, x) ? NULL : cu_scratch(c, nhwc_bytes(c, xn)));
-	ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, xs, p->w, wt, p->conv, p->fwd, cws,
-				       p->ws_fwd, &zero, p->y, y),
-	    "cuDNN convolution");
+	cudnn_fwd(c, p, xs, wt, y, cws);
 	nhwc_bias_act(c, y, (size_t)g->n * g->oh * g->ow, g->k, b, act);
 	tag_set(c, y, g->n, g->k, g->oh, g->ow);
 #endif
@@ -671,20 +776,15 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	}
 #ifdef DP_WITH_CUDNN
-	const float one = 1.0f, zero = 0.0f;
 	char *base = (char *)ws, *cws = base + filter_bytes(c, g);
 	size_t ohw = (size_t)g->oh * g->ow, yn = (size_t)g->n * g->k * ohw;
 	if (!c->nhwc) {
 		cu_act_grad(c, act, y, dy, dy, yn);
 		if (db)
 			cu_chan_sums(c, dy, g->n, g->k, (int)ohw, db);
-		ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, x, p->y, dy, p->conv,
-						      p->bwd_filter, cws, p->ws_filter, &zero, p->w, dw),
-		    "cuDNN filter gradient");
+		cudnn_filter_grad(c, p, x, dy, dw, cws);
 		if (dx)
-			ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv,
-							    p->bwd_data, cws, p->ws_data, &zero, p->x, dx),
-			    "cuDNN data gradient");
+			cudnn_data_grad(c, p, w, dy, dx, cws);
 		return;
 	}
 	/* scratch: dy converted, x converted (then dx before its conversion),
@@ -704,18 +804,14 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 	if (db)
 		nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
 	size_t fb = filter_bytes(c, g) / 2;
-	void *wt = base, *dwt = base + fb;
-	ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, xs, p->y, d, p->conv, p->bwd_filter,
-					      cws, p->ws_filter, &zero, p->w, dwt),
-	    "cuDNN filter gradient");
+	void *dwt = base + fb;
+	cudnn_filter_grad(c, p, xs, d, dwt, cws);
 	nhwc_filter_grad(c, dwt, g, dw);
 	if (!dx)
 		return;
-	nhwc_filter(c, w, g, wt);
+	const void *wt = conv_filters(c, w, g, base, false);
 	void *dxs = tx ? (void *)dx : (void *)(s + a); /* x's conversion is read by now */
-	ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, wt, p->y, d, p->conv, p->bwd_data,
-					    cws, p->ws_data, &zero, p->x, dxs),
-	    "cuDNN data gradient");
+	cudnn_data_grad(c, p, wt, d, dxs, cws);
 	if (tx) {
 		tag_set(c, dx, g->n, g->c, g->h, g->w);
 	} else {

@@ -49,6 +49,8 @@ extern "C" {
 					  * take; DP_CUDNN_WS_MAX overrides it */
 #define NTAG 1024                       /* channels-last tensors tracked (a power of 2) */
 #define NPLAN 256                       /* convolution shapes planned */
+#define NFILT 512                       /* channels-last filters kept (cuda_conv.cu) */
+#define FILT_MAX ((size_t)1 << 30)      /* the most bytes they take */
 
 typedef __nv_bfloat16 bf16;
 
@@ -67,6 +69,18 @@ struct stage_slot {
 struct nhwc_tag {
 	const void *p;
 	int n, c, h, w;
+};
+
+/* A convolution's filters in the channels-last type, as its forward pass
+ * converted them for its backward pass (cuda_conv.cu: conv_filters);
+ * w == NULL: a free slot. */
+struct filt_slot {
+	const float *w; /* the float32 weights, (k, c, kh, kw) */
+	int k, c, kh, kw;
+	int valid;
+	unsigned gen; /* dp_bectx.wgen at the conversion */
+	void *buf;
+	size_t cap; /* bytes of buf */
 };
 
 /* One convolution shape's cuDNN set-up and chosen algorithms
@@ -94,6 +108,7 @@ struct dp_bectx {
 	int pinned;      /* algorithms by cuDNN's heuristics, not measured */
 	cudaStream_t s;  /* compute */
 	cudaStream_t cs; /* host-to-device copies of stage() */
+	cudaEvent_t fetched; /* on the compute stream: the last fetch() is done */
 	cublasHandle_t blas;
 #ifdef DP_WITH_CUDNN
 	cudnnHandle_t dnn;
@@ -111,6 +126,10 @@ struct dp_bectx {
 	conv_plan *plan;
 	int nplan;
 	char *algos; /* dp_backend_opts.algos: choices to take rather than measure */
+	filt_slot *filt; /* NFILT of them, made at the first use */
+	int nfilt;       /* used */
+	size_t filt_bytes;
+	unsigned wgen; /* changes when the optimizer changes weights */
 	struct cu_prof *prof; /* DP_CUDA_PROFILE (cuda_prof.cu) */
 	int prof_depth;
 	int failed;
@@ -309,23 +328,30 @@ void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v
 	     const dp_adam_args *a);
 
 /* cuda_prof.cu: PROF(c, "kind") at the top of a backend call times it
- * (DP_CUDA_PROFILE) */
+ * (DP_CUDA_PROFILE); PROF_PART(c, "kind") in a block inside one times
+ * that block as a kind of its own, left out of the call's time (cuDNN's
+ * calls inside a convolution's) */
 void cu_prof_open(dp_bectx *c);
-int cu_prof_begin(dp_bectx *c, const char *what);
-void cu_prof_end(dp_bectx *c, int i);
+int cu_prof_begin(dp_bectx *c, const char *what, int *part);
+void cu_prof_end(dp_bectx *c, int i, int part);
 void cu_prof_collect(dp_bectx *c);
 void cu_prof_close(dp_bectx *c);
 struct cu_prof_scope {
 	dp_bectx *c;
-	int i;
-	cu_prof_scope(dp_bectx *k, const char *what) : c(k), i(k->prof ? cu_prof_begin(k, what) : -1) {}
+	int i, part;
+	cu_prof_scope(dp_bectx *k, const char *what, int p = 0) : c(k), i(-1), part(p)
+	{
+		if (k->prof)
+			i = cu_prof_begin(k, what, &part);
+	}
 	~cu_prof_scope()
 	{
 		if (c->prof)
-			cu_prof_end(c, i);
+			cu_prof_end(c, i, part);
 	}
 };
 #define PROF(c, what) cu_prof_scope prof_scope_((c), (what))
+#define PROF_PART(c, what) cu_prof_scope prof_part_((c), (what), 1)
 
 /* cuda_conv.cu: dp_backend's conv_ws, conv_fwd, conv_bwd, and the set-up */
 be_conv_open_fn cu_conv_open;

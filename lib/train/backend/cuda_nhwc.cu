@@ -370,7 +370,9 @@ bool nhwc_dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, floa
  * part (nb, 2, k); then k_col_total adds the blocks' parts in double in
  * order.  OP 0: sum x; 1: sum (x - m0), sum (x - m0)^2 (m0: a shift per
  * channel, batchnorm's running mean); 2: sum dy, sum dy (x - mean) inv
- * (mean, inv from batchnorm's save). */
+ * (mean, inv from batchnorm's save); 3: as 2 with dy taken as 0 where y,
+ * a fused ReLU's output, is not positive (as the ReLU's backward would
+ * have written it: no pass of its own). */
 
 static int col_blocks(size_t rows)
 {
@@ -388,8 +390,8 @@ static int col_width(int k)
 }
 
 template <typename T, int OP>
-__global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, const float *m0,
-			   const float *save, float *part)
+__global__ void k_col_part(const T *x, const T *dy, const T *y, size_t rows, int k, int cw,
+			   const float *m0, const float *save, float *part)
 {
 	__shared__ float sh[2][THREADS];
 	int rg = (int)threadIdx.x / cw, lane = (int)threadIdx.x % cw, ngr = THREADS / cw;
@@ -399,8 +401,8 @@ __global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, 
 		int ch = ch0 + lane;
 		float s1 = 0.0f, s2 = 0.0f;
 		if (ch < k) {
-			float a = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP == 2 ? save[ch] : 0.0f;
-			float inv = OP == 2 ? save[k + ch] : 1.0f;
+			float a = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP >= 2 ? save[ch] : 0.0f;
+			float inv = OP >= 2 ? save[k + ch] : 1.0f;
 			for (size_t r = r0 + rg; r < r1; r += ngr) {
 				size_t at = r * k + ch;
 				if (OP == 0) {
@@ -410,7 +412,7 @@ __global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, 
 					s1 += v;
 					s2 += v * v;
 				} else {
-					float d = fl(dy[at]);
+					float d = OP == 3 && !(fl(y[at]) > 0.0f) ? 0.0f : fl(dy[at]);
 					s1 += d;
 					s2 += d * ((fl(x[at]) - a) * inv);
 				}
@@ -436,8 +438,8 @@ __global__ void k_col_part(const T *x, const T *dy, size_t rows, int k, int cw, 
  * lanes span up to 256 vectors of a row, RG = 256 / CW row groups; rows
  * unrolled by 4 so that each thread has several loads in flight. */
 template <typename T, int OP>
-__global__ void k_col_part_v(const T *x, const T *dy, size_t rows, int k, int cw, const float *m0,
-			     const float *save, float *part)
+__global__ void k_col_part_v(const T *x, const T *dy, const T *y, size_t rows, int k, int cw,
+			     const float *m0, const float *save, float *part)
 {
 	const int N = VN<T>::n;
 	__shared__ float sh[2][THREADS * N];
@@ -455,15 +457,20 @@ __global__ void k_col_part_v(const T *x, const T *dy, size_t rows, int k, int cw
 		if (cv < kv) {
 			for (int j = 0; j < N; j++) {
 				int ch = cv * N + j;
-				a[j] = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP == 2 ? save[ch] : 0.0f;
-				inv[j] = OP == 2 ? save[k + ch] : 1.0f;
+				a[j] = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP >= 2 ? save[ch] : 0.0f;
+				inv[j] = OP >= 2 ? save[k + ch] : 1.0f;
 			}
 #pragma unroll 4
 			for (size_t r = r0 + rg; r < r1; r += ngr) {
-				float f[N], d[N];
+				float f[N], d[N], m[N];
 				vld(x + r * k + (size_t)cv * N, f);
-				if (OP == 2)
+				if (OP >= 2)
 					vld(dy + r * k + (size_t)cv * N, d);
+				if (OP == 3) {
+					vld(y + r * k + (size_t)cv * N, m);
+					for (int j = 0; j < N; j++)
+						d[j] = m[j] > 0.0f ? d[j] : 0.0f;
+				}
 				for (int j = 0; j < N; j++) {
 					if (OP == 0) {
 						s1[j] += f[j];
@@ -528,31 +535,34 @@ __global__ void k_col_total(const float *part, int nb, int k, double *tot)
 
 /* scratch: part, then the (2, k) doubles tot; returns tot */
 template <int OP>
-static double *col_sums(dp_bectx *c, const void *x, const void *dy, size_t rows, int k,
-			const float *m0, const float *save, char *scr)
+static double *col_sums(dp_bectx *c, const void *x, const void *dy, const void *y, size_t rows,
+			int k, const float *m0, const float *save, char *scr)
 {
 	int nb = col_blocks(rows), N = (int)vec_n(c);
 	float *part = (float *)scr;
 	double *tot = (double *)(scr + align256((size_t)nb * 2 * k * sizeof(float)));
-	if (k % N == 0 && vec_ok(c, rows * k, x, dy))
-		BY_TYPE(c, LAUNCH((k_col_part_v<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
-				  k, col_width(k / N), m0, save, part));
+	if (k % N == 0 && vec_ok(c, rows * k, x, dy, y))
+		BY_TYPE(c, LAUNCH((k_col_part_v<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy,
+				  (const T *)y, rows, k, col_width(k / N), m0, save, part));
 	else
-		BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy, rows,
-				  k, col_width(k), m0, save, part));
+		BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy,
+				  (const T *)y, rows, k, col_width(k), m0, save, part));
 	LAUNCHED(c, "channel sums");
 	LAUNCH(k_col_total, (k + 31) / 32, THREADS, c->s, part, nb, k, tot);
 	LAUNCHED(c, "channel sums");
 	return tot;
 }
 
-double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, size_t rows, int k,
-		      const float *m0, const float *save, void *scr)
+double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, const void *y,
+		      size_t rows, int k, const float *m0, const float *save, void *scr)
 {
 	char *s = (char *)scr;
-	return op == 0 ? col_sums<0>(c, x, dy, rows, k, m0, save, s)
-	       : op == 1 ? col_sums<1>(c, x, dy, rows, k, m0, save, s)
-			 : col_sums<2>(c, x, dy, rows, k, m0, save, s);
+	switch (op) {
+	case 0: return col_sums<0>(c, x, dy, y, rows, k, m0, save, s);
+	case 1: return col_sums<1>(c, x, dy, y, rows, k, m0, save, s);
+	case 2: return col_sums<2>(c, x, dy, y, rows, k, m0, save, s);
+	default: return col_sums<3>(c, x, dy, y, rows, k, m0, save, s);
+	}
 }
 
 static size_t col_scratch(size_t rows, int k)
@@ -569,7 +579,7 @@ size_t nhwc_chan_scratch(size_t rows, int k) { return col_scratch(rows, k); }
 
 void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, void *scr)
 {
-	double *tot = col_sums<0>(c, x, NULL, rows, k, NULL, NULL, (char *)scr);
+	double *tot = col_sums<0>(c, x, NULL, NULL, rows, k, NULL, NULL, (char *)scr);
 	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
 	LAUNCHED(c, "bias gradient");
 }

@@ -108,8 +108,9 @@ static inline unsigned chan_grid(size_t total, int k)
 
 /* sums over the rows of (rows, k) (cuda_nhwc.cu): op 0 sum x; 1 sum
  * (x - m0), sum (x - m0)^2; 2 sum dy, sum dy (x - mean) inv (mean, inv from
- * save); into scr (nhwc_chan_scratch bytes), the (2, k) doubles returned */
-double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, size_t rows, int k,
-		      const float *m0, const float *save, void *scr);
+ * save); 3 as 2 with dy read as 0 where y <= 0 (a fused ReLU's output);
+ * into scr (nhwc_chan_scratch bytes), the (2, k) doubles returned */
+double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, const void *y,
+		      size_t rows, int k, const float *m0, const float *save, void *scr);
 
 #endif

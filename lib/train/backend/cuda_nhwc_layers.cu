@@ -120,7 +120,7 @@ bool nhwc_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float
 	char *scr = (char *)cu_scratch(c, nhwc_chan_scratch(rows, g->c));
 	if (!scr)
 		return true;
-	double *tot = nhwc_col_sums(c, 1, x, NULL, rows, g->c, run_mean, NULL, scr);
+	double *tot = nhwc_col_sums(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
 	LAUNCH(k_unshift, grid((size_t)g->c), THREADS, c->s, tot, run_mean, g->c, (double)rows, sums);
 	LAUNCHED(c, "batchnorm sums");
 	return true;
@@ -141,7 +141,7 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	float *ab = (float *)(scr + nhwc_chan_scratch(rows, g->c));
 	const double *tot = NULL;
 	if (train && !sums)
-		tot = nhwc_col_sums(c, 1, x, NULL, rows, g->c, run_mean, NULL, scr);
+		tot = nhwc_col_sums(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
 	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
 	       run_mean, run_var, save, ab);
 	LAUNCHED(c, "batchnorm statistics");
@@ -177,9 +177,11 @@ __global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, con
 	}
 }
 
+/* dx as below with dy taken as 0 where y (a fused ReLU's output; NULL:
+ * none) is not positive, as the ReLU's own backward would have written it */
 template <typename T>
-__global__ void k_bn_dx_v(const T *x, const T *dy, const float *save, const float *coef, int k,
-			  size_t nv, T *dx)
+__global__ void k_bn_dx_v(const T *x, const T *dy, const T *y, const float *save, const float *coef,
+			  int k, size_t nv, T *dx)
 {
 	const int N = VN<T>::n;
 	CHAN_OF(i, cv, k / N);
@@ -195,9 +197,14 @@ __global__ void k_bn_dx_v(const T *x, const T *dy, const float *save, const floa
 	}
 	CHAN_LOOP(i, nv)
 	{
-		float f[N], d[N];
+		float f[N], d[N], m[N];
 		vld(x + i * N, f);
 		vld(dy + i * N, d);
+		if (y) {
+			vld(y + i * N, m);
+			for (int j = 0; j < N; j++)
+				d[j] = m[j] > 0.0f ? d[j] : 0.0f;
+		}
 		for (int j = 0; j < N; j++)
 			d[j] = a[j] * d[j] - b[j] - cc[j] * f[j];
 		vst(dx + i * N, d);
@@ -205,24 +212,15 @@ __global__ void k_bn_dx_v(const T *x, const T *dy, const float *save, const floa
 }
 
 template <typename T>
-__global__ void k_bn_dx(const T *x, const T *dy, const float *save, const float *coef, int k,
-			size_t total, T *dx)
+__global__ void k_bn_dx(const T *x, const T *dy, const T *y, const float *save, const float *coef,
+			int k, size_t total, T *dx)
 {
 	FOR_CHAN(i, ch, total, k)
 	{
 		float m = save[ch], inv = save[k + ch], a = coef[ch], b = coef[k + ch], d = coef[2 * k + ch];
-		float xh = (fl(x[i]) - m) * inv;
-		dx[i] = to<T>(a * (fl(dy[i]) - b - xh * d));
+		float xh = (fl(x[i]) - m) * inv, e = y && !(fl(y[i]) > 0.0f) ? 0.0f : fl(dy[i]);
+		dx[i] = to<T>(a * (e - b - xh * d));
 	}
-}
-
-/* own sums (2, k doubles) of dy and dy xhat; scr past them free for the
- * converted dy */
-static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const float *save,
-			    const void *dy, char *scr)
-{
-	size_t rows = (size_t)g->n * g->hw;
-	return nhwc_col_sums(c, 2, x, dy, rows, g->c, NULL, save, scr);
 }
 
 /* Scratch for bn_dy: dy converted, then y converted (for a fused ReLU). */
@@ -232,19 +230,24 @@ static size_t bn_dy_scratch(dp_bectx *c, const dp_bnorm *g, const float *y)
 	return align256(nhwc_bytes(c, n)) + (y && !tag_of(c, y) ? nhwc_bytes(c, n) : 0);
 }
 
-/* dy channels-last (converted into scr when it comes as NCHW float32),
- * masked in place where the fused ReLU's output y (NULL: none) is not
- * positive: as the ReLU's own backward (nhwc_act_bwd) writes it, dy being
- * scratch to the backward pass */
-static void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const float *dy, char *scr)
+/* dy channels-last (converted into scr when it comes as NCHW float32), and
+ * in *ym the fused ReLU's output y (NULL: none) channels-last, converted
+ * after it: the kernels that read dy mask it by y themselves (op 3 of
+ * nhwc_col_sums, k_bn_dx), with no pass of the ReLU's backward between */
+static const void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const float *dy, char *scr,
+			 const void **ym)
 {
 	size_t n = (size_t)t->n * t->c * t->h * t->w;
-	void *d = (void *)nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr);
-	if (y)
-		nhwc_act_grad(c, DP_ACT_RELU,
-			      nhwc_in(c, y, t->n, t->c, t->h, t->w, scr + align256(nhwc_bytes(c, n))), d,
-			      d, n);
-	return d;
+	*ym = y ? nhwc_in(c, y, t->n, t->c, t->h, t->w, scr + align256(nhwc_bytes(c, n))) : NULL;
+	return nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr);
+}
+
+/* own sums (2, k doubles) of dy and dy xhat, dy masked by ym (NULL: not) */
+static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const float *save,
+			    const void *dy, const void *ym, char *scr)
+{
+	size_t rows = (size_t)g->n * g->hw;
+	return nhwc_col_sums(c, ym ? 3 : 2, x, dy, ym, rows, g->c, NULL, save, scr);
 }
 
 bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
@@ -257,8 +260,8 @@ bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 	char *scr = (char *)cu_scratch(c, cs + bn_dy_scratch(c, g, y));
 	if (!scr)
 		return true;
-	const void *d = bn_dy(c, t, y, dy, scr + cs);
-	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	const void *ym, *d = bn_dy(c, t, y, dy, scr + cs, &ym);
+	double *own = bn_grad_sums(c, g, x, save, d, ym, scr);
 	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
 	   "batchnorm gradient sums");
 	return true;
@@ -278,18 +281,19 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 	if (!scr)
 		return true;
 	float *coef = (float *)(scr + cs);
-	const void *d = bn_dy(c, &s, y, dy, scr + cs + cb);
-	double *own = bn_grad_sums(c, g, x, save, d, scr);
+	const void *ym, *d = bn_dy(c, &s, y, dy, scr + cs + cb, &ym);
+	double *own = bn_grad_sums(c, g, x, save, d, ym, scr);
 	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
 	LAUNCHED(c, "batchnorm gradient");
 	if (dx) {
 		size_t N = vec_n(c);
-		if (g->c % N == 0 && vec_ok(c, total, x, d, dx))
+		if (g->c % N == 0 && vec_ok(c, total, x, d, dx) && vec_ok(c, total, ym))
 			BY_TYPE(c, LAUNCH(k_bn_dx_v<T>, chan_grid(total / N, g->c / (int)N), THREADS, c->s,
-					  (const T *)x, (const T *)d, save, coef, g->c, total / N, (T *)dx));
+					  (const T *)x, (const T *)d, (const T *)ym, save, coef, g->c, total / N,
+					  (T *)dx));
 		else
 			BY_TYPE(c, LAUNCH(k_bn_dx<T>, chan_grid(total, g->c), THREADS, c->s, (const T *)x,
-					  (const T *)d, save, coef, g->c, total, (T *)dx));
+					  (const T *)d, (const T *)ym, save, coef, g->c, total, (T *)dx));
 		LAUNCHED(c, "batchnorm input gradient");
 		tag_set(c, dx, s.n, s.c, s.h, s.w);
 	}

@@ -514,6 +514,7 @@ void cu_sgd(dp_bectx *c, size_t n, float *p, const float *g, float *buf,
 		return;
 	cu_use(c);
 	PROF(c, "optimizer");
+	c->wgen++; /* the filters converted from p are stale (cuda_conv.cu) */
 	LAUNCH(k_sgd, grid(n), THREADS, c->s, n, p, g, buf, *a);
 	LAUNCHED(c, "sgd");
 }
@@ -525,6 +526,7 @@ void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v
 		return;
 	cu_use(c);
 	PROF(c, "optimizer");
+	c->wgen++; /* the filters converted from p are stale (cuda_conv.cu) */
 	LAUNCH(k_adam, grid(n), THREADS, c->s, n, p, g, m, v, *a);
 	LAUNCHED(c, "adam");
 }

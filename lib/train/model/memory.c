@@ -77,6 +77,8 @@ void nn_unbind(dp_model *m)
 	free(m->gbuf);
 	free(m->gslot);
 	free(m->hsums);
+	be->host_free(m->ctx, m->hstats);
+	m->hstats = NULL;
 	m->gbuf = NULL;
 	m->gslot = NULL;
 	m->hsums = NULL;
@@ -189,6 +191,8 @@ int dp_model_bind(dp_model *m, const dp_backend *be, dp_bectx *ctx, size_t max_b
 	ALLOC(m->ybuf, nb * (outsz > 1 ? outsz : 1) * sizeof(float));
 	ALLOC(m->ws, ws ? ws : 64);
 	ALLOC(m->stats, 2 * sizeof(double));
+	if (!(m->hstats = be->host_alloc(ctx, 2 * sizeof(double))))
+		goto nomem;
 	ALLOC(m->prob, nb * outsz * sizeof(float));
 #undef ALLOC
 	be->fill(ctx, m->params, 0, m->sp);

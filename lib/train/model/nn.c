@@ -331,8 +331,8 @@ int dp_model_forward(dp_model *m, const float *x, size_t n, const dp_pass *p, dp
 	return DP_OK;
 }
 
-int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
-		  double stats[2], dp_err *e)
+int dp_model_loss_queue(dp_model *m, const void *y, size_t n, float scale, int want_grad,
+			dp_err *e)
 {
 	if (!m->out || n != m->last_n)
 		return dp_seterr(e, DP_EARG, "loss: no forward pass of %zu samples", n);
@@ -353,12 +353,24 @@ int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_gr
 		const void *dt = be->stage(m->ctx, m->ybuf, y, n * (size_t)k * sizeof(float));
 		be->mse(m->ctx, (int)n, k, m->out, dt, scale, dout, m->stats);
 	}
-	be->download(m->ctx, stats, m->stats, 2 * sizeof(double));
-	int rc = be->sync(m->ctx, e); /* a device fault shows here, once a step */
-	if (rc < 0)
-		return rc;
+	be->fetch(m->ctx, m->hstats, m->stats, 2 * sizeof(double));
 	m->dout = dout;
 	return DP_OK;
+}
+
+int dp_model_loss_wait(dp_model *m, double stats[2], dp_err *e)
+{
+	int rc = m->be->wait(m->ctx, e); /* a device fault shows here, once a step */
+	stats[0] = rc < 0 ? NAN : m->hstats[0];
+	stats[1] = rc < 0 ? 0 : m->hstats[1];
+	return rc;
+}
+
+int dp_model_loss(dp_model *m, const void *y, size_t n, float scale, int want_grad,
+		  double stats[2], dp_err *e)
+{
+	int rc = dp_model_loss_queue(m, y, n, scale, want_grad, e);
+	return rc < 0 ? rc : dp_model_loss_wait(m, stats, e);
 }
 
 /* The backward pass's gradient buffers: a bit each in *busy. */

@@ -113,6 +113,7 @@ struct dp_model {
 	float *fold;       /* (dev) folded convolutions' weights and biases (nn.c) */
 	size_t fold_n;     /* its floats */
 	double *stats;     /* (dev) 2 doubles */
+	double *hstats;    /* (host_alloc) 2 doubles: stats fetched by loss_queue */
 	double *sums;      /* (dev) 2 maxc doubles: batchnorm sums (--sync-bn) */
 	double *hsums;     /* (host) 2 maxc + 1 */
 	float *prob;       /* (dev) softmax for predict */
