@@ -215,7 +215,7 @@ if [ -n "${PROFILE:-}" ]; then
 			train "$(model_of "$model")" "$B" "$prec" "$DECODE_THREADS" 3 --max-steps 20) ||
 			echo "(dp-train failed)" > "$T/prof"
 		{
-			echo "== bench/dp-train-cuda.sh: profile of the $model batch $B $prec (20 steps, the first 3 left out; CUDA events; --decode-threads $DECODE_THREADS)"
+			echo "== bench/dp-train-cuda.sh: profile of the $model batch $B $prec (20 steps, DP_CUDA_PROFILE leaving out its first 3 syncs or waits; --decode-threads $DECODE_THREADS)"
 			cat "$T/prof" 2>/dev/null || echo "(none written: dp-train failed, or not a CUDA build)"
 		} | tee -a "$PROFILE"
 	done

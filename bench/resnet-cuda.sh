@@ -144,7 +144,7 @@ if [ -n "${PROFILE:-}" ]; then
 		rm -f "$T/prof"
 		(export DP_CUDA_PROFILE="$T/prof"; STEPS=10; WARM=2; ours "$model" "$B" "$prec" > /dev/null)
 		{
-			echo "== bench/resnet-cuda.sh: profile of $model batch $B $prec (12 steps, the first 3 left out; CUDA events; --decode-threads $DECODE_THREADS)"
+			echo "== bench/resnet-cuda.sh: profile of $model batch $B $prec (12 steps, DP_CUDA_PROFILE leaving out its first 3 syncs or waits; --decode-threads $DECODE_THREADS)"
 			cat "$T/prof" 2>/dev/null || echo "(none written: dp-train failed, or not a CUDA build)"
 		} | tee -a "$PROFILE"
 	done
