@@ -53,17 +53,18 @@ int dp_image_format_of(const void *p, size_t n)
 	return DP_IMAGE_UNKNOWN;
 }
 
-/* Each format's name, and the file extension given to an image of it. */
+/* Each format's name, the file extension given to an image of it, and
+ * its image/format in a record. */
 static const struct {
-	const char *name, *ext;
+	const char *name, *ext, *record;
 } formats[] = {
-	[DP_IMAGE_UNKNOWN] = {"unknown", "bin"},
-	[DP_IMAGE_JPEG] = {"jpeg", "jpg"},
-	[DP_IMAGE_PNG] = {"png", "png"},
-	[DP_IMAGE_WEBP] = {"webp", "webp"},
-	[DP_IMAGE_TIFF] = {"tiff", "tif"},
-	[DP_IMAGE_BMP] = {"bmp", "bmp"},
-	[DP_IMAGE_PNM] = {"pnm", "ppm"},
+	[DP_IMAGE_UNKNOWN] = {"unknown", "bin", ""},
+	[DP_IMAGE_JPEG] = {"jpeg", "jpg", "JPEG"},
+	[DP_IMAGE_PNG] = {"png", "png", "PNG"},
+	[DP_IMAGE_WEBP] = {"webp", "webp", "WEBP"},
+	[DP_IMAGE_TIFF] = {"tiff", "tif", "TIFF"},
+	[DP_IMAGE_BMP] = {"bmp", "bmp", "BMP"},
+	[DP_IMAGE_PNM] = {"pnm", "ppm", "PNM"},
 };
 
 static int format_index(int format)
@@ -74,6 +75,8 @@ static int format_index(int format)
 const char *dp_image_format_name(int format) { return formats[format_index(format)].name; }
 
 const char *img_format_ext(int format) { return formats[format_index(format)].ext; }
+
+const char *img_format_record(int format) { return formats[format_index(format)].record; }
 
 dp_image_dec *dp_image_dec_new(void)
 {

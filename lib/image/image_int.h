@@ -57,6 +57,8 @@ const char *img_stb_name(int format);
 /* The file extension for an image of a format: "jpg", "png"; "bin" for
  * DP_IMAGE_UNKNOWN. */
 const char *img_format_ext(int format);
+/* A record's image/format for it, as TensorFlow writes it: "JPEG", "PNG". */
+const char *img_format_record(int format);
 
 /* DP_OK when a w x h image is within max_pixels (0: DP_IMAGE_MAX_PIXELS),
  * else DP_ELIMIT (DP_EDATA for no pixels), said for the user. */

@@ -270,7 +270,7 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 	if (!in.width || !in.height)
 		return dp_seterr(e, DP_EDATA, "%s: image of %ux%u pixels", t->shown, in.width,
 				 in.height);
-	static const char *fmt[] = {"", "JPEG", "PNG", "WEBP", "TIFF", "BMP", "PNM"};
+	const char *fmt = img_format_record(in.format);
 	const uint8_t *v[1];
 	size_t vl[1];
 	int64_t iv;
@@ -280,7 +280,7 @@ int dp_image_set_next(dp_image_set *s, const uint8_t **rec, size_t *len, const c
 			   dp_exbuild_bytes(b, name, sizeof name - 1, v, vl, 1))
 #define INT(name, x) (iv = (int64_t)(x), dp_exbuild_int64s(b, name, sizeof name - 1, &iv, 1))
 	BYTES("image/encoded", (const uint8_t *)s->file.p, n);
-	BYTES("image/format", fmt[in.format], strlen(fmt[in.format]));
+	BYTES("image/format", fmt, strlen(fmt));
 	INT("image/height", in.height);
 	INT("image/width", in.width);
 	INT("image/channels", in.channels);

@@ -17,6 +17,7 @@
  * The convolutions run with a tiny workspace budget too, so that the
  * batch is split into chunks (DP_CUDA_CONV_BUDGET). */
 #define _GNU_SOURCE
+#include "dp.h"
 #include "dp_backend.h"
 #include "dp_nn.h"
 #include "dp_optim.h"
@@ -26,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const dp_backend *G, *C = &dp_backend_cpu;
 static dp_bectx *gc, *cc;
@@ -927,6 +929,40 @@ static void t_passes(dp_bectx *d, const char *tag)
 	snprintf(what, sizeof what, "%s: and its data gradient is that of the new weights", tag);
 	exact(dx1, dx2, xn * 4, what);
 
+	/* with a bias and a fused ReLU: the ReLU's gradient written in the pass
+	 * that sums the bias gradient, the same bits as the ReLU's own
+	 * backward (act_bwd) before a convolution without it */
+	float *bias = rnd(16, 78), *gb = up(d, bias, 64), *gdbias = G->alloc(d, 64),
+	      *gd2 = G->alloc(d, yn * 4);
+	float *o[2][3];
+	unsigned long cost[2];
+	G->conv_fwd(d, &q, gx, gw, gb, gy, DP_ACT_RELU, ws);
+	for (int fu = 0; fu < 2; fu++) {
+		G->copy(d, gd2, gdy, yn * 4);
+		if (!fu)
+			G->act_bwd(d, DP_ACT_RELU, yn, gy, gd2, gd2);
+		n0 = launches();
+		G->conv_bwd(d, &q, gx, gw, gy, gd2, gdx, gdw, gdbias, fu ? DP_ACT_RELU : DP_ACT_NONE, ws);
+		cost[fu] = launches() - n0;
+		o[fu][0] = down(d, gdx, xn);
+		o[fu][1] = down(d, gdw, wn);
+		o[fu][2] = down(d, gdbias, 16);
+	}
+	ok(cost[1] == cost[0], "%s: a convolution's ReLU gradient costs no launch beside its bias gradient "
+	   "(%lu launches, %lu without the ReLU)", tag, cost[1], cost[0]);
+	static const char *const part[3] = {"dx", "dw", "db"};
+	size_t len[3] = {xn, wn, 16};
+	for (int i = 0; i < 3; i++) {
+		snprintf(what, sizeof what, "%s: convolution + bias + ReLU %s = with the ReLU apart", tag, part[i]);
+		exact(o[1][i], o[0][i], len[i] * 4, what);
+		free(o[0][i]);
+		free(o[1][i]);
+	}
+	G->free(d, gb);
+	G->free(d, gdbias);
+	G->free(d, gd2);
+	free(bias);
+
 	/* batchnorm over y (16 channels), with and without its fused ReLU */
 	dp_bnorm b = {2, 16, 36, 1e-5f, 0.1f, 0, 0, DP_ACT_RELU};
 	float *gam = rnd(16, 76), *bet = rnd(16, 77), one[16] = {0};
@@ -951,6 +987,91 @@ static void t_passes(dp_bectx *d, const char *tag)
 	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
 		G->free(d, f[i]);
 	void *h[] = {x0, w, wd, wp, g, dx1, dx2, gam, bet};
+	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+		free(h[i]);
+}
+
+/* DP_CUDA_PROFILE on a bf16 channels-last context: cuDNN's three passes
+ * kinds of their own beside the convolutions that call them (their time
+ * taken out of the convolutions'), a call each per convolution in the
+ * steps counted (the first 3 syncs left out); the file's form, which
+ * bench/resnet-cuda.sh reads: a header, "kind calls gpu_ms share host_ms"
+ * lines (kinds of several words), the totals. */
+static void t_profile(void)
+{
+	char path[4096], line[256];
+	snprintf(path, sizeof path, "%s/dp-cuda-prof-XXXXXX", dp_tmpdir(NULL));
+	int fd = mkstemp(path);
+	if (!ok(fd >= 0, "profile: a temporary file"))
+		return;
+	close(fd);
+	dp_err e;
+	dp_backend_opts o = {.threads = 1, .device = -1, .precision = DP_PREC_BF16};
+	dp_bectx *d;
+	char desc[256];
+	dp_setting_set("DP_CUDA_PROFILE", path);
+	int rc = G->open(&d, &o, desc, sizeof desc, &e);
+	dp_setting_set("DP_CUDA_PROFILE", NULL);
+	if (rc < 0 || !strstr(desc, "cuDNN")) {
+		printf("ok %d # SKIP profile: bf16 with cuDNN: %s\n", ++tap_n, rc < 0 ? e.msg : desc);
+		if (rc >= 0)
+			G->close(d);
+		unlink(path);
+		return;
+	}
+	dp_conv2d q = conv_geo(2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1);
+	size_t xn = 2 * 8 * 36, yn = 2 * 16 * 36, wn = 16 * 8 * 9;
+	float *x = rnd(xn, 81), *w = rnd(wn, 82), *dy = rnd(yn, 83);
+	float *gx = up(d, x, xn * 4), *gw = up(d, w, wn * 4), *gdy = up(d, dy, yn * 4),
+	      *gy = G->alloc(d, yn * 4), *gdx = G->alloc(d, xn * 4), *gdw = G->alloc(d, wn * 4);
+	void *ws = G->alloc(d, G->conv_ws(d, &q));
+	for (int step = 0; step < 5; step++) {
+		G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
+		G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+		check_sync(d, "profiled step");
+	}
+	void *f[] = {gx, gw, gdy, gy, gdx, gdw, ws};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		G->free(d, f[i]);
+	G->close(d);
+	static const char *const want[] = {"convolution", "convolution backward", "cudnn forward",
+					   "cudnn filter gradient", "cudnn data gradient"};
+	long calls[5] = {0};
+	int lines = 0, bad = 0, total = 0;
+	FILE *p = fopen(path, "r");
+	while (p && fgets(line, sizeof line, p)) {
+		if (!lines++) {
+			bad += strcmp(line, "kind calls gpu_ms share host_ms\n") != 0;
+			continue;
+		}
+		if (!strncmp(line, "total gpu_ms=", 13)) {
+			total++;
+			continue;
+		}
+		/* kind, then 4 numbers: from the right */
+		char *sp[4], *end = line + strlen(line);
+		int n = 0;
+		for (char *c = end - 1; c > line && n < 4; c--)
+			if (*c == ' ')
+				sp[n++] = c;
+		long k;
+		double ms, share, host;
+		if (n < 4 || sscanf(sp[3] + 1, "%ld %lf %lf%% %lf", &k, &ms, &share, &host) != 4) {
+			bad++;
+			continue;
+		}
+		*sp[3] = 0;
+		for (int i = 0; i < 5; i++)
+			if (!strcmp(line, want[i]))
+				calls[i] = k;
+	}
+	if (p)
+		fclose(p);
+	ok(p && !bad && total == 1, "profile: %d lines, a header, kind lines and the totals", lines);
+	for (int i = 0; i < 5; i++)
+		ok(calls[i] == 2, "profile: %s, %ld calls in the 2 steps counted", want[i], calls[i]);
+	unlink(path);
+	void *h[] = {x, w, dy};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
 		free(h[i]);
 }
@@ -1161,6 +1282,7 @@ int main(void)
 	 * steps on an H200; 1e-5 after 3) */
 	t_model("resnet20:4", "1x8x8", DP_LOSS_XENT, DP_OPTIM_SGD, 3);
 	t_cudnn(convs, sizeof convs / sizeof convs[0]);
+	t_profile();
 
 	G->close(gc);
 	C->close(cc);

@@ -691,6 +691,40 @@ static void gemm_bwd_nhwc(dp_bectx *c, const dp_conv2d *g, const float *x, const
 	}
 }
 
+#ifdef DP_WITH_CUDNN
+/* cuDNN's three passes with plan p, workspace cws, each a kind of its own
+ * in DP_CUDA_PROFILE (the host time of cuDNN's call alone) */
+static void cudnn_fwd(dp_bectx *c, const conv_plan *p, const void *x, const void *w, void *y,
+		      void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn forward");
+	ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, cws, p->ws_fwd,
+				       &zero, p->y, y),
+	    "cuDNN convolution");
+}
+
+static void cudnn_filter_grad(dp_bectx *c, const conv_plan *p, const void *x, const void *dy,
+			      void *dw, void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn filter gradient");
+	ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter,
+					      cws, p->ws_filter, &zero, p->w, dw),
+	    "cuDNN filter gradient");
+}
+
+static void cudnn_data_grad(dp_bectx *c, const conv_plan *p, const void *w, const void *dy,
+			    void *dx, void *cws)
+{
+	const float one = 1.0f, zero = 0.0f;
+	PROF_PART(c, "cudnn data gradient");
+	ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, cws,
+					    p->ws_data, &zero, p->x, dx),
+	    "cuDNN data gradient");
+}
+#endif
+
 void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w, const float *b,
 		 float *y, int act, void *ws)
 {
@@ -705,12 +739,9 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	}
 #ifdef DP_WITH_CUDNN
-	const float one = 1.0f, zero = 0.0f;
 	char *base = (char *)ws, *cws = base + filter_bytes(c, g);
 	if (!c->nhwc) {
-		ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, cws,
-					       p->ws_fwd, &zero, p->y, y),
-		    "cuDNN convolution");
+		cudnn_fwd(c, p, x, w, y, cws);
 		cu_bias_act(c, y, (size_t)g->n * g->k * g->oh * g->ow, b, g->k, (size_t)g->oh * g->ow, act);
 		return;
 	}
@@ -718,9 +749,7 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 	const void *wt = conv_filters(c, w, g, base, true);
 	const void *xs = nhwc_in(c, x, g->n, g->c, g->h, g->w,
 				 tag_of(c, x) ? NULL : cu_scratch(c, nhwc_bytes(c, xn)));
-	ckd(c, cudnnConvolutionForward(c->dnn, &one, p->x, xs, p->w, wt, p->conv, p->fwd, cws,
-				       p->ws_fwd, &zero, p->y, y),
-	    "cuDNN convolution");
+	cudnn_fwd(c, p, xs, wt, y, cws);
 	nhwc_bias_act(c, y, (size_t)g->n * g->oh * g->ow, g->k, b, act);
 	tag_set(c, y, g->n, g->k, g->oh, g->ow);
 #endif
@@ -747,20 +776,15 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	}
 #ifdef DP_WITH_CUDNN
-	const float one = 1.0f, zero = 0.0f;
 	char *base = (char *)ws, *cws = base + filter_bytes(c, g);
 	size_t ohw = (size_t)g->oh * g->ow, yn = (size_t)g->n * g->k * ohw;
 	if (!c->nhwc) {
 		cu_act_grad(c, act, y, dy, dy, yn);
 		if (db)
 			cu_chan_sums(c, dy, g->n, g->k, (int)ohw, db);
-		ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, x, p->y, dy, p->conv,
-						      p->bwd_filter, cws, p->ws_filter, &zero, p->w, dw),
-		    "cuDNN filter gradient");
+		cudnn_filter_grad(c, p, x, dy, dw, cws);
 		if (dx)
-			ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv,
-							    p->bwd_data, cws, p->ws_data, &zero, p->x, dx),
-			    "cuDNN data gradient");
+			cudnn_data_grad(c, p, w, dy, dx, cws);
 		return;
 	}
 	/* scratch: dy converted, x converted (then dx before its conversion),
@@ -775,23 +799,24 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	void *d = (void *)nhwc_in(c, dy, g->n, g->k, g->oh, g->ow, s);
 	const void *xs = nhwc_in(c, x, g->n, g->c, g->h, g->w, s + a);
-	if (act)
-		nhwc_act_grad(c, act, nhwc_in(c, y, g->n, g->k, g->oh, g->ow, s + a + bx), d, d, yn);
-	if (db)
-		nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
+	/* cuDNN's two gradients read dy times act'(y): written here, in the
+	 * pass that sums the bias gradient where there is one */
+	const void *ys = act ? nhwc_in(c, y, g->n, g->k, g->oh, g->ow, s + a + bx) : NULL;
+	if (!act || !db || !nhwc_act_grad_sums(c, act, ys, d, rows, g->k, db, s + a + bx + by)) {
+		if (act)
+			nhwc_act_grad(c, act, ys, d, d, yn);
+		if (db)
+			nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
+	}
 	size_t fb = filter_bytes(c, g) / 2;
 	void *dwt = base + fb;
-	ckd(c, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, xs, p->y, d, p->conv, p->bwd_filter,
-					      cws, p->ws_filter, &zero, p->w, dwt),
-	    "cuDNN filter gradient");
+	cudnn_filter_grad(c, p, xs, d, dwt, cws);
 	nhwc_filter_grad(c, dwt, g, dw);
 	if (!dx)
 		return;
 	const void *wt = conv_filters(c, w, g, base, false);
 	void *dxs = tx ? (void *)dx : (void *)(s + a); /* x's conversion is read by now */
-	ckd(c, cudnnConvolutionBackwardData(c->dnn, &one, p->w, wt, p->y, d, p->conv, p->bwd_data,
-					    cws, p->ws_data, &zero, p->x, dxs),
-	    "cuDNN data gradient");
+	cudnn_data_grad(c, p, wt, d, dxs, cws);
 	if (tx) {
 		tag_set(c, dx, g->n, g->c, g->h, g->w);
 	} else {

@@ -330,23 +330,30 @@ void cu_adam(dp_bectx *c, size_t n, float *p, const float *g, float *m, float *v
 	     const dp_adam_args *a);
 
 /* cuda_prof.cu: PROF(c, "kind") at the top of a backend call times it
- * (DP_CUDA_PROFILE) */
+ * (DP_CUDA_PROFILE); PROF_PART(c, "kind") in a block inside one times
+ * that block as a kind of its own, left out of the call's time (cuDNN's
+ * calls inside a convolution's) */
 void cu_prof_open(dp_bectx *c);
-int cu_prof_begin(dp_bectx *c, const char *what);
-void cu_prof_end(dp_bectx *c, int i);
+int cu_prof_begin(dp_bectx *c, const char *what, int *part);
+void cu_prof_end(dp_bectx *c, int i, int part);
 void cu_prof_collect(dp_bectx *c);
 void cu_prof_close(dp_bectx *c);
 struct cu_prof_scope {
 	dp_bectx *c;
-	int i;
-	cu_prof_scope(dp_bectx *k, const char *what) : c(k), i(k->prof ? cu_prof_begin(k, what) : -1) {}
+	int i, part;
+	cu_prof_scope(dp_bectx *k, const char *what, int p = 0) : c(k), i(-1), part(p)
+	{
+		if (k->prof)
+			i = cu_prof_begin(k, what, &part);
+	}
 	~cu_prof_scope()
 	{
 		if (c->prof)
-			cu_prof_end(c, i);
+			cu_prof_end(c, i, part);
 	}
 };
 #define PROF(c, what) cu_prof_scope prof_scope_((c), (what))
+#define PROF_PART(c, what) cu_prof_scope prof_part_((c), (what), 1)
 
 /* cuda_conv.cu: dp_backend's conv_ws, conv_fwd, conv_bwd, and the set-up */
 be_conv_open_fn cu_conv_open;
@@ -377,6 +384,11 @@ void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int
 void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx, size_t n);
 size_t nhwc_chan_scratch(size_t rows, int k);
 void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, void *scr);
+/* d = act'(y) d in place and out = its sums over the rows of (rows, k), in
+ * one pass: nhwc_act_grad then nhwc_chan_sums, bit for bit; false, nothing
+ * done, where y's alignment would order the sums otherwise */
+bool nhwc_act_grad_sums(dp_bectx *c, int act, const void *y, void *d, size_t rows, int k,
+			float *out, void *scr);
 void nhwc_filter(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt);
 void nhwc_filter_grad(dp_bectx *c, const void *dwt, const dp_conv2d *g, float *dw);
 bool nhwc_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y);

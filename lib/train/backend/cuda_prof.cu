@@ -22,6 +22,7 @@
 
 struct prof_pair {
 	int kind;
+	int more; /* the rest of a call after a part of it: not a call of its own */
 	cudaEvent_t a, b;
 };
 
@@ -30,8 +31,9 @@ struct cu_prof {
 	const char *kind[64];
 	double ms[64], host_ms[64];
 	long calls[64];
-	double t0; /* the host clock at the current call's start */
-	int cur;   /* its kind */
+	double t0; /* the host clock at the open pair's start */
+	int open;  /* the pair of the call under way (-1: none) */
+	int outer; /* the kind of the call a part interrupted */
 	int nkind;
 	prof_pair *ev;
 	int nev, cap;
@@ -56,15 +58,13 @@ void cu_prof_open(dp_bectx *c)
 		free(f);
 		return;
 	}
+	f->open = -1;
 	c->prof = f;
 }
 
-/* The start of a call of kind what: its event pair's index, or -1. */
-int cu_prof_begin(dp_bectx *c, const char *what)
+/* kind what's number, or -1 (64 kinds already) */
+static int kind_of(cu_prof *f, const char *what)
 {
-	cu_prof *f = c->prof;
-	if (!f || c->prof_depth++)
-		return -1;
 	int k = 0;
 	while (k < f->nkind && strcmp(f->kind[k], what))
 		k++;
@@ -73,6 +73,16 @@ int cu_prof_begin(dp_bectx *c, const char *what)
 			return -1;
 		f->kind[f->nkind++] = what;
 	}
+	return k;
+}
+
+/* A pair of kind k (-1: none) started on the stream: its index, or -1.
+ * One pair is open at a time: the host clock is f->t0. */
+static int pair_start(dp_bectx *c, int k, int more)
+{
+	cu_prof *f = c->prof;
+	if (k < 0)
+		return -1;
 	if (f->nev == f->cap) {
 		int cap = f->cap ? 2 * f->cap : 1024;
 		prof_pair *ev = (prof_pair *)realloc(f->ev, cap * sizeof *ev);
@@ -87,20 +97,54 @@ int cu_prof_begin(dp_bectx *c, const char *what)
 	}
 	prof_pair *e = &f->ev[f->nev];
 	e->kind = k;
+	e->more = more;
 	cudaEventRecord(e->a, c->s);
-	f->cur = k;
 	f->t0 = now_s();
 	return f->nev++;
 }
 
-void cu_prof_end(dp_bectx *c, int i)
+static void pair_stop(dp_bectx *c, int i)
 {
-	if (!c->prof)
+	cu_prof *f = c->prof;
+	cudaEventRecord(f->ev[i].b, c->s);
+	f->host_ms[f->ev[i].kind] += (now_s() - f->t0) * 1e3;
+}
+
+/* The start of a call of kind what (*part 0), or of a part of the call
+ * under way (*part 1: the call's pair stops here and starts again, not
+ * counted as a call, at the part's end; *part is set to 0 where there is
+ * no call under way to take it from).  Calls inside calls are left in
+ * the outer call's time.  Its event pair's index, or -1. */
+int cu_prof_begin(dp_bectx *c, const char *what, int *part)
+{
+	cu_prof *f = c->prof;
+	if (!f)
+		return -1;
+	*part = *part && c->prof_depth == 1 && f->open >= 0;
+	if (c->prof_depth++ && !*part)
+		return -1;
+	if (*part) {
+		f->outer = f->ev[f->open].kind;
+		pair_stop(c, f->open);
+	}
+	int i = pair_start(c, kind_of(f, what), 0);
+	f->open = *part ? -1 : i;
+	return i;
+}
+
+void cu_prof_end(dp_bectx *c, int i, int part)
+{
+	cu_prof *f = c->prof;
+	if (!f)
 		return;
 	c->prof_depth--;
-	if (i >= 0) {
-		cudaEventRecord(c->prof->ev[i].b, c->s);
-		c->prof->host_ms[c->prof->cur] += (now_s() - c->prof->t0) * 1e3;
+	if (part) {
+		if (i >= 0)
+			pair_stop(c, i);
+		f->open = pair_start(c, f->outer, 1);
+	} else if (!c->prof_depth && f->open >= 0) {
+		pair_stop(c, f->open);
+		f->open = -1;
 	}
 }
 
@@ -122,7 +166,7 @@ void cu_prof_collect(dp_bectx *c)
 		float ms = 0;
 		if (!skip && cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
 			f->ms[f->ev[i].kind] += ms;
-			f->calls[f->ev[i].kind]++;
+			f->calls[f->ev[i].kind] += !f->ev[i].more;
 		}
 	}
 	cudaGetLastError();
