@@ -929,6 +929,40 @@ static void t_passes(dp_bectx *d, const char *tag)
 	snprintf(what, sizeof what, "%s: and its data gradient is that of the new weights", tag);
 	exact(dx1, dx2, xn * 4, what);
 
+	/* with a bias and a fused ReLU: the ReLU's gradient written in the pass
+	 * that sums the bias gradient, the same bits as the ReLU's own
+	 * backward (act_bwd) before a convolution without it */
+	float *bias = rnd(16, 78), *gb = up(d, bias, 64), *gdbias = G->alloc(d, 64),
+	      *gd2 = G->alloc(d, yn * 4);
+	float *o[2][3];
+	unsigned long cost[2];
+	G->conv_fwd(d, &q, gx, gw, gb, gy, DP_ACT_RELU, ws);
+	for (int fu = 0; fu < 2; fu++) {
+		G->copy(d, gd2, gdy, yn * 4);
+		if (!fu)
+			G->act_bwd(d, DP_ACT_RELU, yn, gy, gd2, gd2);
+		n0 = launches();
+		G->conv_bwd(d, &q, gx, gw, gy, gd2, gdx, gdw, gdbias, fu ? DP_ACT_RELU : DP_ACT_NONE, ws);
+		cost[fu] = launches() - n0;
+		o[fu][0] = down(d, gdx, xn);
+		o[fu][1] = down(d, gdw, wn);
+		o[fu][2] = down(d, gdbias, 16);
+	}
+	ok(cost[1] == cost[0], "%s: a convolution's ReLU gradient costs no launch beside its bias gradient "
+	   "(%lu launches, %lu without the ReLU)", tag, cost[1], cost[0]);
+	static const char *const part[3] = {"dx", "dw", "db"};
+	size_t len[3] = {xn, wn, 16};
+	for (int i = 0; i < 3; i++) {
+		snprintf(what, sizeof what, "%s: convolution + bias + ReLU %s = with the ReLU apart", tag, part[i]);
+		exact(o[1][i], o[0][i], len[i] * 4, what);
+		free(o[0][i]);
+		free(o[1][i]);
+	}
+	G->free(d, gb);
+	G->free(d, gdbias);
+	G->free(d, gd2);
+	free(bias);
+
 	/* batchnorm over y (16 channels), with and without its fused ReLU */
 	dp_bnorm b = {2, 16, 36, 1e-5f, 0.1f, 0, 0, DP_ACT_RELU};
 	float *gam = rnd(16, 76), *bet = rnd(16, 77), one[16] = {0};

@@ -799,10 +799,15 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 		return;
 	void *d = (void *)nhwc_in(c, dy, g->n, g->k, g->oh, g->ow, s);
 	const void *xs = nhwc_in(c, x, g->n, g->c, g->h, g->w, s + a);
-	if (act)
-		nhwc_act_grad(c, act, nhwc_in(c, y, g->n, g->k, g->oh, g->ow, s + a + bx), d, d, yn);
-	if (db)
-		nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
+	/* cuDNN's two gradients read dy times act'(y): written here, in the
+	 * pass that sums the bias gradient where there is one */
+	const void *ys = act ? nhwc_in(c, y, g->n, g->k, g->oh, g->ow, s + a + bx) : NULL;
+	if (!act || !db || !nhwc_act_grad_sums(c, act, ys, d, rows, g->k, db, s + a + bx + by)) {
+		if (act)
+			nhwc_act_grad(c, act, ys, d, d, yn);
+		if (db)
+			nhwc_chan_sums(c, d, rows, g->k, db, s + a + bx + by);
+	}
 	size_t fb = filter_bytes(c, g) / 2;
 	void *dwt = base + fb;
 	cudnn_filter_grad(c, p, xs, d, dwt, cws);

@@ -271,8 +271,10 @@ __device__ __forceinline__ float avgpool_grad(const dp_pool2d &g, int iy, int ix
 }
 
 /* Tree sum of v over the block (THREADS threads); the result in thread 0
- * and returned to all. */
-template <typename T> __device__ T block_sum(T v)
+ * and returned to all.  static: a copy in each file that uses it, as the
+ * emulator's barriers and __shared__ arrays are a file's own (one copy
+ * shared by the linker ran one file's kernels on another's fibers). */
+template <typename T> static __device__ T block_sum(T v)
 {
 	__shared__ T sh[THREADS];
 	sh[threadIdx.x] = v;
@@ -382,6 +384,11 @@ void nhwc_bias_act(dp_bectx *c, void *y, size_t rows, int k, const float *b, int
 void nhwc_act_grad(dp_bectx *c, int act, const void *y, const void *dy, void *dx, size_t n);
 size_t nhwc_chan_scratch(size_t rows, int k);
 void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, void *scr);
+/* d = act'(y) d in place and out = its sums over the rows of (rows, k), in
+ * one pass: nhwc_act_grad then nhwc_chan_sums, bit for bit; false, nothing
+ * done, where y's alignment would order the sums otherwise */
+bool nhwc_act_grad_sums(dp_bectx *c, int act, const void *y, void *d, size_t rows, int k,
+			float *out, void *scr);
 void nhwc_filter(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt);
 void nhwc_filter_grad(dp_bectx *c, const void *dwt, const dp_conv2d *g, float *dw);
 bool nhwc_act_fwd(dp_bectx *c, int act, size_t n, const float *x, float *y);

@@ -372,7 +372,17 @@ bool nhwc_dropout(dp_bectx *c, const dp_dropout *d, int n, const float *in, floa
  * channel, batchnorm's running mean); 2: sum dy, sum dy (x - mean) inv
  * (mean, inv from batchnorm's save); 3: as 2 with dy taken as 0 where y,
  * a fused ReLU's output, is not positive (as the ReLU's backward would
- * have written it: no pass of its own). */
+ * have written it: no pass of its own); 4: x = act'(y) x, x being a
+ * gradient and y the activation's output, written to out and summed (an
+ * activation's backward and the bias gradient in one pass). */
+
+/* what the sums read besides x, and write (by OP, above) */
+template <typename T> struct col_args {
+	const T *dy, *y;
+	const float *m0, *save;
+	int act;
+	T *out;
+};
 
 static int col_blocks(size_t rows)
 {
@@ -390,10 +400,10 @@ static int col_width(int k)
 }
 
 template <typename T, int OP>
-__global__ void k_col_part(const T *x, const T *dy, const T *y, size_t rows, int k, int cw,
-			   const float *m0, const float *save, float *part)
+__global__ void k_col_part(const T *x, size_t rows, int k, int cw, col_args<T> q, float *part)
 {
 	__shared__ float sh[2][THREADS];
+	const bool grad = OP == 2 || OP == 3;
 	int rg = (int)threadIdx.x / cw, lane = (int)threadIdx.x % cw, ngr = THREADS / cw;
 	size_t per = (rows + gridDim.x - 1) / gridDim.x, r0 = per * blockIdx.x;
 	size_t r1 = r0 + per < rows ? r0 + per : rows;
@@ -401,8 +411,8 @@ __global__ void k_col_part(const T *x, const T *dy, const T *y, size_t rows, int
 		int ch = ch0 + lane;
 		float s1 = 0.0f, s2 = 0.0f;
 		if (ch < k) {
-			float a = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP >= 2 ? save[ch] : 0.0f;
-			float inv = OP >= 2 ? save[k + ch] : 1.0f;
+			float a = OP == 1 ? (q.m0 ? q.m0[ch] : 0.0f) : grad ? q.save[ch] : 0.0f;
+			float inv = grad ? q.save[k + ch] : 1.0f;
 			for (size_t r = r0 + rg; r < r1; r += ngr) {
 				size_t at = r * k + ch;
 				if (OP == 0) {
@@ -411,8 +421,12 @@ __global__ void k_col_part(const T *x, const T *dy, const T *y, size_t rows, int
 					float v = fl(x[at]) - a;
 					s1 += v;
 					s2 += v * v;
+				} else if (OP == 4) {
+					T v = to<T>(act_g(q.act, fl(q.y[at]), fl(x[at])));
+					q.out[at] = v;
+					s1 += fl(v);
 				} else {
-					float d = OP == 3 && !(fl(y[at]) > 0.0f) ? 0.0f : fl(dy[at]);
+					float d = OP == 3 && !(fl(q.y[at]) > 0.0f) ? 0.0f : fl(q.dy[at]);
 					s1 += d;
 					s2 += d * ((fl(x[at]) - a) * inv);
 				}
@@ -438,10 +452,10 @@ __global__ void k_col_part(const T *x, const T *dy, const T *y, size_t rows, int
  * lanes span up to 256 vectors of a row, RG = 256 / CW row groups; rows
  * unrolled by 4 so that each thread has several loads in flight. */
 template <typename T, int OP>
-__global__ void k_col_part_v(const T *x, const T *dy, const T *y, size_t rows, int k, int cw,
-			     const float *m0, const float *save, float *part)
+__global__ void k_col_part_v(const T *x, size_t rows, int k, int cw, col_args<T> q, float *part)
 {
 	const int N = VN<T>::n;
+	const bool grad = OP == 2 || OP == 3;
 	__shared__ float sh[2][THREADS * N];
 	int rg = (int)threadIdx.x / cw, lane = (int)threadIdx.x % cw, ngr = THREADS / cw, kv = k / N;
 	size_t per = (rows + gridDim.x - 1) / gridDim.x, r0 = per * blockIdx.x;
@@ -457,22 +471,28 @@ __global__ void k_col_part_v(const T *x, const T *dy, const T *y, size_t rows, i
 		if (cv < kv) {
 			for (int j = 0; j < N; j++) {
 				int ch = cv * N + j;
-				a[j] = OP == 1 ? (m0 ? m0[ch] : 0.0f) : OP >= 2 ? save[ch] : 0.0f;
-				inv[j] = OP >= 2 ? save[k + ch] : 1.0f;
+				a[j] = OP == 1 ? (q.m0 ? q.m0[ch] : 0.0f) : grad ? q.save[ch] : 0.0f;
+				inv[j] = grad ? q.save[k + ch] : 1.0f;
 			}
 #pragma unroll 4
 			for (size_t r = r0 + rg; r < r1; r += ngr) {
+				size_t at = r * k + (size_t)cv * N;
 				float f[N], d[N], m[N];
-				vld(x + r * k + (size_t)cv * N, f);
-				if (OP >= 2)
-					vld(dy + r * k + (size_t)cv * N, d);
-				if (OP == 3) {
-					vld(y + r * k + (size_t)cv * N, m);
+				vld(x + at, f);
+				if (grad)
+					vld(q.dy + at, d);
+				if (OP == 3 || OP == 4)
+					vld(q.y + at, m);
+				if (OP == 3)
 					for (int j = 0; j < N; j++)
 						d[j] = m[j] > 0.0f ? d[j] : 0.0f;
+				if (OP == 4) { /* as stored: the sums read what the pass wrote */
+					for (int j = 0; j < N; j++)
+						f[j] = fl(to<T>(act_g(q.act, m[j], f[j])));
+					vst(q.out + at, f);
 				}
 				for (int j = 0; j < N; j++) {
-					if (OP == 0) {
+					if (OP == 0 || OP == 4) {
 						s1[j] += f[j];
 					} else if (OP == 1) {
 						float v = f[j] - a[j];
@@ -533,20 +553,25 @@ __global__ void k_col_total(const float *part, int nb, int k, double *tot)
 	}
 }
 
-/* scratch: part, then the (2, k) doubles tot; returns tot */
+/* scratch: part, then the (2, k) doubles tot; returns tot.  By vectors
+ * where k and every pointer allow: the choice orders the sums. */
 template <int OP>
 static double *col_sums(dp_bectx *c, const void *x, const void *dy, const void *y, size_t rows,
-			int k, const float *m0, const float *save, char *scr)
+			int k, const float *m0, const float *save, char *scr, int act = 0,
+			void *out = NULL)
 {
 	int nb = col_blocks(rows), N = (int)vec_n(c);
 	float *part = (float *)scr;
 	double *tot = (double *)(scr + align256((size_t)nb * 2 * k * sizeof(float)));
-	if (k % N == 0 && vec_ok(c, rows * k, x, dy, y))
-		BY_TYPE(c, LAUNCH((k_col_part_v<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy,
-				  (const T *)y, rows, k, col_width(k / N), m0, save, part));
-	else
-		BY_TYPE(c, LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, (const T *)dy,
-				  (const T *)y, rows, k, col_width(k), m0, save, part));
+	bool v = k % N == 0 && vec_ok(c, rows * k, x, dy, y) && vec_ok(c, rows * k, out);
+	BY_TYPE(c, {
+		col_args<T> q = {(const T *)dy, (const T *)y, m0, save, act, (T *)out};
+		if (v)
+			LAUNCH((k_col_part_v<T, OP>), nb, THREADS, c->s, (const T *)x, rows, k, col_width(k / N), q,
+			       part);
+		else
+			LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, rows, k, col_width(k), q, part);
+	});
 	LAUNCHED(c, "channel sums");
 	LAUNCH(k_col_total, (k + 31) / 32, THREADS, c->s, part, nb, k, tot);
 	LAUNCHED(c, "channel sums");
@@ -582,6 +607,18 @@ void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, 
 	double *tot = col_sums<0>(c, x, NULL, NULL, rows, k, NULL, NULL, (char *)scr);
 	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
 	LAUNCHED(c, "bias gradient");
+}
+
+bool nhwc_act_grad_sums(dp_bectx *c, int act, const void *y, void *d, size_t rows, int k,
+			float *out, void *scr)
+{
+	size_t n = rows * k;
+	if (k % (int)vec_n(c) == 0 && vec_ok(c, n, d) && !vec_ok(c, n, y))
+		return false; /* nhwc_chan_sums would go by vectors, this could not */
+	double *tot = col_sums<4>(c, d, NULL, y, rows, k, NULL, NULL, (char *)scr, act, d);
+	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
+	LAUNCHED(c, "activation and bias gradient");
+	return true;
 }
 
 /* ---- where NCHW float32 is needed ------------------------------------------------- */
