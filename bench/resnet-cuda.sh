@@ -9,16 +9,21 @@
 # model and input, cudnn.benchmark, bf16 under torch.autocast (fp32 master
 # weights), tf32 through allow_tf32; one batch resident on the GPU, WARM (5)
 # warm-up steps, STEPS (30) timed steps closed by torch.cuda.synchronize().
-# dp-train runs end to end from uint8 records (decoded by --decode-threads
-# 8, staged through page-locked memory while the previous step runs), its
-# rate as total samples / total time of its log intervals after the first
-# (which holds the warm-up), as bench/dp-train.sh computes it.  Both sides
-# alternate ROUNDS (1) times; medians and the ratio are printed, with the
-# GPU's busy fraction over dp-train's timed steps (nvidia-smi's
-# utilization.gpu sampled every 100 ms) and the seconds dp-train's steps
-# waited for input (its notes' "waited S s for input", all epochs).
-# PROFILE=FILE: then one more short dp-train run of the first case with
-# DP_CUDA_PROFILE=FILE, the GPU time of each kind of operation.
+# dp-train runs end to end from uint8 records (decoded by DECODE_THREADS
+# threads, by default half the machine's cores, 1 to 8: bench/cuda.sh.inc
+# says why; staged through page-locked memory while the previous step
+# runs), its rate as total samples / total time of its log intervals after
+# the first (which holds the warm-up), as bench/dp-train.sh computes it.
+# Both sides alternate ROUNDS (1) times; medians and the ratio are
+# printed, with the GPU's busy fraction over dp-train's timed steps
+# (nvidia-smi's utilization.gpu sampled every 100 ms) and the seconds
+# dp-train's steps waited for input (its notes' "waited S s for input", all
+# epochs); a line after each gives the wall seconds of either side
+# (start-up included: what a time box must allow).
+# PROFILE=FILE: then one more short dp-train run (12 steps) of each
+# PROFILE_CASES case (default: the first of CASES) with DP_CUDA_PROFILE,
+# the GPU and host time of each kind of operation, appended to FILE after
+# a header line and printed.
 #
 # Needs a GPU, a CUDA build (DP_TRAIN, else build-cuda/bin/dp-train or the
 # dp-train on PATH) and a PyTorch with CUDA (PY, default python3); says
@@ -42,6 +47,7 @@ SMI=
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1)"
 echo "dp-train: $DP_TRAIN"
 echo "PyTorch: $($PY -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())')"
+echo "decode threads: $DECODE_THREADS (dp-train --decode-threads; $CORES cores)"
 
 cat > "$T/peer.py" <<'PYEOF'
 import sys, time, torch, torchvision
@@ -78,7 +84,7 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR]=$1} END {print v[int((NR
 # the records: 64 random images written 16 times over (1024 records, 150
 # MiB, read from the page cache; PyTorch reuses one batch)
 $PY tests/mkexamples.py "$T/one.tfr" random --n 64 --shape 3x224x224 --kind uint8 --seed 1
-for i in $(seq 16); do cat "$T/one.tfr"; done > "$T/img.tfr"
+for _ in $(seq 16); do cat "$T/one.tfr"; done > "$T/img.tfr"
 rm "$T/one.tfr"
 N=1024
 
@@ -90,7 +96,7 @@ ours() { # model batch precision: samples/s
 	SMI=$!
 	if ! $DP_TRAIN --train "$T/img.tfr" --decode-raw uint8 --scale 1/255 --input-shape 3x224x224 \
 		--model "$1" --classes 1000 --batch-size "$2" --precision "$3" --optimizer sgd \
-		--momentum 0.9 --lr 0.1 --shuffle-buffer 0 --prefetch 4 --decode-threads 8 \
+		--momentum 0.9 --lr 0.1 --shuffle-buffer 0 --prefetch 4 --decode-threads "$DECODE_THREADS" \
 		--max-steps $((WARM + STEPS)) --epochs $ep --log-every $every $EXTRA -q > "$T/log" 2> "$T/err"; then
 		kill $SMI 2>/dev/null; SMI=
 		say "dp-train failed: $(tail -5 "$T/err")" >&2
@@ -111,12 +117,15 @@ ours() { # model batch precision: samples/s
 
 for c in $CASES; do
 	model=${c%%:*}; rest=${c#*:}; B=${rest%%:*}; prec=${rest#*:}
-	a="" b="" busy="" wt=""
-	for r in $(seq "$ROUNDS"); do
+	a="" b="" busy="" wt="" sa="" sb=""
+	for _ in $(seq "$ROUNDS"); do
+		t0=$(date +%s)
 		a="$a $(ours "$model" "$B" "$prec")"
+		t1=$(date +%s)
 		busy="$busy $(cat "$T/busy" 2>/dev/null)"
 		wt="$wt $(cat "$T/wait" 2>/dev/null)"
 		b="$b $($PY "$T/peer.py" "$model" "$B" "$prec" "$WARM" "$STEPS" 2>"$T/perr" || { tail -3 "$T/perr" >&2; echo 0; })"
+		sa="$sa $((t1 - t0))" sb="$sb $(($(date +%s) - t1))"
 	done
 	ma=$(echo "$a" | median)
 	mb=$(echo "$b" | median)
@@ -125,11 +134,18 @@ for c in $CASES; do
 		if (b > 0) printf "; ratio %.2fx", a / b
 		printf "\n"
 	}'
+	echo "$model batch $B $prec: wall seconds, start-up included: dp-train$sa, PyTorch$sb"
 done
+# where the GPU time goes: 12 steps of each PROFILE_CASES case (the first 3
+# left out by DP_CUDA_PROFILE: kernels loaded, algorithms chosen)
 if [ -n "${PROFILE:-}" ]; then
-	c=${CASES%% *}
-	model=${c%%:*}; rest=${c#*:}; B=${rest%%:*}; prec=${rest#*:}
-	(export DP_CUDA_PROFILE="$PROFILE"; STEPS=10; WARM=2; ours "$model" "$B" "$prec" > /dev/null)
-	echo "profile of $model batch $B $prec (10 steps, CUDA events; $PROFILE):"
-	cat "$PROFILE"
+	for c in ${PROFILE_CASES:-${CASES%% *}}; do
+		model=${c%%:*}; rest=${c#*:}; B=${rest%%:*}; prec=${rest#*:}
+		rm -f "$T/prof"
+		(export DP_CUDA_PROFILE="$T/prof"; STEPS=10; WARM=2; ours "$model" "$B" "$prec" > /dev/null)
+		{
+			echo "== bench/resnet-cuda.sh: profile of $model batch $B $prec (12 steps, DP_CUDA_PROFILE leaving out its first 3 syncs or waits; --decode-threads $DECODE_THREADS)"
+			cat "$T/prof" 2>/dev/null || echo "(none written: dp-train failed, or not a CUDA build)"
+		} | tee -a "$PROFILE"
+	done
 fi

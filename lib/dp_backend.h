@@ -181,6 +181,10 @@ typedef struct dp_backend {
 	int (*wait)(dp_bectx *ctx, dp_err *e);
 	void (*fill)(dp_bectx *ctx, float *p, float v, size_t n);
 	void (*scale)(dp_bectx *ctx, float *p, float s, size_t n);
+	/* The sum of p[i]^2 over p[0, n), in double, in an order fixed by the
+	 * backend (the CPU's: index order), so that ranks holding the same p
+	 * get the same bits; waits for the work queued; -1: out of memory. */
+	double (*sumsq)(dp_bectx *ctx, const float *p, size_t n);
 
 	/* ---- layers ----
 	 * dense: x (n, in), w (out, in), b (out), y (n, out) = act(x w^T + b).

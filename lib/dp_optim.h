@@ -85,13 +85,14 @@ DP_EXPORT float *dp_optim_state(dp_optim *o, int j);
 DP_EXPORT void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *g,
 			    size_t n);
 /* PyTorch's clip_grad_norm_: the L2 norm of g (dev, n floats), summed in
- * double in index order (the same on every rank of a job holding the same
- * g); when it exceeds max_norm, g is multiplied by max_norm / (norm + 1e-6).
+ * double in the backend's fixed order (the same on every rank of a job
+ * holding the same g; the CPU's: index order), on the device where g is;
+ * when it exceeds max_norm, g is multiplied by max_norm / (norm + 1e-6).
  * Returns the norm before clipping, -1 when out of memory (g unchanged). */
 DP_EXPORT double dp_grads_clip(const dp_backend *be, dp_bectx *ctx, float *g, size_t n,
 			       double max_norm);
 /* Its two halves, for gradients in pieces (a pipeline's stages): the sum
- * of squares of g (double, index order; -1: out of memory), and g scaled
+ * of squares of g (double, the backend's order; -1: out of memory), and g scaled
  * as clip_grad_norm_ scales it for the norm of all the pieces. */
 DP_EXPORT double dp_grads_sumsq(const dp_backend *be, dp_bectx *ctx, const float *g, size_t n);
 DP_EXPORT void dp_grads_clip_to(const dp_backend *be, dp_bectx *ctx, float *g, size_t n,

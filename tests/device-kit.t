@@ -37,6 +37,7 @@ is "${missing_f:-}" "" "it holds the programs, ip and tc, the GPU unit test, ben
 like "$(sed -n 2p x/MANIFEST)" "^commit: [0-9a-f]{40}" "its MANIFEST names the commit"
 unlike "$(ls x/lib)" "libcudart|libcublas|libcudnn|libnccl|libc\.so|libstdc" \
 	"not the CUDA libraries nor the C and C++ runtimes (the machine's own)"
+unlike "$(ls x/lib)" "libdp\.so" "not libdp.so: the programs and bench/allreduce are linked with libdp.a"
 
 # the clean root: this one less what the kit brings (what Python's torch
 # loads stays: the plumbing runs torch on the CPU, as the GPU machine's

@@ -147,6 +147,14 @@ static void cpu_scale(dp_bectx *ctx, float *p, float s, size_t n)
 	cpu_par_range(ctx, n, CPU_EW_MIN, scale_part, &j);
 }
 
+static double cpu_sumsq(dp_bectx *ctx, const float *p, size_t n)
+{
+	double ss = 0;
+	for (size_t i = 0; i < n; i++)
+		ss += (double)p[i] * p[i];
+	return ss;
+}
+
 /* ---- activations ---------------------------------------------------- */
 
 /* y = act(y + b) over n elements (b a scalar: one conv channel). */
@@ -996,6 +1004,7 @@ const dp_backend dp_backend_cpu = {
 	.wait = cpu_sync,
 	.fill = cpu_fill,
 	.scale = cpu_scale,
+	.sumsq = cpu_sumsq,
 	.dense_fwd = cpu_dense_fwd,
 	.dense_bwd = cpu_dense_bwd,
 	.conv_ws = cpu_conv_ws,

@@ -98,6 +98,29 @@ __global__ void k_scale(float *p, float s, size_t n)
 	FOR_EACH(i, n) p[i] *= s;
 }
 
+/* part[b] = the sum of x[i]^2 over block b's grid-stride share of x[0, n),
+ * in double, its threads' sums added as a tree; then (one block) *tot = the
+ * parts' sum: an order fixed by the grid, the same bits on every run and
+ * rank */
+__global__ void k_sumsq_part(const float *x, size_t n, double *part)
+{
+	double s = 0;
+	FOR_EACH(i, n) s += (double)x[i] * x[i];
+	s = block_sum(s);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = s;
+}
+
+__global__ void k_sum_parts(const double *part, int nb, double *tot)
+{
+	double s = 0;
+	for (int b = (int)threadIdx.x; b < nb; b += THREADS)
+		s += part[b];
+	s = block_sum(s);
+	if (threadIdx.x == 0)
+		*tot = s;
+}
+
 __global__ void k_to_bf16(const float *x, bf16 *y, size_t n)
 {
 	FOR_EACH(i, n) y[i] = __float2bfloat16(x[i]);
@@ -511,6 +534,25 @@ static void cu_scale(dp_bectx *c, float *p, float s, size_t n)
 	scalar_op(c, k_scale, "scale", p, s, n);
 }
 
+/* The norm of the gradients for --clip-norm: 8 bytes come back, not the
+ * gradients (a ResNet-50's 100 MB summed on the host took it tens of
+ * milliseconds a step). */
+static double cu_sumsq(dp_bectx *c, const float *x, size_t n)
+{
+	cu_use(c);
+	PROF(c, "norm");
+	unsigned nb = grid(n);
+	double *part = (double *)cu_scratch(c, ((size_t)nb + 1) * sizeof(double)), ss = 0;
+	if (!part)
+		return -1;
+	LAUNCH(k_sumsq_part, nb, THREADS, c->s, x, n, part);
+	LAUNCH(k_sum_parts, 1, THREADS, c->s, part, (int)nb, part + nb);
+	LAUNCHED(c, "norm");
+	ck(c, cudaMemcpyAsync(&ss, part + nb, sizeof ss, cudaMemcpyDeviceToHost, c->s), "norm");
+	ck(c, cudaStreamSynchronize(c->s), "norm"); /* a fault: the next sync or wait says it */
+	return ss;
+}
+
 /* ---- GEMM ------------------------------------------------------------------
  * Column-major, as cuBLAS: C (m, n; ldc) = op(A) op(B) + beta C, float32 C.
  * lowp: A and B are bf16 (tensor cores, float32 accumulation), else float. */
@@ -731,6 +773,7 @@ static dp_backend make_backend(void)
 	b.wait = cu_wait;
 	b.fill = cu_fill;
 	b.scale = cu_scale;
+	b.sumsq = cu_sumsq;
 	b.dense_fwd = cu_dense_fwd;
 	b.dense_bwd = cu_dense_bwd;
 	b.conv_ws = cu_conv_ws;

@@ -271,8 +271,10 @@ __device__ __forceinline__ float avgpool_grad(const dp_pool2d &g, int iy, int ix
 }
 
 /* Tree sum of v over the block (THREADS threads); the result in thread 0
- * and returned to all. */
-template <typename T> __device__ T block_sum(T v)
+ * and returned to all.  static: a copy in each file that uses it, as the
+ * emulator's barriers and __shared__ arrays are a file's own (one copy
+ * shared by the linker ran one file's kernels on another's fibers). */
+template <typename T> static __device__ T block_sum(T v)
 {
 	__shared__ T sh[THREADS];
 	sh[threadIdx.x] = v;

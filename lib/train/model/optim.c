@@ -246,19 +246,7 @@ void dp_grads_add(const dp_backend *be, dp_bectx *ctx, float *acc, const float *
 
 double dp_grads_sumsq(const dp_backend *be, dp_bectx *ctx, const float *g, size_t n)
 {
-	const float *h = g;
-	float *tmp = NULL;
-	if (!(be->caps & DP_CAP_HOST_MEMORY)) { /* device memory: read it on the host */
-		if (!(tmp = malloc(n * sizeof *tmp)))
-			return -1;
-		be->download(ctx, tmp, g, n * sizeof *tmp);
-		h = tmp;
-	}
-	double ss = 0;
-	for (size_t i = 0; i < n; i++)
-		ss += (double)h[i] * h[i];
-	free(tmp);
-	return ss;
+	return be->sumsq(ctx, g, n);
 }
 
 void dp_grads_clip_to(const dp_backend *be, dp_bectx *ctx, float *g, size_t n, double norm,
