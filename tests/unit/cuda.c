@@ -972,7 +972,9 @@ static void t_passes(dp_bectx *d, const char *tag)
 	      *grv = up(d, one, 64), *gsave = G->alloc(d, 128), *gby = G->alloc(d, yn * 4),
 	      *gbdx = G->alloc(d, yn * 4), *gdg = G->alloc(d, 64), *gdb = G->alloc(d, 64);
 	G->fill(d, grm, 0, 16);
+	n0 = launches();
 	G->bnorm_fwd(d, &b, 1, gy, ggam, gbet, grm, grv, NULL, gsave, gby);
+	unsigned long fwd = launches() - n0;
 	unsigned long fused[2];
 	for (int f = 0; f < 2; f++) {
 		b.act = f ? DP_ACT_RELU : DP_ACT_NONE;
@@ -982,6 +984,10 @@ static void t_passes(dp_bectx *d, const char *tag)
 	}
 	ok(fused[1] == fused[0], "%s: batchnorm's backward with a fused ReLU: %lu launches, %lu without",
 	   tag, fused[1], fused[0]);
+	/* the sums' two launches and the pass over x: the statistics and the
+	 * gradient's coefficients are made as the sums' last launch ends */
+	ok(fwd == 3 && fused[0] == 3, "%s: batchnorm in training: 3 launches forward (%lu), 3 backward (%lu)",
+	   tag, fwd, fused[0]);
 	check_sync(d, "passes");
 	void *f[] = {gx0, gw, gwd, gwp, gg, gx, gy, gdy, gdx, gdw, gm, ws, ggam, gbet, grm, grv, gsave, gby, gbdx, gdg, gdb};
 	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)

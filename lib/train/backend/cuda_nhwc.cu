@@ -384,12 +384,6 @@ template <typename T> struct col_args {
 	T *out;
 };
 
-static int col_blocks(size_t rows)
-{
-	size_t nb = rows / 64;
-	return (int)(nb < 1 ? 1 : nb > 1024 ? 1024 : nb);
-}
-
 /* lanes a row: the power of two >= k (32 to 256; 1 to 256 for vectors) */
 static int col_width(int k)
 {
@@ -525,44 +519,14 @@ __global__ void k_col_part_v(const T *x, size_t rows, int k, int cw, col_args<T>
 	}
 }
 
-/* tot (2, k) doubles = the sums of part over its nb blocks: a block per
- * 32 channels, its 8 warps taking every 8th block's part, then the warps'
- * sums in order (a thread a channel summing all nb in turn kept a few
- * hundred threads busy a millisecond per batchnorm on an H200) */
-__global__ void k_col_total(const float *part, int nb, int k, double *tot)
-{
-	__shared__ double sh[2][THREADS];
-	int ch = blockIdx.x * 32 + (int)threadIdx.x % 32, lane = (int)threadIdx.x / 32;
-	double s1 = 0, s2 = 0;
-	if (ch < k)
-		for (int b = lane; b < nb; b += THREADS / 32) {
-			s1 += part[((size_t)b * 2) * k + ch];
-			s2 += part[((size_t)b * 2 + 1) * k + ch];
-		}
-	sh[0][threadIdx.x] = s1;
-	sh[1][threadIdx.x] = s2;
-	__syncthreads();
-	if (lane == 0 && ch < k) {
-		double t1 = 0, t2 = 0;
-		for (int l = 0; l < THREADS / 32; l++) {
-			t1 += sh[0][l * 32 + threadIdx.x];
-			t2 += sh[1][l * 32 + threadIdx.x];
-		}
-		tot[ch] = t1;
-		tot[k + ch] = t2;
-	}
-}
-
-/* scratch: part, then the (2, k) doubles tot; returns tot.  By vectors
- * where k and every pointer allow: the choice orders the sums. */
+/* The parts of op OP into scr (by vectors where k and every pointer
+ * allow: the choice orders the sums) */
 template <int OP>
-static double *col_sums(dp_bectx *c, const void *x, const void *dy, const void *y, size_t rows,
-			int k, const float *m0, const float *save, char *scr, int act = 0,
-			void *out = NULL)
+static void col_parts(dp_bectx *c, const void *x, const void *dy, const void *y, size_t rows, int k,
+		      const float *m0, const float *save, void *scr, int act = 0, void *out = NULL)
 {
 	int nb = col_blocks(rows), N = (int)vec_n(c);
 	float *part = (float *)scr;
-	double *tot = (double *)(scr + align256((size_t)nb * 2 * k * sizeof(float)));
 	bool v = k % N == 0 && vec_ok(c, rows * k, x, dy, y) && vec_ok(c, rows * k, out);
 	BY_TYPE(c, {
 		col_args<T> q = {(const T *)dy, (const T *)y, m0, save, act, (T *)out};
@@ -573,26 +537,17 @@ static double *col_sums(dp_bectx *c, const void *x, const void *dy, const void *
 			LAUNCH((k_col_part<T, OP>), nb, THREADS, c->s, (const T *)x, rows, k, col_width(k), q, part);
 	});
 	LAUNCHED(c, "channel sums");
-	LAUNCH(k_col_total, (k + 31) / 32, THREADS, c->s, part, nb, k, tot);
-	LAUNCHED(c, "channel sums");
-	return tot;
 }
 
-double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, const void *y,
-		      size_t rows, int k, const float *m0, const float *save, void *scr)
+void nhwc_col_parts(dp_bectx *c, int op, const void *x, const void *dy, const void *y, size_t rows,
+		    int k, const float *m0, const float *save, void *scr)
 {
-	char *s = (char *)scr;
 	switch (op) {
-	case 0: return col_sums<0>(c, x, dy, y, rows, k, m0, save, s);
-	case 1: return col_sums<1>(c, x, dy, y, rows, k, m0, save, s);
-	case 2: return col_sums<2>(c, x, dy, y, rows, k, m0, save, s);
-	default: return col_sums<3>(c, x, dy, y, rows, k, m0, save, s);
+	case 0: col_parts<0>(c, x, dy, y, rows, k, m0, save, scr); break;
+	case 1: col_parts<1>(c, x, dy, y, rows, k, m0, save, scr); break;
+	case 2: col_parts<2>(c, x, dy, y, rows, k, m0, save, scr); break;
+	default: col_parts<3>(c, x, dy, y, rows, k, m0, save, scr); break;
 	}
-}
-
-static size_t col_scratch(size_t rows, int k)
-{
-	return align256((size_t)col_blocks(rows) * 2 * k * sizeof(float)) + align256(2 * (size_t)k * sizeof(double));
 }
 
 __global__ void k_tot_to_float(const double *tot, int k, float *out)
@@ -600,11 +555,15 @@ __global__ void k_tot_to_float(const double *tot, int k, float *out)
 	FOR_EACH(ch, (size_t)k) out[ch] = (float)tot[ch];
 }
 
-size_t nhwc_chan_scratch(size_t rows, int k) { return col_scratch(rows, k); }
+size_t nhwc_chan_scratch(size_t rows, int k)
+{
+	return col_part_bytes(rows, k) + align256(2 * (size_t)k * sizeof(double));
+}
 
 void nhwc_chan_sums(dp_bectx *c, const void *x, size_t rows, int k, float *out, void *scr)
 {
-	double *tot = col_sums<0>(c, x, NULL, NULL, rows, k, NULL, NULL, (char *)scr);
+	col_parts<0>(c, x, NULL, NULL, rows, k, NULL, NULL, scr);
+	double *tot = col_total(c, rows, k, scr, no_tail());
 	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
 	LAUNCHED(c, "bias gradient");
 }
@@ -615,7 +574,8 @@ bool nhwc_act_grad_sums(dp_bectx *c, int act, const void *y, void *d, size_t row
 	size_t n = rows * k;
 	if (k % (int)vec_n(c) == 0 && vec_ok(c, n, d) && !vec_ok(c, n, y))
 		return false; /* nhwc_chan_sums would go by vectors, this could not */
-	double *tot = col_sums<4>(c, d, NULL, y, rows, k, NULL, NULL, (char *)scr, act, d);
+	col_parts<4>(c, d, NULL, y, rows, k, NULL, NULL, scr, act, d);
+	double *tot = col_total(c, rows, k, scr, no_tail());
 	LAUNCH(k_tot_to_float, grid((size_t)k), THREADS, c->s, tot, k, out);
 	LAUNCHED(c, "activation and bias gradient");
 	return true;

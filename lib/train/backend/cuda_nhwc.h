@@ -106,11 +106,71 @@ static inline unsigned chan_grid(size_t total, int k)
 	int ch = (int)(i##0_ % (size_t)(k))
 #define CHAN_LOOP(i, total) for (size_t i = i##0_; i < (total); i += (size_t)gridDim.x * blockDim.x)
 
-/* sums over the rows of (rows, k) (cuda_nhwc.cu): op 0 sum x; 1 sum
- * (x - m0), sum (x - m0)^2; 2 sum dy, sum dy (x - mean) inv (mean, inv from
- * save); 3 as 2 with dy read as 0 where y <= 0 (a fused ReLU's output);
- * into scr (nhwc_chan_scratch bytes), the (2, k) doubles returned */
-double *nhwc_col_sums(dp_bectx *c, int op, const void *x, const void *dy, const void *y,
-		      size_t rows, int k, const float *m0, const float *save, void *scr);
+/* ---- sums over the rows of (rows, k), in two launches -------------------------
+ * nhwc_col_parts (cuda_nhwc.cu) sums each block's rows into scr: op 0 sum
+ * x; 1 sum (x - m0), sum (x - m0)^2; 2 sum dy, sum dy (x - mean) inv (mean,
+ * inv from save); 3 as 2 with dy read as 0 where y <= 0 (a fused ReLU's
+ * output).  col_total then adds the blocks' parts into the (2, k) doubles
+ * tot after them in scr (nhwc_chan_scratch bytes in all), returned, and
+ * for each channel, once its sums are in tot, calls tail(ch, tot): what a
+ * batchnorm makes of its sums per channel, in the same launch rather than
+ * one of its own. */
+void nhwc_col_parts(dp_bectx *c, int op, const void *x, const void *dy, const void *y, size_t rows,
+		    int k, const float *m0, const float *save, void *scr);
+
+/* the blocks that sum the rows, and the bytes of their parts (nb, 2, k) */
+static inline int col_blocks(size_t rows)
+{
+	size_t nb = rows / 64;
+	return (int)(nb < 1 ? 1 : nb > 1024 ? 1024 : nb);
+}
+static inline size_t col_part_bytes(size_t rows, int k)
+{
+	return align256((size_t)col_blocks(rows) * 2 * k * sizeof(float));
+}
+
+struct no_tail {
+	__device__ void operator()(int ch, const double *tot) const {}
+};
+
+/* tot (2, k) doubles = the sums of part over its nb blocks: a block per
+ * 32 channels, its 8 warps taking every 8th block's part, then the warps'
+ * sums in order (a thread a channel summing all nb in turn kept a few
+ * hundred threads busy a millisecond per batchnorm on an H200).  static:
+ * each file's own (the emulation's barriers are a file's). */
+template <typename Tail>
+static __global__ void k_col_total(const float *part, int nb, int k, double *tot, Tail tail)
+{
+	__shared__ double sh[2][THREADS];
+	int ch = blockIdx.x * 32 + (int)threadIdx.x % 32, lane = (int)threadIdx.x / 32;
+	double s1 = 0, s2 = 0;
+	if (ch < k)
+		for (int b = lane; b < nb; b += THREADS / 32) {
+			s1 += part[((size_t)b * 2) * k + ch];
+			s2 += part[((size_t)b * 2 + 1) * k + ch];
+		}
+	sh[0][threadIdx.x] = s1;
+	sh[1][threadIdx.x] = s2;
+	__syncthreads();
+	if (lane == 0 && ch < k) {
+		double t1 = 0, t2 = 0;
+		for (int l = 0; l < THREADS / 32; l++) {
+			t1 += sh[0][l * 32 + threadIdx.x];
+			t2 += sh[1][l * 32 + threadIdx.x];
+		}
+		tot[ch] = t1;
+		tot[k + ch] = t2;
+		tail(ch, tot);
+	}
+}
+
+template <typename Tail> static double *col_total(dp_bectx *c, size_t rows, int k, void *scr, Tail tail)
+{
+	double *tot = (double *)((char *)scr + col_part_bytes(rows, k));
+	LAUNCH(k_col_total<Tail>, (k + 31) / 32, THREADS, c->s, (const float *)scr, col_blocks(rows), k, tot,
+	       tail);
+	LAUNCHED(c, "channel sums");
+	return tot;
+}
 
 #endif

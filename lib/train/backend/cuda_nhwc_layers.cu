@@ -2,8 +2,9 @@
  * cuda_nhwc_layers.cu - batch normalisation and pooling on channels-last
  * tensors (lib/train/backend/cuda_nhwc.cu says how the CUDA backend keeps
  * them): batchnorm's statistics as sums over the channels' rows
- * (nhwc_col_sums, float32 sums of differences from the running mean,
- * reduced in double in a fixed order), its forward and gradient 16 bytes
+ * (nhwc_col_parts, float32 sums of differences from the running mean,
+ * reduced in double in a fixed order, the statistics or the gradient's
+ * coefficients made per channel as the last launch of the sums ends), its forward and gradient 16 bytes
  * at a time with each thread's channels' values in registers; pooling a
  * thread per output (forward) or input (backward) position and 16 bytes of
  * channels, max pooling's argmax in the same order as its output.
@@ -13,16 +14,20 @@
 
 /* ---- batch normalisation ---------------------------------------------------------- */
 
-/* Per channel: the statistics (this batch's from tot = sums of (x - m0),
+/* Per channel ch: the statistics (this batch's from tot = sums of (x - m0),
  * or all ranks' from sums), saved as (mean, inv), the running statistics
  * updated, and ab (2, k) = (gamma inv, beta - mean gamma inv) for the
- * forward. */
-__global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const double *sums,
-			   const float *gamma, const float *beta, float *run_mean, float *run_var,
-			   float *save, float *ab)
-{
-	int k = g.c;
-	FOR_EACH(ch, (size_t)k) {
+ * forward: col_total's tail where this batch's sums are made, else
+ * k_bn_stats. */
+struct bn_stats {
+	dp_bnorm g;
+	int train;
+	const double *sums;
+	const float *gamma, *beta;
+	float *run_mean, *run_var, *save, *ab;
+	__device__ void operator()(int ch, const double *tot) const
+	{
+		int k = g.c;
 		double m = (double)g.n * g.hw, mean, var;
 		float mu, inv;
 		if (train) {
@@ -53,6 +58,12 @@ __global__ void k_bn_stats(dp_bnorm g, int train, const double *tot, const doubl
 			ab[k + ch] = beta[ch] - mu * a;
 		}
 	}
+};
+
+/* the same without this batch's sums: inference, or all ranks' sums given */
+__global__ void k_bn_stats(bn_stats st)
+{
+	FOR_EACH(ch, (size_t)st.g.c) st((int)ch, NULL);
 }
 
 /* y = x a + b, then max(0, y) when relu (a fused ReLU: as the ReLU after
@@ -89,15 +100,20 @@ __global__ void k_bn_apply_v(const T *x, const float *ab, int k, size_t nv, int 
 	}
 }
 
-/* sums of x and x^2 from sums of (x - a) and (x - a)^2 over m values */
-__global__ void k_unshift(const double *tot, const float *m0, int k, double m, double *sums)
-{
-	FOR_EACH(ch, (size_t)k) {
+/* sums of x and x^2 from tot, sums of (x - a) and (x - a)^2 over m
+ * values, a = m0 (col_total's tail) */
+struct bn_unshift {
+	const float *m0;
+	int k;
+	double m;
+	double *sums;
+	__device__ void operator()(int ch, const double *tot) const
+	{
 		double a = m0 ? m0[ch] : 0.0, s1 = tot[ch], s2 = tot[k + ch];
 		sums[ch] = s1 + m * a;
 		sums[k + ch] = s2 + 2 * a * s1 + m * a * a;
 	}
-}
+};
 
 /* x's tag when batchnorm reads it channels-last; NULL also when the
  * batchnorm is over other channels (after flatten: the caller reads x as
@@ -120,9 +136,8 @@ bool nhwc_bnorm_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float
 	char *scr = (char *)cu_scratch(c, nhwc_chan_scratch(rows, g->c));
 	if (!scr)
 		return true;
-	double *tot = nhwc_col_sums(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
-	LAUNCH(k_unshift, grid((size_t)g->c), THREADS, c->s, tot, run_mean, g->c, (double)rows, sums);
-	LAUNCHED(c, "batchnorm sums");
+	nhwc_col_parts(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
+	col_total(c, rows, g->c, scr, bn_unshift{run_mean, g->c, (double)rows, sums});
 	return true;
 }
 
@@ -139,12 +154,14 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	if (!scr)
 		return true;
 	float *ab = (float *)(scr + nhwc_chan_scratch(rows, g->c));
-	const double *tot = NULL;
-	if (train && !sums)
-		tot = nhwc_col_sums(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
-	LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, *g, train, tot, sums, gamma, beta,
-	       run_mean, run_var, save, ab);
-	LAUNCHED(c, "batchnorm statistics");
+	bn_stats st = {*g, train, sums, gamma, beta, run_mean, run_var, save, ab};
+	if (train && !sums) { /* the statistics as the sums' last launch ends */
+		nhwc_col_parts(c, 1, x, NULL, NULL, rows, g->c, run_mean, NULL, scr);
+		col_total(c, rows, g->c, scr, st);
+	} else {
+		LAUNCH(k_bn_stats, grid((size_t)g->c), THREADS, c->s, st);
+		LAUNCHED(c, "batchnorm statistics");
+	}
 	size_t N = vec_n(c);
 	int relu = g->act == DP_ACT_RELU;
 	if (g->c % N == 0 && vec_ok(c, total, x, y))
@@ -158,12 +175,17 @@ bool nhwc_bnorm_fwd(dp_bectx *c, const dp_bnorm *g, int train, const float *x, c
 	return true;
 }
 
-/* dx = k (dy - mdy - xhat mdyx), or k dy (eval), with k = gamma inv */
-__global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, const float *gamma,
-			  const float *save, float *dgamma, float *dbeta, float *coef)
-{
-	int k = g.c;
-	FOR_EACH(ch, (size_t)k) {
+/* dx = k (dy - mdy - xhat mdyx), or k dy (eval), with k = gamma inv: the
+ * coefficients (3, k) of channel ch from own, this batch's sums of dy and
+ * dy xhat (or all ranks', sums), and dgamma, dbeta (col_total's tail) */
+struct bn_coef {
+	dp_bnorm g;
+	const double *sums;
+	const float *gamma, *save;
+	float *dgamma, *dbeta, *coef;
+	__device__ void operator()(int ch, const double *own) const
+	{
+		int k = g.c;
 		if (dgamma) {
 			dgamma[ch] = (float)own[k + ch];
 			dbeta[ch] = (float)own[ch];
@@ -175,7 +197,7 @@ __global__ void k_bn_coef(dp_bnorm g, const double *own, const double *sums, con
 		coef[k + ch] = g.eval ? 0.0f : (float)(s[ch] / cnt);
 		coef[2 * k + ch] = g.eval ? 0.0f : (float)(s[k + ch] / cnt);
 	}
-}
+};
 
 /* dx as below with dy taken as 0 where y (a fused ReLU's output; NULL:
  * none) is not positive, as the ReLU's own backward would have written it */
@@ -233,7 +255,7 @@ static size_t bn_dy_scratch(dp_bectx *c, const dp_bnorm *g, const float *y)
 /* dy channels-last (converted into scr when it comes as NCHW float32), and
  * in *ym the fused ReLU's output y (NULL: none) channels-last, converted
  * after it: the kernels that read dy mask it by y themselves (op 3 of
- * nhwc_col_sums, k_bn_dx), with no pass of the ReLU's backward between */
+ * nhwc_col_parts, k_bn_dx), with no pass of the ReLU's backward between */
 static const void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const float *dy, char *scr,
 			 const void **ym)
 {
@@ -242,12 +264,15 @@ static const void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const f
 	return nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr);
 }
 
-/* own sums (2, k doubles) of dy and dy xhat, dy masked by ym (NULL: not) */
+/* own sums (2, k doubles) of dy and dy xhat, dy masked by ym (NULL: not),
+ * then tail per channel */
+template <typename Tail>
 static double *bn_grad_sums(dp_bectx *c, const dp_bnorm *g, const void *x, const float *save,
-			    const void *dy, const void *ym, char *scr)
+			    const void *dy, const void *ym, char *scr, Tail tail)
 {
 	size_t rows = (size_t)g->n * g->hw;
-	return nhwc_col_sums(c, ym ? 3 : 2, x, dy, ym, rows, g->c, NULL, save, scr);
+	nhwc_col_parts(c, ym ? 3 : 2, x, dy, ym, rows, g->c, NULL, save, scr);
+	return col_total(c, rows, g->c, scr, tail);
 }
 
 bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const float *save,
@@ -261,7 +286,7 @@ bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 	if (!scr)
 		return true;
 	const void *ym, *d = bn_dy(c, t, y, dy, scr + cs, &ym);
-	double *own = bn_grad_sums(c, g, x, save, d, ym, scr);
+	double *own = bn_grad_sums(c, g, x, save, d, ym, scr, no_tail());
 	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
 	   "batchnorm gradient sums");
 	return true;
@@ -282,9 +307,7 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 		return true;
 	float *coef = (float *)(scr + cs);
 	const void *ym, *d = bn_dy(c, &s, y, dy, scr + cs + cb, &ym);
-	double *own = bn_grad_sums(c, g, x, save, d, ym, scr);
-	LAUNCH(k_bn_coef, grid((size_t)g->c), THREADS, c->s, *g, own, sums, gamma, save, dgamma, dbeta, coef);
-	LAUNCHED(c, "batchnorm gradient");
+	bn_grad_sums(c, g, x, save, d, ym, scr, bn_coef{*g, sums, gamma, save, dgamma, dbeta, coef});
 	if (dx) {
 		size_t N = vec_n(c);
 		if (g->c % N == 0 && vec_ok(c, total, x, d, dx) && vec_ok(c, total, ym))
