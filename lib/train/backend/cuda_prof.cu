@@ -10,7 +10,11 @@
  * (host_ms: the time the calls took on the host, queueing the work: when
  * it nears gpu_ms the GPU waits for the host), then the totals: the GPU
  * time inside calls against the wall time counted (the GPU's busy
- * fraction, as nvidia-smi cannot say it).  The first 3 syncs or waits
+ * fraction, as nvidia-smi cannot say it).  cuDNN's calls are kinds of
+ * their own ("cudnn forward", "cudnn data gradient", "cudnn filter
+ * gradient"), their time taken out of the convolution that makes them,
+ * so that a convolution's host time tells cuDNN's from ours (PROF_PART,
+ * cuda_impl.h).  The first 3 syncs or waits
  * (steps) are left out: they load kernels and choose cuDNN's algorithms.
  * An event pair also counts the GPU's idle time inside a call (waiting
  * for the host), and the events cost a few microseconds a call: profile
