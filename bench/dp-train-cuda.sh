@@ -181,6 +181,7 @@ for _ in $(seq "$ROUNDS"); do
 	if [ $PEER = 1 ]; then
 		# shellcheck disable=SC2086 # the cases, a word each
 		$PY "$T/peer.py" $CASES > "$T/peer" 2> "$T/perr" || tail -3 "$T/perr" >&2
+		grep '^peer.py: ' "$T/perr" >&2 || true # a case that failed (its figure 0)
 		for c in $CASES; do
 			awk -v c="$c" '$1 == c {r = $2} END {print r + 0}' "$T/peer" >> "$T/peer.$c"
 		done

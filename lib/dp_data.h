@@ -194,6 +194,12 @@ DP_EXPORT size_t dp_data_class_names(dp_data *d, const char *const **names);
  * (0 to 256) into *threads.  DP_EARG with e saying "--layout 'x': ...". */
 DP_EXPORT int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads,
 			  dp_err *e);
+/* --decode-threads when not given: 0 for a backend whose math runs on the
+ * host's CPUs (host 1), which it takes; for a GPU, whose steps are short
+ * enough for the reader decoding alone to be the limit (an H200's: about
+ * 290,000 samples/s of 784 bytes), this rank's share of the host's CPUs
+ * less 2 (the thread queueing the work, the reader), at most 8. */
+DP_EXPORT unsigned dp_data_default_threads(int host);
 
 /* A sample given as the values a record's feature would hold (raw, in the
  * layout of o->hwc), made what dp_data makes of them: (C, H, W) with

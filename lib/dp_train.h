@@ -496,6 +496,7 @@ typedef struct dp_run {
 	const char *cache_dir;
 	int prefetch;
 	unsigned decode_threads;
+	int decode_given;                /* else on a GPU, a share of the CPUs (dp_run_join) */
 	int skip_corrupt;
 	uint64_t max_record;
 	const char *max_skipped;         /* as given (NULL: DP_MAX_SKIPPED_DEFAULT) */

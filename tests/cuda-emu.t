@@ -42,6 +42,16 @@ like "$algos" '^CPU emulation \(tests/cudaemu\)/cudnn [0-9]+/fp32\|32x1x8x8-4x3x
 	"the checkpoint records cuDNN's choice for each convolution shape, and for which GPU"
 run "$EMU" --resume emu.st --train all.tfr --epochs 3 -q --log /dev/null -o res2.st
 is "$rc:$(meta res2.st conv_algos)" "0:$algos" "resumed on the GPU, with the same choices"
+# on a GPU, decoding threads by default: this rank's share of the CPUs less
+# 2 (DP_THREADS says the share), the same bytes as none
+run env DP_THREADS=6 "$EMU" "${COMMON[@]}" --batch-size 32 --log /dev/null -o dec.st
+like "$err" "\(input decoded by 4 threads beside the reader, of this rank's share of the CPUs; --decode-threads sets it\)" \
+	"a GPU run decodes on 4 threads of a share of 6 CPUs, and says so"
+ok cmp -s dec.st emu.st "the same checkpoint as the reader alone"
+run env DP_THREADS=6 "$EMU" "${COMMON[@]}" --batch-size 32 --log /dev/null --decode-threads 0
+is "$rc" 0 "--decode-threads 0 on the emulated GPU"
+unlike "$err" "input decoded by" "... the reader alone, as given"
+
 # DP_CUDA_PROFILE: each step's calls counted once its loss is read (a
 # step waits for its forward and loss alone, the backward still queued on
 # a GPU), the first 3 steps left out

@@ -47,6 +47,7 @@ int cli_input_option(struct cli_input *in, int c, const char *name, const char *
 	case CLI_IN_DATA:
 		if (dp_data_opt(name, arg, &in->hwc, &in->decode_threads, &e) < 0)
 			cli_job_usage_error("%s", e.msg);
+		in->decode_given |= !strcmp(name, "decode-threads");
 		break;
 	case CLI_IN_SKIP_CORRUPT: in->skip_corrupt = 1; break;
 	case CLI_IN_MAX_RECORD: in->max_record = cli_size("--max-record", arg, 1, UINT64_MAX); break;

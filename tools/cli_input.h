@@ -63,6 +63,7 @@ struct cli_input {
 				    reads it, over another transform); NULL: none */
 	int hwc;                 /* --layout hwc: 1, chw: 0; -1: not given */
 	unsigned decode_threads; /* 0: the default */
+	int decode_given;        /* --decode-threads given (0 included) */
 	int skip_corrupt;
 	uint64_t max_record;     /* 0: DP_MAX_RECORD_DEFAULT */
 	const char *max_skipped; /* NULL: not given (DP_MAX_SKIPPED_DEFAULT) */

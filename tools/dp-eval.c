@@ -139,7 +139,8 @@ static const char help_text[] =
 	"      --std S[,S,S]        per channel, divided by after --mean\n"
 	"      --resize N           shorter side to N, then center-cropped\n"
 	"      --max-pixels N       larger images are refused\n"
-	"      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	"      --decode-threads N   threads decoding beside the reader (default 0; on a GPU\n"
+	"                           its share of the CPUs less 2, at most 8)\n"
 	"      --skip-corrupt       skip (and count) images that do not decode\n"
 	"      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	"      --max-skipped N|P%  with --skip-corrupt: fail the run as a gate (exit 3)\n"
@@ -961,7 +962,8 @@ static void open_data(void)
 			O.model, dp_model_in_size(R.m));
 	o.hwc = R.hwc;
 	o.image = R.img;
-	o.decode_threads = O.in.decode_threads;
+	o.decode_threads = O.in.decode_given ? O.in.decode_threads
+					     : dp_data_default_threads(R.be->caps & DP_CAP_HOST_MEMORY);
 	o.skip_corrupt = O.in.skip_corrupt;
 	o.rec.max_record = O.in.max_record;
 	o.on_skip = cli_input_skipped;

@@ -247,7 +247,8 @@ static const char help_text[] =
 	"      --resize N           validation images: shorter side to N, then the\n"
 	"                           center crop (default with random-resized-crop: H/0.875)\n"
 	"      --max-pixels N       larger images are refused (default 89478485)\n"
-	"      --decode-threads N   threads decoding beside the reader (default 0)\n"
+	"      --decode-threads N   threads decoding beside the reader (default 0; on a GPU\n"
+	"                           its share of the CPUs less 2, at most 8)\n"
 	"      --skip-corrupt       skip (and count) images that do not decode\n"
 	"      --max-record SIZE    longest record accepted (default 256M; k, M, G)\n"
 	"      --max-skipped N|P%  with --skip-corrupt: stop the run when more than N\n"
@@ -884,6 +885,7 @@ static void given_keys(void)
 	R.steps_given = O.given[O_STEPS_PER_EPOCH];
 	R.pipe_opt = O.given[O_MICRO] ? "micro-batches" : O.given[O_PIPE_SCHED] ? "pipeline-schedule" : NULL;
 	R.decode_threads = O.in.decode_threads;
+	R.decode_given = O.in.decode_given;
 	R.skip_corrupt = O.in.skip_corrupt;
 	R.max_record = O.in.max_record;
 	R.max_skipped = O.in.max_skipped;

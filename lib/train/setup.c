@@ -69,6 +69,8 @@ int dp_run_join(dp_run *r, dp_err *e)
 			      .deterministic = r->deterministic};
 	if (r->be->open(&r->ctx, &bo, r->desc, sizeof r->desc, e) < 0)
 		return failed(r, DP_RUN_FAIL_RANK, e);
+	if (!r->decode_given)
+		r->decode_threads = dp_data_default_threads(r->be->caps & DP_CAP_HOST_MEMORY);
 	if (!(r->comm = dp_comm_open(r->be, r->ctx, e)))
 		return failed(r, DP_RUN_FAIL_RANK, e);
 	r->rank = dp_comm_rank(r->comm);
@@ -540,6 +542,10 @@ static int notes(dp_run *r, dp_err *e)
 	if (r->cpus && (r->be->caps & DP_CAP_HOST_MEMORY))
 		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
 			 "%d rank%s on it; --threads sets it)", r->cpus, r->local, r->local == 1 ? "" : "s");
+	else if (!r->decode_given && !(r->be->caps & DP_CAP_HOST_MEMORY) && r->decode_threads)
+		snprintf(thr, sizeof thr, " (input decoded by %u thread%s beside the reader, of this "
+			 "rank's share of the CPUs; --decode-threads sets it)", r->decode_threads,
+			 r->decode_threads == 1 ? "" : "s");
 	size_t ns = r->td ? dp_data_nsources(r->td) : 0;
 	note(r, "%zu parameters, %s%s, %s; %zu training source%s", dp_model_nparams(r->m), r->desc, thr,
 	     dp_comm_desc(r->comm), ns, r->td && ns == 1 ? "" : "s");

@@ -92,6 +92,12 @@ int dp_data_opt(const char *name, const char *value, int *hwc, unsigned *threads
 	return dp_seterr(e, DP_EARG, "unknown input option '%s'", name);
 }
 
+unsigned dp_data_default_threads(int host)
+{
+	int n = host ? 0 : dp_default_threads(NULL, NULL) - 2;
+	return n < 0 ? 0 : n > 8 ? 8 : (unsigned)n;
+}
+
 static int rec_err(dp_data *d, size_t src, uint64_t index, uint64_t offset, dp_err *e,
 		   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
