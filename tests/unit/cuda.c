@@ -1157,6 +1157,38 @@ static void t_cudnn(const dp_conv2d *convs, size_t nconv)
 			G->close(d);
 		}
 	}
+	/* a server's batches of every size, a plan each: more than the table's
+	 * 256, those met least recently make room, the one sized by conv_ws
+	 * stays (once, the 257th failed the context for good) */
+	if (ok(G->open(&d, &o, NULL, 0, &e) == DP_OK, "open for 299 batch sizes")) {
+		enum { NB = 300 };
+		dp_conv2d big = conv_geo(NB, 1, 4, 4, 2, 3, 3, 1, 1, 0, 0);
+		float *x = G->alloc(d, NB * 16 * sizeof(float)), *w = G->alloc(d, 18 * sizeof(float));
+		float *y = G->alloc(d, NB * 8 * sizeof(float)), got[8];
+		void *ws = G->alloc(d, G->conv_ws(d, &big));
+		G->fill(d, x, 0.5f, NB * 16);
+		G->fill(d, w, 0.25f, 18);
+		for (int n = 1; n < NB; n++) {
+			dp_conv2d g = big;
+			g.n = n;
+			G->conv_fwd(d, &g, x, w, NULL, y, DP_ACT_NONE, ws);
+		}
+		G->download(d, got, y + (NB - 2) * 8, sizeof got);
+		int rc = G->sync(d, &e), right = 1;
+		for (int i = 0; i < 8; i++)
+			right &= got[i] == 9 * 0.5f * 0.25f;
+		ok(rc == DP_OK && right, "299 batch sizes of one convolution, each right (%s)",
+		   rc == DP_OK ? "no failure" : e.msg);
+		char *all = malloc(1 << 16);
+		ok(all && G->conv_algos(d, all, 1 << 16) > 0 && strstr(all, "300x1x4x4-2x3x3"),
+		   "the shape conv_ws sized is kept");
+		free(all);
+		G->free(d, ws);
+		G->free(d, y);
+		G->free(d, w);
+		G->free(d, x);
+		G->close(d);
+	}
 	/* channels-last: tf32 (float32 tensors) and bf16 */
 	int precs[] = {DP_PREC_TF32, DP_PREC_BF16};
 	double tols[] = {2e-3, 3e-2}, mtols[] = {3e-2, 5e-2};

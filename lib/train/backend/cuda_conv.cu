@@ -464,9 +464,8 @@ static bool take_given(dp_bectx *c, conv_plan *p, const int a[3], size_t max)
 	return true;
 }
 
-static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p)
+static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p, size_t max)
 {
-	size_t max = c->ws_max;
 	int a[3] = {-1, -1, -1}, n = 0;
 	if (given_algos(c, g, a) && take_given(c, p, a, max))
 		return true; /* else chosen here, as if none were given */
@@ -497,28 +496,58 @@ static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p)
 	return true;
 }
 
-/* g's plan, made at its first use; NULL: im2col for this shape */
-static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g)
+/* The most cuDNN workspace a shape first met in a pass may take: the
+ * caller's workspace was sized by conv_ws for its largest batch (other
+ * batch sizes, a last short batch, evaluation, are planned when met), so
+ * what conv_ws reported, less the shape's filters, within ws_max */
+static size_t pass_room(const dp_bectx *c, const dp_conv2d *g)
+{
+	size_t fb = filter_bytes(c, g), cap = c->ws_cap > fb ? c->ws_cap - fb : 0;
+	return c->ws_cap && cap < c->ws_max ? cap : c->ws_max;
+}
+
+/* g's plan, made at its first use (sizing: by conv_ws, its algorithms'
+ * workspace within ws_max; else within pass_room); NULL: im2col for this
+ * shape */
+static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g, bool sizing)
 {
 	if (!c->dnn || c->conv_algo == 1)
 		return NULL;
+	size_t max = sizing ? c->ws_max : pass_room(c, g);
+	c->plan_clock++;
 	for (int i = 0; i < c->nplan; i++)
-		if (same_geo(&c->plan[i].g, g))
+		if (same_geo(&c->plan[i].g, g)) {
+			c->plan[i].last = c->plan_clock;
+			c->plan[i].sized |= sizing;
 			return c->plan[i].used ? &c->plan[i] : NULL;
-	if (c->nplan == NPLAN) {
-		cu_fail(c, "cuDNN", "more than 256 convolution shapes");
-		return NULL;
+		}
+	conv_plan *p = NULL;
+	if (c->nplan < NPLAN) {
+		p = &c->plan[c->nplan++];
+	} else { /* full (a server's batches of every size): the shape a pass
+		  * met least recently goes, not one conv_ws sized */
+		for (int i = 0; i < c->nplan; i++)
+			if (!c->plan[i].sized && (!p || c->plan[i].last < p->last))
+				p = &c->plan[i];
+		if (!p) {
+			cu_fail(c, "cuDNN", "more than 256 convolution shapes");
+			return NULL;
+		}
+		plan_free(p);
 	}
-	conv_plan *p = &c->plan[c->nplan++];
 	memset(p, 0, sizeof *p);
 	p->g = *g;
-	if (plan_describe(c, g, p) && plan_choose(c, g, p)) {
+	p->last = c->plan_clock;
+	p->sized = sizing;
+	if (plan_describe(c, g, p) && plan_choose(c, g, p, max)) {
 		p->used = 1;
 		return p;
 	}
-	dp_conv2d keep = p->g;
+	conv_plan keep = *p;
 	plan_free(p); /* a shape for im2col: remembered as such */
-	p->g = keep;
+	p->g = keep.g;
+	p->last = keep.last;
+	p->sized = keep.sized;
 	return NULL;
 }
 
@@ -562,8 +591,7 @@ int cu_conv_algos_take(dp_bectx *c, const char *algos)
 			continue;
 		if (a[0] == (int)p->fwd && a[1] == (int)p->bwd_data && a[2] == (int)p->bwd_filter)
 			continue;
-		size_t fb = filter_bytes(c, &p->g), cap = c->ws_cap > fb ? c->ws_cap - fb : 0;
-		changed += take_given(c, p, a, cap < c->ws_max ? cap : c->ws_max);
+		changed += take_given(c, p, a, pass_room(c, &p->g));
 	}
 	return changed;
 }
@@ -603,7 +631,7 @@ void cu_conv_close(dp_bectx *c)
 
 #else /* no cuDNN in this build: im2col for every shape */
 
-static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g) { return NULL; }
+static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g, bool sizing) { return NULL; }
 int cu_conv_algos(dp_bectx *c, char *buf, size_t len)
 {
 	if (len)
@@ -628,7 +656,7 @@ static bool bf16_unaligned(const dp_bectx *c, const dp_conv2d *g)
 size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g)
 {
 	cu_use(c);
-	conv_plan *p = plan_for(c, g);
+	conv_plan *p = plan_for(c, g, true);
 	size_t ws = p ? filter_bytes(c, g) + p->ws_any : plan_gemm(c, g).bytes;
 	if (p && bf16_unaligned(c, g) && plan_gemm(c, g).bytes > ws)
 		ws = plan_gemm(c, g).bytes; /* its backward may go through im2col */
@@ -730,7 +758,7 @@ void cu_conv_fwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 {
 	cu_use(c);
 	PROF(c, "convolution");
-	conv_plan *p = plan_for(c, g);
+	conv_plan *p = plan_for(c, g, false);
 	if (!p) {
 		if (c->nhwc)
 			gemm_fwd_nhwc(c, g, x, w, b, y, act, ws);
@@ -760,7 +788,7 @@ void cu_conv_bwd(dp_bectx *c, const dp_conv2d *g, const float *x, const float *w
 {
 	cu_use(c);
 	PROF(c, "convolution backward");
-	conv_plan *p = plan_for(c, g);
+	conv_plan *p = plan_for(c, g, false);
 	/* cuDNN refuses (CUDNN_STATUS_BAD_PARAM, seen on an H200 with cuDNN
 	 * 9.14) the bfloat16 channels-last data gradient of channel counts not
 	 * a multiple of 8, which its forward pass and filter gradient take:

@@ -99,6 +99,8 @@ struct conv_plan {
 	size_t ws_fwd, ws_data, ws_filter; /* cuDNN's workspace of each choice */
 	size_t ws_any;                     /* the most that any candidate would take */
 	float ms[3];                       /* the choices' measured times (0: not measured) */
+	int sized;                         /* made for conv_ws: kept when the table is full */
+	unsigned long last;                /* dp_bectx.plan_clock at its last use */
 };
 
 struct dp_bectx {
@@ -125,6 +127,7 @@ struct dp_bectx {
 	nhwc_tag tag[NTAG];
 	conv_plan *plan;
 	int nplan;
+	unsigned long plan_clock; /* plan_for's calls */
 	char *algos; /* dp_backend_opts.algos: choices to take rather than measure */
 	filt_slot *filt; /* NFILT of them, made at the first use */
 	int nfilt;       /* used */
