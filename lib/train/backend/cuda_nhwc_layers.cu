@@ -245,22 +245,29 @@ __global__ void k_bn_dx(const T *x, const T *dy, const T *y, const float *save, 
 	}
 }
 
-/* Scratch for bn_dy: dy converted, then y converted (for a fused ReLU). */
-static size_t bn_dy_scratch(dp_bectx *c, const dp_bnorm *g, const float *y)
+/* Scratch for bn_dy: dy converted, then y converted (for a fused ReLU),
+ * each where it comes as NCHW float32 (not channels-last already, as it
+ * mostly is: a ResNet-50's first batchnorm at batch 256 would reserve 400
+ * MB it never uses) */
+static size_t dy_room(dp_bectx *c, const dp_bnorm *g, const float *dy)
+{
+	return tag_of(c, dy) ? 0 : align256(nhwc_bytes(c, (size_t)g->n * g->c * g->hw));
+}
+
+static size_t bn_dy_scratch(dp_bectx *c, const dp_bnorm *g, const float *y, const float *dy)
 {
 	size_t n = (size_t)g->n * g->c * g->hw;
-	return align256(nhwc_bytes(c, n)) + (y && !tag_of(c, y) ? nhwc_bytes(c, n) : 0);
+	return dy_room(c, g, dy) + (y && !tag_of(c, y) ? nhwc_bytes(c, n) : 0);
 }
 
 /* dy channels-last (converted into scr when it comes as NCHW float32), and
  * in *ym the fused ReLU's output y (NULL: none) channels-last, converted
  * after it: the kernels that read dy mask it by y themselves (op 3 of
  * nhwc_col_parts, k_bn_dx), with no pass of the ReLU's backward between */
-static const void *bn_dy(dp_bectx *c, const nhwc_tag *t, const float *y, const float *dy, char *scr,
-			 const void **ym)
+static const void *bn_dy(dp_bectx *c, const dp_bnorm *g, const nhwc_tag *t, const float *y,
+			 const float *dy, char *scr, const void **ym)
 {
-	size_t n = (size_t)t->n * t->c * t->h * t->w;
-	*ym = y ? nhwc_in(c, y, t->n, t->c, t->h, t->w, scr + align256(nhwc_bytes(c, n))) : NULL;
+	*ym = y ? nhwc_in(c, y, t->n, t->c, t->h, t->w, scr + dy_room(c, g, dy)) : NULL;
 	return nhwc_in(c, dy, t->n, t->c, t->h, t->w, scr);
 }
 
@@ -282,10 +289,10 @@ bool nhwc_bnorm_bwd_sums(dp_bectx *c, const dp_bnorm *g, const float *x, const f
 	if (!t)
 		return false;
 	size_t rows = (size_t)g->n * g->hw, cs = nhwc_chan_scratch(rows, g->c);
-	char *scr = (char *)cu_scratch(c, cs + bn_dy_scratch(c, g, y));
+	char *scr = (char *)cu_scratch(c, cs + bn_dy_scratch(c, g, y, dy));
 	if (!scr)
 		return true;
-	const void *ym, *d = bn_dy(c, t, y, dy, scr + cs, &ym);
+	const void *ym, *d = bn_dy(c, g, t, y, dy, scr + cs, &ym);
 	double *own = bn_grad_sums(c, g, x, save, d, ym, scr, no_tail());
 	ck(c, cudaMemcpyAsync(sums, own, 2 * (size_t)g->c * sizeof(double), cudaMemcpyDeviceToDevice, c->s),
 	   "batchnorm gradient sums");
@@ -302,11 +309,11 @@ bool nhwc_bnorm_bwd(dp_bectx *c, const dp_bnorm *g, const float *x, const float 
 	nhwc_tag s = *t;
 	size_t rows = (size_t)g->n * g->hw, total = rows * g->c, cs = nhwc_chan_scratch(rows, g->c);
 	size_t cb = align256(3 * (size_t)g->c * sizeof(float));
-	char *scr = (char *)cu_scratch(c, cs + cb + bn_dy_scratch(c, g, y));
+	char *scr = (char *)cu_scratch(c, cs + cb + bn_dy_scratch(c, g, y, dy));
 	if (!scr)
 		return true;
 	float *coef = (float *)(scr + cs);
-	const void *ym, *d = bn_dy(c, &s, y, dy, scr + cs + cb, &ym);
+	const void *ym, *d = bn_dy(c, g, &s, y, dy, scr + cs + cb, &ym);
 	bn_grad_sums(c, g, x, save, d, ym, scr, bn_coef{*g, sums, gamma, save, dgamma, dbeta, coef});
 	if (dx) {
 		size_t N = vec_n(c);
