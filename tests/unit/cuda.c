@@ -906,6 +906,10 @@ static void t_passes(dp_bectx *d, const char *tag)
 	G->conv_fwd(d, &p, gx0, gwp, NULL, gx, DP_ACT_NONE, ws);
 	G->conv_fwd(d, &q, gx, gwd, NULL, gdy, DP_ACT_NONE, ws);
 	G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
+	/* a layer's first backward makes its slot, and its next forward fills
+	 * it: a context that only infers makes none */
+	G->conv_bwd(d, &q, gx, gw, gy, gdy, gdx, gdw, NULL, DP_ACT_NONE, ws);
+	G->conv_fwd(d, &q, gx, gw, NULL, gy, DP_ACT_NONE, ws);
 	unsigned long n0 = launches();
 	G->conv_bwd(d, &q, gx, gw, gy, gdy, NULL, gdw, NULL, DP_ACT_NONE, ws);
 	unsigned long plain = launches() - n0;

@@ -370,21 +370,23 @@ static size_t filter_bytes(const dp_bectx *c, const dp_conv2d *g)
  * layer and step).  Current: converted since the optimizer last changed
  * weights (dp_bectx.wgen), as nothing else writes a layer's weights
  * between its forward and its backward; each forward converts anew
- * whatever wrote the weights before it (an upload, another rank's).
- * Where no slot can be had (NFILT of them, FILT_MAX bytes in all, or no
- * memory) the filters are converted into the workspace at each pass. */
+ * whatever wrote the weights before it (an upload, another rank's).  A
+ * layer's slot is made by its first backward pass, so that a context that
+ * only infers holds none.  Where no slot can be had (NFILT of them,
+ * FILT_MAX bytes in all, or no memory) the filters are converted into the
+ * workspace at each pass. */
 
-static filt_slot *filt_slot_of(dp_bectx *c, const float *w, const dp_conv2d *g)
+static filt_slot *filt_slot_of(dp_bectx *c, const float *w, const dp_conv2d *g, bool make)
 {
 	size_t bytes = nhwc_bytes(c, (size_t)g->k * g->c * g->kh * g->kw);
-	if (!c->filt && !(c->filt = (filt_slot *)calloc(NFILT, sizeof *c->filt)))
+	if (!c->filt && (!make || !(c->filt = (filt_slot *)calloc(NFILT, sizeof *c->filt))))
 		return NULL;
 	filt_slot *f = NULL;
 	for (int i = 0; i < c->nfilt && !f; i++)
 		if (c->filt[i].w == w)
 			f = &c->filt[i];
 	if (!f) {
-		if (c->nfilt == NFILT)
+		if (!make || c->nfilt == NFILT)
 			return NULL;
 		f = &c->filt[c->nfilt++];
 		f->w = w;
@@ -414,7 +416,9 @@ static filt_slot *filt_slot_of(dp_bectx *c, const float *w, const dp_conv2d *g)
  * (the forward's conversion where current): in its slot, else in wt */
 static const void *conv_filters(dp_bectx *c, const float *w, const dp_conv2d *g, void *wt, bool fwd)
 {
-	filt_slot *f = filt_slot_of(c, w, g);
+	/* made by a backward pass: a context that only infers (dp-eval,
+	 * dp-serve) keeps none */
+	filt_slot *f = filt_slot_of(c, w, g, !fwd);
 	if (!f) {
 		nhwc_filter(c, w, g, wt);
 		return wt;
@@ -502,7 +506,18 @@ static bool plan_choose(dp_bectx *c, const dp_conv2d *g, conv_plan *p, size_t ma
  * what conv_ws reported, less the shape's filters, within ws_max */
 static size_t pass_room(const dp_bectx *c, const dp_conv2d *g)
 {
-	size_t fb = filter_bytes(c, g), cap = c->ws_cap > fb ? c->ws_cap - fb : 0;
+	/* the caller's workspace holds what conv_ws said for this layer at the
+	 * batch it sized (the least of several: dp-eval binds its models on
+	 * one context); ws_cap, the context's most, for a layer never sized */
+	size_t room = c->ws_cap;
+	for (int i = 0; i < c->nplan; i++) {
+		dp_conv2d s = c->plan[i].g;
+		s.n = g->n;
+		if (c->plan[i].sized && c->plan[i].room && c->plan[i].g.n >= g->n && same_geo(&s, g) &&
+		    c->plan[i].room < room)
+			room = c->plan[i].room;
+	}
+	size_t fb = filter_bytes(c, g), cap = room > fb ? room - fb : 0;
 	return c->ws_cap && cap < c->ws_max ? cap : c->ws_max;
 }
 
@@ -513,7 +528,6 @@ static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g, bool sizing)
 {
 	if (!c->dnn || c->conv_algo == 1)
 		return NULL;
-	size_t max = sizing ? c->ws_max : pass_room(c, g);
 	c->plan_clock++;
 	for (int i = 0; i < c->nplan; i++)
 		if (same_geo(&c->plan[i].g, g)) {
@@ -521,6 +535,7 @@ static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g, bool sizing)
 			c->plan[i].sized |= sizing;
 			return c->plan[i].used ? &c->plan[i] : NULL;
 		}
+	size_t max = sizing ? c->ws_max : pass_room(c, g); /* (before a slot is taken) */
 	conv_plan *p = NULL;
 	if (c->nplan < NPLAN) {
 		p = &c->plan[c->nplan++];
@@ -629,9 +644,19 @@ void cu_conv_close(dp_bectx *c)
 		cudnnDestroy(c->dnn);
 }
 
+/* What conv_ws reported for g, kept on its entry (a cuDNN plan or im2col's)
+ * for pass_room */
+static void plan_room(dp_bectx *c, const dp_conv2d *g, size_t ws)
+{
+	for (int i = 0; i < c->nplan; i++)
+		if (same_geo(&c->plan[i].g, g))
+			c->plan[i].room = ws;
+}
+
 #else /* no cuDNN in this build: im2col for every shape */
 
 static conv_plan *plan_for(dp_bectx *c, const dp_conv2d *g, bool sizing) { return NULL; }
+static void plan_room(dp_bectx *c, const dp_conv2d *g, size_t ws) {}
 int cu_conv_algos(dp_bectx *c, char *buf, size_t len)
 {
 	if (len)
@@ -662,6 +687,7 @@ size_t cu_conv_ws(dp_bectx *c, const dp_conv2d *g)
 		ws = plan_gemm(c, g).bytes; /* its backward may go through im2col */
 	if (ws > c->ws_cap)
 		c->ws_cap = ws;
+	plan_room(c, g, ws);
 	return ws;
 }
 

@@ -100,6 +100,7 @@ struct conv_plan {
 	size_t ws_any;                     /* the most that any candidate would take */
 	float ms[3];                       /* the choices' measured times (0: not measured) */
 	int sized;                         /* made for conv_ws: kept when the table is full */
+	size_t room;                       /* what conv_ws reported for it (sized shapes) */
 	unsigned long last;                /* dp_bectx.plan_clock at its last use */
 };
 

@@ -43,6 +43,7 @@ struct cu_prof {
 	int nev, cap;
 	double wall0, wall1; /* seconds: the first call counted, the last sync */
 	int nsync;           /* syncs seen: the first SKIP are left out */
+	int stale;           /* pairs first in ev that a skipped collect left pending */
 };
 
 static double now_s(void)
@@ -168,7 +169,8 @@ void cu_prof_collect(dp_bectx *c)
 	int skip = ++f->nsync <= PROF_SKIP, i = 0;
 	for (; i < f->nev && cudaEventQuery(f->ev[i].b) == cudaSuccess; i++) {
 		float ms = 0;
-		if (!skip && cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
+		if (!skip && i >= f->stale &&
+		    cudaEventElapsedTime(&ms, f->ev[i].a, f->ev[i].b) == cudaSuccess) {
 			f->ms[f->ev[i].kind] += ms;
 			f->calls[f->ev[i].kind] += !f->ev[i].more;
 		}
@@ -180,6 +182,9 @@ void cu_prof_collect(dp_bectx *c)
 		f->ev[k] = t;
 	}
 	f->nev -= i;
+	/* a skipped step's calls still queued at its wait (its backward) are
+	 * left out too, when they are done */
+	f->stale = skip ? f->nev : f->stale > i ? f->stale - i : 0;
 	if (skip) {
 		memset(f->host_ms, 0, sizeof f->host_ms);
 		f->wall0 = now_s();
