@@ -126,7 +126,7 @@ t = json.load(open("tl.json"))
 x = [e for e in t if e["ph"] == "X"]
 assert {e["pid"] for e in x} == {0, 1}, "both ranks"
 names = {e["name"] for e in x}
-assert {"forward", "backward", "allreduce", "wait", "update", "data"} <= names, names
+assert {"forward", "loss", "backward", "allreduce", "wait", "update", "data"} <= names, names
 assert any(e["name"] == "allreduce" and e["tid"] == 2 for e in x), "buckets on the communication thread"
 assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in x)
 meta = {(e["pid"], e["args"]["name"]) for e in t if e["name"] == "process_name"}

@@ -14,10 +14,13 @@
  *    layer instead (idle_grads); then wait for the sums, take a short
  *    update's mean over its samples, clip, and step the optimizer.
  * The loss is queued with the forward and read (waiting for the device)
- * after the backward is queued, or before it where the backward starts an
- * allreduce with other ranks; a loss that is not finite stops the step
- * before anything reaches the weights or the sum so far.
- * The timeline gets "agree", "forward", "backward" and "update" events.
+ * after the backward is queued, or, in an update's last micro-batch with
+ * other ranks, before it, as that backward starts their allreduce; a loss
+ * that is not finite stops the step before anything reaches the weights
+ * or the sum so far.
+ * The timeline gets "agree", "forward", "loss", "backward" and "update"
+ * events (on a GPU, "forward" and "backward" time the queueing of the
+ * work, "loss" the wait for the forward's end).
  */
 #define _GNU_SOURCE
 #include "train_impl.h"
@@ -168,8 +171,10 @@ static int idle_grads(dp_trainer *t, dp_err *e)
  * update follows. */
 static int loss_read(dp_trainer *t, const dp_step *s, dp_step_result *r, dp_err *e)
 {
-	double st[2] = {0, 0};
+	double st[2] = {0, 0}, t0 = dp_now();
 	int rc = s->n ? dp_model_loss_wait(t->m, st, e) : DP_OK;
+	if (s->n) /* on a GPU, the wait for the forward's end */
+		dp_comm_event(t->c, "loss", 1, t0, dp_now());
 	if (rc < 0)
 		return rc;
 	r->loss = st[0];
@@ -188,8 +193,12 @@ static int accumulate(dp_trainer *t, const dp_step *s, dp_step_result *r, dp_err
 {
 	float *g = dp_model_grads(t->m);
 	size_t np = dp_model_nparams(t->m);
-	int rc = s->n ? dp_model_backward(t->m, s->n, NULL, NULL, e) : DP_OK;
-	if (rc == 0)
+	/* with --sync-bn and other ranks, the backward sums batchnorm's
+	 * gradients over them: the loss is read before it */
+	int early = t->conf.sync_bn && t->size > 1, rc = early ? loss_read(t, s, r, e) : DP_OK;
+	if (rc == 0 && s->n)
+		rc = dp_model_backward(t->m, s->n, NULL, NULL, e);
+	if (rc == 0 && !early)
 		rc = loss_read(t, s, r, e);
 	if (rc < 0)
 		return rc;

@@ -602,7 +602,8 @@ static void test_fmt_rate(void)
  * buffer reused. */
 static void test_read_file(void)
 {
-	char dir[] = "/tmp/dpread.XXXXXX", path[64];
+	char dir[256], path[320];
+	snprintf(dir, sizeof dir, "%s/dpread.XXXXXX", dp_tmpdir(NULL));
 	if (!mkdtemp(dir))
 		return;
 	snprintf(path, sizeof path, "%s/f", dir);
@@ -648,7 +649,8 @@ static int note_made(void *ctx, const char *dir, dp_err *e)
  * callback's error ends it. */
 static void test_make_parents(void)
 {
-	char dir[] = "/tmp/dpmkp.XXXXXX", path[128], want[512];
+	char dir[256], path[384], want[768];
+	snprintf(dir, sizeof dir, "%s/dpmkp.XXXXXX", dp_tmpdir(NULL));
 	if (!mkdtemp(dir)) {
 		ok(0, "mkdtemp");
 		return;
