@@ -795,20 +795,22 @@ static void join_job(void)
 static void check_outputs(void)
 {
 	dp_err e;
-	if (O.pred) {
+	if (O.pred) { /* (p freed before an exit: LeakSanitizer's exit status is 1) */
 		char *p = cli_expand(O.pred, NULL);
-		if (dp_out_check(p, &e) < 0)
-			cli_die("--predictions %s", e.msg);
+		int bad = dp_out_check(p, &e) < 0;
 		free(p);
+		if (bad)
+			cli_die("--predictions %s", e.msg);
 	}
 	if (O.json && RANK == 0 && dp_out_check(O.json, &e) < 0)
 		cli_die("--json %s", e.msg);
 	if (O.json && O.pred) { /* one file: one of them would be lost */
 		char *p = cli_expand(O.pred, NULL);
-		if (dp_same_output(O.json, p))
+		int same = dp_same_output(O.json, p);
+		free(p);
+		if (same)
 			cli_job_usage_error("--json %s and --predictions %s name one file: one would be lost",
 					O.json, O.pred);
-		free(p);
 	}
 }
 
