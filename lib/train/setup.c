@@ -542,7 +542,7 @@ static int notes(dp_run *r, dp_err *e)
 	if (r->cpus && (r->be->caps & DP_CAP_HOST_MEMORY))
 		snprintf(thr, sizeof thr, " (the CPUs this rank may use, %d, or its share of the host's: "
 			 "%d rank%s on it; --threads sets it)", r->cpus, r->local, r->local == 1 ? "" : "s");
-	else if (!r->decode_given && !(r->be->caps & DP_CAP_HOST_MEMORY) && r->decode_threads)
+	else if (!r->decode_given && r->decode_threads) /* the default: a GPU's */
 		snprintf(thr, sizeof thr, " (input decoded by %u thread%s beside the reader, of this "
 			 "rank's share of the CPUs; --decode-threads sets it)", r->decode_threads,
 			 r->decode_threads == 1 ? "" : "s");

@@ -416,14 +416,19 @@ static void cu_fetch(dp_bectx *c, void *host, const void *dev, size_t bytes)
 		ck(c, cudaEventRecord(c->fetched, c->s), "fetch");
 }
 
+/* After a wait for the device (sync, wait): the profile's calls done, and
+ * the first failure, if any */
+static int waited(dp_bectx *c, dp_err *e)
+{
+	cu_prof_collect(c);
+	return c->failed ? dp_seterr(e, DP_EIO, "%s", c->msg) : DP_OK;
+}
+
 static int cu_wait(dp_bectx *c, dp_err *e)
 {
 	cu_use(c);
 	ck(c, cudaEventSynchronize(c->fetched), "wait");
-	cu_prof_collect(c);
-	if (c->failed)
-		return dp_seterr(e, DP_EIO, "%s", c->msg);
-	return DP_OK;
+	return waited(c, e);
 }
 
 static void cu_copy(dp_bectx *c, void *dst, const void *src, size_t bytes)
@@ -505,10 +510,7 @@ static int cu_sync(dp_bectx *c, dp_err *e)
 	cu_use(c);
 	ck(c, cudaStreamSynchronize(c->s), "synchronize");
 	ck(c, cudaStreamSynchronize(c->cs), "synchronize");
-	cu_prof_collect(c);
-	if (c->failed)
-		return dp_seterr(e, DP_EIO, "%s", c->msg);
-	return DP_OK;
+	return waited(c, e);
 }
 
 /* p[0, n) by kernel k and the scalar v: fill and scale. */

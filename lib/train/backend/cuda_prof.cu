@@ -14,8 +14,8 @@
  * their own ("cudnn forward", "cudnn data gradient", "cudnn filter
  * gradient"), their time taken out of the convolution that makes them,
  * so that a convolution's host time tells cuDNN's from ours (PROF_PART,
- * cuda_impl.h).  The first 3 syncs or waits
- * (steps) are left out: they load kernels and choose cuDNN's algorithms.
+ * cuda_impl.h).  The first 3 syncs or waits (steps) are left out: they
+ * load kernels and choose cuDNN's algorithms.
  * An event pair also counts the GPU's idle time inside a call (waiting
  * for the host), and the events cost a few microseconds a call: profile
  * a separate short run, not the one whose speed is reported.
